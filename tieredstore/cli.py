@@ -1,0 +1,89 @@
+"""The ``tieredstore`` command: a thin sync edge over the async core.
+
+Each subcommand lives in ``tieredstore/commands/<name>.py`` and exposes
+``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
+their command runs, so ``tieredstore --help`` stays fast and a broken optional
+dependency only affects its own command.
+
+Exit codes (every command): 0 success; 1 a runtime failure (one line on stderr);
+3 bad usage or configuration (bad flag, bad config file, unreachable store or backend
+at start). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn, Protocol, cast
+
+from tieredstore.errors import ConfigError, TieredStoreError
+
+__all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "main"]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 3
+
+#: name → (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "synth": ("tieredstore.commands.synth", "write a synthetic RocketMQ store"),
+    "inspect": ("tieredstore.commands.inspect", "list a hot store's queues and offsets"),
+}
+
+
+class _Command(Protocol):
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage in one line and exits 3, not 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _load(name: str) -> _Command:
+    return cast(_Command, importlib.import_module(COMMANDS[name][0]))
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    parser = _Parser(prog="tieredstore", description="Tiered storage sidecar for Apache RocketMQ")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            _load(name).add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (the console script exits with it)."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in args_list if a in COMMANDS), None)
+    args = build_parser(command).parse_args(args_list)
+    try:
+        return _load(args.command).run(args)
+    except ConfigError as exc:
+        print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except TieredStoreError as exc:
+        print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print(f"tieredstore {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> NoReturn:
+    """Console-script entry point."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into `head`: not an error of ours
+        code = EXIT_OK
+        sys.stdout = None  # suppress the flush-at-exit error
+    sys.exit(code)

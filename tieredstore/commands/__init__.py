@@ -1,0 +1,1 @@
+"""One module per ``tieredstore`` subcommand (see :mod:`tieredstore.cli`)."""

@@ -1,0 +1,189 @@
+"""The one error hierarchy of tieredstore.
+
+Every error raised across a module boundary is one of these. Backend, OS and parser
+errors are translated at the seam where they occur (``raise ... from exc``), so callers
+only ever decide between two questions: *retry?* (:class:`RetryableError`) or *stop and
+tell the operator?* (:class:`FatalError`).
+
+::
+
+    TieredStoreError
+    ├── RetryableError                  transient: retry with backoff, never a failure
+    │   ├── BackendUnavailableError     connection refused/reset, 5xx
+    │   ├── BackendTimeoutError         a call exceeded its deadline
+    │   └── ThrottledError              SlowDown / 429 / 503 throttling replies
+    └── FatalError                      retrying will not help
+        ├── ConfigError                 bad setting, file or flag (exit 3)
+        ├── StoreError                  hot side: the broker's store directory
+        │   ├── StoreNotFoundError      missing store, file or directory
+        │   ├── UnsupportedStoreError   e.g. a RocksDB consume queue
+        │   └── CorruptDataError        bytes that do not parse
+        │       ├── CorruptRecordError  commitlog record: magic, CRC, lengths
+        │       ├── CorruptUnitError    consume-queue unit
+        │       └── TruncatedDataError  shorter than its header says
+        ├── ColdDataError               cold side: objects and manifests
+        │   ├── ObjectNotFoundError     an object a manifest or caller needs is absent
+        │   ├── CorruptManifestError    manifest JSON that does not validate
+        │   ├── SizeMismatchError       object size differs from its manifest
+        │   └── DigestMismatchError     object digest differs from its manifest
+        ├── BackendError                non-retryable backend failure (denied, bad bucket)
+        ├── OffsetOutOfRangeError       queue offset outside what is stored
+        ├── DivergedError               hot store no longer agrees with cold
+        ├── CatalogueError              the SQLite catalogue
+        │   └── CatalogueBusyError      another process holds the catalogue
+        └── LeaseError                  single-writer lease
+            ├── LeaseHeldError          another writer holds the lease
+            └── LeaseLostError          this writer lost its lease
+
+Messages are one line: *what* went wrong, then *where* (file or object and byte offset
+when known). ``str(err)`` is what the CLI prints.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendTimeoutError",
+    "BackendUnavailableError",
+    "CatalogueBusyError",
+    "CatalogueError",
+    "ColdDataError",
+    "ConfigError",
+    "CorruptDataError",
+    "CorruptManifestError",
+    "CorruptRecordError",
+    "CorruptUnitError",
+    "DigestMismatchError",
+    "DivergedError",
+    "FatalError",
+    "LeaseError",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "ObjectNotFoundError",
+    "OffsetOutOfRangeError",
+    "RetryableError",
+    "SizeMismatchError",
+    "StoreError",
+    "StoreNotFoundError",
+    "ThrottledError",
+    "TieredStoreError",
+    "TruncatedDataError",
+    "UnsupportedStoreError",
+]
+
+
+class TieredStoreError(Exception):
+    """Base of every tieredstore error.
+
+    ``where`` names the file or object (and byte offset) the error is about, when known;
+    it is appended to the message so one line tells the operator what and where.
+    """
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        super().__init__(f"{message} ({where})" if where else message)
+
+
+class RetryableError(TieredStoreError):
+    """A transient condition: the same call may succeed later."""
+
+
+class BackendUnavailableError(RetryableError):
+    """The backend could not be reached or answered with a server error."""
+
+
+class BackendTimeoutError(RetryableError):
+    """A backend call did not complete within its deadline."""
+
+
+class ThrottledError(RetryableError):
+    """The backend asked us to slow down. Not a failure: back off and retry."""
+
+
+class FatalError(TieredStoreError):
+    """Retrying will not help; the operator must look."""
+
+
+class ConfigError(FatalError):
+    """A setting, config file, environment variable or flag is invalid."""
+
+
+class StoreError(FatalError):
+    """A problem with the broker's (hot) store directory."""
+
+
+class StoreNotFoundError(StoreError):
+    """A store directory or a file inside it does not exist or cannot be read."""
+
+
+class UnsupportedStoreError(StoreError):
+    """The store uses a layout we cannot read (e.g. ``storeType=defaultRocksDB``)."""
+
+
+class CorruptDataError(StoreError):
+    """Bytes that do not parse as what they should be."""
+
+
+class CorruptRecordError(CorruptDataError):
+    """A commitlog record with a bad magic code, CRC or inconsistent lengths."""
+
+
+class CorruptUnitError(CorruptDataError):
+    """A consume-queue unit that cannot be valid."""
+
+
+class TruncatedDataError(CorruptDataError):
+    """Data shorter than its own header says it is."""
+
+
+class ColdDataError(FatalError):
+    """A problem with objects or manifests in the cold store."""
+
+
+class ObjectNotFoundError(ColdDataError):
+    """An object that must exist does not."""
+
+
+class CorruptManifestError(ColdDataError):
+    """A manifest that is not valid JSON or fails validation."""
+
+
+class SizeMismatchError(ColdDataError):
+    """An object's size differs from the size its manifest records."""
+
+
+class DigestMismatchError(ColdDataError):
+    """An object's digest differs from the digest its manifest records."""
+
+
+class BackendError(FatalError):
+    """A backend failure retrying will not fix (access denied, no such bucket, ...)."""
+
+
+class OffsetOutOfRangeError(FatalError):
+    """A queue offset outside the range that is stored."""
+
+
+class DivergedError(FatalError):
+    """The hot store no longer agrees with data already committed to cold."""
+
+
+class CatalogueError(FatalError):
+    """The catalogue is unreadable, of an unknown schema, or inconsistent."""
+
+
+class CatalogueBusyError(CatalogueError):
+    """Another process holds the catalogue for writing."""
+
+
+class LeaseError(FatalError):
+    """A problem with the single-writer lease."""
+
+
+class LeaseHeldError(LeaseError):
+    """Another live writer holds the lease for this broker."""
+
+
+class LeaseLostError(LeaseError):
+    """This writer's lease expired or was taken over; it must stop writing."""

@@ -1,0 +1,80 @@
+"""Consume-queue units: 20 bytes each, parsed in bulk with a numpy structured dtype."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from tieredstore.errors import TruncatedDataError
+
+__all__ = [
+    "CQ_UNIT_DTYPE",
+    "CQ_UNIT_SIZE",
+    "FILLER_SIZE",
+    "decode_units",
+    "encode_units",
+    "filler_mask",
+    "make_units",
+    "zero_mask",
+]
+
+CQ_UNIT_SIZE: Final = 20
+#: A filler unit pads the first CQ file of a queue that starts at a non-zero offset.
+FILLER_SIZE: Final = 0x7FFFFFFF
+
+CQ_UNIT_DTYPE: Final = np.dtype(
+    [("commitlog_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")]
+)
+assert CQ_UNIT_DTYPE.itemsize == CQ_UNIT_SIZE
+
+Units = npt.NDArray[np.void]
+
+
+def decode_units(data: bytes | bytearray | memoryview, *, where: str = "consumequeue") -> Units:
+    """View ``data`` as CQ units (zero-copy). Its length must be a multiple of 20.
+
+    The result is read-only when ``data`` is ``bytes``; copy before mutating.
+    """
+    if len(data) % CQ_UNIT_SIZE:
+        raise TruncatedDataError(
+            f"consume-queue data of {len(data)} bytes is not a multiple of {CQ_UNIT_SIZE}",
+            where=f"{where}@{len(data) - len(data) % CQ_UNIT_SIZE}",
+        )
+    return np.frombuffer(data, dtype=CQ_UNIT_DTYPE)
+
+
+def make_units(
+    commitlog_offsets: npt.ArrayLike, sizes: npt.ArrayLike, tags_codes: npt.ArrayLike
+) -> Units:
+    """Build a unit array from three equal-length columns."""
+    offsets = np.asarray(commitlog_offsets, dtype=np.int64)
+    units = np.empty(offsets.shape[0], dtype=CQ_UNIT_DTYPE)
+    units["commitlog_offset"] = offsets
+    units["size"] = np.asarray(sizes, dtype=np.int32)
+    units["tags_code"] = np.asarray(tags_codes, dtype=np.int64)
+    return units
+
+
+def encode_units(units: Units) -> bytes:
+    """Return the units' exact bytes."""
+    return np.ascontiguousarray(units, dtype=CQ_UNIT_DTYPE).tobytes()
+
+
+def filler_mask(units: Units) -> npt.NDArray[np.bool_]:
+    """True for filler units (commitLogOffset 0, size 0x7FFFFFFF, tagsCode 0)."""
+    mask: npt.NDArray[np.bool_] = (
+        (units["commitlog_offset"] == 0)
+        & (units["size"] == FILLER_SIZE)
+        & (units["tags_code"] == 0)
+    )
+    return mask
+
+
+def zero_mask(units: Units) -> npt.NDArray[np.bool_]:
+    """True for all-zero units: never written (the preallocated tail of a CQ file)."""
+    mask: npt.NDArray[np.bool_] = (
+        (units["commitlog_offset"] == 0) & (units["size"] == 0) & (units["tags_code"] == 0)
+    )
+    return mask

@@ -1,0 +1,465 @@
+"""Commitlog records: decode, encode, and probe (ROCKETMQ_FORMAT.md §2).
+
+Layout (big-endian; offsets for IPv4 hosts)::
+
+    0  totalSize i32        28 physicalOffset i64    ..  reconsumeTimes i32
+    4  magicCode i32        36 sysFlag i32           ..  preparedTransactionOffset i64
+    8  bodyCRC i32          40 bornTimestamp i64     ..  bodyLength i32, body
+    12 queueId i32          48 bornHost ip+port      ..  topicLength i8 (v1) / i16 (v2), topic
+    16 flag i32             ..  storeTimestamp i64   ..  propertiesLength i16, properties
+    20 queueOffset i64      ..  storeHost ip+port
+
+A record is byte-exact: ``decode_record(b).encode() == b`` for every valid record.
+Properties are kept as their raw bytes (``properties_raw``) so the encoding never changes
+(order and trailing separator included); :attr:`MessageRecord.properties` parses them.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Final
+
+from tieredstore.errors import CorruptRecordError, TruncatedDataError
+
+__all__ = [
+    "BLANK_MAGIC_CODE",
+    "END_FILE_MIN_BLANK_LENGTH",
+    "MAGIC_CODE_V1",
+    "MAGIC_CODE_V2",
+    "PHYSICAL_OFFSET_SLICE",
+    "CompressionType",
+    "HostPort",
+    "MagicCode",
+    "MessageRecord",
+    "Probe",
+    "ProbeKind",
+    "SysFlag",
+    "TransactionType",
+    "body_crc",
+    "decode_properties",
+    "decode_record",
+    "encode_properties",
+    "probe_record",
+]
+
+MAGIC_CODE_V1: Final = -626843481  # 0xDAA320A7
+MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB
+BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194
+#: The broker writes a record only if ``totalSize + 8`` fits; otherwise an 8-byte filler.
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+#: Bytes [28, 36): the only bytes a cold record may differ from its hot original in.
+PHYSICAL_OFFSET_SLICE: Final = slice(28, 36)
+
+_NAME_VALUE_SEPARATOR: Final = "\x01"
+_PROPERTY_SEPARATOR: Final = "\x02"
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp: 48 bytes
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_TAIL = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
+
+
+class MagicCode(enum.IntEnum):
+    """Record format version; v2 has a 2-byte topic length (topics > 127 bytes)."""
+
+    V1 = MAGIC_CODE_V1
+    V2 = MAGIC_CODE_V2
+
+
+class SysFlag(enum.IntFlag):
+    """Bits of ``sysFlag`` (transaction type and compression type are fields, see below)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+
+
+_TRANSACTION_MASK: Final = 0xC
+_COMPRESSION_MASK: Final = 0x700
+
+
+class TransactionType(enum.IntEnum):
+    """Bits 2–3 of ``sysFlag``."""
+
+    NOT_TYPE = 0x0
+    PREPARED = 0x4
+    COMMIT = 0x8
+    ROLLBACK = 0xC
+
+
+class CompressionType(enum.IntEnum):
+    """Bits 8–10 of ``sysFlag`` (meaningful only with ``COMPRESSED``); 0 means ZLIB."""
+
+    LZ4 = 1
+    ZSTD = 2
+    ZLIB = 3
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A born/store host: IPv4 or IPv6 address and port."""
+
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+    port: int
+
+    @property
+    def is_v6(self) -> bool:
+        return self.ip.version == 6
+
+    def encode(self) -> bytes:
+        return self.ip.packed + _I32.pack(self.port)
+
+    def __str__(self) -> str:
+        return f"[{self.ip}]:{self.port}" if self.is_v6 else f"{self.ip}:{self.port}"
+
+
+def body_crc(body: bytes) -> int:
+    """Return the bodyCRC the broker stores: CRC32 of the stored body, top bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    """Encode properties as ``key\\x01value\\x02`` pairs, each pair terminated by ``\\x02``."""
+    return "".join(
+        f"{k}{_NAME_VALUE_SEPARATOR}{v}{_PROPERTY_SEPARATOR}" for k, v in props.items()
+    ).encode()
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    """Decode raw property bytes; a pair without a value separator is ignored, as in Java."""
+    out: dict[str, str] = {}
+    for pair in raw.decode("utf-8", errors="replace").split(_PROPERTY_SEPARATOR):
+        name, sep, value = pair.partition(_NAME_VALUE_SEPARATOR)
+        if sep:
+            out[name] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """One decoded commitlog record, with every field the broker wrote.
+
+    ``body`` is the body as stored (compressed when :attr:`compressed`); use
+    :meth:`decompressed_body` for the producer's bytes.
+    """
+
+    magic: MagicCode
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostPort
+    store_timestamp: int
+    store_host: HostPort
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body: bytes
+    topic: str
+    properties_raw: bytes
+
+    # -- derived views -------------------------------------------------------------
+    @property
+    def total_size(self) -> int:
+        topic_len = len(self.topic.encode())
+        return (
+            4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+            + len(self.born_host.encode()) + 8 + len(self.store_host.encode())
+            + 4 + 8 + 4 + len(self.body)
+            + (1 if self.magic is MagicCode.V1 else 2) + topic_len
+            + 2 + len(self.properties_raw)
+        )  # fmt: skip
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return decode_properties(self.properties_raw)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+
+    @property
+    def transaction_type(self) -> TransactionType:
+        return TransactionType(self.sys_flag & _TRANSACTION_MASK)
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.sys_flag & SysFlag.COMPRESSED)
+
+    @property
+    def compression_type(self) -> CompressionType:
+        value = (self.sys_flag & _COMPRESSION_MASK) >> 8
+        # 0 predates the field: the 4.x client always compressed with ZLIB.
+        return CompressionType.ZLIB if value == 0 else CompressionType(value)
+
+    @property
+    def has_cq_unit(self) -> bool:
+        """Whether the broker builds a consume-queue unit for this record."""
+        return self.transaction_type not in (TransactionType.PREPARED, TransactionType.ROLLBACK)
+
+    def decompressed_body(self) -> bytes:
+        """Return the producer's body, decompressing per the sysFlag compression type."""
+        if not self.compressed:
+            return self.body
+        ctype = self.compression_type
+        try:
+            if ctype is CompressionType.ZLIB:
+                return zlib.decompress(self.body)
+            if ctype is CompressionType.ZSTD:
+                import zstandard
+
+                return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(self.body))
+            import lz4.frame
+
+            return bytes(lz4.frame.decompress(self.body))
+        except Exception as exc:  # each codec raises its own error type
+            raise CorruptRecordError(
+                f"body does not decompress as {ctype.name}: {exc}",
+                where=f"queue offset {self.queue_offset}",
+            ) from exc
+
+    # -- encoding ------------------------------------------------------------------
+    def encode(self) -> bytes:
+        """Return the record's exact bytes."""
+        topic = self.topic.encode()
+        topic_len = (
+            struct.pack(">b", len(topic)) if self.magic is MagicCode.V1 else _I16.pack(len(topic))
+        )
+        return b"".join(
+            (
+                _HEAD.pack(
+                    self.total_size,
+                    int(self.magic),
+                    self.body_crc,
+                    self.queue_id,
+                    self.flag,
+                    self.queue_offset,
+                    self.physical_offset,
+                    self.sys_flag,
+                    self.born_timestamp,
+                ),
+                self.born_host.encode(),
+                _I64.pack(self.store_timestamp),
+                self.store_host.encode(),
+                _TAIL.pack(self.reconsume_times, self.prepared_transaction_offset, len(self.body)),
+                self.body,
+                topic_len,
+                topic,
+                _I16.pack(len(self.properties_raw)),
+                self.properties_raw,
+            )
+        )
+
+    def with_offsets(self, *, queue_offset: int, physical_offset: int) -> MessageRecord:
+        """Return a copy placed at other queue/physical offsets."""
+        return replace(self, queue_offset=queue_offset, physical_offset=physical_offset)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        topic: str,
+        body: bytes,
+        queue_id: int,
+        queue_offset: int,
+        physical_offset: int,
+        store_timestamp: int,
+        born_timestamp: int | None = None,
+        properties: Mapping[str, str] | None = None,
+        sys_flag: int = 0,
+        flag: int = 0,
+        born_host: HostPort | None = None,
+        store_host: HostPort | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> MessageRecord:
+        """Build a record as the broker would store it.
+
+        The magic is chosen as the broker does (v2 when the topic is longer than 127
+        bytes); the host IPv6 bits of ``sys_flag`` follow the hosts; bodyCRC is computed.
+        """
+        born = born_host or HostPort(ipaddress.IPv4Address("127.0.0.1"), 50000)
+        store = store_host or HostPort(ipaddress.IPv4Address("127.0.0.1"), 10911)
+        # Plain ints: ~ on an IntFlag would drop the bits that are not members.
+        sys_flag = int(sys_flag) & ~int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+        if born.is_v6:
+            sys_flag |= SysFlag.BORNHOST_V6
+        if store.is_v6:
+            sys_flag |= SysFlag.STOREHOST_V6
+        return cls(
+            magic=MagicCode.V2 if len(topic.encode()) > 127 else MagicCode.V1,
+            body_crc=body_crc(body),
+            queue_id=queue_id,
+            flag=flag,
+            queue_offset=queue_offset,
+            physical_offset=physical_offset,
+            sys_flag=int(sys_flag),
+            born_timestamp=store_timestamp if born_timestamp is None else born_timestamp,
+            born_host=born,
+            store_timestamp=store_timestamp,
+            store_host=store,
+            reconsume_times=reconsume_times,
+            prepared_transaction_offset=prepared_transaction_offset,
+            body=body,
+            topic=topic,
+            properties_raw=encode_properties(properties or {}),
+        )
+
+
+# -- decoding ---------------------------------------------------------------------
+
+
+def _host(buf: memoryview, pos: int, v6: bool) -> tuple[HostPort, int]:
+    n = 16 if v6 else 4
+    raw = bytes(buf[pos : pos + n])
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = (
+        ipaddress.IPv6Address(raw) if v6 else ipaddress.IPv4Address(raw)
+    )
+    (port,) = _I32.unpack_from(buf, pos + n)
+    return HostPort(ip, port), pos + n + 4
+
+
+def decode_record(
+    data: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    where: str = "record",
+    check_crc: bool = True,
+) -> MessageRecord:
+    """Decode the record starting at byte ``pos`` of ``data``.
+
+    ``where`` names the file or object; errors say ``<where>@<byte offset>``.
+
+    Raises:
+        TruncatedDataError: ``data`` ends before the record does.
+        CorruptRecordError: unknown magic (including the BLANK filler — probe first
+            when scanning), non-positive totalSize, lengths that disagree with
+            totalSize, or (with ``check_crc``) a body whose CRC differs from bodyCRC.
+    """
+    buf = memoryview(data)
+    at = f"{where}@{pos}"
+    avail = len(buf) - pos
+    if avail < _HEAD.size:
+        raise TruncatedDataError(f"record header needs {_HEAD.size} bytes, {avail} left", where=at)
+    (total, magic, crc, qid, flag, qoff, poff, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
+    if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2):
+        raise CorruptRecordError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X}", where=at)
+    if total <= 0:
+        raise CorruptRecordError(f"bad totalSize {total}", where=at)
+    if total > avail:
+        raise TruncatedDataError(f"record of {total} bytes but only {avail} left", where=at)
+    end = pos + total
+    try:
+        born, p = _host(buf, pos + _HEAD.size, bool(sys_flag & SysFlag.BORNHOST_V6))
+        (store_ts,) = _I64.unpack_from(buf, p)
+        store, p = _host(buf, p + 8, bool(sys_flag & SysFlag.STOREHOST_V6))
+        reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
+        p += _TAIL.size
+        if body_len < 0 or p + body_len > end:
+            raise CorruptRecordError(f"bodyLength {body_len} overruns totalSize {total}", where=at)
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if magic == MAGIC_CODE_V1:
+            (topic_len,) = struct.unpack_from(">b", buf, p)
+            p += 1
+        else:
+            (topic_len,) = _I16.unpack_from(buf, p)
+            p += 2
+        if topic_len < 0 or p + topic_len > end:
+            raise CorruptRecordError(f"topicLength {topic_len} overruns totalSize", where=at)
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        p += topic_len
+        (props_len,) = _I16.unpack_from(buf, p)
+        p += 2
+        if props_len < 0 or p + props_len > end:
+            raise CorruptRecordError(f"propertiesLength {props_len} overruns totalSize", where=at)
+        props = bytes(buf[p : p + props_len])
+        p += props_len
+    except struct.error as exc:
+        raise CorruptRecordError(f"fields overrun totalSize {total}", where=at) from exc
+    except UnicodeDecodeError as exc:
+        raise CorruptRecordError("topic is not valid UTF-8", where=at) from exc
+    if p != end:
+        raise CorruptRecordError(f"fields end at {p - pos}, totalSize says {total}", where=at)
+    if check_crc and body_crc(body) != crc:
+        raise CorruptRecordError(
+            f"body CRC 0x{body_crc(body):08X} != stored bodyCRC 0x{crc:08X}", where=at
+        )
+    return MessageRecord(
+        magic=MagicCode(magic),
+        body_crc=crc,
+        queue_id=qid,
+        flag=flag,
+        queue_offset=qoff,
+        physical_offset=poff,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born,
+        store_timestamp=store_ts,
+        store_host=store,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body=body,
+        topic=topic,
+        properties_raw=props,
+    )
+
+
+class ProbeKind(enum.Enum):
+    """What a commitlog scan finds at a position."""
+
+    RECORD = "record"  # a complete, valid record of ``size`` bytes
+    BLANK = "blank"  # the end-of-file filler: the rest of this file is unused
+    END = "end"  # no (complete) record here: end of data or a torn tail
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """Result of :func:`probe_record`. ``reason`` explains an END."""
+
+    kind: ProbeKind
+    size: int = 0
+    reason: str = ""
+    record: MessageRecord | None = None
+
+
+def probe_record(data: bytes | bytearray | memoryview, pos: int, *, where: str) -> Probe:
+    """Classify what lies at ``pos`` during a sequential commitlog scan.
+
+    A scan stops (END) at the first position holding zeros (preallocated tail), an
+    unknown magic, a record longer than what remains, a bad CRC or inconsistent lengths:
+    that is the end of the broker's data or a record still being written. It never
+    raises for such bytes — a torn tail is normal while the broker runs.
+    """
+    buf = memoryview(data)
+    if len(buf) - pos < END_FILE_MIN_BLANK_LENGTH:
+        return Probe(ProbeKind.END, reason="end of file")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return Probe(ProbeKind.BLANK, size=len(buf) - pos)
+    if total == 0:
+        return Probe(ProbeKind.END, reason="zero tail")
+    try:
+        record = decode_record(buf, pos, where=where)
+    except (CorruptRecordError, TruncatedDataError) as exc:
+        return Probe(ProbeKind.END, reason=str(exc))
+    # A tail still being copied reads as zeros; the body CRC cannot catch zeros that
+    # land after the body, but a topic is never empty and never holds NUL.
+    if not record.topic or "\x00" in record.topic:
+        return Probe(ProbeKind.END, reason=f"torn record: topic not written ({where}@{pos})")
+    return Probe(ProbeKind.RECORD, size=total, record=record)

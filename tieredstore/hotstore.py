@@ -1,0 +1,395 @@
+"""Read-only access to a live RocketMQ broker store directory (the hot side).
+
+The broker writes through mmap into preallocated, zero-filled files; plain ``read()``
+sees its writes at once. This module never writes and never takes the broker's
+``lock``. Every call re-lists the directories it needs, so files the broker rolls,
+creates or deletes between calls are noticed.
+
+Offsets, following ROCKETMQ_FORMAT.md §3.4:
+
+* **hot max** of a queue is the index of the first all-zero unit in its newest CQ file
+  (exclusive: the next offset the broker will assign);
+* **hot min** is the first non-filler unit whose commitlog offset is at or above the base
+  of the oldest commitlog file still present (older units point at deleted data).
+
+Records are complete only when their CQ unit exists, so reading ``[min, max)`` never
+returns a torn record. Blocking file I/O: callers on an event loop use
+``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tieredstore.errors import (
+    CorruptRecordError,
+    CorruptUnitError,
+    OffsetOutOfRangeError,
+    StoreNotFoundError,
+    TruncatedDataError,
+    UnsupportedStoreError,
+)
+from tieredstore.formats.checkpoint import Checkpoint, read_checkpoint
+from tieredstore.formats.consumequeue import (
+    CQ_UNIT_SIZE,
+    Units,
+    decode_units,
+    filler_mask,
+    zero_mask,
+)
+from tieredstore.formats.record import MessageRecord, ProbeKind, decode_record, probe_record
+from tieredstore.formats.topics import TopicConfig, read_topics
+
+__all__ = ["CommitlogScan", "HotRange", "HotStore", "MappedFileList", "QueueKey"]
+
+_FILE_NAME = re.compile(r"^\d{20}$")
+# Files RocksDB keeps in its directory; a file-based consume queue has only topic dirs.
+_ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|OPTIONS-\d+|MANIFEST-\d+|\d+\.(sst|log))$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class QueueKey:
+    """A (topic, queue id) pair."""
+
+    topic: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class HotRange:
+    """Queue offsets ``[min, max)`` the hot store can serve; ``min == max`` when empty."""
+
+    min: int
+    max: int
+
+    @property
+    def count(self) -> int:
+        return self.max - self.min
+
+
+@dataclass(frozen=True, slots=True)
+class MappedFile:
+    """One store file: its global base offset (its name), path and size."""
+
+    base: int
+    path: Path
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+class MappedFileList:
+    """The files of one rolling address space (the commitlog, or one queue's CQ).
+
+    A snapshot: built from one directory listing, sorted by base offset.
+    """
+
+    def __init__(self, files: Sequence[MappedFile]) -> None:
+        self.files = list(files)
+
+    @classmethod
+    def scan(cls, directory: Path) -> MappedFileList:
+        """List the 20-digit files of ``directory``; a missing directory is empty."""
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return cls([])
+        except OSError as exc:
+            raise StoreNotFoundError(f"cannot list: {exc.strerror}", where=str(directory)) from exc
+        files = []
+        for entry in entries:
+            if _FILE_NAME.match(entry.name) and entry.is_file():
+                try:
+                    size = entry.stat().st_size
+                except FileNotFoundError:  # deleted by the broker while we listed
+                    continue
+                files.append(MappedFile(int(entry.name), Path(entry.path), size))
+        files.sort(key=lambda f: f.base)
+        return cls(files)
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].base if self.files else 0
+
+    def find(self, offset: int) -> MappedFile | None:
+        """Return the file whose range holds ``offset``, or None if none does."""
+        lo, hi = 0, len(self.files)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.files[mid].base <= offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return None
+        f = self.files[lo - 1]
+        return f if offset < f.end else None
+
+
+def _pread(path: Path, offset: int, size: int) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError as exc:
+        raise StoreNotFoundError("file deleted while reading", where=str(path)) from exc
+    except OSError as exc:
+        raise StoreNotFoundError(f"cannot open: {exc.strerror}", where=str(path)) from exc
+    try:
+        return os.pread(fd, size, offset)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitlogScan:
+    """One record found by :meth:`HotStore.scan_commitlog`, with where it lives."""
+
+    offset: int
+    record: MessageRecord
+
+
+class HotStore:
+    """A broker store directory, read-only.
+
+    Args:
+        root: ``storePathRootDir``.
+        commitlog_dir: the commitlog directory when the broker keeps it elsewhere
+            (``storePathCommitLog``); default ``<root>/commitlog``.
+
+    Raises:
+        StoreNotFoundError: ``root`` is not a directory.
+        UnsupportedStoreError: the consume queue is kept in RocksDB.
+    """
+
+    def __init__(self, root: Path | str, *, commitlog_dir: Path | str | None = None) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise StoreNotFoundError("store directory does not exist", where=str(self.root))
+        self.commitlog_dir = Path(commitlog_dir) if commitlog_dir else self.root / "commitlog"
+        self.consumequeue_dir = self.root / "consumequeue"
+        self._refuse_rocksdb()
+
+    def _refuse_rocksdb(self) -> None:
+        try:
+            names = os.listdir(self.consumequeue_dir)
+        except OSError:
+            return
+        if any(_ROCKSDB_MARKERS.match(n) for n in names):
+            raise UnsupportedStoreError(
+                "consume queue is kept in RocksDB (storeType=defaultRocksDB); "
+                "tieredstore reads only the file-based consume queue (storeType=default)",
+                where=str(self.consumequeue_dir),
+            )
+
+    # -- metadata ------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicConfig]:
+        """Return ``config/topics.json`` (empty when the broker has not written it)."""
+        return read_topics(self.root / "config" / "topics.json")
+
+    def checkpoint(self) -> Checkpoint:
+        """Return the decoded ``checkpoint`` file."""
+        return read_checkpoint(self.root / "checkpoint")
+
+    def queues(self) -> list[QueueKey]:
+        """List every (topic, queue id) that has a consume-queue directory, sorted."""
+        out: list[QueueKey] = []
+        try:
+            topic_entries = list(os.scandir(self.consumequeue_dir))
+        except FileNotFoundError:
+            return out
+        for topic in topic_entries:
+            if not topic.is_dir():
+                continue
+            try:
+                queue_entries = list(os.scandir(topic.path))
+            except FileNotFoundError:  # topic deleted while we listed
+                continue
+            out.extend(
+                QueueKey(topic.name, int(q.name))
+                for q in queue_entries
+                if q.name.isdigit() and q.is_dir()
+            )
+        return sorted(out)
+
+    def commitlog_files(self) -> MappedFileList:
+        """The commitlog files present now (the broker deletes old ones)."""
+        return MappedFileList.scan(self.commitlog_dir)
+
+    def cq_files(self, topic: str, queue_id: int) -> MappedFileList:
+        """The consume-queue files of one queue present now."""
+        return MappedFileList.scan(self.consumequeue_dir / topic / str(queue_id))
+
+    # -- offsets -------------------------------------------------------------------
+    def queue_range(self, topic: str, queue_id: int) -> HotRange:
+        """Return the queue's hot ``[min, max)`` (see the module docstring)."""
+        cq = self.cq_files(topic, queue_id)
+        if not cq:
+            return HotRange(0, 0)
+        hot_max = self._max_offset(cq)
+        hot_min = self._min_offset(cq, self.commitlog_files().min_offset, hot_max)
+        return HotRange(hot_min, hot_max)
+
+    @staticmethod
+    def _file_units(f: MappedFile) -> Units:
+        # A size that is not a multiple of 20 is a truncated or foreign file: refuse it.
+        return decode_units(_pread(f.path, 0, f.size), where=str(f.path))
+
+    def _max_offset(self, cq: MappedFileList) -> int:
+        # The newest file may be freshly created and all zeros: then max is its base.
+        newest = cq.files[-1]
+        units = self._file_units(newest)
+        zeros = np.flatnonzero(zero_mask(units))
+        used = int(zeros[0]) if zeros.size else units.shape[0]
+        return (newest.base + used * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+
+    def _min_offset(self, cq: MappedFileList, cl_min: int, hot_max: int) -> int:
+        for f in cq.files:
+            units = self._file_units(f)
+            ok = ~filler_mask(units) & ~zero_mask(units) & (units["commitlog_offset"] >= cl_min)
+            hits = np.flatnonzero(ok)
+            if hits.size:
+                return min((f.base + int(hits[0]) * CQ_UNIT_SIZE) // CQ_UNIT_SIZE, hot_max)
+        return hot_max
+
+    # -- consume queue -------------------------------------------------------------
+    def read_units(self, topic: str, queue_id: int, start: int, end: int) -> Units:
+        """Return CQ units for queue offsets ``[start, end)`` in one array.
+
+        Reads whole spans per file (bulk, no per-unit Python work). Raises
+        OffsetOutOfRangeError when part of the range is not in any CQ file (deleted head
+        or beyond the newest file) and CorruptUnitError when a unit in range is all zero
+        (not yet written) — ask :meth:`queue_range` first.
+        """
+        if end <= start:
+            return decode_units(b"")
+        cq = self.cq_files(topic, queue_id)
+        chunks: list[Units] = []
+        pos = start * CQ_UNIT_SIZE
+        stop = end * CQ_UNIT_SIZE
+        while pos < stop:
+            f = cq.find(pos)
+            if f is None:
+                raise OffsetOutOfRangeError(
+                    f"queue offset {pos // CQ_UNIT_SIZE} of {topic}/{queue_id} is in no "
+                    f"consume-queue file (files cover [{cq.min_offset // CQ_UNIT_SIZE}, "
+                    f"{(cq.files[-1].end if cq else 0) // CQ_UNIT_SIZE}))",
+                    where=str(self.consumequeue_dir / topic / str(queue_id)),
+                )
+            n = min(stop, f.end) - pos
+            data = _pread(f.path, pos - f.base, n)
+            if len(data) != n:
+                raise TruncatedDataError(
+                    f"consume-queue file is shorter than its peers ({len(data)} of {n} bytes)",
+                    where=f"{f.path}@{pos - f.base}",
+                )
+            chunks.append(decode_units(data, where=str(f.path)))
+            pos += n
+        units = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        zeros = np.flatnonzero(zero_mask(units))
+        if zeros.size:
+            bad = start + int(zeros[0])
+            raise CorruptUnitError(
+                f"queue offset {bad} of {topic}/{queue_id} has no unit yet (all zeros)",
+                where=f"consumequeue/{topic}/{queue_id}@{bad * CQ_UNIT_SIZE}",
+            )
+        return units
+
+    # -- commitlog -----------------------------------------------------------------
+    def read_record_bytes(self, commitlog_offset: int, size: int) -> bytes:
+        """Return the ``size`` bytes of the record at a commitlog offset."""
+        return self.read_records_bytes(np.array([commitlog_offset]), np.array([size]))[0]
+
+    def read_records_bytes(
+        self, offsets: np.ndarray, sizes: np.ndarray, *, window: int = 8 << 20
+    ) -> list[bytes]:
+        """Return the bytes of many records, given their commitlog offsets and sizes.
+
+        Nearby records are served from one read of up to ``window`` bytes (a queue's
+        records are interleaved with other queues' in the commitlog), so a batch costs a
+        few large reads instead of one syscall per record.
+
+        Raises OffsetOutOfRangeError for an offset in no commitlog file (deleted) and
+        TruncatedDataError for a record crossing its file's end.
+        """
+        files = self.commitlog_files()
+        out: list[bytes] = []
+        buf = b""
+        buf_file: MappedFile | None = None
+        buf_start = 0
+        for off, size in zip(offsets.tolist(), sizes.tolist(), strict=True):
+            f = files.find(off)
+            if f is None:
+                raise OffsetOutOfRangeError(
+                    f"commitlog offset {off} is in no commitlog file (oldest starts at "
+                    f"{files.min_offset}); the broker deleted it",
+                    where=str(self.commitlog_dir),
+                )
+            rel = off - f.base
+            if rel + size > f.size:
+                raise TruncatedDataError(
+                    f"record of {size} bytes crosses the end of its file", where=f"{f.path}@{rel}"
+                )
+            if buf_file is not f or rel < buf_start or rel + size > buf_start + len(buf):
+                buf_file, buf_start = f, rel
+                buf = _pread(f.path, rel, max(size, min(window, f.size - rel)))
+            piece = buf[rel - buf_start : rel - buf_start + size]
+            if len(piece) != size:
+                raise TruncatedDataError(
+                    f"record of {size} bytes but file ends early", where=f"{f.path}@{rel}"
+                )
+            out.append(piece)
+        return out
+
+    def read_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
+        """Decode the record behind one queue offset, checking it belongs there."""
+        unit = self.read_units(topic, queue_id, queue_offset, queue_offset + 1)[0]
+        off, size = int(unit["commitlog_offset"]), int(unit["size"])
+        data = self.read_record_bytes(off, size)
+        where = f"commitlog@{off}"
+        record = decode_record(data, where=where)
+        if record.total_size != size or record.queue_offset != queue_offset:
+            raise CorruptRecordError(
+                f"record does not match its unit: size {record.total_size} vs {size}, "
+                f"queueOffset {record.queue_offset} vs {queue_offset}",
+                where=where,
+            )
+        return record
+
+    def scan_commitlog(self, start: int | None = None) -> Iterator[CommitlogScan]:
+        """Yield every complete record of the commitlog in physical order.
+
+        Follows file rolling (the BLANK filler ends a file) and stops quietly at the
+        end of the data: preallocated zeros, a torn last record, or a gap in the files.
+        """
+        files = self.commitlog_files()
+        pos = files.min_offset if start is None else start
+        for f in files.files:
+            if f.end <= pos:
+                continue
+            if f.base > pos:  # a missing file between: nothing after it is contiguous
+                return
+            data = _pread(f.path, 0, f.size)
+            rel = pos - f.base
+            while True:
+                probe = probe_record(data, rel, where=str(f.path))
+                if probe.kind is ProbeKind.RECORD and probe.record is not None:
+                    yield CommitlogScan(f.base + rel, probe.record)
+                    rel += probe.size
+                    continue
+                if probe.kind is ProbeKind.END:
+                    return
+                break  # BLANK: continue in the next file
+            pos = f.end
