@@ -30,6 +30,10 @@ EXIT_USAGE = 3
 COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("tieredstore.commands.synth", "write a synthetic RocketMQ store"),
     "inspect": ("tieredstore.commands.inspect", "list a hot store's queues and offsets"),
+    "verify": ("tieredstore.commands.verify", "prove the cold store covers the hot store (Spark)"),
+    "run": ("tieredstore.commands.run", "run the sidecar (--once: one catch-up pass)"),
+    "status": ("tieredstore.commands.status", "per-queue hot/cold offsets, lag and state"),
+    "demo": ("tieredstore.commands.demo", "synth -> tier -> verify, end to end, locally"),
 }
 
 
@@ -87,3 +91,7 @@ def entry() -> NoReturn:
         code = EXIT_OK
         sys.stdout = None  # suppress the flush-at-exit error
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    entry()

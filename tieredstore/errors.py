@@ -14,6 +14,7 @@ tell the operator?* (:class:`FatalError`).
     │   └── ThrottledError              SlowDown / 429 / 503 throttling replies
     └── FatalError                      retrying will not help
         ├── ConfigError                 bad setting, file or flag (exit 3)
+        ├── InvalidNameError            a cluster/broker/topic name or object key unsafe as a path
         ├── StoreError                  hot side: the broker's store directory
         │   ├── StoreNotFoundError      missing store, file or directory
         │   ├── UnsupportedStoreError   e.g. a RocksDB consume queue
@@ -56,6 +57,7 @@ __all__ = [
     "DigestMismatchError",
     "DivergedError",
     "FatalError",
+    "InvalidNameError",
     "LeaseError",
     "LeaseHeldError",
     "LeaseLostError",
@@ -107,6 +109,11 @@ class FatalError(TieredStoreError):
 
 class ConfigError(FatalError):
     """A setting, config file, environment variable or flag is invalid."""
+
+
+class InvalidNameError(FatalError):
+    """A cluster, broker or topic name that cannot be a cold-store path component, or a
+    key that is not a tieredstore object key. Names are refused, never mangled."""
 
 
 class StoreError(FatalError):

@@ -45,8 +45,15 @@ from tieredstore.formats.consumequeue import (
 )
 from tieredstore.formats.record import MessageRecord, ProbeKind, decode_record, probe_record
 from tieredstore.formats.topics import TopicConfig, read_topics
+from tieredstore.formats.vector import store_timestamps
 
-__all__ = ["CommitlogScan", "HotRange", "HotStore", "MappedFileList", "QueueKey"]
+__all__ = [
+    "CommitlogScan",
+    "HotRange",
+    "HotStore",
+    "MappedFileList",
+    "QueueKey",
+]
 
 _FILE_NAME = re.compile(r"^\d{20}$")
 # Files RocksDB keeps in its directory; a file-based consume queue has only topic dirs.
@@ -352,6 +359,40 @@ class HotStore:
                 )
             out.append(piece)
         return out
+
+    def read_store_timestamp(self, commitlog_offset: int) -> int:
+        """Return the storeTimestamp of the record at a commitlog offset (reads 80 bytes)."""
+        f = self.commitlog_files().find(commitlog_offset)
+        if f is None:
+            raise OffsetOutOfRangeError(
+                f"commitlog offset {commitlog_offset} is in no commitlog file",
+                where=str(self.commitlog_dir),
+            )
+        head = _pread(f.path, commitlog_offset - f.base, 80)
+        if len(head) < 80:
+            raise TruncatedDataError("record header cut by end of file", where=f"{f.path}")
+        arr = np.frombuffer(head, dtype=np.uint8)
+        return int(store_timestamps(arr, np.zeros(1, dtype=np.int64))[0])
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """Return the first queue offset whose storeTimestamp is >= ``timestamp_ms``.
+
+        Binary search over hot ``[min, max)`` (store times rise with queue offsets);
+        returns hot max when every message is older, hot min when none is.
+        """
+        rng = self.queue_range(topic, queue_id)
+        if rng.count == 0:
+            return rng.max
+        units = self.read_units(topic, queue_id, rng.min, rng.max)
+        offsets = units["commitlog_offset"]
+        lo, hi = 0, rng.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.read_store_timestamp(int(offsets[mid])) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return rng.min + lo
 
     def read_message(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
         """Decode the record behind one queue offset, checking it belongs there."""

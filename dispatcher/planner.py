@@ -1,0 +1,172 @@
+"""Deciding what to tier next for one queue: the group-commit rules.
+
+Given a queue's cold commit offset and the hot store, :func:`plan_segment` answers with
+either a :class:`SegmentPlan` (tier queue offsets ``[start, end)`` now) or a
+:class:`Wait` saying why not. It reads only consume-queue units and a few record headers;
+the records themselves are read while uploading.
+
+The rules, in order:
+
+1. Hot max below the cold commit offset: the broker lost data cold already has —
+   :class:`~tieredstore.errors.DivergedError`.
+2. Hot min above the cold commit offset: the broker deleted data before it was
+   tiered — :class:`HotDataLost` with the exact lost range (never silently skipped).
+3. Nothing pending: ``Wait(IDLE)``.
+4. Candidates are at most ``segment_max_messages`` units and at most
+   ``segment_max_bytes`` bytes (but at least one record: a record larger than the byte
+   limit is its own segment — never a stall).
+5. Durability guard: only the leading candidates whose storeTimestamp is at or before
+   the checkpoint's physicMsgTimestamp; none → ``Wait(GUARDED)``.
+6. Cut now if the candidates fill the byte or message limit, or the oldest is at least
+   ``segment_max_age`` old, or a catch-up pass flushes everything; else ``Wait(YOUNG)``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from tieredstore.errors import DivergedError
+from tieredstore.formats.consumequeue import Units
+from tieredstore.hotstore import HotRange, HotStore, QueueKey
+
+__all__ = [
+    "CutReason",
+    "HotDataLost",
+    "Limits",
+    "SegmentPlan",
+    "Wait",
+    "WaitReason",
+    "plan_segment",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Group-commit limits (see the ``tiering.*`` settings)."""
+
+    max_bytes: int = 64 << 20
+    max_messages: int = 1_000_000
+    max_age_ms: int = 60_000
+
+
+class CutReason(enum.Enum):
+    BYTES = "bytes"
+    MESSAGES = "messages"
+    AGE = "age"
+    FLUSH = "flush"
+
+
+class WaitReason(enum.Enum):
+    IDLE = "idle"  # nothing pending
+    YOUNG = "young"  # pending data below every limit
+    GUARDED = "guarded"  # pending data newer than the broker's flushed checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPlan:
+    """Tier queue offsets ``[start, end)``; ``units`` are their hot CQ units."""
+
+    queue: QueueKey
+    start: int
+    end: int
+    units: Units
+    reason: CutReason
+    hot: HotRange
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.units["size"].sum())
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Nothing to tier now, and why; ``pending`` messages and bytes are waiting."""
+
+    reason: WaitReason
+    hot: HotRange
+    pending: int = 0
+    pending_bytes: int = 0
+    oldest_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HotDataLost:
+    """Queue offsets ``[start, end)`` were deleted by the broker before being tiered."""
+
+    queue: QueueKey
+    start: int
+    end: int
+    hot: HotRange
+
+
+def _guarded_count(hot: HotStore, units: Units, guard_ts: int) -> int:
+    """How many leading units have storeTimestamp <= guard_ts (binary search)."""
+    offsets = units["commitlog_offset"]
+    if hot.read_store_timestamp(int(offsets[-1])) <= guard_ts:
+        return int(units.shape[0])
+    lo, hi = 0, int(units.shape[0]) - 1  # unit hi is known to be too new
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hot.read_store_timestamp(int(offsets[mid])) <= guard_ts:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def plan_segment(
+    hot: HotStore,
+    queue: QueueKey,
+    cold_commit: int,
+    limits: Limits,
+    *,
+    now_ms: int,
+    guard_ts: int | None,
+    flush: bool = False,
+) -> SegmentPlan | Wait | HotDataLost:
+    """Apply the group-commit rules (module docstring) to one queue."""
+    rng = hot.queue_range(queue.topic, queue.queue_id)
+    if rng.max < cold_commit:
+        raise DivergedError(
+            f"hot max offset {rng.max} of {queue} is below the cold commit offset "
+            f"{cold_commit}: the broker lost data that is already in cold",
+            where=str(queue),
+        )
+    if rng.min > cold_commit:
+        return HotDataLost(queue, cold_commit, rng.min, rng)
+    pending = rng.max - cold_commit
+    if pending == 0:
+        return Wait(WaitReason.IDLE, rng)
+    n = min(pending, limits.max_messages)
+    units = hot.read_units(queue.topic, queue.queue_id, cold_commit, cold_commit + n)
+    sizes = np.cumsum(units["size"].astype(np.int64))
+    k = int(np.searchsorted(sizes, limits.max_bytes, side="right"))  # fit in max_bytes
+    full: CutReason | None
+    if k == 0:
+        k, full = 1, CutReason.BYTES  # one record above the limit: its own segment
+    elif k < n or int(sizes[k - 1]) >= limits.max_bytes:
+        full = CutReason.BYTES
+    elif n >= limits.max_messages:
+        full = CutReason.MESSAGES
+    else:
+        full = None
+    units = units[:k]
+    if guard_ts is not None:
+        g = _guarded_count(hot, units, guard_ts)
+        if g == 0:
+            return Wait(WaitReason.GUARDED, rng, pending, int(sizes[-1]))
+        if g < k:
+            units, k, full = units[:g], g, None
+    if full is None and not flush:
+        oldest = hot.read_store_timestamp(int(units["commitlog_offset"][0]))
+        if now_ms - oldest < limits.max_age_ms:
+            return Wait(WaitReason.YOUNG, rng, pending, int(sizes[-1]), oldest)
+        full = CutReason.AGE
+    return SegmentPlan(queue, cold_commit, cold_commit + k, units, full or CutReason.FLUSH, rng)

@@ -1,0 +1,26 @@
+"""Shared setup for dispatcher tests: settings for a store + cold URL + state dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tieredstore.config import Settings, load_settings
+
+CLUSTER = "DefaultCluster"
+BROKER = "broker-a"
+
+
+def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Settings:
+    """Settings with small segments so every test cuts several per queue."""
+    values: dict[str, object] = {
+        "store.path": str(store),
+        "cold.url": cold,
+        "cold.cluster": CLUSTER,
+        "cold.broker": BROKER,
+        "state.dir": str(state),
+        "tiering.segment_max_bytes": "64K",
+        "tiering.read_batch_bytes": "16K",
+        "http.enabled": False,
+    }
+    values.update({k.replace("__", "."): v for k, v in overrides.items()})
+    return load_settings(env={}, overrides=values)

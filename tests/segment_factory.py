@@ -1,0 +1,110 @@
+"""Test helper: hot records and cold segments built by hand, without a hot store.
+
+Records are real v1/v2 commitlog records (``MessageRecord.build``) with interleaved hot
+commitlog offsets, as a broker with several queues would write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tieredstore.backends.base import Backend
+from tieredstore.formats.consumequeue import Units, make_units
+from tieredstore.formats.record import MessageRecord
+from tieredstore.formats.tags import tags_code
+from tieredstore.layout import QueuePath
+from tieredstore.manifest import Manifest
+from tieredstore.segment import Segment, build_segment
+
+CLUSTER = "DefaultCluster"
+BROKER = "broker-a"
+T0 = 1_700_000_000_000
+WRITER = "6f1c0c52-7a55-4d5e-9d7e-0c4c3c1b2a10@host-1"
+
+
+@dataclass(frozen=True)
+class HotBatch:
+    """Hot records of queue offsets ``[start, start + len(records))`` and their CQ units."""
+
+    start: int
+    records: list[bytes]
+    units: Units
+    timestamps: list[int]
+
+
+def hot_batch(
+    topic: str,
+    queue_id: int,
+    start: int,
+    count: int,
+    *,
+    t0: int = T0,
+    step_ms: int = 10,
+    body_size: int = 16,
+) -> HotBatch:
+    """``count`` records of one queue; bodies vary in size so offsets are irregular."""
+    records: list[bytes] = []
+    hot_offsets: list[int] = []
+    codes: list[int] = []
+    stamps: list[int] = []
+    for i in range(count):
+        q = start + i
+        tags = f"tag{q % 3}"
+        ts = t0 + q * step_ms
+        hot_offset = 1_000_000 + q * 4096  # other queues' records sit in between
+        rec = MessageRecord.build(
+            topic=topic,
+            body=bytes([q % 251]) * (body_size + q % 7),
+            queue_id=queue_id,
+            queue_offset=q,
+            physical_offset=hot_offset,
+            store_timestamp=ts,
+            properties={"TAGS": tags, "UNIQ_KEY": f"id-{q}"},
+        )
+        records.append(rec.encode())
+        hot_offsets.append(hot_offset)
+        codes.append(tags_code(tags))
+        stamps.append(ts)
+    units = make_units(hot_offsets, [len(r) for r in records], codes)
+    return HotBatch(start, records, units, stamps)
+
+
+def segment_of(
+    queue: QueuePath,
+    batch: HotBatch,
+    *,
+    cl_base: int,
+    lease_epoch: int = 1,
+    created_at_ms: int = T0 + 60_000,
+) -> Segment:
+    return build_segment(
+        queue,
+        start_offset=batch.start,
+        cl_base=cl_base,
+        records=batch.records,
+        units=batch.units,
+        writer_id=WRITER,
+        lease_epoch=lease_epoch,
+        created_at_ms=created_at_ms,
+    )
+
+
+def chain(queue: QueuePath, counts: Sequence[int], *, start: int = 0) -> list[Segment]:
+    """Consecutive segments of ``counts`` records each, from queue offset ``start``."""
+    out: list[Segment] = []
+    offset, cl_base = start, 0
+    for n in counts:
+        seg = segment_of(queue, hot_batch(queue.topic, queue.queue_id, offset, n), cl_base=cl_base)
+        out.append(seg)
+        offset, cl_base = seg.manifest.end_offset, seg.manifest.cl_end
+    return out
+
+
+async def upload(backend: Backend, segment: Segment) -> Manifest:
+    """Write a segment in commit order: COMMIT_LOG, CONSUME_QUEUE, then the manifest."""
+    m = segment.manifest
+    await backend.write(m.commit_log_key, segment.commit_log)
+    await backend.write(m.consume_queue_key, segment.consume_queue)
+    await backend.write(m.key, m.to_json())
+    return m

@@ -1,0 +1,31 @@
+"""Storage backends: one async contract (:class:`Backend`), several implementations.
+
+Callers open a backend with :func:`open_backend` and use only the :class:`Backend`
+methods; :mod:`tieredstore.backends.base` states the contract every backend meets.
+"""
+
+from __future__ import annotations
+
+from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.factory import open_backend
+from tieredstore.backends.fsspec_generic import FsspecBackend
+from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.backends.options import BackendOptions
+from tieredstore.backends.posix import PosixBackend
+from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
+from tieredstore.backends.s3 import S3Backend
+
+__all__ = [
+    "Backend",
+    "BackendOptions",
+    "FsspecBackend",
+    "MemoryBackend",
+    "ObjectInfo",
+    "OnRetry",
+    "PosixBackend",
+    "RetryPolicy",
+    "RetryingBackend",
+    "S3Backend",
+    "open_backend",
+    "reset_memory_stores",
+]

@@ -1,0 +1,69 @@
+"""Open a backend from a URL: the one place that maps schemes to implementations.
+
+=====================================  ======================================
+URL                                    backend
+=====================================  ======================================
+``memory://<name>``                    :class:`MemoryBackend` (process-wide)
+``file:///abs/path`` or a plain path   :class:`PosixBackend`
+``s3://bucket/prefix``                 :class:`S3Backend`
+any other scheme fsspec knows          :class:`FsspecBackend` (best effort)
+=====================================  ======================================
+
+With ``retry``, the backend is wrapped in :class:`RetryingBackend`; without it, every
+call is tried once (S3's own SDK retries are off, see :mod:`tieredstore.backends.s3`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tieredstore.backends.base import Backend
+from tieredstore.backends.fsspec_generic import FsspecBackend
+from tieredstore.backends.memory import MemoryBackend
+from tieredstore.backends.options import BackendOptions
+from tieredstore.backends.posix import PosixBackend
+from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
+from tieredstore.backends.s3 import S3Backend
+from tieredstore.errors import ConfigError
+
+__all__ = ["BackendOptions", "open_backend"]
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+# Schemes handled by a dedicated backend that fsspec also answers to; the generic
+# adapter must not take them through an alias.
+_ALIASES = {"s3a": "s3", "local": "file"}
+
+
+def open_backend(
+    url: str,
+    *,
+    options: BackendOptions | None = None,
+    retry: RetryPolicy | None = None,
+    on_retry: OnRetry | None = None,
+) -> Backend:
+    """Return the backend for ``url`` (not yet connected: remote sessions open lazily).
+
+    ``options`` configure S3 (and, via ``storage_options``, generic fsspec backends);
+    memory and POSIX backends ignore them. ``on_retry`` is passed to the retry wrapper.
+    An unknown scheme, or one whose fsspec package is missing, raises ConfigError.
+    """
+    opts = options or BackendOptions()
+    match = _SCHEME.match(url)
+    if match is None:
+        if not url.strip():
+            raise ConfigError("empty backend URL")
+        backend: Backend = PosixBackend.from_url(url)
+    else:
+        scheme = match.group(1).lower()
+        scheme = _ALIASES.get(scheme, scheme)
+        if scheme == "memory":
+            backend = MemoryBackend.from_url(url)
+        elif scheme == "file":
+            backend = PosixBackend.from_url("file://" + url[match.end() :])
+        elif scheme == "s3":
+            backend = S3Backend("s3://" + url[match.end() :], opts)
+        else:
+            backend = FsspecBackend(url, opts.storage_options)
+    if retry is None:
+        return backend
+    return RetryingBackend(backend, retry, on_retry=on_retry)

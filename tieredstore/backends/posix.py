@@ -1,0 +1,306 @@
+"""A backend on a local (or mounted) directory: plain paths and ``file://`` URLs.
+
+Layout: key ``a/b/c`` is the file ``<root>/a/b/c``; directories are created as needed
+and never removed (an empty directory is harmless, and pruning would race a concurrent
+writer creating a file in it).
+
+Atomic, durable writes: the bytes go to a temp file in the destination directory,
+``.<name>.tmp-<32 hex>``, which is fsynced, renamed over the destination with
+:func:`os.replace`, and then the directory is fsynced. A crash leaves either the old
+object or the new one, plus at worst a stray temp file. Temp files are not objects:
+``list`` skips them and keys that look like them are refused.
+
+Keys are checked by :mod:`tieredstore.backends.keys` (no ``..``, no absolute keys, no
+NUL), so no key can leave the root; a bad key raises BackendError. Other OS failures
+(permission denied, disk full, a key whose parent is a file) raise BackendError too; a
+missing file, or a directory where an object is expected, is ObjectNotFoundError.
+
+All blocking calls run in worker threads (:func:`asyncio.to_thread`), never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import re
+import stat
+import uuid
+from collections.abc import AsyncIterable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.keys import check_key, check_prefix, check_range
+from tieredstore.errors import BackendError, ConfigError, ObjectNotFoundError
+
+__all__ = ["PosixBackend", "posix_root_from_url"]
+
+_TEMP_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
+# Small chunks are coalesced so write_chunks makes one thread hop per MiB, not per chunk.
+_FLUSH_BYTES = 1 << 20
+# "Not an object": the path is missing, or a directory is in the way.
+_MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+
+
+def posix_root_from_url(url: str) -> Path:
+    """Return the absolute root directory for a plain path or a ``file://`` URL.
+
+    ``file:///data/cold`` and ``/data/cold`` name the same root; a relative plain path
+    is made absolute against the current directory. ``file://host/...`` with a host
+    other than ``localhost`` raises ConfigError.
+    """
+    if "://" not in url:
+        if not url:
+            raise ConfigError("empty cold store path")
+        return Path(os.path.abspath(url))
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        raise ConfigError(f"not a file:// URL: {url!r}")
+    if parts.netloc not in ("", "localhost"):
+        raise ConfigError(f"file:// URL with a remote host is not supported: {url!r}")
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise ConfigError(f"file:// URL needs an absolute path: {url!r}")
+    return Path(path)
+
+
+class PosixBackend(Backend):
+    """Objects as files under ``root`` (which need not exist until the first write)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.url = self.root.as_uri()
+
+    @classmethod
+    def from_url(cls, url: str) -> PosixBackend:
+        """Open a plain path or ``file://`` URL (see :func:`posix_root_from_url`)."""
+        return cls(posix_root_from_url(url))
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        path = self._path(key)
+        check_range(key, start, end, self.url)
+        with self._os_errors("read", path, not_found=True):
+            return await asyncio.to_thread(_read_range, path, start, end)
+
+    async def write(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        with self._os_errors("write", path, not_found=False):
+            await asyncio.to_thread(_write_whole, path, data)
+
+    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+        """Stream ``chunks`` into a temp file, then publish it atomically.
+
+        If the producer raises or the task is cancelled, the temp file is removed and no
+        object appears. Each flush opens the temp file anew (append, no create) rather
+        than keeping a descriptor across awaits: a flush still running in its thread
+        after a cancellation then never races the cleanup over a reused descriptor.
+        """
+        path = self._path(key)
+        with self._os_errors("write", path, not_found=False):
+            temp = await asyncio.to_thread(_create_temp, path)
+            published = False
+            try:
+                size = await _stream_into(temp, chunks)
+                await asyncio.to_thread(_publish, temp, path)
+                published = True
+                return size
+            finally:
+                if not published:
+                    await asyncio.to_thread(_remove_quietly, temp)
+
+    async def size(self, key: str) -> int:
+        path = self._path(key)
+        with self._os_errors("stat", path, not_found=True):
+            return (await asyncio.to_thread(_stat_object, path)).st_size
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await self.size(key)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    async def delete(self, key: str) -> None:
+        path = self._path(key)
+        with self._os_errors("delete", path, not_found=False):
+            await asyncio.to_thread(_unlink_object, path)
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        check_prefix(prefix, self.url)
+        with self._os_errors("list", self.root, not_found=False):
+            return await asyncio.to_thread(_list_objects, self.root, prefix)
+
+    def _path(self, key: str) -> Path:
+        check_key(key, self.url)
+        if any(_TEMP_NAME.fullmatch(segment) for segment in key.split("/")):
+            raise BackendError(
+                f"object key {key!r} looks like a temp file (.<name>.tmp-<hex>)", where=self.url
+            )
+        return self.root.joinpath(*key.split("/"))
+
+    @contextmanager
+    def _os_errors(self, op: str, path: Path, *, not_found: bool) -> Iterator[None]:
+        """Translate OSError at the seam into BackendError.
+
+        With ``not_found`` (reads), a missing path or a directory in the way means the
+        object does not exist: ObjectNotFoundError. For writes the same errors mean a
+        key collides with a directory or file, which is a BackendError.
+        """
+        try:
+            yield
+        except _MISSING as exc:
+            if not_found:
+                raise ObjectNotFoundError("no such object", where=str(path)) from exc
+            raise BackendError(f"{op} failed: {exc.strerror or exc}", where=str(path)) from exc
+        except OSError as exc:
+            raise BackendError(f"{op} failed: {exc.strerror or exc}", where=str(path)) from exc
+
+
+# --- blocking helpers: each runs in a worker thread ------------------------------------
+
+
+def _read_range(path: Path, start: int, end: int | None) -> bytes:
+    with open(path, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise IsADirectoryError(f"not a regular file: {path}")
+        if end is None:
+            f.seek(start)
+            return f.read()
+        if end <= start:
+            return b""
+        f.seek(start)
+        return f.read(end - start)
+
+
+def _stat_object(path: Path) -> os.stat_result:
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise IsADirectoryError(f"not a regular file: {path}")
+    return st
+
+
+def _unlink_object(path: Path) -> None:
+    # Delete is idempotent, and a directory is not an object either.
+    with suppress(*_MISSING):
+        os.unlink(path)
+
+
+def _temp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex}")
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    temp = _create_temp(path)
+    published = False
+    try:
+        _append(temp, data)
+        _publish(temp, path)
+        published = True
+    finally:
+        if not published:
+            _remove_quietly(temp)
+
+
+def _create_temp(path: Path) -> Path:
+    _make_parents(path.parent)
+    temp = _temp_path(path)
+    os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    return temp
+
+
+async def _stream_into(temp: Path, chunks: AsyncIterable[bytes]) -> int:
+    size = 0
+    pending = bytearray()
+    async for chunk in chunks:
+        pending += chunk
+        size += len(chunk)
+        if len(pending) >= _FLUSH_BYTES:
+            await asyncio.to_thread(_append, temp, bytes(pending))
+            pending.clear()
+    if pending:
+        await asyncio.to_thread(_append, temp, bytes(pending))
+    return size
+
+
+def _append(temp: Path, data: bytes) -> None:
+    # No O_CREAT: if cleanup already removed the temp file, a late flush fails instead of
+    # resurrecting it.
+    fd = os.open(temp, os.O_WRONLY | os.O_APPEND)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _publish(temp: Path, path: Path) -> None:
+    fd = os.open(temp, os.O_WRONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    _fsync_dir(path.parent)
+
+
+def _remove_quietly(temp: Path) -> None:
+    with suppress(FileNotFoundError):
+        os.unlink(temp)
+
+
+def _make_parents(directory: Path) -> None:
+    """Create ``directory`` and missing ancestors, fsyncing each new entry's parent."""
+    missing: builtins.list[Path] = []
+    current = directory
+    while not current.is_dir():
+        missing.append(current)
+        current = current.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue  # a concurrent writer made it (and fsynced its parent)
+        _fsync_dir(d.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _list_objects(root: Path, prefix: str) -> builtins.list[ObjectInfo]:
+    head, sep, partial = prefix.rpartition("/")
+    base_key = head + sep
+    base = root.joinpath(*head.split("/")) if head else root
+    found: builtins.list[ObjectInfo] = []
+    try:
+        with os.scandir(base) as it:
+            entries = [e for e in it if e.name.startswith(partial)]
+    except _MISSING:
+        return []
+    for entry in entries:
+        _collect(entry, base_key + entry.name, found)
+    found.sort(key=lambda info: info.key)
+    return found
+
+
+def _collect(entry: os.DirEntry[str], key: str, found: builtins.list[ObjectInfo]) -> None:
+    """Add the object at ``entry`` or, for a directory, every object beneath it."""
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            with os.scandir(entry.path) as children:
+                for child in children:
+                    _collect(child, f"{key}/{child.name}", found)
+        elif entry.is_file() and not _TEMP_NAME.fullmatch(entry.name):
+            st = entry.stat()
+            found.append(ObjectInfo(key, st.st_size, st.st_mtime_ns / 1_000_000_000))
+    except _MISSING:
+        pass  # deleted while we walked: it is simply not listed

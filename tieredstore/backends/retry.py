@@ -1,0 +1,147 @@
+"""Retrying transient backend errors with capped exponential backoff and jitter.
+
+:class:`RetryingBackend` wraps any backend and retries an operation only when it raises
+a :class:`~tieredstore.errors.RetryableError` (unavailable, timeout, throttled —
+throttling is back-pressure, never a failure). Fatal errors, ObjectNotFoundError
+included, pass through at once. When the attempts run out, the last RetryableError is
+re-raised unchanged, so the caller still sees *why*.
+
+Delay before retry ``n`` (``n`` = 1 after the first failure), for
+``base_delay=0.1, multiplier=2, max_delay=2, jitter=0.25``:
+
+====  ===========  ================  ======================
+ n    uncapped     capped            slept (jitter removes
+                                     up to 25 %)
+====  ===========  ================  ======================
+ 1    0.1          0.1               0.075 … 0.1
+ 2    0.2          0.2               0.15 … 0.2
+ 5    1.6          1.6               1.2 … 1.6
+ 6    3.2          2.0               1.5 … 2.0
+====  ===========  ================  ======================
+
+Jitter only ever shortens a delay, so ``max_delay`` is a hard cap. Sleep and randomness
+are injected: tests pass a recording fake sleep and a fixed random source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import random
+from collections.abc import AsyncIterable, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.errors import ConfigError, RetryableError
+
+__all__ = ["OnRetry", "RetryPolicy", "RetryingBackend"]
+
+T = TypeVar("T")
+
+OnRetry = Callable[[str, int, RetryableError], None]
+"""``on_retry(op_name, attempt, exc)``: called after failed ``attempt`` (1-based) of
+``op_name`` (``"read"``, ``"write"``, ...) when another attempt will follow."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to retry. ``max_attempts`` counts the first try."""
+
+    max_attempts: int = 6
+    base_delay: float = 0.2
+    max_delay: float = 20.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError(f"retry max_attempts must be >= 1, got {self.max_attempts}")
+        if self.base_delay < 0 or self.max_delay < self.base_delay:
+            raise ConfigError(
+                f"retry delays need 0 <= base_delay <= max_delay, "
+                f"got {self.base_delay} and {self.max_delay}"
+            )
+        if self.multiplier < 1:
+            raise ConfigError(f"retry multiplier must be >= 1, got {self.multiplier}")
+        if not 0 <= self.jitter <= 1:
+            raise ConfigError(f"retry jitter must be within [0, 1], got {self.jitter}")
+
+    def delay(self, retry: int, rand: float) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based).
+
+        ``rand`` is a uniform sample from ``[0, 1)``; the capped delay is reduced by
+        ``jitter * rand`` of itself, so the result lies in
+        ``[capped * (1 - jitter), capped]``.
+        """
+        # Multiply step by step rather than take a power: base * multiplier**n overflows
+        # a float long before the capped result stops being representable.
+        capped = self.base_delay
+        for _ in range(retry - 1):
+            if capped >= self.max_delay:
+                break
+            capped *= self.multiplier
+        capped = min(capped, self.max_delay)
+        return capped * (1.0 - self.jitter * rand)
+
+
+class RetryingBackend(Backend):
+    """``inner`` with every operation retried per ``policy``.
+
+    ``write_chunks`` is *not* retried: its chunk stream can be consumed only once, so a
+    RetryableError from it reaches the caller, who must rebuild the stream. ``close`` is
+    never retried.
+    """
+
+    def __init__(
+        self,
+        inner: Backend,
+        policy: RetryPolicy,
+        *,
+        on_retry: OnRetry | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        random_source: Callable[[], float] = random.random,
+    ) -> None:
+        self.inner = inner
+        self.policy = policy
+        self.url = inner.url
+        self._on_retry = on_retry
+        self._sleep = sleep
+        self._random = random_source
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        return await self._retry("read", lambda: self.inner.read(key, start, end))
+
+    async def write(self, key: str, data: bytes) -> None:
+        await self._retry("write", lambda: self.inner.write(key, data))
+
+    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+        return await self.inner.write_chunks(key, chunks)
+
+    async def size(self, key: str) -> int:
+        return await self._retry("size", lambda: self.inner.size(key))
+
+    async def exists(self, key: str) -> bool:
+        return await self._retry("exists", lambda: self.inner.exists(key))
+
+    async def delete(self, key: str) -> None:
+        await self._retry("delete", lambda: self.inner.delete(key))
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        return await self._retry("list", lambda: self.inner.list(prefix))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _retry(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
+        attempt = 1
+        while True:
+            try:
+                return await call()
+            except RetryableError as exc:
+                if attempt >= self.policy.max_attempts:
+                    raise
+                if self._on_retry is not None:
+                    self._on_retry(op, attempt, exc)
+                await self._sleep(self.policy.delay(attempt, self._random()))
+                attempt += 1

@@ -1,0 +1,430 @@
+"""An S3 backend on s3fs's async API (AWS, MinIO, moto, any S3-compatible endpoint).
+
+``s3://bucket/prefix`` roots the backend at ``prefix/`` inside ``bucket``. Only s3fs's
+async ``_``-prefixed coroutines are used, on a filesystem created with
+``asynchronous=True``, so nothing blocks the event loop; requests go through
+``_call_s3`` with explicit ``Bucket``/``Key``, so no key is ever re-parsed as a path
+(s3fs paths treat ``?versionId=`` specially). The aiobotocore client is
+created on first use (or in ``__aenter__``) and closed by :meth:`S3Backend.close`; using
+the backend after ``close`` raises BackendError.
+
+Writes: an object of at most ``multipart_threshold`` bytes is one ``PutObject``; a larger
+one is a multipart upload with parts of ``max(threshold, 5 MiB)`` (S3's minimum part
+size), completed only when every part is in — both are atomic on S3, so readers never
+see a prefix. A failed or cancelled multipart upload is aborted. ``write_chunks`` streams:
+it holds at most one part in memory and starts a multipart upload only once the stream
+outgrows the threshold.
+
+Retries: each request is tried exactly once here (s3fs and botocore retries are turned
+off). Wrap the backend in :class:`~tieredstore.backends.retry.RetryingBackend` to retry,
+so every retry is counted in one place and throttling is visible.
+
+Error translation — s3fs turns some botocore errors into builtins (keeping the
+``ClientError`` as ``__cause__``) and passes others through, so both layers are read:
+
+==========================================  ==========================
+S3 reply / exception                        tieredstore error
+==========================================  ==========================
+NoSuchKey, 404 (HEAD), FileNotFoundError    ObjectNotFoundError
+SlowDown, 503, 429, Throttling*             ThrottledError
+RequestTimeout, connect/read timeouts       BackendTimeoutError
+other 5xx, connection refused/reset         BackendUnavailableError
+AccessDenied, NoSuchBucket, other 4xx       BackendError
+missing credentials, other botocore errors  BackendError
+==========================================  ==========================
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import errno
+from collections.abc import AsyncIterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final, Self, cast
+from urllib.parse import urlsplit
+
+import aiohttp
+import botocore.exceptions
+import s3fs
+
+from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.keys import check_key, check_prefix, check_range
+from tieredstore.backends.options import BackendOptions
+from tieredstore.errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ConfigError,
+    ObjectNotFoundError,
+    ThrottledError,
+    TieredStoreError,
+)
+
+__all__ = ["S3Backend", "parse_s3_url", "translate_s3_error"]
+
+MIN_PART_SIZE: Final = 5 << 20
+MAX_PARTS: Final = 10_000
+
+_NOT_FOUND_CODES: Final = frozenset({"NoSuchKey", "NotFound", "404"})
+_THROTTLE_CODES: Final = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+        "TooManyRequestsException",
+        "ServiceUnavailable",
+        "503",
+        "429",
+    }
+)
+_TIMEOUT_CODES: Final = frozenset({"RequestTimeout", "RequestTimeoutException"})
+# Everything an s3fs/aiobotocore call is known to raise for a failed request. Other
+# exceptions (TypeError, ...) are bugs and propagate untranslated.
+_S3_FAILURES: Final = (
+    OSError,  # builtins from s3fs, TimeoutError, aiohttp connection errors
+    botocore.exceptions.BotoCoreError,
+    botocore.exceptions.ClientError,
+    aiohttp.ClientError,
+)
+
+_TIMEOUTS: Final = (
+    botocore.exceptions.ConnectTimeoutError,
+    botocore.exceptions.ReadTimeoutError,
+    TimeoutError,  # asyncio, aiohttp and fsspec timeouts subclass it
+)
+_UNAVAILABLE: Final = (
+    botocore.exceptions.ConnectionError,  # EndpointConnectionError: refused, DNS
+    botocore.exceptions.HTTPClientError,  # connection closed mid-request
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    ConnectionError,
+)
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """Split ``s3://bucket/prefix`` into ``(bucket, "prefix/")``; the prefix may be ``""``."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise ConfigError(f"not an s3://bucket/prefix URL: {url!r}")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"s3 URL must not have a query or fragment: {url!r}")
+    prefix = parts.path.removeprefix("/").rstrip("/")
+    if prefix:
+        try:
+            check_key(prefix, url)
+        except BackendError as exc:
+            raise ConfigError(f"bad prefix in s3 URL {url!r}: {exc.message}") from exc
+        prefix += "/"
+    return parts.netloc, prefix
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class _S3Failure:
+    """What a failed request said: the S3 error code and HTTP status, when known."""
+
+    code: str
+    status: int
+    message: str
+
+
+class S3Backend(Backend):
+    """Objects under ``s3://bucket/prefix``; see the module docstring for the contract."""
+
+    def __init__(self, url: str, options: BackendOptions | None = None) -> None:
+        opts = options or BackendOptions()
+        self.bucket, self._prefix = parse_s3_url(url)
+        self.url = f"s3://{self.bucket}/{self._prefix}".rstrip("/")
+        self.multipart_threshold = opts.multipart_threshold
+        self.part_size = max(opts.multipart_threshold, MIN_PART_SIZE)
+        self._fs = _make_filesystem(opts)
+        self._state = _State.OPEN
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        with self._s3_errors("connect", f"{self.bucket}/{self._prefix}"):
+            await self._fs.set_session()
+        return self
+
+    async def close(self) -> None:
+        """Close the aiobotocore client and its HTTP sessions. Safe to call twice."""
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        client = self._fs._s3
+        if client is not None:
+            self._fs._s3 = None
+            await client.close()
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        path = self._path(key)
+        check_range(key, start, end, self.url)
+        if end is not None and end <= start:
+            await self.size(key)  # an empty range of a missing object still raises
+            return b""
+        bucket, full_key = path.split("/", 1)
+        ranged = {"Range": f"bytes={start}-{'' if end is None else end - 1}"}
+        try:
+            with self._s3_errors("read", path):
+                reply = await self._fs._call_s3(
+                    "get_object",
+                    Bucket=bucket,
+                    Key=full_key,
+                    **(ranged if start or end is not None else {}),
+                )
+                body = reply["Body"]
+                try:
+                    return cast(bytes, await body.read())
+                finally:
+                    body.close()
+        except BackendError as exc:
+            if not _is_invalid_range(exc):
+                raise
+            # 416: the range starts at or past the end (or the object is empty).
+            await self.size(key)
+            return b""
+
+    async def write(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        if len(data) <= self.multipart_threshold:
+            await self._put(path, bytes(data))
+            return
+        part_size = max(self.part_size, -(-len(data) // MAX_PARTS))
+        view = memoryview(data)
+        async with _MultipartUpload(self, path) as upload:
+            for offset in range(0, len(view), part_size):
+                await upload.add(bytes(view[offset : offset + part_size]))
+
+    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+        """Stream ``chunks`` to S3: one PUT if the total stays within the threshold."""
+        path = self._path(key)
+        buffer = bytearray()
+        total = 0
+        iterator = aiter(chunks)
+        async for chunk in iterator:
+            buffer += chunk
+            total += len(chunk)
+            if total > self.multipart_threshold:
+                break
+        else:
+            await self._put(path, bytes(buffer))
+            return total
+        async with _MultipartUpload(self, path) as upload:
+            await upload.add_full_parts(buffer)
+            async for chunk in iterator:  # resumes where the loop above stopped
+                buffer += chunk
+                total += len(chunk)
+                await upload.add_full_parts(buffer)
+            if buffer:
+                await upload.add(bytes(buffer))
+        return total
+
+    async def size(self, key: str) -> int:
+        path = self._path(key)
+        bucket, full_key = path.split("/", 1)
+        with self._s3_errors("stat", path):
+            head = await self._fs._call_s3("head_object", Bucket=bucket, Key=full_key)
+        return int(head["ContentLength"])
+
+    async def exists(self, key: str) -> bool:
+        try:
+            await self.size(key)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    async def delete(self, key: str) -> None:
+        path = self._path(key)
+        bucket, full_key = path.split("/", 1)
+        with self._s3_errors("delete", path):
+            await self._fs._call_s3("delete_object", Bucket=bucket, Key=full_key)
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        check_prefix(prefix, self.url)
+        self._check_open()
+        where = f"{self.bucket}/{self._prefix}{prefix}"
+        found: builtins.list[ObjectInfo] = []
+        token: dict[str, str] = {}
+        while True:
+            with self._s3_errors("list", where):
+                page = await self._fs._call_s3(
+                    "list_objects_v2", Bucket=self.bucket, Prefix=self._prefix + prefix, **token
+                )
+            for item in page.get("Contents", []):
+                key = str(item["Key"])[len(self._prefix) :]
+                if key and not key.endswith("/"):  # "folder" markers are not objects
+                    found.append(
+                        ObjectInfo(key, int(item["Size"]), item["LastModified"].timestamp())
+                    )
+            if not page.get("IsTruncated"):
+                break
+            token = {"ContinuationToken": str(page["NextContinuationToken"])}
+        found.sort(key=lambda info: info.key)
+        return found
+
+    async def _put(self, path: str, data: bytes) -> None:
+        bucket, full_key = path.split("/", 1)
+        with self._s3_errors("write", path):
+            await self._fs._call_s3("put_object", Bucket=bucket, Key=full_key, Body=data)
+
+    def _path(self, key: str) -> str:
+        check_key(key, self.url)
+        self._check_open()
+        return f"{self.bucket}/{self._prefix}{key}"
+
+    def _check_open(self) -> None:
+        if self._state is _State.CLOSED:
+            raise BackendError("backend is closed", where=self.url)
+
+    @contextmanager
+    def _s3_errors(self, op: str, path: str) -> Iterator[None]:
+        """Translate a failed request on ``bucket/key`` ``path`` into our errors."""
+        try:
+            yield
+        except _S3_FAILURES as exc:
+            raise translate_s3_error(exc, op, f"s3://{path}") from exc
+
+
+class _MultipartUpload:
+    """One multipart upload: parts added in order, completed on clean exit, else aborted."""
+
+    def __init__(self, backend: S3Backend, path: str) -> None:
+        self._backend = backend
+        self._path = path
+        self._bucket, self._key = path.split("/", 1)
+        self._upload_id = ""
+        self._parts: builtins.list[dict[str, Any]] = []
+
+    async def __aenter__(self) -> _MultipartUpload:
+        reply = await self._call("write", "create_multipart_upload")
+        self._upload_id = str(reply["UploadId"])
+        return self
+
+    async def add_full_parts(self, buffer: bytearray) -> None:
+        """Upload and remove every whole part at the front of ``buffer``."""
+        size = self._backend.part_size
+        while len(buffer) >= size:
+            await self.add(bytes(buffer[:size]))
+            del buffer[:size]
+
+    async def add(self, data: bytes) -> None:
+        number = len(self._parts) + 1
+        if number > MAX_PARTS:
+            raise BackendError(
+                f"object exceeds {MAX_PARTS} parts of {self._backend.part_size} bytes",
+                where=f"s3://{self._path}",
+            )
+        reply = await self._call("write", "upload_part", PartNumber=number, Body=data)
+        self._parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if exc_type is not None:
+            await self._abort()
+            return
+        try:
+            await self._call(
+                "write", "complete_multipart_upload", MultipartUpload={"Parts": self._parts}
+            )
+        except TieredStoreError:
+            await self._abort()
+            raise
+
+    async def _abort(self) -> None:
+        # Best effort: the error that got us here matters more, and a bucket lifecycle
+        # rule reaps uploads an abort could not reach (an abort after a complete that
+        # did succeed fails with NoSuchUpload, which is fine).
+        try:
+            await self._call("abort", "abort_multipart_upload")
+        except TieredStoreError:
+            return
+
+    async def _call(self, op: str, method: str, **kwargs: Any) -> dict[str, Any]:
+        upload = {"UploadId": self._upload_id} if self._upload_id else {}
+        with self._backend._s3_errors(op, self._path):
+            reply = await self._backend._fs._call_s3(
+                method, Bucket=self._bucket, Key=self._key, **upload, **kwargs
+            )
+        return cast(dict[str, Any], reply)
+
+
+def _make_filesystem(opts: BackendOptions) -> Any:
+    client_kwargs = {"region_name": opts.region} if opts.region else {}
+    fs = s3fs.S3FileSystem(
+        asynchronous=True,
+        skip_instance_cache=True,
+        use_listings_cache=False,
+        endpoint_url=opts.endpoint_url,
+        key=opts.access_key,
+        secret=opts.secret_key,
+        token=opts.session_token,
+        client_kwargs=client_kwargs,
+        config_kwargs={
+            "connect_timeout": opts.connect_timeout,
+            "read_timeout": opts.read_timeout,
+            "retries": {"total_max_attempts": 1},
+        },
+    )
+    # s3fs retries in its own loop with real sleeps; RetryingBackend owns retries here.
+    fs.retries = 1
+    return fs
+
+
+def translate_s3_error(exc: BaseException, op: str, where: str) -> TieredStoreError:
+    """Map an s3fs/botocore/aiohttp failure of ``op`` on ``where`` to our hierarchy."""
+    failure = _client_failure(exc)
+    if failure is not None:
+        return _from_reply(failure, op, where)
+    text = f"{op} failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, _TIMEOUTS):
+        return BackendTimeoutError(text, where=where)
+    if isinstance(exc, _UNAVAILABLE):
+        return BackendUnavailableError(text, where=where)
+    if isinstance(exc, FileNotFoundError):
+        return ObjectNotFoundError("no such object", where=where)
+    if isinstance(exc, OSError) and exc.errno == errno.EBUSY:
+        return ThrottledError(text, where=where)  # s3fs's rendering of SlowDown/503
+    return BackendError(text, where=where)
+
+
+def _from_reply(failure: _S3Failure, op: str, where: str) -> TieredStoreError:
+    text = f"{op} failed: {failure.code} ({failure.status}): {failure.message}"
+    if failure.code in _NOT_FOUND_CODES:
+        return ObjectNotFoundError("no such object", where=where)
+    if failure.code in _THROTTLE_CODES or failure.status in (429, 503):
+        return ThrottledError(text, where=where)
+    if failure.code in _TIMEOUT_CODES:
+        return BackendTimeoutError(text, where=where)
+    if failure.status >= 500:
+        return BackendUnavailableError(text, where=where)
+    return BackendError(text, where=where)
+
+
+def _client_failure(exc: BaseException) -> _S3Failure | None:
+    """The S3 reply behind ``exc``: itself or a cause, as s3fs chains translated errors."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, botocore.exceptions.ClientError):
+            error = seen.response.get("Error", {})
+            status = seen.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            return _S3Failure(
+                code=str(error.get("Code", "")),
+                status=int(status or 0),
+                message=str(error.get("Message", "")),
+            )
+        seen = seen.__cause__
+    return None
+
+
+def _is_invalid_range(exc: BackendError) -> bool:
+    failure = _client_failure(exc)
+    return failure is not None and (failure.code == "InvalidRange" or failure.status == 416)

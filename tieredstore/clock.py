@@ -1,0 +1,87 @@
+"""Time, injected: every component that waits or reads the time takes a :class:`Clock`.
+
+Tests use :class:`VirtualClock`, which never sleeps for real: ``sleep`` parks the caller
+until a test calls :meth:`VirtualClock.advance`, so timelines (dispatch every 20 s,
+retention every 60 s, ...) replay exactly and instantly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from typing import Protocol
+
+__all__ = ["Clock", "SystemClock", "VirtualClock"]
+
+
+class Clock(Protocol):
+    """Wall time in epoch milliseconds, and an async sleep."""
+
+    def now_ms(self) -> int: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(seconds, 0.0))
+
+
+class VirtualClock:
+    """A clock that moves only when told to.
+
+    ``sleep(s)`` returns once :meth:`advance` has moved time to at least its deadline.
+    ``advance`` wakes sleepers in deadline order and lets each run before moving on, so
+    what happens at t=20 s happens before what happens at t=40 s.
+    """
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self._now = start_ms
+        self._seq = itertools.count()
+        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+
+    def now_ms(self) -> int:
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        deadline = self._now + max(int(seconds * 1000), 0)
+        if deadline <= self._now:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
+        await fut
+
+    @property
+    def sleepers(self) -> int:
+        """How many tasks are parked in :meth:`sleep`."""
+        return sum(1 for _, _, f in self._sleepers if not f.done())
+
+    async def settle(self) -> None:
+        """Let every runnable task run until all are parked (or done)."""
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``, waking sleepers in order."""
+        target = self._now + int(seconds * 1000)
+        await self.settle()
+        while self._sleepers and self._sleepers[0][0] <= target:
+            deadline, _, fut = heapq.heappop(self._sleepers)
+            self._now = max(self._now, deadline)
+            if not fut.done():
+                fut.set_result(None)
+            await self.settle()
+        self._now = target
+        await self.settle()
+
+    def set_ms(self, now_ms: int) -> None:
+        """Jump to an absolute time without waking anyone (for synchronous tests)."""
+        self._now = now_ms

@@ -1,0 +1,55 @@
+"""Shared flags for commands that load the sidecar settings (run, status, expire, ...)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from tieredstore.config import Settings, check_environment, load_settings
+
+#: flag dest → setting key
+_FLAGS: dict[str, str] = {
+    "store": "store.path",
+    "cold": "cold.url",
+    "cluster": "cold.cluster",
+    "broker": "cold.broker",
+    "state_dir": "state.dir",
+    "endpoint_url": "cold.endpoint_url",
+    "log_format": "log.format",
+    "log_level": "log.level",
+}
+
+
+def add_settings_arguments(p: argparse.ArgumentParser, *, store: bool = True) -> None:
+    """``--config`` plus the flags that override the most common settings."""
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML config file (default: $TIEREDSTORE_CONFIG if set)",
+    )
+    if store:
+        p.add_argument("--store", help="broker store root [store.path]")
+    p.add_argument("--cold", help="cold store URL [cold.url]")
+    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
+    p.add_argument("--broker", help="broker name [cold.broker]")
+    p.add_argument("--state-dir", help="state directory for the catalogue [state.dir]")
+    p.add_argument("--endpoint-url", help="S3 endpoint URL [cold.endpoint_url]")
+    p.add_argument("--log-format", choices=["text", "json"], help="[log.format]")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="[log.level]")
+
+
+def settings_from_args(
+    args: argparse.Namespace, *, extra: dict[str, object] | None = None, check: bool = True
+) -> Settings:
+    """Load settings from file/env/flags and (``check``) the machine; ConfigError if bad."""
+    config = args.config
+    if config is None and os.environ.get("TIEREDSTORE_CONFIG"):
+        config = Path(os.environ["TIEREDSTORE_CONFIG"])
+    overrides: dict[str, object] = {key: getattr(args, dest, None) for dest, key in _FLAGS.items()}
+    overrides.update(extra or {})
+    settings = load_settings(config, overrides=overrides)
+    if check:
+        check_environment(settings)
+    return settings

@@ -1,0 +1,459 @@
+"""Sidecar configuration: one TOML file, ``TIEREDSTORE_*`` environment overrides, flags.
+
+Precedence (highest first): command-line flags, environment variables, the TOML file,
+defaults. Every key is declared once in :data:`SETTINGS` (name, type, default, help);
+``docs/configuration.md`` documents the same table. Each key ``section.name`` maps to the
+environment variable ``TIEREDSTORE_SECTION_NAME`` (e.g. ``cold.url`` →
+``TIEREDSTORE_COLD_URL``).
+
+Validation happens once, at start, and fails with one line naming the key and its
+source (file, env var or flag): unknown keys, wrong types, out-of-range values, bad
+URLs. Checks that touch the outside world (store readable, state dir writable) are in
+:func:`check_environment`, which the ``run`` command calls before doing any work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from tieredstore.errors import ConfigError
+
+__all__ = [
+    "SETTINGS",
+    "InitPolicy",
+    "Setting",
+    "Settings",
+    "check_environment",
+    "load_settings",
+    "parse_duration",
+    "parse_size",
+]
+
+_SIZE_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_size(value: object) -> int:
+    """Parse a byte size: an int, or ``"64M"``/``"64MiB"``/``"1G"``/``"512K"``."""
+    if isinstance(value, bool):
+        raise ValueError("a size, not a boolean")
+    if isinstance(value, int):
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"not a size: {value!r} (e.g. 67108864, 64M, 1G)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+
+
+def parse_duration(value: object) -> float:
+    """Parse seconds: a number, or ``"500ms"``/``"60s"``/``"5m"``/``"72h"``/``"7d"``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration, not a boolean")
+    if isinstance(value, int | float):
+        return float(value)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(value))
+    if not m:
+        raise ValueError(f"not a duration: {value!r} (e.g. 60, 60s, 5m, 72h)")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError("an integer, not a boolean")
+    return int(str(value)) if not isinstance(value, int) else value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise ValueError(f"not a string: {value!r}")
+    return str(value)
+
+
+def _str_list(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"not a list of strings: {value!r}")
+
+
+def _choice(*choices: str) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        text = _str(value)
+        if text not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def _init_policy(value: object) -> str:
+    text = _str(value)
+    if text in ("earliest", "latest") or re.fullmatch(r"timestamp:\d+", text):
+        return text
+    raise ValueError(f"{text!r} is not earliest, latest or timestamp:<epoch ms>")
+
+
+def _url(value: object) -> str:
+    text = _str(value).strip()
+    if not text:
+        raise ValueError("empty URL")
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://(.*)$", text)
+    bucket = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/|$)"
+    if m and m.group(1) == "s3" and not re.match(bucket, m.group(2)):
+        raise ValueError(f"{text!r} has no valid bucket name (s3://bucket/prefix)")
+    if m and not m.group(2):
+        raise ValueError(f"{text!r} has nothing after {m.group(1)}://")
+    return text
+
+
+def _name(value: object) -> str:
+    text = _str(value)
+    if not re.fullmatch(r"[A-Za-z0-9_.%|-]{1,127}", text) or text in (".", ".."):
+        raise ValueError(f"{text!r} is not a valid name (letters, digits, _ - . % |; max 127)")
+    return text
+
+
+def _positive(parse: Callable[[object], Any]) -> Callable[[object], Any]:
+    def check(value: object) -> Any:
+        out = parse(value)
+        if out <= 0:
+            raise ValueError(f"must be positive, got {value!r}")
+        return out
+
+    return check
+
+
+def _port(value: object) -> int:
+    port = _int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is not in 0..65535")
+    return port
+
+
+def _retention_map(value: object) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise ValueError("a table of topic = duration")
+    return {str(k): parse_duration(v) for k, v in value.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One configuration key: its dotted name, parser, default and help text."""
+
+    key: str
+    parse: Callable[[object], Any]
+    default: Any
+    help: str
+    required: bool = False
+
+    @property
+    def env(self) -> str:
+        return "TIEREDSTORE_" + self.key.replace(".", "_").upper()
+
+
+_DEFAULT_SYSTEM_TOPICS: Final = (
+    "rmq_sys_*",
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "TBW102",
+    "BenchmarkTest",
+    "OFFSET_MOVED_EVENT",
+    "SELF_TEST_TOPIC",
+    "*_REPLY_TOPIC",
+)
+
+SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting("store.path", _str, None, "broker store root (storePathRootDir)", required=True),
+    Setting("store.commitlog_dir", _str, "", "commitlog dir if not <store.path>/commitlog"),
+    Setting(
+        "cold.url",
+        _url,
+        None,
+        "cold store URL: a path, file://, s3://bucket/prefix, memory://name",
+        required=True,
+    ),
+    Setting("cold.cluster", _name, None, "broker cluster name (brokerClusterName)", required=True),
+    Setting("cold.broker", _name, None, "broker name (brokerName)", required=True),
+    Setting("cold.endpoint_url", _str, "", "S3 endpoint URL (MinIO, moto, ...); empty = AWS"),
+    Setting("cold.region", _str, "", "S3 region; empty = from the AWS environment/profile"),
+    Setting(
+        "cold.multipart_threshold",
+        _positive(parse_size),
+        64 << 20,
+        "S3 objects above this size use multipart upload",
+    ),
+    Setting("state.dir", _str, None, "state directory for the SQLite catalogue", required=True),
+    Setting(
+        "tiering.segment_max_bytes",
+        _positive(parse_size),
+        64 << 20,
+        "cut a segment at this many pending bytes",
+    ),
+    Setting(
+        "tiering.segment_max_messages",
+        _positive(_int),
+        1_000_000,
+        "cut a segment at this many pending messages",
+    ),
+    Setting(
+        "tiering.segment_max_age",
+        _positive(parse_duration),
+        60.0,
+        "cut a segment when its oldest pending message is this old",
+    ),
+    Setting(
+        "tiering.tick_interval",
+        _positive(parse_duration),
+        1.0,
+        "how often the dispatcher looks for work",
+    ),
+    Setting("tiering.concurrency", _positive(_int), 4, "queues uploaded at once"),
+    Setting(
+        "tiering.read_batch_bytes",
+        _positive(parse_size),
+        4 << 20,
+        "bytes read and uploaded per chunk (bounds memory)",
+    ),
+    Setting(
+        "tiering.init_policy",
+        _init_policy,
+        "earliest",
+        "where a new queue starts: earliest | latest | timestamp:<ms>",
+    ),
+    Setting(
+        "tiering.guard",
+        _choice("checkpoint", "none"),
+        "checkpoint",
+        "durability guard: never tier data newer than the checkpoint",
+    ),
+    Setting(
+        "tiering.include_topics", _str_list, (), "only these topics (glob patterns); empty = all"
+    ),
+    Setting("tiering.exclude_topics", _str_list, (), "never these topics (glob patterns)"),
+    Setting(
+        "tiering.system_topics",
+        _str_list,
+        _DEFAULT_SYSTEM_TOPICS,
+        "topics skipped as system topics (glob patterns)",
+    ),
+    Setting("tiering.include_retry", _bool, False, "tier %RETRY%<group> topics"),
+    Setting("tiering.include_dlq", _bool, False, "tier %DLQ%<group> topics"),
+    Setting(
+        "lease.renew_interval",
+        _positive(parse_duration),
+        10.0,
+        "renew the writer lease this often (expires after 3x)",
+    ),
+    Setting(
+        "lease.wait",
+        _bool,
+        True,
+        "when another writer holds the lease: wait (true) or exit (false)",
+    ),
+    Setting(
+        "retention.default", _positive(parse_duration), 72 * 3600.0, "how long cold data is kept"
+    ),
+    Setting(
+        "retention.topics", _retention_map, {}, "per-topic retention: a table of topic = duration"
+    ),
+    Setting(
+        "retention.interval", _positive(parse_duration), 60.0, "how often the retention pass runs"
+    ),
+    Setting(
+        "gc.grace",
+        _positive(parse_duration),
+        3600.0,
+        "objects without a manifest older than this are garbage",
+    ),
+    Setting("http.bind", _str, "127.0.0.1", "HTTP API bind address"),
+    Setting("http.port", _port, 9780, "HTTP API port (0 = any free port)"),
+    Setting("http.enabled", _bool, True, "serve /healthz, /metrics and /v1 on the sidecar"),
+    Setting("log.format", _choice("text", "json"), "text", "log lines: text | json"),
+    Setting("log.level", _choice("debug", "info", "warning", "error"), "info", "log level"),
+    Setting(
+        "shutdown.deadline",
+        _positive(parse_duration),
+        30.0,
+        "on SIGTERM, time allowed to finish in-flight segments",
+    ),
+)
+
+_BY_KEY: Final = {s.key: s for s in SETTINGS}
+
+
+class InitPolicy:
+    """Parsed ``tiering.init_policy``: ``earliest``, ``latest`` or a timestamp."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.timestamp_ms = int(text.split(":", 1)[1]) if text.startswith("timestamp:") else None
+
+    @property
+    def is_earliest(self) -> bool:
+        return self.text == "earliest"
+
+    @property
+    def is_latest(self) -> bool:
+        return self.text == "latest"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated settings. ``values`` maps every key of :data:`SETTINGS` to its value."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    # Typed accessors for the keys code reads most.
+    @property
+    def store_path(self) -> Path:
+        return Path(self.values["store.path"])
+
+    @property
+    def cold_url(self) -> str:
+        return str(self.values["cold.url"])
+
+    @property
+    def cluster(self) -> str:
+        return str(self.values["cold.cluster"])
+
+    @property
+    def broker(self) -> str:
+        return str(self.values["cold.broker"])
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.values["state.dir"])
+
+    @property
+    def init_policy(self) -> InitPolicy:
+        return InitPolicy(self.values["tiering.init_policy"])
+
+    def retention_for(self, topic: str) -> float:
+        """Retention in seconds for ``topic`` (per-topic override or the default)."""
+        per_topic: Mapping[str, float] = self.values["retention.topics"]
+        return float(per_topic.get(topic, self.values["retention.default"]))
+
+    def redacted(self) -> dict[str, Any]:
+        """All values, safe to log (no credentials are settings; URLs lose userinfo)."""
+        out = dict(self.values)
+        out["cold.url"] = re.sub(r"//[^/@]*@", "//***@", str(out["cold.url"]))
+        return out
+
+
+def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for section, table in doc.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"top-level key {section!r} must be a [section] table", where=where)
+        for name, value in table.items():
+            key = f"{section}.{name}"
+            if key not in _BY_KEY:
+                raise ConfigError(f"unknown setting {key!r}", where=where)
+            flat[key] = value
+    return flat
+
+
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> Settings:
+    """Merge defaults, file, environment and flags; validate every key.
+
+    ``overrides`` are flag values keyed by setting name; ``None`` values are ignored (an
+    absent flag). Raises ConfigError with one line naming the key and where it came from.
+    """
+    env = os.environ if env is None else env
+    raw: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    if config_file is not None:
+        where = str(config_file)
+        try:
+            doc = tomllib.loads(config_file.read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError("config file not found", where=where) from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file: {exc}", where=where) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file is not valid TOML: {exc}", where=where) from exc
+        for key, value in _flatten(doc, where).items():
+            raw[key], sources[key] = value, where
+    known_env = {s.env for s in SETTINGS}
+    for name in env:
+        # TIEREDSTORE_CONFIG names the file; TIEREDSTORE_CACHE* is the test harness's.
+        if not name.startswith("TIEREDSTORE_") or name in known_env:
+            continue
+        if name != "TIEREDSTORE_CONFIG" and not name.startswith("TIEREDSTORE_CACHE"):
+            raise ConfigError(f"unknown environment variable {name}")
+    for s in SETTINGS:
+        if s.env in env:
+            raw[s.key], sources[s.key] = env[s.env], f"env {s.env}"
+    for key, value in (overrides or {}).items():
+        if key not in _BY_KEY:
+            raise ConfigError(f"unknown setting {key!r}")
+        if value is not None:
+            raw[key], sources[key] = value, "flag"
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        if s.key not in raw:
+            if s.required:
+                raise ConfigError(
+                    f"missing required setting {s.key} (config file [{s.key.split('.')[0]}] "
+                    f"{s.key.split('.')[1]}, env {s.env}, or its flag)"
+                )
+            values[s.key] = s.default
+            sources.setdefault(s.key, "default")
+            continue
+        try:
+            values[s.key] = s.parse(raw[s.key])
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"bad value for {s.key}: {exc}", where=sources[s.key]) from exc
+    return Settings(values, sources)
+
+
+def check_environment(settings: Settings) -> None:
+    """Check what a sidecar needs from the machine before it starts.
+
+    The store must be a readable directory with a consume-queue layout; the state dir
+    must be creatable and writable. Raises ConfigError (one line) otherwise.
+    """
+    store = settings.store_path
+    if not store.is_dir():
+        raise ConfigError("store directory does not exist", where=f"store.path={store}")
+    if not os.access(store, os.R_OK | os.X_OK):
+        raise ConfigError("store directory is not readable", where=f"store.path={store}")
+    state = settings.state_dir
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        probe = state / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"state directory is not writable: {exc.strerror}", where=f"state.dir={state}"
+        ) from exc

@@ -1,0 +1,325 @@
+"""Manifests: the commit point of one cold segment, as canonical JSON.
+
+A manifest names and checks the two data objects of a segment (COMMIT_LOG and
+CONSUME_QUEUE: name, size, SHA-256 digest) and says what they cover: queue offsets
+``[start, end)``, cold commitlog ``[cl_base, cl_end)``, min/max store timestamps, the
+message count, and who wrote it (writer id, lease epoch, creation time). It is written
+after both objects, so a segment exists exactly when its manifest does; the catalogue can
+always be rebuilt from manifests.
+
+Parsing is strict (:meth:`Manifest.from_json`): unknown, missing or duplicate fields,
+wrong JSON types and every violated invariant raise
+:class:`~tieredstore.errors.CorruptManifestError` naming the object. The encoding is
+canonical (sorted keys, no whitespace), so ``to_json(from_json(b)) == b`` for every
+manifest we write and equal manifests are equal bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from tieredstore.errors import CorruptManifestError, InvalidNameError
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.layout import (
+    MAX_OFFSET,
+    QueuePath,
+    SegmentKind,
+    object_key,
+    object_name,
+    parse_object_key,
+)
+
+__all__ = [
+    "DIGEST_ALGORITHM",
+    "FORMAT_VERSION",
+    "Manifest",
+    "ObjectRef",
+    "digest",
+    "read_manifest",
+]
+
+FORMAT_VERSION: Final = 1
+DIGEST_ALGORITHM: Final = "sha256"
+
+_DIGEST_HEX_LEN: Final = 64
+_HEXDIGITS: Final = frozenset("0123456789abcdef")
+
+
+def digest(data: bytes | bytearray | memoryview) -> str:
+    """Return the manifest digest of ``data``: lowercase hex SHA-256."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """One object of a segment as its manifest records it: name (not key), size, digest."""
+
+    name: str
+    size: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """The commit point of one segment: what it covers and how to check its objects.
+
+    Invariants (checked on construction; :class:`CorruptManifestError` otherwise):
+    ``0 <= start < end``, ``message_count == end - start``, ``0 <= cl_base < cl_end``,
+    ``commit_log.size == cl_end - cl_base``, ``consume_queue.size == 20 * message_count``,
+    object names match ``cl_base`` and ``start * 20``, digests are 64 hex digits,
+    ``0 <= min_store_timestamp <= max_store_timestamp`` (real times: there is no empty
+    segment and no sentinel), ``lease_epoch >= 1`` (epochs start at 1), a non-empty
+    ``writer_id``, ``created_at_ms >= 0``.
+    """
+
+    format_version: int
+    cluster: str
+    broker: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    end_offset: int
+    cl_base: int
+    cl_end: int
+    commit_log: ObjectRef
+    consume_queue: ObjectRef
+    digest_algorithm: str
+    min_store_timestamp: int
+    max_store_timestamp: int
+    message_count: int
+    writer_id: str
+    lease_epoch: int
+    created_at_ms: int
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            where = f"manifest of {self.topic}/{self.queue_id} at offset {self.start_offset}"
+            raise CorruptManifestError(problem, where=where)
+
+    def _problem(self) -> str:
+        """Return the first violated invariant, or ``""``."""
+        if self.format_version != FORMAT_VERSION:
+            return (
+                f"unsupported format_version {self.format_version} "
+                f"(this tieredstore reads {FORMAT_VERSION})"
+            )
+        try:
+            QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
+        except InvalidNameError as exc:
+            return exc.message
+        return self._range_problem() or self._object_problem() or self._provenance_problem()
+
+    def _range_problem(self) -> str:
+        count = self.end_offset - self.start_offset
+        if not 0 <= self.start_offset < self.end_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
+            return (
+                f"queue offsets [{self.start_offset}, {self.end_offset}) are not a "
+                "non-empty range of valid offsets"
+            )
+        if self.message_count != count:
+            return f"message_count {self.message_count} != end - start = {count}"
+        if not 0 <= self.cl_base < self.cl_end <= MAX_OFFSET:
+            return (
+                f"cold commitlog range [{self.cl_base}, {self.cl_end}) is not a non-empty "
+                "range of valid offsets"
+            )
+        if not 0 <= self.min_store_timestamp <= self.max_store_timestamp:
+            return (
+                f"store timestamps min {self.min_store_timestamp} / max "
+                f"{self.max_store_timestamp} are not 0 <= min <= max"
+            )
+        return ""
+
+    def _object_problem(self) -> str:
+        if self.digest_algorithm != DIGEST_ALGORITHM:
+            return f"digest_algorithm {self.digest_algorithm!r} is not {DIGEST_ALGORITHM!r}"
+        expected = (
+            ("commit_log", self.commit_log, self.cl_base, self.cl_end - self.cl_base),
+            ("consume_queue", self.consume_queue, self.cq_base,
+             CQ_UNIT_SIZE * self.message_count),
+        )  # fmt: skip
+        for field, ref, base, size in expected:
+            if ref.name != object_name(base):
+                return f"{field}.name {ref.name!r} does not name base offset {base}"
+            if ref.size != size:
+                return f"{field}.size {ref.size} does not match the ranges ({size})"
+            if not _is_digest(ref.digest):
+                return f"{field}.digest {ref.digest!r} is not 64 lowercase hex digits"
+        return ""
+
+    def _provenance_problem(self) -> str:
+        if self.lease_epoch < 1:
+            return f"lease_epoch {self.lease_epoch} < 1 (epochs start at 1)"
+        if not self.writer_id:
+            return "writer_id is empty"
+        if self.created_at_ms < 0:
+            return f"created_at_ms {self.created_at_ms} < 0"
+        return ""
+
+    # -- derived views ---------------------------------------------------------------
+    @property
+    def queue(self) -> QueuePath:
+        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
+
+    @property
+    def cq_base(self) -> int:
+        """Base offset of the CONSUME_QUEUE object: ``start * 20``."""
+        return self.start_offset * CQ_UNIT_SIZE
+
+    @property
+    def key(self) -> str:
+        """This manifest's own object key."""
+        return object_key(self.queue, SegmentKind.MANIFEST, self.start_offset)
+
+    @property
+    def commit_log_key(self) -> str:
+        return object_key(self.queue, SegmentKind.COMMIT_LOG, self.cl_base)
+
+    @property
+    def consume_queue_key(self) -> str:
+        return object_key(self.queue, SegmentKind.CONSUME_QUEUE, self.cq_base)
+
+    # -- JSON ------------------------------------------------------------------------
+    def to_json(self) -> bytes:
+        """Canonical JSON: sorted keys, no whitespace, ASCII. ``from_json`` inverts it."""
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, *, where: str) -> Manifest:
+        """Parse and fully validate manifest JSON; ``where`` names the object.
+
+        Unknown, missing or duplicate fields, wrong types (a bool is not an int) and
+        every violated invariant raise :class:`CorruptManifestError` naming ``where``.
+        """
+        try:
+            doc = json.loads(data, object_pairs_hook=_unique_keys)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise CorruptManifestError(f"manifest is not valid JSON: {exc}", where=where) from exc
+        fields = _Fields(doc, where=where, what="manifest")
+        version = fields.integer("format_version")
+        if version != FORMAT_VERSION:
+            raise CorruptManifestError(
+                f"unsupported format_version {version} (this tieredstore reads {FORMAT_VERSION})",
+                where=where,
+            )
+        values: dict[str, Any] = {
+            name: fields.object_ref(name) if name in _REF_FIELDS else fields.scalar(name, typ)
+            for name, typ in _MANIFEST_FIELDS.items()
+        }
+        fields.no_extra()
+        try:
+            return cls(**values)
+        except CorruptManifestError as exc:
+            raise CorruptManifestError(exc.message, where=where) from exc
+
+
+def _is_digest(text: str) -> bool:
+    return len(text) == _DIGEST_HEX_LEN and set(text) <= _HEXDIGITS
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in doc:
+            raise ValueError(f"duplicate field {name!r}")
+        doc[name] = value
+    return doc
+
+
+_REF_FIELDS: Final = frozenset({"commit_log", "consume_queue"})
+_MANIFEST_FIELDS: Final[dict[str, type]] = {
+    "format_version": int,
+    "cluster": str,
+    "broker": str,
+    "topic": str,
+    "queue_id": int,
+    "start_offset": int,
+    "end_offset": int,
+    "cl_base": int,
+    "cl_end": int,
+    "commit_log": ObjectRef,
+    "consume_queue": ObjectRef,
+    "digest_algorithm": str,
+    "min_store_timestamp": int,
+    "max_store_timestamp": int,
+    "message_count": int,
+    "writer_id": str,
+    "lease_epoch": int,
+    "created_at_ms": int,
+}
+
+
+class _Fields:
+    """Typed access to a decoded JSON object, raising CorruptManifestError on misfit."""
+
+    def __init__(self, doc: object, *, where: str, what: str) -> None:
+        if not isinstance(doc, dict):
+            raise CorruptManifestError(f"{what} is not a JSON object", where=where)
+        self.doc: dict[str, Any] = doc
+        self.where = where
+        self.what = what
+        self.seen: set[str] = set()
+
+    def _get(self, name: str) -> object:
+        if name not in self.doc:
+            raise CorruptManifestError(f"{self.what} lacks field {name!r}", where=self.where)
+        self.seen.add(name)
+        return self.doc[name]
+
+    def scalar(self, name: str, typ: type) -> object:
+        value = self._get(name)
+        # bool is an int subclass; a manifest field is never a bool.
+        if isinstance(value, bool) or not isinstance(value, typ):
+            raise CorruptManifestError(
+                f"{self.what} field {name!r} is {type(value).__name__}, not {typ.__name__}",
+                where=self.where,
+            )
+        return value
+
+    def integer(self, name: str) -> int:
+        value = self.scalar(name, int)
+        assert isinstance(value, int)
+        return value
+
+    def object_ref(self, name: str) -> ObjectRef:
+        sub = _Fields(self._get(name), where=self.where, what=f"{self.what} field {name!r}")
+        ref = ObjectRef(
+            name=str(sub.scalar("name", str)),
+            size=sub.integer("size"),
+            digest=str(sub.scalar("digest", str)),
+        )
+        sub.no_extra()
+        return ref
+
+    def no_extra(self) -> None:
+        extra = sorted(set(self.doc) - self.seen)
+        if extra:
+            raise CorruptManifestError(
+                f"{self.what} has unknown field {extra[0]!r}", where=self.where
+            )
+
+
+def read_manifest(data: bytes, key: str) -> Manifest:
+    """Parse the manifest stored at ``key`` and check it describes that very key.
+
+    Raises:
+        CorruptManifestError: invalid manifest, or one whose cluster, broker, topic,
+            queue or start offset differs from what its key says (a copied or
+            misplaced manifest), or a key that is not a manifest key.
+    """
+    try:
+        parsed = parse_object_key(key)
+    except InvalidNameError as exc:
+        raise CorruptManifestError(f"not a manifest key: {exc.message}", where=key) from exc
+    if parsed.kind is not SegmentKind.MANIFEST:
+        raise CorruptManifestError(f"a {parsed.kind.value} object is not a manifest", where=key)
+    manifest = Manifest.from_json(data, where=key)
+    if manifest.key != key:
+        raise CorruptManifestError(
+            f"manifest describes {manifest.key}, not the key it is stored at", where=key
+        )
+    return manifest
