@@ -15,9 +15,12 @@ from tieredstore.synth import SynthSpec, synthesize
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tieredstore.cli", *args], capture_output=True, text=True,
-        timeout=120, env=env,
-    )  # fmt: skip
+        [sys.executable, "-m", "tieredstore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def test_bad_usage_exits_3_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,8 +37,22 @@ def test_bad_usage_exits_3_with_one_line(capsys: pytest.CaptureFixture[str]) -> 
 def test_missing_store_is_a_config_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["run", "--once", "--store", str(tmp_path / "nope"), "--cold", str(tmp_path / "c"),
-                 "--cluster", "C", "--broker", "B", "--state-dir", str(tmp_path / "s")])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "--once",
+            "--store",
+            str(tmp_path / "nope"),
+            "--cold",
+            str(tmp_path / "c"),
+            "--cluster",
+            "C",
+            "--broker",
+            "B",
+            "--state-dir",
+            str(tmp_path / "s"),
+        ]
+    )
     assert code == 3
     err = capsys.readouterr().err.strip()
     assert (
@@ -45,8 +62,16 @@ def test_missing_store_is_a_config_error(
 
 def test_run_once_json_logs_and_status(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=300))
-    common = ["--store", str(tmp_path / "store"), "--cluster", "C", "--broker", "B",
-              "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    common = [
+        "--store",
+        str(tmp_path / "store"),
+        "--cluster",
+        "C",
+        "--broker",
+        "B",
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
     run = _cli("run", "--once", "--cold", str(tmp_path / "cold"), "--log-format", "json", *common)
     assert run.returncode == 0, run.stderr
     lines = [json.loads(line) for line in run.stderr.splitlines()]
@@ -56,8 +81,9 @@ def test_run_once_json_logs_and_status(tmp_path: Path) -> None:
     assert status.returncode == 0, status.stderr
     queues = json.loads(status.stdout)["queues"]
     assert [(q["topic"], q["queue"], q["state"]) for q in queues] == [
-        ("SynthTopic0", 0, "ACTIVE"), ("SynthTopic0", 1, "ACTIVE"),
-    ]  # fmt: skip
+        ("SynthTopic0", 0, "ACTIVE"),
+        ("SynthTopic0", 1, "ACTIVE"),
+    ]
     assert all(q["cold_commit"] == q["hot_max"] and q["lag_messages"] == 0 for q in queues)
     table = _cli("status", *common)
     assert "SynthTopic0" in table.stdout

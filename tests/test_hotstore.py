@@ -135,8 +135,14 @@ def test_queue_start_writes_filler_units(tmp_path: Path) -> None:
 
 
 def test_deleted_head_files_move_hot_min(tmp_path: Path) -> None:
-    spec = SynthSpec(topics=1, queues=2, messages=2000, commitlog_file_size=64 << 10,
-                     cq_file_size=50 * 20, body_max=500)  # fmt: skip
+    spec = SynthSpec(
+        topics=1,
+        queues=2,
+        messages=2000,
+        commitlog_file_size=64 << 10,
+        cq_file_size=50 * 20,
+        body_max=500,
+    )
     synthesize(tmp_path / "s", spec)
     hot = HotStore(tmp_path / "s")
     before = hot.queue_range("SynthTopic0", 0)

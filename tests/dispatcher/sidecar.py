@@ -13,10 +13,24 @@ from tests.dispatcher.helpers import BROKER, CLUSTER
 
 def sidecar_cmd(store: Path, cold: Path, state: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "tieredstore.cli", "run",
-        "--store", str(store), "--cold", str(cold), "--state-dir", str(state),
-        "--cluster", CLUSTER, "--broker", BROKER, "--progress", "off", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "tieredstore.cli",
+        "run",
+        "--store",
+        str(store),
+        "--cold",
+        str(cold),
+        "--state-dir",
+        str(state),
+        "--cluster",
+        CLUSTER,
+        "--broker",
+        BROKER,
+        "--progress",
+        "off",
+        *extra,
+    ]
 
 
 def sidecar_env(**settings: str) -> dict[str, str]:

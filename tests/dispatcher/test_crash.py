@@ -20,8 +20,15 @@ from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 @pytest.mark.slow
 def test_sigkill_at_random_moments_keeps_cold_exact(tmp_path: Path) -> None:
     rng = random.Random(20261121)
-    spec = SynthSpec(topics=2, queues=2, messages=4000, body_min=50, body_max=2500, seed=5,
-                     commitlog_file_size=512 << 10)  # fmt: skip
+    spec = SynthSpec(
+        topics=2,
+        queues=2,
+        messages=4000,
+        body_min=50,
+        body_max=2500,
+        seed=5,
+        commitlog_file_size=512 << 10,
+    )
     synthesize(tmp_path / "store", spec)
     store, cold, state, log = (
         tmp_path / "store",
@@ -44,8 +51,12 @@ def test_sigkill_at_random_moments_keeps_cold_exact(tmp_path: Path) -> None:
         else:
             assert proc.returncode == 0, log.read_text()[-3000:]
     assert kills >= 6, "the campaign must actually kill the sidecar mid-run"
-    done = subprocess.run(sidecar_cmd(store, cold, state, "--once"), env=sidecar_env(),
-                          capture_output=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        sidecar_cmd(store, cold, state, "--once"),
+        env=sidecar_env(),
+        capture_output=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     asyncio.run(_check(store, cold))
 

@@ -15,9 +15,18 @@ from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 
-SPEC = SynthSpec(topics=3, queues=2, messages=3000, body_min=10, body_max=3000,
-                 commitlog_file_size=256 << 10, cq_file_size=200 * 20, long_topic=True,
-                 prepared_every=50, seed=11)  # fmt: skip
+SPEC = SynthSpec(
+    topics=3,
+    queues=2,
+    messages=3000,
+    body_min=10,
+    body_max=3000,
+    commitlog_file_size=256 << 10,
+    cq_file_size=200 * 20,
+    long_topic=True,
+    prepared_every=50,
+    seed=11,
+)
 
 
 @pytest.fixture

@@ -39,7 +39,8 @@ async def test_acquire_renew_release_and_epochs(backend: MemoryBackend) -> None:
         await b.acquire(wait=False)
     await a.release()
     await a.release()  # twice is safe
-    assert a.state is LeaseState.RELEASED
+    state: LeaseState = a.state  # re-read: mypy narrowed it to HELD above
+    assert state is LeaseState.RELEASED
     assert await b.acquire(wait=False) == 2  # released: taken at once, next epoch
 
 

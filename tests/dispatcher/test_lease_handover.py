@@ -38,8 +38,10 @@ def test_second_sidecar_refused_then_takes_over_fast(tmp_path: Path) -> None:
         # A second sidecar that must not wait exits at once with a clear message.
         refused = subprocess.run(
             sidecar_cmd(store, cold, tmp_path / "state-b", "--no-wait"),
-            env=sidecar_env(**RENEW), capture_output=True, timeout=60,
-        )  # fmt: skip
+            env=sidecar_env(**RENEW),
+            capture_output=True,
+            timeout=60,
+        )
         assert refused.returncode == 1
         assert b"holds the writer lease" in refused.stderr
         # One that waits says so, then takes over as soon as A stops gracefully.

@@ -25,14 +25,20 @@ Q = QueueKey("SynthTopic0", 0)
 START = 1_700_000_000_000
 
 
-def _store(tmp_path: Path, **kw: object) -> SyntheticStore:
-    spec = SynthSpec(topics=1, queues=1, messages=200, body_min=100, body_max=100,
-                     compress_over=0, **kw)  # type: ignore[arg-type]  # fmt: skip
+def _store(tmp_path: Path) -> SyntheticStore:
+    spec = SynthSpec(topics=1, queues=1, messages=200, body_min=100, body_max=100, compress_over=0)
     return synthesize(tmp_path / "store", spec)
 
 
-def _plan(hot: HotStore, commit: int, limits: Limits, *, now: int, guard: int | None = None,
-          flush: bool = False) -> SegmentPlan | Wait | HotDataLost:  # fmt: skip
+def _plan(
+    hot: HotStore,
+    commit: int,
+    limits: Limits,
+    *,
+    now: int,
+    guard: int | None = None,
+    flush: bool = False,
+) -> SegmentPlan | Wait | HotDataLost:
     return plan_segment(hot, Q, commit, limits, now_ms=now, guard_ts=guard, flush=flush)
 
 
@@ -116,8 +122,15 @@ def test_hot_max_below_cold_commit_is_divergence(tmp_path: Path) -> None:
 
 
 def test_hot_data_deleted_before_tiering_is_reported_exactly(tmp_path: Path) -> None:
-    spec = SynthSpec(topics=1, queues=1, messages=400, body_min=500, body_max=500,
-                     commitlog_file_size=64 << 10, compress_over=0)  # fmt: skip
+    spec = SynthSpec(
+        topics=1,
+        queues=1,
+        messages=400,
+        body_min=500,
+        body_max=500,
+        commitlog_file_size=64 << 10,
+        compress_over=0,
+    )
     store = synthesize(tmp_path / "s", spec)
     hot = HotStore(store.root)
     os.remove(hot.commitlog_files().files[0].path)

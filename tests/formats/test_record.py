@@ -105,9 +105,15 @@ def test_field_offsets_match_the_documented_layout() -> None:
 
 def test_ipv6_hosts_shift_store_timestamp_and_set_sysflag() -> None:
     rec = MessageRecord.build(
-        topic="T", body=b"", queue_id=0, queue_offset=0, physical_offset=0,
-        store_timestamp=77, born_host=V6, store_host=V6,
-    )  # fmt: skip
+        topic="T",
+        body=b"",
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=77,
+        born_host=V6,
+        store_host=V6,
+    )
     b = rec.encode()
     assert rec.sys_flag & SysFlag.BORNHOST_V6 and rec.sys_flag & SysFlag.STOREHOST_V6
     assert struct.unpack_from(">q", b, 56 + 12)[0] == 77
@@ -116,20 +122,29 @@ def test_ipv6_hosts_shift_store_timestamp_and_set_sysflag() -> None:
 
 def test_long_topic_uses_v2_magic_and_two_byte_length() -> None:
     topic = "x" * 128
-    rec = MessageRecord.build(topic=topic, body=b"b", queue_id=0, queue_offset=0,
-                              physical_offset=0, store_timestamp=1)  # fmt: skip
+    rec = MessageRecord.build(
+        topic=topic, body=b"b", queue_id=0, queue_offset=0, physical_offset=0, store_timestamp=1
+    )
     assert rec.magic is MagicCode.V2
     b = rec.encode()
     assert struct.unpack_from(">I", b, 4)[0] == 0xDAA320AB
     assert decode_record(b).topic == topic
-    short = MessageRecord.build(topic="x" * 127, body=b"", queue_id=0, queue_offset=0,
-                                physical_offset=0, store_timestamp=1)  # fmt: skip
+    short = MessageRecord.build(
+        topic="x" * 127, body=b"", queue_id=0, queue_offset=0, physical_offset=0, store_timestamp=1
+    )
     assert short.magic is MagicCode.V1
 
 
 def _with_flag(body: bytes, sys_flag: int) -> MessageRecord:
-    return MessageRecord.build(topic="T", body=body, queue_id=0, queue_offset=0,
-                               physical_offset=0, store_timestamp=1, sys_flag=sys_flag)  # fmt: skip
+    return MessageRecord.build(
+        topic="T",
+        body=body,
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=1,
+        sys_flag=sys_flag,
+    )
 
 
 def test_sysflag_views() -> None:
@@ -155,8 +170,15 @@ def test_decompresses_every_compression_type(ctype: CompressionType) -> None:
         CompressionType.LZ4: lz4.frame.compress,
     }[ctype](raw)
     flag = SysFlag.COMPRESSED | (ctype << 8)
-    rec = MessageRecord.build(topic="T", body=packed, queue_id=0, queue_offset=0,
-                              physical_offset=0, store_timestamp=1, sys_flag=flag)  # fmt: skip
+    rec = MessageRecord.build(
+        topic="T",
+        body=packed,
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=1,
+        sys_flag=flag,
+    )
     assert decode_record(rec.encode()).decompressed_body() == raw
 
 
@@ -169,8 +191,15 @@ def test_properties_codec() -> None:
 
 
 def test_offset_msg_id() -> None:
-    rec = MessageRecord.build(topic="T", body=b"", queue_id=0, queue_offset=0,
-                              physical_offset=0x1234, store_timestamp=1, store_host=V4)  # fmt: skip
+    rec = MessageRecord.build(
+        topic="T",
+        body=b"",
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0x1234,
+        store_timestamp=1,
+        store_host=V4,
+    )
     mid = offset_msg_id(rec)
     assert mid == "C0A8000700002A9F0000000000001234"
     assert decode_offset_msg_id(mid) == ("192.168.0.7", 10911, 0x1234)
@@ -180,8 +209,14 @@ def test_offset_msg_id() -> None:
 
 
 def _good() -> bytes:
-    return MessageRecord.build(topic="T", body=b"hello world", queue_id=0, queue_offset=0,
-                               physical_offset=0, store_timestamp=1).encode()  # fmt: skip
+    return MessageRecord.build(
+        topic="T",
+        body=b"hello world",
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=1,
+    ).encode()
 
 
 def test_bad_magic() -> None:

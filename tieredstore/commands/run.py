@@ -21,8 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-policy", help="earliest | latest | timestamp:<ms> [tiering.init_policy]")
     p.add_argument("--guard", choices=["checkpoint", "none"], help="[tiering.guard]")
     p.add_argument("--no-wait", action="store_true", help="exit if another sidecar holds the lease")
-    p.add_argument("--progress", choices=["auto", "on", "off"], default="auto",
-                   help="progress line on stderr (auto: only on a TTY)")  # fmt: skip
+    p.add_argument(
+        "--progress",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="progress line on stderr (auto: only on a TTY)",
+    )
 
 
 async def _serve(settings: Settings, *, once: bool, wait: bool, progress: bool) -> int:

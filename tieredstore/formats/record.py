@@ -174,12 +174,27 @@ class MessageRecord:
     def total_size(self) -> int:
         topic_len = len(self.topic.encode())
         return (
-            4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
-            + len(self.born_host.encode()) + 8 + len(self.store_host.encode())
-            + 4 + 8 + 4 + len(self.body)
-            + (1 if self.magic is MagicCode.V1 else 2) + topic_len
-            + 2 + len(self.properties_raw)
-        )  # fmt: skip
+            4
+            + 4
+            + 4
+            + 4
+            + 4
+            + 8
+            + 8
+            + 4
+            + 8
+            + len(self.born_host.encode())
+            + 8
+            + len(self.store_host.encode())
+            + 4
+            + 8
+            + 4
+            + len(self.body)
+            + (1 if self.magic is MagicCode.V1 else 2)
+            + topic_len
+            + 2
+            + len(self.properties_raw)
+        )
 
     @property
     def properties(self) -> dict[str, str]:
