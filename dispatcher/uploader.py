@@ -5,11 +5,11 @@ records is read, checked against its CQ units, has bytes [28, 36) rewritten to t
 records' cold offsets, is hashed, and is handed to the backend's streaming write. Memory
 per upload is therefore about one batch, whatever the segment size.
 
-Hot records are checked as they pass (vectorised): totalSize equals the unit's size and
-the queueOffset field equals the queue offset. A mismatch means the broker's store no
-longer matches its own consume queue at that point — a
-:class:`~tieredstore.errors.CorruptRecordError` naming the commitlog offset, and nothing
-is committed.
+Hot records are checked as they pass (:func:`tieredstore.segment.rewrite_records`,
+vectorised): totalSize equals the unit's size and the queueOffset field equals the queue
+offset. A mismatch means the broker's store no longer matches its own consume queue at
+that point — a :class:`~tieredstore.errors.CorruptRecordError` naming the queue offset,
+and nothing is committed.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ import numpy as np
 
 from dispatcher.planner import SegmentPlan
 from tieredstore.backends.base import Backend
-from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.consumequeue import encode_units, make_units
-from tieredstore.formats.record import MAGIC_CODE_V1, MAGIC_CODE_V2
-from tieredstore.formats.vector import gather_be, scatter_be_i64, store_timestamps
 from tieredstore.hotstore import HotStore
+from tieredstore.segment import rewrite_records
 
 __all__ = ["UploadedObjects", "upload_objects"]
 
@@ -58,31 +56,6 @@ def _batches(sizes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
     return out
 
 
-def _check_and_rewrite(
-    buf: bytearray, plan: SegmentPlan, lo: int, hi: int, cold: np.ndarray
-) -> np.ndarray:
-    """Validate the batch's records and rewrite their physical offsets; return timestamps."""
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    sizes = plan.units["size"][lo:hi].astype(np.int64)
-    pos = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    total = gather_be(arr, pos, 4)
-    magic = gather_be(arr, pos + 4, 4)
-    qoff = gather_be(arr, pos + 20, 8)
-    expected_q = np.arange(plan.start + lo, plan.start + hi, dtype=np.int64)
-    bad = (total != sizes) | ((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
-    bad |= qoff != expected_q
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise CorruptRecordError(
-            f"hot record for {plan.queue} offset {plan.start + lo + i} does not match its "
-            f"consume-queue unit (totalSize {int(total[i])} vs {int(sizes[i])}, queueOffset "
-            f"{int(qoff[i])})",
-            where=f"commitlog@{int(plan.units['commitlog_offset'][lo + i])}",
-        )
-    scatter_be_i64(arr, pos + 28, cold[lo:hi])
-    return store_timestamps(arr, pos)
-
-
 async def upload_objects(
     plan: SegmentPlan,
     *,
@@ -100,6 +73,7 @@ async def upload_objects(
     """
     sizes = plan.units["size"].astype(np.int64)
     cold = cl_base + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    queue = plan.queue
     cl_hash = hashlib.sha256()
     ts_min: list[int] = []
     ts_max: list[int] = []
@@ -108,12 +82,17 @@ async def upload_objects(
         offsets = plan.units["commitlog_offset"]
         for lo, hi in _batches(sizes, batch_bytes):
             pieces = await asyncio.to_thread(hot.read_records_bytes, offsets[lo:hi], sizes[lo:hi])
-            buf = bytearray(b"".join(pieces))
-            ts = _check_and_rewrite(buf, plan, lo, hi, cold)
-            ts_min.append(int(ts.min()))
-            ts_max.append(int(ts.max()))
-            cl_hash.update(buf)
-            yield bytes(buf)
+            batch = rewrite_records(
+                pieces,
+                sizes[lo:hi],
+                start_offset=plan.start + lo,
+                cold_base=int(cold[lo]),
+                where=lambda q: f"hot record of {queue} at queue offset {q}",
+            )
+            ts_min.append(batch.min_store_timestamp)
+            ts_max.append(batch.max_store_timestamp)
+            cl_hash.update(batch.data)
+            yield batch.data
 
     cl_size = await backend.write_chunks(cl_key, chunks())
     cq = encode_units(make_units(cold, sizes, plan.units["tags_code"]))

@@ -27,7 +27,7 @@ at (size == totalSize, queueOffset field == q, physicalOffset field == cold offs
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -68,6 +68,7 @@ __all__ = [
     "MIN_RECORD_SIZE",
     "Manifest",
     "ObjectRef",
+    "RewrittenBatch",
     "Segment",
     "SegmentBuilder",
     "build_segment",
@@ -75,6 +76,7 @@ __all__ = [
     "parse_cq_object",
     "read_manifest",
     "read_segment",
+    "rewrite_records",
     "verify_objects",
     "verify_record_pointers",
     "verify_segment",
@@ -118,6 +120,72 @@ class Segment:
     manifest: Manifest
     commit_log: bytes
     consume_queue: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RewrittenBatch:
+    """Hot records turned cold: concatenated, physicalOffset rewritten, checked."""
+
+    data: bytes
+    min_store_timestamp: int
+    max_store_timestamp: int
+
+
+def rewrite_records(
+    records: Sequence[bytes],
+    sizes: npt.ArrayLike,
+    *,
+    start_offset: int,
+    cold_base: int,
+    where: Callable[[int], str],
+) -> RewrittenBatch:
+    """Check a batch of consecutive hot records and rewrite them for cold (vectorised).
+
+    ``records[i]`` is the hot record of queue offset ``start_offset + i``; ``sizes[i]`` is
+    its hot CQ unit's size. Every record must be ``sizes[i]`` bytes (at least
+    :data:`MIN_RECORD_SIZE`) with a known magic, totalSize == size and queueOffset field
+    == its queue offset. Its bytes [28, 36) become its cold offset: ``cold_base`` plus its
+    position in the batch. Store timestamps are read from the records.
+
+    Raises CorruptRecordError naming ``where(queue_offset)`` of the first bad record.
+    """
+    size_arr: I64 = np.asarray(sizes, dtype=np.int64)
+    if len(records) != len(size_arr):
+        raise ValueError(f"{len(records)} records but {len(size_arr)} CQ units")
+    if not records:
+        raise ValueError("an empty batch: there is no empty segment")
+    lengths: I64 = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
+    bad = np.flatnonzero((lengths != size_arr) | (size_arr < MIN_RECORD_SIZE))
+    if bad.size:
+        i = int(bad[0])
+        raise CorruptRecordError(
+            f"record is {int(lengths[i])} bytes, its CQ unit says {int(size_arr[i])} "
+            f"(minimum {MIN_RECORD_SIZE})",
+            where=where(start_offset + i),
+        )
+    batch = np.frombuffer(bytearray(b"".join(records)), dtype=np.uint8)
+    starts: I64 = np.concatenate((np.zeros(1, np.int64), np.cumsum(size_arr)[:-1]))
+    offsets: I64 = start_offset + np.arange(len(records), dtype=np.int64)
+    magic = gather_be(batch, starts + _MAGIC_AT, 4)
+    total = gather_be(batch, starts + _TOTAL_SIZE_AT, 4)
+    field_offsets = gather_be(batch, starts + _QUEUE_OFFSET_AT, 8)
+    bad = np.flatnonzero(
+        ((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
+        | (total != size_arr)
+        | (field_offsets != offsets)
+    )
+    if bad.size:
+        i = int(bad[0])
+        SegmentBuilder._check_fields(
+            where(int(offsets[i])),
+            total=(int(total[i]), int(size_arr[i])),
+            magic=int(magic[i]),
+            queue_offset=(int(field_offsets[i]), int(offsets[i])),
+            store_timestamp=(0, 0),
+        )
+    stamps = store_timestamps(batch, starts)
+    scatter_be_i64(batch, starts + _PHYSICAL_OFFSET_AT, cold_base + starts)
+    return RewrittenBatch(batch.tobytes(), int(stamps.min()), int(stamps.max()))
 
 
 class SegmentBuilder:
@@ -268,57 +336,22 @@ class SegmentBuilder:
         """Append a batch: ``records[i]`` is the hot record of queue offset
         ``next_offset + i`` and ``units[i]`` its hot CQ unit (size, tagsCode used).
 
-        Vectorised: the checks and the physicalOffset rewrite run over the whole batch.
-        Store timestamps are read from the records. On error nothing is appended.
+        Vectorised (see :func:`rewrite_records`). On error nothing is appended.
         """
         self._require_open()
-        if len(records) != len(units):
-            raise ValueError(f"{len(records)} records but {len(units)} CQ units")
-        if not records:
+        if not records and not len(units):
             return
-        sizes: I64 = units["size"].astype(np.int64)
-        lengths: I64 = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
-        first = self.next_offset
-        pos0 = len(self._buf)
-        bad = np.flatnonzero((lengths != sizes) | (sizes < MIN_RECORD_SIZE))
-        if bad.size:
-            i = int(bad[0])
-            raise CorruptRecordError(
-                f"record is {int(lengths[i])} bytes, its CQ unit says {int(sizes[i])} "
-                f"(minimum {MIN_RECORD_SIZE})",
-                where=self._where(first + i),
-            )
-        batch = np.frombuffer(b"".join(records), dtype=np.uint8).copy()
-        starts: I64 = np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))
-        offsets: I64 = first + np.arange(len(records), dtype=np.int64)
-        stamps = store_timestamps(batch, starts)
-        self._check_batch(batch, starts, sizes, offsets, stamps)
-        scatter_be_i64(batch, starts + _PHYSICAL_OFFSET_AT, self.cl_base + pos0 + starts)
-        self._note_timestamps(int(stamps.min()), int(stamps.max()))
-        self._buf += batch.tobytes()
-        self._sizes.extend(sizes.tolist())
-        self._tags.extend(units["tags_code"].astype(np.int64).tolist())
-
-    def _check_batch(
-        self, batch: npt.NDArray[np.uint8], starts: I64, sizes: I64, offsets: I64, stamps: I64
-    ) -> None:
-        magic = gather_be(batch, starts + _MAGIC_AT, 4)
-        total = gather_be(batch, starts + _TOTAL_SIZE_AT, 4)
-        field_offsets = gather_be(batch, starts + _QUEUE_OFFSET_AT, 8)
-        bad = np.flatnonzero(
-            ((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
-            | (total != sizes)
-            | (field_offsets != offsets)
+        batch = rewrite_records(
+            records,
+            units["size"],
+            start_offset=self.next_offset,
+            cold_base=self.cl_end,
+            where=lambda q: self._where(q),
         )
-        if bad.size:
-            i = int(bad[0])
-            self._check_fields(
-                self._where(int(offsets[i])),
-                total=(int(total[i]), int(sizes[i])),
-                magic=int(magic[i]),
-                queue_offset=(int(field_offsets[i]), int(offsets[i])),
-                store_timestamp=(int(stamps[i]), int(stamps[i])),
-            )
+        self._note_timestamps(batch.min_store_timestamp, batch.max_store_timestamp)
+        self._buf += batch.data
+        self._sizes.extend(units["size"].astype(np.int64).tolist())
+        self._tags.extend(units["tags_code"].astype(np.int64).tolist())
 
     # -- sealing ---------------------------------------------------------------------
     def seal(self, *, writer_id: str, lease_epoch: int, created_at_ms: int) -> Segment:
