@@ -41,7 +41,6 @@ from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import (
     DivergedError,
-    FatalError,
     InvalidNameError,
     LeaseLostError,
     RetryableError,
@@ -307,18 +306,17 @@ class Dispatcher:
         self._inflight.pop(key, None)
 
     def _record_error(self, exc: BaseException, report: TickReport) -> None:
-        if isinstance(exc, LeaseLostError | asyncio.CancelledError):
-            raise exc
-        if not isinstance(exc, TieredStoreError):
+        """Count and log a queue task's error; the queue is retried next tick.
+
+        Only our own errors are recorded; a lost lease, cancellation or a bug propagates
+        and stops the dispatcher.
+        """
+        if isinstance(exc, LeaseLostError) or not isinstance(exc, TieredStoreError):
             raise exc
         self.metrics.errors.labels(type(exc).__name__).inc()
         report.errors.append(str(exc))
         level = logging.WARNING if isinstance(exc, RetryableError) else logging.ERROR
         log.log(level, "tiering failed: %s", exc)
-        if isinstance(exc, FatalError) and not isinstance(exc, DivergedError):
-            # Fatal for that queue only this tick; it is retried next tick and keeps
-            # reporting, so the operator sees it.
-            pass
 
     async def catch_up(self) -> TickReport:
         """One full catch-up pass (``run --once``): tier every queue up to hot max.
