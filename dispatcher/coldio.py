@@ -120,6 +120,11 @@ class ColdWriter:
             created_at_ms=self.clock.now_ms(),
         )
 
+    async def manifest_exists(self, topic: str, queue_id: int, start: int) -> bool:
+        """Whether a segment starting at queue offset ``start`` is already committed."""
+        key = object_key(self.queue_path(topic, queue_id), SegmentKind.MANIFEST, start)
+        return await self.backend.exists(key)
+
     async def write_manifest(self, manifest: Manifest) -> None:
         """Write the commit point of a segment whose objects are already written."""
         await self._retrying(

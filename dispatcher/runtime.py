@@ -53,6 +53,7 @@ def dispatcher_config(settings: Settings) -> DispatcherConfig:
         read_batch_bytes=settings["tiering.read_batch_bytes"],
         init_policy=settings["tiering.init_policy"],
         guard=settings["tiering.guard"] == "checkpoint",
+        guard_age_ms=int(settings["tiering.guard_age"] * 1000),
         topic_filter=TopicFilter.from_settings(settings),
         lease_renew_interval=settings["lease.renew_interval"],
     )

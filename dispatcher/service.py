@@ -40,6 +40,7 @@ from metadata.rows import QueueRow, QueueState
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import (
+    CatalogueError,
     DivergedError,
     InvalidNameError,
     LeaseLostError,
@@ -72,6 +73,7 @@ class DispatcherConfig:
     read_batch_bytes: int = 4 << 20
     init_policy: str = "earliest"
     guard: bool = True
+    guard_age_ms: int = 10_000
     topic_filter: TopicFilter = field(default_factory=TopicFilter)
     lease_renew_interval: float = 10.0
 
@@ -87,6 +89,18 @@ class Periodic:
     name: str
     interval: float
     job: Callable[[], Awaitable[object]]
+
+
+class CommitKind(enum.Enum):
+    COMMITTED = "committed"  # uploaded and committed by this writer
+    ADOPTED = "adopted"  # already committed in cold; the catalogue caught up instead
+    DIVERGED = "diverged"  # the hot store no longer matches cold: nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    kind: CommitKind
+    row: QueueRow
 
 
 @dataclass(slots=True)
@@ -187,7 +201,17 @@ class Dispatcher:
 
     # -- one queue -----------------------------------------------------------------
     def _guard_ts(self) -> int | None:
-        return self.hot.checkpoint().physic_msg_timestamp if self.config.guard else None
+        """Newest store time that is surely flushed, or None when the guard is off.
+
+        The checkpoint's physicMsgTimestamp, or ``guard_age`` ago if later: a real
+        broker only advances the checkpoint on flushes a producer waited for, never for
+        its own writes (delay deliveries, transaction commits), so those would otherwise
+        wait for the next producer forever. Its flush interval is well under the age.
+        """
+        if not self.config.guard:
+            return None
+        flushed = self.hot.checkpoint().physic_msg_timestamp
+        return max(flushed, self.clock.now_ms() - self.config.guard_age_ms)
 
     async def _plan(self, row: QueueRow, flush: bool) -> SegmentPlan | Wait | HotDataLost:
         guard = await asyncio.to_thread(self._guard_ts)
@@ -232,16 +256,13 @@ class Dispatcher:
                 return report
             async with self._sem:
                 started = time.perf_counter()
-                if not await self.writer.continuity_ok(row):
-                    await self._diverge(row, "hot record before the next segment differs from cold")
-                    report.diverged.append(key)
-                    return report
-                manifest = await self.writer.write_segment(outcome, row, self.lease.epoch)
-                await self.lease.ensure_held()
-                await self.writer.write_manifest(manifest)
-                async with self._lock:
-                    self.catalogue.commit_segment(manifest)
-                    row = self.catalogue.queue(row.topic, row.queue_id) or row
+                result = await self._commit_segment(row, outcome)
+            if result.kind is CommitKind.DIVERGED:
+                report.diverged.append(key)
+                return report
+            row = result.row
+            if result.kind is CommitKind.ADOPTED:
+                continue
             self.metrics.upload_seconds.observe(time.perf_counter() - started)
             self.metrics.segments_tiered.labels(outcome.reason.value).inc()
             self.metrics.messages_tiered.inc(outcome.count)
@@ -252,6 +273,46 @@ class Dispatcher:
             if self.on_segment:
                 self.on_segment(outcome)
         return report
+
+    async def _commit_segment(self, row: QueueRow, plan: SegmentPlan) -> CommitResult:
+        """Upload and commit one planned segment; return the queue's new row.
+
+        Steps: refuse to overwrite a committed manifest (the catalogue is behind the
+        cold store: adopt what is there instead) → check continuity with cold → upload
+        COMMIT_LOG and CONSUME_QUEUE → check the lease → write MANIFEST → catalogue.
+        """
+        if await self.writer.manifest_exists(row.topic, row.queue_id, plan.start):
+            return CommitResult(CommitKind.ADOPTED, await self._adopt_ahead(row, plan.start))
+        if not await self.writer.continuity_ok(row):
+            await self._diverge(row, "hot record before the next segment differs from cold")
+            return CommitResult(CommitKind.DIVERGED, row)
+        manifest = await self.writer.write_segment(plan, row, self.lease.epoch)
+        await self.lease.ensure_held()
+        await self.writer.write_manifest(manifest)
+        async with self._lock:
+            self.catalogue.commit_segment(manifest)
+            fresh = self.catalogue.queue(row.topic, row.queue_id) or row
+        return CommitResult(CommitKind.COMMITTED, fresh)
+
+    async def _adopt_ahead(self, row: QueueRow, start: int) -> QueueRow:
+        """The cold store already holds a segment at ``start``: reconcile, never overwrite."""
+        log.warning(
+            "queue %s/%d: cold already has a committed segment at offset %d; "
+            "adopting it into the catalogue instead of rewriting it",
+            row.topic,
+            row.queue_id,
+            start,
+        )
+        async with self._lock:
+            await self.writer.recover()
+            fresh = self.catalogue.queue(row.topic, row.queue_id) or row
+        if fresh.cold_commit <= start:
+            raise CatalogueError(
+                f"the catalogue is behind the cold store at queue offset {start} and the "
+                "committed segment there could not be adopted (see the reconcile report)",
+                where=f"{row.topic}/{row.queue_id}",
+            )
+        return fresh
 
     async def _diverge(self, row: QueueRow, why: str) -> None:
         log.error("queue %s/%d DIVERGED: %s; tiering of it stops", row.topic, row.queue_id, why)

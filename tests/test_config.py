@@ -42,6 +42,7 @@ BAD: dict[str, tuple[object, str]] = {
     "tiering.read_batch_bytes": (True, "not a boolean"),
     "tiering.init_policy": ("oldest", "not earliest, latest or timestamp"),
     "tiering.guard": ("maybe", "is not one of checkpoint, none"),
+    "tiering.guard_age": ("a while", "not a duration"),
     "tiering.include_topics": (5, "not a list of strings"),
     "tiering.exclude_topics": ([1], "not a list of strings"),
     "tiering.system_topics": ({"a": 1}, "not a list of strings"),

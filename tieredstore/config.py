@@ -247,6 +247,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "durability guard: never tier data newer than the checkpoint",
     ),
     Setting(
+        "tiering.guard_age",
+        _positive(parse_duration),
+        10.0,
+        "with the guard on, also tier records older than this (the broker never advances "
+        "the checkpoint for its own internal writes)",
+    ),
+    Setting(
         "tiering.include_topics", _str_list, (), "only these topics (glob patterns); empty = all"
     ),
     Setting("tiering.exclude_topics", _str_list, (), "never these topics (glob patterns)"),

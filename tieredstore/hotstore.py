@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,6 +188,7 @@ class HotStore:
             raise StoreNotFoundError("store directory does not exist", where=str(self.root))
         self.commitlog_dir = Path(commitlog_dir) if commitlog_dir else self.root / "commitlog"
         self.consumequeue_dir = self.root / "consumequeue"
+        self._listings: dict[Path, tuple[int, MappedFileList]] = {}
         self._refuse_rocksdb()
 
     def _refuse_rocksdb(self) -> None:
@@ -231,13 +233,33 @@ class HotStore:
             )
         return sorted(out)
 
+    def _listing(self, directory: Path) -> MappedFileList:
+        """List ``directory``, reusing the last listing while its mtime is unchanged.
+
+        Files are created and deleted, never resized, so the directory's mtime says
+        when a listing is stale. A directory changed within the last two seconds is
+        always rescanned, so a coarse mtime clock cannot hide a change.
+        """
+        try:
+            mtime = os.stat(directory).st_mtime_ns
+        except FileNotFoundError:
+            return MappedFileList([])
+        except OSError as exc:
+            raise StoreNotFoundError(f"cannot stat: {exc.strerror}", where=str(directory)) from exc
+        cached = self._listings.get(directory)
+        if cached is not None and cached[0] == mtime and time.time_ns() - mtime > 2_000_000_000:
+            return cached[1]
+        files = MappedFileList.scan(directory)
+        self._listings[directory] = (mtime, files)
+        return files
+
     def commitlog_files(self) -> MappedFileList:
         """The commitlog files present now (the broker deletes old ones)."""
-        return MappedFileList.scan(self.commitlog_dir)
+        return self._listing(self.commitlog_dir)
 
     def cq_files(self, topic: str, queue_id: int) -> MappedFileList:
         """The consume-queue files of one queue present now."""
-        return MappedFileList.scan(self.consumequeue_dir / topic / str(queue_id))
+        return self._listing(self.consumequeue_dir / topic / str(queue_id))
 
     # -- offsets -------------------------------------------------------------------
     def queue_range(self, topic: str, queue_id: int) -> HotRange:
@@ -317,7 +339,8 @@ class HotStore:
     # -- commitlog -----------------------------------------------------------------
     def read_record_bytes(self, commitlog_offset: int, size: int) -> bytes:
         """Return the ``size`` bytes of the record at a commitlog offset."""
-        return self.read_records_bytes(np.array([commitlog_offset]), np.array([size]))[0]
+        offsets, sizes = np.array([commitlog_offset]), np.array([size])
+        return self.read_records_bytes(offsets, sizes, window=size)[0]
 
     def read_records_bytes(
         self, offsets: np.ndarray, sizes: np.ndarray, *, window: int = 8 << 20

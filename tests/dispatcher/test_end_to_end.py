@@ -81,3 +81,25 @@ async def test_topic_the_cold_store_cannot_name_is_refused_others_go_on(
     n = await _tier_once(store, "memory://refuse", tmp_path / "state")
     assert n == SPEC.messages - SPEC.messages // 50
     assert "topic '_private' is not tiered: topic name '_private' starts with '_'" in caplog.text
+
+
+async def test_catalogue_behind_cold_adopts_and_never_rewrites(store: Path, tmp_path: Path) -> None:
+    cold = tmp_path / "cold"
+    settings = settings_for(store, str(cold), tmp_path / "state")
+    async with open_runtime(settings) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        await rt.dispatcher.catch_up()
+        before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cold.rglob("*") if p.is_file()}
+        row = rt.catalogue.queues()[0]
+        second = rt.catalogue.segments(row.topic, row.queue_id)[1]
+        # The catalogue loses its newest rows (e.g. restored from an old backup).
+        rt.catalogue.truncate_queue(row.topic, row.queue_id, second.start_offset)
+        report = await rt.dispatcher.catch_up()
+        assert report.segments == 0
+        assert rt.catalogue.queue(row.topic, row.queue_id) == rt.catalogue.queue(row.topic, row.queue_id)
+        assert rt.catalogue.queue(row.topic, row.queue_id).cold_commit == row.cold_commit  # type: ignore[union-attr]
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cold.rglob("*") if p.is_file()}
+    lease = [p for p in before if p.name == "_lease.json"]
+    assert {p: v for p, v in after.items() if p not in lease} == {
+        p: v for p, v in before.items() if p not in lease
+    }

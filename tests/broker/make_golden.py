@@ -1,0 +1,131 @@
+"""Regenerate the golden store: a small store written by a real RocketMQ broker.
+
+Usage (from the repository root; needs java, javac and mvn)::
+
+    python -m tests.broker.make_golden          # or: python tests/broker/make_golden.py
+
+Starts a broker with small files (256 KiB commitlog files, 30-unit CQ files), runs the
+same traffic as the live tests at a smaller scale, stops the broker cleanly and copies
+the store, byte-exact, to ``tests/data/golden_store/`` with the manifest of what was
+produced in ``tests/data/golden_store_manifest.json``. Finally it runs the conformance
+checks on the copy and prints what they report (a scanner bug must not stop us from
+recording what the broker wrote).
+
+Kept: ``commitlog/``, ``consumequeue/``, ``checkpoint``, ``config/topics.json``,
+``config/consumerOffset.json``. Left out: ``lock``, ``abort.bak``, ``index/`` (key
+index, unused), ``timerlog/``, ``timerwheel``, ``compaction/``, the other ``config/``
+files and their ``.bak`` copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
+GOLDEN_STORE = DATA / "golden_store"
+GOLDEN_MANIFEST = DATA / "golden_store_manifest.json"
+KEEP_DIRS = ("commitlog", "consumequeue")
+KEEP_FILES = ("checkpoint", "config/topics.json", "config/consumerOffset.json")
+GOLDEN_NORMAL_MESSAGES = 600
+GOLDEN_SEED = 20240612
+#: The golden store is committed to git; refuse to write a bigger one.
+MAX_GOLDEN_BYTES = 5 << 20
+
+
+def _copy_store(src: Path, dst: Path) -> int:
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    for name in KEEP_DIRS:
+        shutil.copytree(src / name, dst / name)
+    for name in KEEP_FILES:
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / name, dst / name)
+    return sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
+
+
+def _run(args: argparse.Namespace) -> int:
+    # Imported here so that running this file as a script can fix sys.path first.
+    import dataclasses
+
+    from tests.broker.conformance import (
+        check_checkpoint,
+        check_commitlog,
+        check_consume_queue_files,
+        check_messages,
+        check_offsets,
+        check_records,
+        check_topics,
+        index_store,
+    )
+    from tests.broker.harness import (
+        BrokerSettings,
+        LocalCluster,
+        missing_tools,
+        prepare_toolchain,
+    )
+    from tests.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
+    from tieredstore.hotstore import HotStore
+
+    missing = missing_tools()
+    if missing:
+        print(f"make_golden needs {', '.join(missing)} on PATH", file=sys.stderr)
+        return 2
+    settings = BrokerSettings(
+        commitlog_file_size=256 << 10, cq_file_size=30 * 20, max_message_size=128 << 10
+    )
+    toolchain = prepare_toolchain()
+    with tempfile.TemporaryDirectory(prefix="golden-broker-") as tmp:
+        with LocalCluster(toolchain, Path(tmp), settings) as cluster:
+            manifest = run_scenario(cluster, normal=args.normal, seed=args.seed)
+            wait_for_clean_stop(cluster)
+            manifest = dataclasses.replace(manifest, window_end_ms=now_ms())
+        size = _copy_store(cluster.store_root, args.store)
+    if size > MAX_GOLDEN_BYTES:
+        print(f"golden store is {size} bytes, over {MAX_GOLDEN_BYTES}", file=sys.stderr)
+        return 1
+    manifest.dump(args.manifest)
+    print(f"wrote {args.store} ({size} bytes) and {args.manifest} "
+          f"({len(manifest.messages)} messages, RocketMQ {manifest.rocketmq_version})")  # fmt: skip
+
+    store = HotStore(args.store)
+    index = index_store(store, manifest)
+    checks: dict[str, Callable[[], None]] = {
+        "records": lambda: check_records(index),
+        "messages": lambda: check_messages(index, manifest),
+        "offsets": lambda: check_offsets(store, manifest),
+        "commitlog": lambda: check_commitlog(store, index, manifest, min_data_files=3),
+        "cq files": lambda: check_consume_queue_files(store, manifest, min_files=2),
+        "topics": lambda: check_topics(store),
+        "checkpoint": lambda: check_checkpoint(store.checkpoint(), index, manifest, clean=True),
+    }
+    failed = 0
+    for name, check in checks.items():
+        try:
+            check()
+        except AssertionError as exc:
+            failed += 1
+            print(f"conformance check {name!r} FAILED on the new golden store:\n{exc}")
+    print(f"{len(checks) - failed} passed, {failed} failed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", type=Path, default=GOLDEN_STORE, help="output store dir")
+    parser.add_argument("--manifest", type=Path, default=GOLDEN_MANIFEST, help="output JSON")
+    parser.add_argument("--normal", type=int, default=GOLDEN_NORMAL_MESSAGES)
+    parser.add_argument("--seed", type=int, default=GOLDEN_SEED)
+    args = parser.parse_args(argv)
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

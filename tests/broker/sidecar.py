@@ -1,0 +1,72 @@
+"""A real ``tieredstore run`` sidecar tiering the test broker's store while it runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.broker.harness import LocalCluster
+
+
+@dataclass
+class LiveSidecar:
+    """The sidecar process and where it writes: cold dir, state dir, log."""
+
+    proc: subprocess.Popen[bytes]
+    cold: Path
+    state: Path
+    log: Path
+    cluster: str
+    broker: str
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, cluster: LocalCluster, workdir: Path) -> Iterator[LiveSidecar]:
+        """Start tiering ``cluster``'s store into ``workdir/cold``; SIGTERM it on exit.
+
+        Small segments and a short tick so the live traffic is cut into many segments;
+        ``%RETRY%`` topics are included so the broker's v2 (long topic) records are tiered.
+        """
+        cold, state, log = workdir / "cold", workdir / "state", workdir / "sidecar.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TIEREDSTORE_")}
+        env.update(
+            TIEREDSTORE_TIERING_SEGMENT_MAX_BYTES="256K",
+            TIEREDSTORE_TIERING_SEGMENT_MAX_AGE="2s",
+            TIEREDSTORE_TIERING_TICK_INTERVAL="200ms",
+            TIEREDSTORE_TIERING_GUARD_AGE="3s",
+            TIEREDSTORE_TIERING_INCLUDE_RETRY="true",
+            TIEREDSTORE_HTTP_ENABLED="false",
+        )
+        names = (cluster.settings.cluster, cluster.settings.broker_name)
+        cmd = [
+            sys.executable, "-m", "tieredstore.cli", "run", "--progress", "off",
+            "--store", str(cluster.store_root), "--cold", str(cold), "--state-dir", str(state),
+            "--cluster", names[0], "--broker", names[1],
+        ]  # fmt: skip
+        with log.open("ab") as out:
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+        sidecar = cls(proc, cold, state, log, *names)
+        try:
+            yield sidecar
+        finally:
+            sidecar.stop()
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code (kills after 60 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
