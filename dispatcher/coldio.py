@@ -155,7 +155,7 @@ class ColdWriter:
         key = object_key(queue, SegmentKind.COMMIT_LOG, seg.cl_base)
         rel_end = seg.cl_end - seg.cl_base
         try:
-            cold_bytes = await self.backend.read(key, rel_end - size, rel_end)
+            cold_bytes = await self.backend.read_exact(key, rel_end - size, rel_end)
         except ObjectNotFoundError:
             return False
         return _same_outside_offset(hot_bytes, cold_bytes)

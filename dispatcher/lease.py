@@ -107,12 +107,23 @@ class Lease:
         return int(self.renew_interval * EXPIRY_FACTOR * 1000)
 
     async def read(self) -> LeaseRecord | None:
-        """Return the current lease record, or None when there has never been one."""
-        try:
-            data = await self.backend.read(self.key)
-        except ObjectNotFoundError:
-            return None
-        return LeaseRecord.from_json(data, where=self.key)
+        """Return the current lease record, or None when there has never been one.
+
+        A lease that does not parse is read again (up to three reads in all): a
+        truncated response must not look like a corrupt lease. Only a lease that stays
+        unparseable raises CorruptManifestError.
+        """
+        for attempt in range(3):
+            try:
+                data = await self.backend.read(self.key)
+            except ObjectNotFoundError:
+                return None
+            try:
+                return LeaseRecord.from_json(data, where=self.key)
+            except CorruptManifestError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     async def _write(self, epoch: int) -> LeaseRecord:
         now = self.clock.now_ms()

@@ -243,7 +243,8 @@ async def _load(
     """Read and validate one manifest and check its objects are listed with their sizes;
     report and return None if anything is wrong."""
     try:
-        manifest = read_manifest(await backend.read(key.key), key.key)
+        size = listing[key.key].size
+        manifest = read_manifest(await backend.read_exact(key.key, 0, size), key.key)
     except ObjectNotFoundError:
         found.issue(IssueKind.MISSING_OBJECT, key.key, "manifest vanished while reconciling")
         return None

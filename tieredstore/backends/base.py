@@ -10,6 +10,8 @@ Contract, for every implementation:
 * ``read(key, start, end)`` returns bytes ``[start, end)`` clipped to the object's size
   (``end=None`` means to the end). A range that starts at or past the end returns ``b""``.
   A missing key raises :class:`~tieredstore.errors.ObjectNotFoundError`.
+  ``read_exact`` (derived) treats a short answer for a range known to exist as a
+  retryable fault.
 * ``write(key, data)`` stores the whole object atomically: a reader sees either the old
   object, or nothing, or all of ``data`` — never a prefix. Writing an existing key
   replaces it (deterministic names make retries idempotent).
@@ -31,6 +33,8 @@ from collections.abc import AsyncIterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
+
+from tieredstore.errors import BackendUnavailableError
 
 __all__ = ["Backend", "ObjectInfo"]
 
@@ -75,6 +79,21 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def list(self, prefix: str = "") -> list[ObjectInfo]:
         """List objects whose key starts with ``prefix``, sorted by key."""
+
+    async def read_exact(self, key: str, start: int, end: int) -> bytes:
+        """Return exactly bytes ``[start, end)`` of ``key``, which the caller knows exist.
+
+        A shorter answer is a transient backend fault (a truncated response), not the
+        object's content: it raises :class:`~tieredstore.errors.BackendUnavailableError`
+        so the caller retries instead of mistaking it for corruption.
+        """
+        data = await self.read(key, start, end)
+        if len(data) != end - start:
+            raise BackendUnavailableError(
+                f"short read: {len(data)} of {end - start} bytes [{start}, {end})",
+                where=f"{self.url} {key}",
+            )
+        return data
 
     async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         """Store the concatenation of ``chunks`` as ``key`` atomically; return its size.

@@ -112,6 +112,9 @@ class RetryingBackend(Backend):
     async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         return await self._retry("read", lambda: self.inner.read(key, start, end))
 
+    async def read_exact(self, key: str, start: int, end: int) -> bytes:
+        return await self._retry("read", lambda: self.inner.read_exact(key, start, end))
+
     async def write(self, key: str, data: bytes) -> None:
         await self._retry("write", lambda: self.inner.write(key, data))
 
