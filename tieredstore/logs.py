@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import sys
 import time
 
-__all__ = ["JsonFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "RedactingFilter", "configure_logging"]
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -28,10 +30,52 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False)
 
 
+#: Header and query fields that carry credentials in S3 request logs.
+_SECRET_FIELDS = re.compile(
+    r"(?i)(x-amz-security-token[:=]\s*|X-Amz-Security-Token=|Signature=|"
+    r"aws_secret_access_key[\"']?\s*[:=]\s*[\"']?|aws_session_token[\"']?\s*[:=]\s*[\"']?)"
+    r"[^\s&\"',;]+"
+)
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
+
+
+class RedactingFilter(logging.Filter):
+    """Masks credentials in every record a handler emits.
+
+    Two nets: the values of the AWS secret environment variables wherever they appear,
+    and any credential-bearing field (session token, signature) by pattern, so a
+    library that logs requests (botocore at debug level) cannot leak them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets = [os.environ[v] for v in _SECRET_ENV if len(os.environ.get(v, "")) >= 8]
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return _SECRET_FIELDS.sub(lambda m: m.group(1) + "***", text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self.redact(message)
+        if clean != message or record.args:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
 def configure_logging(fmt: str = "text", level: str = "info") -> None:
-    """Send logs to stderr in ``fmt`` (text | json) at ``level``; replaces handlers."""
+    """Send logs to stderr in ``fmt`` (text | json) at ``level``; replaces handlers.
+
+    Every line passes :class:`RedactingFilter`; botocore's request signer never logs
+    below INFO (its debug output is the canonical request, credentials and all).
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT_FORMAT))
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -40,3 +84,4 @@ def configure_logging(fmt: str = "text", level: str = "info") -> None:
     # Third-party chatter (HTTP clients) stays at WARNING unless debugging.
     for noisy in ("aiobotocore", "botocore", "s3fs", "fsspec", "urllib3", "py4j"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    logging.getLogger("botocore.auth").setLevel(logging.INFO)
