@@ -1,0 +1,12 @@
+"""The Spark verifier: proves the cold store covers the hot store exactly (DESIGN.md §8).
+
+Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
+``tieredstore verify`` (same flags, :mod:`verifier.job`). Modules:
+
+* :mod:`verifier.model` — anomaly classes, verdicts, levels, lag allowance, options;
+* :mod:`verifier.schemas` — Spark schemas of every frame;
+* :mod:`verifier.readers` — driver listing and the Spark tasks that read;
+* :mod:`verifier.segmentcheck` — per-segment numpy checks (no I/O);
+* :mod:`verifier.checks` — pure DataFrame → DataFrame anomaly checks;
+* :mod:`verifier.report` — report.json, anomalies.parquet, report.html.
+"""

@@ -1,0 +1,325 @@
+"""The pure DataFrame checks on small hand-made frames (``assertDataFrameEqual``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from verifier import checks, schemas
+from verifier.model import AnomalyClass
+
+pytestmark = pytest.mark.spark
+
+T = "TopicA"
+
+
+def _segment(
+    start: int, end: int, *, qid: int = 0, cl_base: int = 0, **extra: Any
+) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(schemas.SEGMENTS.fieldNames())
+    size = (end - start) * 100
+    row.update(
+        manifest_key=f"m/{qid}/{start}",
+        topic=T,
+        queue_id=qid,
+        start_offset=start,
+        manifest_mtime_ms=1_000,
+        end_offset=end,
+        cl_base=cl_base,
+        cl_end=cl_base + size,
+        cl_key=f"cl/{qid}/{cl_base}",
+        cl_size=size,
+        cl_digest="a" * 64,
+        cq_key=f"cq/{qid}/{start * 20}",
+        cq_size=(end - start) * 20,
+        cq_digest="b" * 64,
+        message_count=end - start,
+    )
+    row.update(extra)
+    return row
+
+
+def _segments(spark: SparkSession, *rows: dict[str, Any]) -> DataFrame:
+    return spark.createDataFrame(list(rows), schema=schemas.SEGMENTS)
+
+
+def _anomalies(spark: SparkSession, *rows: tuple[Any, ...]) -> DataFrame:
+    """Rows of (class, queue id, start, end, count, object key, detail)."""
+    out = [
+        {
+            "anomaly": cls.value,
+            "severity": cls.severity.value,
+            "topic": T,
+            "queue_id": qid,
+            "start_offset": start,
+            "end_offset": end,
+            "count": count,
+            "object_key": key,
+            "detail": detail,
+        }
+        for cls, qid, start, end, count, key, detail in rows
+    ]
+    return spark.createDataFrame(out, schema=schemas.ANOMALIES)
+
+
+def _ranges(df: DataFrame) -> list[tuple[Any, ...]]:
+    rows = [
+        (r.anomaly, r.queue_id, r.start_offset, r.end_offset, r.object_key) for r in df.collect()
+    ]
+    return sorted(rows, key=lambda r: (r[1], -1 if r[2] is None else r[2], r[4] or ""))
+
+
+def test_gap_is_the_hole_between_segments(spark: SparkSession) -> None:
+    segs = _segments(
+        spark, _segment(0, 100), _segment(100, 200), _segment(300, 400), _segment(50, 60, qid=1)
+    )
+    expected = _anomalies(
+        spark,
+        (
+            AnomalyClass.GAP,
+            0,
+            200,
+            300,
+            100,
+            None,
+            "queue offsets [200, 300) are in no committed segment (the next segment is m/0/300)",
+        ),
+    )
+    assertDataFrameEqual(checks.gap(segs), expected)
+
+
+def test_overlap_is_reported_on_the_later_segment(spark: SparkSession) -> None:
+    segs = _segments(spark, _segment(0, 100), _segment(100, 200), _segment(150, 180))
+    expected = _anomalies(
+        spark,
+        (
+            AnomalyClass.OVERLAP,
+            0,
+            150,
+            180,
+            30,
+            "m/0/150",
+            "segment [150, 180) starts below the end 200 of an earlier segment",
+        ),
+    )
+    assertDataFrameEqual(checks.overlap(segs), expected)
+    assert checks.gap(segs).count() == 0
+
+
+def test_a_segment_starting_inside_and_reaching_past_overlaps_only_the_shared_part(
+    spark: SparkSession,
+) -> None:
+    segs = _segments(spark, _segment(0, 100), _segment(90, 120), _segment(120, 130))
+    assert _ranges(checks.overlap(segs)) == [("overlap", 0, 90, 100, "m/0/90")]
+    assert _ranges(checks.gap(segs)) == []
+
+
+def test_corrupt_manifests_are_separated_from_valid_ones(spark: SparkSession) -> None:
+    bad = dict.fromkeys(schemas.SEGMENTS.fieldNames())
+    bad.update(
+        manifest_key="m/0/100",
+        topic=T,
+        queue_id=0,
+        start_offset=100,
+        manifest_mtime_ms=1,
+        error="manifest is not valid JSON",
+    )
+    segs = _segments(spark, _segment(0, 100), bad)
+    assert checks.valid_segments(segs).count() == 1
+    assert _ranges(checks.corrupt_manifest(segs)) == [("corrupt_manifest", 0, 100, 101, "m/0/100")]
+
+
+def _state(spark: SparkSession, **values: int) -> DataFrame:
+    row = {"topic": T, "queue_id": 0, **values}
+    schema = (
+        "topic string, queue_id int, cold_min long, cold_max long, hot_min long, "
+        "hot_max long, lag_cutoff long"
+    )
+    return spark.createDataFrame([row], schema=schema)
+
+
+def test_hot_not_covered_is_the_tail_beyond_the_allowance(spark: SparkSession) -> None:
+    state = _state(spark, cold_min=10, cold_max=500, hot_min=0, hot_max=1000, lag_cutoff=900)
+    assert _ranges(checks.hot_not_covered(state)) == [("hot_not_covered", 0, 500, 900, None)]
+    within = _state(spark, cold_min=10, cold_max=950, hot_min=0, hot_max=1000, lag_cutoff=900)
+    assert checks.hot_not_covered(within).count() == 0
+
+
+def test_hot_not_covered_counts_what_the_broker_deleted_before_tiering(
+    spark: SparkSession,
+) -> None:
+    state = _state(spark, cold_min=0, cold_max=100, hot_min=300, hot_max=1000, lag_cutoff=300)
+    (row,) = checks.hot_not_covered(state).collect()
+    assert (row.start_offset, row.end_offset) == (100, 300)
+    assert "200 of them already deleted from hot" in row.detail
+
+
+def test_cold_ahead_of_hot(spark: SparkSession) -> None:
+    state = _state(spark, cold_min=0, cold_max=800, hot_min=0, hot_max=700, lag_cutoff=700)
+    assert _ranges(checks.cold_ahead_of_hot(state)) == [("cold_ahead_of_hot", 0, 700, 800, None)]
+    beyond = _state(spark, cold_min=900, cold_max=950, hot_min=0, hot_max=700, lag_cutoff=700)
+    assert _ranges(checks.cold_ahead_of_hot(beyond)) == [("cold_ahead_of_hot", 0, 900, 950, None)]
+
+
+def _objects(spark: SparkSession, *rows: tuple[str, str, int, int, int]) -> DataFrame:
+    """Rows of (key, kind, base, size, mtime_ms)."""
+    out = [
+        {"key": k, "kind": kind, "topic": T, "queue_id": 0, "base": b, "size": s, "mtime_ms": m}
+        for k, kind, b, s, m in rows
+    ]
+    return spark.createDataFrame(out, schema=schemas.OBJECTS)
+
+
+def _hot(spark: SparkSession, hot_min: int, hot_max: int) -> DataFrame:
+    row = {
+        "topic": T,
+        "queue_id": 0,
+        "hot_min": hot_min,
+        "hot_max": hot_max,
+        "lag_cutoff": hot_max,
+        "error": None,
+    }
+    return spark.createDataFrame([row], schema=schemas.HOT_QUEUES)
+
+
+def test_missing_and_wrongly_sized_objects(spark: SparkSession) -> None:
+    valid = _segments(spark, _segment(0, 10), _segment(10, 20, cl_base=1000))
+    objects = _objects(
+        spark,
+        ("cl/0/0", "COMMIT_LOG", 0, 1000, 1),
+        ("cq/0/0", "CONSUME_QUEUE", 0, 200, 1),
+        ("cq/0/200", "CONSUME_QUEUE", 200, 180, 1),  # 20 bytes short; its CL is missing
+        ("m/0/0", "MANIFEST", 0, 10, 1),
+        ("m/0/10", "MANIFEST", 10, 10, 1),
+    )
+    work = checks.segment_work(valid, objects, _hot(spark, 0, 20))
+    facts = spark.createDataFrame([], schema=schemas.SEGMENT_FACTS)
+    assert _ranges(checks.missing_object(work, facts)) == [
+        ("missing_object", 0, 10, 20, "cl/0/1000")
+    ]
+    expected = _anomalies(
+        spark,
+        (
+            AnomalyClass.SIZE_MISMATCH,
+            0,
+            10,
+            20,
+            10,
+            "cq/0/200",
+            "object is 180 bytes, its manifest says 200",
+        ),
+    )
+    assertDataFrameEqual(checks.size_mismatch(work), expected)
+    (row,) = work.where(work.start_offset == 10).collect()
+    assert (row.hot_present, row.hot_min, row.hot_max, row.cl_listed_size) == (True, 0, 20, None)
+
+
+def test_orphans_are_unreferenced_objects_older_than_the_grace(spark: SparkSession) -> None:
+    valid = _segments(spark, _segment(0, 10))
+    objects = _objects(
+        spark,
+        ("cl/0/0", "COMMIT_LOG", 0, 1000, 1_000),
+        ("cq/0/0", "CONSUME_QUEUE", 0, 200, 1_000),
+        ("cl/0/1000", "COMMIT_LOG", 1000, 500, 1_000),  # old orphan
+        ("cq/0/200", "CONSUME_QUEUE", 200, 100, 1_000),  # old orphan: offsets [10, 15)
+        ("cq/0/300", "CONSUME_QUEUE", 300, 20, 95_000),  # young: a commit in flight
+    )
+    found = checks.orphan_object(objects, valid, now_ms=100_000, grace_ms=10_000)
+    assert _ranges(found) == [
+        ("orphan_object", 0, None, None, "cl/0/1000"),
+        ("orphan_object", 0, 10, 15, "cq/0/200"),
+    ]
+
+
+def test_digest_record_and_content_facts_become_their_classes(spark: SparkSession) -> None:
+    fact = {
+        "kind": "record_bytes",
+        "start_offset": 5,
+        "end_offset": 6,
+        "count": 1,
+        "object_key": "cl/0/0",
+        "detail": "offset 5: byte 90 differs",
+    }
+    row = {
+        "manifest_key": "m/0/0",
+        "topic": T,
+        "queue_id": 0,
+        "start_offset": 0,
+        "end_offset": 10,
+        "cl_key": "cl/0/0",
+        "cq_key": "cq/0/0",
+        "cl_digest": "a" * 64,
+        "cq_digest": "b" * 64,
+        "cl_digest_actual": "c" * 64,
+        "cq_digest_actual": "b" * 64,
+        "units_compared": 10,
+        "bytes_compared": 1000,
+        "cold_only": 0,
+        "facts": [fact, fact | {"kind": "cq_offsets", "object_key": "cq/0/0"}],
+    }
+    facts = spark.createDataFrame([row], schema=schemas.SEGMENT_FACTS)
+    assert _ranges(checks.digest_mismatch(facts)) == [("digest_mismatch", 0, 0, 10, "cl/0/0")]
+    assert _ranges(checks.content_mismatch(facts)) == [("content_mismatch", 0, 5, 6, "cl/0/0")]
+    assert _ranges(checks.record_mismatch(facts)) == [("record_mismatch", 0, 5, 6, "cq/0/0")]
+
+
+def test_catalogue_drift_three_ways(spark: SparkSession) -> None:
+    valid = _segments(
+        spark,
+        _segment(0, 10),
+        _segment(10, 20, cl_base=1000),
+        _segment(20, 30, cl_base=2000, manifest_mtime_ms=1_000),  # not in the catalogue
+        _segment(30, 40, cl_base=3000, manifest_mtime_ms=99_000),  # same, but young
+    )
+
+    def cat(start: int, end: int, cl_base: int, status: str = "COMMITTED") -> dict[str, Any]:
+        return {
+            "manifest_key": f"m/0/{start}",
+            "topic": T,
+            "queue_id": 0,
+            "start_offset": start,
+            "end_offset": end,
+            "cl_base": cl_base,
+            "cl_end": cl_base + (end - start) * 100,
+            "cl_digest": "a" * 64,
+            "cq_digest": "b" * 64,
+            "status": status,
+        }
+
+    catalogue = spark.createDataFrame(
+        [cat(0, 10, 0), cat(10, 19, 1000), cat(40, 50, 4000), cat(50, 60, 5000, "DELETING")],
+        schema=schemas.CATALOGUE,
+    )
+    found = checks.catalogue_drift(catalogue, valid, now_ms=100_000, grace_ms=10_000)
+    assert _ranges(found) == [
+        ("catalogue_drift", 0, 10, 20, "m/0/10"),
+        ("catalogue_drift", 0, 20, 30, "m/0/20"),
+        ("catalogue_drift", 0, 40, 50, "m/0/40"),
+    ]
+    assert {r.start_offset: r.detail for r in found.collect()}[40] == (
+        "catalogue row has no valid manifest"
+    )
+
+
+def test_queue_summary_joins_both_sides(spark: SparkSession) -> None:
+    valid = _segments(spark, _segment(100, 200), _segment(200, 300, cl_base=10_000))
+    cold = checks.cold_queue_ranges(valid)
+    hot = spark.createDataFrame(
+        [
+            {"topic": T, "queue_id": 0, "hot_min": 150, "hot_max": 320, "lag_cutoff": 300,
+             "error": None},
+            {"topic": T, "queue_id": 1, "hot_min": 0, "hot_max": 50, "lag_cutoff": 50,
+             "error": None},
+        ],
+        schema=schemas.HOT_QUEUES,
+    )  # fmt: skip
+    facts = spark.createDataFrame([], schema=schemas.SEGMENT_FACTS)
+    objects = _objects(spark)
+    summary = checks.queue_summary(cold, hot, facts, objects, valid, now_ms=0, grace_ms=0)
+    rows = {r.queue_id: r for r in summary.collect()}
+    q0, q1 = rows[0], rows[1]
+    assert (q0.cold_min, q0.cold_max, q0.segments, q0.lag_messages) == (100, 300, 2, 20)
+    assert (q1.cold_min, q1.segments, q1.lag_messages, q1.hot_present) == (None, 0, 50, True)

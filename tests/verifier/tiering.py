@@ -1,0 +1,90 @@
+"""Test helper: tier a synthetic hot store into cold objects with the real segment codec,
+and damage them in the ways the verifier must notice.
+
+:func:`tier` cuts each queue into fixed-size segments (``tieredstore.segment``) and
+returns a :class:`ColdImage` — object key → bytes, plus the manifests per queue — that
+:func:`write_local` / :func:`write_fs` store under a cold root.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.layout import QueuePath
+from tieredstore.segment import Manifest, Segment, build_segment
+
+CLUSTER = "DefaultCluster"
+BROKER = "broker-a"
+CREATED_AT_MS = 1_700_000_000_000
+
+
+@dataclass
+class ColdImage:
+    """Cold objects (key → bytes) and each queue's manifests in offset order."""
+
+    objects: dict[str, bytes] = field(default_factory=dict)
+    manifests: dict[QueueKey, list[Manifest]] = field(default_factory=dict)
+
+    def add(self, segment: Segment) -> None:
+        m = segment.manifest
+        self.objects[m.commit_log_key] = segment.commit_log
+        self.objects[m.consume_queue_key] = segment.consume_queue
+        self.objects[m.key] = m.to_json()
+        self.manifests.setdefault(QueueKey(m.topic, m.queue_id), []).append(m)
+
+
+def build(hot: HotStore, queue: QueueKey, start: int, end: int, cl_base: int) -> Segment:
+    """One segment of ``queue`` covering hot offsets ``[start, end)`` at ``cl_base``."""
+    units = hot.read_units(queue.topic, queue.queue_id, start, end)
+    records = hot.read_records_bytes(units["commitlog_offset"], units["size"])
+    return build_segment(
+        QueuePath(CLUSTER, BROKER, queue.topic, queue.queue_id),
+        start_offset=start,
+        cl_base=cl_base,
+        records=records,
+        units=units,
+        writer_id="test-writer",
+        lease_epoch=1,
+        created_at_ms=CREATED_AT_MS,
+    )
+
+
+def tier(hot_root: Path, *, segment_messages: int) -> ColdImage:
+    """Tier every queue of the hot store from hot min to hot max."""
+    hot = HotStore(hot_root)
+    image = ColdImage()
+    for q in hot.queues():
+        rng = hot.queue_range(q.topic, q.queue_id)
+        cl_base = 0
+        for start in range(rng.min, rng.max, segment_messages):
+            segment = build(hot, q, start, min(start + segment_messages, rng.max), cl_base)
+            image.add(segment)
+            cl_base = segment.manifest.cl_end
+    return image
+
+
+def write_local(image: ColdImage, root: Path) -> None:
+    """Store ``image`` under the local directory ``root`` (the POSIX layout: key = path)."""
+    for key, data in image.objects.items():
+        path = root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def write_fs(image: ColdImage, url: str, storage_options: Mapping[str, Any]) -> None:
+    """Store ``image`` under any fsspec URL (e.g. an S3 bucket on moto)."""
+    fs, root = fsspec.core.url_to_fs(url, **dict(storage_options))
+    fs.pipe({f"{root.rstrip('/')}/{k}": v for k, v in image.objects.items()})
+
+
+def age(path: Path, seconds: float) -> None:
+    """Set a file's mtime ``seconds`` into the past."""
+    st = path.stat()
+    os.utime(path, (st.st_atime - seconds, st.st_mtime - seconds))

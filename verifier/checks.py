@@ -1,0 +1,420 @@
+"""The anomaly checks: small, pure ``DataFrame -> DataFrame`` functions.
+
+Each check takes the frames it needs (schemas in :mod:`verifier.schemas`) and returns
+ANOMALIES rows of exactly one class; nothing here reads storage or the clock (``now_ms``
+is a parameter). The heavy per-segment reading happened before, in
+:mod:`verifier.readers`; these functions only relate facts to each other.
+
+Expressions are Spark SQL strings (``selectExpr``/``where``): one gateway call per
+projection instead of one per column function, which keeps planning a run cheap.
+
+Offsets and scope, per queue (``hot [hot_min, hot_max)``, ``cold [cold_min, cold_max)``)::
+
+      not in scope    cold only       compared            lag / hot_not_covered
+    |--------------|--------------|------------------|---------------------------|
+    0          cold_min        hot_min        cold_max        lag_cutoff    hot_max
+
+* below ``cold_min`` (the first committed segment's start: the queue's init offset as
+  cold shows it) nothing is in scope — never a gap;
+* cold offsets below ``hot_min`` exist only in cold (the broker deleted them): counted,
+  not compared;
+* ``[cold_max, lag_cutoff)`` is untiered and older than the lag allowance:
+  ``hot_not_covered``; ``[max(cold_max, lag_cutoff), hot_max)`` is lag;
+* cold offsets at or beyond ``hot_max`` are ``cold_ahead_of_hot``.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Final
+
+from pyspark.sql import DataFrame
+
+from verifier import schemas
+from verifier.model import AnomalyClass
+from verifier.segmentcheck import FactKind
+
+__all__ = [
+    "catalogue_drift",
+    "cold_ahead_of_hot",
+    "cold_queue_ranges",
+    "content_mismatch",
+    "corrupt_manifest",
+    "digest_mismatch",
+    "gap",
+    "hot_not_covered",
+    "missing_object",
+    "orphan_object",
+    "overlap",
+    "queue_state",
+    "queue_summary",
+    "record_mismatch",
+    "segment_work",
+    "size_mismatch",
+    "union_anomalies",
+    "valid_segments",
+]
+
+_QUEUE: Final = ["topic", "queue_id"]
+# The end of the furthest segment before this one, in start order, per queue.
+_REACH: Final = (
+    "max(end_offset) OVER (PARTITION BY topic, queue_id ORDER BY start_offset "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS _reach"
+)
+
+
+def _q(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _anomalies(
+    df: DataFrame,
+    cls: AnomalyClass,
+    *,
+    detail: str,
+    start: str = "NULL",
+    end: str = "NULL",
+    object_key: str = "NULL",
+    count: str = "",
+) -> DataFrame:
+    """Project ``df`` onto the ANOMALIES schema for ``cls``; arguments are SQL
+    expressions over ``df``'s columns (``count`` defaults to ``end - start``)."""
+    return df.selectExpr(
+        f"{_q(cls.value)} AS anomaly",
+        f"{_q(cls.severity.value)} AS severity",
+        "CAST(topic AS STRING) AS topic",
+        "CAST(queue_id AS INT) AS queue_id",
+        f"CAST({start} AS BIGINT) AS start_offset",
+        f"CAST({end} AS BIGINT) AS end_offset",
+        f"CAST({count or f'({end}) - ({start})'} AS BIGINT) AS count",
+        f"CAST({object_key} AS STRING) AS object_key",
+        f"CAST({detail} AS STRING) AS detail",
+    )
+
+
+def union_anomalies(*frames: DataFrame) -> DataFrame:
+    """All ``frames`` (ANOMALIES) as one. Unordered: the driver sorts the (small) result,
+    which spares Spark a range-partitioning job."""
+    return reduce(DataFrame.unionByName, frames)
+
+
+# -- segments and queues --------------------------------------------------------------
+
+
+def valid_segments(segments: DataFrame) -> DataFrame:
+    """SEGMENTS whose manifest parsed and validated (the committed segments)."""
+    return segments.where("error IS NULL")
+
+
+def corrupt_manifest(segments: DataFrame) -> DataFrame:
+    """``corrupt_manifest``: a MANIFEST object that does not parse or validate.
+
+    The range is the offset its name claims, as ``[start, start + 1)``: how far it would
+    have reached is unknown (the gap check reports the hole it leaves).
+    """
+    return _anomalies(
+        segments.where("error IS NOT NULL"),
+        AnomalyClass.CORRUPT_MANIFEST,
+        start="start_offset",
+        end="start_offset + 1",
+        object_key="manifest_key",
+        detail="error",
+    )
+
+
+def cold_queue_ranges(valid: DataFrame) -> DataFrame:
+    """Per queue: cold_min, cold_max, segments, cold_messages, cold_bytes."""
+    return valid.groupBy(*_QUEUE).agg(
+        {"start_offset": "min", "end_offset": "max", "*": "count", "message_count": "sum",
+         "cl_size": "sum"}
+    ).selectExpr(
+        *_QUEUE,
+        "`min(start_offset)` AS cold_min",
+        "`max(end_offset)` AS cold_max",
+        "`count(1)` AS segments",
+        "`sum(message_count)` AS cold_messages",
+        "`sum(cl_size)` AS cold_bytes",
+    )  # fmt: skip
+
+
+def queue_state(cold_ranges: DataFrame, hot: DataFrame) -> DataFrame:
+    """Queues present on both sides: hot range and lag cutoff beside the cold range."""
+    return cold_ranges.join(hot.where("error IS NULL"), _QUEUE, "inner")
+
+
+def gap(valid: DataFrame) -> DataFrame:
+    """``gap``: offsets between a queue's cold min and cold max in no committed segment."""
+    holes = valid.selectExpr("*", _REACH).where("start_offset > _reach")
+    return _anomalies(
+        holes,
+        AnomalyClass.GAP,
+        start="_reach",
+        end="start_offset",
+        detail="format_string('queue offsets [%d, %d) are in no committed segment (the "
+        "next segment is %s)', _reach, start_offset, manifest_key)",
+    )
+
+
+def overlap(valid: DataFrame) -> DataFrame:
+    """``overlap``: offsets covered by two committed segments (reported on the later one)."""
+    twice = valid.selectExpr("*", _REACH).where("start_offset < _reach")
+    return _anomalies(
+        twice,
+        AnomalyClass.OVERLAP,
+        start="start_offset",
+        end="least(end_offset, _reach)",
+        object_key="manifest_key",
+        detail="format_string('segment [%d, %d) starts below the end %d of an earlier "
+        "segment', start_offset, end_offset, _reach)",
+    )
+
+
+def hot_not_covered(queues: DataFrame) -> DataFrame:
+    """``hot_not_covered``: ``[cold_max, lag_cutoff)`` — in scope, older than the lag
+    allowance, not in cold. Includes offsets the broker already deleted (when cold_max <
+    hot_min): those were lost before they were tiered. ``queues`` is :func:`queue_state`.
+    """
+    return _anomalies(
+        queues.where("lag_cutoff > cold_max"),
+        AnomalyClass.HOT_NOT_COVERED,
+        start="cold_max",
+        end="lag_cutoff",
+        detail="format_string('%d hot offsets older than the lag allowance are not in cold "
+        "(hot [%d, %d), cold [%d, %d); %d of them already deleted from hot)', "
+        "lag_cutoff - cold_max, hot_min, hot_max, cold_min, cold_max, "
+        "greatest(0, least(hot_min, lag_cutoff) - cold_max))",
+    )
+
+
+def cold_ahead_of_hot(queues: DataFrame) -> DataFrame:
+    """``cold_ahead_of_hot``: cold offsets at or beyond the hot max (a hot regression)."""
+    return _anomalies(
+        queues.where("cold_max > hot_max"),
+        AnomalyClass.COLD_AHEAD_OF_HOT,
+        start="greatest(hot_max, cold_min)",
+        end="cold_max",
+        detail="format_string('cold reaches offset %d but the hot max is %d: the broker "
+        "lost or rewrote offsets cold already holds', cold_max, hot_max)",
+    )
+
+
+# -- objects --------------------------------------------------------------------------
+
+
+def segment_work(valid: DataFrame, objects: DataFrame, hot: DataFrame) -> DataFrame:
+    """SEGMENT_WORK: each valid segment with its objects' listed sizes and hot range."""
+    cl = objects.selectExpr("key AS cl_key", "size AS cl_listed_size")
+    cq = objects.selectExpr("key AS cq_key", "size AS cq_listed_size")
+    hot_ranges = hot.where("error IS NULL").selectExpr(
+        *_QUEUE, "hot_min", "hot_max", "true AS hot_present"
+    )
+    joined = (
+        valid.join(cl, "cl_key", "left")
+        .join(cq, "cq_key", "left")
+        .join(hot_ranges, _QUEUE, "left")
+        .fillna({"hot_present": False, "hot_min": 0, "hot_max": 0})
+    )
+    return joined.select(*schemas.SEGMENT_WORK.fieldNames())
+
+
+def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
+    """``missing_object``: an object a manifest names is not listed, or vanished when a
+    task came to read it."""
+    frames = [
+        _anomalies(
+            work.where(f"{which}_listed_size IS NULL"),
+            AnomalyClass.MISSING_OBJECT,
+            start="start_offset",
+            end="end_offset",
+            object_key=f"{which}_key",
+            detail=f"format_string('{name} object named by %s does not exist', manifest_key)",
+        )
+        for which, name in (("cl", "commit-log"), ("cq", "consume-queue"))
+    ]
+    unreadable = _facts_of(facts, FactKind.OBJECT_UNREADABLE)
+    frames.append(_fact_anomalies(unreadable, AnomalyClass.MISSING_OBJECT))
+    return reduce(DataFrame.unionByName, frames)
+
+
+def size_mismatch(work: DataFrame) -> DataFrame:
+    """``size_mismatch``: a listed object whose size differs from its manifest's."""
+    frames = [
+        _anomalies(
+            work.where(f"{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_size"),
+            AnomalyClass.SIZE_MISMATCH,
+            start="start_offset",
+            end="end_offset",
+            object_key=f"{w}_key",
+            detail=f"format_string('object is %d bytes, its manifest says %d', "
+            f"{w}_listed_size, {w}_size)",
+        )
+        for w in ("cl", "cq")
+    ]
+    return reduce(DataFrame.unionByName, frames)
+
+
+def digest_mismatch(facts: DataFrame) -> DataFrame:
+    """``digest_mismatch``: an object read whole whose sha256 differs from its manifest's."""
+    frames = [
+        _anomalies(
+            facts.where(f"{w}_digest_actual IS NOT NULL AND {w}_digest_actual != {w}_digest"),
+            AnomalyClass.DIGEST_MISMATCH,
+            start="start_offset",
+            end="end_offset",
+            object_key=f"{w}_key",
+            detail=f"format_string('sha256 is %s, its manifest says %s', "
+            f"{w}_digest_actual, {w}_digest)",
+        )
+        for w in ("cl", "cq")
+    ]
+    return reduce(DataFrame.unionByName, frames)
+
+
+def _facts_of(facts: DataFrame, *kinds: FactKind) -> DataFrame:
+    wanted = ", ".join(_q(k.value) for k in kinds)
+    exploded = facts.selectExpr(*_QUEUE, "explode(facts) AS f").selectExpr(*_QUEUE, "f.*")
+    return exploded.where(f"kind IN ({wanted})")
+
+
+def _fact_anomalies(found: DataFrame, cls: AnomalyClass) -> DataFrame:
+    return _anomalies(
+        found,
+        cls,
+        start="start_offset",
+        end="end_offset",
+        count="count",
+        object_key="object_key",
+        detail="detail",
+    )
+
+
+def record_mismatch(facts: DataFrame) -> DataFrame:
+    """``record_mismatch``: cold CQ units vs cold commitlog records (``cq_offsets`` and
+    ``record_fields`` facts)."""
+    found = _facts_of(facts, FactKind.CQ_OFFSETS, FactKind.RECORD_FIELDS)
+    return _fact_anomalies(found, AnomalyClass.RECORD_MISMATCH)
+
+
+def content_mismatch(facts: DataFrame) -> DataFrame:
+    """``content_mismatch``: cold differs from hot (``cq_vs_hot`` and ``record_bytes``)."""
+    found = _facts_of(facts, FactKind.CQ_VS_HOT, FactKind.RECORD_BYTES)
+    return _fact_anomalies(found, AnomalyClass.CONTENT_MISMATCH)
+
+
+def _unreferenced(objects: DataFrame, valid: DataFrame) -> DataFrame:
+    named = valid.selectExpr("explode(array(cl_key, cq_key)) AS key")
+    return objects.where("kind != 'MANIFEST'").join(named, "key", "left_anti")
+
+
+def orphan_object(objects: DataFrame, valid: DataFrame, now_ms: int, grace_ms: int) -> DataFrame:
+    """``orphan_object``: a COMMIT_LOG / CONSUME_QUEUE object no valid manifest names,
+    last written more than ``grace_ms`` before ``now_ms``. Younger ones are commits in
+    flight (counted as pending in the queue summary). A consume-queue orphan carries the
+    offsets its name and size imply; a commit-log orphan's offsets are unknown (null).
+    """
+    old = _unreferenced(objects, valid).where(f"mtime_ms < {now_ms - grace_ms}")
+    return _anomalies(
+        old,
+        AnomalyClass.ORPHAN_OBJECT,
+        start="CASE WHEN kind = 'CONSUME_QUEUE' THEN div(base, 20) END",
+        end="CASE WHEN kind = 'CONSUME_QUEUE' THEN div(base + size, 20) END",
+        object_key="key",
+        detail=f"format_string('%s object named by no manifest, last written %d s before "
+        f"the check (grace %d s)', kind, div({now_ms} - mtime_ms, 1000), {grace_ms // 1000})",
+    )
+
+
+def catalogue_drift(
+    catalogue: DataFrame, valid: DataFrame, now_ms: int, grace_ms: int
+) -> DataFrame:
+    """``catalogue_drift``: the SQLite catalogue (CATALOGUE) disagrees with the manifests.
+
+    * a COMMITTED catalogue row whose manifest is absent or invalid;
+    * a valid manifest older than the grace period that the catalogue does not know
+      (younger: the commit protocol writes the manifest before the catalogue);
+    * both present, but range, cold commitlog range or digests differ.
+
+    DELETING rows are expiry in progress: with or without their manifest, no drift.
+    """
+    cat = catalogue.selectExpr(
+        "manifest_key", *[f"{c} AS cat_{c}" for c in catalogue.columns if c != "manifest_key"]
+    )
+    compared = ("end_offset", "cl_base", "cl_end", "cl_digest", "cq_digest")
+    differs = " OR ".join(f"{c} != cat_{c}" for c in compared)
+    only_cat = "(topic IS NULL AND cat_status = 'COMMITTED')"
+    only_manifest = f"(cat_topic IS NULL AND manifest_mtime_ms < {now_ms - grace_ms})"
+    both = f"(topic IS NOT NULL AND cat_status = 'COMMITTED' AND ({differs}))"
+    drift = (
+        valid.join(cat, "manifest_key", "full_outer")
+        .where(f"{only_cat} OR {only_manifest} OR {both}")
+        .selectExpr(
+            "coalesce(topic, cat_topic) AS topic",
+            "coalesce(queue_id, cat_queue_id) AS queue_id",
+            "coalesce(start_offset, cat_start_offset) AS _start",
+            "coalesce(end_offset, cat_end_offset) AS _end",
+            "manifest_key",
+            f"CASE WHEN {only_cat} THEN 'catalogue row has no valid manifest' "
+            f"WHEN {only_manifest} THEN 'manifest is not in the catalogue' "
+            "ELSE format_string('catalogue says [%d, %d) cold commitlog [%d, %d), the "
+            "manifest says [%d, %d) cold commitlog [%d, %d) (or their digests differ)', "
+            "cat_start_offset, cat_end_offset, cat_cl_base, cat_cl_end, start_offset, "
+            "end_offset, cl_base, cl_end) END AS _detail",
+        )
+    )
+    return _anomalies(
+        drift,
+        AnomalyClass.CATALOGUE_DRIFT,
+        start="_start",
+        end="_end",
+        object_key="manifest_key",
+        detail="_detail",
+    )
+
+
+# -- summary --------------------------------------------------------------------------
+
+
+def queue_summary(
+    cold_ranges: DataFrame,
+    hot: DataFrame,
+    facts: DataFrame,
+    objects: DataFrame,
+    valid: DataFrame,
+    *,
+    now_ms: int,
+    grace_ms: int,
+) -> DataFrame:
+    """QUEUE_SUMMARY: one row per queue seen in hot or cold, with counts and lag
+    (unordered). ``lag_messages`` is the untiered hot tail ``hot_max - max(cold_max,
+    hot_min)`` (the whole hot range for a queue with no segment).
+    """
+    hot_ok = hot.where("error IS NULL").drop("error", "lag_cutoff")
+    compared = facts.groupBy(*_QUEUE).agg(
+        {"units_compared": "sum", "bytes_compared": "sum", "cold_only": "sum"}
+    )
+    young = _unreferenced(objects, valid).where(f"mtime_ms >= {now_ms - grace_ms}")
+    pending = young.groupBy(*_QUEUE).count()
+    tail_start = "greatest(coalesce(cold_max, hot_min), hot_min)"
+    return (
+        cold_ranges.join(hot_ok, _QUEUE, "full_outer")
+        .join(compared, _QUEUE, "left")
+        .join(pending, _QUEUE, "left")
+        .selectExpr(
+            *_QUEUE,
+            "hot_max IS NOT NULL AS hot_present",
+            "hot_min",
+            "hot_max",
+            "cold_min",
+            "cold_max",
+            "coalesce(segments, 0) AS segments",
+            "coalesce(cold_messages, 0) AS cold_messages",
+            "coalesce(cold_bytes, 0) AS cold_bytes",
+            f"CAST(CASE WHEN hot_max IS NOT NULL THEN greatest(0, hot_max - {tail_start}) "
+            "ELSE 0 END AS BIGINT) AS lag_messages",
+            "coalesce(`sum(units_compared)`, 0) AS units_compared",
+            "coalesce(`sum(bytes_compared)`, 0) AS bytes_compared",
+            "coalesce(`sum(cold_only)`, 0) AS cold_only",
+            "coalesce(`count`, 0) AS pending_objects",
+        )
+    )

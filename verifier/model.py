@@ -1,0 +1,199 @@
+"""The verifier's vocabulary: anomaly classes, verdicts, levels, the lag allowance, options.
+
+Every anomaly class has one fixed severity (DESIGN.md §8)::
+
+    class              severity   meaning
+    gap                CORRUPT    offsets missing between cold min and cold max
+    hot_not_covered    CORRUPT    hot offsets in scope, older than the allowance, not in cold
+    overlap            CORRUPT    an offset covered by two committed segments
+    missing_object     CORRUPT    a manifest names an object that does not exist
+    size_mismatch      CORRUPT    an object's size differs from its manifest
+    digest_mismatch    CORRUPT    an object's digest differs from its manifest
+    corrupt_manifest   CORRUPT    a manifest that does not parse or validate
+    record_mismatch    CORRUPT    cold CQ unit vs cold CL record (size, queueOffset,
+                                  rewritten physicalOffset, contiguous cold offsets)
+    content_mismatch   CORRUPT    cold ≠ hot: CQ unit size/tagsCode, or record bytes
+                                  outside [28, 36)
+    cold_ahead_of_hot  CORRUPT    cold offsets at or beyond the hot max (hot regression)
+    orphan_object      DIRTY      an object no manifest names, older than the grace period
+    catalogue_drift    DIRTY      the SQLite catalogue disagrees with the manifests
+
+The verdict is CORRUPT if any CORRUPT-class anomaly exists, else DIRTY if any DIRTY-class
+one does, else CLEAN. Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from tieredstore.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_LAG_ALLOWANCE",
+    "DEFAULT_ORPHAN_GRACE_S",
+    "EXIT_COULD_NOT_RUN",
+    "AnomalyClass",
+    "LagAllowance",
+    "LagUnit",
+    "Level",
+    "Severity",
+    "Verdict",
+    "VerifyOptions",
+    "parse_lag_allowance",
+    "verdict_of",
+]
+
+#: Exit code when the verifier could not produce a verdict at all.
+EXIT_COULD_NOT_RUN: Final = 3
+#: Objects without a manifest younger than this are a commit in flight, not orphans.
+DEFAULT_ORPHAN_GRACE_S: Final = 3600.0
+
+
+class Severity(enum.Enum):
+    """How bad one anomaly is."""
+
+    CORRUPT = "CORRUPT"
+    DIRTY = "DIRTY"
+
+
+class AnomalyClass(enum.Enum):
+    """The anomaly classes; the value is the name used in every report."""
+
+    GAP = "gap"
+    HOT_NOT_COVERED = "hot_not_covered"
+    OVERLAP = "overlap"
+    MISSING_OBJECT = "missing_object"
+    SIZE_MISMATCH = "size_mismatch"
+    DIGEST_MISMATCH = "digest_mismatch"
+    CORRUPT_MANIFEST = "corrupt_manifest"
+    RECORD_MISMATCH = "record_mismatch"
+    CONTENT_MISMATCH = "content_mismatch"
+    COLD_AHEAD_OF_HOT = "cold_ahead_of_hot"
+    ORPHAN_OBJECT = "orphan_object"
+    CATALOGUE_DRIFT = "catalogue_drift"
+
+    @property
+    def severity(self) -> Severity:
+        dirty = (AnomalyClass.ORPHAN_OBJECT, AnomalyClass.CATALOGUE_DRIFT)
+        return Severity.DIRTY if self in dirty else Severity.CORRUPT
+
+
+class Verdict(enum.Enum):
+    """The outcome of one verification; ``exit_code`` is what the command returns."""
+
+    CLEAN = "CLEAN"
+    DIRTY = "DIRTY"
+    CORRUPT = "CORRUPT"
+
+    @property
+    def exit_code(self) -> int:
+        return {Verdict.CLEAN: 0, Verdict.DIRTY: 1, Verdict.CORRUPT: 2}[self]
+
+
+def verdict_of(classes: Iterable[AnomalyClass]) -> Verdict:
+    """Return the verdict for a collection of anomaly classes (empty → CLEAN)."""
+    severities = {c.severity for c in classes}
+    if Severity.CORRUPT in severities:
+        return Verdict.CORRUPT
+    if Severity.DIRTY in severities:
+        return Verdict.DIRTY
+    return Verdict.CLEAN
+
+
+class Level(enum.Enum):
+    """How deep to look.
+
+    * ``offsets``: manifests, object listing (existence, sizes), the consume-queue
+      objects (digest, contiguity, size/tagsCode vs hot). Commitlog objects are not read.
+    * ``content``: also read every commitlog object (digest, record fields) and compare
+      each record's bytes with the hot record outside bytes [28, 36).
+    """
+
+    OFFSETS = "offsets"
+    CONTENT = "content"
+
+
+class LagUnit(enum.Enum):
+    """What a lag allowance counts."""
+
+    MESSAGES = "messages"
+    SECONDS = "seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class LagAllowance:
+    """How far cold may trail hot before the untiered tail is an anomaly.
+
+    * ``MESSAGES``: the newest ``value`` hot offsets of a queue may be untiered.
+    * ``SECONDS``: hot records whose storeTimestamp is within ``value`` seconds of the
+      broker's checkpoint ``physicMsgTimestamp`` (the store time of the newest data the
+      broker has flushed) may be untiered. The broker's own clock is the reference, so
+      clock skew between the verifier host and the broker does not matter, and records
+      the durability guard holds back (stored after the checkpoint) are always allowed.
+    """
+
+    unit: LagUnit
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.value < 0:
+            raise ConfigError(f"lag allowance must not be negative, got {self.value}")
+
+    def __str__(self) -> str:
+        if self.unit is LagUnit.MESSAGES:
+            return f"{int(self.value)} messages"
+        return f"{self.value:g}s"
+
+
+DEFAULT_LAG_ALLOWANCE: Final = LagAllowance(LagUnit.SECONDS, 300.0)
+
+_SECONDS_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_lag_allowance(text: str) -> LagAllowance:
+    """Parse ``1000`` (messages) or ``60s`` / ``500ms`` / ``5m`` / ``1h`` (seconds).
+
+    Raises:
+        ConfigError: anything else, naming the text.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not m:
+        raise ConfigError(
+            f"bad lag allowance {text!r}: a message count (1000) or a duration (60s, 5m)"
+        )
+    number, unit = m.group(1), m.group(2)
+    if unit is None:
+        if "." in number:
+            raise ConfigError(f"bad lag allowance {text!r}: a message count is a whole number")
+        return LagAllowance(LagUnit.MESSAGES, float(int(number)))
+    return LagAllowance(LagUnit.SECONDS, float(number) * _SECONDS_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """Everything one verification run needs.
+
+    ``now_ms`` is the reference time for the orphan grace period and catalogue drift
+    (injected so tests control age); ``storage_options`` go to
+    ``fsspec.core.url_to_fs`` for the cold URL on the driver and in every task.
+    """
+
+    hot: Path
+    cold_url: str
+    cluster: str
+    broker: str
+    now_ms: int
+    level: Level = Level.OFFSETS
+    lag_allowance: LagAllowance = DEFAULT_LAG_ALLOWANCE
+    orphan_grace_s: float = DEFAULT_ORPHAN_GRACE_S
+    metadata_dir: Path | None = None
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.orphan_grace_s < 0:
+            raise ConfigError(f"orphan grace must not be negative, got {self.orphan_grace_s}")

@@ -1,0 +1,528 @@
+"""How data gets into Spark: a driver-side listing, then Spark tasks that read.
+
+* The **driver** lists the broker's cold prefix once (:func:`list_cold_objects`, fsspec,
+  sync) and the hot store's queue directories (cheap metadata only).
+* **Spark tasks** (``mapInArrow``, no pandas) do every read that scales with the data:
+  parse manifests (:class:`ManifestTask`), find each hot queue's range and lag cutoff
+  (:class:`HotQueueTask`), and verify each segment (:class:`SegmentTask`) — reading the
+  cold objects through a plain sync fsspec filesystem opened inside the task
+  (``fsspec.core.url_to_fs(url, **storage_options)``; no Hadoop S3 jars, no async
+  backends inside executors) and the hot store by path.
+
+Tasks never raise for bad *data*: a manifest that does not validate becomes a row with
+``error`` set, an object that vanished becomes an ``object_unreadable`` fact. They do
+raise for a broken *environment* (permission denied, unreachable endpoint), which fails
+the Spark job and so the run (exit 3). The hot store path must be readable where the
+tasks run (on the broker host with ``local[*]``, or a shared mount on a cluster).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+from fsspec.spec import AbstractFileSystem
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from tieredstore.errors import (
+    ConfigError,
+    CorruptManifestError,
+    InvalidNameError,
+    OffsetOutOfRangeError,
+    StoreNotFoundError,
+    TieredStoreError,
+)
+from tieredstore.formats.consumequeue import decode_units
+from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.segment import digest, read_manifest
+from verifier import schemas
+from verifier.gather import HotCommitlog
+from verifier.model import LagAllowance, LagUnit, Level
+from verifier.segmentcheck import (
+    FactKind,
+    HotSide,
+    SegmentFacts,
+    SegmentGeometry,
+    check_segment,
+)
+
+__all__ = [
+    "ColdListing",
+    "ColdLocation",
+    "HotQueueTask",
+    "ManifestTask",
+    "SegmentTask",
+    "hot_queue_frame",
+    "list_cold_objects",
+    "manifest_frame",
+    "objects_frame",
+    "open_cold",
+    "segment_facts_frame",
+    "tail_timestamp",
+]
+
+Row = dict[str, Any]
+
+
+# -- the cold side, on the driver -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColdLocation:
+    """A cold store root URL and its fsspec storage options (picklable into tasks)."""
+
+    url: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def filesystem(self) -> tuple[AbstractFileSystem, str]:
+        """Return the sync fsspec filesystem and the root path inside it.
+
+        Raises:
+            ConfigError: an unknown scheme, a missing fsspec plugin, or ``memory://``
+                (one process's memory: Spark tasks run in other processes).
+        """
+        if self.url.strip().lower().startswith("memory://"):
+            raise ConfigError(
+                "the verifier cannot read memory:// (it lives in one process; Spark tasks "
+                "run in others)",
+                where=self.url,
+            )
+        try:
+            fs, root = fsspec.core.url_to_fs(self.url, **dict(self.storage_options))
+        except (ValueError, ImportError, TypeError) as exc:
+            raise ConfigError(f"bad cold URL: {exc}", where=self.url) from exc
+        return fs, str(root).rstrip("/")
+
+    @staticmethod
+    def path(root: str, key: str) -> str:
+        """The filesystem path of object ``key`` under ``root``."""
+        return f"{root}/{key}" if root else key
+
+
+@dataclass(frozen=True)
+class ColdListing:
+    """The broker prefix as listed once by the driver.
+
+    ``objects`` has the :data:`~verifier.schemas.OBJECTS` schema; ``unrecognised`` are
+    keys that are neither ours (``_lease.json``, ``_quarantine/``) nor a segment object
+    (e.g. a POSIX temp file left by a crash): reported, never an anomaly.
+    """
+
+    objects: pa.Table
+    unrecognised: tuple[str, ...]
+
+
+def _mtime_ms(fs: AbstractFileSystem, path: str, info: Mapping[str, Any]) -> int:
+    for name in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return int(value * 1000)
+        if isinstance(value, dt.datetime):
+            return int(value.timestamp() * 1000)
+        if isinstance(value, str):
+            return int(dt.datetime.fromisoformat(value).timestamp() * 1000)
+    return int(fs.modified(path).timestamp() * 1000)
+
+
+def _check_root(fs: AbstractFileSystem, root: str, url: str) -> None:
+    # An empty prefix on an object store is normal (nothing tiered yet), but a missing
+    # local directory or bucket is a typo the operator must hear about.
+    top = root.split("/", 1)[0] if "file" not in _protocols(fs) else root
+    try:
+        ok = bool(fs.exists(top)) if top else True
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the cold store: {exc}", where=url) from exc
+    if not ok:
+        raise ConfigError("cold store root does not exist", where=url)
+
+
+def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
+    proto = fs.protocol
+    return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def open_cold(cold: ColdLocation) -> tuple[AbstractFileSystem, str]:
+    """Open the cold filesystem on the driver and check its root exists.
+
+    Raises:
+        ConfigError: bad URL, or a cold root (local directory, bucket) that does not exist.
+    """
+    fs, root = cold.filesystem()
+    _check_root(fs, root, cold.url)
+    return fs, root
+
+
+def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdListing:
+    """List every object under ``<md5(cluster)[:8]>_<cluster>/<broker>/`` (driver side).
+
+    Raises:
+        ConfigError: as :func:`open_cold`, or the listing fails.
+    """
+    fs, root = open_cold(cold)
+    # With its trailing slash, so that broker "b" never lists broker "b2".
+    prefix = broker_prefix(cluster, broker).rstrip("/") + "/"
+    try:
+        found: dict[str, Mapping[str, Any]] = fs.find(
+            ColdLocation.path(root, prefix.rstrip("/")), detail=True
+        )
+    except OSError as exc:
+        raise ConfigError(f"cannot list the cold store: {exc}", where=cold.url) from exc
+    rows: list[Row] = []
+    unrecognised: list[str] = []
+    cut = len(root) + 1 if root else 0
+    for path, info in sorted(found.items()):
+        key = path[cut:]
+        if key[len(prefix) :].startswith("_"):  # lease, quarantine: ours, not segments
+            continue
+        try:
+            parsed = parse_object_key(key)
+        except InvalidNameError:
+            unrecognised.append(key)
+            continue
+        rows.append(
+            {
+                "key": key,
+                "kind": parsed.kind.value,
+                "topic": parsed.topic,
+                "queue_id": parsed.queue_id,
+                "base": parsed.base_offset,
+                "size": int(info["size"]),
+                "mtime_ms": _mtime_ms(fs, path, info),
+            }
+        )
+    table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
+    return ColdListing(table, tuple(unrecognised))
+
+
+def objects_frame(spark: SparkSession, listing: ColdListing) -> DataFrame:
+    """The listing as a DataFrame with the OBJECTS schema."""
+    return spark.createDataFrame(listing.objects, schema=schemas.OBJECTS)
+
+
+# -- plumbing shared by the tasks -----------------------------------------------------
+
+
+def _map_rows(
+    batches: Iterator[pa.RecordBatch],
+    schema: StructType,
+    per_row: Callable[[Row], Row | None],
+) -> Iterator[pa.RecordBatch]:
+    arrow = schemas.arrow_schema(schema)
+    for batch in batches:
+        out = [r for r in map(per_row, batch.to_pylist()) if r is not None]
+        yield pa.RecordBatch.from_pylist(out, schema=arrow)
+
+
+def _partitions(spark: SparkSession, rows: int, per_partition: int) -> int:
+    parallelism = spark.sparkContext.defaultParallelism
+    return max(1, min(parallelism * 4, -(-rows // per_partition)))
+
+
+# -- manifests ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ManifestTask:
+    """Parse MANIFEST objects into SEGMENTS rows (in a Spark task)."""
+
+    cold: ColdLocation
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fs, root = self.cold.filesystem()
+        return _map_rows(batches, schemas.SEGMENTS, functools.partial(self._row, fs, root))
+
+    @staticmethod
+    def _row(fs: AbstractFileSystem, root: str, obj: Row) -> Row | None:
+        key = obj["key"]
+        base: Row = {
+            "manifest_key": key,
+            "topic": obj["topic"],
+            "queue_id": obj["queue_id"],
+            "start_offset": obj["base"],
+            "manifest_mtime_ms": obj["mtime_ms"],
+        }
+        try:
+            data = fs.cat_file(ColdLocation.path(root, key))
+        except FileNotFoundError:
+            return None  # expired between the listing and now: no longer committed
+        try:
+            m = read_manifest(data, key)
+        except CorruptManifestError as exc:
+            return base | {"error": str(exc)}
+        return base | {
+            "end_offset": m.end_offset,
+            "cl_base": m.cl_base,
+            "cl_end": m.cl_end,
+            "cl_key": m.commit_log_key,
+            "cl_size": m.commit_log.size,
+            "cl_digest": m.commit_log.digest,
+            "cq_key": m.consume_queue_key,
+            "cq_size": m.consume_queue.size,
+            "cq_digest": m.consume_queue.digest,
+            "min_store_timestamp": m.min_store_timestamp,
+            "max_store_timestamp": m.max_store_timestamp,
+            "message_count": m.message_count,
+            "writer_id": m.writer_id,
+            "lease_epoch": m.lease_epoch,
+            "created_at_ms": m.created_at_ms,
+        }
+
+
+def manifest_frame(objects: DataFrame, cold: ColdLocation) -> DataFrame:
+    """SEGMENTS: one row per MANIFEST object of ``objects``, parsed in Spark tasks."""
+    manifests = objects.where(objects.kind == SegmentKind.MANIFEST.value)
+    # The listing is sorted by key, so each queue's manifests are spread evenly over the
+    # listing's partitions already; a shuffle would buy nothing.
+    return manifests.mapInArrow(ManifestTask(cold), schemas.SEGMENTS)
+
+
+# -- hot queues -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HotQueueTask:
+    """Find each hot queue's ``[min, max)`` and lag cutoff (in a Spark task).
+
+    The lag cutoff is the first offset allowed to be untiered: ``max - N`` for a message
+    allowance, else the first offset whose storeTimestamp is at least ``reference_ts -
+    allowance`` (binary search; store times grow with queue offsets). Queues whose
+    consume-queue directory holds no file are left out: to the checks they are absent.
+    """
+
+    hot_root: str
+    allowance: LagAllowance
+    reference_ts: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        hot = HotStore(self.hot_root)
+        return _map_rows(batches, schemas.HOT_QUEUES, functools.partial(self._row, hot))
+
+    def _row(self, hot: HotStore, q: Row) -> Row | None:
+        try:
+            return self._inspect(hot, q)
+        except TieredStoreError as exc:  # a hot file that does not parse: stop the run
+            zero = {"hot_min": 0, "hot_max": 0, "lag_cutoff": 0}
+            return {"topic": q["topic"], "queue_id": q["queue_id"], "error": str(exc)} | zero
+
+    def _inspect(self, hot: HotStore, q: Row) -> Row | None:
+        topic, qid = q["topic"], q["queue_id"]
+        if not hot.cq_files(topic, qid):
+            return None
+        rng = _retry_once(lambda: hot.queue_range(topic, qid))
+        return {
+            "topic": topic,
+            "queue_id": qid,
+            "hot_min": rng.min,
+            "hot_max": rng.max,
+            "lag_cutoff": self._cutoff(hot, QueueKey(topic, qid), rng),
+            "error": None,
+        }
+
+    def _cutoff(self, hot: HotStore, queue: QueueKey, rng: HotRange) -> int:
+        if self.allowance.unit is LagUnit.MESSAGES:
+            return max(rng.min, rng.max - int(self.allowance.value))
+        oldest_allowed = self.reference_ts - int(self.allowance.value * 1000)
+        lo, hi = rng.min, rng.max
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _timestamp(hot, queue.topic, queue.queue_id, mid) < oldest_allowed:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def _retry_once(read: Callable[[], HotRange]) -> HotRange:
+    # The broker may delete the oldest file between our listing and our read.
+    try:
+        return read()
+    except StoreNotFoundError:
+        return read()
+
+
+def _timestamp(hot: HotStore, topic: str, queue_id: int, offset: int) -> int:
+    unit = hot.read_units(topic, queue_id, offset, offset + 1)[0]
+    return hot.read_store_timestamp(int(unit["commitlog_offset"]))
+
+
+def hot_queue_frame(
+    spark: SparkSession,
+    queues: list[QueueKey],
+    hot_root: Path,
+    allowance: LagAllowance,
+    reference_ts: int,
+) -> DataFrame:
+    """HOT_QUEUES for the hot ``queues`` the driver listed.
+
+    The input is spread over partitions directly (no shuffle): a few hundred queues per
+    task, since finding a queue's range reads its newest consume-queue file.
+    """
+    n = _partitions(spark, len(queues), 200)
+    rows = spark.sparkContext.parallelize([(q.topic, q.queue_id) for q in queues], n)
+    task = HotQueueTask(str(hot_root), allowance, reference_ts)
+    return spark.createDataFrame(rows, schema=schemas.HOT_INPUT).mapInArrow(
+        task, schemas.HOT_QUEUES
+    )
+
+
+def tail_timestamp(hot: HotStore, queue: QueueKey, offset: int) -> int:
+    """The storeTimestamp of the hot record at queue ``offset`` (driver side, two reads).
+
+    Used for the lag in seconds of queues with an untiered tail, once the run knows where
+    each tail starts.
+    """
+    return _timestamp(hot, queue.topic, queue.queue_id, offset)
+
+
+# -- segments -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    """Verify segments (SEGMENT_WORK rows) into SEGMENT_FACTS rows (in a Spark task)."""
+
+    cold: ColdLocation
+    hot_root: str
+    level: Level
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fs, root = self.cold.filesystem()
+        hot = HotStore(self.hot_root)
+        with HotCommitlog(hot.commitlog_files()) as hot_cl:
+            run = functools.partial(_SegmentRun, fs, root, hot, hot_cl, self.level)
+            yield from _map_rows(batches, schemas.SEGMENT_FACTS, lambda row: run(row).result())
+
+
+class _SegmentRun:
+    """The verification of one segment: read what is needed, then check (pure)."""
+
+    def __init__(
+        self,
+        fs: AbstractFileSystem,
+        root: str,
+        hot: HotStore,
+        hot_cl: HotCommitlog,
+        level: Level,
+        seg: Row,
+    ) -> None:
+        self.fs, self.root, self.hot, self.hot_cl = fs, root, hot, hot_cl
+        self.level = level
+        self.seg = seg
+        self.facts: list[Row] = []
+        self.out: Row = {
+            k: seg[k] for k in ("manifest_key", "topic", "queue_id", "start_offset", "end_offset")
+        } | {k: seg[k] for k in ("cl_key", "cq_key", "cl_digest", "cq_digest")}
+        self.out |= {"cq_digest_actual": None, "cl_digest_actual": None}
+
+    def result(self) -> Row:
+        seg = self.seg
+        start, end = seg["start_offset"], seg["end_offset"]
+        lo, hi = start, start
+        if seg["hot_present"]:
+            lo, hi = max(start, seg["hot_min"]), min(end, seg["hot_max"])
+        cold_only = (min(end, seg["hot_min"]) - start) if seg["hot_present"] else end - start
+        compared = bytes_compared = 0
+        cq = self._read("cq")
+        cl = self._read("cl") if self.level is Level.CONTENT else None
+        if cq is not None:
+            units = decode_units(cq, where=seg["cq_key"])
+            geo = SegmentGeometry(start, end, seg["cl_base"], seg["cl_end"])
+            hot_side = self._hot_side(lo, hi) if hi > lo else None
+            if hot_side is None and hi > lo:
+                cold_only += hi - lo  # the broker deleted it while we looked
+            found = check_segment(geo, units, cl=cl, hot=hot_side)
+            compared, bytes_compared = found.units_compared, found.bytes_compared
+            self._add_facts(found)
+        return self.out | {
+            "units_compared": compared,
+            "bytes_compared": bytes_compared,
+            "cold_only": max(cold_only, 0),
+            "facts": self.facts,
+        }
+
+    def _read(self, which: str) -> bytes | None:
+        """Read a whole object whose listed size matches its manifest, and digest it."""
+        seg = self.seg
+        key, listed = seg[f"{which}_key"], seg[f"{which}_listed_size"]
+        if listed is None or listed != seg[f"{which}_size"]:
+            return None  # missing_object / size_mismatch come from the listing
+        try:
+            data: bytes = self.fs.cat_file(ColdLocation.path(self.root, key))
+        except FileNotFoundError:
+            self._fact(FactKind.OBJECT_UNREADABLE, key, "object vanished after the listing")
+            return None
+        if len(data) != seg[f"{which}_size"]:
+            self._fact(
+                FactKind.OBJECT_UNREADABLE,
+                key,
+                f"object read as {len(data)} bytes, listed as {listed}",
+            )
+            return None
+        self.out[f"{which}_digest_actual"] = digest(data)
+        return data
+
+    def _fact(self, kind: FactKind, key: str, detail: str) -> None:
+        start, end = self.seg["start_offset"], self.seg["end_offset"]
+        self.facts.append(
+            {
+                "kind": kind.value,
+                "start_offset": start,
+                "end_offset": end,
+                "count": end - start,
+                "object_key": key,
+                "detail": detail,
+            }
+        )
+
+    def _add_facts(self, found: SegmentFacts) -> None:
+        obj = {
+            FactKind.CQ_OFFSETS: self.seg["cq_key"],
+            FactKind.RECORD_FIELDS: self.seg["cl_key"],
+            FactKind.RECORD_BYTES: self.seg["cl_key"],
+            FactKind.CQ_VS_HOT: self.seg["cq_key"],
+        }
+        for f in found.facts:
+            self.facts.append(
+                {
+                    "kind": f.kind.value,
+                    "start_offset": f.range.start,
+                    "end_offset": f.range.end,
+                    "count": f.range.count,
+                    "object_key": obj.get(f.kind),
+                    "detail": f.detail,
+                }
+            )
+
+    def _hot_side(self, lo: int, hi: int) -> HotSide | None:
+        topic, qid = self.seg["topic"], self.seg["queue_id"]
+        try:
+            units = self.hot.read_units(topic, qid, lo, hi)
+            records = None
+            if self.level is Level.CONTENT:
+                offsets = units["commitlog_offset"].astype(np.int64)
+                records = self.hot_cl.gather(offsets, units["size"].astype(np.int64))
+        except (OffsetOutOfRangeError, StoreNotFoundError):
+            return None
+        return HotSide(lo, units, records)
+
+
+def segment_facts_frame(
+    work: DataFrame, cold: ColdLocation, hot_root: Path, level: Level, count: int
+) -> DataFrame:
+    """SEGMENT_FACTS for ``work`` (SEGMENT_WORK rows, at most ``count``), verified in tasks.
+
+    Small partitions (a few dozen segments) keep both cores busy to the end of the stage:
+    segments differ a lot in size, and a straggler partition would serialise the tail.
+    """
+    n = _partitions(work.sparkSession, count, 32)
+    task = SegmentTask(cold, str(hot_root), level)
+    return work.repartition(n).mapInArrow(task, schemas.SEGMENT_FACTS)

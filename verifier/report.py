@@ -1,0 +1,197 @@
+"""Report writers: ``report.json``, ``anomalies.parquet`` and ``report.html``.
+
+``report.json`` (format version 1) is the machine-readable verdict::
+
+    {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2,
+     "parameters": {...}, "reference_ts": <checkpoint physicMsgTimestamp or null>,
+     "totals": {...}, "anomaly_counts": {"gap": 0, ...},
+     "queues": [{"topic", "queue_id", "status", "hot": {"min", "max"} | null,
+                 "cold": {"min", "max"} | null, "init_offset", "scope": {"start", "end"},
+                 "segments", "lag": {"messages", "seconds"}, "cold_only", ...}],
+     "anomalies": [{"anomaly", "severity", "topic", "queue_id", "start", "end", "count",
+                    "object_key", "detail"}],
+     "unrecognised_objects": [...]}
+
+Queue ``status``: ``corrupt`` / ``dirty`` (it has anomalies of that severity), ``ok``,
+``untiered`` (hot only: nothing of it in cold) or ``cold_only`` (the broker has no such
+queue any more). ``anomalies.parquet`` holds the same anomaly rows (ANOMALIES schema).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from verifier import schemas
+from verifier.model import Severity
+from verifier.report_html import render_html
+from verifier.result import Anomaly, QueueReport, VerificationResult
+
+__all__ = [
+    "REPORT_FORMAT_VERSION",
+    "ReportPaths",
+    "anomalies_table",
+    "queue_status",
+    "report_document",
+    "write_reports",
+]
+
+REPORT_FORMAT_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPaths:
+    """Where :func:`write_reports` put the three files."""
+
+    json: Path
+    parquet: Path
+    html: Path
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+def queue_status(q: QueueReport, anomalies: list[Anomaly]) -> str:
+    """``corrupt`` / ``dirty`` / ``ok`` / ``untiered`` / ``cold_only`` (module doc)."""
+    severities = {a.anomaly.severity for a in anomalies}
+    if Severity.CORRUPT in severities:
+        return "corrupt"
+    if Severity.DIRTY in severities:
+        return "dirty"
+    if q.cold_min is None:
+        return "untiered"
+    if not q.hot_present:
+        return "cold_only"
+    return "ok"
+
+
+def _anomaly_doc(a: Anomaly) -> dict[str, Any]:
+    return {
+        "anomaly": a.anomaly.value,
+        "severity": a.anomaly.severity.value,
+        "topic": a.topic,
+        "queue_id": a.queue_id,
+        "start": a.start,
+        "end": a.end,
+        "count": a.count,
+        "object_key": a.object_key,
+        "detail": a.detail,
+    }
+
+
+def _queue_doc(q: QueueReport, anomalies: list[Anomaly]) -> dict[str, Any]:
+    scope = q.scope
+    return {
+        "topic": q.topic,
+        "queue_id": q.queue_id,
+        "status": queue_status(q, anomalies),
+        "hot": {"min": q.hot_min, "max": q.hot_max} if q.hot_present else None,
+        "cold": {"min": q.cold_min, "max": q.cold_max} if q.cold_min is not None else None,
+        "init_offset": q.cold_min,
+        "scope": {"start": scope[0], "end": scope[1]} if scope else None,
+        "segments": q.segments,
+        "cold_messages": q.cold_messages,
+        "cold_bytes": q.cold_bytes,
+        "lag": {"messages": q.lag_messages, "seconds": q.lag_seconds},
+        "units_compared": q.units_compared,
+        "bytes_compared": q.bytes_compared,
+        "cold_only": q.cold_only,
+        "pending_objects": q.pending_objects,
+        "anomalies": len(anomalies),
+    }
+
+
+def by_queue(result: VerificationResult) -> dict[tuple[str, int], list[Anomaly]]:
+    """The anomalies of each (topic, queue id)."""
+    out: dict[tuple[str, int], list[Anomaly]] = {}
+    for a in result.anomalies:
+        out.setdefault((a.topic, a.queue_id), []).append(a)
+    return out
+
+
+def report_document(result: VerificationResult) -> dict[str, Any]:
+    """The ``report.json`` document (see the module doc)."""
+    opts = result.options
+    per_queue = by_queue(result)
+    return {
+        "format_version": REPORT_FORMAT_VERSION,
+        "verdict": result.verdict.value,
+        "exit_code": result.verdict.exit_code,
+        "started_ms": result.started_ms,
+        "finished_ms": result.finished_ms,
+        "parameters": {
+            "hot": str(opts.hot),
+            "cold": _redact(opts.cold_url),
+            "cluster": opts.cluster,
+            "broker": opts.broker,
+            "level": opts.level.value,
+            "lag_allowance": {
+                "unit": opts.lag_allowance.unit.value,
+                "value": opts.lag_allowance.value,
+            },
+            "orphan_grace_s": opts.orphan_grace_s,
+            "catalogue": str(opts.metadata_dir) if opts.metadata_dir else None,
+            "now_ms": opts.now_ms,
+        },
+        "reference_ts": result.reference_ts,
+        "totals": {
+            name: getattr(result.totals, name) for name in result.totals.__dataclass_fields__
+        },
+        "anomaly_counts": {c.value: n for c, n in result.counts().items()},
+        "severity_counts": dict(
+            Counter(a.anomaly.severity.value for a in result.anomalies).most_common()
+        ),
+        "queues": [_queue_doc(q, per_queue.get((q.topic, q.queue_id), [])) for q in result.queues],
+        "anomalies": [_anomaly_doc(a) for a in result.anomalies],
+        "unrecognised_objects": list(result.unrecognised),
+    }
+
+
+def anomalies_table(result: VerificationResult) -> pa.Table:
+    """The anomalies as an Arrow table with the ANOMALIES schema."""
+    rows = [
+        {
+            "anomaly": a.anomaly.value,
+            "severity": a.anomaly.severity.value,
+            "topic": a.topic,
+            "queue_id": a.queue_id,
+            "start_offset": a.start,
+            "end_offset": a.end,
+            "count": a.count,
+            "object_key": a.object_key,
+            "detail": a.detail,
+        }
+        for a in result.anomalies
+    ]
+    return pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.ANOMALIES))
+
+
+def write_reports(result: VerificationResult, out: Path) -> ReportPaths:
+    """Write the three reports into ``out`` (created if needed); return their paths.
+
+    Each file is written to a temporary name and renamed, so a reader never sees half a
+    report.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    paths = ReportPaths(out / "report.json", out / "anomalies.parquet", out / "report.html")
+    doc = report_document(result)
+    _atomic_write(paths.json, (json.dumps(doc, indent=2) + "\n").encode())
+    tmp = paths.parquet.with_name(f".{paths.parquet.name}.tmp")
+    pq.write_table(anomalies_table(result), tmp)
+    tmp.replace(paths.parquet)
+    _atomic_write(paths.html, render_html(result, doc).encode())
+    return paths
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

@@ -1,0 +1,229 @@
+"""Spark schemas of every frame the verifier builds, and their Arrow twins.
+
+Frames, in the order a run builds them::
+
+    OBJECTS        driver listing of the broker prefix (one row per recognised object)
+    SEGMENTS       one row per MANIFEST object, parsed in Spark tasks; ``error`` is set
+                   (and the manifest's fields are null) when it does not validate
+    HOT_INPUT      the hot queues to inspect (listed by the driver)
+    HOT_QUEUES     per hot queue: hot [min, max) and the lag cutoff
+    SEGMENT_WORK   a valid segment, what the listing found for its objects, its queue's
+                   hot range: the input of the per-segment verification tasks
+    SEGMENT_FACTS  what each segment task found (digests, counts, fact ranges)
+    ANOMALIES      the report: one row per anomaly, offsets as half-open ranges
+    QUEUE_SUMMARY  one row per queue seen on either side
+    CATALOGUE      the catalogue's committed segments (optional catalogue_drift check)
+
+Offsets are ``long``; a queue id is ``int`` (a Java int). A null offset range means the
+anomaly is about an object whose offsets are unknown (e.g. an orphan commitlog object).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+__all__ = [
+    "ANOMALIES",
+    "CATALOGUE",
+    "FACT",
+    "HOT_INPUT",
+    "HOT_QUEUES",
+    "OBJECTS",
+    "QUEUE_SUMMARY",
+    "SEGMENTS",
+    "SEGMENT_FACTS",
+    "SEGMENT_WORK",
+    "arrow_schema",
+]
+
+
+def _s(name: str, typ: DataType, nullable: bool = False) -> StructField:
+    return StructField(name, typ, nullable)
+
+
+_QUEUE: Final = [_s("topic", StringType()), _s("queue_id", IntegerType())]
+
+OBJECTS: Final = StructType(
+    [
+        _s("key", StringType()),
+        _s("kind", StringType()),  # COMMIT_LOG | CONSUME_QUEUE | MANIFEST
+        *_QUEUE,
+        _s("base", LongType()),
+        _s("size", LongType()),
+        _s("mtime_ms", LongType()),
+    ]
+)
+
+SEGMENTS: Final = StructType(
+    [
+        _s("manifest_key", StringType()),
+        *_QUEUE,
+        _s("start_offset", LongType()),  # from the key when the manifest is corrupt
+        _s("manifest_mtime_ms", LongType()),
+        _s("error", StringType(), True),
+        _s("end_offset", LongType(), True),
+        _s("cl_base", LongType(), True),
+        _s("cl_end", LongType(), True),
+        _s("cl_key", StringType(), True),
+        _s("cl_size", LongType(), True),
+        _s("cl_digest", StringType(), True),
+        _s("cq_key", StringType(), True),
+        _s("cq_size", LongType(), True),
+        _s("cq_digest", StringType(), True),
+        _s("min_store_timestamp", LongType(), True),
+        _s("max_store_timestamp", LongType(), True),
+        _s("message_count", LongType(), True),
+        _s("writer_id", StringType(), True),
+        _s("lease_epoch", LongType(), True),
+        _s("created_at_ms", LongType(), True),
+    ]
+)
+
+HOT_INPUT: Final = StructType(_QUEUE)
+
+HOT_QUEUES: Final = StructType(
+    [
+        *_QUEUE,
+        _s("hot_min", LongType()),
+        _s("hot_max", LongType()),
+        # Offsets >= lag_cutoff may be untiered (within the lag allowance).
+        _s("lag_cutoff", LongType()),
+        # Set when the queue's hot files could not be read; the run then fails.
+        _s("error", StringType(), True),
+    ]
+)
+
+SEGMENT_WORK: Final = StructType(
+    [
+        _s("manifest_key", StringType()),
+        *_QUEUE,
+        _s("start_offset", LongType()),
+        _s("end_offset", LongType()),
+        _s("cl_base", LongType()),
+        _s("cl_end", LongType()),
+        _s("cl_key", StringType()),
+        _s("cl_size", LongType()),
+        _s("cl_digest", StringType()),
+        _s("cq_key", StringType()),
+        _s("cq_size", LongType()),
+        _s("cq_digest", StringType()),
+        _s("cl_listed_size", LongType(), True),  # null: not listed
+        _s("cq_listed_size", LongType(), True),
+        _s("hot_present", BooleanType()),
+        _s("hot_min", LongType()),
+        _s("hot_max", LongType()),
+    ]
+)
+
+FACT: Final = StructType(
+    [
+        _s("kind", StringType()),  # a segmentcheck.FactKind value
+        _s("start_offset", LongType()),
+        _s("end_offset", LongType()),
+        _s("count", LongType()),
+        _s("object_key", StringType(), True),
+        _s("detail", StringType()),
+    ]
+)
+
+SEGMENT_FACTS: Final = StructType(
+    [
+        _s("manifest_key", StringType()),
+        *_QUEUE,
+        _s("start_offset", LongType()),
+        _s("end_offset", LongType()),
+        _s("cl_key", StringType()),
+        _s("cq_key", StringType()),
+        _s("cl_digest", StringType()),  # what the manifest says
+        _s("cq_digest", StringType()),
+        _s("cl_digest_actual", StringType(), True),  # null: not read
+        _s("cq_digest_actual", StringType(), True),
+        _s("units_compared", LongType()),
+        _s("bytes_compared", LongType()),
+        _s("cold_only", LongType()),
+        _s("facts", ArrayType(FACT, False)),
+    ]
+)
+
+ANOMALIES: Final = StructType(
+    [
+        _s("anomaly", StringType()),  # a model.AnomalyClass value
+        _s("severity", StringType()),
+        _s("topic", StringType(), True),
+        _s("queue_id", IntegerType(), True),
+        _s("start_offset", LongType(), True),
+        _s("end_offset", LongType(), True),
+        _s("count", LongType(), True),
+        _s("object_key", StringType(), True),
+        _s("detail", StringType()),
+    ]
+)
+
+QUEUE_SUMMARY: Final = StructType(
+    [
+        *_QUEUE,
+        _s("hot_present", BooleanType()),
+        _s("hot_min", LongType(), True),
+        _s("hot_max", LongType(), True),
+        _s("cold_min", LongType(), True),  # the queue's init offset as cold shows it
+        _s("cold_max", LongType(), True),
+        _s("segments", LongType()),
+        _s("cold_messages", LongType()),
+        _s("cold_bytes", LongType()),
+        _s("lag_messages", LongType()),
+        _s("units_compared", LongType()),
+        _s("bytes_compared", LongType()),
+        _s("cold_only", LongType()),
+        _s("pending_objects", LongType()),  # unreferenced, younger than the grace
+    ]
+)
+
+CATALOGUE: Final = StructType(
+    [
+        _s("manifest_key", StringType()),
+        *_QUEUE,
+        _s("start_offset", LongType()),
+        _s("end_offset", LongType()),
+        _s("cl_base", LongType()),
+        _s("cl_end", LongType()),
+        _s("cl_digest", StringType()),
+        _s("cq_digest", StringType()),
+        _s("status", StringType()),  # COMMITTED | DELETING
+    ]
+)
+
+_ARROW: Final[dict[type[DataType], pa.DataType]] = {
+    StringType: pa.string(),
+    IntegerType: pa.int32(),
+    LongType: pa.int64(),
+    BooleanType: pa.bool_(),
+}
+
+
+def _arrow_type(typ: DataType) -> pa.DataType:
+    if isinstance(typ, StructType):
+        return pa.struct([_arrow_field(f) for f in typ.fields])
+    if isinstance(typ, ArrayType):
+        return pa.list_(pa.field("element", _arrow_type(typ.elementType), typ.containsNull))
+    return _ARROW[type(typ)]
+
+
+def _arrow_field(f: StructField) -> pa.Field:
+    return pa.field(f.name, _arrow_type(f.dataType), f.nullable)
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """Return the Arrow schema Spark expects for ``schema`` (e.g. from ``mapInArrow``)."""
+    return pa.schema([_arrow_field(f) for f in schema.fields])
