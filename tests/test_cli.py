@@ -98,3 +98,24 @@ def test_synth_then_inspect(tmp_path: Path) -> None:
     again = _cli("synth", "--out", str(out))
     assert again.returncode == 3
     assert "is not empty" in again.stderr
+
+
+def test_rebuild_metadata_from_the_cold_store(tmp_path: Path) -> None:
+    synthesize(tmp_path / "store", SynthSpec(topics=2, queues=2, messages=800))
+    common = ["--cluster", "C", "--broker", "B", "--cold", str(tmp_path / "cold")]
+    run = _cli("run", "--once", "--store", str(tmp_path / "store"), "--state-dir",
+               str(tmp_path / "state"), *common)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rebuilt = _cli("rebuild-metadata", "--state-dir", str(tmp_path / "rebuilt"), *common)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "4 queues" in rebuilt.stdout
+    again = _cli("rebuild-metadata", "--state-dir", str(tmp_path / "rebuilt"), *common)
+    assert again.returncode == 1
+    assert "a catalogue already exists" in again.stderr
+    from metadata.catalogue import Catalogue
+
+    def rows(state: Path) -> list[tuple[str, int, int, int]]:
+        with Catalogue.open(state, cluster="C", broker="B", read_only=True) as cat:
+            return [(r.topic, r.queue_id, r.cold_min, r.cold_commit) for r in cat.queues()]
+
+    assert rows(tmp_path / "rebuilt") == rows(tmp_path / "state")

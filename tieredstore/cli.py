@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("tieredstore.commands.verify", "prove the cold store covers the hot store (Spark)"),
     "run": ("tieredstore.commands.run", "run the sidecar (--once: one catch-up pass)"),
     "status": ("tieredstore.commands.status", "per-queue hot/cold offsets, lag and state"),
+    "rebuild-metadata": (
+        "tieredstore.commands.rebuild_metadata",
+        "rebuild the SQLite catalogue from the cold store's manifests",
+    ),
     "demo": ("tieredstore.commands.demo", "synth -> tier -> verify, end to end, locally"),
 }
 
