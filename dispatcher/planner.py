@@ -67,7 +67,11 @@ class WaitReason(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SegmentPlan:
-    """Tier queue offsets ``[start, end)``; ``units`` are their hot CQ units."""
+    """Tier queue offsets ``[start, end)``; ``units`` are their hot CQ units.
+
+    ``pending_bytes`` and ``oldest_ms`` describe everything waiting, as in :class:`Wait`
+    (the lag gauges need them even when the upload then fails).
+    """
 
     queue: QueueKey
     start: int
@@ -75,6 +79,8 @@ class SegmentPlan:
     units: Units
     reason: CutReason
     hot: HotRange
+    pending_bytes: int
+    oldest_ms: int
 
     @property
     def count(self) -> int:
@@ -87,7 +93,11 @@ class SegmentPlan:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Nothing to tier now, and why; ``pending`` messages and bytes are waiting."""
+    """Nothing to tier now, and why; ``pending`` messages and bytes are waiting.
+
+    ``pending_bytes`` counts the first ``segment_max_messages`` pending units at most;
+    ``oldest_ms`` is the oldest pending store time (None when nothing is pending).
+    """
 
     reason: WaitReason
     hot: HotRange
@@ -158,15 +168,19 @@ def plan_segment(
     else:
         full = None
     units = units[:k]
+    pending_bytes = int(sizes[-1])
+    oldest = hot.read_store_timestamp(int(units["commitlog_offset"][0]))
     if guard_ts is not None:
         g = _guarded_count(hot, units, guard_ts)
         if g == 0:
-            return Wait(WaitReason.GUARDED, rng, pending, int(sizes[-1]))
+            return Wait(WaitReason.GUARDED, rng, pending, pending_bytes, oldest)
         if g < k:
             units, k, full = units[:g], g, None
     if full is None and not flush:
-        oldest = hot.read_store_timestamp(int(units["commitlog_offset"][0]))
         if now_ms - oldest < limits.max_age_ms:
-            return Wait(WaitReason.YOUNG, rng, pending, int(sizes[-1]), oldest)
+            return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest)
         full = CutReason.AGE
-    return SegmentPlan(queue, cold_commit, cold_commit + k, units, full or CutReason.FLUSH, rng)
+    reason = full or CutReason.FLUSH
+    return SegmentPlan(
+        queue, cold_commit, cold_commit + k, units, reason, rng, pending_bytes, oldest
+    )

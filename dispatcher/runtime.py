@@ -17,7 +17,8 @@ from dispatcher.coldio import ColdWriter
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import Limits, SegmentPlan
-from dispatcher.service import Dispatcher, DispatcherConfig
+from dispatcher.retention import Retention, RetentionPolicy, StepHook
+from dispatcher.service import Dispatcher, DispatcherConfig, Periodic
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from tieredstore.backends import open_backend
@@ -69,6 +70,7 @@ class Runtime:
     catalogue: Catalogue
     dispatcher: Dispatcher
     metrics: Metrics
+    retention: Retention
 
 
 @asynccontextmanager
@@ -80,11 +82,15 @@ async def open_runtime(
     retry: RetryPolicy | None = None,
     metrics: Metrics | None = None,
     on_segment: Callable[[SegmentPlan], None] | None = None,
+    on_deletion_step: StepHook | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open every component for ``settings``; close them all on exit.
 
     ``backend`` replaces the one the URL names (tests inject fault-injecting wrappers);
     ``metrics`` lets such a wrapper count into the same registry.
+    The dispatcher runs the retention pass every ``retention.interval`` and finishes
+    interrupted expiries when it starts; ``on_deletion_step`` observes each step of a
+    segment deletion.
     """
     clock = clock or SystemClock()
     metrics = metrics or Metrics()
@@ -125,6 +131,16 @@ async def open_runtime(
             retry=policy,
             on_retry=lambda op: metrics.retries.labels(op).inc(),
         )
+        retention = Retention(
+            hot=hot,
+            backend=backend,
+            catalogue=catalogue,
+            lease=lease,
+            clock=clock,
+            policy=RetentionPolicy.from_settings(settings),
+            metrics=metrics,
+            on_step=on_deletion_step,
+        )
         dispatcher = Dispatcher(
             hot=hot,
             backend=backend,
@@ -135,6 +151,8 @@ async def open_runtime(
             config=dispatcher_config(settings),
             metrics=metrics,
             on_segment=on_segment,
+            periodic=(Periodic("retention", settings["retention.interval"], retention.run_pass),),
+            startup=(retention.resume,),
         )
         stack.push_async_callback(dispatcher.close)
-        yield Runtime(settings, backend, hot, catalogue, dispatcher, metrics)
+        yield Runtime(settings, backend, hot, catalogue, dispatcher, metrics, retention)

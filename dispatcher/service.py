@@ -141,6 +141,7 @@ class Dispatcher:
         metrics: Metrics | None = None,
         on_segment: Callable[[SegmentPlan], None] | None = None,
         periodic: Sequence[Periodic] = (),
+        startup: Sequence[Callable[[], Awaitable[object]]] = (),
     ) -> None:
         self.hot = hot
         self.backend = backend
@@ -152,6 +153,7 @@ class Dispatcher:
         self.metrics = metrics or Metrics()
         self.on_segment = on_segment
         self.periodic = tuple(periodic)
+        self.startup = tuple(startup)
         self.state = DispatcherState.CREATED
         self._sem = asyncio.Semaphore(config.concurrency)
         self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
@@ -228,13 +230,20 @@ class Dispatcher:
         )
 
     def _update_lag(self, row: QueueRow, outcome: SegmentPlan | Wait | HotDataLost) -> None:
+        """Set the lag gauges from the plan alone (hot store + catalogue, no backend).
+
+        Also for a ready segment: if its upload then fails (backend down), the gauges
+        still show what is waiting.
+        """
         hot = outcome.hot
         labels = (row.topic, str(row.queue_id))
         self.metrics.lag_messages.labels(*labels).set(max(hot.max - row.cold_commit, 0))
-        if isinstance(outcome, Wait):
-            self.metrics.lag_bytes.labels(*labels).set(outcome.pending_bytes)
-            age = (self.clock.now_ms() - outcome.oldest_ms) / 1000 if outcome.oldest_ms else 0.0
-            self.metrics.lag_seconds.labels(*labels).set(max(age, 0.0))
+        if isinstance(outcome, HotDataLost):
+            return
+        self.metrics.lag_bytes.labels(*labels).set(outcome.pending_bytes)
+        oldest = outcome.oldest_ms
+        age = (self.clock.now_ms() - oldest) / 1000 if oldest is not None else 0.0
+        self.metrics.lag_seconds.labels(*labels).set(max(age, 0.0))
 
     async def tier_queue(self, row: QueueRow, *, flush: bool) -> TickReport:
         """Tier ready segments of one queue until the rules say wait."""
@@ -394,13 +403,17 @@ class Dispatcher:
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, *, wait_for_lease: bool) -> None:
-        """Acquire the lease and adopt committed manifests the catalogue missed."""
+        """Acquire the lease, adopt committed manifests the catalogue missed, then run the
+        ``startup`` jobs (e.g. finishing expiries a crash interrupted) under the lock."""
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
         await self.writer.recover()
+        async with self._lock:
+            for job in self.startup:
+                await job()
         self.state = DispatcherState.RUNNING
 
     async def _sleep_or_stop(self, seconds: float) -> None:

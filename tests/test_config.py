@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -150,3 +155,157 @@ def test_parse_size(text: object, value: int) -> None:
 )
 def test_parse_duration(text: object, value: float) -> None:
     assert parse_duration(text) == value
+
+
+# -- docs/configuration.md and docs/sidecar.toml ----------------------------------------
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+_ROW = re.compile(
+    r"^\| `(?P<key>[a-z_]+\.[a-z_]+)` \| (?P<default>.+?) \| `(?P<env>\w+)` \| (?P<reload>\w+) \|"
+)
+
+
+@dataclass(frozen=True)
+class DocRow:
+    key: str
+    default: str
+    env: str
+    reload: str
+
+
+def documented() -> dict[str, DocRow]:
+    """The key rows of docs/configuration.md (duplicates refused)."""
+    rows: dict[str, DocRow] = {}
+    for line in (DOCS / "configuration.md").read_text().splitlines():
+        m = _ROW.match(line)
+        if m:
+            assert m["key"] not in rows, f"{m['key']} documented twice"
+            rows[m["key"]] = DocRow(m["key"], m["default"], m["env"], m["reload"])
+    return rows
+
+
+def _normalise(value: object) -> object:
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def test_configuration_md_documents_exactly_the_settings() -> None:
+    from dispatcher.reload import LIVE_KEYS
+
+    rows = documented()
+    assert set(rows) == {s.key for s in SETTINGS}
+    for s in SETTINGS:
+        row = rows[s.key]
+        assert row.env == s.env, s.key
+        assert row.reload == ("live" if s.key in LIVE_KEYS else "restart"), s.key
+        if s.required:
+            assert row.default == "*required*", s.key
+            continue
+        literal = row.default.strip("`")
+        value = tomllib.loads(f"v = {literal}")["v"]
+        assert _normalise(s.parse(value)) == _normalise(s.default), f"{s.key} default"
+
+
+def test_example_sidecar_toml_sets_every_key_to_a_valid_value() -> None:
+    example = DOCS / "sidecar.toml"
+    doc = tomllib.loads(example.read_text())
+    in_file = {f"{section}.{name}" for section, table in doc.items() for name in table}
+    assert in_file == {s.key for s in SETTINGS}
+    settings = load_settings(example, env={})
+    for s in SETTINGS:
+        if not s.required:  # the example shows the defaults
+            assert _normalise(settings[s.key]) == _normalise(s.default), s.key
+
+
+def _toml_literal(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_literal(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
+    return json.dumps(value)  # strings, ints and booleans are spelt alike in TOML
+
+
+@pytest.mark.parametrize("key", sorted(documented()))
+def test_each_documented_key_refuses_a_bad_value_from_the_file(key: str, tmp_path: Path) -> None:
+    value, words = BAD[key]
+    tables: dict[str, list[str]] = {}
+    for k, v in {**REQUIRED, key: value}.items():
+        section, name = k.split(".")
+        tables.setdefault(section, []).append(f"{name} = {_toml_literal(v)}")
+    cfg = tmp_path / "sidecar.toml"
+    cfg.write_text("".join(f"[{s}]\n" + "\n".join(lines) + "\n" for s, lines in tables.items()))
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg, env={})
+    assert str(info.value).startswith(f"bad value for {key}")
+    assert words in str(info.value)
+    assert str(info.value).endswith(f"({cfg})")
+
+
+# -- validation at start: one line, exit 3 ----------------------------------------------
+def _run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    from tieredstore.cli import main
+
+    code = main(["run", "--once", "--progress", "off", *args])
+    return code, capsys.readouterr().err
+
+
+def _start_args(tmp_path: Path, **changes: str) -> list[str]:
+    (tmp_path / "store").mkdir(exist_ok=True)
+    flags = {
+        "--store": str(tmp_path / "store"),
+        "--cold": str(tmp_path / "cold"),
+        "--cluster": "C",
+        "--broker": "B",
+        "--state-dir": str(tmp_path / "state"),
+        **changes,
+    }
+    return [x for flag, value in flags.items() if value for x in (flag, value)]
+
+
+def test_start_refuses_an_unknown_key_in_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "sidecar.toml"
+    cfg.write_text('[tiering]\nsegment_max_byte = "1M"\n')
+    code, err = _run_cli(["--config", str(cfg), *_start_args(tmp_path)], capsys)
+    assert code == 3
+    assert err == f"tieredstore run: unknown setting 'tiering.segment_max_byte' ({cfg})\n"
+
+
+def test_start_refuses_a_bad_url(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TIEREDSTORE_COLD_URL", "s3://Bad_Bucket!/x")
+    code, err = _run_cli(_start_args(tmp_path, **{"--cold": ""}), capsys)
+    assert code == 3
+    assert err.count("\n") == 1
+    assert "bad value for cold.url" in err
+    assert err.rstrip().endswith("(env TIEREDSTORE_COLD_URL)")
+
+
+def test_start_refuses_an_unwritable_state_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    code, err = _run_cli(_start_args(tmp_path, **{"--state-dir": str(tmp_path / "file/x")}), capsys)
+    assert code == 3
+    assert err.count("\n") == 1
+    assert "state directory is not writable" in err
+
+
+def test_start_refuses_an_unreachable_cold_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with socket.socket() as s:  # a port nobody listens on: connection refused
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    args = _start_args(tmp_path, **{"--cold": "s3://bucket/prefix", "--endpoint-url": closed})
+    code, err = _run_cli(args, capsys)
+    assert code == 3
+    assert err.count("\n") == 1
+    assert err.startswith("tieredstore run: cold store is unreachable: ")
+    assert err.rstrip().endswith("(cold.url=s3://bucket/prefix)")
+    assert list((tmp_path / "state").iterdir()) == [], "nothing started"

@@ -33,11 +33,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("tieredstore.commands.verify", "prove the cold store covers the hot store (Spark)"),
     "run": ("tieredstore.commands.run", "run the sidecar (--once: one catch-up pass)"),
     "status": ("tieredstore.commands.status", "per-queue hot/cold offsets, lag and state"),
+    "read": ("tieredstore.commands.read", "decode a queue's messages from the cold store"),
     "rebuild-metadata": (
         "tieredstore.commands.rebuild_metadata",
         "rebuild the SQLite catalogue from the cold store's manifests",
     ),
     "demo": ("tieredstore.commands.demo", "synth -> tier -> verify, end to end, locally"),
+    "expire": ("tieredstore.commands.expire", "apply retention now (--dry-run: show what and why)"),
+    "gc": ("tieredstore.commands.gc", "remove uncommitted cold objects older than the grace"),
+    "repair": ("tieredstore.commands.repair", "quarantine a DIVERGED queue's cold tail, resume"),
 }
 
 

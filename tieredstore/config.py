@@ -141,6 +141,16 @@ def _positive(parse: Callable[[object], Any]) -> Callable[[object], Any]:
     return check
 
 
+def _non_negative(parse: Callable[[object], Any]) -> Callable[[object], Any]:
+    def check(value: object) -> Any:
+        out = parse(value)
+        if out < 0:
+            raise ValueError(f"must not be negative, got {value!r}")
+        return out
+
+    return check
+
+
 def _port(value: object) -> int:
     port = _int(value)
     if not 0 <= port <= 65535:
@@ -288,7 +298,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "gc.grace",
-        _positive(parse_duration),
+        _non_negative(parse_duration),
         3600.0,
         "objects without a manifest older than this are garbage",
     ),

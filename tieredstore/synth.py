@@ -256,20 +256,45 @@ class SyntheticStore:
         os.replace(tmp, self.root / _SPEC_FILE)
 
     # -- writing -------------------------------------------------------------------
-    def append(self, count: int | None = None) -> int:
+    def append(self, count: int | None = None, *, store_time: int | None = None) -> int:
         """Append the next ``count`` messages of the spec (default: ``spec.messages``).
+
+        ``store_time`` (epoch ms) places this batch in time, as a live broker would
+        stamp it: its messages get store timestamps ``store_time + j * interval_ms``
+        (``j`` counted within the batch; born timestamps keep their offset) instead of
+        the spec's ``start_time + index * interval_ms``. Everything else about the
+        messages is unchanged. A store time before the last one written raises
+        ConfigError (a broker's clock does not run backwards here).
 
         Commitlog bytes are written first, then the consume-queue units, then the
         checkpoint. Returns the number of messages appended.
         """
         n = self.spec.messages if count is None else count
         plans = list(generate_messages(replace(self.spec, messages=n), first_index=self.written))
+        if store_time is not None:
+            plans = self._restamp(plans, store_time)
         placed = self._write_commitlog(plans)
         self._write_units(placed)
         self.written += n
         self._write_checkpoint()
         self._save_state()
         return n
+
+    def _restamp(self, plans: list[MessagePlan], store_time: int) -> list[MessagePlan]:
+        if store_time < self._last_store_ts:
+            raise ConfigError(
+                f"store time {store_time} is before the last store time {self._last_store_ts}",
+                where=str(self.root),
+            )
+        step = self.spec.interval_ms
+        return [
+            replace(
+                p,
+                store_timestamp=store_time + j * step,
+                born_timestamp=store_time + j * step - (p.store_timestamp - p.born_timestamp),
+            )
+            for j, p in enumerate(plans)
+        ]
 
     def _write_commitlog(self, plans: list[MessagePlan]) -> list[Written]:
         size = self.spec.commitlog_file_size

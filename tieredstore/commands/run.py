@@ -1,4 +1,22 @@
-"""``tieredstore run``: the sidecar. ``--once`` = one catch-up pass, then exit 0."""
+"""``tieredstore run``: the sidecar. ``--once`` = one catch-up pass, then exit 0.
+
+Lifecycle of the long-running mode:
+
+* start: settings are validated and the cold store is probed (one listing of the
+  lease key): a bad setting, a missing store, an unwritable state dir or an
+  unreachable cold store each end the command with one line and exit 3;
+* the HTTP API (``http.enabled``) starts before the lease is acquired, so ``/healthz``
+  answers 503 "starting" while the sidecar waits for the lease; the log line
+  ``HTTP API listening on http://HOST:PORT`` gives the real port (``http.port = 0``);
+* ``SIGTERM``/``SIGINT``: no new segment starts, segments in flight get
+  ``shutdown.deadline`` seconds to commit (else they are abandoned: uncommitted objects
+  are never read), the lease is released, exit 0;
+* ``SIGHUP``: the config file and environment are read again; the settings that can
+  change live are applied, the others are logged as needing a restart
+  (:mod:`dispatcher.reload`). A reload that does not validate changes nothing.
+
+``--once`` never serves HTTP.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +25,17 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tieredstore.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.config import Settings
+from tieredstore.errors import BackendError, ConfigError, RetryableError
 from tieredstore.logs import configure_logging
+
+if TYPE_CHECKING:
+    from dispatcher.http import HttpServer
+    from dispatcher.runtime import Runtime
 
 log = logging.getLogger("tieredstore.run")
 
@@ -29,54 +54,191 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-async def _serve(settings: Settings, *, once: bool, wait: bool, progress: bool) -> int:
+async def check_cold_store(settings: Settings) -> None:
+    """Probe the cold store once (a listing of the lease key, with a few quick retries).
+
+    Raises ConfigError naming ``cold.url`` when it cannot be reached or refuses us
+    (no such bucket, access denied), so a misconfigured sidecar stops at start.
+    """
+    from dispatcher.runtime import backend_options
+    from tieredstore.backends import open_backend
+    from tieredstore.backends.retry import RetryPolicy
+    from tieredstore.layout import lease_key
+
+    policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
+    where = f"cold.url={settings.redacted()['cold.url']}"
+    backend = open_backend(settings.cold_url, options=backend_options(settings), retry=policy)
+    try:
+        await backend.list(lease_key(settings.cluster, settings.broker))
+    except (RetryableError, BackendError) as exc:
+        raise ConfigError(f"cold store is unreachable: {exc}", where=where) from exc
+    finally:
+        await backend.close()
+
+
+class _Reloader:
+    """Re-reads the settings on SIGHUP and applies what can change live."""
+
+    def __init__(self, rt: Runtime, load: Callable[[], Settings]) -> None:
+        self.rt = rt
+        self.load = load
+        self._task: asyncio.Task[None] | None = None
+
+    def request(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._reload(), name="config reload")
+
+    async def _reload(self) -> None:
+        from dispatcher.reload import apply_reload
+
+        log.info("SIGHUP: reloading the configuration")
+        try:
+            new = await asyncio.to_thread(self.load)
+        except ConfigError as exc:
+            log.error("config reload refused, keeping the running settings: %s", exc)
+            return
+        plan = apply_reload(self.rt, new)
+        if {"log.level", "log.format"} & set(plan.applied):
+            configure_logging(plan.settings["log.format"], plan.settings["log.level"])
+        if not plan.changed:
+            log.info("config reload: nothing changed")
+        shown, running = new.redacted(), plan.settings.redacted()  # no URL userinfo in logs
+        for key in plan.applied:
+            log.info("config reload: %s = %r applied", key, running[key])
+        for key in plan.needs_restart:
+            log.warning(
+                "config reload: %s changed to %r but needs a restart; still %r",
+                key,
+                shown[key],
+                running[key],
+            )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def _serve_http(rt: Runtime) -> HttpServer:
+    from dispatcher.http import HttpServer, build_app
+
+    server = HttpServer(build_app(rt), bind=rt.settings["http.bind"], port=rt.settings["http.port"])
+    await server.start()
+    log.info("HTTP API listening on %s", server.url)
+    return server
+
+
+class _Stopper:
+    """The SIGTERM/SIGINT handler: stop the dispatcher, or stop waiting for the lease."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.requested = False
+        self._starting: asyncio.Task[None] | None = None
+
+    def __call__(self) -> None:
+        log.info("stop requested")
+        self.requested = True
+        self.rt.dispatcher.stop()
+        if self._starting is not None:
+            self._starting.cancel()
+
+    async def start(self) -> bool:
+        """Start the dispatcher (waiting for the lease if so configured).
+
+        Returns False when a stop was requested before the lease was held.
+        """
+        if self.requested:
+            return False
+        wait = bool(self.rt.settings["lease.wait"])
+        self._starting = asyncio.create_task(self.rt.dispatcher.start(wait_for_lease=wait))
+        try:
+            await self._starting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self.requested or (current is not None and current.cancelling()):
+                raise
+            log.info("stopped before the writer lease was acquired")
+            return False
+        finally:
+            self._starting = None
+        return True
+
+
+async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settings]) -> int:
+    loop = asyncio.get_running_loop()
+    reloader = _Reloader(rt, load)
+    server: HttpServer | None = None
+    loop.add_signal_handler(signal.SIGHUP, reloader.request)
+    try:
+        if rt.settings["http.enabled"]:
+            server = await _serve_http(rt)
+        if await stopper.start():
+            await rt.dispatcher.run(shutdown_deadline=rt.settings["shutdown.deadline"])
+        log.info("stopped")
+        return 0
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+        await reloader.close()
+        if server is not None:
+            await server.close()
+
+
+async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None]) -> int:
+    if not await stopper.start():
+        return 0
+    report = await rt.dispatcher.catch_up()
+    bar_close()
+    log.info(
+        "catch-up done: %d segments, %d messages, %d bytes",
+        report.segments,
+        report.messages,
+        report.bytes,
+    )
+    if report.diverged or report.lost or report.errors:
+        log.error(
+            "catch-up incomplete: %d queues diverged, %d lost hot data, %d errors",
+            len(report.diverged),
+            len(report.lost),
+            len(report.errors),
+        )
+        return 1
+    return 0
+
+
+async def _serve(
+    settings: Settings, *, once: bool, progress: bool, load: Callable[[], Settings]
+) -> int:
     from dispatcher.progress import ProgressLine
     from dispatcher.runtime import open_runtime
 
+    await check_cold_store(settings)
     bar = ProgressLine(enabled=progress)
     async with open_runtime(settings, on_segment=bar.update) as rt:
         loop = asyncio.get_running_loop()
+        stopper = _Stopper(rt)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, rt.dispatcher.stop)
+            loop.add_signal_handler(sig, stopper)
         try:
-            await rt.dispatcher.start(wait_for_lease=wait)
             if once:
-                report = await rt.dispatcher.catch_up()
-                bar.close()
-                log.info(
-                    "catch-up done: %d segments, %d messages, %d bytes",
-                    report.segments,
-                    report.messages,
-                    report.bytes,
-                )
-                if report.diverged or report.lost or report.errors:
-                    log.error(
-                        "catch-up incomplete: %d queues diverged, %d lost hot data, %d errors",
-                        len(report.diverged),
-                        len(report.lost),
-                        len(report.errors),
-                    )
-                    return 1
-                return 0
-            await rt.dispatcher.run(shutdown_deadline=settings["shutdown.deadline"])
-            log.info("stopped")
-            return 0
+                return await _catch_up(rt, stopper, bar.close)
+            return await _run_forever(rt, stopper, load)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(
-        args,
-        extra={
-            "tiering.init_policy": args.init_policy,
-            "tiering.guard": args.guard,
-            "lease.wait": False if args.no_wait else None,
-        },
-    )
+    def load() -> Settings:
+        return settings_from_args(
+            args,
+            extra={
+                "tiering.init_policy": args.init_policy,
+                "tiering.guard": args.guard,
+                "lease.wait": False if args.no_wait else None,
+            },
+        )
+
+    settings = load()
     configure_logging(settings["log.format"], settings["log.level"])
     progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
-    return asyncio.run(
-        _serve(settings, once=args.once, wait=bool(settings["lease.wait"]), progress=progress)
-    )
+    return asyncio.run(_serve(settings, once=args.once, progress=progress, load=load))

@@ -1,0 +1,28 @@
+"""Holding the writer lease across a destructive job (expiry, GC, repair).
+
+The sidecar renews its lease in a background loop, but the ``expire``, ``gc`` and
+``repair`` commands run no such loop, and a long job would outlive the lease (it expires
+three renew intervals after the last renewal). :func:`hold_lease` is called before each
+destructive step: it renews when a renew interval has passed since the last renewal and
+otherwise only checks, so a job keeps its lease exactly as long as it keeps working and
+stops at once when another writer took over.
+"""
+
+from __future__ import annotations
+
+from dispatcher.lease import Lease
+
+__all__ = ["hold_lease"]
+
+
+async def hold_lease(lease: Lease) -> None:
+    """Make sure ``lease`` is still ours before a destructive step; renew it when due.
+
+    Raises LeaseLostError when the lease was taken over or has lapsed (a lapsed lease is
+    never silently re-taken: another writer may have committed meanwhile).
+    """
+    renewed_at = lease.expires_at_ms - lease.ttl_ms
+    if lease.clock.now_ms() - renewed_at >= lease.renew_interval * 1000:
+        await lease.renew()
+    else:
+        await lease.ensure_held()

@@ -1,0 +1,290 @@
+"""GC: uncommitted objects and temp files older than the grace go; nothing a manifest (or
+the catalogue) references ever does; damaged manifests are reported."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dispatcher.gc import FindingKind, GarbageKind, delete_garbage, scan_garbage
+from dispatcher.lease import Lease
+from dispatcher.runtime import open_runtime
+from tests.coldcheck import assert_cold_matches_hot
+from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
+from tests.segment_factory import chain
+from tieredstore.backends import open_backend
+from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.cli import main
+from tieredstore.clock import VirtualClock
+from tieredstore.errors import LeaseLostError
+from tieredstore.hotstore import HotStore
+from tieredstore.layout import (
+    QueuePath,
+    SegmentKind,
+    lease_key,
+    object_key,
+    parse_object_key,
+    quarantine_key,
+)
+from tieredstore.synth import SynthSpec, synthesize
+
+HOUR_MS = 3_600_000
+GRACE_S = 3600.0
+
+
+@pytest.fixture
+def tiered(tmp_path: Path) -> Path:
+    """A POSIX cold store holding a tiered synthetic store; returns the cold directory."""
+    synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=400, seed=5))
+
+    async def tier() -> None:
+        settings = settings_for(tmp_path / "store", str(tmp_path / "cold"), tmp_path / "state")
+        async with open_runtime(settings) as rt:
+            await rt.dispatcher.start(wait_for_lease=False)
+            await rt.dispatcher.catch_up()
+
+    asyncio.run(tier())
+    return tmp_path / "cold"
+
+
+def _age(path: Path, ms: int) -> None:
+    """Set a file's mtime ``ms`` into the past (the test's clock is wall time here)."""
+    t = time.time() - ms / 1000
+    os.utime(path, (t, t))
+
+
+def _objects(cold: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(cold).as_posix(): p.read_bytes()
+        for p in sorted(cold.rglob("*"))
+        if p.is_file() and p.name != "_lease.json"
+    }
+
+
+QUEUE = QueuePath(CLUSTER, BROKER, "SynthTopic0", 0)
+
+
+def _plant(cold: Path) -> dict[str, Path]:
+    """Leftovers of crashes, old and young, plus things GC must never touch."""
+    planted: dict[str, Path] = {}
+
+    def put(name: str, key: str, data: bytes, age_ms: int) -> None:
+        path = cold.joinpath(*key.split("/"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        _age(path, age_ms)
+        planted[name] = path
+
+    put("old_cl", object_key(QUEUE, SegmentKind.COMMIT_LOG, 10**9), b"x" * 100, 2 * HOUR_MS)
+    put("old_cq", object_key(QUEUE, SegmentKind.CONSUME_QUEUE, 10**9), b"y" * 40, 2 * HOUR_MS)
+    put("young_cl", object_key(QUEUE, SegmentKind.COMMIT_LOG, 10**10), b"z", 60_000)
+    cl_dir = QUEUE.root + "/COMMIT_LOG"
+    put("old_tmp", f"{cl_dir}/.{'a' * 28}.tmp-{uuid.uuid4().hex}", b"partial", 2 * HOUR_MS)
+    put("young_tmp", f"{cl_dir}/.{'b' * 28}.tmp-{uuid.uuid4().hex}", b"partial", 60_000)
+    put("stranger", QUEUE.root + "/notes.txt", b"not ours", 2 * HOUR_MS)
+    cl = parse_object_key(object_key(QUEUE, SegmentKind.COMMIT_LOG, 10**9))
+    put("quarantined", quarantine_key(cl, stamp_ms=1), b"evidence", 2 * HOUR_MS)
+    return planted
+
+
+def _age_everything(cold: Path) -> None:
+    """Make every committed object old too: only references may protect them."""
+    for p in cold.rglob("*"):
+        if p.is_file():
+            _age(p, 5 * HOUR_MS)
+
+
+async def test_scan_finds_old_leftovers_and_spares_everything_else(tiered: Path) -> None:
+    planted = _plant(tiered)
+    _age_everything(tiered)
+    for name in ("young_cl", "young_tmp"):
+        _age(planted[name], 60_000)
+    async with open_backend(str(tiered)) as backend:
+        report = await scan_garbage(
+            backend,
+            cluster=CLUSTER,
+            broker=BROKER,
+            now_ms=int(time.time() * 1000),
+            grace_s=GRACE_S,
+        )
+        found = {(g.key, g.kind) for g in report.garbage}
+        rel = {name: p.relative_to(tiered).as_posix() for name, p in planted.items()}
+        assert found == {
+            (rel["old_cl"], GarbageKind.UNCOMMITTED),
+            (rel["old_cq"], GarbageKind.UNCOMMITTED),
+            (rel["old_tmp"], GarbageKind.TEMP_FILE),
+        }
+        assert report.young == 1  # young_cl (temp files within the grace are not counted)
+        assert [(f.kind, f.key) for f in report.findings] == [
+            (FindingKind.UNRECOGNISED, rel["stranger"])
+        ]
+        assert not report.damaged
+        assert all(g.age_ms > GRACE_S * 1000 for g in report.garbage)
+        before = _objects(tiered)
+        lease = Lease(backend, lease_key(CLUSTER, BROKER), VirtualClock(int(time.time() * 1000)))
+        await lease.acquire(wait=False)
+        assert await delete_garbage(report, backend=backend, lease=lease) == 3
+        after = _objects(tiered)
+        assert set(before) - set(after) == {rel["old_cl"], rel["old_cq"], rel["old_tmp"]}
+        assert rel["quarantined"] in after and rel["stranger"] in after
+        # Every committed segment is intact (the test reader knows no strangers).
+        planted["stranger"].unlink()
+        await assert_cold_matches_hot(backend, HotStore(tiered.parent / "store"), CLUSTER, BROKER)
+
+
+async def test_missing_objects_are_reported_and_their_siblings_kept(tiered: Path) -> None:
+    _age_everything(tiered)
+    async with open_backend(str(tiered)) as backend:
+        manifests = [
+            o.key
+            for o in await backend.list()
+            if "/MANIFEST/" in o.key and "/SynthTopic0/0/" in o.key
+        ]
+        victim = manifests[0]
+        doc = (await backend.read(victim)).decode()
+        cq_key = next(
+            o.key
+            for o in await backend.list(QUEUE.root + "/CONSUME_QUEUE/")
+            if o.key.rsplit("/", 1)[1] in doc
+        )
+        await backend.delete(cq_key)
+        report = await scan_garbage(
+            backend, cluster=CLUSTER, broker=BROKER, now_ms=int(time.time() * 1000), grace_s=1
+        )
+        assert [(f.kind, f.key) for f in report.damaged] == [(FindingKind.MISSING_OBJECT, cq_key)]
+        assert report.garbage == ()  # the manifest's commit-log object is referenced: kept
+
+
+async def test_a_corrupt_manifest_shields_its_whole_queue(tiered: Path) -> None:
+    planted = _plant(tiered)
+    _age_everything(tiered)
+    async with open_backend(str(tiered)) as backend:
+        manifest = next(o.key for o in await backend.list(QUEUE.root + "/MANIFEST/"))
+        await backend.write(manifest, b"{not json")
+        report = await scan_garbage(
+            backend, cluster=CLUSTER, broker=BROKER, now_ms=int(time.time() * 1000), grace_s=1
+        )
+    assert [f.kind for f in report.damaged] == [FindingKind.CORRUPT_MANIFEST]
+    rel = {name: p.relative_to(tiered).as_posix() for name, p in planted.items()}
+    # Objects of SynthTopic0/0 are spared (the broken manifest's references are unknown);
+    # temp files are not objects anyone references, so they still go.
+    assert {g.key for g in report.garbage} == {rel["old_tmp"], rel["young_tmp"]}
+
+
+async def test_grace_follows_the_injected_clock_on_memory() -> None:
+    reset_memory_stores()
+    clock = VirtualClock(start_ms=1_800_000_000_000)
+    backend = MemoryBackend("gc-clock", clock=lambda: clock.now_ms() / 1000)
+    seg1, seg2 = chain(QUEUE, [3, 4])
+    for key, data in (
+        (seg1.manifest.commit_log_key, seg1.commit_log),
+        (seg1.manifest.consume_queue_key, seg1.consume_queue),
+        (seg1.manifest.key, seg1.manifest.to_json()),
+        # An upload killed before its manifest: uncommitted.
+        (seg2.manifest.commit_log_key, seg2.commit_log),
+        (seg2.manifest.consume_queue_key, seg2.consume_queue),
+    ):
+        await backend.write(key, data)
+
+    async def scan() -> set[str]:
+        report = await scan_garbage(
+            backend, cluster=CLUSTER, broker=BROKER, now_ms=clock.now_ms(), grace_s=GRACE_S
+        )
+        return {g.key for g in report.garbage}
+
+    clock.set_ms(clock.now_ms() + int(GRACE_S * 1000))
+    assert await scan() == set()  # exactly the grace: not older than it
+    clock.set_ms(clock.now_ms() + 1)
+    uncommitted = {seg2.manifest.commit_log_key, seg2.manifest.consume_queue_key}
+    assert await scan() == uncommitted
+    # What the catalogue references is protected even without a manifest.
+    report = await scan_garbage(
+        backend,
+        cluster=CLUSTER,
+        broker=BROKER,
+        now_ms=clock.now_ms(),
+        grace_s=GRACE_S,
+        protected={seg2.manifest.commit_log_key},
+    )
+    assert {g.key for g in report.garbage} == {seg2.manifest.consume_queue_key}
+
+
+async def test_delete_needs_the_lease(tiered: Path) -> None:
+    _plant(tiered)
+    async with open_backend(str(tiered)) as backend:
+        report = await scan_garbage(
+            backend, cluster=CLUSTER, broker=BROKER, now_ms=int(time.time() * 1000), grace_s=1
+        )
+        assert report.garbage
+        never_acquired = Lease(backend, lease_key(CLUSTER, BROKER), VirtualClock())
+        before = _objects(tiered)
+        with pytest.raises(LeaseLostError):
+            await delete_garbage(report, backend=backend, lease=never_acquired)
+        assert _objects(tiered) == before
+
+
+def test_gc_command_refuses_while_a_sidecar_holds_the_lease(
+    tiered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def hold() -> None:
+        async with open_backend(str(tiered)) as backend:
+            clock = VirtualClock(int(time.time() * 1000))
+            await Lease(backend, lease_key(CLUSTER, BROKER), clock).acquire(wait=False)
+
+    asyncio.run(hold())
+    _plant(tiered)
+    before = _objects(tiered)
+    assert main(_cli(tmp_path, "--grace", "1s")) == 1
+    assert "holds the writer lease" in capsys.readouterr().err
+    assert _objects(tiered) == before
+
+
+def _cli(tmp_path: Path, *args: str) -> list[str]:
+    return [
+        "gc",
+        *args,
+        "--store",
+        str(tmp_path / "store"),
+        "--cold",
+        str(tmp_path / "cold"),
+        "--cluster",
+        CLUSTER,
+        "--broker",
+        BROKER,
+        "--state-dir",
+        str(tmp_path / "state"),
+    ]
+
+
+def test_gc_command_dry_run_then_delete(
+    tiered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planted = _plant(tiered)
+    before = _objects(tiered)
+    assert main(_cli(tmp_path, "--dry-run", "--grace", "1h")) == 0
+    out = capsys.readouterr().out
+    assert _objects(tiered) == before
+    rel = {name: p.relative_to(tiered).as_posix() for name, p in planted.items()}
+    assert f"would delete {rel['old_cl']}: 100 bytes, age 2h" in out
+    assert "uncommitted object: no manifest references it" in out
+    assert f"would delete {rel['old_tmp']}" in out and "temp file of an interrupted" in out
+    assert "dry run: would delete 3 objects" in out
+    assert main(_cli(tmp_path, "--grace", "1h")) == 0
+    out = capsys.readouterr().out
+    assert "deleted 3 objects" in out
+    assert set(before) - set(_objects(tiered)) == {rel["old_cl"], rel["old_cq"], rel["old_tmp"]}
+
+
+def test_gc_command_exits_1_on_damage(
+    tiered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    victim = next(p for p in tiered.rglob("*") if "/COMMIT_LOG/" in p.as_posix())
+    victim.unlink()
+    assert main(_cli(tmp_path, "--dry-run")) == 1
+    out = capsys.readouterr().out
+    assert "DAMAGED missing_object: commit-log object of manifest" in out

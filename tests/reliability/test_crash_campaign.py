@@ -1,0 +1,94 @@
+"""The crash campaign: 100 SIGKILLs of a real sidecar tiering a growing store.
+
+Four tests of 25 seeded cycles each. In every cycle the "broker" may append a batch,
+then a real ``tieredstore run`` subprocess starts and is SIGKILLed at a random moment
+(the kill time is the chaos, drawn from a seeded RNG; nothing waits on it to
+synchronise). After the campaign one catch-up pass finishes the job, ``tieredstore gc``
+removes the leftovers, and the Spark verifier, at content level, must report CLEAN:
+no gap, overlap, duplicate, corrupt or divergent record, and no orphan object.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.dispatcher.helpers import BROKER, CLUSTER
+from tests.dispatcher.sidecar import kill9, sidecar_cmd, sidecar_env, start
+from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from verifier.job import verify
+from verifier.model import Level, Verdict, VerifyOptions
+
+CYCLES = 25
+LOOP = {"TIEREDSTORE_TIERING_TICK_INTERVAL": "50ms", "TIEREDSTORE_TIERING_SEGMENT_MAX_AGE": "100ms"}
+
+#: Totals across the campaign, printed at the end of each test for docs/reliability.md.
+TOTALS = {"cycles": 0, "kills": 0, "messages": 0}
+
+
+def _campaign(tmp_path: Path, seed: int, *, once: bool) -> tuple[Path, Path, Path]:
+    rng = random.Random(seed)
+    spec = SynthSpec(topics=2, queues=2, messages=1500, body_min=20, body_max=3000, seed=seed,
+                     commitlog_file_size=512 << 10, cq_file_size=300 * 20)  # fmt: skip
+    synthesize(tmp_path / "store", spec)
+    store, cold, state, log = (
+        tmp_path / "store",
+        tmp_path / "cold",
+        tmp_path / "state",
+        tmp_path / "log",
+    )
+    kills = 0
+    for _ in range(CYCLES):
+        if rng.random() < 0.4:  # the broker keeps writing between crashes
+            SyntheticStore.open(store).append(rng.randint(50, 400))
+        args = ("--once",) if once else ()
+        proc = start(store, cold, state, *args, log=log, **({} if once else LOOP))
+        try:
+            proc.wait(timeout=rng.uniform(0.4, 2.0))
+        except subprocess.TimeoutExpired:
+            kill9(proc)
+            kills += 1
+        else:
+            assert proc.returncode == 0, log.read_text()[-3000:]
+    assert kills >= CYCLES // 2, "the campaign must really kill the sidecar mid-run"
+    done = subprocess.run(sidecar_cmd(store, cold, state, "--once"), env=sidecar_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    gc = subprocess.run(
+        [sys.executable, "-m", "tieredstore.cli", "gc", "--grace", "0", "--store", str(store),
+         "--cold", str(cold), "--state-dir", str(state), "--cluster", CLUSTER, "--broker", BROKER],
+        env=sidecar_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert gc.returncode == 0, gc.stderr[-3000:]
+    TOTALS["cycles"] += CYCLES
+    TOTALS["kills"] += kills
+    TOTALS["messages"] += SyntheticStore.open(store).written
+    return store, cold, state
+
+
+def _verify_clean(spark: SparkSession, store: Path, cold: Path, state: Path) -> None:
+    result = verify(
+        spark,
+        VerifyOptions(
+            hot=store, cold_url=str(cold), cluster=CLUSTER, broker=BROKER,
+            now_ms=time.time_ns() // 1_000_000 + 1000, level=Level.CONTENT,
+            orphan_grace_s=0, metadata_dir=state,
+        ),
+    )  # fmt: skip
+    assert result.verdict is Verdict.CLEAN, [str(a) for a in result.anomalies][:10]
+    assert not result.anomalies
+    print(f"crash campaign so far: {TOTALS}")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.parametrize(("seed", "once"), [(101, False), (202, False), (303, False), (404, True)])
+def test_crash_campaign(tmp_path: Path, spark: SparkSession, seed: int, once: bool) -> None:
+    store, cold, state = _campaign(tmp_path, seed, once=once)
+    _verify_clean(spark, store, cold, state)

@@ -1,0 +1,91 @@
+"""``tieredstore repair --topic T --queue Q``: bring a DIVERGED queue back to ACTIVE.
+
+Compares the queue's cold segments with the hot store, moves every segment from the
+first disagreeing one on to the quarantine prefix (never deleting anything), truncates
+the catalogue there and sets the queue ACTIVE: the sidecar re-tiers from the cut on its
+next tick. See :mod:`dispatcher.repair` for the crash-safe order of a move.
+
+Without ``--dry-run`` it takes the catalogue for writing and the writer lease (the
+sidecar must be stopped). ``--dry-run`` prints the comparison and the plan and changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import TYPE_CHECKING
+
+from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.config import Settings
+from tieredstore.logs import configure_logging
+
+if TYPE_CHECKING:
+    from dispatcher.repair import RepairPlan, RepairReport
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_settings_arguments(p)
+    p.add_argument("--topic", required=True, help="topic of the DIVERGED queue")
+    p.add_argument("--queue", required=True, type=int, help="queue id of the DIVERGED queue")
+    p.add_argument("--dry-run", action="store_true", help="compare and plan; change nothing")
+
+
+async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPlan:
+    from dispatcher.repair import plan_repair
+    from dispatcher.runtime import backend_options
+    from metadata.catalogue import Catalogue
+    from tieredstore.backends import RetryPolicy, open_backend
+    from tieredstore.hotstore import HotStore
+
+    backend = open_backend(
+        settings.cold_url, options=backend_options(settings), retry=RetryPolicy()
+    )
+    async with backend:
+        with Catalogue.open(
+            settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+        ) as catalogue:
+            return await plan_repair(
+                hot=HotStore(settings.store_path),
+                backend=backend,
+                catalogue=catalogue,
+                topic=topic,
+                queue_id=queue_id,
+            )
+
+
+async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport:
+    from dispatcher.repair import execute_repair, plan_repair
+    from dispatcher.runtime import open_runtime
+
+    async with open_runtime(settings) as rt:
+        # start(): the lease, adoption of missed manifests, interrupted deletions.
+        await rt.dispatcher.start(wait_for_lease=False)
+        plan = await plan_repair(
+            hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=topic, queue_id=queue_id
+        )
+        return await execute_repair(
+            plan,
+            backend=rt.backend,
+            catalogue=rt.catalogue,
+            lease=rt.dispatcher.lease,
+            clock=rt.dispatcher.clock,
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    configure_logging(settings["log.format"], settings["log.level"])
+    if args.dry_run:
+        plan = asyncio.run(_plan_only(settings, args.topic, args.queue))
+        print("\n".join(["dry run: nothing changed", *plan.describe()]))
+        return 0
+    report = asyncio.run(_repair(settings, args.topic, args.queue))
+    print("\n".join(report.plan.describe()))
+    for original, copy in report.moved:
+        print(f"  moved {original} -> {copy}")
+    print(
+        f"queue {report.row} is {report.row.state.value} at cold offset "
+        f"{report.row.cold_commit}; the sidecar re-tiers from there"
+    )
+    return 0

@@ -1,0 +1,488 @@
+"""Reading messages back from the cold store alone: manifests, never the catalogue.
+
+:class:`ColdReader` serves one broker's cold prefix. For a queue it lists the
+``MANIFEST/`` objects (each names the first queue offset of one committed segment),
+reads the few manifests a request needs (cached: committed manifests never change), then
+range-reads only the CONSUME_QUEUE units and COMMIT_LOG records asked for. Every record
+is checked against its unit before it is decoded: totalSize == unit size, queueOffset
+field == the queue offset, physicalOffset field == the unit's cold offset, and the topic
+and queue id are the queue's. Objects without a manifest are uncommitted and never read.
+
+What the cold store holds of a queue is ``[cold min, cold commit)``: from the first
+segment's start to the last segment's end. A read must start inside it
+(:class:`~tieredstore.errors.OffsetOutOfRangeError` otherwise, naming the range) and is
+cut at cold commit, like a broker answering a pull near the end of a queue.
+
+**Offset by time** (:meth:`ColdReader.offset_by_time`) follows RocketMQ's
+``ConsumeQueue#getOffsetInQueueByTime(timestamp, BoundaryType)``: store times rise with
+queue offsets, so it binary-searches the segments by their manifests' min/max store
+times, then the records of one segment (one CQ unit and one record header per probe).
+
+* ``LOWER``: the first offset whose storeTimestamp is ``>= T``; cold commit if every
+  message is older.
+* ``UPPER``: the last offset whose storeTimestamp is ``<= T``; cold min if every message
+  is newer.
+
+Worked example — one queue in cold, offsets 10..14 (cold min 10, cold commit 15):
+
+======  ==============
+offset  storeTimestamp
+======  ==============
+10      1000
+11      1000
+12      1000
+13      3000
+14      3000
+======  ==============
+
+=========  =====  =====  ==============================================================
+T          LOWER  UPPER  why
+=========  =====  =====  ==============================================================
+500        10     10     every message is newer: both answer cold min
+1000       10     12     LOWER: first of the equal run; UPPER: last of it
+2000       13     12     no message at T: LOWER is the next one, UPPER the previous one
+3000       13     14     the equal run 13..14
+9000       15     14     every message is older: LOWER is cold commit, UPPER the last
+=========  =====  =====  ==============================================================
+
+The ``T=2000`` row is RocketMQ's own "t2" case (its comment: an upper boundary below the
+lower one "does make sense when performing range queries"). Upstream's tiered store
+answers UPPER for a missing T with the next offset instead (13 here); we keep the
+broker's semantics, so a time range [T1, T2] maps to [LOWER(T1), UPPER(T2)] whether the
+offsets are hot or cold. If store times ever go backwards inside a queue, the search still
+ends at an offset of that queue, but not necessarily the first such one.
+
+**Message ids.** ``msg_id`` is the client's id (property ``UNIQ_KEY``), the same in hot
+and cold. ``offset_msg_id`` is store host + the record's physicalOffset field, which in
+cold is the record's *cold* commitlog offset (bytes [28, 36) are rewritten, as in
+RocketMQ's tiered store): it differs from the offset id the producer got from the broker.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import enum
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from tieredstore.backends.base import Backend
+from tieredstore.errors import (
+    CorruptRecordError,
+    CorruptUnitError,
+    InvalidNameError,
+    ObjectNotFoundError,
+    OffsetOutOfRangeError,
+    TruncatedDataError,
+)
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
+from tieredstore.formats.msgid import offset_msg_id
+from tieredstore.formats.record import MessageRecord, decode_record
+from tieredstore.formats.vector import store_timestamps
+from tieredstore.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
+from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.segment import MIN_RECORD_SIZE
+
+__all__ = ["BoundaryType", "ColdMessage", "ColdRange", "ColdReader"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes of a record header that always hold its storeTimestamp (IPv6 born host: 68..76).
+_HEADER_BYTES: Final = 80
+#: Default bound on the COMMIT_LOG bytes one batch of a read holds in memory.
+_BATCH_BYTES: Final = 4 << 20
+_BATCH_UNITS: Final = 1024
+
+
+class BoundaryType(enum.Enum):
+    """Which end of a run of equal store times :meth:`ColdReader.offset_by_time` picks."""
+
+    LOWER = "lower"
+    UPPER = "upper"
+
+
+@dataclass(frozen=True, slots=True)
+class ColdRange:
+    """Queue offsets ``[min, commit)`` committed in cold; ``min == commit`` when empty."""
+
+    min: int
+    commit: int
+
+    @property
+    def count(self) -> int:
+        return self.commit - self.min
+
+    def __str__(self) -> str:
+        return f"[{self.min}, {self.commit})"
+
+
+@dataclass(frozen=True, slots=True)
+class ColdMessage:
+    """One message read from cold: the decoded record and where it lives there.
+
+    ``body`` is the producer's body (decompressed when the record was compressed).
+    """
+
+    queue_offset: int
+    cold_commitlog_offset: int
+    tags_code: int
+    record: MessageRecord
+    body: bytes
+
+    @property
+    def msg_id(self) -> str | None:
+        """The client message id (``UNIQ_KEY``), when the producer set one."""
+        return self.record.properties.get("UNIQ_KEY")
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Store host + cold commitlog offset (see the module docstring)."""
+        return offset_msg_id(self.record)
+
+    def body_text(self) -> tuple[str, str]:
+        """Return ``(encoding, text)``: ``("utf-8", body)`` if it decodes, else base64."""
+        try:
+            return "utf-8", self.body.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64", base64.b64encode(self.body).decode("ascii")
+
+    def to_json(self) -> dict[str, object]:
+        """A JSON-ready dict with every field a consumer sees (camelCase, as RocketMQ)."""
+        r = self.record
+        encoding, body = self.body_text()
+        return {
+            "topic": r.topic,
+            "queueId": r.queue_id,
+            "queueOffset": self.queue_offset,
+            "msgId": self.msg_id,
+            "offsetMsgId": self.offset_msg_id,
+            "coldCommitLogOffset": self.cold_commitlog_offset,
+            "storeTimestamp": r.store_timestamp,
+            "bornTimestamp": r.born_timestamp,
+            "storeHost": str(r.store_host),
+            "bornHost": str(r.born_host),
+            "tags": r.tags,
+            "tagsCode": self.tags_code,
+            "keys": r.keys,
+            "properties": r.properties,
+            "sysFlag": r.sys_flag,
+            "flag": r.flag,
+            "reconsumeTimes": r.reconsume_times,
+            "compression": r.compression_type.name if r.compressed else "NONE",
+            "bodyCrc": r.body_crc,
+            "bodyLength": len(self.body),
+            "bodyEncoding": encoding,
+            "body": body,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Segments:
+    """One queue's committed segments as listed: manifest keys sorted by start offset."""
+
+    starts: tuple[int, ...]
+    keys: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+class ColdReader:
+    """Reads one broker's queues from its cold prefix (see the module docstring).
+
+    ``cache_manifests`` bounds how many parsed manifests are kept (least recently used
+    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds.
+    Thread-unsafe, loop-safe: many coroutines may share one reader.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        cluster: str,
+        broker: str,
+        *,
+        cache_manifests: int = 4096,
+        batch_bytes: int = _BATCH_BYTES,
+    ) -> None:
+        if cache_manifests < 1 or batch_bytes < 1:
+            raise ValueError("cache_manifests and batch_bytes must be positive")
+        self.backend = backend
+        self.cluster = cluster
+        self.broker = broker
+        self.batch_bytes = batch_bytes
+        self._cache_size = cache_manifests
+        self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+
+    def queue_path(self, topic: str, queue_id: int) -> QueuePath:
+        """The queue's cold path; InvalidNameError for a name the layout refuses."""
+        return QueuePath(self.cluster, self.broker, topic, queue_id)
+
+    # -- segments ------------------------------------------------------------------
+    async def _segments(self, queue: QueuePath) -> _Segments:
+        prefix = kind_prefix(queue, SegmentKind.MANIFEST) + "/"
+        found: list[tuple[int, str]] = []
+        for info in await self.backend.list(prefix):
+            try:
+                key = parse_object_key(info.key)
+            except InvalidNameError as exc:
+                # Not ours to read (a stray file); the reader only trusts manifest names.
+                log.warning("ignoring foreign object in a manifest directory: %s", exc)
+                continue
+            found.append((key.base_offset, info.key))
+        found.sort()
+        return _Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
+
+    async def _manifest(self, key: str) -> Manifest:
+        cached = self._manifests.get(key)
+        if cached is not None:
+            self._manifests.move_to_end(key)
+            return cached
+        try:
+            data = await self.backend.read(key)
+        except ObjectNotFoundError as exc:
+            # Listed a moment ago: expiry (or repair) removed the segment since.
+            raise OffsetOutOfRangeError(
+                "segment expired while it was being read", where=key
+            ) from exc
+        manifest = read_manifest(data, key)
+        self._manifests[key] = manifest
+        if len(self._manifests) > self._cache_size:
+            self._manifests.popitem(last=False)
+        return manifest
+
+    async def range(self, topic: str, queue_id: int) -> ColdRange:
+        """The queue's ``[cold min, cold commit)``; ``ColdRange(0, 0)`` if nothing is in cold."""
+        segs = await self._segments(self.queue_path(topic, queue_id))
+        return await self._range(segs)
+
+    async def _range(self, segs: _Segments) -> ColdRange:
+        if not segs:
+            return ColdRange(0, 0)
+        last = await self._manifest(segs.keys[-1])
+        return ColdRange(segs.starts[0], last.end_offset)
+
+    async def _segment_for(self, queue: QueuePath, segs: _Segments, offset: int) -> Manifest:
+        """The committed segment holding ``offset``; OffsetOutOfRangeError if none does."""
+        i = bisect.bisect_right(segs.starts, offset) - 1
+        if i >= 0:
+            manifest = await self._manifest(segs.keys[i])
+            if offset < manifest.end_offset:
+                return manifest
+            if i + 1 < len(segs):
+                raise OffsetOutOfRangeError(
+                    f"queue offset {offset} of {queue} is in no committed segment: the "
+                    f"segments end at {manifest.end_offset} and resume at {segs.starts[i + 1]}",
+                    where=queue.root,
+                )
+        rng = await self._range(segs)
+        raise OffsetOutOfRangeError(
+            f"queue offset {offset} of {queue} is outside what cold holds {rng}"
+            + (" (nothing tiered yet)" if not segs else ""),
+            where=queue.root,
+        )
+
+    # -- reading records -----------------------------------------------------------
+    async def read(self, topic: str, queue_id: int, offset: int, count: int) -> list[ColdMessage]:
+        """Return up to ``count`` messages from ``offset`` (fewer at cold commit).
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is not in ``[cold min, cold commit)``.
+            CorruptUnitError / CorruptRecordError: a unit or record that does not fit
+                the segment, named by object key and byte offset.
+            ObjectNotFoundError: a committed segment lacks an object.
+        """
+        return [m async for m in self.iter_messages(topic, queue_id, offset, count)]
+
+    async def iter_messages(
+        self, topic: str, queue_id: int, offset: int, count: int
+    ) -> AsyncIterator[ColdMessage]:
+        """Yield the messages of :meth:`read` batch by batch (bounded memory)."""
+        if count < 1:
+            raise ValueError(f"count must be at least 1, got {count}")
+        queue = self.queue_path(topic, queue_id)
+        segs = await self._segments(queue)
+        manifest = await self._segment_for(queue, segs, offset)
+        left = count
+        while left > 0:
+            n = min(left, manifest.end_offset - offset, _BATCH_UNITS)
+            batch = await self._read_batch(queue, manifest, offset, n)
+            for message in batch:
+                yield message
+            offset += len(batch)
+            left -= len(batch)
+            if offset == manifest.end_offset:
+                i = bisect.bisect_right(segs.starts, offset) - 1
+                if segs.starts[i] != offset:
+                    return  # cold commit (or a gap): the read ends here
+                manifest = await self._manifest(segs.keys[i])
+
+    async def _read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
+        rel = (offset - manifest.start_offset) * CQ_UNIT_SIZE
+        data = await self._read_object(
+            manifest, manifest.consume_queue_key, rel, rel + n * CQ_UNIT_SIZE
+        )
+        return decode_units(data, where=manifest.consume_queue_key)
+
+    async def _read_object(self, manifest: Manifest, key: str, start: int, end: int) -> bytes:
+        """Range-read an object of a committed segment.
+
+        A missing object under a manifest that is gone too was expired while we read:
+        that is an offset out of range, not damage.
+        """
+        try:
+            return await self.backend.read_exact(key, start, end)
+        except ObjectNotFoundError:
+            if await self.backend.exists(manifest.key):
+                raise
+            raise OffsetOutOfRangeError(
+                f"segment [{manifest.start_offset}, {manifest.end_offset}) of "
+                f"{manifest.queue} expired while it was being read",
+                where=manifest.key,
+            ) from None
+
+    async def _read_batch(
+        self, queue: QueuePath, manifest: Manifest, offset: int, n: int
+    ) -> list[ColdMessage]:
+        """Read ``n`` (or fewer, to stay within ``batch_bytes``) messages of one segment."""
+        units = self._check_units(manifest, offset, await self._read_units(manifest, offset, n))
+        sizes = units["size"].astype(np.int64)
+        # Keep at least one record, however large: never a stall.
+        k = max(int(np.searchsorted(np.cumsum(sizes), self.batch_bytes, side="right")), 1)
+        units = units[:k]
+        first = int(units["commitlog_offset"][0])
+        end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
+        rel = first - manifest.cl_base
+        data = await self._read_object(manifest, manifest.commit_log_key, rel, rel + end - first)
+        return [
+            self._decode(queue, manifest, data, offset + i, cold - first, cold, size, tags_code)
+            for i, (cold, size, tags_code) in enumerate(units.tolist())
+        ]
+
+    @staticmethod
+    def _check_units(manifest: Manifest, offset: int, units: Units) -> Units:
+        """Units must point at contiguous records inside the segment's COMMIT_LOG."""
+        cold = units["commitlog_offset"].astype(np.int64)
+        sizes = units["size"].astype(np.int64)
+        ends = cold + sizes
+        bad = np.flatnonzero(
+            (sizes < MIN_RECORD_SIZE)
+            | (cold < manifest.cl_base)
+            | (ends > manifest.cl_end)
+            | np.concatenate(([False], cold[1:] != ends[:-1]))
+        )
+        if bad.size:
+            i = int(bad[0])
+            rel = (offset - manifest.start_offset + i) * CQ_UNIT_SIZE
+            raise CorruptUnitError(
+                f"unit of queue offset {offset + i} points at cold offset {int(cold[i])} size "
+                f"{int(sizes[i])}, not at the next record inside cold commitlog "
+                f"[{manifest.cl_base}, {manifest.cl_end})",
+                where=f"{manifest.consume_queue_key}@{rel}",
+            )
+        return units
+
+    @staticmethod
+    def _decode(
+        queue: QueuePath,
+        manifest: Manifest,
+        data: bytes,
+        queue_offset: int,
+        pos: int,
+        cold: int,
+        size: int,
+        tags_code: int,
+    ) -> ColdMessage:
+        where = f"{manifest.commit_log_key}@{cold - manifest.cl_base}"
+        try:
+            record = decode_record(data[pos : pos + size], where=manifest.commit_log_key)
+        except (CorruptRecordError, TruncatedDataError) as exc:
+            raise type(exc)(exc.message, where=where) from exc
+        checks = (
+            ("totalSize", record.total_size, size),
+            ("queueOffset", record.queue_offset, queue_offset),
+            ("physicalOffset", record.physical_offset, cold),
+            ("queueId", record.queue_id, queue.queue_id),
+        )
+        for name, found, expected in checks:
+            if found != expected:
+                raise CorruptRecordError(
+                    f"record of queue offset {queue_offset}: {name} field {found}, "
+                    f"expected {expected}",
+                    where=where,
+                )
+        if record.topic != queue.topic:
+            raise CorruptRecordError(
+                f"record of queue offset {queue_offset} belongs to topic {record.topic!r}",
+                where=where,
+            )
+        try:
+            body = record.decompressed_body()
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.message, where=where) from exc
+        return ColdMessage(queue_offset, cold, tags_code, record, body)
+
+    # -- offset by time ------------------------------------------------------------
+    async def offset_by_time(
+        self,
+        topic: str,
+        queue_id: int,
+        timestamp_ms: int,
+        boundary: BoundaryType = BoundaryType.LOWER,
+    ) -> int:
+        """The queue offset for ``timestamp_ms`` (see the module docstring's table).
+
+        The answer lies in ``[cold min, cold commit]``; it equals cold commit only for
+        ``LOWER`` when every message is older than the timestamp.
+
+        Raises:
+            OffsetOutOfRangeError: the queue has nothing in cold.
+        """
+        queue = self.queue_path(topic, queue_id)
+        segs = await self._segments(queue)
+        if not segs:
+            raise OffsetOutOfRangeError(
+                f"{queue} has nothing in cold to search by time", where=queue.root
+            )
+        rng = await self._range(segs)
+        # Store times are integers, so the last offset <= T is one before the first > T.
+        if boundary is BoundaryType.LOWER:
+            return await self._first_at_or_after(segs, timestamp_ms, rng)
+        return max(await self._first_at_or_after(segs, timestamp_ms + 1, rng) - 1, rng.min)
+
+    async def _first_at_or_after(self, segs: _Segments, ts: int, rng: ColdRange) -> int:
+        """The first offset whose store time is >= ``ts``; cold commit if none is."""
+        lo, hi = 0, len(segs)
+        while lo < hi:  # first segment whose newest message is at or after ts
+            mid = (lo + hi) // 2
+            if (await self._manifest(segs.keys[mid])).max_store_timestamp < ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(segs):
+            return rng.commit
+        manifest = await self._manifest(segs.keys[lo])
+        if manifest.min_store_timestamp >= ts:
+            return manifest.start_offset
+        # The segment's last message is at or after ts, its first one before it.
+        first, last = manifest.start_offset, manifest.end_offset - 1
+        while first < last:
+            mid = (first + last) // 2
+            if await self._store_time(manifest, mid) < ts:
+                first = mid + 1
+            else:
+                last = mid
+        return first
+
+    async def _store_time(self, manifest: Manifest, offset: int) -> int:
+        """The storeTimestamp of one record (one CQ unit and one header read)."""
+        unit = self._check_units(manifest, offset, await self._read_units(manifest, offset, 1))
+        rel = int(unit["commitlog_offset"][0]) - manifest.cl_base
+        # Every record (MIN_RECORD_SIZE > 80) holds the whole header.
+        head = await self._read_object(manifest, manifest.commit_log_key, rel, rel + _HEADER_BYTES)
+        arr = np.frombuffer(head, dtype=np.uint8)
+        return int(store_timestamps(arr, np.zeros(1, dtype=np.int64))[0])
