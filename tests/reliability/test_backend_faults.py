@@ -57,6 +57,9 @@ async def _tier_with_faults(
         assert report.segments == 0
         assert not report.errors
         assert _retries(rt) > 0  # faults were met, and retried, not failed
+    injected = sum(v for k, v in faulty.stats.items() if k.startswith("faults."))
+    calls = sum(v for k, v in faulty.stats.items() if k.startswith("calls."))
+    print(f"{url}: {injected} faults in {calls} backend calls, {_retries(rt):.0f} retries")
     return faulty
 
 
