@@ -1,3 +1,27 @@
 """Suite-wide pytest configuration: plugin fixtures shared by several test packages."""
 
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_spark"]
+
+_THIRD_PARTY = ("aiobotocore", "botocore", "botocore.auth", "s3fs", "fsspec", "urllib3", "py4j")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """Commands run in-process call ``configure_logging``, which replaces the root
+    handlers with one bound to the (per-test, captured) stderr. Put everything back so no
+    later test logs into a closed stream."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    levels = {name: logging.getLogger(name).level for name in _THIRD_PARTY}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, lvl in levels.items():
+        logging.getLogger(name).setLevel(lvl)
