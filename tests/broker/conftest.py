@@ -1,7 +1,10 @@
-"""Session fixtures for the real-broker tests: one broker for the whole session.
+"""Fixtures for the real-broker tests: one broker for the whole ``tests/broker`` package.
+
+Package-scoped rather than session-scoped so the broker JVM and its sidecar stop as soon
+as the broker tests are done instead of idling through the rest of the suite.
 
 ``broker_run`` resolves RocketMQ (cached), starts a name server and broker, sends the
-traffic and yields; the cluster is stopped when the session ends (and by ``atexit``
+traffic and yields; the cluster is stopped after the last broker test (and by ``atexit``
 should the finaliser not run). Skipped only when ``java``, ``javac`` or ``mvn`` is
 missing; any other failure to start is an error, with the broker's log tail.
 """
@@ -30,7 +33,7 @@ LIVE_NORMAL_MESSAGES = 5200
 LIVE_SEED = 20240611
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def broker_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerRun]:
     missing = missing_tools()
     if missing:
@@ -44,7 +47,7 @@ def broker_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerRun]:
         yield BrokerRun(cluster, manifest, sidecar)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live_view(broker_run: BrokerRun) -> StoreView:
     """The store read while the broker runs."""
     store = HotStore(broker_run.cluster.store_root)
@@ -52,7 +55,7 @@ def live_view(broker_run: BrokerRun) -> StoreView:
     return StoreView(store, broker_run.manifest, index, clean=False, min_messages=5000)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stopped_view(broker_run: BrokerRun, live_view: StoreView) -> StoreView:
     """The same store after a clean broker stop (requested after ``live_view``)."""
     wait_for_clean_stop(broker_run.cluster)
