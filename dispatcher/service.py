@@ -70,7 +70,7 @@ class DispatcherConfig:
     limits: Limits = field(default_factory=Limits)
     tick_interval: float = 1.0
     concurrency: int = 4
-    read_batch_bytes: int = 4 << 20
+    read_batch_bytes: int = 1 << 20
     init_policy: str = "earliest"
     guard: bool = True
     guard_age_ms: int = 10_000
@@ -392,13 +392,27 @@ class Dispatcher:
         """One full catch-up pass (``run --once``): tier every queue up to hot max.
 
         Repeats ticks with ``flush`` until a tick tiers nothing (subject to the guard).
+        The lease is renewed meanwhile, as in :meth:`run`, so a pass may last longer
+        than the lease; a renewal that fails for good (another writer took the lease)
+        stops the pass with its error.
         """
+        renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
         total = TickReport()
-        while not self._stopping.is_set():
-            report = await self.tick(flush=True)
-            total.merge(report)
-            if report.segments == 0:
-                break
+        try:
+            while not self._stopping.is_set():
+                tick = asyncio.ensure_future(self.tick(flush=True))
+                await asyncio.wait({tick, renew}, return_when=asyncio.FIRST_COMPLETED)
+                if renew.done() and renew.exception() is not None:
+                    tick.cancel()
+                    await asyncio.gather(tick, return_exceptions=True)
+                    raise renew.exception()  # type: ignore[misc]
+                report = await tick
+                total.merge(report)
+                if report.segments == 0:
+                    break
+        finally:
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
         return total
 
     # -- lifecycle -----------------------------------------------------------------

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Literal
 
 from tests.dispatcher.helpers import BROKER, CLUSTER
+
+#: How a sidecar run ended under :func:`kill_after_objects`.
+Ending = Literal["killed", "idle", "exited"]
 
 
 def sidecar_cmd(store: Path, cold: Path, state: Path, *extra: str) -> list[str]:
@@ -55,3 +61,31 @@ def start(
 def kill9(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+
+
+def count_files(cold: Path) -> int:
+    return sum(1 for p in cold.rglob("*") if p.is_file()) if cold.exists() else 0
+
+
+def kill_after_objects(
+    proc: subprocess.Popen[bytes], cold: Path, count: int, *, bound_s: float = 60.0
+) -> Ending:
+    """SIGKILL once the sidecar has written ``count`` more files (``"killed"``).
+
+    Killing after a seeded amount of *progress* (not after a time) lands mid-tiering on
+    any machine, never while the process is still importing or waiting for the lease.
+    A sidecar that ends first gives ``"exited"``; one that has nothing left to write is
+    killed idle after ``bound_s`` (``"idle"``), which the campaigns do not count.
+    """
+    target = count_files(cold) + count
+    give_up = time.monotonic() + bound_s
+    while proc.poll() is None:
+        if count_files(cold) >= target:
+            kill9(proc)
+            return "killed"
+        if time.monotonic() > give_up:
+            kill9(proc)
+            return "idle"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)  # watch the process, not the clock
+    return "exited"

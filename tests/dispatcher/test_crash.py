@@ -11,7 +11,7 @@ import pytest
 
 from tests.coldcheck import assert_cold_matches_hot
 from tests.dispatcher.helpers import BROKER, CLUSTER
-from tests.dispatcher.sidecar import kill9, sidecar_cmd, sidecar_env, start
+from tests.dispatcher.sidecar import kill_after_objects, sidecar_cmd, sidecar_env, start
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
@@ -37,18 +37,13 @@ def test_sigkill_at_random_moments_keeps_cold_exact(tmp_path: Path) -> None:
         tmp_path / "log",
     )
     kills = 0
-    for cycle in range(12):
-        if cycle % 3 == 2:  # the broker keeps writing between crashes
-            SyntheticStore.open(store).append(500)
-        proc = start(store, cold, state, "--once", log=log)
-        # The chaos itself: a seeded random moment to kill at (not a synchronisation).
-        delay = rng.uniform(0.3, 2.5)
-        try:
-            proc.wait(timeout=delay)
-        except subprocess.TimeoutExpired:
-            kill9(proc)
-            kills += 1
-        else:
+    for _ in range(12):
+        SyntheticStore.open(store).append(300)  # the broker keeps writing between crashes
+        proc = start(store, cold, state, "--once", log=log, TIEREDSTORE_LEASE_RENEW_INTERVAL="1s")
+        # Killed after a seeded random amount of progress: mid-run on any machine.
+        ending = kill_after_objects(proc, cold, rng.randint(1, 30))
+        kills += ending == "killed"
+        if ending == "exited":
             assert proc.returncode == 0, log.read_text()[-3000:]
     assert kills >= 6, "the campaign must actually kill the sidecar mid-run"
     done = subprocess.run(

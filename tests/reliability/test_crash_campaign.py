@@ -1,11 +1,14 @@
 """The crash campaign: 100 SIGKILLs of a real sidecar tiering a growing store.
 
-Four tests of 25 seeded cycles each. In every cycle the "broker" may append a batch,
-then a real ``tieredstore run`` subprocess starts and is SIGKILLed at a random moment
-(the kill time is the chaos, drawn from a seeded RNG; nothing waits on it to
-synchronise). After the campaign one catch-up pass finishes the job, ``tieredstore gc``
-removes the leftovers, and the Spark verifier, at content level, must report CLEAN:
-no gap, overlap, duplicate, corrupt or divergent record, and no orphan object.
+Four tests of 25 seeded cycles each. In every cycle the "broker" appends a batch, then
+a real ``tieredstore run`` subprocess (long-running, or ``--once`` in the last test)
+starts and is SIGKILLed after a seeded random number of objects written: the kill is
+the chaos, placed by progress rather than by time so that it lands mid-tiering on any
+machine. The lease is renewed every second, so a killed sidecar's lease lapses within
+3 s and the next one takes over. After the campaign one catch-up pass finishes the job,
+``tieredstore gc`` removes the leftovers, and the Spark verifier, at content level, must
+report CLEAN: no gap, overlap, duplicate, corrupt or divergent record, and no orphan
+object.
 """
 
 from __future__ import annotations
@@ -20,13 +23,18 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.dispatcher.helpers import BROKER, CLUSTER
-from tests.dispatcher.sidecar import kill9, sidecar_cmd, sidecar_env, start
+from tests.dispatcher.sidecar import kill_after_objects, sidecar_cmd, sidecar_env, start
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from verifier.job import verify
 from verifier.model import Level, Verdict, VerifyOptions
 
 CYCLES = 25
-LOOP = {"TIEREDSTORE_TIERING_TICK_INTERVAL": "50ms", "TIEREDSTORE_TIERING_SEGMENT_MAX_AGE": "100ms"}
+LEASE = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s"}
+LOOP = {
+    **LEASE,
+    "TIEREDSTORE_TIERING_TICK_INTERVAL": "50ms",
+    "TIEREDSTORE_TIERING_SEGMENT_MAX_AGE": "100ms",
+}
 
 #: Totals across the campaign, printed at the end of each test for docs/reliability.md.
 TOTALS = {"cycles": 0, "kills": 0, "messages": 0}
@@ -45,19 +53,15 @@ def _campaign(tmp_path: Path, seed: int, *, once: bool) -> tuple[Path, Path, Pat
     )
     kills = 0
     for _ in range(CYCLES):
-        if rng.random() < 0.4:  # the broker keeps writing between crashes
-            SyntheticStore.open(store).append(rng.randint(50, 400))
+        SyntheticStore.open(store).append(rng.randint(200, 600))  # the broker keeps writing
         args = ("--once",) if once else ()
-        proc = start(store, cold, state, *args, log=log, **({} if once else LOOP))
-        try:
-            proc.wait(timeout=rng.uniform(0.4, 2.0))
-        except subprocess.TimeoutExpired:
-            kill9(proc)
-            kills += 1
-        else:
+        proc = start(store, cold, state, *args, log=log, **(LEASE if once else LOOP))
+        ending = kill_after_objects(proc, cold, rng.randint(1, 30))
+        kills += ending == "killed"
+        if ending == "exited":
             assert proc.returncode == 0, log.read_text()[-3000:]
     assert kills >= CYCLES // 2, "the campaign must really kill the sidecar mid-run"
-    done = subprocess.run(sidecar_cmd(store, cold, state, "--once"), env=sidecar_env(),
+    done = subprocess.run(sidecar_cmd(store, cold, state, "--once"), env=sidecar_env(**LEASE),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     gc = subprocess.run(

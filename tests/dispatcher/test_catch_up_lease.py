@@ -1,0 +1,90 @@
+"""``run --once`` keeps its lease: a catch-up pass may last longer than the lease.
+
+The cold store here is the in-memory backend behind a thin wrapper that moves a virtual
+clock forward on every COMMIT_LOG write, so each segment "takes" several seconds and the
+whole pass lasts many lease lifetimes. The pass must finish with the lease it started
+with, renewed on the way, and write every segment.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterable
+from pathlib import Path
+
+from dispatcher.runtime import open_runtime
+from tests.dispatcher.helpers import settings_for
+from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.memory import MemoryBackend
+from tieredstore.clock import VirtualClock
+from tieredstore.hotstore import HotStore
+from tieredstore.synth import SynthSpec, synthesize
+
+RENEW_S = 10  # the lease expires after 3 x 10 s without renewal
+SEGMENT_S = 7  # virtual seconds each COMMIT_LOG upload takes
+
+
+class SlowUploads(Backend):
+    """``inner``, where writing a COMMIT_LOG object advances ``clock`` by ``seconds``."""
+
+    def __init__(self, inner: Backend, clock: VirtualClock, seconds: float) -> None:
+        self.inner, self.clock, self.seconds = inner, clock, seconds
+        self.url = inner.url
+        self.uploads = 0
+
+    async def _pass_time(self, key: str) -> None:
+        if "/COMMIT_LOG/" in key:
+            self.uploads += 1
+            await self.clock.advance(self.seconds)  # wakes the renewal loop when it is due
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        return await self.inner.read(key, start, end)
+
+    async def write(self, key: str, data: bytes) -> None:
+        await self._pass_time(key)
+        await self.inner.write(key, data)
+
+    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+        await self._pass_time(key)
+        return await self.inner.write_chunks(key, chunks)
+
+    async def size(self, key: str) -> int:
+        return await self.inner.size(key)
+
+    async def exists(self, key: str) -> bool:
+        return await self.inner.exists(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        return await self.inner.list(prefix)
+
+
+async def test_catch_up_longer_than_the_lease_renews_it(tmp_path: Path) -> None:
+    spec = SynthSpec(topics=2, queues=2, messages=2000, body_min=200, body_max=600)
+    store = synthesize(tmp_path / "store", spec)
+    clock = VirtualClock()
+    cold = SlowUploads(MemoryBackend("catch-up-lease"), clock, SEGMENT_S)
+    settings = settings_for(
+        store.root,
+        "memory://catch-up-lease",
+        tmp_path / "state",
+        lease__renew_interval=f"{RENEW_S}s",
+        tiering__concurrency=1,
+        tiering__guard="none",
+    )
+    start_ms = clock.now_ms()
+    async with open_runtime(settings, clock=clock, backend=cold) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        epoch = rt.dispatcher.lease.epoch
+        report = await rt.dispatcher.catch_up()
+        # The pass lasted far longer than one lease lifetime ...
+        assert clock.now_ms() - start_ms > 4 * 3 * RENEW_S * 1000
+        # ... and still committed every segment, under the lease it started with.
+        assert report.segments == cold.uploads and not report.errors
+        assert rt.dispatcher.lease.epoch == epoch
+        await rt.dispatcher.lease.ensure_held()
+        hot = HotStore(store.root)
+        for q in rt.catalogue.queues():
+            assert q.cold_commit == hot.queue_range(q.topic, q.queue_id).max
