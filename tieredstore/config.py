@@ -241,7 +241,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "tiering.read_batch_bytes",
         _positive(parse_size),
-        4 << 20,
+        1 << 20,
         "bytes read and uploaded per chunk (bounds memory)",
     ),
     Setting(

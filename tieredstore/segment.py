@@ -163,7 +163,7 @@ def rewrite_records(
             f"(minimum {MIN_RECORD_SIZE})",
             where=where(start_offset + i),
         )
-    batch = np.frombuffer(bytearray(b"".join(records)), dtype=np.uint8)
+    batch = np.frombuffer(bytearray().join(records), dtype=np.uint8)  # one copy, writable
     starts: I64 = np.concatenate((np.zeros(1, np.int64), np.cumsum(size_arr)[:-1]))
     offsets: I64 = start_offset + np.arange(len(records), dtype=np.int64)
     magic = gather_be(batch, starts + _MAGIC_AT, 4)

@@ -214,8 +214,11 @@ async def _stream_into(temp: Path, chunks: AsyncIterable[bytes]) -> int:
     size = 0
     pending = bytearray()
     async for chunk in chunks:
-        pending += chunk
         size += len(chunk)
+        if not pending and len(chunk) >= _FLUSH_BYTES:
+            await asyncio.to_thread(_append, temp, chunk)  # big enough: no copy
+            continue
+        pending += chunk
         if len(pending) >= _FLUSH_BYTES:
             await asyncio.to_thread(_append, temp, bytes(pending))
             pending.clear()
