@@ -1,0 +1,598 @@
+"""Shared pieces of the ``bench/`` scripts: stores, subprocess timing, tables, RESULT lines.
+
+Every script prints a short table and, last, one line per target::
+
+    RESULT <name> ratio=<x> target=<y> PASS|FAIL
+
+``ratio`` is ours ÷ baseline when there is a baseline, else the measured value itself;
+``target`` says what PASS means. Timing lives here and in the scripts only, never in the
+unit tests (``tests/test_bench_smoke.py`` checks only that each script runs and prints a
+well-formed RESULT line).
+
+Peak RSS of a child process is its own ``VmHWM`` from ``/proc/<pid>/status``, sampled
+until it exits, so the benchmark's own memory never counts (see :func:`run_measured`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from tieredstore.config import parse_size
+from tieredstore.formats.checkpoint import read_checkpoint
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.synth import SyntheticStore, SynthSpec
+
+__all__ = [
+    "AWS_ENV",
+    "BROKER",
+    "CLUSTER",
+    "MIB",
+    "Measured",
+    "MotoServer",
+    "SparkProfile",
+    "Stopwatch",
+    "StoreSummary",
+    "VerifierRun",
+    "add_sidecar_env_argument",
+    "add_store_arguments",
+    "cold_bytes",
+    "extra_env",
+    "machine",
+    "mb_per_s",
+    "result_line",
+    "run_measured",
+    "sidecar_cmd",
+    "sidecar_env",
+    "size_arg",
+    "spark_profile",
+    "store_from_args",
+    "synth_store",
+    "table",
+    "tiered_totals",
+    "verifier_run",
+    "vm_hwm",
+    "warm",
+]
+
+#: Dummy credentials for moto on loopback; nothing here ever reaches AWS.
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+}
+CLUSTER = "BenchCluster"
+BROKER = "bench-broker"
+MIB = 1 << 20
+REPO = Path(__file__).resolve().parent.parent
+
+
+def size_arg(text: str) -> int:
+    """argparse type for ``--size``: ``2G``, ``512M``, ``1073741824``."""
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"bad --size {text!r}: {exc}") from exc
+    if size <= 0:
+        raise ValueError(f"--size must be positive, got {text!r}")
+    return size
+
+
+def mb_per_s(nbytes: int, seconds: float) -> float:
+    """MB/s in MiB (2^20 bytes) per second; 0 for a zero-length interval."""
+    return nbytes / MIB / seconds if seconds > 0 else 0.0
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A plain fixed-width table: first column left-aligned, the rest right-aligned.
+
+    Floats are printed with two decimals and ints with thousands separators.
+    """
+
+    def cell(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:,.2f}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"
+        return str(v)
+
+    body = [[cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest]).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in body)])
+
+
+def result_line(name: str, ratio: float, target: str, passed: bool) -> str:
+    """The last line a script prints for one target (parsed by the smoke test).
+
+    ``name`` and ``target`` must not contain whitespace: the line is split on spaces.
+    """
+    if any(c.isspace() for c in name + target):
+        raise ValueError(f"RESULT name and target must not contain spaces: {name!r} {target!r}")
+    return f"RESULT {name} ratio={ratio:.3g} target={target} {'PASS' if passed else 'FAIL'}"
+
+
+def machine() -> str:
+    """One line describing this machine and its load right now."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for text in Path("/proc/cpuinfo").read_text().splitlines():
+            if text.startswith("model name"):
+                cpu = text.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {mem:.0f} GiB RAM, Python "
+        f"{platform.python_version()}, load average {load}"
+    )
+
+
+class Stopwatch:
+    """Wall-clock seconds of a ``with`` block: ``with Stopwatch() as sw: ...; sw.seconds``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._t0 = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One finished child process: wall seconds, CPU seconds (user + system, its own and
+    its reaped children's), its own peak RSS, its exit code."""
+
+    seconds: float
+    cpu_seconds: float
+    peak_rss: int
+    returncode: int
+
+
+def vm_hwm(pid: int) -> int:
+    """Peak RSS (VmHWM) of a live process in bytes; 0 once it has exited."""
+    try:
+        for text in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if text.startswith("VmHWM:"):
+                return int(text.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_measured(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    poll: float = 0.02,
+) -> Measured:
+    """Run ``cmd`` to completion; return its wall time, CPU time and peak RSS.
+
+    CPU time is the change of ``RUSAGE_CHILDREN`` across the wait (the benchmarks run
+    one measured child at a time). The peak is the child's own ``VmHWM``, sampled every
+    ``poll`` seconds until it exits (it only grows, so the last sample is the peak to
+    within ``poll``). Not ``wait4``'s ``ru_maxrss``: Linux carries the parent's
+    high-water mark across fork and exec into it, so a child would never look smaller
+    than the benchmark that started it.
+
+    Output goes to ``log`` (appended) or is discarded. A non-zero exit raises
+    RuntimeError with the last lines of the log: a failed run has no meaningful time.
+    """
+    out = log.open("ab") if log else open(os.devnull, "wb")  # noqa: SIM115 - closed below
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), env=dict(env) if env else None, stdout=out, stderr=out)
+        peaks = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(poll):
+                peaks.append(vm_hwm(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        proc.wait()  # in this thread, so the wall time is exact whatever the poll interval
+        seconds = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done.set()
+        sampler.join()
+        peak = max(peaks)
+    finally:
+        out.close()
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log else []
+        raise RuntimeError(
+            f"{' '.join(cmd[:4])} ... exited {proc.returncode}; last lines of its output:\n"
+            + "\n".join(tail)
+        )
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Measured(seconds, cpu, peak, proc.returncode)
+
+
+def sidecar_cmd(store: Path, cold: str, state: Path, *extra: str, once: bool = True) -> list[str]:
+    """``tieredstore run`` (``--once`` unless told) for the bench cluster and broker."""
+    return [
+        sys.executable,
+        "-m",
+        "tieredstore.cli",
+        "run",
+        *(["--once"] if once else []),
+        "--store",
+        str(store),
+        "--cold",
+        cold,
+        "--state-dir",
+        str(state),
+        "--cluster",
+        CLUSTER,
+        "--broker",
+        BROKER,
+        "--progress",
+        "off",
+        "--no-wait",
+        *extra,
+    ]
+
+
+def sidecar_env(**settings: str) -> dict[str, str]:
+    """This environment minus inherited ``TIEREDSTORE_*``, plus ``settings``.
+
+    Keys are setting names with ``_`` for ``.`` (``tiering_guard="none"`` →
+    ``TIEREDSTORE_TIERING_GUARD=none``). The HTTP API is off: a benchmark must not
+    collide with a sidecar someone else runs on the default port. Everything else is
+    the default, lease renewal included.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIEREDSTORE_")}
+    env["TIEREDSTORE_HTTP_ENABLED"] = "false"
+    env.update({f"TIEREDSTORE_{k.upper()}": v for k, v in settings.items()})
+    return env
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSummary:
+    """A synthesized store: messages, commitlog data bytes, and queues."""
+
+    root: Path
+    messages: int
+    commitlog_bytes: int
+    queues: int
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.root / "commitlog"
+
+
+def synth_store(
+    root: Path,
+    size: int,
+    *,
+    topics: int,
+    queues: int,
+    body_min: int,
+    body_max: int,
+    file_size: int = 128 << 20,
+    chunk_messages: int = 20_000,
+) -> StoreSummary:
+    """Write a synthetic store of about ``size`` commitlog bytes into ``root``.
+
+    Appends in chunks (the synthesizer holds one chunk in memory) until the commitlog
+    reaches ``size``; the last chunk is trimmed by the average record size so far.
+    """
+    spec = SynthSpec(
+        topics=topics,
+        queues=queues,
+        messages=chunk_messages,
+        body_min=body_min,
+        body_max=body_max,
+        commitlog_file_size=file_size,
+        cq_file_size=300_000 * CQ_UNIT_SIZE,
+        # Payloads as produced (no client-side compression): every byte is tiered as is.
+        compress_over=0,
+    )
+    store = SyntheticStore.create(root, spec)
+    while True:
+        written = _commitlog_end(store)
+        if written >= size:
+            break
+        avg = written / store.written if store.written else (body_min + body_max) / 2 + 250
+        store.append(max(1, min(chunk_messages, int((size - written) / avg) + 1)))
+    return StoreSummary(root, store.written, _commitlog_end(store), topics * queues)
+
+
+def _commitlog_end(store: SyntheticStore) -> int:
+    # The checkpoint's confirmPhyOffset: every record byte plus end-of-file fillers.
+    return read_checkpoint(store.root / "checkpoint").confirm_phy_offset
+
+
+def warm(paths: Iterable[Path]) -> int:
+    """Read every regular file under ``paths`` once, so it sits in the page cache.
+
+    Both sides of a comparison are warmed the same way; returns the bytes read.
+    """
+    total = 0
+    for path in _files(paths):
+        with path.open("rb", buffering=0) as fh:
+            while chunk := fh.read(8 << 20):
+                total += len(chunk)
+    return total
+
+
+def _files(paths: Iterable[Path]) -> Iterator[Path]:
+    for path in paths:
+        if path.is_file():
+            yield path
+        elif path.is_dir():
+            for dirpath, _dirs, names in os.walk(path):
+                for name in sorted(names):
+                    yield Path(dirpath) / name
+
+
+def cold_bytes(root: Path) -> int:
+    """Bytes of every file under ``root`` (the cold tier as written)."""
+    return sum(p.stat().st_size for p in _files([root]))
+
+
+_DONE = re.compile(r"catch-up done: (\d+) segments, (\d+) messages, (\d+) bytes")
+
+
+def tiered_totals(log: Path) -> tuple[int, int, int]:
+    """(segments, messages, bytes) from the sidecar's ``catch-up done`` log line."""
+    found = _DONE.findall(log.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"no 'catch-up done' line in {log}")
+    segments, messages, nbytes = found[-1]
+    return int(segments), int(messages), int(nbytes)
+
+
+def add_store_arguments(ap: argparse.ArgumentParser, *, size: str) -> None:
+    """``--size`` and the shape of the synthetic store (defaults: 128 queues, 256..4096 B)."""
+    ap.add_argument("--size", type=size_arg, default=size, help=f"commitlog bytes ({size})")
+    ap.add_argument("--topics", type=int, default=16)
+    ap.add_argument("--queues", type=int, default=8, help="queues per topic")
+    ap.add_argument("--body-min", type=int, default=256, help="smallest body (bytes)")
+    ap.add_argument("--body-max", type=int, default=4096, help="largest body (bytes)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
+
+
+def add_sidecar_env_argument(ap: argparse.ArgumentParser) -> None:
+    """``--sidecar-env NAME=VALUE`` (repeatable): extra environment for the sidecar."""
+    ap.add_argument(
+        "--sidecar-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment variable for the sidecar, e.g. TIEREDSTORE_TIERING_CONCURRENCY=8",
+    )
+
+
+def extra_env(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--sidecar-env`` pairs as a dict (printed once, so a run says how it ran)."""
+    pairs = dict(item.split("=", 1) for item in args.sidecar_env)
+    if pairs:
+        print("sidecar environment: " + " ".join(f"{k}={v}" for k, v in pairs.items()))
+    return pairs
+
+
+def store_from_args(args: argparse.Namespace, root: Path) -> StoreSummary:
+    """Synthesize the store the arguments describe; print one line about it."""
+    with Stopwatch() as sw:
+        store = synth_store(
+            root,
+            args.size,
+            topics=args.topics,
+            queues=args.queues,
+            body_min=args.body_min,
+            body_max=args.body_max,
+        )
+    print(
+        f"store: {store.messages:,} messages, {store.commitlog_bytes / MIB:,.0f} MiB "
+        f"commitlog, {store.queues} queues, bodies {args.body_min}..{args.body_max} B "
+        f"(synthesized in {sw.seconds:.1f} s)"
+    )
+    return store
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class MotoServer:
+    """A moto S3 server on loopback in its own process (so it never shares our GIL).
+
+    ``with MotoServer(log) as moto: moto.endpoint_url``; :meth:`reset` forgets every
+    bucket and object (moto keeps them in memory).
+    """
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.port = _free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> MotoServer:
+        with self.log.open("ab") as out:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out,
+                stderr=out,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.reset()
+                return self
+            except OSError:
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__(None, None, None)
+                    raise RuntimeError(f"moto server did not start; see {self.log}") from None
+                time.sleep(0.2)
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def reset(self) -> None:
+        """Drop every bucket and object."""
+        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            reply.read()
+
+    @property
+    def peak_rss(self) -> int:
+        """The server's peak RSS so far (VmHWM), 0 if unknown."""
+        return vm_hwm(self._proc.pid) if self._proc is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class SparkProfile:
+    """Where a Spark application's time went, from its event log."""
+
+    jobs: int
+    stages: int
+    tasks: int
+    stage_seconds: float  # stage wall time, summed over stages
+    task_seconds: float  # executor run time, summed over tasks
+    top: tuple[tuple[str, float, int], ...]  # (call site, wall seconds, stages) by wall
+
+    def lines(self) -> list[str]:
+        head = (
+            f"spark event log: {self.jobs} jobs, {self.stages} stages, {self.tasks} tasks; "
+            f"stage wall {self.stage_seconds:.1f} s, task run {self.task_seconds:.1f} s"
+        )
+        return [head, *(f"  {sec:6.1f} s in {n:3} stages: {site}" for site, sec, n in self.top)]
+
+
+def spark_profile(event_dir: Path) -> SparkProfile:
+    """Summarise the (zstd-compressed, Spark 4) event log Spark wrote under ``event_dir``."""
+    import zstandard  # a dependency of tieredstore
+
+    files = sorted(event_dir.glob("*/events_*"))
+    if not files:
+        raise RuntimeError(f"no Spark event log under {event_dir}")
+    jobs = tasks = 0
+    task_ms = 0
+    by_site: dict[str, list[float]] = {}
+    with files[-1].open("rb") as raw:
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        data = reader.read()
+    for line in data.decode().splitlines():
+        event = json.loads(line)
+        kind = event["Event"]
+        if kind == "SparkListenerJobStart":
+            jobs += 1
+        elif kind == "SparkListenerTaskEnd":
+            tasks += 1
+            task_ms += int((event.get("Task Metrics") or {}).get("Executor Run Time", 0))
+        elif kind == "SparkListenerStageCompleted":
+            info = event["Stage Info"]
+            site = str(info["Stage Name"]).replace(str(REPO) + "/", "")
+            wall = (info["Completion Time"] - info["Submission Time"]) / 1000
+            entry = by_site.setdefault(site, [0.0, 0])
+            entry[0] += wall
+            entry[1] += 1
+    top = sorted(((s, w, int(n)) for s, (w, n) in by_site.items()), key=lambda t: -t[1])
+    return SparkProfile(
+        jobs=jobs,
+        stages=int(sum(n for _, _, n in top)),
+        tasks=tasks,
+        stage_seconds=sum(w for _, w, _ in top),
+        task_seconds=task_ms / 1000,
+        top=tuple(top[:4]),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VerifierRun:
+    """One ``python -m verifier`` process: its wall time, the job's own time, totals.
+
+    ``job_seconds`` is ``finished_ms - started_ms`` of ``report.json``: the Spark job
+    (reading, checking, collecting), without JVM and SparkSession start-up and without
+    writing the reports. ``profile`` summarises Spark's event log of the run.
+    """
+
+    seconds: float
+    job_seconds: float
+    units: int
+    bytes: int
+    verdict: str
+    profile: SparkProfile
+
+
+def verifier_run(
+    hot: Path, cold: str, *, level: str, out: Path, master: str, cluster: str, broker: str
+) -> VerifierRun:
+    """Run the verifier CLI on ``hot``/``cold``; RuntimeError unless it says CLEAN.
+
+    Spark's event log is switched on (through ``PYSPARK_SUBMIT_ARGS``) and summarised.
+    """
+    cmd = [sys.executable, "-m", "verifier", "--hot", str(hot), "--cold", cold]
+    cmd += ["--cluster", cluster, "--broker", broker, "--level", level]
+    cmd += ["--out", str(out), "--master", master, "--lag-allowance", "0"]
+    events = out.parent / f"spark-events-{level}"
+    events.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_SUBMIT_ARGS": f"--conf spark.eventLog.enabled=true "
+        f"--conf spark.eventLog.dir={events.as_uri()} pyspark-shell",
+    }
+    log = out.parent / f"verifier-{level}.log"
+    measured = run_measured(cmd, env=env, log=log)
+    report = json.loads((out / "report.json").read_text())
+    if report["verdict"] != "CLEAN":
+        raise RuntimeError(f"verifier said {report['verdict']}, not CLEAN; see {out}")
+    return VerifierRun(
+        seconds=measured.seconds,
+        job_seconds=(report["finished_ms"] - report["started_ms"]) / 1000,
+        units=int(report["totals"]["units_compared"]),
+        bytes=int(report["totals"]["bytes_compared"]),
+        verdict=str(report["verdict"]),
+        profile=spark_profile(events),
+    )

@@ -1,0 +1,140 @@
+"""Tiering throughput POSIX → POSIX: ``tieredstore run --once`` vs ``cp -r commitlog``.
+
+Synthesizes a store of ``--size`` commitlog bytes (default 2 GiB; ``--topics`` ×
+``--queues`` queues, bodies ``--body-min``..``--body-max`` bytes, uncompressed) and then
+times, on the same filesystem:
+
+* **cp**: ``cp -r <store>/commitlog <dir>`` followed by an fsync of every copied file and
+  directory. The sidecar fsyncs every object it publishes, so both sides end with their
+  bytes durable; the bare ``cp -r`` time is reported beside it. Best of ``--cp-runs``.
+* **sidecar**: ``tieredstore run --once`` from the store into a local cold directory,
+  default settings, as a subprocess (its peak RSS is its own VmHWM). The time
+  is the whole process, start-up included.
+
+Both sides read **warm** data: each side's input files are read once (into the page
+cache) right before it is timed. Reported: MiB/s of both, messages/s and peak RSS of
+the sidecar. Last lines::
+
+    RESULT tiering_posix ratio=<ours MiB/s ÷ cp+fsync MiB/s> target=>=0.5 PASS|FAIL
+    RESULT tiering_posix_rss ratio=<peak RSS MiB> target=<256MiB PASS|FAIL
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from _common import (
+    MIB,
+    Stopwatch,
+    add_sidecar_env_argument,
+    add_store_arguments,
+    cold_bytes,
+    extra_env,
+    machine,
+    mb_per_s,
+    result_line,
+    run_measured,
+    sidecar_cmd,
+    sidecar_env,
+    store_from_args,
+    table,
+    tiered_totals,
+    warm,
+)
+
+RATIO_TARGET = 0.5
+RSS_TARGET = 256 * MIB
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory under ``root`` (what a durable copy costs)."""
+    for dirpath, _dirs, names in os.walk(root):
+        for path in [*(os.path.join(dirpath, n) for n in names), dirpath]:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def time_cp(source: Path, target: Path, runs: int) -> tuple[float, float]:
+    """Best (bare cp seconds, cp + fsync seconds) over ``runs`` copies into ``target``."""
+    best = (float("inf"), float("inf"))
+    for _ in range(runs):
+        warm([source])
+        with Stopwatch() as cp:
+            subprocess.run(["cp", "-r", str(source), str(target)], check=True)
+        with Stopwatch() as sync:
+            fsync_tree(target)
+        shutil.rmtree(target)
+        if cp.seconds + sync.seconds < sum(best):
+            best = (cp.seconds, cp.seconds + sync.seconds)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_store_arguments(ap, size="2G")
+    ap.add_argument("--cp-runs", type=int, default=3, help="copies timed; the best counts")
+    ap.add_argument("--sidecar-arg", action="append", default=[], help="extra sidecar flag")
+    add_sidecar_env_argument(ap)
+    args = ap.parse_args()
+    print(machine())
+    env = {**sidecar_env(), **extra_env(args)}
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-tiering-") as tmp:
+        root = Path(tmp)
+        store = store_from_args(args, root / "store")
+        print("both sides read warm data: each side's input is read once right before it runs")
+        cp_bare, cp_durable = time_cp(store.commitlog_dir, root / "cp-copy", args.cp_runs)
+
+        warm([store.commitlog_dir, store.root / "consumequeue"])
+        cold, log = root / "cold", root / "sidecar.log"
+        run = run_measured(
+            sidecar_cmd(store.root, str(cold), root / "state", *args.sidecar_arg),
+            env=env,
+            log=log,
+        )
+        segments, messages, tiered = tiered_totals(log)
+        written = cold_bytes(cold)
+
+    ours = mb_per_s(tiered, run.seconds)
+    cp_rate = mb_per_s(store.commitlog_bytes, cp_durable)
+    bare_rate = mb_per_s(store.commitlog_bytes, cp_bare)
+    print(
+        table(
+            ["run", "seconds", "CPU s", "MiB", "MiB/s", "msgs/s", "peak RSS MiB"],
+            [
+                ["cp -r", cp_bare, "", store.commitlog_bytes // MIB, bare_rate, "", ""],
+                ["cp -r + fsync", cp_durable, "", store.commitlog_bytes // MIB, cp_rate, "", ""],
+                [
+                    "tieredstore run --once",
+                    run.seconds,
+                    run.cpu_seconds,
+                    tiered // MIB,
+                    ours,
+                    round(messages / run.seconds),
+                    run.peak_rss / MIB,
+                ],
+            ],
+        )
+    )
+    print(
+        f"sidecar: {segments} segments, {messages:,} messages, {written / MIB:,.0f} MiB in "
+        f"cold (with consume queues and manifests); ratio vs bare cp -r {ours / bare_rate:.2f}"
+    )
+    if messages != store.messages:
+        raise RuntimeError(f"tiered {messages} messages, the store has {store.messages}")
+    ratio = ours / cp_rate
+    print(result_line("tiering_posix", ratio, f">={RATIO_TARGET}", ratio >= RATIO_TARGET))
+    print(
+        result_line("tiering_posix_rss", run.peak_rss / MIB, "<256MiB", run.peak_rss < RSS_TARGET)
+    )
+
+
+if __name__ == "__main__":
+    main()

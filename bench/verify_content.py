@@ -1,0 +1,179 @@
+"""Verifier throughput, content level: record bytes/s on ``local[2]``, vs raw numpy.
+
+Synthesizes a store of ``--size`` commitlog bytes (default 128 MiB, same shape as the
+tiering benchmarks), tiers it with ``tieredstore run --once`` into a local cold
+directory, and then times:
+
+* **verifier**: ``python -m verifier --level content --master local[2]`` as a process.
+  ``job`` is the Spark job alone (``report.json`` finished − started: no JVM start-up,
+  no report writing); ``process`` is the whole command. The rate counts the verifier's
+  own ``bytes_compared``;
+* **numpy**: one Python process doing the same work the plainest way — for every
+  manifest, read the COMMIT_LOG object, check its sha256, read the hot records its
+  CONSUME_QUEUE names (``mmap`` slices of the commitlog), and compare them with numpy
+  byte for byte outside bytes [28, 36) (the rewritten physicalOffset).
+
+Files are warm for both (just written, then read once). Last line::
+
+    RESULT verify_content ratio=<job rate ÷ numpy rate> target=>=200MiB/s PASS|FAIL
+
+(PASS on the job's absolute rate.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import mmap
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from _common import (
+    BROKER,
+    CLUSTER,
+    MIB,
+    Stopwatch,
+    add_store_arguments,
+    machine,
+    mb_per_s,
+    result_line,
+    run_measured,
+    sidecar_cmd,
+    sidecar_env,
+    store_from_args,
+    table,
+    verifier_run,
+    warm,
+)
+
+from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE
+
+TARGET = 200 * MIB  # bytes/s
+_OFFSET = slice(28, 36)  # physicalOffset: rewritten for cold
+
+
+class _Commitlog:
+    """The hot commitlog files, mapped read-only, addressed by global offset."""
+
+    def __init__(self, directory: Path) -> None:
+        self.files: list[tuple[int, mmap.mmap]] = []
+        for path in sorted(directory.iterdir()):
+            with path.open("rb") as fh:
+                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            self.files.append((int(path.name), mapped))
+
+    def records(self, offsets: np.ndarray, sizes: np.ndarray) -> bytes:
+        out = bytearray()
+        for off, size in zip(offsets.tolist(), sizes.tolist(), strict=True):
+            base, mm = next((b, m) for b, m in reversed(self.files) if b <= off)
+            out += mm[off - base : off - base + size]
+        return bytes(out)
+
+    def close(self) -> None:
+        for _, mm in self.files:
+            mm.close()
+
+
+def numpy_baseline(hot: Path, cold: Path) -> int:
+    """Compare every cold record with its hot record; return the bytes compared."""
+    commitlog = _Commitlog(hot / "commitlog")
+    compared = 0
+    try:
+        for mpath in sorted(cold.rglob("MANIFEST/*.json")):
+            m = json.loads(mpath.read_text())
+            qdir = hot / "consumequeue" / m["topic"] / str(m["queue_id"])
+            hot_units = np.concatenate(
+                [np.fromfile(f, dtype=CQ_UNIT_DTYPE) for f in sorted(qdir.iterdir())]
+            )[m["start_offset"] : m["end_offset"]]
+            data = (mpath.parent.parent / "COMMIT_LOG" / m["commit_log"]["name"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != m["commit_log"]["digest"]:
+                raise RuntimeError(f"digest mismatch for {mpath}")
+            ours = np.frombuffer(data, dtype=np.uint8)
+            theirs = np.frombuffer(
+                commitlog.records(hot_units["commitlog_offset"], hot_units["size"]), dtype=np.uint8
+            )
+            sizes = hot_units["size"].astype(np.int64)
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            if len(ours) != len(theirs):
+                raise RuntimeError(f"baseline: {mpath} covers {len(ours)} bytes, hot {len(theirs)}")
+            differ = ours != theirs
+            differ[(starts[:, None] + np.arange(_OFFSET.start, _OFFSET.stop)).ravel()] = False
+            if differ.any():
+                raise RuntimeError(f"baseline found a mismatch in {mpath}")
+            compared += len(ours)
+    finally:
+        commitlog.close()
+    return compared
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_store_arguments(ap, size="128M")
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+    print(machine())
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-verify-content-") as tmp:
+        root = Path(tmp)
+        store = store_from_args(args, root / "store")
+        cold = root / "cold"
+        with Stopwatch() as sw:
+            run_measured(
+                sidecar_cmd(store.root, str(cold), root / "state"),
+                env=sidecar_env(),
+                log=root / "sidecar.log",
+            )
+        print(f"tiered with tieredstore run --once in {sw.seconds:.1f} s; warm files")
+        warm([store.commitlog_dir, store.root / "consumequeue", cold])
+        with Stopwatch() as base:
+            compared = numpy_baseline(store.root, cold)
+        run = verifier_run(
+            store.root,
+            str(cold),
+            level="content",
+            out=root / "report",
+            master=args.master,
+            cluster=CLUSTER,
+            broker=BROKER,
+        )
+    job_rate, base_rate = mb_per_s(run.bytes, run.job_seconds), mb_per_s(compared, base.seconds)
+    print(
+        table(
+            ["run", "seconds", "MiB", "MiB/s", "records/s"],
+            [
+                [
+                    "verifier job (Spark)",
+                    run.job_seconds,
+                    run.bytes // MIB,
+                    job_rate,
+                    round(store.messages / run.job_seconds),
+                ],
+                [
+                    "verifier process",
+                    run.seconds,
+                    run.bytes // MIB,
+                    mb_per_s(run.bytes, run.seconds),
+                    round(store.messages / run.seconds),
+                ],
+                [
+                    "numpy baseline",
+                    base.seconds,
+                    compared // MIB,
+                    base_rate,
+                    round(store.messages / base.seconds),
+                ],
+            ],
+        )
+    )
+    fixed = run.seconds - run.job_seconds
+    print(f"verifier verdict {run.verdict}; JVM start-up and report writing {fixed:.1f} s")
+    print("\n".join(run.profile.lines()))
+    if compared != run.bytes:
+        print(f"note: the verifier compared {run.bytes:,} bytes, the baseline {compared:,}")
+    ratio = job_rate / base_rate
+    print(result_line("verify_content", ratio, ">=200MiB/s", job_rate * MIB >= TARGET))
+
+
+if __name__ == "__main__":
+    main()

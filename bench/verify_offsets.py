@@ -1,0 +1,182 @@
+"""Verifier throughput, offsets level: consume-queue units/s on ``local[2]``, vs raw numpy.
+
+Builds a tiered store directly with numpy (no sidecar: the offsets level never reads
+records): ``--queues`` queues holding ``--units`` consume-queue units in all, in hot CQ
+files of 300,000 units, and in cold segments of ``--segment-units`` units (CONSUME_QUEUE
+object + manifest; COMMIT_LOG objects are sparse files of the right size). Then times:
+
+* **verifier**: ``python -m verifier --level offsets --master local[2]`` as a process.
+  ``job`` is the Spark job alone (``report.json`` finished − started: no JVM start-up,
+  no report writing); ``process`` is the whole command. The rate counts the verifier's
+  own ``units_compared``;
+* **numpy**: one Python process doing the same comparison the plainest way — every hot
+  CQ file and cold CONSUME_QUEUE object read with ``np.fromfile``, every manifest
+  parsed, sizes and tags compared, cold offsets checked contiguous.
+
+Files are warm for both (just written, then read once). Last line::
+
+    RESULT verify_offsets ratio=<job rate ÷ numpy rate> target=>=10M_units/s PASS|FAIL
+
+(PASS on the job's absolute rate.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from _common import (
+    BROKER,
+    CLUSTER,
+    Stopwatch,
+    machine,
+    result_line,
+    table,
+    verifier_run,
+    warm,
+)
+
+from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
+from tieredstore.layout import object_name
+from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef, digest
+
+TARGET = 10_000_000  # units/s
+RECORD = 200  # bytes per (imaginary) record
+FILE_UNITS = 300_000  # units per hot CQ file, as the broker's default
+
+
+def build_store(root: Path, queues: int, units: int, segment_units: int) -> int:
+    """Write hot CQ files and cold segments for ``units`` units; return the count."""
+    per_queue = units // queues
+    (root / "hot" / "commitlog").mkdir(parents=True)
+    (root / "hot" / "commitlog" / f"{0:020d}").write_bytes(bytes(8))
+    (root / "hot" / "checkpoint").write_bytes(bytes(4096))
+    for q in range(queues):
+        hot = np.zeros(per_queue, dtype=CQ_UNIT_DTYPE)
+        hot["commitlog_offset"] = (np.arange(per_queue, dtype=np.int64) * queues + q) * RECORD
+        hot["size"] = RECORD
+        hot["tags_code"] = np.arange(per_queue) % 7
+        qdir = root / "hot" / "consumequeue" / "BenchTopic" / str(q)
+        qdir.mkdir(parents=True)
+        raw, size = hot.tobytes(), FILE_UNITS * CQ_UNIT_SIZE
+        for base in range(0, len(raw), size):
+            chunk = raw[base : base + size]
+            (qdir / f"{base:020d}").write_bytes(chunk + bytes(size - len(chunk)))
+        for start in range(0, per_queue, segment_units):
+            end = min(start + segment_units, per_queue)
+            cold = hot[start:end].copy()
+            cold["commitlog_offset"] = (start + np.arange(end - start)) * RECORD
+            cq = encode_units(cold)
+            cl_base, cl_size = start * RECORD, (end - start) * RECORD
+            manifest = Manifest(
+                format_version=FORMAT_VERSION,
+                cluster=CLUSTER,
+                broker=BROKER,
+                topic="BenchTopic",
+                queue_id=q,
+                start_offset=start,
+                end_offset=end,
+                cl_base=cl_base,
+                cl_end=cl_base + cl_size,
+                commit_log=ObjectRef(object_name(cl_base), cl_size, "0" * 64),
+                consume_queue=ObjectRef(object_name(start * CQ_UNIT_SIZE), len(cq), digest(cq)),
+                digest_algorithm=DIGEST_ALGORITHM,
+                min_store_timestamp=1,
+                max_store_timestamp=1,
+                message_count=end - start,
+                writer_id="bench",
+                lease_epoch=1,
+                created_at_ms=0,
+            )
+            for key, data in ((manifest.consume_queue_key, cq), (manifest.key, manifest.to_json())):
+                path = root / "cold" / key
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            path = root / "cold" / manifest.commit_log_key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("wb") as fh:
+                fh.truncate(cl_size)  # sparse: never read at this level
+    return per_queue * queues
+
+
+def numpy_baseline(root: Path) -> int:
+    """Compare every cold CQ unit with its hot unit the plainest way; return the count."""
+    checked = 0
+    for qdir in sorted((root / "hot" / "consumequeue" / "BenchTopic").iterdir()):
+        hot = np.concatenate([np.fromfile(f, dtype=CQ_UNIT_DTYPE) for f in sorted(qdir.iterdir())])
+        for mpath in sorted((root / "cold").rglob("*.json")):
+            if f"/BenchTopic/{qdir.name}/" not in str(mpath):
+                continue
+            m = json.loads(mpath.read_text())
+            start, end = m["start_offset"], m["end_offset"]
+            cq_name = m["consume_queue"]["name"]
+            cold = np.fromfile(mpath.parent.parent / "CONSUME_QUEUE" / cq_name, dtype=CQ_UNIT_DTYPE)
+            sizes = cold["size"].astype(np.int64)
+            expect = m["cl_base"] + np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            ref = hot[start:end]
+            ok = (
+                len(cold) == end - start
+                and bool(np.array_equal(cold["size"], ref["size"]))
+                and bool(np.array_equal(cold["tags_code"], ref["tags_code"]))
+                and bool(np.array_equal(cold["commitlog_offset"], expect))
+            )
+            if not ok:
+                raise RuntimeError(f"baseline found a mismatch in {mpath}")
+            checked += len(cold)
+    return checked
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--units", type=int, default=20_000_000, help="CQ units in all (20M)")
+    ap.add_argument("--queues", type=int, default=16)
+    ap.add_argument("--segment-units", type=int, default=250_000)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
+    args = ap.parse_args()
+    print(machine())
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-verify-offsets-") as tmp:
+        root = Path(tmp)
+        with Stopwatch() as sw:
+            units = build_store(root, args.queues, args.units, args.segment_units)
+        print(
+            f"store: {units:,} units in {args.queues} queues, segments of "
+            f"{args.segment_units:,} units (built in {sw.seconds:.1f} s); warm files"
+        )
+        warm([root / "hot" / "consumequeue", root / "cold"])
+        with Stopwatch() as base:
+            checked = numpy_baseline(root)
+        run = verifier_run(
+            root / "hot",
+            str(root / "cold"),
+            level="offsets",
+            out=root / "report",
+            master=args.master,
+            cluster=CLUSTER,
+            broker=BROKER,
+        )
+    if checked != units:
+        raise RuntimeError(f"baseline checked {checked} units of {units}")
+    job_rate, base_rate = run.units / run.job_seconds, checked / base.seconds
+    print(
+        table(
+            ["run", "seconds", "units", "units/s"],
+            [
+                ["verifier job (Spark)", run.job_seconds, run.units, round(job_rate)],
+                ["verifier process", run.seconds, run.units, round(run.units / run.seconds)],
+                ["numpy baseline", base.seconds, checked, round(base_rate)],
+            ],
+        )
+    )
+    fixed = run.seconds - run.job_seconds
+    print(f"verifier verdict {run.verdict}; JVM start-up and report writing {fixed:.1f} s")
+    print("\n".join(run.profile.lines()))
+    ratio = job_rate / base_rate
+    print(result_line("verify_offsets", ratio, ">=10M_units/s", job_rate >= TARGET))
+
+
+if __name__ == "__main__":
+    main()
