@@ -32,9 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import numpy as np
+
 from tieredstore.config import parse_size
 from tieredstore.formats.checkpoint import read_checkpoint
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
+from tieredstore.layout import object_name
+from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef, digest
 from tieredstore.synth import SyntheticStore, SynthSpec
 
 __all__ = [
@@ -54,6 +58,7 @@ __all__ = [
     "extra_env",
     "machine",
     "mb_per_s",
+    "offsets_store",
     "result_line",
     "run_measured",
     "sidecar_cmd",
@@ -596,3 +601,69 @@ def verifier_run(
         verdict=str(report["verdict"]),
         profile=spark_profile(events),
     )
+
+
+#: Bytes per (imaginary) record of :func:`offsets_store`.
+RECORD = 200
+#: Units per hot CQ file of :func:`offsets_store`.
+FILE_UNITS = 300_000  # units per hot CQ file, as the broker's default
+
+
+def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> int:
+    """Write hot CQ files and cold segments for ``units`` units; return the count.
+
+    Built with numpy, not by tiering: ``root/hot`` holds ``queues`` queues of topic
+    ``BenchTopic`` whose records are ``RECORD`` bytes apart, ``root/cold`` their segments
+    of ``segment_units`` units with valid manifests and CQ objects. COMMIT_LOG objects are
+    sparse files of the right size: the offsets level never reads them.
+    """
+    per_queue = units // queues
+    (root / "hot" / "commitlog").mkdir(parents=True)
+    (root / "hot" / "commitlog" / f"{0:020d}").write_bytes(bytes(8))
+    (root / "hot" / "checkpoint").write_bytes(bytes(4096))
+    for q in range(queues):
+        hot = np.zeros(per_queue, dtype=CQ_UNIT_DTYPE)
+        hot["commitlog_offset"] = (np.arange(per_queue, dtype=np.int64) * queues + q) * RECORD
+        hot["size"] = RECORD
+        hot["tags_code"] = np.arange(per_queue) % 7
+        qdir = root / "hot" / "consumequeue" / "BenchTopic" / str(q)
+        qdir.mkdir(parents=True)
+        raw, size = hot.tobytes(), FILE_UNITS * CQ_UNIT_SIZE
+        for base in range(0, len(raw), size):
+            chunk = raw[base : base + size]
+            (qdir / f"{base:020d}").write_bytes(chunk + bytes(size - len(chunk)))
+        for start in range(0, per_queue, segment_units):
+            end = min(start + segment_units, per_queue)
+            cold = hot[start:end].copy()
+            cold["commitlog_offset"] = (start + np.arange(end - start)) * RECORD
+            cq = encode_units(cold)
+            cl_base, cl_size = start * RECORD, (end - start) * RECORD
+            manifest = Manifest(
+                format_version=FORMAT_VERSION,
+                cluster=CLUSTER,
+                broker=BROKER,
+                topic="BenchTopic",
+                queue_id=q,
+                start_offset=start,
+                end_offset=end,
+                cl_base=cl_base,
+                cl_end=cl_base + cl_size,
+                commit_log=ObjectRef(object_name(cl_base), cl_size, "0" * 64),
+                consume_queue=ObjectRef(object_name(start * CQ_UNIT_SIZE), len(cq), digest(cq)),
+                digest_algorithm=DIGEST_ALGORITHM,
+                min_store_timestamp=1,
+                max_store_timestamp=1,
+                message_count=end - start,
+                writer_id="bench",
+                lease_epoch=1,
+                created_at_ms=0,
+            )
+            for key, data in ((manifest.consume_queue_key, cq), (manifest.key, manifest.to_json())):
+                path = root / "cold" / key
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            path = root / "cold" / manifest.commit_log_key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("wb") as fh:
+                fh.truncate(cl_size)  # sparse: never read at this level
+    return per_queue * queues

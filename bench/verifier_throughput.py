@@ -31,59 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from _common import BROKER, CLUSTER, offsets_store
 
-from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
-from tieredstore.layout import object_name
-from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef, digest
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.synth import SynthSpec, synthesize
-
-CLUSTER, BROKER = "BenchCluster", "bench-broker"
-RECORD = 200  # bytes per record in the numpy-built store
-
-
-def _offsets_store(root: Path, queues: int, units: int, segment_units: int) -> None:
-    per_queue = units // queues
-    file_units = 300_000
-    (root / "hot" / "commitlog").mkdir(parents=True)
-    (root / "hot" / "commitlog" / f"{0:020d}").write_bytes(bytes(8))
-    for q in range(queues):
-        hot = np.zeros(per_queue, dtype=CQ_UNIT_DTYPE)
-        hot["commitlog_offset"] = (np.arange(per_queue, dtype=np.int64) * queues + q) * RECORD
-        hot["size"] = RECORD
-        hot["tags_code"] = np.arange(per_queue) % 7
-        qdir = root / "hot" / "consumequeue" / "BenchTopic" / str(q)
-        qdir.mkdir(parents=True)
-        raw = hot.tobytes()
-        size = file_units * CQ_UNIT_SIZE
-        for base in range(0, len(raw), size):
-            chunk = raw[base : base + size]
-            (qdir / f"{base:020d}").write_bytes(chunk + bytes(size - len(chunk)))
-        for start in range(0, per_queue, segment_units):
-            end = min(start + segment_units, per_queue)
-            cold = hot[start:end].copy()
-            cold["commitlog_offset"] = start * RECORD + np.arange(end - start) * RECORD
-            cq = encode_units(cold)
-            cl_base, cl_size = start * RECORD, (end - start) * RECORD
-            m = Manifest(
-                format_version=FORMAT_VERSION, cluster=CLUSTER, broker=BROKER,
-                topic="BenchTopic", queue_id=q, start_offset=start, end_offset=end,
-                cl_base=cl_base, cl_end=cl_base + cl_size,
-                commit_log=ObjectRef(object_name(cl_base), cl_size, "0" * 64),
-                consume_queue=ObjectRef(object_name(start * CQ_UNIT_SIZE), len(cq), digest(cq)),
-                digest_algorithm=DIGEST_ALGORITHM, min_store_timestamp=1,
-                max_store_timestamp=1, message_count=end - start, writer_id="bench",
-                lease_epoch=1, created_at_ms=0,
-            )  # fmt: skip
-            for key, data in ((m.consume_queue_key, cq), (m.key, m.to_json())):
-                path = root / "cold" / key
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-            path = root / "cold" / m.commit_log_key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as fh:
-                fh.truncate(cl_size)
-    (root / "hot" / "checkpoint").write_bytes(bytes(4096))
 
 
 def _content_store(root: Path, messages: int, segment_messages: int) -> None:
@@ -157,7 +108,7 @@ def main() -> None:
         spark_session(args.master) as spark,
     ):
         root = Path(tmp)
-        _offsets_store(root / "offsets", args.queues, args.units, args.segment_units)
+        offsets_store(root / "offsets", args.queues, args.units, args.segment_units)
         _content_store(root / "content", args.messages, args.segment_messages)
         results = []
         for level, base, cluster, broker in (

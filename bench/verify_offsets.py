@@ -33,73 +33,16 @@ from _common import (
     CLUSTER,
     Stopwatch,
     machine,
+    offsets_store,
     result_line,
     table,
     verifier_run,
     warm,
 )
 
-from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
-from tieredstore.layout import object_name
-from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef, digest
+from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE
 
 TARGET = 10_000_000  # units/s
-RECORD = 200  # bytes per (imaginary) record
-FILE_UNITS = 300_000  # units per hot CQ file, as the broker's default
-
-
-def build_store(root: Path, queues: int, units: int, segment_units: int) -> int:
-    """Write hot CQ files and cold segments for ``units`` units; return the count."""
-    per_queue = units // queues
-    (root / "hot" / "commitlog").mkdir(parents=True)
-    (root / "hot" / "commitlog" / f"{0:020d}").write_bytes(bytes(8))
-    (root / "hot" / "checkpoint").write_bytes(bytes(4096))
-    for q in range(queues):
-        hot = np.zeros(per_queue, dtype=CQ_UNIT_DTYPE)
-        hot["commitlog_offset"] = (np.arange(per_queue, dtype=np.int64) * queues + q) * RECORD
-        hot["size"] = RECORD
-        hot["tags_code"] = np.arange(per_queue) % 7
-        qdir = root / "hot" / "consumequeue" / "BenchTopic" / str(q)
-        qdir.mkdir(parents=True)
-        raw, size = hot.tobytes(), FILE_UNITS * CQ_UNIT_SIZE
-        for base in range(0, len(raw), size):
-            chunk = raw[base : base + size]
-            (qdir / f"{base:020d}").write_bytes(chunk + bytes(size - len(chunk)))
-        for start in range(0, per_queue, segment_units):
-            end = min(start + segment_units, per_queue)
-            cold = hot[start:end].copy()
-            cold["commitlog_offset"] = (start + np.arange(end - start)) * RECORD
-            cq = encode_units(cold)
-            cl_base, cl_size = start * RECORD, (end - start) * RECORD
-            manifest = Manifest(
-                format_version=FORMAT_VERSION,
-                cluster=CLUSTER,
-                broker=BROKER,
-                topic="BenchTopic",
-                queue_id=q,
-                start_offset=start,
-                end_offset=end,
-                cl_base=cl_base,
-                cl_end=cl_base + cl_size,
-                commit_log=ObjectRef(object_name(cl_base), cl_size, "0" * 64),
-                consume_queue=ObjectRef(object_name(start * CQ_UNIT_SIZE), len(cq), digest(cq)),
-                digest_algorithm=DIGEST_ALGORITHM,
-                min_store_timestamp=1,
-                max_store_timestamp=1,
-                message_count=end - start,
-                writer_id="bench",
-                lease_epoch=1,
-                created_at_ms=0,
-            )
-            for key, data in ((manifest.consume_queue_key, cq), (manifest.key, manifest.to_json())):
-                path = root / "cold" / key
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
-            path = root / "cold" / manifest.commit_log_key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as fh:
-                fh.truncate(cl_size)  # sparse: never read at this level
-    return per_queue * queues
 
 
 def numpy_baseline(root: Path) -> int:
@@ -141,7 +84,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-verify-offsets-") as tmp:
         root = Path(tmp)
         with Stopwatch() as sw:
-            units = build_store(root, args.queues, args.units, args.segment_units)
+            units = offsets_store(root, args.queues, args.units, args.segment_units)
         print(
             f"store: {units:,} units in {args.queues} queues, segments of "
             f"{args.segment_units:,} units (built in {sw.seconds:.1f} s); warm files"

@@ -25,6 +25,7 @@ from tests.broker.traffic import Kind
 from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
 from tests.segment_factory import upload
 from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.errors import (
     CorruptRecordError,
@@ -303,28 +304,12 @@ async def test_a_unit_pointing_outside_its_segment_is_named() -> None:
         await reader.read(QUEUE.topic, 0, 0, 3)
 
 
-class ExpiringBackend(Backend):
+class ExpiringBackend(ForwardingBackend):
     """Expiry racing a reader: right after a listing, the oldest segment is deleted."""
 
     def __init__(self, inner: Backend, victim: Manifest) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.victim = victim
-
-    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
-        return await self.inner.read(key, start, end)
-
-    async def write(self, key: str, data: bytes) -> None:
-        await self.inner.write(key, data)
-
-    async def size(self, key: str) -> int:
-        return await self.inner.size(key)
-
-    async def exists(self, key: str) -> bool:
-        return await self.inner.exists(key)
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
 
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         listed = await self.inner.list(prefix)

@@ -26,6 +26,7 @@ from tieredstore.backends import (
     S3Backend,
     reset_memory_stores,
 )
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.errors import BackendError, BackendUnavailableError, ObjectNotFoundError
 
 MiB = 1 << 20
@@ -38,6 +39,7 @@ KINDS = [
     pytest.param("s3", marks=pytest.mark.s3),
     "fsspec-memory",
     pytest.param("fsspec-s3", marks=pytest.mark.s3),
+    "forwarding-posix",  # the base of every wrapper must keep the contract it wraps
 ]
 
 
@@ -57,6 +59,8 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         )
     elif kind == "fsspec-memory":
         made = FsspecBackend(f"memory://contract-{uuid.uuid4().hex}")
+    elif kind == "forwarding-posix":
+        made = ForwardingBackend(PosixBackend(request.getfixturevalue("tmp_path") / "cold"))
     else:
         bucket = request.getfixturevalue("s3_bucket")
         made = FsspecBackend(

@@ -8,13 +8,13 @@ with, renewed on the way, and write every segment.
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import AsyncIterable
 from pathlib import Path
 
 from dispatcher.runtime import open_runtime
 from tests.dispatcher.helpers import settings_for
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.clock import VirtualClock
 from tieredstore.hotstore import HotStore
@@ -24,21 +24,18 @@ RENEW_S = 10  # the lease expires after 3 x 10 s without renewal
 SEGMENT_S = 7  # virtual seconds each COMMIT_LOG upload takes
 
 
-class SlowUploads(Backend):
+class SlowUploads(ForwardingBackend):
     """``inner``, where writing a COMMIT_LOG object advances ``clock`` by ``seconds``."""
 
     def __init__(self, inner: Backend, clock: VirtualClock, seconds: float) -> None:
-        self.inner, self.clock, self.seconds = inner, clock, seconds
-        self.url = inner.url
+        super().__init__(inner)
+        self.clock, self.seconds = clock, seconds
         self.uploads = 0
 
     async def _pass_time(self, key: str) -> None:
         if "/COMMIT_LOG/" in key:
             self.uploads += 1
             await self.clock.advance(self.seconds)  # wakes the renewal loop when it is due
-
-    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
-        return await self.inner.read(key, start, end)
 
     async def write(self, key: str, data: bytes) -> None:
         await self._pass_time(key)
@@ -47,18 +44,6 @@ class SlowUploads(Backend):
     async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         await self._pass_time(key)
         return await self.inner.write_chunks(key, chunks)
-
-    async def size(self, key: str) -> int:
-        return await self.inner.size(key)
-
-    async def exists(self, key: str) -> bool:
-        return await self.inner.exists(key)
-
-    async def delete(self, key: str) -> None:
-        await self.inner.delete(key)
-
-    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
-        return await self.inner.list(prefix)
 
 
 async def test_catch_up_longer_than_the_lease_renews_it(tmp_path: Path) -> None:

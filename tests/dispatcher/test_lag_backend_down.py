@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from dispatcher.runtime import open_runtime
 from tests.dispatcher.helpers import settings_for
 from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.clock import VirtualClock
@@ -22,12 +23,11 @@ START = 1_700_000_000_000
 TOPIC = "SynthTopic0"
 
 
-class OutageBackend(Backend):
+class OutageBackend(ForwardingBackend):
     """A real backend that, while ``down``, fails every call as an unreachable store does."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.down = False
         self.refused = 0
 
@@ -38,31 +38,31 @@ class OutageBackend(Backend):
 
     async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         self._check("read", key)
-        return await self.inner.read(key, start, end)
+        return await super().read(key, start, end)
 
     async def write(self, key: str, data: bytes) -> None:
         self._check("write", key)
-        await self.inner.write(key, data)
+        await super().write(key, data)
 
     async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         self._check("write", key)
-        return await self.inner.write_chunks(key, chunks)
+        return await super().write_chunks(key, chunks)
 
     async def size(self, key: str) -> int:
         self._check("size", key)
-        return await self.inner.size(key)
+        return await super().size(key)
 
     async def exists(self, key: str) -> bool:
         self._check("exists", key)
-        return await self.inner.exists(key)
+        return await super().exists(key)
 
     async def delete(self, key: str) -> None:
         self._check("delete", key)
-        await self.inner.delete(key)
+        await super().delete(key)
 
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         self._check("list", prefix)
-        return await self.inner.list(prefix)
+        return await super().list(prefix)
 
 
 def _gauge(registry: CollectorRegistry, name: str, queue: int) -> float:

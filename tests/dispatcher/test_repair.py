@@ -3,10 +3,8 @@ delete), truncate, resume; a crash at any point is finished by running repair ag
 
 from __future__ import annotations
 
-import builtins
 import shutil
 from collections import Counter
-from collections.abc import AsyncIterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +17,8 @@ from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
 from tests.segment_factory import hot_batch, segment_of, upload
 from tieredstore.backends import open_backend
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli import main
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
@@ -48,11 +47,12 @@ class CrashError(Exception):
     """Stands for the process dying just before a backend call."""
 
 
-class CrashingBackend(Backend):
+class CrashingBackend(ForwardingBackend):
     """A real backend whose process 'dies' before the n-th matching write or delete."""
 
     def __init__(self, inner: Backend, *, op: str, nth: int) -> None:
-        self.inner, self.url, self.op, self.nth = inner, inner.url, op, nth
+        super().__init__(inner)
+        self.op, self.nth = op, nth
         self.seen: Counter[str] = Counter()
 
     def _maybe_crash(self, op: str, key: str) -> None:
@@ -62,31 +62,13 @@ class CrashingBackend(Backend):
             if self.seen[op] == self.nth:
                 raise CrashError(f"{op} {key}")
 
-    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
-        return await self.inner.read(key, start, end)
-
     async def write(self, key: str, data: bytes) -> None:
         self._maybe_crash("write", key)
         await self.inner.write(key, data)
 
-    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
-        return await self.inner.write_chunks(key, chunks)
-
-    async def size(self, key: str) -> int:
-        return await self.inner.size(key)
-
-    async def exists(self, key: str) -> bool:
-        return await self.inner.exists(key)
-
     async def delete(self, key: str) -> None:
         self._maybe_crash("delete", key)
         await self.inner.delete(key)
-
-    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
-        return await self.inner.list(prefix)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 def _settings(tmp_path: Path) -> Settings:

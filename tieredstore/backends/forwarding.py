@@ -1,0 +1,47 @@
+"""A backend that forwards every call to another one: the base for wrappers.
+
+Wrappers that change one or two operations (fault injection, tests that make time pass
+or a process "die" at a chosen call) subclass :class:`ForwardingBackend` and override
+only those; everything else reaches ``inner`` unchanged, errors included.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterable
+
+from tieredstore.backends.base import Backend, ObjectInfo
+
+__all__ = ["ForwardingBackend"]
+
+
+class ForwardingBackend(Backend):
+    """Every operation goes to ``inner``; ``url`` is the inner backend's."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        return await self.inner.read(key, start, end)
+
+    async def write(self, key: str, data: bytes) -> None:
+        await self.inner.write(key, data)
+
+    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+        return await self.inner.write_chunks(key, chunks)
+
+    async def size(self, key: str) -> int:
+        return await self.inner.size(key)
+
+    async def exists(self, key: str) -> bool:
+        return await self.inner.exists(key)
+
+    async def delete(self, key: str) -> None:
+        await self.inner.delete(key)
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        return await self.inner.list(prefix)
+
+    async def close(self) -> None:
+        await self.inner.close()
