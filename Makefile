@@ -31,8 +31,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest
 
+## bench: every benchmark at its default size, one after another (see BENCHMARKS.md)
+BENCHES := tiering_posix tiering_s3 verify_offsets verify_content verifier_throughput lag cq_parse
 bench: $(STAMP)
-	$(BIN)/python bench/cq_parse.py
+	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; done
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache build *.egg-info
