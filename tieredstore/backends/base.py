@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from tieredstore.errors import BackendUnavailableError
+from tieredstore.errors import BackendUnavailableError, ObjectNotFoundError
 
 __all__ = ["Backend", "ObjectInfo"]
 
@@ -68,9 +68,17 @@ class Backend(abc.ABC):
     async def size(self, key: str) -> int:
         """Return the size in bytes of ``key``; raise ObjectNotFoundError if missing."""
 
-    @abc.abstractmethod
     async def exists(self, key: str) -> bool:
-        """Return whether ``key`` exists."""
+        """Return whether ``key`` exists.
+
+        The default asks for its :meth:`size` (ObjectNotFoundError means no); backends
+        with a cheaper answer override it.
+        """
+        try:
+            await self.size(key)
+        except ObjectNotFoundError:
+            return False
+        return True
 
     @abc.abstractmethod
     async def delete(self, key: str) -> None:

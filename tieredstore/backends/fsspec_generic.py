@@ -125,13 +125,6 @@ class FsspecBackend(Backend):
             raise ObjectNotFoundError("no such object (a directory)", where=path)
         return int(info["size"])
 
-    async def exists(self, key: str) -> bool:
-        try:
-            await self.size(key)
-        except ObjectNotFoundError:
-            return False
-        return True
-
     async def delete(self, key: str) -> None:
         path = self._path(key)
         try:

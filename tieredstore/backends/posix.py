@@ -115,13 +115,6 @@ class PosixBackend(Backend):
         with self._os_errors("stat", path, not_found=True):
             return (await asyncio.to_thread(_stat_object, path)).st_size
 
-    async def exists(self, key: str) -> bool:
-        try:
-            await self.size(key)
-        except ObjectNotFoundError:
-            return False
-        return True
-
     async def delete(self, key: str) -> None:
         path = self._path(key)
         with self._os_errors("delete", path, not_found=False):

@@ -236,13 +236,6 @@ class S3Backend(Backend):
             head = await self._fs._call_s3("head_object", Bucket=bucket, Key=full_key)
         return int(head["ContentLength"])
 
-    async def exists(self, key: str) -> bool:
-        try:
-            await self.size(key)
-        except ObjectNotFoundError:
-            return False
-        return True
-
     async def delete(self, key: str) -> None:
         path = self._path(key)
         bucket, full_key = path.split("/", 1)
