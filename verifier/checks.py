@@ -218,20 +218,34 @@ def segment_work(valid: DataFrame, objects: DataFrame, hot: DataFrame) -> DataFr
     return joined.select(*schemas.SEGMENT_WORK.fieldNames())
 
 
+def _per_object(df: DataFrame, cls: AnomalyClass, where: str, detail: str) -> list[DataFrame]:
+    """One frame of ``cls`` anomalies for each of a segment's two objects.
+
+    In ``where`` and ``detail`` (SQL), ``{w}`` stands for the object's column prefix
+    (``cl``, ``cq``) and ``{name}`` for its name in messages.
+    """
+    return [
+        _anomalies(
+            df.where(where.format(w=w, name=name)),
+            cls,
+            start="start_offset",
+            end="end_offset",
+            object_key=f"{w}_key",
+            detail=detail.format(w=w, name=name),
+        )
+        for w, name in (("cl", "commit-log"), ("cq", "consume-queue"))
+    ]
+
+
 def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
     """``missing_object``: an object a manifest names is not listed, or vanished when a
     task came to read it."""
-    frames = [
-        _anomalies(
-            work.where(f"{which}_listed_size IS NULL"),
-            AnomalyClass.MISSING_OBJECT,
-            start="start_offset",
-            end="end_offset",
-            object_key=f"{which}_key",
-            detail=f"format_string('{name} object named by %s does not exist', manifest_key)",
-        )
-        for which, name in (("cl", "commit-log"), ("cq", "consume-queue"))
-    ]
+    frames = _per_object(
+        work,
+        AnomalyClass.MISSING_OBJECT,
+        "{w}_listed_size IS NULL",
+        "format_string('{name} object named by %s does not exist', manifest_key)",
+    )
     unreadable = _facts_of(facts, FactKind.OBJECT_UNREADABLE)
     frames.append(_fact_anomalies(unreadable, AnomalyClass.MISSING_OBJECT))
     return reduce(DataFrame.unionByName, frames)
@@ -239,35 +253,23 @@ def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
 
 def size_mismatch(work: DataFrame) -> DataFrame:
     """``size_mismatch``: a listed object whose size differs from its manifest's."""
-    frames = [
-        _anomalies(
-            work.where(f"{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_size"),
-            AnomalyClass.SIZE_MISMATCH,
-            start="start_offset",
-            end="end_offset",
-            object_key=f"{w}_key",
-            detail=f"format_string('object is %d bytes, its manifest says %d', "
-            f"{w}_listed_size, {w}_size)",
-        )
-        for w in ("cl", "cq")
-    ]
+    frames = _per_object(
+        work,
+        AnomalyClass.SIZE_MISMATCH,
+        "{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_size",
+        "format_string('object is %d bytes, its manifest says %d', {w}_listed_size, {w}_size)",
+    )
     return reduce(DataFrame.unionByName, frames)
 
 
 def digest_mismatch(facts: DataFrame) -> DataFrame:
     """``digest_mismatch``: an object read whole whose sha256 differs from its manifest's."""
-    frames = [
-        _anomalies(
-            facts.where(f"{w}_digest_actual IS NOT NULL AND {w}_digest_actual != {w}_digest"),
-            AnomalyClass.DIGEST_MISMATCH,
-            start="start_offset",
-            end="end_offset",
-            object_key=f"{w}_key",
-            detail=f"format_string('sha256 is %s, its manifest says %s', "
-            f"{w}_digest_actual, {w}_digest)",
-        )
-        for w in ("cl", "cq")
-    ]
+    frames = _per_object(
+        facts,
+        AnomalyClass.DIGEST_MISMATCH,
+        "{w}_digest_actual IS NOT NULL AND {w}_digest_actual != {w}_digest",
+        "format_string('sha256 is %s, its manifest says %s', {w}_digest_actual, {w}_digest)",
+    )
     return reduce(DataFrame.unionByName, frames)
 
 
