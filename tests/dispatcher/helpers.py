@@ -10,6 +10,14 @@ CLUSTER = "DefaultCluster"
 BROKER = "broker-a"
 
 
+def location_args(store: Path, cold: Path | str, state: Path) -> list[str]:
+    """The command-line flags naming the hot store, cold store, state dir and broker."""
+    return [
+        "--store", str(store), "--cold", str(cold), "--state-dir", str(state),
+        "--cluster", CLUSTER, "--broker", BROKER,
+    ]  # fmt: skip
+
+
 def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Settings:
     """Settings with small segments so every test cuts several per queue."""
     values: dict[str, object] = {

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from tests.dispatcher.helpers import BROKER, CLUSTER
+from tests.dispatcher.helpers import location_args
+from tieredstore.synth import SyntheticStore
 
 #: How a sidecar run ended under :func:`kill_after_objects`.
 Ending = Literal["killed", "idle", "exited"]
@@ -19,24 +22,9 @@ Ending = Literal["killed", "idle", "exited"]
 
 def sidecar_cmd(store: Path, cold: Path, state: Path, *extra: str) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "tieredstore.cli",
-        "run",
-        "--store",
-        str(store),
-        "--cold",
-        str(cold),
-        "--state-dir",
-        str(state),
-        "--cluster",
-        CLUSTER,
-        "--broker",
-        BROKER,
-        "--progress",
-        "off",
-        *extra,
-    ]
+        sys.executable, "-m", "tieredstore.cli", "run", *location_args(store, cold, state),
+        "--progress", "off", *extra,
+    ]  # fmt: skip
 
 
 def sidecar_env(**settings: str) -> dict[str, str]:
@@ -89,3 +77,31 @@ def kill_after_objects(
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=0.05)  # watch the process, not the clock
     return "exited"
+
+
+def crash_cycles(
+    tmp_path: Path,
+    rng: random.Random,
+    *,
+    cycles: int,
+    batch: tuple[int, int],
+    args: Sequence[str] = (),
+    env: Mapping[str, str],
+) -> int:
+    """Crash a sidecar ``cycles`` times over the store in ``tmp_path / "store"``.
+
+    Each cycle appends a seeded number of messages in ``batch`` (the broker keeps
+    writing), starts ``tieredstore run *args`` on ``cold``/``state`` beside it and
+    SIGKILLs it after a seeded 1–30 objects written (:func:`kill_after_objects`). A
+    sidecar that ends first must have exited 0. Returns how many were killed mid-run.
+    """
+    store, cold, state, log = (tmp_path / n for n in ("store", "cold", "state", "log"))
+    kills = 0
+    for _ in range(cycles):
+        SyntheticStore.open(store).append(rng.randint(*batch))
+        proc = start(store, cold, state, *args, log=log, **env)
+        ending = kill_after_objects(proc, cold, rng.randint(1, 30))
+        kills += ending == "killed"
+        if ending == "exited":
+            assert proc.returncode == 0, log.read_text()[-3000:]
+    return kills

@@ -11,10 +11,10 @@ import pytest
 
 from tests.coldcheck import assert_cold_matches_hot
 from tests.dispatcher.helpers import BROKER, CLUSTER
-from tests.dispatcher.sidecar import kill_after_objects, sidecar_cmd, sidecar_env, start
+from tests.dispatcher.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.synth import SynthSpec, synthesize
 
 
 @pytest.mark.slow
@@ -30,22 +30,16 @@ def test_sigkill_at_random_moments_keeps_cold_exact(tmp_path: Path) -> None:
         commitlog_file_size=512 << 10,
     )
     synthesize(tmp_path / "store", spec)
-    store, cold, state, log = (
-        tmp_path / "store",
-        tmp_path / "cold",
-        tmp_path / "state",
-        tmp_path / "log",
+    kills = crash_cycles(
+        tmp_path,
+        rng,
+        cycles=12,
+        batch=(300, 300),
+        args=("--once",),
+        env={"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s"},
     )
-    kills = 0
-    for _ in range(12):
-        SyntheticStore.open(store).append(300)  # the broker keeps writing between crashes
-        proc = start(store, cold, state, "--once", log=log, TIEREDSTORE_LEASE_RENEW_INTERVAL="1s")
-        # Killed after a seeded random amount of progress: mid-run on any machine.
-        ending = kill_after_objects(proc, cold, rng.randint(1, 30))
-        kills += ending == "killed"
-        if ending == "exited":
-            assert proc.returncode == 0, log.read_text()[-3000:]
     assert kills >= 6, "the campaign must actually kill the sidecar mid-run"
+    store, cold, state = tmp_path / "store", tmp_path / "cold", tmp_path / "state"
     done = subprocess.run(
         sidecar_cmd(store, cold, state, "--once"),
         env=sidecar_env(),

@@ -15,7 +15,7 @@ from dispatcher.gc import FindingKind, GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
 from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
+from tests.dispatcher.helpers import BROKER, CLUSTER, location_args, settings_for
 from tests.segment_factory import chain
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
@@ -245,20 +245,7 @@ def test_gc_command_refuses_while_a_sidecar_holds_the_lease(
 
 
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [
-        "gc",
-        *args,
-        "--store",
-        str(tmp_path / "store"),
-        "--cold",
-        str(tmp_path / "cold"),
-        "--cluster",
-        CLUSTER,
-        "--broker",
-        BROKER,
-        "--state-dir",
-        str(tmp_path / "state"),
-    ]
+    return ["gc", *args, *location_args(tmp_path / "store", tmp_path / "cold", tmp_path / "state")]
 
 
 def test_gc_command_dry_run_then_delete(

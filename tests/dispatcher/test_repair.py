@@ -14,7 +14,7 @@ from dispatcher.repair import Verdict, execute_repair, plan_repair
 from dispatcher.runtime import Runtime, open_runtime
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
+from tests.dispatcher.helpers import BROKER, CLUSTER, location_args, settings_for
 from tests.segment_factory import hot_batch, segment_of, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
@@ -302,8 +302,7 @@ def test_repair_command_dry_run_changes_nothing_then_repairs(
     cold = tmp_path / "cold"
     before = _objects(cold)
     common = [
-        "--store", str(tmp_path / "store"), "--cold", str(cold), "--cluster", CLUSTER,
-        "--broker", BROKER, "--state-dir", str(tmp_path / "state"),
+        *location_args(tmp_path / "store", cold, tmp_path / "state"),
         "--topic", TOPIC, "--queue", "1",
     ]  # fmt: skip
     assert main(["repair", "--dry-run", *common]) == 0

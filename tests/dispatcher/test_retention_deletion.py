@@ -14,7 +14,7 @@ from dispatcher.runtime import Runtime, open_runtime
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
+from tests.dispatcher.helpers import BROKER, CLUSTER, location_args, settings_for
 from tests.dispatcher.retention_support import advance
 from tieredstore.backends import open_backend
 from tieredstore.cli import main
@@ -275,19 +275,7 @@ async def test_a_topic_still_in_topics_json_is_not_destroyed(store: Path, tmp_pa
 
 # -- the command --------------------------------------------------------------------------
 def _cli(tmp_path: Path, *args: str) -> list[str]:
-    return [
-        *args,
-        "--store",
-        str(tmp_path / "store"),
-        "--cold",
-        str(tmp_path / "cold"),
-        "--cluster",
-        CLUSTER,
-        "--broker",
-        BROKER,
-        "--state-dir",
-        str(tmp_path / "state"),
-    ]
+    return [*args, *location_args(tmp_path / "store", tmp_path / "cold", tmp_path / "state")]
 
 
 def _catalogue_view(tmp_path: Path) -> list[tuple[str, list[str]]]:

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.dispatcher.helpers import BROKER, CLUSTER
-from tests.dispatcher.sidecar import kill_after_objects, sidecar_cmd, sidecar_env, start
+from tests.dispatcher.helpers import BROKER, CLUSTER, location_args
+from tests.dispatcher.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from verifier.job import verify
 from verifier.model import Level, Verdict, VerifyOptions
@@ -45,28 +45,22 @@ def _campaign(tmp_path: Path, seed: int, *, once: bool) -> tuple[Path, Path, Pat
     spec = SynthSpec(topics=2, queues=2, messages=1500, body_min=20, body_max=3000, seed=seed,
                      commitlog_file_size=512 << 10, cq_file_size=300 * 20)  # fmt: skip
     synthesize(tmp_path / "store", spec)
-    store, cold, state, log = (
-        tmp_path / "store",
-        tmp_path / "cold",
-        tmp_path / "state",
-        tmp_path / "log",
+    kills = crash_cycles(
+        tmp_path,
+        rng,
+        cycles=CYCLES,
+        batch=(200, 600),
+        args=("--once",) if once else (),
+        env=LEASE if once else LOOP,
     )
-    kills = 0
-    for _ in range(CYCLES):
-        SyntheticStore.open(store).append(rng.randint(200, 600))  # the broker keeps writing
-        args = ("--once",) if once else ()
-        proc = start(store, cold, state, *args, log=log, **(LEASE if once else LOOP))
-        ending = kill_after_objects(proc, cold, rng.randint(1, 30))
-        kills += ending == "killed"
-        if ending == "exited":
-            assert proc.returncode == 0, log.read_text()[-3000:]
     assert kills >= CYCLES // 2, "the campaign must really kill the sidecar mid-run"
+    store, cold, state = tmp_path / "store", tmp_path / "cold", tmp_path / "state"
     done = subprocess.run(sidecar_cmd(store, cold, state, "--once"), env=sidecar_env(**LEASE),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     gc = subprocess.run(
-        [sys.executable, "-m", "tieredstore.cli", "gc", "--grace", "0", "--store", str(store),
-         "--cold", str(cold), "--state-dir", str(state), "--cluster", CLUSTER, "--broker", BROKER],
+        [sys.executable, "-m", "tieredstore.cli", "gc", "--grace", "0",
+         *location_args(store, cold, state)],
         env=sidecar_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert gc.returncode == 0, gc.stderr[-3000:]
