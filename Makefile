@@ -24,15 +24,19 @@ test: $(STAMP) lint typecheck pytest
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers: most of the suite's wall time is spent waiting on JVMs and subprocesses.
+# PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 ## bench: every benchmark at its default size, one after another (see BENCHMARKS.md)
-BENCHES := tiering_posix tiering_s3 verify_offsets verify_content verifier_throughput lag cq_parse
+BENCHES := tiering_posix tiering_s3 verify_offsets verify_content verifier_throughput analytics_scan lag cq_parse restore
 bench: $(STAMP)
 	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; done
 

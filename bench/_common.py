@@ -21,16 +21,14 @@ import os
 import platform
 import re
 import resource
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from typing import Any
 
 import numpy as np
 
@@ -39,15 +37,19 @@ from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
 from tieredstore.layout import object_name
 from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef, digest
-from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.moto import AWS_ENV as MOTO_ENV
+
+#: The upload attempt in the names of the objects the offsets-store builder writes.
+ATTEMPT = "0000000000000000"
 
 __all__ = [
     "AWS_ENV",
     "BROKER",
     "CLUSTER",
+    "GIB",
     "MIB",
     "Measured",
-    "MotoServer",
     "SparkProfile",
     "Stopwatch",
     "StoreSummary",
@@ -55,6 +57,7 @@ __all__ = [
     "add_sidecar_env_argument",
     "add_store_arguments",
     "cold_bytes",
+    "content_store",
     "extra_env",
     "machine",
     "mb_per_s",
@@ -69,16 +72,18 @@ __all__ = [
     "synth_store",
     "table",
     "tiered_totals",
+    "timed_verify",
     "verifier_run",
+    "verifier_stage_seconds",
+    "verify_options",
     "vm_hwm",
     "warm",
 ]
 
-#: Dummy credentials for moto on loopback; nothing here ever reaches AWS.
+#: Dummy credentials for moto on loopback (tieredstore.testing.moto); nothing here ever
+#: reaches AWS.
 AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "bench",
-    "AWS_SECRET_ACCESS_KEY": "bench",
-    "AWS_DEFAULT_REGION": "us-east-1",
+    **MOTO_ENV,
     "AWS_EC2_METADATA_DISABLED": "true",
     "AWS_CONFIG_FILE": "/nonexistent/aws-config",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
@@ -86,6 +91,7 @@ AWS_ENV = {
 CLUSTER = "BenchCluster"
 BROKER = "bench-broker"
 MIB = 1 << 20
+GIB = 1 << 30
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -430,71 +436,6 @@ def store_from_args(args: argparse.Namespace, root: Path) -> StoreSummary:
     return store
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class MotoServer:
-    """A moto S3 server on loopback in its own process (so it never shares our GIL).
-
-    ``with MotoServer(log) as moto: moto.endpoint_url``; :meth:`reset` forgets every
-    bucket and object (moto keeps them in memory).
-    """
-
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.port = _free_port()
-        self.endpoint_url = f"http://127.0.0.1:{self.port}"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> MotoServer:
-        with self.log.open("ab") as out:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                stdout=out,
-                stderr=out,
-            )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                self.reset()
-                return self
-            except OSError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__(None, None, None)
-                    raise RuntimeError(f"moto server did not start; see {self.log}") from None
-                time.sleep(0.2)
-
-    def __exit__(
-        self,
-        _type: type[BaseException] | None,
-        _exc: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-
-    def reset(self) -> None:
-        """Drop every bucket and object."""
-        request = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            reply.read()
-
-    @property
-    def peak_rss(self) -> int:
-        """The server's peak RSS so far (VmHWM), 0 if unknown."""
-        return vm_hwm(self._proc.pid) if self._proc is not None else 0
-
-
 @dataclass(frozen=True, slots=True)
 class SparkProfile:
     """Where a Spark application's time went, from its event log."""
@@ -648,8 +589,10 @@ def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> in
                 end_offset=end,
                 cl_base=cl_base,
                 cl_end=cl_base + cl_size,
-                commit_log=ObjectRef(object_name(cl_base), cl_size, "0" * 64),
-                consume_queue=ObjectRef(object_name(start * CQ_UNIT_SIZE), len(cq), digest(cq)),
+                commit_log=ObjectRef(object_name(cl_base, ATTEMPT), cl_size, "0" * 64),
+                consume_queue=ObjectRef(
+                    object_name(start * CQ_UNIT_SIZE, ATTEMPT), len(cq), digest(cq)
+                ),
                 digest_algorithm=DIGEST_ALGORITHM,
                 min_store_timestamp=1,
                 max_store_timestamp=1,
@@ -667,3 +610,64 @@ def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> in
             with path.open("wb") as fh:
                 fh.truncate(cl_size)  # sparse: never read at this level
     return per_queue * queues
+
+
+# -- the verifier's content stage and the archive, on one store --------------------------
+
+
+def content_store(root: Path, messages: int, segment_messages: int) -> None:
+    """``root/hot``: ``messages`` ~1 KiB messages in 2 topics x 4 queues (uncompressed);
+    ``root/cold``: every queue tiered with the real segment codec into segments of
+    ``segment_messages`` (cluster DefaultCluster, broker broker-a)."""
+    sys.path.insert(0, str(REPO))
+    from tieredstore.testing.coldimage import tier, write_local
+
+    spec = SynthSpec(
+        topics=2, queues=4, messages=messages, body_min=900, body_max=1100,
+        commitlog_file_size=256 << 20, cq_file_size=300_000 * CQ_UNIT_SIZE, compress_over=0,
+    )  # fmt: skip
+    synthesize(root / "hot", spec)
+    write_local(tier(root / "hot", segment_messages=segment_messages), root / "cold")
+
+
+def verify_options(hot: Path, cold: Path, level: str, cluster: str, broker: str) -> Any:
+    """VerifyOptions for a run with no lag allowance."""
+    from verifier.model import LagAllowance, LagUnit, Level, VerifyOptions
+
+    return VerifyOptions(
+        hot=hot, cold_url=str(cold), cluster=cluster, broker=broker,
+        now_ms=time.time_ns() // 1_000_000, level=Level(level),
+        lag_allowance=LagAllowance(LagUnit.MESSAGES, 0),
+    )  # fmt: skip
+
+
+def timed_verify(spark: Any, opts: Any) -> tuple[float, Any]:
+    """One whole ``verify`` in ``spark``: (seconds, result)."""
+    from verifier.job import verify
+
+    t0 = time.perf_counter()
+    result = verify(spark, opts)
+    return time.perf_counter() - t0, result
+
+
+def verifier_stage_seconds(spark: Any, opts: Any) -> float:
+    """Seconds of the per-segment verification stage over cached inputs."""
+    from tieredstore.hotstore import HotStore
+    from verifier import checks, readers
+
+    cold = readers.ColdLocation(opts.cold_url)
+    listing = readers.list_cold_objects(cold, opts.cluster, opts.broker)
+    objects = readers.objects_frame(spark, listing).cache()
+    segments = readers.manifest_frame(objects, cold).cache()
+    hot_q = readers.hot_queue_frame(
+        spark, HotStore(opts.hot).queues(), opts.hot, opts.lag_allowance, 0
+    ).cache()
+    work = checks.segment_work(checks.valid_segments(segments), objects, hot_q).cache()
+    n = work.count()
+    facts = readers.segment_facts_frame(work, cold, opts.hot, opts.level, n)
+    t0 = time.perf_counter()
+    facts.collect()
+    took = time.perf_counter() - t0
+    for df in (work, hot_q, segments, objects):
+        df.unpersist()
+    return took

@@ -128,6 +128,12 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=int, default=1, help="ms between messages (1)")
     ap.add_argument("--age", type=float, default=5.0, help="tiering.segment_max_age, s (5)")
     ap.add_argument("--tick", type=float, default=1.0, help="tiering.tick_interval, s (1)")
+    ap.add_argument(
+        "--guard",
+        choices=["sync", "checkpoint", "none"],
+        default="sync",
+        help="tiering.guard (sync, the default: fdatasync before upload)",
+    )
     ap.add_argument("--topics", type=int, default=4)
     ap.add_argument("--queues", type=int, default=4, help="queues per topic")
     ap.add_argument("--body-min", type=int, default=256)
@@ -161,7 +167,9 @@ def main() -> None:
                     if a != "--once"
                 ],
                 env=sidecar_env(
-                    tiering_segment_max_age=str(args.age), tiering_tick_interval=str(args.tick)
+                    tiering_segment_max_age=str(args.age),
+                    tiering_tick_interval=str(args.tick),
+                    tiering_guard=args.guard,
                 ),
                 stdout=out,
                 stderr=out,
@@ -186,7 +194,7 @@ def main() -> None:
     print(
         f"wrote {len(lag):,} messages ({nbytes / MIB:,.0f} MiB) over {args.duration:.0f} s "
         f"to {args.topics * args.queues} queues; {segments} segments; age {args.age:g} s, "
-        f"tick {args.tick:g} s; sidecar peak RSS {peak / MIB:,.0f} MiB"
+        f"tick {args.tick:g} s, guard {args.guard}; sidecar peak RSS {peak / MIB:,.0f} MiB"
     )
     print(table(["append → cold commit", "seconds"], [["p50", p50], ["p99", p99], ["max", worst]]))
     print(result_line("lag", p99 / budget, f"p99<={budget:g}s", p99 <= budget))

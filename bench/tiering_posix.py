@@ -16,6 +16,9 @@ cache) right before it is timed. Reported: MiB/s of both, messages/s and peak RS
 the sidecar. Last lines::
 
     RESULT tiering_posix ratio=<ours MiB/s ÷ cp+fsync MiB/s> target=>=0.5 PASS|FAIL
+
+``--target 0.3`` with ``--topics 16 --queues 64 --body-min 100 --body-max 100`` is the
+small-record case (1,024 queues, ≥ 0.3× cp).
     RESULT tiering_posix_rss ratio=<peak RSS MiB> target=<256MiB PASS|FAIL
 """
 
@@ -29,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from _common import (
+    GIB,
     MIB,
     Stopwatch,
     add_sidecar_env_argument,
@@ -81,6 +85,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_store_arguments(ap, size="2G")
     ap.add_argument("--cp-runs", type=int, default=3, help="copies timed; the best counts")
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=RATIO_TARGET,
+        help="ratio to pass (0.5; the 100-byte-body, 1,024-queue case's is 0.3)",
+    )
     ap.add_argument("--sidecar-arg", action="append", default=[], help="extra sidecar flag")
     add_sidecar_env_argument(ap)
     args = ap.parse_args()
@@ -129,8 +139,9 @@ def main() -> None:
     )
     if messages != store.messages:
         raise RuntimeError(f"tiered {messages} messages, the store has {store.messages}")
+    print(f"sidecar CPU per GiB tiered: {run.cpu_seconds / (tiered / GIB):.2f} s (target <= 2)")
     ratio = ours / cp_rate
-    print(result_line("tiering_posix", ratio, f">={RATIO_TARGET}", ratio >= RATIO_TARGET))
+    print(result_line("tiering_posix", ratio, f">={args.target}", ratio >= args.target))
     print(
         result_line("tiering_posix_rss", run.peak_rss / MIB, "<256MiB", run.peak_rss < RSS_TARGET)
     )

@@ -11,7 +11,8 @@ Synthesizes a store of ``--size`` commitlog bytes (default 512 MiB, same shape a
 
 Both times are whole processes, start-up included. The sidecar reads its store warm
 (read once into the page cache first); the baseline's bytes are already in memory, which
-favours the baseline. Last lines::
+favours the baseline. The moto server's access log counts the sidecar's S3 requests:
+printed per segment, by method, beside 0.1.0's figure. Last lines::
 
     RESULT tiering_s3 ratio=<ours MiB/s ÷ s3fs MiB/s> target=>=0.8 PASS|FAIL
     RESULT tiering_s3_rss ratio=<peak RSS MiB> target=<256MiB PASS|FAIL
@@ -30,8 +31,8 @@ from typing import Any
 
 from _common import (
     AWS_ENV,
+    GIB,
     MIB,
-    MotoServer,
     add_sidecar_env_argument,
     add_store_arguments,
     extra_env,
@@ -44,11 +45,19 @@ from _common import (
     store_from_args,
     table,
     tiered_totals,
+    vm_hwm,
     warm,
 )
 
+from tieredstore.testing.moto import MotoServer
+
 RATIO_TARGET = 0.8
 RSS_TARGET = 256 * MIB
+#: S3 requests per segment of tieredstore 0.1.0 (commit a29bf9e), measured by this script
+#: with ``--size 64M --sidecar-env TIEREDSTORE_TIERING_SEGMENT_MAX_BYTES=128K`` (583
+#: segments; BENCHMARKS.md): HEAD of the manifest, GET of the lease, GET for the
+#: continuity check (not on a queue's first segment), three PUTs.
+REQUESTS_0_1 = 5.80
 
 
 def _s3fs(endpoint_url: str) -> Any:
@@ -101,6 +110,7 @@ def main() -> None:
             fs = _s3fs(moto.endpoint_url)
             fs.call_s3("create_bucket", Bucket="bench-cold")
             warm([store.commitlog_dir, store.root / "consumequeue"])
+            moto.requests()  # start counting here
             log = root / "sidecar.log"
             env = sidecar_env(cold_endpoint_url=moto.endpoint_url, cold_region="us-east-1")
             env.update(more_env)
@@ -108,6 +118,7 @@ def main() -> None:
                 sidecar_cmd(store.root, "s3://bench-cold", root / "state"), env=env, log=log
             )
             segments, messages, tiered = tiered_totals(log)
+            requests = moto.requests()
             sizes = object_sizes(moto.endpoint_url, "bench-cold")
             moto.reset()
             fs.invalidate_cache()
@@ -118,7 +129,7 @@ def main() -> None:
             put_cmd += ["--put-baseline", moto.endpoint_url, "bench-put", str(sizes_file)]
             base = run_measured(put_cmd, log=root / "put.log")
             put_line = (root / "put.log").read_text().strip().splitlines()[-1]
-            moto_rss = moto.peak_rss
+            moto_rss = vm_hwm(moto.pid) if moto.pid is not None else 0
 
     total = sum(sizes)
     ours_rate, base_rate = mb_per_s(total, ours.seconds), mb_per_s(total, base.seconds)
@@ -153,6 +164,14 @@ def main() -> None:
         f"sidecar: {segments} segments, {messages:,} messages, {tiered / MIB:,.0f} MiB of "
         f"records; baseline {put_line}; moto server peak RSS {moto_rss / MIB:,.0f} MiB"
     )
+    per_segment = sum(requests.values()) / max(segments, 1)
+    by_method = ", ".join(f"{m} {n / max(segments, 1):.2f}" for m, n in sorted(requests.items()))
+    print(
+        f"S3 requests: {sum(requests.values())} for {segments} segments = {per_segment:.2f} per "
+        f"segment ({by_method}); 0.1.0 made {REQUESTS_0_1:.2f} (BENCHMARKS.md); "
+        f"{sum(requests.values()) / (tiered / GIB):,.0f} per GiB tiered"
+    )
+    print(f"sidecar CPU per GiB tiered: {ours.cpu_seconds / (tiered / GIB):.2f} s (target <= 2)")
     if messages != store.messages:
         raise RuntimeError(f"tiered {messages} messages, the store has {store.messages}")
     ratio = ours_rate / base_rate

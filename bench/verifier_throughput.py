@@ -1,5 +1,6 @@
 """Verifier throughput on ``local[2]``: consume-queue units/s (offsets level) and record
-bytes/s (content level), against DESIGN.md §10 (≥ 10 M units/s; ≥ 200 MB/s).
+bytes/s (content level), against the targets in docs/architecture.md, "Performance targets"
+(≥ 10 M units/s; ≥ 200 MB/s).
 
 * **offsets**: a store built directly with numpy — ``--queues`` queues of ``--units``
   consume-queue units in total, cut into ``--segment-units`` segments (commit-log objects
@@ -25,69 +26,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
-from _common import BROKER, CLUSTER, offsets_store
-
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.synth import SynthSpec, synthesize
-
-
-def _content_store(root: Path, messages: int, segment_messages: int) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.verifier.tiering import tier, write_local
-
-    spec = SynthSpec(
-        topics=2, queues=4, messages=messages, body_min=900, body_max=1100,
-        commitlog_file_size=256 << 20, cq_file_size=300_000 * CQ_UNIT_SIZE, compress_over=0,
-    )  # fmt: skip
-    synthesize(root / "hot", spec)
-    write_local(tier(root / "hot", segment_messages=segment_messages), root / "cold")
-
-
-def _options(hot: Path, cold: Path, level: str, cluster: str, broker: str) -> Any:
-    from verifier.model import LagAllowance, LagUnit, Level, VerifyOptions
-
-    return VerifyOptions(
-        hot=hot, cold_url=str(cold), cluster=cluster, broker=broker,
-        now_ms=time.time_ns() // 1_000_000, level=Level(level),
-        lag_allowance=LagAllowance(LagUnit.MESSAGES, 0),
-    )  # fmt: skip
-
-
-def _run(spark: Any, opts: Any) -> tuple[float, Any]:
-    from verifier.job import verify
-
-    t0 = time.perf_counter()
-    result = verify(spark, opts)
-    return time.perf_counter() - t0, result
-
-
-def _stage(spark: Any, opts: Any) -> float:
-    """Seconds of the per-segment verification stage over cached inputs."""
-    from tieredstore.hotstore import HotStore
-    from verifier import checks, readers
-
-    cold = readers.ColdLocation(opts.cold_url)
-    listing = readers.list_cold_objects(cold, opts.cluster, opts.broker)
-    objects = readers.objects_frame(spark, listing).cache()
-    segments = readers.manifest_frame(objects, cold).cache()
-    hot_q = readers.hot_queue_frame(
-        spark, HotStore(opts.hot).queues(), opts.hot, opts.lag_allowance, 0
-    ).cache()
-    work = checks.segment_work(checks.valid_segments(segments), objects, hot_q).cache()
-    n = work.count()
-    facts = readers.segment_facts_frame(work, cold, opts.hot, opts.level, n)
-    t0 = time.perf_counter()
-    facts.collect()
-    took = time.perf_counter() - t0
-    for df in (work, hot_q, segments, objects):
-        df.unpersist()
-    return took
+from _common import (
+    BROKER,
+    CLUSTER,
+    content_store,
+    offsets_store,
+    timed_verify,
+    verifier_stage_seconds,
+    verify_options,
+)
 
 
 def main() -> None:
@@ -109,16 +59,16 @@ def main() -> None:
     ):
         root = Path(tmp)
         offsets_store(root / "offsets", args.queues, args.units, args.segment_units)
-        _content_store(root / "content", args.messages, args.segment_messages)
+        content_store(root / "content", args.messages, args.segment_messages)
         results = []
         for level, base, cluster, broker in (
             ("offsets", root / "offsets", CLUSTER, BROKER),
             ("content", root / "content", "DefaultCluster", "broker-a"),
         ):
-            opts = _options(base / "hot", base / "cold", level, cluster, broker)
-            _run(spark, opts)  # warm-up: Python workers, imports, JIT
-            took, result = _run(spark, opts)
-            stage = min(_stage(spark, opts) for _ in range(2))
+            opts = verify_options(base / "hot", base / "cold", level, cluster, broker)
+            timed_verify(spark, opts)  # warm-up: Python workers, imports, JIT
+            took, result = timed_verify(spark, opts)
+            stage = min(verifier_stage_seconds(spark, opts) for _ in range(2))
             totals = result.totals
             amount = totals.units_compared if level == "offsets" else totals.bytes_compared
             results.append((level, amount, took, stage, result.verdict.value))

@@ -3,55 +3,59 @@
 A segment exists exactly when its manifest does; a COMMIT_LOG or CONSUME_QUEUE object no
 manifest references is *uncommitted*: an upload that never reached its commit point, a
 deletion a crash cut short, a repair's remnant. Once older than the grace period it is
-garbage. So are the temp files a killed POSIX write leaves beside its destination
-(``.<name>.tmp-<32 hex>``): the backend never lists them, so for POSIX backends only,
-:func:`scan_garbage` walks the broker's directory on disk for them.
+garbage. So are the files an interrupted write of the backend itself left behind (a
+POSIX temp file killed before its rename): the backend reports them through its
+contract (``list_leftovers``) and removes them (``delete_leftover``); GC never looks
+behind the backend seam.
 
 What is never touched: anything a manifest references (read from the manifests
 themselves, never inferred), anything the catalogue references (``protected``, when a
 catalogue is at hand), every object of a queue that has a manifest GC cannot parse (what
-it references is unknown), tieredstore's own ``_lease.json`` and ``_quarantine/``, and
-keys that are not tieredstore object keys (reported, never deleted).
+it references is unknown), tieredstore's own ``_lease.json`` and ``_quarantine/``, loss
+records (``<queue>/LOSS/*.json``: history, never garbage, whatever their age), and keys
+that are not tieredstore object keys (reported, never deleted).
 
 Manifests whose objects are missing or of the wrong size are reported; GC never "fixes"
 them by deleting anything.
 
 Grace compares each object's ``mtime`` with the injected clock. :func:`scan_garbage`
-only reads; :func:`delete_garbage` deletes what a scan found, holding the writer lease
-(a concurrent sidecar could be rewriting an old leftover under the same deterministic
-name at that very moment).
+only reads; :func:`delete_garbage` deletes what a scan found, checking the writer lease
+before every deletion (a local check against the holder's monotonic deadline, renewed
+by compare-and-swap when due): a sidecar that lost its lease deletes nothing more.
+Garbage can never become committed later: every upload attempt writes under names of
+its own, and a manifest only ever names the objects its own attempt wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import os
-import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from dispatcher.lease import Lease
 from dispatcher.lease_guard import hold_lease
 from dispatcher.retention import format_age
 from tieredstore.backends.base import Backend, ObjectInfo
-from tieredstore.backends.posix import PosixBackend
-from tieredstore.backends.retry import RetryingBackend
 from tieredstore.errors import (
-    BackendError,
     CorruptManifestError,
-    InvalidNameError,
     ObjectNotFoundError,
 )
-from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.findings import FindingKind
+from tieredstore.layout import (
+    ObjectKey,
+    SegmentKind,
+    Unrecognised,
+    broker_prefix,
+    classify_listed,
+    parse_object_key,
+)
 from tieredstore.manifest import Manifest, read_manifest
 
 __all__ = [
     "Finding",
-    "FindingKind",
     "Garbage",
     "GarbageKind",
     "GcReport",
@@ -59,15 +63,12 @@ __all__ = [
     "scan_garbage",
 ]
 
-_TEMP_NAME: Final = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
 _READ_CONCURRENCY: Final = 16
-#: Check (or renew) the lease before every this many deletions.
-_LEASE_EVERY: Final = 100
 
 
 class GarbageKind(enum.Enum):
     UNCOMMITTED = "uncommitted object: no manifest references it"
-    TEMP_FILE = "temp file of an interrupted POSIX write"
+    TEMP_FILE = "file left by an interrupted write of the backend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,18 +82,6 @@ class Garbage:
 
     def describe(self) -> str:
         return f"{self.key}: {self.size} bytes, age {format_age(self.age_ms)}, {self.kind.value}"
-
-
-class FindingKind(enum.Enum):
-    MISSING_OBJECT = "missing_object"  # a manifest names an object that is not there
-    SIZE_MISMATCH = "size_mismatch"  # ... or one of another size
-    CORRUPT_MANIFEST = "corrupt_manifest"  # its queue is left alone entirely
-    UNRECOGNISED = "unrecognised"  # not a tieredstore key: never deleted
-
-    @property
-    def damage(self) -> bool:
-        """Whether the finding means committed data is damaged or unreadable."""
-        return self is not FindingKind.UNRECOGNISED
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,13 +130,12 @@ async def scan_garbage(
     segment_objects: dict[tuple[str, int], list[ObjectInfo]] = defaultdict(list)
     manifest_keys: list[str] = []
     for info in listing.values():
-        if info.key[len(prefix) :].startswith("_"):
-            continue  # _lease.json, _quarantine/: tieredstore's own, never garbage
-        try:
-            key = parse_object_key(info.key)
-        except InvalidNameError as exc:
-            findings.append(Finding(FindingKind.UNRECOGNISED, info.key, exc.message))
+        key = classify_listed(info.key, prefix)
+        if isinstance(key, Unrecognised):
+            findings.append(Finding(FindingKind.UNRECOGNISED, key.key, key.problem))
             continue
+        if not isinstance(key, ObjectKey):
+            continue  # _lease.json, _quarantine/, _config/, loss records: never garbage
         if key.kind is SegmentKind.MANIFEST:
             manifest_keys.append(info.key)
         else:
@@ -174,8 +162,7 @@ async def scan_garbage(
                 garbage.append(Garbage(info.key, GarbageKind.UNCOMMITTED, info.size, age))
             else:
                 young += 1
-    temps = await asyncio.to_thread(_temp_files, backend, prefix, now_ms, grace_ms)
-    garbage.extend(temps)
+    garbage.extend(await _leftovers(backend, prefix, now_ms, grace_ms))
     return GcReport(tuple(garbage), tuple(findings), young, len(manifests))
 
 
@@ -241,58 +228,26 @@ def _check_manifests(
     return out
 
 
-def _posix_root(backend: Backend) -> list[Path]:
-    """The root directory of a POSIX backend (seen through retry wrappers), as a list of
-    zero or one path: other backends have no temp files of ours to find."""
-    while isinstance(backend, RetryingBackend):
-        backend = backend.inner
-    return [backend.root] if isinstance(backend, PosixBackend) else []
-
-
-def _temp_files(backend: Backend, prefix: str, now_ms: int, grace_ms: float) -> list[Garbage]:
-    """Temp files older than the grace under the broker's directory (POSIX only)."""
-    found: list[Garbage] = []
-    for root in _posix_root(backend):
-        top = root.joinpath(*prefix.rstrip("/").split("/"))
-        for dirpath, _dirs, files in os.walk(top):
-            for name in files:
-                if not _TEMP_NAME.fullmatch(name):
-                    continue
-                path = Path(dirpath) / name
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    continue  # published or removed while we walked
-                age = now_ms - st.st_mtime_ns // 1_000_000
-                if age > grace_ms:
-                    rel = path.relative_to(root).as_posix()
-                    found.append(Garbage(rel, GarbageKind.TEMP_FILE, st.st_size, age))
-    found.sort(key=lambda g: g.key)
+async def _leftovers(backend: Backend, prefix: str, now_ms: int, grace_ms: float) -> list[Garbage]:
+    """Files interrupted writes left under the broker's prefix, older than the grace."""
+    found = []
+    for info in await backend.list_leftovers(prefix):
+        age = now_ms - round(info.mtime * 1000)
+        if age > grace_ms:
+            found.append(Garbage(info.key, GarbageKind.TEMP_FILE, info.size, age))
     return found
 
 
 async def delete_garbage(report: GcReport, *, backend: Backend, lease: Lease) -> int:
     """Delete what ``report`` found, holding the lease; return how many were removed.
 
-    Objects go through the backend (idempotent); temp files are unlinked on disk.
-    Raises LeaseLostError if another writer took over, BackendError if a temp file
-    cannot be removed.
+    Objects and leftovers both go through the backend (idempotent). Raises
+    LeaseLostError if another writer took over, BackendError if one cannot be removed.
     """
-    roots = _posix_root(backend)
-    for i, item in enumerate(report.garbage):
-        if i % _LEASE_EVERY == 0:
-            await hold_lease(lease)
+    for item in report.garbage:
+        await hold_lease(lease)
         if item.kind is GarbageKind.UNCOMMITTED:
             await backend.delete(item.key)
         else:
-            for root in roots:
-                await asyncio.to_thread(_unlink_temp, root, item.key)
+            await backend.delete_leftover(item.key)
     return len(report.garbage)
-
-
-def _unlink_temp(root: Path, rel: str) -> None:
-    path = root.joinpath(*rel.split("/"))
-    try:
-        path.unlink(missing_ok=True)
-    except OSError as exc:
-        raise BackendError(f"cannot remove temp file: {exc.strerror}", where=str(path)) from exc

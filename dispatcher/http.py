@@ -34,11 +34,11 @@ from typing import Final
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from dispatcher.dispatcher import Dispatcher, DispatcherState
 from dispatcher.lease import LeaseState
+from dispatcher.queue_status import collect
 from dispatcher.runtime import Runtime
-from dispatcher.service import Dispatcher, DispatcherState
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.commands.status import collect
 from tieredstore.errors import (
     ConfigError,
     InvalidNameError,
@@ -126,8 +126,9 @@ class _Api:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def queues(self, _request: web.Request) -> web.Response:
-        rows: list[object] = list(self.rt.catalogue.queues())
-        statuses = await asyncio.to_thread(collect, self.rt.hot, rows, self.clock.now_ms())
+        rows = self.rt.catalogue.queues()
+        losses = self.rt.catalogue.losses()
+        statuses = await asyncio.to_thread(collect, self.rt.hot, rows, self.clock.now_ms(), losses)
         return web.json_response({"queues": [asdict(s) for s in statuses]})
 
     async def messages(self, request: web.Request) -> web.Response:

@@ -18,11 +18,14 @@ __all__ = ["hold_lease"]
 async def hold_lease(lease: Lease) -> None:
     """Make sure ``lease`` is still ours before a destructive step; renew it when due.
 
-    Raises LeaseLostError when the lease was taken over or has lapsed (a lapsed lease is
-    never silently re-taken: another writer may have committed meanwhile).
+    Raises LeaseLostError when the lease was taken over. A lease whose own deadline
+    passed (LAPSED: the job was paused or slow) is reclaimed here by the same
+    compare-and-swap as a renewal, which fails if anyone else wrote the lease since, so
+    a lapse never lets this job write beside a writer that took over meanwhile. The
+    check is local (:meth:`Lease.check`).
     """
+    await lease.reclaim_if_lapsed()  # or LeaseLostError: taken over
+    lease.check()
     renewed_at = lease.expires_at_ms - lease.ttl_ms
     if lease.clock.now_ms() - renewed_at >= lease.renew_interval * 1000:
         await lease.renew()
-    else:
-        await lease.ensure_held()

@@ -16,7 +16,13 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self._tiering(self.registry)
+        self._queues(self.registry)
+        self._guard(self.registry)
+        self._lifecycle(self.registry)
+
+    def _tiering(self, r: CollectorRegistry) -> None:
+        """What was tiered, and the cold-store requests it took."""
         self.bytes_tiered = Counter(
             "tieredstore_bytes_tiered", "Commitlog bytes committed to cold", registry=r
         )
@@ -36,6 +42,31 @@ class Metrics:
             "tieredstore_backend_retries", "Backend calls retried", ["operation"], registry=r
         )
         self.errors = Counter("tieredstore_errors", "Errors by class", ["error_class"], registry=r)
+        self.backend_requests = Counter(
+            "tieredstore_backend_requests",
+            "Requests made to the cold store by operation (S3: one per HTTP request)",
+            ["operation"],
+            registry=r,
+        )
+        self.backend_bytes = Counter(
+            "tieredstore_backend_bytes",
+            "Payload bytes read from and written to the cold store by operation",
+            ["operation"],
+            registry=r,
+        )
+        self.upload_rate_limit = Gauge(
+            "tieredstore_upload_rate_limit_bytes_per_second",
+            "Upload bandwidth limit in effect (tiering.max_bytes_per_second; 0 = none)",
+            registry=r,
+        )
+        self.upload_throttled = Counter(
+            "tieredstore_upload_throttled_seconds",
+            "Time segment uploads waited for the upload bandwidth limit",
+            registry=r,
+        )
+
+    def _queues(self, r: CollectorRegistry) -> None:
+        """Per queue: lag and state."""
         self.lag_messages = Gauge(
             "tieredstore_queue_lag_messages",
             "Hot messages not yet in cold",
@@ -60,12 +91,78 @@ class Metrics:
             ["topic", "queue", "state"],
             registry=r,
         )
+        self._losses(r)
+
+    def _losses(self, r: CollectorRegistry) -> None:
+        """Per queue: data lost before tiering, retention headroom, cold ahead of hot."""
         self.hot_data_lost = Counter(
             "tieredstore_hot_messages_lost_before_tiering",
             "Messages the broker deleted before they were tiered",
             ["topic", "queue"],
             registry=r,
         )
+        self.lost_unacknowledged = Gauge(
+            "tieredstore_queue_lost_unacknowledged_messages",
+            "Messages the broker deleted before they were tiered, not yet accepted as lost "
+            "(the queue is PAUSED until tieredstore resume --accept-loss)",
+            ["topic", "queue"],
+            registry=r,
+        )
+        self.lost_accepted = Gauge(
+            "tieredstore_queue_lost_accepted_messages",
+            "Messages recorded as lost before tiering (loss records in cold, accepted by resume)",
+            ["topic", "queue"],
+            registry=r,
+        )
+        self.retention_headroom_bytes = Gauge(
+            "tieredstore_queue_retention_headroom_bytes",
+            "Commitlog bytes the broker holds before the queue's oldest untiered message "
+            "(its retention deletes them first); +Inf when nothing is untiered",
+            ["topic", "queue"],
+            registry=r,
+        )
+        self.retention_headroom_seconds = Gauge(
+            "tieredstore_queue_retention_headroom_seconds",
+            "Seconds of traffic the broker holds before the queue's oldest untiered message; "
+            "+Inf when nothing is untiered",
+            ["topic", "queue"],
+            registry=r,
+        )
+        self.cold_ahead = Gauge(
+            "tieredstore_queue_cold_ahead_messages",
+            "Offsets cold holds beyond the hot max (the broker rewound: lost data cold has)",
+            ["topic", "queue"],
+            registry=r,
+        )
+
+    def _guard(self, r: CollectorRegistry) -> None:
+        """The durability guard (``tiering.guard``)."""
+        self.guard_mode = Gauge(
+            "tieredstore_guard_mode",
+            "1 for the durability rule in force (sync, checkpoint, none); sync falls back "
+            "to checkpoint when the store refuses fdatasync",
+            ["mode"],
+            registry=r,
+        )
+        self.guard_syncs = Counter(
+            "tieredstore_guard_synced_files",
+            "Broker commitlog files fdatasync'ed before their records were tiered",
+            registry=r,
+        )
+        self.guard_sync_seconds = Histogram(
+            "tieredstore_guard_sync_seconds",
+            "Time to make a segment's records durable (fdatasync of the commitlog files)",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.guard_sync_failures = Counter(
+            "tieredstore_guard_sync_failures",
+            "fdatasync refused by the store's filesystem (the guard fell back to checkpoint)",
+            registry=r,
+        )
+
+    def _lifecycle(self, r: CollectorRegistry) -> None:
+        """Expiry, the lease, fencing and ticks."""
         self.expired_segments = Counter(
             "tieredstore_expired_segments", "Segments deleted by retention", registry=r
         )
@@ -73,10 +170,19 @@ class Metrics:
             "tieredstore_lease_held", "1 while this sidecar holds the lease", registry=r
         )
         self.lease_epoch = Gauge("tieredstore_lease_epoch", "Epoch of the lease held", registry=r)
+        self.fenced = Counter(
+            "tieredstore_fenced",
+            "Times this sidecar found it had lost the writer lease and stopped writing",
+            registry=r,
+        )
         self.ticks = Counter("tieredstore_ticks", "Dispatcher ticks run", registry=r)
         self.last_tick = Gauge(
             "tieredstore_last_tick_timestamp_seconds", "When the last tick finished", registry=r
         )
+
+    def set_guard_mode(self, mode: str) -> None:
+        for m in ("sync", "checkpoint", "none"):
+            self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: str) -> None:
         for s in ("ACTIVE", "PAUSED", "DIVERGED", "DELETED"):

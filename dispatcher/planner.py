@@ -15,8 +15,10 @@ The rules, in order:
 4. Candidates are at most ``segment_max_messages`` units and at most
    ``segment_max_bytes`` bytes (but at least one record: a record larger than the byte
    limit is its own segment — never a stall).
-5. Durability guard: only the leading candidates whose storeTimestamp is at or before
-   the checkpoint's physicMsgTimestamp; none → ``Wait(GUARDED)``.
+5. Durability guard (``guard_ts``, when the guard observes the checkpoint): only the
+   leading candidates whose storeTimestamp is at or before ``guard_ts``; none →
+   ``Wait(GUARDED)`` (see :mod:`dispatcher.durability`; the ``sync`` guard instead makes
+   a planned segment durable before it is uploaded).
 6. Cut now if the candidates fill the byte or message limit, or the oldest is at least
    ``segment_max_age`` old, or a catch-up pass flushes everything; else ``Wait(YOUNG)``.
 """
@@ -62,7 +64,7 @@ class CutReason(enum.Enum):
 class WaitReason(enum.Enum):
     IDLE = "idle"  # nothing pending
     YOUNG = "young"  # pending data below every limit
-    GUARDED = "guarded"  # pending data newer than the broker's flushed checkpoint
+    GUARDED = "guarded"  # pending data not yet known to be flushed (checkpoint guard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,16 @@ class SegmentPlan:
         return self.end - self.start
 
     @property
+    def cl_end(self) -> int:
+        """Commitlog offset just past the segment's last record."""
+        return int(self.units["commitlog_offset"][-1]) + int(self.units["size"][-1])
+
+    @property
+    def oldest_cl(self) -> int:
+        """Commitlog offset of the oldest pending message (the segment's first)."""
+        return int(self.units["commitlog_offset"][0])
+
+    @property
     def nbytes(self) -> int:
         return int(self.units["size"].sum())
 
@@ -96,7 +108,8 @@ class Wait:
     """Nothing to tier now, and why; ``pending`` messages and bytes are waiting.
 
     ``pending_bytes`` counts the first ``segment_max_messages`` pending units at most;
-    ``oldest_ms`` is the oldest pending store time (None when nothing is pending).
+    ``oldest_ms`` and ``oldest_cl`` are the oldest pending message's store time and
+    commitlog offset (None when nothing is pending).
     """
 
     reason: WaitReason
@@ -104,6 +117,7 @@ class Wait:
     pending: int = 0
     pending_bytes: int = 0
     oldest_ms: int | None = None
+    oldest_cl: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,16 +183,17 @@ def plan_segment(
         full = None
     units = units[:k]
     pending_bytes = int(sizes[-1])
-    oldest = hot.read_store_timestamp(int(units["commitlog_offset"][0]))
+    first_cl = int(units["commitlog_offset"][0])
+    oldest = hot.read_store_timestamp(first_cl)
     if guard_ts is not None:
         g = _guarded_count(hot, units, guard_ts)
         if g == 0:
-            return Wait(WaitReason.GUARDED, rng, pending, pending_bytes, oldest)
+            return Wait(WaitReason.GUARDED, rng, pending, pending_bytes, oldest, first_cl)
         if g < k:
             units, k, full = units[:g], g, None
     if full is None and not flush:
         if now_ms - oldest < limits.max_age_ms:
-            return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest)
+            return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest, first_cl)
         full = CutReason.AGE
     reason = full or CutReason.FLUSH
     return SegmentPlan(

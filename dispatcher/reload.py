@@ -3,13 +3,15 @@
 Only settings that are read afresh on every tick or pass, or only when a queue is first
 seen, change live (:data:`LIVE_KEYS`): log level and format, the group-commit limits, the
 tick interval, the durability guard, the init policy (for queues seen from now on), the
-topic filters and the retention periods (the next retention pass uses them). Everything
+topic filters, the upload bandwidth limit (the next chunk uploaded waits at the new rate)
+and the retention periods (the next retention pass uses them). Everything
 else — the stores, names, state dir, concurrency, batch size, lease timing, the retention
 interval, GC, HTTP, shutdown deadline — is wired into objects built at start and needs a
 restart: a reload keeps the running value and says so.
 
 :func:`plan_reload` is pure; :func:`apply_reload` also swaps the dispatcher's frozen
-config and the retention policy, which are read at every use.
+config and the retention policy, which are read at every use, and sets the new rate on
+the upload token bucket.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ LIVE_KEYS: Final = frozenset(
         "tiering.init_policy",
         "tiering.guard",
         "tiering.guard_age",
+        "tiering.max_bytes_per_second",
         "tiering.include_topics",
         "tiering.exclude_topics",
         "tiering.system_topics",
@@ -87,5 +90,7 @@ def apply_reload(rt: Runtime, new: Settings) -> ReloadPlan:
     if plan.applied:
         rt.dispatcher.config = dispatcher_config(plan.settings)
         rt.retention.policy = RetentionPolicy.from_settings(plan.settings)
+        rt.upload_limit.set_rate(plan.settings["tiering.max_bytes_per_second"])
+        rt.metrics.upload_rate_limit.set(rt.upload_limit.rate)
         rt.settings = plan.settings
     return plan

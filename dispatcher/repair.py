@@ -13,6 +13,8 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
 2. **Quarantines** (moves, never deletes) every segment at or after the cut — the
    catalogue's, and any committed manifest there the catalogue never adopted — to
    ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>`` (:func:`quarantine_key`).
+   Loss records (``LOSS/``: offsets accepted as lost by ``resume``) at or after the cut
+   describe a history the cut removes; they are quarantined the same way.
 3. **Truncates** the catalogue to the cut and sets the queue ACTIVE; the next tick
    re-tiers from there.
 
@@ -56,32 +58,36 @@ from tieredstore.errors import (
     InvalidNameError,
     ObjectNotFoundError,
 )
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
+from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hotstore import HotRange, HotStore
 from tieredstore.layout import (
     QueuePath,
     SegmentKind,
     kind_prefix,
-    object_key,
+    loss_prefix,
+    parse_loss_key,
     parse_object_key,
     quarantine_key,
+    quarantine_loss_key,
 )
 from tieredstore.manifest import Manifest, read_manifest
 from tieredstore.segment import verify_segment
 
 __all__ = [
+    "Agreement",
     "Move",
     "RepairPlan",
     "RepairReport",
     "SegmentCheck",
-    "Verdict",
     "execute_repair",
     "plan_repair",
 ]
 
 
-class Verdict(enum.Enum):
+class Agreement(enum.Enum):
+    """How one cold segment compares with the hot store (named apart from the
+    verifier's whole-run :class:`verifier.model.Verdict`)."""
+
     AGREES = "agrees with the hot store"
     HOT_GONE = "the broker deleted these offsets; nothing contradicts cold (kept)"
     HOT_SHORT = "reaches past the hot max offset"
@@ -90,7 +96,7 @@ class Verdict(enum.Enum):
 
     @property
     def kept(self) -> bool:
-        return self in (Verdict.AGREES, Verdict.HOT_GONE)
+        return self in (Agreement.AGREES, Agreement.HOT_GONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +104,13 @@ class SegmentCheck:
     """How one catalogue segment compares with the hot store."""
 
     manifest: Manifest
-    verdict: Verdict
+    agreement: Agreement
     detail: str
 
     def describe(self) -> str:
         m = self.manifest
         extra = f": {self.detail}" if self.detail else ""
-        return f"segment [{m.start_offset}, {m.end_offset}) {self.verdict.value}{extra}"
+        return f"segment [{m.start_offset}, {m.end_offset}) {self.agreement.value}{extra}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,8 @@ class RepairPlan:
     checks: tuple[SegmentCheck, ...]
     cut: int
     moves: tuple[Move, ...]
+    #: Keys of loss records at or after the cut (quarantined after the segments).
+    losses: tuple[str, ...] = ()
 
     def describe(self) -> list[str]:
         q = f"{self.row.topic}/{self.row.queue_id}"
@@ -133,6 +141,7 @@ class RepairPlan:
         lines = [f"queue {q}: hot [{self.hot.min}, {self.hot.max}), cold {cold}"]
         lines += [f"  {c.describe()}" for c in self.checks]
         lines += [f"  quarantine segment at offset {m.start_offset} ({m.why})" for m in self.moves]
+        lines += [f"  quarantine loss record {k} (at or after the cut)" for k in self.losses]
         lines.append(f"  truncate the catalogue to offset {self.cut} and resume tiering there")
         return lines
 
@@ -184,7 +193,7 @@ async def plan_repair(
     for seg in segments:
         check = await _check_segment(seg.manifest, hot, backend, rng)
         checks.append(check)
-        if not check.verdict.kept:
+        if not check.agreement.kept:
             cut = seg.start_offset
             break
     if rng.max < cut:
@@ -202,7 +211,22 @@ async def plan_repair(
     known = {s.start_offset for s in segments}
     moves += await _stray_moves(backend, catalogue, row, cut, known)
     moves.sort(key=lambda m: m.start_offset, reverse=True)  # newest first
-    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves))
+    losses = await _losses_after(backend, QueuePath(catalogue.cluster, catalogue.broker,
+                                                    topic, queue_id), cut)  # fmt: skip
+    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves), losses)
+
+
+async def _losses_after(backend: Backend, queue: QueuePath, cut: int) -> tuple[str, ...]:
+    """Keys of the queue's loss records starting at or after ``cut`` (a malformed name
+    in ``LOSS/`` is left alone: reconcile reports it)."""
+    keys = []
+    for info in await backend.list(loss_prefix(queue) + "/"):
+        try:
+            if parse_loss_key(info.key).start_offset >= cut:
+                keys.append(info.key)
+        except InvalidNameError:
+            continue
+    return tuple(sorted(keys, reverse=True))
 
 
 def _segment_keys(m: Manifest) -> tuple[str, ...]:
@@ -213,39 +237,32 @@ async def _check_segment(
     m: Manifest, hot: HotStore, backend: Backend, rng: HotRange
 ) -> SegmentCheck:
     if m.end_offset > rng.max:
-        return SegmentCheck(m, Verdict.HOT_SHORT, f"hot max offset is {rng.max}")
+        return SegmentCheck(m, Agreement.HOT_SHORT, f"hot max offset is {rng.max}")
     lo = max(m.start_offset, rng.min)
     if lo >= m.end_offset:
-        return SegmentCheck(m, Verdict.HOT_GONE, f"hot min offset is {rng.min}")
+        return SegmentCheck(m, Agreement.HOT_GONE, f"hot min offset is {rng.min}")
     try:
         cl = await backend.read(m.commit_log_key)
         cq = await backend.read(m.consume_queue_key)
         units = verify_segment(m, cl, cq, where=backend.url)
     except (ColdDataError, CorruptDataError) as exc:
-        return SegmentCheck(m, Verdict.UNREADABLE, str(exc))
+        return SegmentCheck(m, Agreement.UNREADABLE, str(exc))
     hot_units = await asyncio.to_thread(hot.read_units, m.topic, m.queue_id, lo, m.end_offset)
     cold_units = units[lo - m.start_offset :]
     for field in ("size", "tags_code"):
         bad = (cold_units[field] != hot_units[field]).nonzero()[0]
         if bad.size:
             return SegmentCheck(
-                m, Verdict.DIFFERS, f"CQ {field} differs at queue offset {lo + int(bad[0])}"
+                m, Agreement.DIFFERS, f"CQ {field} differs at queue offset {lo + int(bad[0])}"
             )
     records = await asyncio.to_thread(
         hot.read_records_bytes, hot_units["commitlog_offset"], hot_units["size"]
     )
     for i, record in enumerate(records):
         pos = int(cold_units["commitlog_offset"][i]) - m.cl_base
-        if not _same_outside_physical_offset(record, cl[pos : pos + len(record)]):
-            return SegmentCheck(m, Verdict.DIFFERS, f"record differs at queue offset {lo + i}")
-    return SegmentCheck(m, Verdict.AGREES, "")
-
-
-def _same_outside_physical_offset(hot: bytes, cold: bytes) -> bool:
-    s = PHYSICAL_OFFSET_SLICE
-    if len(hot) != len(cold):
-        return False
-    return hot[: s.start] == cold[: s.start] and hot[s.stop :] == cold[s.stop :]
+        if not same_outside_physical_offset(record, cl[pos : pos + len(record)]):
+            return SegmentCheck(m, Agreement.DIFFERS, f"record differs at queue offset {lo + i}")
+    return SegmentCheck(m, Agreement.AGREES, "")
 
 
 async def _stray_moves(
@@ -255,8 +272,7 @@ async def _stray_moves(
 
     Left in place, the dispatcher would adopt them as soon as the queue is ACTIVE
     again, without comparing them with the hot store. A manifest that does not parse is
-    moved with the consume-queue object its name implies (its commit-log object cannot
-    be known; GC collects it).
+    moved alone (the names of its data objects cannot be known; GC collects them).
     """
     queue = QueuePath(catalogue.cluster, catalogue.broker, row.topic, row.queue_id)
     out: list[Move] = []
@@ -272,8 +288,7 @@ async def _stray_moves(
         except ObjectNotFoundError:
             continue
         except ColdDataError:
-            cq = object_key(queue, SegmentKind.CONSUME_QUEUE, start * CQ_UNIT_SIZE)
-            out.append(Move(start, (cq, info.key), "unparseable manifest after the cut"))
+            out.append(Move(start, (info.key,), "unparseable manifest after the cut"))
             continue
         out.append(Move(start, _segment_keys(m), "manifest after the cut the catalogue lacks"))
     return out
@@ -297,6 +312,8 @@ async def execute_repair(
     moved: list[tuple[str, str]] = []
     for move in plan.moves:
         moved += await _quarantine(move, backend=backend, lease=lease, stamp=stamp)
+    for key in plan.losses:
+        moved += await _quarantine_loss(key, backend=backend, lease=lease, stamp=stamp)
     await hold_lease(lease)
     topic, queue_id = plan.row.topic, plan.row.queue_id
     await asyncio.to_thread(catalogue.truncate_queue, topic, queue_id, plan.cut)
@@ -322,3 +339,19 @@ async def _quarantine(
     for key in reversed(move.keys):
         await backend.delete(key)
     return copied
+
+
+async def _quarantine_loss(
+    key: str, *, backend: Backend, lease: Lease, stamp: int
+) -> Sequence[tuple[str, str]]:
+    """Copy one loss record to the quarantine, then delete it."""
+    await hold_lease(lease)
+    try:
+        data = await backend.read(key)
+    except ObjectNotFoundError:
+        return ()  # moved by an interrupted earlier repair
+    target = quarantine_loss_key(parse_loss_key(key), stamp_ms=stamp)
+    await backend.write(target, data)
+    await hold_lease(lease)
+    await backend.delete(key)
+    return ((key, target),)

@@ -1,4 +1,7 @@
-"""Retention: the fixed expiry rules of DESIGN.md §6, planned purely, executed in order.
+"""Retention: the fixed expiry rules, planned purely, executed in order.
+
+The rules are also described in docs/architecture.md ("Expiry and retention") and
+docs/retention.md.
 
 The rules, exactly:
 
@@ -371,19 +374,28 @@ async def delete_segment(
         catalogue.mark_deleting, segment.topic, segment.queue_id, segment.start_offset
     )
     on_step(marked, DeletionStep.MARKED)
-    return await _finish(marked, catalogue=catalogue, backend=backend, on_step=on_step)
+    return await _finish(marked, catalogue=catalogue, backend=backend, lease=lease, on_step=on_step)
 
 
 async def _finish(
-    segment: SegmentRow, *, catalogue: Catalogue, backend: Backend, on_step: StepHook
+    segment: SegmentRow,
+    *,
+    catalogue: Catalogue,
+    backend: Backend,
+    lease: Lease,
+    on_step: StepHook,
 ) -> QueueRow:
-    """Steps 2–5 for a DELETING segment; each is idempotent (a missing object is fine)."""
+    """Steps 2–5 for a DELETING segment; each is idempotent (a missing object is fine).
+
+    The lease is checked (locally, against its deadline) before every deletion.
+    """
     m = segment.manifest
     for step, key in (
         (DeletionStep.MANIFEST, m.key),
         (DeletionStep.CONSUME_QUEUE, m.consume_queue_key),
         (DeletionStep.COMMIT_LOG, m.commit_log_key),
     ):
+        lease.check()
         await backend.delete(key)
         on_step(segment, step)
     row = await asyncio.to_thread(
@@ -454,7 +466,7 @@ async def resume(
             if seg.status is not SegmentStatus.DELETING:
                 break
             await hold_lease(lease)
-            await _finish(seg, catalogue=catalogue, backend=backend, on_step=on_step)
+            await _finish(seg, catalogue=catalogue, backend=backend, lease=lease, on_step=on_step)
             log.info("finished the interrupted deletion of segment %s", seg)
             finished.append(seg)
     return tuple(finished)

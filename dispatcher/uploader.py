@@ -1,31 +1,27 @@
-"""Uploading one planned segment: COMMIT_LOG object, then CONSUME_QUEUE object.
+"""Uploading one gathered segment: COMMIT_LOG object, then CONSUME_QUEUE object.
 
-The COMMIT_LOG object is streamed in batches of about ``batch_bytes``: each batch of hot
-records is read, checked against its CQ units, has bytes [28, 36) rewritten to the
-records' cold offsets, is hashed, and is handed to the backend's streaming write. Memory
-per upload is therefore about one batch, whatever the segment size.
-
-Hot records are checked as they pass (:func:`tieredstore.segment.rewrite_records`,
-vectorised): totalSize equals the unit's size and the queueOffset field equals the queue
-offset. A mismatch means the broker's store no longer matches its own consume queue at
-that point — a :class:`~tieredstore.errors.CorruptRecordError` naming the queue offset,
-and nothing is committed.
+The COMMIT_LOG bytes were already read from the hot store, checked against their CQ
+units, rewritten (bytes [28, 36) = cold offset) and hashed by the commitlog-order pass
+(:mod:`dispatcher.clpass`), which left them in a local spool file. Here that file is
+handed to :meth:`Backend.write_file`: streamed in chunks of ``batch_bytes`` with the lease
+checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
+memory per upload is one chunk whatever the segment size, and a retried upload writes
+the same spool file again.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from dispatcher.clpass import Spooled
 from dispatcher.planner import SegmentPlan
 from tieredstore.backends.base import Backend
+from tieredstore.errors import StoreError
 from tieredstore.formats.consumequeue import encode_units, make_units
-from tieredstore.hotstore import HotStore
-from tieredstore.segment import rewrite_records
 
 __all__ = ["UploadedObjects", "upload_objects"]
 
@@ -42,66 +38,41 @@ class UploadedObjects:
     max_store_timestamp: int
 
 
-def _batches(sizes: np.ndarray, batch_bytes: int) -> list[tuple[int, int]]:
-    """Split record indexes into consecutive runs of about ``batch_bytes`` (>= 1 record)."""
-    ends = np.cumsum(sizes.astype(np.int64))
-    out: list[tuple[int, int]] = []
-    i, n, consumed = 0, int(sizes.shape[0]), 0
-    while i < n:
-        j = int(np.searchsorted(ends, consumed + batch_bytes, side="right"))
-        j = max(j, i + 1)
-        out.append((i, j))
-        consumed = int(ends[j - 1])
-        i = j
-    return out
-
-
 async def upload_objects(
     plan: SegmentPlan,
+    spooled: Spooled,
     *,
-    hot: HotStore,
     backend: Backend,
     cl_key: str,
     cq_key: str,
     cl_base: int,
     batch_bytes: int,
+    check: Callable[[], None],
 ) -> UploadedObjects:
-    """Write the segment's COMMIT_LOG then CONSUME_QUEUE object; return sizes and digests.
+    """Write the segment's COMMIT_LOG (from its spool file) then CONSUME_QUEUE object.
 
-    Both names are deterministic (from ``cl_base`` and ``plan.start``), so a retry after
-    a crash rewrites the same objects; they count only once a manifest names them.
+    The caller gives names unique to this upload attempt; the objects count only once a
+    manifest names them. ``check`` runs before each chunk and before the CONSUME_QUEUE
+    write; whatever it raises (the lease is lost) aborts the upload and no object of
+    this attempt is published past that point.
     """
     sizes = plan.units["size"].astype(np.int64)
-    cold = cl_base + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    queue = plan.queue
-    cl_hash = hashlib.sha256()
-    ts_min: list[int] = []
-    ts_max: list[int] = []
+    cold = cl_base + np.cumsum(sizes) - sizes
 
-    async def chunks() -> AsyncIterator[bytes]:
-        offsets = plan.units["commitlog_offset"]
-        for lo, hi in _batches(sizes, batch_bytes):
-            pieces = await asyncio.to_thread(hot.read_records_bytes, offsets[lo:hi], sizes[lo:hi])
-            batch = rewrite_records(
-                pieces,
-                sizes[lo:hi],
-                start_offset=plan.start + lo,
-                cold_base=int(cold[lo]),
-                where=lambda q: f"hot record of {queue} at queue offset {q}",
-            )
-            ts_min.append(batch.min_store_timestamp)
-            ts_max.append(batch.max_store_timestamp)
-            cl_hash.update(batch.data)
-            yield batch.data
-
-    cl_size = await backend.write_chunks(cl_key, chunks())
+    cl_size = await backend.write_file(cl_key, spooled.path, chunk_bytes=batch_bytes, check=check)
+    if cl_size != spooled.size:
+        raise StoreError(
+            f"wrote {cl_size} bytes from a spool file of {spooled.size}",
+            where=str(spooled.path),
+        )
     cq = encode_units(make_units(cold, sizes, plan.units["tags_code"]))
+    check()
     await backend.write(cq_key, cq)
     return UploadedObjects(
         cl_size=cl_size,
-        cl_digest=cl_hash.hexdigest(),
+        cl_digest=spooled.digest,
         cq_size=len(cq),
         cq_digest=hashlib.sha256(cq).hexdigest(),
-        min_store_timestamp=min(ts_min),
-        max_store_timestamp=max(ts_max),
+        min_store_timestamp=spooled.min_store_timestamp,
+        max_store_timestamp=spooled.max_store_timestamp,
     )

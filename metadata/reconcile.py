@@ -7,11 +7,17 @@ broker's cold prefix:
   exactly (``start == cold_commit``, ``cl_base == cold_cl_end``) and whose objects are
   present with the recorded sizes are committed to the catalogue, in order — the crash
   between manifest write and catalogue commit, healed. A queue the catalogue does not know
-  is created from its first manifest (init offset = that manifest's start).
+  is created from its first manifest or loss record (init offset = its start).
+* **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.loss`) are adopted in the
+  same order: a loss record that starts at ``cold_commit`` of an ACTIVE or PAUSED queue
+  moves the queue past it (:meth:`~metadata.catalogue.Catalogue.accept_loss`) — how a
+  rebuilt catalogue keeps a loss ``resume`` accepted, and how a ``resume`` interrupted
+  between writing the record and updating the catalogue is finished.
 * **Reported, never dropped**: catalogue segments whose manifest or objects are missing or
   of the wrong size; manifests that do not parse; manifests that overlap the catalogue's
   committed range without being one of its segments, or leave a gap after it; manifests
-  not adopted because of an earlier problem in the same queue or the queue's state.
+  not adopted because of an earlier problem in the same queue or the queue's state; loss
+  records that do not parse (their loss is then not acknowledged).
 
 Sizes come from the listing; digests are not read here (that is the verifier's job, and
 reading every object on each start would cost the whole cold store). DELETING segments are
@@ -21,43 +27,47 @@ skipped: their objects disappear by design.
 from __future__ import annotations
 
 import asyncio
-import enum
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from metadata.catalogue import DB_NAME, Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.clock import Clock
 from tieredstore.errors import (
     CatalogueError,
+    CorruptLossRecordError,
     CorruptManifestError,
-    InvalidNameError,
     ObjectNotFoundError,
 )
-from tieredstore.layout import ObjectKey, SegmentKind, broker_prefix, parse_object_key
+from tieredstore.findings import FindingKind
+from tieredstore.layout import (
+    LossKey,
+    ObjectKey,
+    SegmentKind,
+    Unrecognised,
+    broker_prefix,
+    classify_listed,
+)
+from tieredstore.loss import LossRecord, read_loss_record
 from tieredstore.manifest import Manifest, read_manifest
 
 if TYPE_CHECKING:
-    from metadata.catalogue import Catalogue
     from tieredstore.backends.base import Backend, ObjectInfo
 
-__all__ = ["IssueKind", "ReconcileIssue", "ReconcileReport", "reconcile"]
+__all__ = ["ReconcileIssue", "ReconcileReport", "rebuild", "reconcile"]
 
-
-class IssueKind(enum.Enum):
-    MISSING_OBJECT = "missing_object"  # a catalogue segment's manifest/CL/CQ is absent
-    SIZE_MISMATCH = "size_mismatch"  # an object's size differs from what is recorded
-    CORRUPT_MANIFEST = "corrupt_manifest"  # a manifest that does not parse or validate
-    OVERLAP = "overlap"  # a manifest inside the committed range that is not a segment of it
-    GAP = "gap"  # a manifest after cold_commit that does not continue the queue
-    NOT_ADOPTED = "not_adopted"  # blocked by an earlier problem or by the queue's state
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class ReconcileIssue:
     """One discrepancy for the operator: what kind, which object, and why."""
 
-    kind: IssueKind
+    kind: FindingKind
     key: str
     detail: str
 
@@ -74,6 +84,8 @@ class ReconcileReport:
     issues: tuple[ReconcileIssue, ...] = ()
     #: Keys under the broker prefix that are neither ours nor segment objects.
     unrecognised: tuple[str, ...] = ()
+    #: Loss records adopted into the catalogue (rebuild, or an interrupted resume).
+    accepted: tuple[LossRecord, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -92,8 +104,9 @@ class _Findings:
     adopted: list[SegmentRow] = field(default_factory=list)
     created: list[QueueRow] = field(default_factory=list)
     issues: list[ReconcileIssue] = field(default_factory=list)
+    accepted: list[LossRecord] = field(default_factory=list)
 
-    def issue(self, kind: IssueKind, key: str, detail: str) -> None:
+    def issue(self, kind: FindingKind, key: str, detail: str) -> None:
         self.issues.append(ReconcileIssue(kind, key, detail))
 
 
@@ -107,42 +120,52 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
         raise CatalogueError("reconcile needs a writable catalogue", where=str(catalogue.path))
     prefix = broker_prefix(catalogue.cluster, catalogue.broker) + "/"
     listing = {info.key: info for info in await backend.list(prefix)}
-    manifests, unrecognised = _index(listing.values(), prefix)
+    entries, unrecognised = _index(listing.values(), prefix)
     found = _Findings()
     queues = await asyncio.to_thread(catalogue.queues)
     for row in queues:
         segments = await asyncio.to_thread(catalogue.segments, row.topic, row.queue_id)
         _check_rows(segments, listing, found)
     known = {(q.topic, q.queue_id): q for q in queues}
-    for (topic, queue_id), keys in sorted(manifests.items()):
+    for (topic, queue_id), keys in sorted(entries.items()):
         await _adopt_queue(
             catalogue, backend, listing, known.get((topic, queue_id)), topic, queue_id, keys, found
         )
     return ReconcileReport(
-        tuple(found.adopted), tuple(found.created), tuple(found.issues), tuple(unrecognised)
+        tuple(found.adopted),
+        tuple(found.created),
+        tuple(found.issues),
+        tuple(unrecognised),
+        tuple(found.accepted),
     )
+
+
+#: One queue's committed history as listed: manifests and loss records.
+_Entry = ObjectKey | LossKey
+
+
+def _start(entry: _Entry) -> int:
+    return entry.base_offset if isinstance(entry, ObjectKey) else entry.start_offset
 
 
 def _index(
     listing: Iterable[ObjectInfo], prefix: str
-) -> tuple[dict[tuple[str, int], list[ObjectKey]], list[str]]:
-    """Group manifest keys by queue (sorted by start); collect keys that are not ours."""
-    manifests: dict[tuple[str, int], list[ObjectKey]] = defaultdict(list)
+) -> tuple[dict[tuple[str, int], list[_Entry]], list[str]]:
+    """Group manifest and loss-record keys by queue (sorted by start offset, a loss
+    before a manifest at the same start); collect keys that are not ours."""
+    entries: dict[tuple[str, int], list[_Entry]] = defaultdict(list)
     unrecognised: list[str] = []
     for info in listing:
-        rest = info.key[len(prefix) :]
-        if rest.startswith("_"):  # the lease, quarantine: tieredstore's own
-            continue
-        try:
-            key = parse_object_key(info.key)
-        except InvalidNameError:
-            unrecognised.append(info.key)
-            continue
-        if key.kind is SegmentKind.MANIFEST:
-            manifests[(key.topic, key.queue_id)].append(key)
-    for keys in manifests.values():
-        keys.sort(key=lambda k: k.base_offset)
-    return dict(manifests), unrecognised
+        key = classify_listed(info.key, prefix)
+        if isinstance(key, Unrecognised):
+            unrecognised.append(key.key)
+        elif isinstance(key, LossKey):
+            entries[(key.queue.topic, key.queue.queue_id)].append(key)
+        elif isinstance(key, ObjectKey) and key.kind is SegmentKind.MANIFEST:
+            entries[(key.topic, key.queue_id)].append(key)
+    for keys in entries.values():
+        keys.sort(key=lambda k: (_start(k), isinstance(k, ObjectKey)))
+    return dict(entries), unrecognised
 
 
 def _check_rows(
@@ -162,11 +185,11 @@ def _check_rows(
             info = listing.get(key)
             if info is None:
                 found.issue(
-                    IssueKind.MISSING_OBJECT, key, f"{what} of catalogue segment {seg} is missing"
+                    FindingKind.MISSING_OBJECT, key, f"{what} of catalogue segment {seg} is missing"
                 )
             elif info.size != size:
                 found.issue(
-                    IssueKind.SIZE_MISMATCH,
+                    FindingKind.SIZE_MISMATCH,
                     key,
                     f"{what} of catalogue segment {seg} is {info.size} bytes, expected {size}",
                 )
@@ -179,50 +202,130 @@ async def _adopt_queue(
     row: QueueRow | None,
     topic: str,
     queue_id: int,
-    keys: Sequence[ObjectKey],
+    keys: Sequence[_Entry],
     found: _Findings,
 ) -> None:
-    """Adopt one queue's manifests that continue the catalogue, in order."""
-    known_starts: set[int] = set()
+    """Adopt one queue's manifests and loss records that continue the catalogue, in order."""
+    known: set[tuple[bool, int]] = set()  # (is a manifest, start) the catalogue holds
     if row is not None:
         segments = await asyncio.to_thread(catalogue.segments, topic, queue_id)
-        known_starts = {s.start_offset for s in segments}
+        losses = await asyncio.to_thread(catalogue.losses, topic, queue_id)
+        known = {(True, s.start_offset) for s in segments}
+        known |= {(False, x.start_offset) for x in losses}
     blocked = ""
     for key in keys:
-        start = key.base_offset
-        if row is not None and start in known_starts:
-            continue  # the catalogue's own segment; checked by _check_rows
+        start = _start(key)
+        if row is not None and (isinstance(key, ObjectKey), start) in known:
+            continue  # the catalogue's own segment or loss; segments checked by _check_rows
         if row is not None and start < row.cold_commit:
             where = "below cold min (already expired)" if start < row.cold_min else "inside"
+            what = "manifest" if isinstance(key, ObjectKey) else "loss record"
             found.issue(
-                IssueKind.OVERLAP,
+                FindingKind.OVERLAP,
                 key.key,
-                f"manifest at offset {start} is {where} the catalogue's committed range "
-                f"[{row.cold_min}, {row.cold_commit}) of {topic}/{queue_id} but no segment of it",
+                f"{what} at offset {start} is {where} the catalogue's committed range "
+                f"[{row.cold_min}, {row.cold_commit}) of {topic}/{queue_id} but no part of it",
             )
             continue
         if blocked:
-            found.issue(IssueKind.NOT_ADOPTED, key.key, f"not adopted: {blocked}")
+            found.issue(FindingKind.NOT_ADOPTED, key.key, f"not adopted: {blocked}")
             continue
-        manifest = await _load(backend, listing, key, found)
-        if manifest is None:
-            blocked = f"follows the unadoptable manifest at offset {start}"
-            continue
-        if row is None:
-            row = await asyncio.to_thread(
-                catalogue.ensure_queue, topic, queue_id, manifest.start_offset,
-                cl_base=manifest.cl_base,
-            )  # fmt: skip
-            found.created.append(row)
-        problem = _continuation_problem(row, manifest)
-        if problem:
-            kind = IssueKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else IssueKind.GAP
-            found.issue(kind, key.key, problem)
-            blocked = f"follows the unadoptable manifest at offset {start}"
-            continue
-        adopted = await asyncio.to_thread(catalogue.commit_segment, manifest)
-        found.adopted.append(adopted)
-        row = await asyncio.to_thread(catalogue.queue, topic, queue_id) or row
+        if isinstance(key, LossKey):
+            row, ok = await _adopt_loss(catalogue, backend, listing, row, key, keys, found)
+        else:
+            row, ok = await _adopt_manifest(catalogue, backend, listing, row, key, found)
+        if not ok:
+            blocked = f"follows the unadoptable object at offset {start}"
+
+
+async def _adopt_manifest(
+    catalogue: Catalogue,
+    backend: Backend,
+    listing: dict[str, ObjectInfo],
+    row: QueueRow | None,
+    key: ObjectKey,
+    found: _Findings,
+) -> tuple[QueueRow | None, bool]:
+    """Adopt one manifest; return the queue's row and whether it was adopted."""
+    manifest = await _load(backend, listing, key, found)
+    if manifest is None:
+        return row, False
+    if row is None:
+        row = await asyncio.to_thread(
+            catalogue.ensure_queue, key.topic, key.queue_id, manifest.start_offset,
+            cl_base=manifest.cl_base,
+        )  # fmt: skip
+        found.created.append(row)
+    problem = _continuation_problem(row, manifest)
+    if problem:
+        kind = FindingKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else FindingKind.GAP
+        found.issue(kind, key.key, problem)
+        return row, False
+    adopted = await asyncio.to_thread(catalogue.commit_segment, manifest)
+    found.adopted.append(adopted)
+    return await asyncio.to_thread(catalogue.queue, key.topic, key.queue_id) or row, True
+
+
+async def _adopt_loss(
+    catalogue: Catalogue,
+    backend: Backend,
+    listing: dict[str, ObjectInfo],
+    row: QueueRow | None,
+    key: LossKey,
+    keys: Sequence[_Entry],
+    found: _Findings,
+) -> tuple[QueueRow | None, bool]:
+    """Adopt one loss record; return the queue's row and whether it was adopted."""
+    try:
+        size = listing[key.key].size
+        record = read_loss_record(await backend.read_exact(key.key, 0, size), key.key)
+    except ObjectNotFoundError:
+        found.issue(FindingKind.MISSING_OBJECT, key.key, "loss record vanished while reconciling")
+        return row, False
+    except CorruptLossRecordError as exc:
+        found.issue(FindingKind.CORRUPT_LOSS_RECORD, key.key, exc.message)
+        return row, False
+    if row is None:
+        cl_base = await _first_cl_base(backend, listing, keys)
+        row = await asyncio.to_thread(
+            catalogue.ensure_queue, record.topic, record.queue_id, record.start_offset,
+            cl_base=cl_base,
+        )  # fmt: skip
+        found.created.append(row)
+    if row.state not in (QueueState.ACTIVE, QueueState.PAUSED) or (
+        record.start_offset != row.cold_commit
+    ):
+        kind = FindingKind.GAP if row.state is QueueState.ACTIVE else FindingKind.NOT_ADOPTED
+        found.issue(
+            kind,
+            key.key,
+            f"loss [{record.start_offset}, {record.end_offset}) does not continue {row} "
+            f"({row.state.value}) at offset {row.cold_commit}",
+        )
+        return row, False
+    was = row.state
+    row = await asyncio.to_thread(catalogue.accept_loss, record)
+    found.accepted.append(record)
+    if was is QueueState.PAUSED:
+        log.warning(
+            "finished an interrupted resume: %s; queue %s is ACTIVE", record.describe(), row
+        )
+    return row, True
+
+
+async def _first_cl_base(
+    backend: Backend, listing: dict[str, ObjectInfo], keys: Sequence[_Entry]
+) -> int:
+    """The cold commitlog base of the queue's first manifest (0 when none reads): where
+    a queue whose history begins with a loss starts its cold commitlog."""
+    for key in keys:
+        if isinstance(key, ObjectKey):
+            try:
+                data = await backend.read_exact(key.key, 0, listing[key.key].size)
+                return read_manifest(data, key.key).cl_base
+            except (ObjectNotFoundError, CorruptManifestError):
+                return 0
+    return 0
 
 
 def _continuation_problem(row: QueueRow, manifest: Manifest) -> str:
@@ -246,10 +349,10 @@ async def _load(
         size = listing[key.key].size
         manifest = read_manifest(await backend.read_exact(key.key, 0, size), key.key)
     except ObjectNotFoundError:
-        found.issue(IssueKind.MISSING_OBJECT, key.key, "manifest vanished while reconciling")
+        found.issue(FindingKind.MISSING_OBJECT, key.key, "manifest vanished while reconciling")
         return None
     except CorruptManifestError as exc:
-        found.issue(IssueKind.CORRUPT_MANIFEST, key.key, exc.message)
+        found.issue(FindingKind.CORRUPT_MANIFEST, key.key, exc.message)
         return None
     for what, obj_key, size in (
         ("commit-log object", manifest.commit_log_key, manifest.commit_log.size),
@@ -257,13 +360,42 @@ async def _load(
     ):
         info = listing.get(obj_key)
         if info is None:
-            found.issue(IssueKind.MISSING_OBJECT, obj_key, f"{what} named by {key.key} is missing")
+            found.issue(
+                FindingKind.MISSING_OBJECT, obj_key, f"{what} named by {key.key} is missing"
+            )
             return None
         if info.size != size:
             found.issue(
-                IssueKind.SIZE_MISMATCH,
+                FindingKind.SIZE_MISMATCH,
                 obj_key,
                 f"{what} is {info.size} bytes, manifest {key.key} says {size}",
             )
             return None
     return manifest
+
+
+async def rebuild(
+    backend: Backend,
+    state_dir: Path | str,
+    *,
+    cluster: str,
+    broker: str,
+    clock: Clock | None = None,
+) -> ReconcileReport:
+    """Build a fresh catalogue in ``state_dir`` from the bucket's manifests alone.
+
+    Every queue with manifests gets a row whose init offset is its first manifest's
+    start (the true init offset is not in the bucket), then every contiguous manifest is
+    adopted. Refuses to overwrite: move an existing catalogue away first.
+
+    Raises CatalogueError when a catalogue already exists in ``state_dir``, plus
+    whatever :meth:`Catalogue.open` and the backend raise.
+    """
+    path = Path(state_dir) / DB_NAME
+    if path.exists():
+        raise CatalogueError(
+            "a catalogue already exists; move it away to rebuild from manifests",
+            where=str(path),
+        )
+    with Catalogue.open(state_dir, cluster=cluster, broker=broker, clock=clock) as catalogue:
+        return await reconcile(catalogue, backend)

@@ -13,7 +13,9 @@ __all__ = ["LeaseRow", "QueueRow", "QueueState", "SegmentRow", "SegmentStatus"]
 class QueueState(enum.Enum):
     """Whether the dispatcher tiers a queue.
 
-    ACTIVE: tiered. PAUSED: an operator (or a lost lease) stopped it; resumable.
+    ACTIVE: tiered. PAUSED: the broker deleted offsets before they were tiered (the
+    dispatcher stopped it, nothing after the hole is tiered); ``tieredstore resume
+    --accept-loss`` records the loss in cold and makes it ACTIVE again.
     DIVERGED: the hot store no longer agrees with cold; tiering stopped until
     ``tieredstore repair``. DELETED: the topic is gone and its cold data destroyed.
     """

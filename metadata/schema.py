@@ -100,9 +100,34 @@ _V1: Final = (
     """,
 )
 
+# 0.2: data objects carry an upload attempt in their names (manifest format 2); the
+# catalogue keeps it so it can name a segment's objects without reading the manifest.
+# Rows of 0.1.0 segments keep "" (their objects' names have no attempt).
+_V2: Final = ("ALTER TABLE segments ADD COLUMN attempt TEXT NOT NULL DEFAULT ''",)
+
+# 0.2: offsets the broker deleted before they were tiered, accepted by ``resume``.
+_V3: Final = (
+    """
+    CREATE TABLE losses (
+        topic TEXT NOT NULL,
+        queue_id INTEGER NOT NULL,
+        start_offset INTEGER NOT NULL CHECK (start_offset >= 0),
+        end_offset INTEGER NOT NULL CHECK (end_offset > start_offset),
+        accepted_at_ms INTEGER NOT NULL CHECK (accepted_at_ms >= 0),
+        writer_id TEXT NOT NULL CHECK (writer_id <> ''),
+        lease_epoch INTEGER NOT NULL CHECK (lease_epoch >= 1),
+        record_key TEXT NOT NULL UNIQUE,
+        PRIMARY KEY (topic, queue_id, start_offset),
+        FOREIGN KEY (topic, queue_id) REFERENCES queues (topic, queue_id)
+    ) STRICT, WITHOUT ROWID
+    """,
+)
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queues, segments, leases, identity", _V1),
+    Migration(2, "segments.attempt: the upload attempt in data object names", _V2),
+    Migration(3, "losses: offsets deleted before tiering, accepted by resume", _V3),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -30,10 +30,10 @@ class ColdQueue:
 async def read_cold(backend: Backend, cluster: str, broker: str) -> dict[QueueKey, ColdQueue]:
     """Every committed segment under the broker prefix, verified; gaps/overlaps raise."""
     by_queue: dict[QueueKey, list[Manifest]] = defaultdict(list)
-    for info in await backend.list(broker_prefix(cluster, broker) + "/"):
-        name = info.key.rsplit("/", 1)[-1]
-        if name.startswith("_") or "/_quarantine/" in info.key:
-            continue
+    prefix = broker_prefix(cluster, broker) + "/"
+    for info in await backend.list(prefix):
+        if info.key[len(prefix) :].startswith("_"):
+            continue  # ours: lease, quarantine, config copies
         key = parse_object_key(info.key)
         if key.kind is not SegmentKind.MANIFEST:
             continue

@@ -12,6 +12,14 @@ pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_spark"]
 _THIRD_PARTY = ("aiobotocore", "botocore", "botocore.auth", "s3fs", "fsspec", "urllib3", "py4j")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep every real-broker test on one xdist worker (``make test`` runs two with
+    ``--dist loadgroup``): one broker JVM at a time on a small machine."""
+    for item in items:
+        if item.get_closest_marker("broker") is not None:
+            item.add_marker(pytest.mark.xdist_group("rocketmq"))
+
+
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
     """Commands run in-process call ``configure_logging``, which replaces the root

@@ -13,70 +13,29 @@ Registered for the whole suite through ``pytest_plugins`` in ``tests/conftest.py
 
 from __future__ import annotations
 
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from typing import Any
 
 import botocore.session
 import pytest
-from moto.server import ThreadedMotoServer
 
-from tieredstore.backends.options import BackendOptions
+from tieredstore.testing.moto import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    S3Bucket,
+    reset_moto,
+    threaded_server,
+)
 
-__all__ = ["S3Bucket", "aws_env", "moto_client", "moto_server", "s3_bucket"]
-
-ACCESS_KEY = "testing"
-SECRET_KEY = "testing"
-REGION = "us-east-1"
-
-
-@dataclass(frozen=True)
-class S3Bucket:
-    """A bucket on the moto server; ``url`` is ``s3://<name>``.
-
-    ``client`` is a sync botocore S3 client on the same server (fine in tests, never
-    from the event loop in library code).
-    """
-
-    endpoint_url: str
-    name: str
-    client: Any
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.name}"
-
-    def options(self, **changes: Any) -> BackendOptions:
-        """Backend options pointing at moto, with explicit dummy credentials."""
-        base = BackendOptions(
-            endpoint_url=self.endpoint_url,
-            region=REGION,
-            access_key=ACCESS_KEY,
-            secret_key=SECRET_KEY,
-        )
-        return replace(base, **changes)
-
-
-def _reset_moto(endpoint_url: str) -> None:
-    request = urllib.request.Request(f"{endpoint_url}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        reply.read()
+__all__ = ["aws_env", "moto_client", "moto_server", "s3_bucket"]
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        # stop() shuts the serve loop down but leaves the listening socket open.
-        if server._server is not None:
-            server._server.server_close()
+    with threaded_server() as endpoint_url:
+        yield endpoint_url
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +67,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def s3_bucket(moto_server: str, moto_client: Any, aws_env: None) -> S3Bucket:
-    _reset_moto(moto_server)
+    reset_moto(moto_server)
     bucket = S3Bucket(moto_server, f"test-{uuid.uuid4().hex[:16]}", moto_client)
     moto_client.create_bucket(Bucket=bucket.name)
     return bucket

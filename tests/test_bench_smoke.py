@@ -21,6 +21,7 @@ TINY_STORE = ["--size", "2M", "--topics", "2", "--queues", "2"]
 CASES = [
     pytest.param("tiering_posix.py", [*TINY_STORE, "--cp-runs", "1"], id="tiering_posix"),
     pytest.param("tiering_s3.py", TINY_STORE, id="tiering_s3", marks=pytest.mark.s3),
+    pytest.param("restore.py", [*TINY_STORE, "--read-runs", "1"], id="restore"),
     pytest.param(
         "verify_offsets.py",
         ["--units", "20000", "--queues", "2", "--segment-units", "5000"],
@@ -43,6 +44,12 @@ CASES = [
             "500",
         ],
         id="verifier_throughput",
+        marks=pytest.mark.spark,
+    ),
+    pytest.param(
+        "analytics_scan.py",
+        ["--messages", "2000", "--segment-messages", "500", "--runs", "1"],
+        id="analytics_scan",
         marks=pytest.mark.spark,
     ),
     pytest.param(

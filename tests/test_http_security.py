@@ -6,10 +6,10 @@ from pathlib import Path
 
 from dispatcher.http import build_app
 from dispatcher.runtime import open_runtime
-from tests.dispatcher.helpers import settings_for
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.config import SETTINGS, load_settings
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import settings_for
 
 
 def test_binds_to_loopback_by_default() -> None:

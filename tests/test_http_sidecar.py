@@ -31,7 +31,6 @@ from dispatcher.http import build_app
 from dispatcher.lease import LeaseRecord
 from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.clock import VirtualClock
@@ -39,6 +38,7 @@ from tieredstore.hotstore import HotStore
 from tieredstore.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
 from tieredstore.reader import ColdReader
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=2, queues=2, messages=800, body_max=900, compress_over=600, seed=31)
 #: How long any one thing the sidecar does may take on a loaded CI machine.
@@ -269,7 +269,8 @@ async def _check_left_behind(root: Path) -> None:
         lease = LeaseRecord.from_json(await backend.read(lease_key(CLUSTER, BROKER)), where="")
         assert lease.owner == "", "the lease must be released"
         keys = [i.key for i in await backend.list(broker_prefix(CLUSTER, BROKER) + "/")]
-        parsed = [parse_object_key(k) for k in keys if not k.rsplit("/", 1)[1].startswith("_")]
+        ours = broker_prefix(CLUSTER, BROKER) + "/_"  # lease, config copies: not segments
+        parsed = [parse_object_key(k) for k in keys if not k.startswith(ours)]
         manifests = {(o.topic, o.queue_id) for o in parsed if o.kind is SegmentKind.MANIFEST}
         assert manifests
         # Every data object belongs to a committed segment (no orphan from the stop).

@@ -27,7 +27,7 @@ from tieredstore.layout import (
     queue_root,
 )
 
-# -- the examples RocketMQ's own tiered store produces (ROCKETMQ_FORMAT.md §4) ----------
+# -- the examples RocketMQ's own tiered store produces (docs/format.md, cold layout) ------
 
 
 @pytest.mark.parametrize(
@@ -230,3 +230,43 @@ def test_parse_refuses_offsets_beyond_int64() -> None:
     key = GOOD.rsplit("/", 1)[0] + f"/{name}.json"
     with pytest.raises(InvalidNameError, match="exceeds"):
         parse_object_key(key)
+
+
+# -- config copies ----------------------------------------------------------------------
+
+
+def test_config_copy_key_layout_and_round_trip() -> None:
+    from tieredstore.layout import ConfigCopyKey, config_copy_key, parse_config_copy_key
+
+    digest = hashlib.sha256(b"{}").hexdigest()
+    key = config_copy_key("DefaultCluster", "broker-a", "consumerOffset.json", 1_700_000_000_000,
+                          digest)  # fmt: skip
+    assert key == (
+        f"212d6b50_DefaultCluster/broker-a/_config/consumerOffset.json/1700000000000-{digest[:16]}"
+    )
+    parsed = parse_config_copy_key(key)
+    assert parsed == ConfigCopyKey("DefaultCluster", "broker-a", "consumerOffset.json",
+                                   1_700_000_000_000, digest[:16])  # fmt: skip
+    assert parsed.key == key
+    # Zero-padded stamps sort like times.
+    early = config_copy_key("C", "b", "topics.json", 5, digest)
+    late = config_copy_key("C", "b", "topics.json", 10**13, digest)
+    assert early < late and parse_config_copy_key(early) < parse_config_copy_key(late)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "212d6b50_DefaultCluster/broker-a/_config/broker.conf/1700000000000-0123456789abcdef",
+        "212d6b50_DefaultCluster/broker-a/_config/topics.json/17-0123456789abcdef",
+        "212d6b50_DefaultCluster/broker-a/_config/topics.json/1700000000000-XYZ",
+        "212d6b50_DefaultCluster/broker-a/_config/topics.json/1700000000000",
+        "212d6b50_DefaultCluster/broker-a/_lease.json",
+        "00000000_DefaultCluster/broker-a/_config/topics.json/1700000000000-0123456789abcdef",
+    ],
+)
+def test_parse_config_copy_key_refuses_other_keys(key: str) -> None:
+    from tieredstore.layout import parse_config_copy_key
+
+    with pytest.raises(InvalidNameError):
+        parse_config_copy_key(key)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.segment_factory import chain
 from tieredstore.errors import CorruptManifestError
 from tieredstore.layout import QueuePath, SegmentKind, object_key, object_name
 from tieredstore.manifest import Manifest, ObjectRef, read_manifest
+from tieredstore.testing.segments import chain
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "%RETRY%orders", 5)
 WHERE = "memory://cold/some/key.json"
@@ -40,8 +40,13 @@ def test_round_trip_is_canonical(manifest: Manifest) -> None:
 def test_keys_follow_the_layout(manifest: Manifest) -> None:
     assert manifest.start_offset == 4
     assert manifest.key == object_key(QUEUE, SegmentKind.MANIFEST, 4)
-    assert manifest.commit_log_key == object_key(QUEUE, SegmentKind.COMMIT_LOG, manifest.cl_base)
-    assert manifest.consume_queue_key == object_key(QUEUE, SegmentKind.CONSUME_QUEUE, 80)
+    assert manifest.attempt
+    assert manifest.commit_log_key == object_key(
+        QUEUE, SegmentKind.COMMIT_LOG, manifest.cl_base, manifest.attempt
+    )
+    assert manifest.consume_queue_key == object_key(
+        QUEUE, SegmentKind.CONSUME_QUEUE, 80, manifest.attempt
+    )
     assert manifest.cq_base == 80
 
 
@@ -53,13 +58,14 @@ def test_keys_follow_the_layout(manifest: Manifest) -> None:
     ts=st.integers(0, 2**62),
     spread=st.integers(0, 10**9),
     epoch=st.integers(1, 2**40),
+    attempt=st.sampled_from(["", "0123456789abcdef", "ffffffffffffffff"]),
 )
 def test_any_valid_manifest_round_trips(
-    start: int, count: int, cl_base: int, avg: int, ts: int, spread: int, epoch: int
+    start: int, count: int, cl_base: int, avg: int, ts: int, spread: int, epoch: int, attempt: str
 ) -> None:
     cl_size = count * avg
     m = Manifest(
-        format_version=1,
+        format_version=2 if attempt else 1,
         cluster="c",
         broker="b",
         topic="t",
@@ -68,8 +74,8 @@ def test_any_valid_manifest_round_trips(
         end_offset=start + count,
         cl_base=cl_base,
         cl_end=cl_base + cl_size,
-        commit_log=ObjectRef(object_name(cl_base), cl_size, "a" * 64),
-        consume_queue=ObjectRef(object_name(start * 20), 20 * count, "b" * 64),
+        commit_log=ObjectRef(object_name(cl_base, attempt), cl_size, "a" * 64),
+        consume_queue=ObjectRef(object_name(start * 20, attempt), 20 * count, "b" * 64),
         digest_algorithm="sha256",
         min_store_timestamp=ts,
         max_store_timestamp=ts + spread,
@@ -101,7 +107,7 @@ _DELETE = object()
 @pytest.mark.parametrize(
     ("changes", "complaint"),
     [
-        ({"format_version": 2}, "unsupported format_version 2"),
+        ({"format_version": 3}, "unsupported format_version 3"),
         ({"end_offset": 4}, "queue offsets"),
         ({"start_offset": -1}, "queue offsets"),
         ({"message_count": 2}, "message_count"),

@@ -13,11 +13,11 @@ import pytest
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
-from tests.dispatcher.helpers import BROKER, CLUSTER
 from tests.test_reader import tier
 from tieredstore.cli import main
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 SPEC = SynthSpec(topics=1, queues=2, messages=600, interval_ms=2, compress_over=800, seed=21)
 TOPIC = SPEC.topic_names()[0]
@@ -168,6 +168,7 @@ def test_the_golden_store_reads_back_through_the_cli(
     asyncio.run(tier(GOLDEN_STORE, str(tmp_path / "cold"), tmp_path / "state"))
     sent = [m for m in golden.messages if m.kind is Kind.NORMAL]
     queues = {(m.topic, m.queue_id) for m in sent}
+    compressed = 0
     for topic, queue_id in sorted(queues):
         expected = sorted(
             (m for m in sent if (m.topic, m.queue_id) == (topic, queue_id)),
@@ -186,3 +187,11 @@ def test_the_golden_store_reads_back_through_the_cli(
             assert hashlib.sha256(body).hexdigest() == m.body_sha256
             assert doc["tags"] == m.tags
             assert doc["keys"] == list(m.keys)
+            # As a consumer sees it: a decompressed body comes with the COMPRESSED bit
+            # cleared, the compression-type bits kept (RocketMQ's MessageDecoder).
+            stored = HotStore(GOLDEN_STORE).read_message(topic, queue_id, m.queue_offset)
+            assert doc["sysFlag"] == stored.sys_flag & ~1
+            if stored.compressed:
+                assert stored.sys_flag & 1 and doc["compression"] != "NONE"
+                compressed += 1
+    assert compressed > 0  # the golden store holds zlib bodies (sysFlag 769 -> 768)

@@ -22,8 +22,6 @@ from dispatcher.runtime import open_runtime
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
-from tests.segment_factory import upload
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
@@ -41,6 +39,8 @@ from tieredstore.manifest import Manifest
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.segment import build_segment
 from tieredstore.synth import SynthSpec, generate_messages, synthesize
+from tieredstore.testing.segments import upload
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 LOWER, UPPER = BoundaryType.LOWER, BoundaryType.UPPER
 
@@ -112,6 +112,12 @@ async def test_read_returns_exactly_what_the_producer_wrote(
             if plan.sys_flag & SysFlag.COMPRESSED:
                 assert m.to_json()["compression"] == "ZLIB"
                 body = zlib.decompress(body)
+            # The record keeps its flags; a consumer sees COMPRESSED cleared (the body
+            # it gets is inflated), the compression-type bits kept.
+            stored = hot.read_message(q.topic, q.queue_id, m.queue_offset).sys_flag
+            assert m.record.sys_flag == stored
+            assert bool(stored & SysFlag.COMPRESSED) == bool(plan.sys_flag & SysFlag.COMPRESSED)
+            assert m.to_json()["sysFlag"] == m.sys_flag == stored & ~int(SysFlag.COMPRESSED)
             assert m.body == body
             assert m.record.properties == plan.properties
             assert m.msg_id == plan.properties["UNIQ_KEY"]
@@ -326,9 +332,9 @@ async def test_a_segment_expired_while_reading_is_out_of_range_not_damage() -> N
         await reader.read(QUEUE.topic, 0, 0, 1)
     # A reader that already holds the manifest finds the objects gone: also expiry.
     cached = ColdReader(inner, CLUSTER, BROKER)
-    await put_queue(inner, 0, [1, 2, 3, 4], [2])
+    again = (await put_queue(inner, 0, [1, 2, 3, 4], [2]))[0]  # a new upload attempt
     assert len(await cached.read(QUEUE.topic, 0, 0, 1)) == 1
-    cached.backend = ExpiringBackend(inner, first)
+    cached.backend = ExpiringBackend(inner, again)
     with pytest.raises(OffsetOutOfRangeError, match="expired while it was being read"):
         await cached.read(QUEUE.topic, 0, 0, 1)
 
@@ -395,3 +401,37 @@ async def test_golden_store_offsets_by_time_at_every_boundary(
             assert lower == hot.offset_by_time(q.topic, q.queue_id, ts)
             checked += 1
     assert checked > 1000
+
+
+async def test_a_store_written_by_0_1_0_stays_readable_beside_new_segments() -> None:
+    """Format-1 manifests (0.1.0: data objects named by base offset alone) and format-2
+    ones (named per upload attempt) in one queue: the reader takes every key from its
+    manifest, so both read the same, and GC finds nothing to collect."""
+    import dataclasses
+
+    from dispatcher.gc import scan_garbage
+    from tieredstore.layout import object_name
+    from tieredstore.manifest import ObjectRef
+
+    backend = MemoryBackend.from_url("memory://mixed-formats")
+    new = await put_queue(backend, 0, [1, 2, 3, 4, 5, 6], [2, 4])
+    for m in new[:2]:  # rewrite the two oldest segments as 0.1.0 wrote them
+        cl, cq = await backend.read(m.commit_log_key), await backend.read(m.consume_queue_key)
+        for key in (m.commit_log_key, m.consume_queue_key, m.key):
+            await backend.delete(key)
+        old = dataclasses.replace(
+            m,
+            format_version=1,
+            commit_log=ObjectRef(object_name(m.cl_base), m.commit_log.size, m.commit_log.digest),
+            consume_queue=ObjectRef(
+                object_name(m.cq_base), m.consume_queue.size, m.consume_queue.digest
+            ),
+        )
+        assert old.attempt == "" and old.commit_log_key.endswith(object_name(m.cl_base))
+        await backend.write(old.commit_log_key, cl)
+        await backend.write(old.consume_queue_key, cq)
+        await backend.write(old.key, old.to_json())
+    got = await ColdReader(backend, CLUSTER, BROKER).read(QUEUE.topic, 0, 0, 6)
+    assert [m.body for m in got] == [f"m{i}".encode() for i in range(6)]
+    report = await scan_garbage(backend, cluster=CLUSTER, broker=BROKER, now_ms=10**13, grace_s=0)
+    assert report.garbage == () and report.manifests == 3

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.segment_factory import T0, WRITER, HotBatch, chain, hot_batch, segment_of
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
@@ -31,6 +30,7 @@ from tieredstore.segment import (
     verify_record_pointers,
     verify_segment,
 )
+from tieredstore.testing.segments import ATTEMPT, T0, WRITER, HotBatch, chain, hot_batch, segment_of
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "TopicTest", 2)
 
@@ -94,7 +94,9 @@ def test_add_one_by_one_equals_extend() -> None:
     builder = SegmentBuilder(QUEUE, start_offset=0, cl_base=0)
     for i, (rec, unit) in enumerate(zip(batch.records, batch.units, strict=True)):
         builder.add(i, rec, int(unit["size"]), int(unit["tags_code"]), batch.timestamps[i])
-    one_by_one = builder.seal(writer_id=WRITER, lease_epoch=1, created_at_ms=T0 + 60_000)
+    one_by_one = builder.seal(
+        writer_id=WRITER, lease_epoch=1, created_at_ms=T0 + 60_000, attempt=ATTEMPT
+    )
     assert one_by_one == segment_of(QUEUE, batch, cl_base=0)
 
 
@@ -120,7 +122,7 @@ def test_any_split_into_batches_builds_the_same_segment(cuts: list[int], single:
         assert builder.cl_end == 77 + builder.nbytes
     assert builder.min_store_timestamp == min(batch.timestamps)
     assert builder.max_store_timestamp == max(batch.timestamps)
-    seg = builder.seal(writer_id=WRITER, lease_epoch=1, created_at_ms=T0 + 60_000)
+    seg = builder.seal(writer_id=WRITER, lease_epoch=1, created_at_ms=T0 + 60_000, attempt=ATTEMPT)
     assert seg == segment_of(QUEUE, batch, cl_base=77)
 
 

@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("tieredstore.commands.run", "run the sidecar (--once: one catch-up pass)"),
     "status": ("tieredstore.commands.status", "per-queue hot/cold offsets, lag and state"),
     "read": ("tieredstore.commands.read", "decode a queue's messages from the cold store"),
+    "export": (
+        "tieredstore.commands.export",
+        "export the cold store's messages as Parquet (incremental, idempotent)",
+    ),
     "rebuild-metadata": (
         "tieredstore.commands.rebuild_metadata",
         "rebuild the SQLite catalogue from the cold store's manifests",
@@ -42,6 +46,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expire": ("tieredstore.commands.expire", "apply retention now (--dry-run: show what and why)"),
     "gc": ("tieredstore.commands.gc", "remove uncommitted cold objects older than the grace"),
     "repair": ("tieredstore.commands.repair", "quarantine a DIVERGED queue's cold tail, resume"),
+    "restore": (
+        "tieredstore.commands.restore",
+        "rebuild a broker store from the cold store (--check: verify one)",
+    ),
+    "resume": (
+        "tieredstore.commands.resume",
+        "resume a PAUSED queue, recording the offsets lost before tiering (--accept-loss)",
+    ),
 }
 
 

@@ -17,9 +17,15 @@ __all__ = ["Clock", "SystemClock", "VirtualClock"]
 
 
 class Clock(Protocol):
-    """Wall time in epoch milliseconds, and an async sleep."""
+    """Wall time in epoch milliseconds, a monotonic time, and an async sleep.
+
+    ``monotonic_ms`` never goes backwards and ignores wall-clock steps (NTP, an operator
+    setting the date): deadlines a process keeps for itself (its lease) use it.
+    """
 
     def now_ms(self) -> int: ...
+
+    def monotonic_ms(self) -> int: ...
 
     async def sleep(self, seconds: float) -> None: ...
 
@@ -29,6 +35,9 @@ class SystemClock:
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+    def monotonic_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(seconds, 0.0))
@@ -48,6 +57,10 @@ class VirtualClock:
         self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
 
     def now_ms(self) -> int:
+        return self._now
+
+    def monotonic_ms(self) -> int:
+        """Virtual time is both clocks (``set_ms`` moves both)."""
         return self._now
 
     async def sleep(self, seconds: float) -> None:

@@ -173,6 +173,8 @@ class Setting:
     default: Any
     help: str
     required: bool = False
+    #: Why the key is deprecated and what replaces it; empty for a current key.
+    deprecated: str = ""
 
     @property
     def env(self) -> str:
@@ -195,6 +197,7 @@ _DEFAULT_SYSTEM_TOPICS: Final = (
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("store.path", _str, None, "broker store root (storePathRootDir)", required=True),
     Setting("store.commitlog_dir", _str, "", "commitlog dir if not <store.path>/commitlog"),
+    Setting("store.config_dir", _str, "", "broker config dir if not <store.path>/config"),
     Setting(
         "cold.url",
         _url,
@@ -211,6 +214,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         _positive(parse_size),
         64 << 20,
         "S3 objects above this size use multipart upload",
+    ),
+    Setting(
+        "cold.allow_unconditional_writes",
+        _bool,
+        False,
+        "write through a backend without atomic create/compare-and-swap (generic fsspec): "
+        "weaker fencing, see docs/reliability.md",
     ),
     Setting("state.dir", _str, None, "state directory for the SQLite catalogue", required=True),
     Setting(
@@ -245,6 +255,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "bytes read and uploaded per chunk (bounds memory)",
     ),
     Setting(
+        "tiering.max_bytes_per_second",
+        _non_negative(parse_size),
+        0,
+        "upload bandwidth limit for segment objects, bytes per second (e.g. 50M); 0 = none",
+    ),
+    Setting(
         "tiering.init_policy",
         _init_policy,
         "earliest",
@@ -252,16 +268,21 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "tiering.guard",
-        _choice("checkpoint", "none"),
-        "checkpoint",
-        "durability guard: never tier data newer than the checkpoint",
+        _choice("sync", "checkpoint", "none"),
+        "sync",
+        "durability guard: sync (fdatasync the broker's commitlog up to a segment before "
+        "uploading it) | checkpoint (only records stored before the checkpoint's flushed "
+        "time) | none",
     ),
     Setting(
         "tiering.guard_age",
         _positive(parse_duration),
         10.0,
-        "with the guard on, also tier records older than this (the broker never advances "
-        "the checkpoint for its own internal writes)",
+        "deprecated, ignored (the old guard's fallback age)",
+        deprecated="ignored since the durability guard no longer trusts a record for its "
+        "age (a fixed age equal to the broker's thorough-flush interval left no margin); "
+        "tiering.guard = sync is safe and fast, checkpoint waits for the checkpoint; "
+        "remove the setting",
     ),
     Setting(
         "tiering.include_topics", _str_list, (), "only these topics (glob patterns); empty = all"
@@ -295,6 +316,24 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "retention.interval", _positive(parse_duration), 60.0, "how often the retention pass runs"
+    ),
+    Setting(
+        "config_backup.enabled",
+        _bool,
+        True,
+        "keep versioned copies of the broker's config/ files in the cold store",
+    ),
+    Setting(
+        "config_backup.interval",
+        _positive(parse_duration),
+        60.0,
+        "how often the config files are compared and copied on change",
+    ),
+    Setting(
+        "config_backup.history",
+        _positive(_int),
+        100,
+        "versions kept of each config file (older ones are deleted)",
     ),
     Setting(
         "gc.grace",
@@ -373,6 +412,15 @@ class Settings:
         """Retention in seconds for ``topic`` (per-topic override or the default)."""
         per_topic: Mapping[str, float] = self.values["retention.topics"]
         return float(per_topic.get(topic, self.values["retention.default"]))
+
+    def deprecations(self) -> list[str]:
+        """One line per deprecated key set anywhere but by default (for the log)."""
+        out = []
+        for s in SETTINGS:
+            source = self.sources.get(s.key, "default")
+            if s.deprecated and source != "default":
+                out.append(f"setting {s.key} ({source}) is deprecated: {s.deprecated}")
+        return out
 
     def redacted(self) -> dict[str, Any]:
         """All values, safe to log (no credentials are settings; URLs lose userinfo)."""

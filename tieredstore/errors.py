@@ -18,6 +18,7 @@ tell the operator?* (:class:`FatalError`).
         ├── StoreError                  hot side: the broker's store directory
         │   ├── StoreNotFoundError      missing store, file or directory
         │   ├── UnsupportedStoreError   e.g. a RocksDB consume queue
+        │   ├── StoreInUseError         a broker (or a restore) is using the store directory
         │   └── CorruptDataError        bytes that do not parse
         │       ├── CorruptRecordError  commitlog record: magic, CRC, lengths
         │       ├── CorruptUnitError    consume-queue unit
@@ -25,15 +26,18 @@ tell the operator?* (:class:`FatalError`).
         ├── ColdDataError               cold side: objects and manifests
         │   ├── ObjectNotFoundError     an object a manifest or caller needs is absent
         │   ├── CorruptManifestError    manifest JSON that does not validate
+        │   ├── CorruptLossRecordError  loss record JSON that does not validate
         │   ├── SizeMismatchError       object size differs from its manifest
         │   └── DigestMismatchError     object digest differs from its manifest
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
+        │   └── ConditionFailedError    a conditional write found the object not as expected
         ├── OffsetOutOfRangeError       queue offset outside what is stored
         ├── DivergedError               hot store no longer agrees with cold
         ├── CatalogueError              the SQLite catalogue
         │   └── CatalogueBusyError      another process holds the catalogue
         └── LeaseError                  single-writer lease
             ├── LeaseHeldError          another writer holds the lease
+            ├── LeaseLapsedError        its deadline passed unrenewed: reclaim before writing
             └── LeaseLostError          this writer lost its lease
 
 Messages are one line: *what* went wrong, then *where* (file or object and byte offset
@@ -49,8 +53,10 @@ __all__ = [
     "CatalogueBusyError",
     "CatalogueError",
     "ColdDataError",
+    "ConditionFailedError",
     "ConfigError",
     "CorruptDataError",
+    "CorruptLossRecordError",
     "CorruptManifestError",
     "CorruptRecordError",
     "CorruptUnitError",
@@ -60,12 +66,14 @@ __all__ = [
     "InvalidNameError",
     "LeaseError",
     "LeaseHeldError",
+    "LeaseLapsedError",
     "LeaseLostError",
     "ObjectNotFoundError",
     "OffsetOutOfRangeError",
     "RetryableError",
     "SizeMismatchError",
     "StoreError",
+    "StoreInUseError",
     "StoreNotFoundError",
     "ThrottledError",
     "TieredStoreError",
@@ -128,6 +136,11 @@ class UnsupportedStoreError(StoreError):
     """The store uses a layout we cannot read (e.g. ``storeType=defaultRocksDB``)."""
 
 
+class StoreInUseError(StoreError):
+    """A broker runs on the store directory (its ``lock`` is held or ``abort`` exists), or
+    another restore writes into it."""
+
+
 class CorruptDataError(StoreError):
     """Bytes that do not parse as what they should be."""
 
@@ -156,6 +169,10 @@ class CorruptManifestError(ColdDataError):
     """A manifest that is not valid JSON or fails validation."""
 
 
+class CorruptLossRecordError(ColdDataError):
+    """A loss record (``LOSS/<name>.json``) that is not valid JSON or fails validation."""
+
+
 class SizeMismatchError(ColdDataError):
     """An object's size differs from the size its manifest records."""
 
@@ -166,6 +183,14 @@ class DigestMismatchError(ColdDataError):
 
 class BackendError(FatalError):
     """A backend failure retrying will not fix (access denied, no such bucket, ...)."""
+
+
+class ConditionFailedError(BackendError):
+    """A conditional write lost: ``create`` found the key already there, or ``replace``
+    found another version (or no object) than the one it was conditioned on.
+
+    An ordinary outcome of a race between writers, never damage: nothing was written.
+    """
 
 
 class OffsetOutOfRangeError(FatalError):
@@ -190,6 +215,15 @@ class LeaseError(FatalError):
 
 class LeaseHeldError(LeaseError):
     """Another live writer holds the lease for this broker."""
+
+
+class LeaseLapsedError(LeaseError):
+    """This writer's lease deadline passed before a renewal landed (a paused process, a
+    blocked event loop). Nothing is written until the lease is reclaimed by a
+    compare-and-swap on the version this writer last wrote (the dispatcher abandons the
+    segment in hand and tiers it again afterwards); if another writer took the lease
+    meanwhile, the reclaim raises :class:`LeaseLostError` instead. Not retried as a
+    backend error: retrying the same write cannot help before the reclaim."""
 
 
 class LeaseLostError(LeaseError):

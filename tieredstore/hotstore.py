@@ -5,7 +5,7 @@ sees its writes at once. This module never writes and never takes the broker's
 ``lock``. Every call re-lists the directories it needs, so files the broker rolls,
 creates or deletes between calls are noticed.
 
-Offsets, following ROCKETMQ_FORMAT.md §3.4:
+Offsets (docs/format.md, "Hot min and hot max"):
 
 * **hot max** of a queue is the index of the first all-zero unit in its newest CQ file
   (exclusive: the next offset the broker will assign);
@@ -44,9 +44,16 @@ from tieredstore.formats.consumequeue import (
     filler_mask,
     zero_mask,
 )
-from tieredstore.formats.record import MessageRecord, ProbeKind, decode_record, probe_record
+from tieredstore.formats.record import (
+    HEAD_PROBE_SIZE,
+    MessageRecord,
+    ProbeKind,
+    decode_record,
+    probe_record,
+)
 from tieredstore.formats.topics import TopicConfig, read_topics
 from tieredstore.formats.vector import store_timestamps
+from tieredstore.hotread import HotCommitlog
 
 __all__ = [
     "CommitlogScan",
@@ -60,10 +67,6 @@ _FILE_NAME = re.compile(r"^\d{20}$")
 # Consume-queue files are scanned for hot min/max in chunks of this many bytes (a
 # multiple of 20): the broker preallocates 6 MB files that are mostly zeros.
 _SCAN_CHUNK = 52_428 * CQ_UNIT_SIZE
-# Records of one queue closer than this are read with one pread (the bytes between
-# them come along); farther apart, each is read on its own. Copying 32 KiB costs
-# about what one more syscall does.
-_READ_GAP = 32 << 10
 # Files RocksDB keeps in its directory; a file-based consume queue has only topic dirs.
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|OPTIONS-\d+|MANIFEST-\d+|\d+\.(sst|log))$")
 
@@ -170,31 +173,6 @@ def _pread(path: Path, offset: int, size: int) -> bytes:
         return os.pread(fd, size, offset)
     finally:
         os.close(fd)
-
-
-class _Readers:
-    """Descriptors opened on first use and kept for one bulk read, closed on exit.
-
-    A batch of records touches one or two commitlog files, so opening each once
-    instead of once per read saves two syscalls per record.
-    """
-
-    def __init__(self) -> None:
-        self._fds: dict[Path, int] = {}
-
-    def __enter__(self) -> _Readers:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def pread(self, path: Path, offset: int, size: int) -> bytes:
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = self._fds[path] = _open(path)
-        return os.pread(fd, size, offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,86 +386,36 @@ class HotStore:
     def read_record_bytes(self, commitlog_offset: int, size: int) -> bytes:
         """Return the ``size`` bytes of the record at a commitlog offset."""
         offsets, sizes = np.array([commitlog_offset]), np.array([size])
-        return self.read_records_bytes(offsets, sizes, window=size)[0]
+        return self.read_records_bytes(offsets, sizes)[0]
 
-    def read_records_bytes(
-        self, offsets: np.ndarray, sizes: np.ndarray, *, window: int = 8 << 20
-    ) -> list[bytes]:
+    def read_records_bytes(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         """Return the bytes of many records, given their commitlog offsets and sizes.
 
-        Nearby records are served from one read of up to ``window`` bytes (a queue's
-        records are interleaved with other queues' in the commitlog), so a batch costs a
-        few large reads instead of one syscall per record.
+        Read through :class:`~tieredstore.hotread.HotCommitlog` (read-only mappings of
+        the files holding them), the one hot-record reader.
 
         Raises OffsetOutOfRangeError for an offset in no commitlog file (deleted) and
         TruncatedDataError for a record crossing its file's end.
         """
-        files = self.commitlog_files()
-        offs: list[int] = offsets.tolist()
-        lens: list[int] = sizes.tolist()
-        if len(offs) != len(lens):
-            raise ValueError(f"{len(offs)} offsets but {len(lens)} sizes")
-        out: list[bytes] = []
-        f: MappedFile | None = None
-        i, n = 0, len(offs)
-        with _Readers() as readers:
-            while i < n:
-                off, size = offs[i], lens[i]
-                if f is None or not f.base <= off < f.end:
-                    f = files.find(off)
-                    if f is None:
-                        raise OffsetOutOfRangeError(
-                            f"commitlog offset {off} is in no commitlog file (oldest starts "
-                            f"at {files.min_offset}); the broker deleted it",
-                            where=str(self.commitlog_dir),
-                        )
-                lo = off - f.base
-                if lo + size > f.size:
-                    raise TruncatedDataError(
-                        f"record of {size} bytes crosses the end of its file",
-                        where=f"{f.path}@{lo}",
-                    )
-                if size < 0:
-                    raise TruncatedDataError(
-                        f"record of {size} bytes but file ends early", where=f"{f.path}@{lo}"
-                    )
-                # One read covers the following records that lie just after this one, up
-                # to ``window`` bytes; a record far away (another queue's in between) or
-                # before this one starts a read of its own.
-                hi, limit = lo + size, min(f.size, lo + max(window, size))
-                j = i + 1
-                while j < n:
-                    rel = offs[j] - f.base
-                    end = rel + lens[j]
-                    if rel < lo or end > limit or rel > hi + _READ_GAP or end < rel:
-                        break
-                    hi = max(hi, end)
-                    j += 1
-                buf = readers.pread(f.path, lo, hi - lo)
-                if len(buf) != hi - lo:  # the file is shorter than its listing said
-                    k = next(k for k in range(i, j) if offs[k] - f.base + lens[k] > lo + len(buf))
-                    raise TruncatedDataError(
-                        f"record of {lens[k]} bytes but file ends early",
-                        where=f"{f.path}@{offs[k] - f.base}",
-                    )
-                if j == i + 1:
-                    out.append(buf)
-                else:
-                    base = f.base + lo
-                    out += [buf[offs[k] - base : offs[k] - base + lens[k]] for k in range(i, j)]
-                i = j
-        return out
+        offs = np.asarray(offsets, dtype=np.int64)
+        lens = np.asarray(sizes, dtype=np.int64)
+        if offs.shape != lens.shape:
+            raise ValueError(f"{offs.size} offsets but {lens.size} sizes")
+        with HotCommitlog(self.commitlog_files()) as commitlog:
+            buf = commitlog.gather(offs, lens)
+        ends = np.cumsum(lens).tolist()
+        return [bytes(buf[s:e]) for s, e in zip([0, *ends[:-1]], ends, strict=True)]
 
     def read_store_timestamp(self, commitlog_offset: int) -> int:
-        """Return the storeTimestamp of the record at a commitlog offset (reads 80 bytes)."""
+        """Return the storeTimestamp of the record at a commitlog offset (reads its head)."""
         f = self.commitlog_files().find(commitlog_offset)
         if f is None:
             raise OffsetOutOfRangeError(
                 f"commitlog offset {commitlog_offset} is in no commitlog file",
                 where=str(self.commitlog_dir),
             )
-        head = _pread(f.path, commitlog_offset - f.base, 80)
-        if len(head) < 80:
+        head = _pread(f.path, commitlog_offset - f.base, HEAD_PROBE_SIZE)
+        if len(head) < HEAD_PROBE_SIZE:
             raise TruncatedDataError("record header cut by end of file", where=f"{f.path}")
         arr = np.frombuffer(head, dtype=np.uint8)
         return int(store_timestamps(arr, np.zeros(1, dtype=np.int64))[0])

@@ -1,17 +1,30 @@
 """Cold-store naming: the one pure, reversible map between queues/segments and object keys.
 
-Layout (compatible with RocketMQ's own tiered store, ROCKETMQ_FORMAT.md §4)::
+Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layout: keys")::
 
     <md5(cluster)[:8]>_<cluster>/                      cluster_dir(cluster)
       <broker>/                                         broker_prefix(cluster, broker)
         _lease.json                                     lease_key(cluster, broker)
         _quarantine/<topic>/<queueId>/<stamp>/<KIND>/<name>   quarantine_key(...)
+        _config/<file>/<stamp>-<digest>                 config_copy_key(...)
         <topic>/<queueId>/                              queue_root(...)
-          COMMIT_LOG/<name(cl_base)>                    cold commitlog object
-          CONSUME_QUEUE/<name(start * 20)>              cold consume-queue object
+          COMMIT_LOG/<name(cl_base)>.<attempt>          cold commitlog object
+          CONSUME_QUEUE/<name(start * 20)>.<attempt>    cold consume-queue object
           MANIFEST/<name(start)>.json                   commit point of the pair
+          LOSS/<name(start)>.json                       loss record: offsets the broker
+                                                        deleted before they were tiered,
+                                                        accepted by ``resume --accept-loss``
 
     name(base) = md5(str(base))[:8] + f"{base:020d}"
+    attempt    = 16 lowercase hex digits, fresh for every upload attempt
+
+**Data objects are never overwritten.** Every upload attempt writes its COMMIT_LOG and
+CONSUME_QUEUE objects under names no other attempt uses (the ``attempt`` suffix, as
+Kafka's RemoteLogSegmentId does), and the manifest records those names. The manifest's
+own key is deterministic and is only ever *created* (create-if-absent), so two writers
+racing for the same segment cannot both commit, and a late upload of a fenced writer
+lands beside the committed objects, never over them. Stores written by 0.1.0 (manifest
+``format_version`` 1) have data objects without the suffix; they stay readable.
 
 Worked examples:
 
@@ -28,6 +41,11 @@ The base of each kind is in its own address space: a COMMIT_LOG object is named 
 cold commitlog offset (``cl_base``), a CONSUME_QUEUE object by its CQ byte offset
 (``start * 20``), a MANIFEST by its first queue offset (``start``).
 
+A LOSS record is not a segment object: it sits beside the manifests, is named by the
+first queue offset it covers (:func:`loss_key`, parsed by :func:`parse_loss_key`), and
+every consumer of a listing tells it apart with :func:`is_loss_key` before it asks
+:func:`parse_object_key` (which refuses it). It is never garbage.
+
 Directory helpers (``cluster_dir``, ``broker_prefix``, ``queue_root``, ``kind_prefix``,
 ``quarantine_prefix``) return no trailing ``/``; append one to list a directory, so that
 listing broker ``b`` does not also match broker ``b2``.
@@ -38,9 +56,15 @@ no ``/``, ``\\``, NUL or other control character, valid UTF-8, at most 255 bytes
 a cluster, which gains the 9-byte hash prefix). ``%`` and ``|`` are legal (``%RETRY%g``,
 ``%DLQ%g``) and pass through unchanged.
 
-**Reserved names.** Our own per-broker files (``_lease.json``, ``_quarantine/``) sit at
-the same level as topic directories. So that no topic can ever collide with them — now or
-with a reserved name added later — a *topic* may not begin with ``_``: every entry
+**Config copies.** ``_config/`` holds versioned byte-for-byte copies of the broker's
+``config/`` files (:data:`CONFIG_FILES`): one directory per file, one object per version,
+named ``<stamp_ms:013d>-<sha256[:16]>`` so a listing sorts oldest first
+(:func:`config_copy_key` / :func:`parse_config_copy_key` invert each other).
+
+**Reserved names.** Our own per-broker files (``_lease.json``, ``_quarantine/``,
+``_config/``) sit at the same level as topic directories. So that no topic can ever
+collide with them — now or with a reserved name added later — a *topic* may not begin
+with ``_``: every entry
 beginning with ``_`` under a broker prefix belongs to tieredstore. RocketMQ accepts such
 topic names, but none of its own topics uses one; a broker that has one gets a clear
 :class:`~tieredstore.errors.InvalidNameError` for that topic instead of silent renaming.
@@ -51,27 +75,44 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import uuid
 from dataclasses import dataclass
 from typing import Final
 
 from tieredstore.errors import InvalidNameError
 
 __all__ = [
+    "CONFIG_FILES",
     "MANIFEST_SUFFIX",
     "MAX_COMPONENT_BYTES",
     "MAX_OFFSET",
     "MAX_QUEUE_ID",
+    "ConfigCopyKey",
+    "Listed",
+    "LossKey",
     "ObjectKey",
+    "OwnEntry",
     "QueuePath",
     "SegmentKind",
+    "Unrecognised",
     "broker_prefix",
+    "classify_listed",
     "cluster_dir",
+    "config_copy_key",
+    "config_prefix",
+    "is_loss_key",
     "kind_prefix",
     "lease_key",
+    "loss_key",
+    "loss_prefix",
+    "new_attempt",
     "object_key",
     "object_name",
+    "parse_config_copy_key",
+    "parse_loss_key",
     "parse_object_key",
     "quarantine_key",
+    "quarantine_loss_key",
     "quarantine_prefix",
     "queue_root",
     "validate_name",
@@ -92,7 +133,19 @@ _NAME_LEN: Final = _HASH_LEN + _DIGITS
 _RESERVED_PREFIX: Final = "_"
 _LEASE_NAME: Final = "_lease.json"
 _QUARANTINE_DIR: Final = "_quarantine"
+_CONFIG_DIR: Final = "_config"
+_DIGEST_PREFIX_LEN: Final = 16
+#: The broker's ``config/`` files the sidecar keeps copies of (and ``restore`` puts back).
+CONFIG_FILES: Final = (
+    "topics.json",
+    "subscriptionGroup.json",
+    "consumerOffset.json",
+    "delayOffset.json",
+)
+_LOSS_DIR: Final = "LOSS"
 _HEX: Final = frozenset("0123456789abcdef")
+_ATTEMPT_LEN: Final = 16
+_ATTEMPT_SEP: Final = "."
 
 
 class SegmentKind(enum.Enum):
@@ -181,10 +234,26 @@ def lease_key(cluster: str, broker: str) -> str:
     return f"{broker_prefix(cluster, broker)}/{_LEASE_NAME}"
 
 
-def object_name(base_offset: int) -> str:
-    """Return ``md5(str(base))[:8] + f"{base:020d}"`` (without a manifest's ``.json``)."""
+def new_attempt() -> str:
+    """A fresh upload-attempt id: 16 random lowercase hex digits."""
+    return uuid.uuid4().hex[:_ATTEMPT_LEN]
+
+
+def _validate_attempt(attempt: str) -> str:
+    if attempt and (len(attempt) != _ATTEMPT_LEN or not set(attempt) <= _HEX):
+        raise InvalidNameError(f"upload attempt {attempt!r} is not {_ATTEMPT_LEN} hex digits")
+    return attempt
+
+
+def object_name(base_offset: int, attempt: str = "") -> str:
+    """Return ``md5(str(base))[:8] + f"{base:020d}"``, plus ``.<attempt>`` when given.
+
+    A manifest's name has no attempt (and gains ``.json`` in its key); 0.1.0 data
+    objects have none either.
+    """
     base = _validate_offset(base_offset)
-    return f"{_md5_prefix(str(base))}{base:0{_DIGITS}d}"
+    name = f"{_md5_prefix(str(base))}{base:0{_DIGITS}d}"
+    return f"{name}{_ATTEMPT_SEP}{_validate_attempt(attempt)}" if attempt else name
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -221,13 +290,17 @@ def kind_prefix(queue: QueuePath, kind: SegmentKind) -> str:
     return f"{queue.root}/{kind.value}"
 
 
-def object_key(queue: QueuePath, kind: SegmentKind, base_offset: int) -> str:
+def object_key(queue: QueuePath, kind: SegmentKind, base_offset: int, attempt: str = "") -> str:
     """Return the key of the ``kind`` object with base ``base_offset`` of ``queue``.
 
-    ``base_offset`` is in the kind's own address space (see the module docstring).
+    ``base_offset`` is in the kind's own address space (see the module docstring);
+    ``attempt`` names a data object's upload attempt (a manifest has none).
     """
-    suffix = MANIFEST_SUFFIX if kind is SegmentKind.MANIFEST else ""
-    return f"{kind_prefix(queue, kind)}/{object_name(base_offset)}{suffix}"
+    if kind is SegmentKind.MANIFEST:
+        if attempt:
+            raise InvalidNameError("a manifest key has no upload attempt")
+        return f"{kind_prefix(queue, kind)}/{object_name(base_offset)}{MANIFEST_SUFFIX}"
+    return f"{kind_prefix(queue, kind)}/{object_name(base_offset, attempt)}"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -240,12 +313,14 @@ class ObjectKey:
     queue_id: int
     kind: SegmentKind
     base_offset: int
+    attempt: str = ""
 
     def __post_init__(self) -> None:
         QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
         if not isinstance(self.kind, SegmentKind):
             raise InvalidNameError(f"object kind must be a SegmentKind, not {self.kind!r}")
         _validate_offset(self.base_offset)
+        _validate_attempt(self.attempt)
 
     @property
     def queue(self) -> QueuePath:
@@ -253,17 +328,26 @@ class ObjectKey:
 
     @property
     def key(self) -> str:
-        return object_key(self.queue, self.kind, self.base_offset)
+        return object_key(self.queue, self.kind, self.base_offset, self.attempt)
 
     def __str__(self) -> str:
         return self.key
 
 
-def _parse_name(name: str, kind: SegmentKind, key: str) -> int:
+def _parse_name(name: str, kind: SegmentKind, key: str) -> tuple[int, str]:
+    """Return ``(base, attempt)`` of an object name (attempt ``""`` when it has none)."""
+    attempt = ""
     if kind is SegmentKind.MANIFEST:
         if not name.endswith(MANIFEST_SUFFIX):
             raise InvalidNameError(f"manifest name {name!r} lacks {MANIFEST_SUFFIX!r}", where=key)
         name = name[: -len(MANIFEST_SUFFIX)]
+    elif len(name) > _NAME_LEN:
+        name, sep, attempt = name.partition(_ATTEMPT_SEP)
+        if not sep or len(attempt) != _ATTEMPT_LEN or not set(attempt) <= _HEX:
+            raise InvalidNameError(
+                f"object name {name!r} has no valid .<{_ATTEMPT_LEN} hex> attempt suffix",
+                where=key,
+            )
     digits = name[_HASH_LEN:]
     if len(name) != _NAME_LEN or not (digits.isascii() and digits.isdigit()):
         raise InvalidNameError(f"object name {name!r} is not <8 hex><{_DIGITS} digits>", where=key)
@@ -274,7 +358,7 @@ def _parse_name(name: str, kind: SegmentKind, key: str) -> int:
         raise InvalidNameError(
             f"object name {name!r}: hash prefix should be {_md5_prefix(str(base))!r}", where=key
         )
-    return base
+    return base, attempt
 
 
 def _parse_cluster_dir(part: str, key: str) -> str:
@@ -300,35 +384,138 @@ def _parse_queue_id(part: str, key: str) -> int:
         raise InvalidNameError(exc.message, where=key) from exc
 
 
-def parse_object_key(key: str) -> ObjectKey:
-    """Parse ``<cluster_dir>/<broker>/<topic>/<queueId>/<KIND>/<name>`` into its parts.
-
-    Exactly the keys :func:`object_key` produces parse; for those,
-    ``parse_object_key(k).key == k``. The lease, quarantined objects, temp files and any
-    other key are refused.
-
-    Raises:
-        InvalidNameError: naming the key and the first part that does not fit.
-    """
-    parts = key.split("/")
-    if len(parts) != 6:
-        raise InvalidNameError(
-            f"object key has {len(parts)} '/'-separated parts, expected 6", where=key
-        )
-    cdir, broker, topic, qid, kind_name, name = parts
+def _parse_queue_parts(parts: list[str], key: str) -> QueuePath:
+    """Parse ``<cluster_dir>/<broker>/<topic>/<queueId>`` (the first four parts)."""
+    cdir, broker, topic, qid = parts[:4]
     try:
         cluster = _parse_cluster_dir(cdir, key)
         validate_name(broker, what="broker")
         validate_topic(topic)
     except InvalidNameError as exc:
         raise InvalidNameError(exc.message, where=key) from exc
-    queue_id = _parse_queue_id(qid, key)
+    return QueuePath(cluster, broker, topic, _parse_queue_id(qid, key))
+
+
+def _split6(key: str) -> list[str]:
+    parts = key.split("/")
+    if len(parts) != 6:
+        raise InvalidNameError(
+            f"object key has {len(parts)} '/'-separated parts, expected 6", where=key
+        )
+    return parts
+
+
+def parse_object_key(key: str) -> ObjectKey:
+    """Parse ``<cluster_dir>/<broker>/<topic>/<queueId>/<KIND>/<name>`` into its parts.
+
+    Exactly the keys :func:`object_key` produces parse; for those,
+    ``parse_object_key(k).key == k``. The lease, quarantined objects, loss records, temp
+    files and any other key are refused.
+
+    Raises:
+        InvalidNameError: naming the key and the first part that does not fit.
+    """
+    parts = _split6(key)
+    queue = _parse_queue_parts(parts, key)
+    kind_name, name = parts[4], parts[5]
     try:
         kind = SegmentKind(kind_name)
     except ValueError as exc:
         raise InvalidNameError(f"unknown object kind {kind_name!r}", where=key) from exc
-    base = _parse_name(name, kind, key)
-    return ObjectKey(cluster, broker, topic, queue_id, kind, base)
+    base, attempt = _parse_name(name, kind, key)
+    return ObjectKey(queue.cluster, queue.broker, queue.topic, queue.queue_id, kind, base, attempt)
+
+
+# -- loss records -------------------------------------------------------------------------
+
+
+def loss_prefix(queue: QueuePath) -> str:
+    """Return ``<queue root>/LOSS``, the directory of the queue's loss records."""
+    return f"{queue.root}/{_LOSS_DIR}"
+
+
+def loss_key(queue: QueuePath, start_offset: int) -> str:
+    """Return ``<queue root>/LOSS/<name(start)>.json``: the record of a loss that begins
+    at queue offset ``start_offset``."""
+    return f"{loss_prefix(queue)}/{object_name(start_offset)}{MANIFEST_SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LossKey:
+    """A parsed loss-record key; ``LossKey(...).key`` and :func:`parse_loss_key` invert."""
+
+    queue: QueuePath
+    start_offset: int
+
+    def __post_init__(self) -> None:
+        _validate_offset(self.start_offset, "loss start offset")
+
+    @property
+    def key(self) -> str:
+        return loss_key(self.queue, self.start_offset)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+def is_loss_key(key: str) -> bool:
+    """Whether ``key`` lies in a queue's ``LOSS/`` directory (valid or not: a malformed
+    name there is still no segment object). Cheap: no validation of the other parts."""
+    parts = key.split("/")
+    return len(parts) == 6 and parts[4] == _LOSS_DIR
+
+
+def parse_loss_key(key: str) -> LossKey:
+    """Parse ``<cluster_dir>/<broker>/<topic>/<queueId>/LOSS/<name(start)>.json``.
+
+    Raises:
+        InvalidNameError: naming the key and the first part that does not fit.
+    """
+    parts = _split6(key)
+    queue = _parse_queue_parts(parts, key)
+    if parts[4] != _LOSS_DIR:
+        raise InvalidNameError(f"not a loss record (directory {parts[4]!r})", where=key)
+    # Loss records are named exactly like manifests: <name(start)>.json.
+    return LossKey(queue, _parse_name(parts[5], SegmentKind.MANIFEST, key)[0])
+
+
+# -- classifying a listing ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OwnEntry:
+    """An entry of tieredstore's own beside the topics (``_lease.json``, ``_quarantine/``,
+    ``_config/`` and the like: every name beginning with ``_`` under a broker prefix)."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unrecognised:
+    """A key under a broker prefix that is none of ours: reported, never touched."""
+
+    key: str
+    problem: str
+
+
+#: What one listed key under a broker prefix is (:func:`classify_listed`).
+Listed = OwnEntry | LossKey | ObjectKey | Unrecognised
+
+
+def classify_listed(key: str, prefix: str) -> Listed:
+    """Classify a key listed under the broker prefix ``prefix`` (which ends with ``/``).
+
+    The one classification GC, reconcile and the verifier share: tieredstore's own
+    entries (:class:`OwnEntry`), loss records (:class:`LossKey`), segment objects —
+    COMMIT_LOG, CONSUME_QUEUE, MANIFEST — (:class:`ObjectKey`), and everything else,
+    malformed names in our own directories included (:class:`Unrecognised`).
+    """
+    if key[len(prefix) :].startswith(_RESERVED_PREFIX):
+        return OwnEntry(key)
+    try:
+        return parse_loss_key(key) if is_loss_key(key) else parse_object_key(key)
+    except InvalidNameError as exc:
+        return Unrecognised(key, exc.message)
 
 
 def quarantine_prefix(queue: QueuePath) -> str:
@@ -348,3 +535,82 @@ def quarantine_key(obj: ObjectKey, *, stamp_ms: int) -> str:
     stamp = _validate_offset(stamp_ms, "quarantine stamp")
     name = obj.key.rsplit("/", 1)[1]
     return f"{quarantine_prefix(obj.queue)}/{stamp:013d}/{obj.kind.value}/{name}"
+
+
+def config_prefix(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_config``, where the config copies live."""
+    return f"{broker_prefix(cluster, broker)}/{_CONFIG_DIR}"
+
+
+def _validate_config_file(name: str) -> str:
+    if name not in CONFIG_FILES:
+        raise InvalidNameError(
+            f"{name!r} is not a config file tieredstore copies ({', '.join(CONFIG_FILES)})"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ConfigCopyKey:
+    """One stored version of a broker config file; ordered oldest first.
+
+    ``digest`` is the first 16 hex digits of the SHA-256 of the copied bytes.
+    """
+
+    cluster: str
+    broker: str
+    file: str
+    stamp_ms: int
+    digest: str
+
+    def __post_init__(self) -> None:
+        broker_prefix(self.cluster, self.broker)
+        _validate_config_file(self.file)
+        _validate_offset(self.stamp_ms, "config copy stamp")
+        if len(self.digest) != _DIGEST_PREFIX_LEN or not set(self.digest) <= _HEX:
+            raise InvalidNameError(
+                f"config copy digest {self.digest!r} is not {_DIGEST_PREFIX_LEN} lowercase hex"
+            )
+
+    @property
+    def key(self) -> str:
+        return config_copy_key(self.cluster, self.broker, self.file, self.stamp_ms, self.digest)
+
+
+def config_copy_key(cluster: str, broker: str, file: str, stamp_ms: int, digest: str) -> str:
+    """Return ``<config_prefix>/<file>/<stamp_ms:013d>-<digest>``.
+
+    ``digest`` may be a whole SHA-256 hex digest; its first 16 digits name the copy.
+    """
+    _validate_config_file(file)
+    stamp = _validate_offset(stamp_ms, "config copy stamp")
+    short = digest[:_DIGEST_PREFIX_LEN]
+    if len(short) != _DIGEST_PREFIX_LEN or not set(short) <= _HEX:
+        raise InvalidNameError(f"config copy digest {digest!r} is not lowercase hex")
+    return f"{config_prefix(cluster, broker)}/{file}/{stamp:013d}-{short}"
+
+
+def parse_config_copy_key(key: str) -> ConfigCopyKey:
+    """Parse a key :func:`config_copy_key` made; InvalidNameError for any other key."""
+    parts = key.split("/")
+    if len(parts) != 5 or parts[2] != _CONFIG_DIR:
+        raise InvalidNameError("not a config copy key", where=key)
+    cdir, broker, _, file, name = parts
+    stamp, sep, digest = name.partition("-")
+    if not sep or len(stamp) < 13 or not (stamp.isascii() and stamp.isdigit()):
+        raise InvalidNameError(f"config copy name {name!r} is not <stamp>-<digest>", where=key)
+    try:
+        parsed = ConfigCopyKey(_parse_cluster_dir(cdir, key), broker, file, int(stamp), digest)
+    except InvalidNameError as exc:
+        raise InvalidNameError(exc.message, where=key) from exc
+    if parsed.key != key:
+        raise InvalidNameError("config copy key is not in canonical form", where=key)
+    return parsed
+
+
+def quarantine_loss_key(loss: LossKey, *, stamp_ms: int) -> str:
+    """Return where ``repair`` moves a loss record it cuts away: like
+    :func:`quarantine_key`, ``<quarantine_prefix>/<stamp_ms:013d>/LOSS/<name>``."""
+    stamp = _validate_offset(stamp_ms, "quarantine stamp")
+    name = loss.key.rsplit("/", 1)[1]
+    return f"{quarantine_prefix(loss.queue)}/{stamp:013d}/{_LOSS_DIR}/{name}"

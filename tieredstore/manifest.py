@@ -7,6 +7,11 @@ message count, and who wrote it (writer id, lease epoch, creation time). It is w
 after both objects, so a segment exists exactly when its manifest does; the catalogue can
 always be rebuilt from manifests.
 
+Format versions: 2 (written since 0.2) names each data object with its upload attempt
+(``<name(base)>.<attempt>``, the same attempt for both objects; see
+:mod:`tieredstore.layout`); 1 (0.1.0) names them by base offset alone. Both are read;
+object keys always come from the names recorded here, never from the offsets.
+
 Parsing is strict (:meth:`Manifest.from_json`): unknown, missing or duplicate fields,
 wrong JSON types and every violated invariant raise
 :class:`~tieredstore.errors.CorruptManifestError` naming the object. The encoding is
@@ -17,7 +22,6 @@ manifest we write and equal manifests are equal bytes.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
@@ -31,17 +35,21 @@ from tieredstore.layout import (
     object_name,
     parse_object_key,
 )
+from tieredstore.strictjson import Fields, canonical, parse_object
 
 __all__ = [
     "DIGEST_ALGORITHM",
     "FORMAT_VERSION",
+    "READABLE_VERSIONS",
     "Manifest",
     "ObjectRef",
     "digest",
     "read_manifest",
 ]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
+#: Every manifest format this tieredstore reads (1: 0.1.0 layout without attempts).
+READABLE_VERSIONS: Final = frozenset({1, 2})
 DIGEST_ALGORITHM: Final = "sha256"
 
 _DIGEST_HEX_LEN: Final = 64
@@ -69,7 +77,8 @@ class Manifest:
     Invariants (checked on construction; :class:`CorruptManifestError` otherwise):
     ``0 <= start < end``, ``message_count == end - start``, ``0 <= cl_base < cl_end``,
     ``commit_log.size == cl_end - cl_base``, ``consume_queue.size == 20 * message_count``,
-    object names match ``cl_base`` and ``start * 20``, digests are 64 hex digits,
+    object names match ``cl_base`` and ``start * 20`` (format 2: both carry the same
+    upload attempt; format 1: neither does), digests are 64 hex digits,
     ``0 <= min_store_timestamp <= max_store_timestamp`` (real times: there is no empty
     segment and no sentinel), ``lease_epoch >= 1`` (epochs start at 1), a non-empty
     ``writer_id``, ``created_at_ms >= 0``.
@@ -102,10 +111,10 @@ class Manifest:
 
     def _problem(self) -> str:
         """Return the first violated invariant, or ``""``."""
-        if self.format_version != FORMAT_VERSION:
+        if self.format_version not in READABLE_VERSIONS:
             return (
                 f"unsupported format_version {self.format_version} "
-                f"(this tieredstore reads {FORMAT_VERSION})"
+                f"(this tieredstore reads {sorted(READABLE_VERSIONS)})"
             )
         try:
             QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
@@ -142,9 +151,15 @@ class Manifest:
             ("consume_queue", self.consume_queue, self.cq_base,
              CQ_UNIT_SIZE * self.message_count),
         )  # fmt: skip
+        attempt = _attempt_of(self.commit_log.name)
+        if self.format_version >= 2 and not attempt:
+            return f"commit_log.name {self.commit_log.name!r} lacks its upload attempt"
+        if self.format_version == 1:
+            attempt = ""
         for field, ref, base, size in expected:
-            if ref.name != object_name(base):
-                return f"{field}.name {ref.name!r} does not name base offset {base}"
+            if ref.name != _safe_name(base, attempt):
+                of = f" of attempt {attempt}" if attempt else ""
+                return f"{field}.name {ref.name!r} does not name base offset {base}{of}"
             if ref.size != size:
                 return f"{field}.size {ref.size} does not match the ranges ({size})"
             if not _is_digest(ref.digest):
@@ -171,22 +186,29 @@ class Manifest:
         return self.start_offset * CQ_UNIT_SIZE
 
     @property
+    def attempt(self) -> str:
+        """The upload attempt both data objects carry (``""`` for format 1)."""
+        return _attempt_of(self.commit_log.name)
+
+    @property
     def key(self) -> str:
         """This manifest's own object key."""
         return object_key(self.queue, SegmentKind.MANIFEST, self.start_offset)
 
     @property
     def commit_log_key(self) -> str:
-        return object_key(self.queue, SegmentKind.COMMIT_LOG, self.cl_base)
+        """The COMMIT_LOG object's key, from the name this manifest records."""
+        return object_key(self.queue, SegmentKind.COMMIT_LOG, self.cl_base, self.attempt)
 
     @property
     def consume_queue_key(self) -> str:
-        return object_key(self.queue, SegmentKind.CONSUME_QUEUE, self.cq_base)
+        """The CONSUME_QUEUE object's key, from the name this manifest records."""
+        return object_key(self.queue, SegmentKind.CONSUME_QUEUE, self.cq_base, self.attempt)
 
     # -- JSON ------------------------------------------------------------------------
     def to_json(self) -> bytes:
         """Canonical JSON: sorted keys, no whitespace, ASCII. ``from_json`` inverts it."""
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+        return canonical(asdict(self))
 
     @classmethod
     def from_json(cls, data: bytes, *, where: str) -> Manifest:
@@ -195,19 +217,16 @@ class Manifest:
         Unknown, missing or duplicate fields, wrong types (a bool is not an int) and
         every violated invariant raise :class:`CorruptManifestError` naming ``where``.
         """
-        try:
-            doc = json.loads(data, object_pairs_hook=_unique_keys)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise CorruptManifestError(f"manifest is not valid JSON: {exc}", where=where) from exc
-        fields = _Fields(doc, where=where, what="manifest")
+        fields = parse_object(data, error=CorruptManifestError, what="manifest", where=where)
         version = fields.integer("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise CorruptManifestError(
-                f"unsupported format_version {version} (this tieredstore reads {FORMAT_VERSION})",
+                f"unsupported format_version {version} "
+                f"(this tieredstore reads {sorted(READABLE_VERSIONS)})",
                 where=where,
             )
         values: dict[str, Any] = {
-            name: fields.object_ref(name) if name in _REF_FIELDS else fields.scalar(name, typ)
+            name: _object_ref(fields, name) if name in _REF_FIELDS else fields.scalar(name, typ)
             for name, typ in _MANIFEST_FIELDS.items()
         }
         fields.no_extra()
@@ -217,17 +236,22 @@ class Manifest:
             raise CorruptManifestError(exc.message, where=where) from exc
 
 
+def _attempt_of(name: str) -> str:
+    """The ``.<attempt>`` suffix of a data object's name, or ``""``."""
+    _, _, attempt = name.partition(".")
+    return attempt
+
+
+def _safe_name(base: int, attempt: str) -> str:
+    """``object_name(base, attempt)``, or ``""`` (matching no name) if it cannot be one."""
+    try:
+        return object_name(base, attempt)
+    except InvalidNameError:
+        return ""
+
+
 def _is_digest(text: str) -> bool:
     return len(text) == _DIGEST_HEX_LEN and set(text) <= _HEXDIGITS
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    doc: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in doc:
-            raise ValueError(f"duplicate field {name!r}")
-        doc[name] = value
-    return doc
 
 
 _REF_FIELDS: Final = frozenset({"commit_log", "consume_queue"})
@@ -253,54 +277,15 @@ _MANIFEST_FIELDS: Final[dict[str, type]] = {
 }
 
 
-class _Fields:
-    """Typed access to a decoded JSON object, raising CorruptManifestError on misfit."""
-
-    def __init__(self, doc: object, *, where: str, what: str) -> None:
-        if not isinstance(doc, dict):
-            raise CorruptManifestError(f"{what} is not a JSON object", where=where)
-        self.doc: dict[str, Any] = doc
-        self.where = where
-        self.what = what
-        self.seen: set[str] = set()
-
-    def _get(self, name: str) -> object:
-        if name not in self.doc:
-            raise CorruptManifestError(f"{self.what} lacks field {name!r}", where=self.where)
-        self.seen.add(name)
-        return self.doc[name]
-
-    def scalar(self, name: str, typ: type) -> object:
-        value = self._get(name)
-        # bool is an int subclass; a manifest field is never a bool.
-        if isinstance(value, bool) or not isinstance(value, typ):
-            raise CorruptManifestError(
-                f"{self.what} field {name!r} is {type(value).__name__}, not {typ.__name__}",
-                where=self.where,
-            )
-        return value
-
-    def integer(self, name: str) -> int:
-        value = self.scalar(name, int)
-        assert isinstance(value, int)
-        return value
-
-    def object_ref(self, name: str) -> ObjectRef:
-        sub = _Fields(self._get(name), where=self.where, what=f"{self.what} field {name!r}")
-        ref = ObjectRef(
-            name=str(sub.scalar("name", str)),
-            size=sub.integer("size"),
-            digest=str(sub.scalar("digest", str)),
-        )
-        sub.no_extra()
-        return ref
-
-    def no_extra(self) -> None:
-        extra = sorted(set(self.doc) - self.seen)
-        if extra:
-            raise CorruptManifestError(
-                f"{self.what} has unknown field {extra[0]!r}", where=self.where
-            )
+def _object_ref(fields: Fields, name: str) -> ObjectRef:
+    sub = fields.nested(name)
+    ref = ObjectRef(
+        name=str(sub.scalar("name", str)),
+        size=sub.integer("size"),
+        digest=str(sub.scalar("digest", str)),
+    )
+    sub.no_extra()
+    return ref
 
 
 def read_manifest(data: bytes, key: str) -> Manifest:

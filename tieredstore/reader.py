@@ -11,7 +11,10 @@ and queue id are the queue's. Objects without a manifest are uncommitted and nev
 What the cold store holds of a queue is ``[cold min, cold commit)``: from the first
 segment's start to the last segment's end. A read must start inside it
 (:class:`~tieredstore.errors.OffsetOutOfRangeError` otherwise, naming the range) and is
-cut at cold commit, like a broker answering a pull near the end of a queue.
+cut at cold commit, like a broker answering a pull near the end of a queue. Offsets the
+broker deleted before they were tiered and ``resume`` accepted as lost (loss records,
+``LOSS/``, :mod:`tieredstore.loss`) are in no segment: a read that starts there is out of
+range and the error names the loss record; a read that reaches one ends before it.
 
 **Offset by time** (:meth:`ColdReader.offset_by_time`) follows RocketMQ's
 ``ConsumeQueue#getOffsetInQueueByTime(timestamp, BoundaryType)``: store times rise with
@@ -67,12 +70,13 @@ import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
+import numpy.typing as npt
 
-from tieredstore.backends.base import Backend
 from tieredstore.errors import (
+    CorruptLossRecordError,
     CorruptRecordError,
     CorruptUnitError,
     InvalidNameError,
@@ -82,18 +86,34 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.msgid import offset_msg_id
-from tieredstore.formats.record import MessageRecord, decode_record
+from tieredstore.formats.record import (
+    HEAD_PROBE_SIZE,
+    MessageRecord,
+    SysFlag,
+    decode_record,
+    msg_id_of,
+)
 from tieredstore.formats.vector import store_timestamps
 from tieredstore.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
+from tieredstore.loss import list_loss_records
 from tieredstore.manifest import Manifest, read_manifest
 from tieredstore.segment import MIN_RECORD_SIZE
 
-__all__ = ["BoundaryType", "ColdMessage", "ColdRange", "ColdReader"]
+if TYPE_CHECKING:  # the backends package pulls in s3fs; decoding must stay light
+    from tieredstore.backends.base import Backend
+
+__all__ = [
+    "BoundaryType",
+    "ColdMessage",
+    "ColdRange",
+    "ColdReader",
+    "check_units",
+    "decode_messages",
+]
 
 log = logging.getLogger(__name__)
 
 #: Bytes of a record header that always hold its storeTimestamp (IPv6 born host: 68..76).
-_HEADER_BYTES: Final = 80
 #: Default bound on the COMMIT_LOG bytes one batch of a read holds in memory.
 _BATCH_BYTES: Final = 4 << 20
 _BATCH_UNITS: Final = 1024
@@ -137,7 +157,7 @@ class ColdMessage:
     @property
     def msg_id(self) -> str | None:
         """The client message id (``UNIQ_KEY``), when the producer set one."""
-        return self.record.properties.get("UNIQ_KEY")
+        return msg_id_of(self.record.properties)
 
     @property
     def offset_msg_id(self) -> str:
@@ -151,8 +171,19 @@ class ColdMessage:
         except UnicodeDecodeError:
             return "base64", base64.b64encode(self.body).decode("ascii")
 
+    @property
+    def sys_flag(self) -> int:
+        """``sysFlag`` as a consumer sees it: RocketMQ's ``MessageDecoder`` clears the
+        COMPRESSED bit when it inflates the body (the compression-type bits stay), and
+        ``body`` here is always inflated."""
+        return self.record.sys_flag & ~int(SysFlag.COMPRESSED)
+
     def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict with every field a consumer sees (camelCase, as RocketMQ)."""
+        """A JSON-ready dict with every field a consumer sees (camelCase, as RocketMQ).
+
+        ``sysFlag`` is :attr:`sys_flag` (COMPRESSED cleared: the body is decompressed);
+        ``compression`` still says how the record was stored.
+        """
         r = self.record
         encoding, body = self.body_text()
         return {
@@ -170,7 +201,7 @@ class ColdMessage:
             "tagsCode": self.tags_code,
             "keys": r.keys,
             "properties": r.properties,
-            "sysFlag": r.sys_flag,
+            "sysFlag": self.sys_flag,
             "flag": r.flag,
             "reconsumeTimes": r.reconsume_times,
             "compression": r.compression_type.name if r.compressed else "NONE",
@@ -274,17 +305,34 @@ class ColdReader:
             if offset < manifest.end_offset:
                 return manifest
             if i + 1 < len(segs):
+                await self._raise_if_lost(queue, offset)
                 raise OffsetOutOfRangeError(
                     f"queue offset {offset} of {queue} is in no committed segment: the "
                     f"segments end at {manifest.end_offset} and resume at {segs.starts[i + 1]}",
                     where=queue.root,
                 )
+        await self._raise_if_lost(queue, offset)
         rng = await self._range(segs)
         raise OffsetOutOfRangeError(
             f"queue offset {offset} of {queue} is outside what cold holds {rng}"
             + (" (nothing tiered yet)" if not segs else ""),
             where=queue.root,
         )
+
+    async def _raise_if_lost(self, queue: QueuePath, offset: int) -> None:
+        """Raise OffsetOutOfRangeError naming the loss record that covers ``offset``, if any
+        (only on the error path: one listing of the queue's ``LOSS/``)."""
+        try:
+            losses = await list_loss_records(self.backend, queue)
+        except CorruptLossRecordError as exc:
+            log.warning("ignoring a loss record that does not parse: %s", exc)
+            return
+        for loss in losses:
+            if loss.start_offset <= offset < loss.end_offset:
+                raise OffsetOutOfRangeError(
+                    f"queue offset {offset} is in no committed segment: {loss.describe()}",
+                    where=loss.key,
+                )
 
     # -- reading records -----------------------------------------------------------
     async def read(self, topic: str, queue_id: int, offset: int, count: int) -> list[ColdMessage]:
@@ -310,7 +358,7 @@ class ColdReader:
         left = count
         while left > 0:
             n = min(left, manifest.end_offset - offset, _BATCH_UNITS)
-            batch = await self._read_batch(queue, manifest, offset, n)
+            batch = await self._read_batch(manifest, offset, n)
             for message in batch:
                 yield message
             offset += len(batch)
@@ -345,11 +393,9 @@ class ColdReader:
                 where=manifest.key,
             ) from None
 
-    async def _read_batch(
-        self, queue: QueuePath, manifest: Manifest, offset: int, n: int
-    ) -> list[ColdMessage]:
+    async def _read_batch(self, manifest: Manifest, offset: int, n: int) -> list[ColdMessage]:
         """Read ``n`` (or fewer, to stay within ``batch_bytes``) messages of one segment."""
-        units = self._check_units(manifest, offset, await self._read_units(manifest, offset, n))
+        units = check_units(manifest, offset, await self._read_units(manifest, offset, n))
         sizes = units["size"].astype(np.int64)
         # Keep at least one record, however large: never a stall.
         k = max(int(np.searchsorted(np.cumsum(sizes), self.batch_bytes, side="right")), 1)
@@ -358,73 +404,7 @@ class ColdReader:
         end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
         rel = first - manifest.cl_base
         data = await self._read_object(manifest, manifest.commit_log_key, rel, rel + end - first)
-        return [
-            self._decode(queue, manifest, data, offset + i, cold - first, cold, size, tags_code)
-            for i, (cold, size, tags_code) in enumerate(units.tolist())
-        ]
-
-    @staticmethod
-    def _check_units(manifest: Manifest, offset: int, units: Units) -> Units:
-        """Units must point at contiguous records inside the segment's COMMIT_LOG."""
-        cold = units["commitlog_offset"].astype(np.int64)
-        sizes = units["size"].astype(np.int64)
-        ends = cold + sizes
-        bad = np.flatnonzero(
-            (sizes < MIN_RECORD_SIZE)
-            | (cold < manifest.cl_base)
-            | (ends > manifest.cl_end)
-            | np.concatenate(([False], cold[1:] != ends[:-1]))
-        )
-        if bad.size:
-            i = int(bad[0])
-            rel = (offset - manifest.start_offset + i) * CQ_UNIT_SIZE
-            raise CorruptUnitError(
-                f"unit of queue offset {offset + i} points at cold offset {int(cold[i])} size "
-                f"{int(sizes[i])}, not at the next record inside cold commitlog "
-                f"[{manifest.cl_base}, {manifest.cl_end})",
-                where=f"{manifest.consume_queue_key}@{rel}",
-            )
-        return units
-
-    @staticmethod
-    def _decode(
-        queue: QueuePath,
-        manifest: Manifest,
-        data: bytes,
-        queue_offset: int,
-        pos: int,
-        cold: int,
-        size: int,
-        tags_code: int,
-    ) -> ColdMessage:
-        where = f"{manifest.commit_log_key}@{cold - manifest.cl_base}"
-        try:
-            record = decode_record(data[pos : pos + size], where=manifest.commit_log_key)
-        except (CorruptRecordError, TruncatedDataError) as exc:
-            raise type(exc)(exc.message, where=where) from exc
-        checks = (
-            ("totalSize", record.total_size, size),
-            ("queueOffset", record.queue_offset, queue_offset),
-            ("physicalOffset", record.physical_offset, cold),
-            ("queueId", record.queue_id, queue.queue_id),
-        )
-        for name, found, expected in checks:
-            if found != expected:
-                raise CorruptRecordError(
-                    f"record of queue offset {queue_offset}: {name} field {found}, "
-                    f"expected {expected}",
-                    where=where,
-                )
-        if record.topic != queue.topic:
-            raise CorruptRecordError(
-                f"record of queue offset {queue_offset} belongs to topic {record.topic!r}",
-                where=where,
-            )
-        try:
-            body = record.decompressed_body()
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(exc.message, where=where) from exc
-        return ColdMessage(queue_offset, cold, tags_code, record, body)
+        return decode_messages(manifest, offset, units, data, first)
 
     # -- offset by time ------------------------------------------------------------
     async def offset_by_time(
@@ -480,9 +460,119 @@ class ColdReader:
 
     async def _store_time(self, manifest: Manifest, offset: int) -> int:
         """The storeTimestamp of one record (one CQ unit and one header read)."""
-        unit = self._check_units(manifest, offset, await self._read_units(manifest, offset, 1))
+        unit = check_units(manifest, offset, await self._read_units(manifest, offset, 1))
         rel = int(unit["commitlog_offset"][0]) - manifest.cl_base
-        # Every record (MIN_RECORD_SIZE > 80) holds the whole header.
-        head = await self._read_object(manifest, manifest.commit_log_key, rel, rel + _HEADER_BYTES)
+        # Every record (MIN_RECORD_SIZE > HEAD_PROBE_SIZE) holds the whole head probed.
+        head = await self._read_object(
+            manifest, manifest.commit_log_key, rel, rel + HEAD_PROBE_SIZE
+        )
         arr = np.frombuffer(head, dtype=np.uint8)
         return int(store_timestamps(arr, np.zeros(1, dtype=np.int64))[0])
+
+
+# -- decoding a committed segment's records (pure, no I/O) --------------------------------
+
+
+def check_units(manifest: Manifest, offset: int, units: Units) -> Units:
+    """Check that ``units`` (queue offsets ``offset..``) point at contiguous records
+    inside the segment's COMMIT_LOG; return them.
+
+    Raises:
+        CorruptUnitError: the first unit that does not, named by CQ key and byte offset.
+    """
+    cold = units["commitlog_offset"].astype(np.int64)
+    sizes = units["size"].astype(np.int64)
+    ends = cold + sizes
+    bad = np.flatnonzero(
+        (sizes < MIN_RECORD_SIZE)
+        | (cold < manifest.cl_base)
+        | (ends > manifest.cl_end)
+        | np.concatenate(([False], cold[1:] != ends[:-1]))
+    )
+    if bad.size:
+        i = int(bad[0])
+        rel = (offset - manifest.start_offset + i) * CQ_UNIT_SIZE
+        raise CorruptUnitError(
+            f"unit of queue offset {offset + i} points at cold offset {int(cold[i])} size "
+            f"{int(sizes[i])}, not at the next record inside cold commitlog "
+            f"[{manifest.cl_base}, {manifest.cl_end})",
+            where=f"{manifest.consume_queue_key}@{rel}",
+        )
+    return units
+
+
+def decode_messages(
+    manifest: Manifest,
+    offset: int,
+    units: Units,
+    data: bytes,
+    data_base: int,
+    *,
+    keep: npt.NDArray[np.bool_] | None = None,
+) -> list[ColdMessage]:
+    """Decode the messages of queue offsets ``[offset, offset + len(units))`` of a
+    committed segment, every record checked against its unit.
+
+    ``units`` are their CQ units, already checked (:func:`check_units`, or
+    :func:`~tieredstore.segment.verify_segment` for a whole segment); ``data`` is the
+    COMMIT_LOG bytes from cold offset ``data_base`` on, holding every record the units
+    point at. ``keep`` (one flag per unit) decodes only the flagged messages; the others
+    are skipped unread.
+
+    Raises:
+        CorruptRecordError / TruncatedDataError: a record that does not decode or does
+            not match its unit (totalSize, queueOffset, physicalOffset, queue id, topic),
+            named by COMMIT_LOG key and byte offset.
+    """
+    rows = units.tolist()
+    picked = range(len(rows)) if keep is None else np.flatnonzero(keep).tolist()
+    # Derived (and validated) once per batch, not once per record.
+    cl_key = manifest.commit_log_key
+    out: list[ColdMessage] = []
+    for i in picked:
+        cold, size, tags_code = rows[i]
+        pos = cold - data_base
+        out.append(_decode(manifest, cl_key, data, offset + i, pos, cold, size, tags_code))
+    return out
+
+
+def _decode(
+    manifest: Manifest,
+    cl_key: str,
+    data: bytes,
+    queue_offset: int,
+    pos: int,
+    cold: int,
+    size: int,
+    tags_code: int,
+) -> ColdMessage:
+    where = f"{cl_key}@{cold - manifest.cl_base}"
+    raw = data[pos : pos + size]
+    try:
+        record = decode_record(raw, where=cl_key)
+    except (CorruptRecordError, TruncatedDataError) as exc:
+        raise type(exc)(exc.message, where=where) from exc
+    checks = (
+        # decode_record consumed exactly totalSize bytes, so the field is the record's
+        # size (cheaper than recomputing MessageRecord.total_size).
+        ("totalSize", int.from_bytes(raw[:4], "big", signed=True), size),
+        ("queueOffset", record.queue_offset, queue_offset),
+        ("physicalOffset", record.physical_offset, cold),
+        ("queueId", record.queue_id, manifest.queue_id),
+    )
+    for name, found, expected in checks:
+        if found != expected:
+            raise CorruptRecordError(
+                f"record of queue offset {queue_offset}: {name} field {found}, expected {expected}",
+                where=where,
+            )
+    if record.topic != manifest.topic:
+        raise CorruptRecordError(
+            f"record of queue offset {queue_offset} belongs to topic {record.topic!r}",
+            where=where,
+        )
+    try:
+        body = record.decompressed_body()
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(exc.message, where=where) from exc
+    return ColdMessage(queue_offset, cold, tags_code, record, body)

@@ -47,9 +47,20 @@ from tieredstore.formats.consumequeue import (
     encode_units,
     make_units,
 )
-from tieredstore.formats.record import MAGIC_CODE_V1, MAGIC_CODE_V2
+from tieredstore.formats.record import (
+    MAGIC_AT,
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_AT,
+    QUEUE_OFFSET_AT,
+    STORE_TIMESTAMP_AT_V4,
+    STORE_TIMESTAMP_AT_V6,
+    SYS_FLAG_AT,
+    TOTAL_SIZE_AT,
+    SysFlag,
+)
 from tieredstore.formats.vector import gather_be, scatter_be_i64, store_timestamps
-from tieredstore.layout import MAX_OFFSET, QueuePath, object_name
+from tieredstore.layout import MAX_OFFSET, QueuePath, new_attempt, object_name
 from tieredstore.manifest import (
     DIGEST_ALGORITHM,
     FORMAT_VERSION,
@@ -82,17 +93,9 @@ __all__ = [
     "verify_segment",
 ]
 
-#: Fixed part of a v1 IPv4 record (ROCKETMQ_FORMAT.md §2); no real record is smaller.
+#: Fixed part of a v1 IPv4 record (docs/format.md); no real record is smaller.
 MIN_RECORD_SIZE: Final = 91
 
-_TOTAL_SIZE_AT: Final = 0
-_MAGIC_AT: Final = 4
-_QUEUE_OFFSET_AT: Final = 20
-_PHYSICAL_OFFSET_AT: Final = 28
-_SYS_FLAG_AT: Final = 36
-_STORE_TS_AT_V4: Final = 56
-_STORE_TS_AT_V6: Final = 68
-_BORNHOST_V6: Final = 0x10
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
@@ -112,9 +115,9 @@ def _at(where: str, key: str, pos: int | None = None) -> str:
 class Segment:
     """A sealed segment: its manifest and the exact bytes of its two data objects.
 
-    Commit order (DESIGN §5): write ``commit_log`` to ``manifest.commit_log_key``, then
+    Commit order: write ``commit_log`` to ``manifest.commit_log_key``, then
     ``consume_queue`` to ``manifest.consume_queue_key``, then ``manifest.to_json()`` to
-    ``manifest.key``, then advance the catalogue.
+    ``manifest.key`` (create-if-absent), then advance the catalogue.
     """
 
     manifest: Manifest
@@ -166,9 +169,9 @@ def rewrite_records(
     batch = np.frombuffer(bytearray().join(records), dtype=np.uint8)  # one copy, writable
     starts: I64 = np.concatenate((np.zeros(1, np.int64), np.cumsum(size_arr)[:-1]))
     offsets: I64 = start_offset + np.arange(len(records), dtype=np.int64)
-    magic = gather_be(batch, starts + _MAGIC_AT, 4)
-    total = gather_be(batch, starts + _TOTAL_SIZE_AT, 4)
-    field_offsets = gather_be(batch, starts + _QUEUE_OFFSET_AT, 8)
+    magic = gather_be(batch, starts + MAGIC_AT, 4)
+    total = gather_be(batch, starts + TOTAL_SIZE_AT, 4)
+    field_offsets = gather_be(batch, starts + QUEUE_OFFSET_AT, 8)
     bad = np.flatnonzero(
         ((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
         | (total != size_arr)
@@ -184,7 +187,7 @@ def rewrite_records(
             store_timestamp=(0, 0),
         )
     stamps = store_timestamps(batch, starts)
-    scatter_be_i64(batch, starts + _PHYSICAL_OFFSET_AT, cold_base + starts)
+    scatter_be_i64(batch, starts + PHYSICAL_OFFSET_AT, cold_base + starts)
     return RewrittenBatch(batch.tobytes(), int(stamps.min()), int(stamps.max()))
 
 
@@ -286,11 +289,11 @@ class SegmentBuilder:
                 f"(minimum {MIN_RECORD_SIZE})",
                 where=where,
             )
-        (total,) = _I32.unpack_from(record, _TOTAL_SIZE_AT)
-        (magic,) = _I32.unpack_from(record, _MAGIC_AT)
-        (field_offset,) = _I64.unpack_from(record, _QUEUE_OFFSET_AT)
-        (sys_flag,) = _I32.unpack_from(record, _SYS_FLAG_AT)
-        ts_at = _STORE_TS_AT_V6 if sys_flag & _BORNHOST_V6 else _STORE_TS_AT_V4
+        (total,) = _I32.unpack_from(record, TOTAL_SIZE_AT)
+        (magic,) = _I32.unpack_from(record, MAGIC_AT)
+        (field_offset,) = _I64.unpack_from(record, QUEUE_OFFSET_AT)
+        (sys_flag,) = _I32.unpack_from(record, SYS_FLAG_AT)
+        ts_at = STORE_TIMESTAMP_AT_V6 if sys_flag & SysFlag.BORNHOST_V6 else STORE_TIMESTAMP_AT_V4
         (field_ts,) = _I64.unpack_from(record, ts_at)
         self._check_fields(
             where,
@@ -301,7 +304,7 @@ class SegmentBuilder:
         )
         pos = len(self._buf)
         self._buf += record
-        _I64.pack_into(self._buf, pos + _PHYSICAL_OFFSET_AT, self.cl_base + pos)
+        _I64.pack_into(self._buf, pos + PHYSICAL_OFFSET_AT, self.cl_base + pos)
         self._note_timestamps(store_timestamp, store_timestamp)
         self._sizes.append(size)
         self._tags.append(tags_code)
@@ -354,10 +357,13 @@ class SegmentBuilder:
         self._tags.extend(units["tags_code"].astype(np.int64).tolist())
 
     # -- sealing ---------------------------------------------------------------------
-    def seal(self, *, writer_id: str, lease_epoch: int, created_at_ms: int) -> Segment:
+    def seal(
+        self, *, writer_id: str, lease_epoch: int, created_at_ms: int, attempt: str | None = None
+    ) -> Segment:
         """Return the segment of everything added; the builder is spent afterwards.
 
-        Raises ValueError when nothing was added: there is no empty segment.
+        ``attempt`` names the upload attempt in the data objects' names (a fresh one when
+        not given). Raises ValueError when nothing was added: there is no empty segment.
         """
         self._require_open()
         self._require_records()
@@ -367,6 +373,7 @@ class SegmentBuilder:
         cl = bytes(self._buf)
         self._sealed = True
         self._buf = bytearray()
+        attempt = new_attempt() if attempt is None else attempt
         manifest = Manifest(
             format_version=FORMAT_VERSION,
             cluster=self.queue.cluster,
@@ -377,9 +384,9 @@ class SegmentBuilder:
             end_offset=self.start_offset + len(sizes),
             cl_base=self.cl_base,
             cl_end=self.cl_base + len(cl),
-            commit_log=ObjectRef(object_name(self.cl_base), len(cl), digest(cl)),
+            commit_log=ObjectRef(object_name(self.cl_base, attempt), len(cl), digest(cl)),
             consume_queue=ObjectRef(
-                object_name(self.start_offset * CQ_UNIT_SIZE), len(cq), digest(cq)
+                object_name(self.start_offset * CQ_UNIT_SIZE, attempt), len(cq), digest(cq)
             ),
             digest_algorithm=DIGEST_ALGORITHM,
             min_store_timestamp=self._min_ts,
@@ -402,11 +409,17 @@ def build_segment(
     writer_id: str,
     lease_epoch: int,
     created_at_ms: int,
+    attempt: str | None = None,
 ) -> Segment:
-    """Build a whole segment from a batch of hot records and their hot CQ units."""
+    """Build a whole segment from a batch of hot records and their hot CQ units.
+
+    ``attempt`` names the data objects' upload attempt (a fresh one when not given).
+    """
     builder = SegmentBuilder(queue, start_offset=start_offset, cl_base=cl_base)
     builder.extend(records, units)
-    return builder.seal(writer_id=writer_id, lease_epoch=lease_epoch, created_at_ms=created_at_ms)
+    return builder.seal(
+        writer_id=writer_id, lease_epoch=lease_epoch, created_at_ms=created_at_ms, attempt=attempt
+    )
 
 
 # -- verification ---------------------------------------------------------------------
@@ -471,7 +484,7 @@ def verify_record_pointers(
         CorruptUnitError: a unit that points wrong (named by CQ key and byte offset).
         CorruptRecordError: a record that disagrees with its unit (CL key and offset).
     """
-    cq_key, cl_key = manifest.consume_queue_key, manifest.commit_log_key
+    cq_key = manifest.consume_queue_key
     n = len(units)
     if n != manifest.message_count:
         raise CorruptUnitError(
@@ -479,6 +492,16 @@ def verify_record_pointers(
         )
     sizes: I64 = units["size"].astype(np.int64)
     cold: I64 = units["commitlog_offset"].astype(np.int64)
+    rel = _check_units_contiguous(manifest, sizes, cold, len(commit_log), where)
+    _check_records(manifest, np.frombuffer(commit_log, dtype=np.uint8), rel, sizes, cold, where)
+
+
+def _check_units_contiguous(
+    manifest: Manifest, sizes: I64, cold: I64, cl_size: int, where: str
+) -> I64:
+    """Each unit's offset inside the COMMIT_LOG object; CorruptUnitError unless they are
+    back to back from ``cl_base`` and cover the object exactly."""
+    cq_key = manifest.consume_queue_key
     rel: I64 = np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))
     bad = np.flatnonzero((sizes < MIN_RECORD_SIZE) | (cold != manifest.cl_base + rel))
     if bad.size:
@@ -490,18 +513,25 @@ def verify_record_pointers(
             where=_at(where, cq_key, i * CQ_UNIT_SIZE),
         )
     total = int(sizes.sum())
-    if total != len(commit_log):
+    if total != cl_size:
         raise CorruptUnitError(
-            f"units cover {total} bytes, the commit-log object has {len(commit_log)}",
+            f"units cover {total} bytes, the commit-log object has {cl_size}",
             where=_at(where, cq_key),
         )
-    arr = np.frombuffer(commit_log, dtype=np.uint8)
-    magic = gather_be(arr, rel + _MAGIC_AT, 4)
+    return rel
+
+
+def _check_records(
+    manifest: Manifest, arr: npt.NDArray[np.uint8], rel: I64, sizes: I64, cold: I64, where: str
+) -> None:
+    """CorruptRecordError unless every record at ``rel`` agrees with its unit."""
+    cl_key, n = manifest.commit_log_key, len(rel)
+    magic = gather_be(arr, rel + MAGIC_AT, 4)
     checks: tuple[tuple[str, I64, I64], ...] = (
-        ("totalSize", gather_be(arr, rel + _TOTAL_SIZE_AT, 4), sizes),
-        ("queueOffset", gather_be(arr, rel + _QUEUE_OFFSET_AT, 8),
+        ("totalSize", gather_be(arr, rel + TOTAL_SIZE_AT, 4), sizes),
+        ("queueOffset", gather_be(arr, rel + QUEUE_OFFSET_AT, 8),
          manifest.start_offset + np.arange(n, dtype=np.int64)),
-        ("physicalOffset", gather_be(arr, rel + _PHYSICAL_OFFSET_AT, 8), cold),
+        ("physicalOffset", gather_be(arr, rel + PHYSICAL_OFFSET_AT, 8), cold),
     )  # fmt: skip
     bad = np.flatnonzero((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
     if bad.size:

@@ -21,6 +21,11 @@ Offsets and scope, per queue (``hot [hot_min, hot_max)``, ``cold [cold_min, cold
 * ``[cold_max, lag_cutoff)`` is untiered and older than the lag allowance:
   ``hot_not_covered``; ``[max(cold_max, lag_cutoff), hot_max)`` is lag;
 * cold offsets at or beyond ``hot_max`` are ``cold_ahead_of_hot``.
+
+Accepted losses (loss records, ``LOSS_SPANS`` merged per queue) are the one kind of hole
+that is not an error: a gap wholly inside a span, and untiered offsets from ``cold_max``
+up to the end of a span that starts at or before it, are ``lost_before_tiering`` (DIRTY,
+one anomaly per loss record) instead of ``gap`` / ``hot_not_covered`` (CORRUPT).
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from functools import reduce
 from typing import Final
 
 from pyspark.sql import DataFrame
+from pyspark.sql.functions import expr
 
+from tieredstore.findings import FindingKind
 from verifier import schemas
-from verifier.model import AnomalyClass
 from verifier.segmentcheck import FactKind
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "digest_mismatch",
     "gap",
     "hot_not_covered",
+    "lost_before_tiering",
     "missing_object",
     "orphan_object",
     "overlap",
@@ -70,7 +77,7 @@ def _q(text: str) -> str:
 
 def _anomalies(
     df: DataFrame,
-    cls: AnomalyClass,
+    cls: FindingKind,
     *,
     detail: str,
     start: str = "NULL",
@@ -115,7 +122,7 @@ def corrupt_manifest(segments: DataFrame) -> DataFrame:
     """
     return _anomalies(
         segments.where("error IS NOT NULL"),
-        AnomalyClass.CORRUPT_MANIFEST,
+        FindingKind.CORRUPT_MANIFEST,
         start="start_offset",
         end="start_offset + 1",
         object_key="manifest_key",
@@ -143,12 +150,21 @@ def queue_state(cold_ranges: DataFrame, hot: DataFrame) -> DataFrame:
     return cold_ranges.join(hot.where("error IS NULL"), _QUEUE, "inner")
 
 
-def gap(valid: DataFrame) -> DataFrame:
-    """``gap``: offsets between a queue's cold min and cold max in no committed segment."""
+def _not_in_a_span(holes: DataFrame, spans: DataFrame, start: str, end: str) -> DataFrame:
+    """``holes`` rows whose ``[start, end)`` no accepted-loss span contains."""
+    s = spans.selectExpr("topic AS _st", "queue_id AS _sq", "span_start", "span_end")
+    cond = f"topic = _st AND queue_id = _sq AND span_start <= {start} AND span_end >= {end}"
+    return holes.join(s, expr(cond), "left_anti")
+
+
+def gap(valid: DataFrame, spans: DataFrame) -> DataFrame:
+    """``gap``: offsets between a queue's cold min and cold max in no committed segment,
+    unless an accepted loss (``spans``, LOSS_SPANS) covers the whole hole."""
     holes = valid.selectExpr("*", _REACH).where("start_offset > _reach")
+    holes = _not_in_a_span(holes, spans, "_reach", "start_offset")
     return _anomalies(
         holes,
-        AnomalyClass.GAP,
+        FindingKind.GAP,
         start="_reach",
         end="start_offset",
         detail="format_string('queue offsets [%d, %d) are in no committed segment (the "
@@ -161,7 +177,7 @@ def overlap(valid: DataFrame) -> DataFrame:
     twice = valid.selectExpr("*", _REACH).where("start_offset < _reach")
     return _anomalies(
         twice,
-        AnomalyClass.OVERLAP,
+        FindingKind.OVERLAP,
         start="start_offset",
         end="least(end_offset, _reach)",
         object_key="manifest_key",
@@ -170,20 +186,44 @@ def overlap(valid: DataFrame) -> DataFrame:
     )
 
 
-def hot_not_covered(queues: DataFrame) -> DataFrame:
-    """``hot_not_covered``: ``[cold_max, lag_cutoff)`` — in scope, older than the lag
-    allowance, not in cold. Includes offsets the broker already deleted (when cold_max <
-    hot_min): those were lost before they were tiered. ``queues`` is :func:`queue_state`.
+def hot_not_covered(queues: DataFrame, spans: DataFrame) -> DataFrame:
+    """``hot_not_covered``: ``[tiered_to, lag_cutoff)`` — in scope, older than the lag
+    allowance, not in cold. ``tiered_to`` is ``cold_max``, or the end of the accepted loss
+    span holding ``cold_max`` (``spans``, LOSS_SPANS: the queue resumed after it). Includes
+    offsets the broker already deleted whose loss nobody accepted (``tiered_to <
+    hot_min``). ``queues`` is :func:`queue_state`.
     """
+    s = spans.selectExpr("topic AS _st", "queue_id AS _sq", "span_start", "span_end")
+    cond = "topic = _st AND queue_id = _sq AND span_start <= cold_max AND span_end > cold_max"
+    tiered = queues.join(s, expr(cond), "left").selectExpr(
+        "*", "coalesce(span_end, cold_max) AS _to"
+    )
     return _anomalies(
-        queues.where("lag_cutoff > cold_max"),
-        AnomalyClass.HOT_NOT_COVERED,
-        start="cold_max",
+        tiered.where("lag_cutoff > _to"),
+        FindingKind.HOT_NOT_COVERED,
+        start="_to",
         end="lag_cutoff",
         detail="format_string('%d hot offsets older than the lag allowance are not in cold "
         "(hot [%d, %d), cold [%d, %d); %d of them already deleted from hot)', "
-        "lag_cutoff - cold_max, hot_min, hot_max, cold_min, cold_max, "
-        "greatest(0, least(hot_min, lag_cutoff) - cold_max))",
+        "lag_cutoff - _to, hot_min, hot_max, cold_min, cold_max, "
+        "greatest(0, least(hot_min, lag_cutoff) - _to))",
+    )
+
+
+def lost_before_tiering(losses: DataFrame, cold_ranges: DataFrame) -> DataFrame:
+    """``lost_before_tiering``: one per loss record (``losses``, LOSSES) still in scope —
+    ending after the queue's cold min, or of a queue with no segment. A loss retention
+    has since passed (its whole range below cold min) is history, like the expired data
+    around it."""
+    ranges = cold_ranges.select(*_QUEUE, "cold_min")
+    scoped = losses.join(ranges, _QUEUE, "left").where("cold_min IS NULL OR end_offset > cold_min")
+    return _anomalies(
+        scoped,
+        FindingKind.LOST_BEFORE_TIERING,
+        start="start_offset",
+        end="end_offset",
+        object_key="record_key",
+        detail="detail",
     )
 
 
@@ -191,7 +231,7 @@ def cold_ahead_of_hot(queues: DataFrame) -> DataFrame:
     """``cold_ahead_of_hot``: cold offsets at or beyond the hot max (a hot regression)."""
     return _anomalies(
         queues.where("cold_max > hot_max"),
-        AnomalyClass.COLD_AHEAD_OF_HOT,
+        FindingKind.COLD_AHEAD_OF_HOT,
         start="greatest(hot_max, cold_min)",
         end="cold_max",
         detail="format_string('cold reaches offset %d but the hot max is %d: the broker "
@@ -218,7 +258,7 @@ def segment_work(valid: DataFrame, objects: DataFrame, hot: DataFrame) -> DataFr
     return joined.select(*schemas.SEGMENT_WORK.fieldNames())
 
 
-def _per_object(df: DataFrame, cls: AnomalyClass, where: str, detail: str) -> list[DataFrame]:
+def _per_object(df: DataFrame, cls: FindingKind, where: str, detail: str) -> list[DataFrame]:
     """One frame of ``cls`` anomalies for each of a segment's two objects.
 
     In ``where`` and ``detail`` (SQL), ``{w}`` stands for the object's column prefix
@@ -242,12 +282,12 @@ def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
     task came to read it."""
     frames = _per_object(
         work,
-        AnomalyClass.MISSING_OBJECT,
+        FindingKind.MISSING_OBJECT,
         "{w}_listed_size IS NULL",
         "format_string('{name} object named by %s does not exist', manifest_key)",
     )
     unreadable = _facts_of(facts, FactKind.OBJECT_UNREADABLE)
-    frames.append(_fact_anomalies(unreadable, AnomalyClass.MISSING_OBJECT))
+    frames.append(_fact_anomalies(unreadable, FindingKind.MISSING_OBJECT))
     return reduce(DataFrame.unionByName, frames)
 
 
@@ -255,7 +295,7 @@ def size_mismatch(work: DataFrame) -> DataFrame:
     """``size_mismatch``: a listed object whose size differs from its manifest's."""
     frames = _per_object(
         work,
-        AnomalyClass.SIZE_MISMATCH,
+        FindingKind.SIZE_MISMATCH,
         "{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_size",
         "format_string('object is %d bytes, its manifest says %d', {w}_listed_size, {w}_size)",
     )
@@ -266,7 +306,7 @@ def digest_mismatch(facts: DataFrame) -> DataFrame:
     """``digest_mismatch``: an object read whole whose sha256 differs from its manifest's."""
     frames = _per_object(
         facts,
-        AnomalyClass.DIGEST_MISMATCH,
+        FindingKind.DIGEST_MISMATCH,
         "{w}_digest_actual IS NOT NULL AND {w}_digest_actual != {w}_digest",
         "format_string('sha256 is %s, its manifest says %s', {w}_digest_actual, {w}_digest)",
     )
@@ -279,7 +319,7 @@ def _facts_of(facts: DataFrame, *kinds: FactKind) -> DataFrame:
     return exploded.where(f"kind IN ({wanted})")
 
 
-def _fact_anomalies(found: DataFrame, cls: AnomalyClass) -> DataFrame:
+def _fact_anomalies(found: DataFrame, cls: FindingKind) -> DataFrame:
     return _anomalies(
         found,
         cls,
@@ -295,13 +335,13 @@ def record_mismatch(facts: DataFrame) -> DataFrame:
     """``record_mismatch``: cold CQ units vs cold commitlog records (``cq_offsets`` and
     ``record_fields`` facts)."""
     found = _facts_of(facts, FactKind.CQ_OFFSETS, FactKind.RECORD_FIELDS)
-    return _fact_anomalies(found, AnomalyClass.RECORD_MISMATCH)
+    return _fact_anomalies(found, FindingKind.RECORD_MISMATCH)
 
 
 def content_mismatch(facts: DataFrame) -> DataFrame:
     """``content_mismatch``: cold differs from hot (``cq_vs_hot`` and ``record_bytes``)."""
     found = _facts_of(facts, FactKind.CQ_VS_HOT, FactKind.RECORD_BYTES)
-    return _fact_anomalies(found, AnomalyClass.CONTENT_MISMATCH)
+    return _fact_anomalies(found, FindingKind.CONTENT_MISMATCH)
 
 
 def _unreferenced(objects: DataFrame, valid: DataFrame) -> DataFrame:
@@ -318,7 +358,7 @@ def orphan_object(objects: DataFrame, valid: DataFrame, now_ms: int, grace_ms: i
     old = _unreferenced(objects, valid).where(f"mtime_ms < {now_ms - grace_ms}")
     return _anomalies(
         old,
-        AnomalyClass.ORPHAN_OBJECT,
+        FindingKind.ORPHAN_OBJECT,
         start="CASE WHEN kind = 'CONSUME_QUEUE' THEN div(base, 20) END",
         end="CASE WHEN kind = 'CONSUME_QUEUE' THEN div(base + size, 20) END",
         object_key="key",
@@ -366,7 +406,7 @@ def catalogue_drift(
     )
     return _anomalies(
         drift,
-        AnomalyClass.CATALOGUE_DRIFT,
+        FindingKind.CATALOGUE_DRIFT,
         start="_start",
         end="_end",
         object_key="manifest_key",

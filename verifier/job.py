@@ -4,9 +4,15 @@
 one). :func:`main` is the entry point of ``python -m verifier``, ``spark-submit
 verifier/__main__.py`` and ``tieredstore verify`` (same arguments everywhere): it builds
 the options, starts Spark (``local[*]`` unless ``--master`` or spark-submit says
-otherwise), writes ``report.json``, ``anomalies.parquet`` and ``report.html`` to
-``--out`` and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
+otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
+``verify.prom`` (the verdict for Prometheus; also to ``--metrics-file``) to ``--out``,
+refreshes ``history.html`` one level up when ``--out`` is one of several dated report
+folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
+
+Quiet by default: a Spark JVM started here writes everything it prints (log4j lines,
+the banner, JVM warnings, the Python workers' stderr) to ``<out>/spark.log``, so the
+terminal shows only our own lines; ``--verbose`` leaves it on the terminal.
 """
 
 from __future__ import annotations
@@ -37,27 +43,31 @@ from tieredstore.errors import (
     StoreNotFoundError,
     TieredStoreError,
 )
+from tieredstore.findings import FindingKind
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import SegmentKind
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
+from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
+from verifier.metrics_file import write_metrics_file
 from verifier.model import (
     DEFAULT_LAG_ALLOWANCE,
     DEFAULT_ORPHAN_GRACE_S,
     EXIT_COULD_NOT_RUN,
-    AnomalyClass,
     LagAllowance,
     LagUnit,
     Level,
     VerifyOptions,
     parse_lag_allowance,
 )
-from verifier.report import write_reports
+from verifier.report import ReportPaths, write_reports
 from verifier.result import Anomaly, QueueReport, Totals, VerificationResult
 
 __all__ = ["JobArgs", "add_arguments", "main", "run", "spark_session", "verify"]
 
 _APP_NAME: Final = "tieredstore-verify"
+#: Where a Spark JVM started by the verifier writes its output (inside ``--out``).
+SPARK_LOG_NAME: Final = "spark.log"
 
 
 # -- the run --------------------------------------------------------------------------
@@ -119,6 +129,8 @@ class _Run:
     work: DataFrame
     facts: DataFrame
     state: DataFrame
+    losses: DataFrame
+    spans: DataFrame
 
 
 def _read_inputs(opts: VerifyOptions) -> _Inputs:
@@ -154,7 +166,8 @@ def _build(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs, frames: _F
         readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
     )
     state = frames.keep(checks.queue_state(cold_ranges, hot))
-    return _Run(objects, segments, valid, cold_ranges, hot, work, facts, state)
+    losses, spans = readers.losses_frames(spark, inputs.listing.losses)
+    return _Run(objects, segments, valid, cold_ranges, hot, work, facts, state, losses, spans)
 
 
 def _anomalies(
@@ -163,9 +176,10 @@ def _anomalies(
     grace_ms = int(opts.orphan_grace_s * 1000)
     found = [
         checks.corrupt_manifest(run.segments),
-        checks.gap(run.valid),
+        checks.gap(run.valid, run.spans),
         checks.overlap(run.valid),
-        checks.hot_not_covered(run.state),
+        checks.hot_not_covered(run.state, run.spans),
+        checks.lost_before_tiering(run.losses, run.cold_ranges),
         checks.cold_ahead_of_hot(run.state),
         checks.missing_object(run.work, run.facts),
         checks.size_mismatch(run.work),
@@ -199,7 +213,7 @@ def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueRepor
 
 
 def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
-    """Verify that the cold store covers the hot store exactly; see DESIGN.md §8.
+    """Verify that the cold store covers the hot store exactly; see docs/architecture.md.
 
     Raises:
         ConfigError: bad URL, missing cold root, seconds allowance without checkpoint.
@@ -259,7 +273,7 @@ def _raise_hot_errors(hot_q: DataFrame) -> None:
 def _totals(
     queues: Sequence[QueueReport], anomalies: Sequence[Anomaly], listing: readers.ColdListing
 ) -> Totals:
-    corrupt = sum(1 for a in anomalies if a.anomaly is AnomalyClass.CORRUPT_MANIFEST)
+    corrupt = sum(1 for a in anomalies if a.anomaly is FindingKind.CORRUPT_MANIFEST)
     return Totals(
         queues=len(queues),
         segments=sum(q.segments for q in queues),
@@ -283,9 +297,43 @@ def _under_spark_submit() -> bool:
 
 
 @contextmanager
-def spark_session(master: str | None) -> Iterator[SparkSession]:
+def _output_to(log_file: Path | None) -> Iterator[None]:
+    """Point this process's stdout and stderr (file descriptors 1 and 2) at ``log_file``
+    for the duration, then put them back.
+
+    A JVM started meanwhile inherits the log file as its stdout and stderr for good, and
+    so do the Python workers it starts; this process gets its terminal back at once.
+    """
+    if log_file is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = (os.dup(1), os.dup(2))
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+@contextmanager
+def spark_session(
+    master: str | None, *, log_file: Path | None = None, log_level: str = "ERROR"
+) -> Iterator[SparkSession]:
     """Yield a SparkSession: the active one if there is one (left running), else a new
     one (stopped at exit). ``master`` None means ``local[*]``, or spark-submit's choice.
+
+    A JVM started here prints into ``log_file`` (appended to) when one is given, else on
+    this terminal (spark-submit's JVM already runs: its output is its own). Spark logs
+    at ``log_level`` from then on.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -293,12 +341,17 @@ def spark_session(master: str | None) -> Iterator[SparkSession]:
         return
     # Python workers must run this interpreter (our venv), not whatever `python3` is.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.appName(_APP_NAME)
     if master is None and not _under_spark_submit():
         master = "local[*]"
     if master is not None:
         builder = builder.master(master)
     if master is not None and master.startswith("local"):
+        # Spark binds to loopback anyway; saying so spares the "hostname resolves to a
+        # loopback address" warning.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (
             builder.config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
@@ -306,8 +359,9 @@ def spark_session(master: str | None) -> Iterator[SparkSession]:
             .config("spark.sql.shuffle.partitions", "8")
         )
     builder = builder.config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    with _output_to(None if _under_spark_submit() else log_file):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
     try:
         yield spark
     finally:
@@ -336,7 +390,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default %(default)s)",
     )
     p.add_argument("--out", type=Path, default=Path("verify-report"), help="report directory")
+    p.add_argument(
+        "--metrics-file",
+        type=Path,
+        default=None,
+        help="also write the verdict for Prometheus here (a node-exporter textfile "
+        "collector *.prom file); verify.prom in --out is always written",
+    )
+    p.add_argument(
+        "--history",
+        type=int,
+        default=DEFAULT_HISTORY_RUNS,
+        metavar="N",
+        help="when --out sits among other report folders, write history.html next to them "
+        "with the trend of the last N runs (0: never; default %(default)s)",
+    )
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Spark's own output on the terminal (default: into <out>/spark.log)",
+    )
     p.add_argument(
         "--metadata", type=Path, default=None, help="sidecar state dir: check catalogue drift"
     )
@@ -396,11 +470,40 @@ def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions
 
 @dataclass(frozen=True)
 class JobArgs:
-    """What a command line asked for beyond the options: where to write, which master."""
+    """What a command line asked for beyond the options: where to write, which master,
+    where Spark's output goes."""
 
     options: VerifyOptions
     out: Path
     master: str | None
+    metrics_file: Path | None = None
+    history: int = DEFAULT_HISTORY_RUNS
+    verbose: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, now_ms: int) -> JobArgs:
+        if args.history < 0:
+            raise ConfigError(f"bad --history: {args.history} is negative")
+        return cls(
+            options_from_args(args, now_ms=now_ms),
+            args.out,
+            args.master,
+            args.metrics_file,
+            args.history,
+            args.verbose,
+        )
+
+    @property
+    def spark_log(self) -> Path | None:
+        """Where a JVM started here writes (None: the terminal)."""
+        if self.verbose or _under_spark_submit():
+            return None
+        return self.out / SPARK_LOG_NAME
+
+    @property
+    def spark_log_level(self) -> str:
+        """WARN into a log file or when asked to be verbose; only ERROR otherwise."""
+        return "WARN" if self.verbose or self.spark_log is not None else "ERROR"
 
 
 _SPARK_REASON = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
@@ -418,23 +521,30 @@ def _one_line(exc: BaseException) -> str:
 
 def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
     """Run a verification from parsed flags; return the exit code (see module doc)."""
+    job: JobArgs | None = None
     try:
-        job = JobArgs(
-            options_from_args(args, now_ms=time.time_ns() // 1_000_000), args.out, args.master
-        )
+        job = JobArgs.from_args(args, now_ms=time.time_ns() // 1_000_000)
         if not job.options.hot.is_dir():
             raise StoreNotFoundError(
                 "hot store directory does not exist", where=str(job.options.hot)
+            )
+        if job.metrics_file is not None and not job.metrics_file.parent.is_dir():
+            raise ConfigError(
+                f"bad --metrics-file: directory {job.metrics_file.parent} does not exist"
             )
         # Fail fast, before Spark starts, on what the driver can check alone.
         readers.open_cold(
             readers.ColdLocation(job.options.cold_url, dict(job.options.storage_options))
         )
-        with spark_session(job.master) as spark:
+        with spark_session(
+            job.master, log_file=job.spark_log, log_level=job.spark_log_level
+        ) as spark:
             result = verify(spark, job.options)
-        paths = write_reports(result, job.out)
+        paths = _publish(result, job)
     except (TieredStoreError, PySparkException, Py4JError, OSError) as exc:
-        print(f"{prog}: could not run: {_one_line(exc)}", file=sys.stderr)
+        log = job.spark_log if job is not None else None
+        where = f" (Spark log: {log})" if log is not None and log.exists() else ""
+        print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     counts = ", ".join(f"{c.value} {n}" for c, n in result.counts().items() if n)
     print(
@@ -443,6 +553,24 @@ def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
         f"report: {paths.html}"
     )
     return result.verdict.exit_code
+
+
+def _publish(result: VerificationResult, job: JobArgs) -> ReportPaths:
+    """Write the reports, the metrics file(s) and (among other runs) the history page."""
+    paths = write_reports(result, job.out, history_href=_history_href(job))
+    if job.metrics_file is not None:
+        write_metrics_file(result, job.metrics_file)
+    if job.history:
+        write_history(job.out.resolve().parent, last=job.history)
+    return paths
+
+
+def _history_href(job: JobArgs) -> str | None:
+    """``../history.html`` when the report will have a history page next to its folder."""
+    if not job.history:
+        return None
+    root = job.out.resolve().parent
+    return "../history.html" if history_applies(root, job.out.resolve()) else None
 
 
 class _Parser(argparse.ArgumentParser):

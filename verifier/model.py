@@ -1,6 +1,8 @@
-"""The verifier's vocabulary: anomaly classes, verdicts, levels, the lag allowance, options.
+"""The verifier's vocabulary: anomaly kinds it reports, verdicts, levels, lag, options.
 
-Every anomaly class has one fixed severity (DESIGN.md §8)::
+An anomaly is a :class:`~tieredstore.findings.FindingKind` (the vocabulary gc and
+reconcile share); the verifier reports the kinds in :data:`VERIFIER_KINDS`, each with
+its fixed severity (docs/architecture.md, "The verifier")::
 
     class              severity   meaning
     gap                CORRUPT    offsets missing between cold min and cold max
@@ -17,6 +19,10 @@ Every anomaly class has one fixed severity (DESIGN.md §8)::
     cold_ahead_of_hot  CORRUPT    cold offsets at or beyond the hot max (hot regression)
     orphan_object      DIRTY      an object no manifest names, older than the grace period
     catalogue_drift    DIRTY      the SQLite catalogue disagrees with the manifests
+    lost_before_tiering DIRTY     offsets the broker deleted before they were tiered, the
+                                  loss accepted by ``resume --accept-loss`` (a loss
+                                  record in cold); unaccepted, the same offsets are
+                                  ``hot_not_covered`` or a ``gap`` (CORRUPT)
 
 The verdict is CORRUPT if any CORRUPT-class anomaly exists, else DIRTY if any DIRTY-class
 one does, else CLEAN. Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run.
@@ -32,16 +38,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from tieredstore.errors import ConfigError
+from tieredstore.findings import FindingKind, Severity
 
 __all__ = [
     "DEFAULT_LAG_ALLOWANCE",
     "DEFAULT_ORPHAN_GRACE_S",
     "EXIT_COULD_NOT_RUN",
-    "AnomalyClass",
+    "VERIFIER_KINDS",
     "LagAllowance",
     "LagUnit",
     "Level",
-    "Severity",
     "Verdict",
     "VerifyOptions",
     "parse_lag_allowance",
@@ -54,33 +60,23 @@ EXIT_COULD_NOT_RUN: Final = 3
 DEFAULT_ORPHAN_GRACE_S: Final = 3600.0
 
 
-class Severity(enum.Enum):
-    """How bad one anomaly is."""
-
-    CORRUPT = "CORRUPT"
-    DIRTY = "DIRTY"
-
-
-class AnomalyClass(enum.Enum):
-    """The anomaly classes; the value is the name used in every report."""
-
-    GAP = "gap"
-    HOT_NOT_COVERED = "hot_not_covered"
-    OVERLAP = "overlap"
-    MISSING_OBJECT = "missing_object"
-    SIZE_MISMATCH = "size_mismatch"
-    DIGEST_MISMATCH = "digest_mismatch"
-    CORRUPT_MANIFEST = "corrupt_manifest"
-    RECORD_MISMATCH = "record_mismatch"
-    CONTENT_MISMATCH = "content_mismatch"
-    COLD_AHEAD_OF_HOT = "cold_ahead_of_hot"
-    ORPHAN_OBJECT = "orphan_object"
-    CATALOGUE_DRIFT = "catalogue_drift"
-
-    @property
-    def severity(self) -> Severity:
-        dirty = (AnomalyClass.ORPHAN_OBJECT, AnomalyClass.CATALOGUE_DRIFT)
-        return Severity.DIRTY if self in dirty else Severity.CORRUPT
+#: The finding kinds the verifier reports (gc's ``unrecognised`` and reconcile's
+#: ``not_adopted`` / ``corrupt_loss_record`` are never among its anomalies).
+VERIFIER_KINDS: Final = (
+    FindingKind.GAP,
+    FindingKind.HOT_NOT_COVERED,
+    FindingKind.OVERLAP,
+    FindingKind.MISSING_OBJECT,
+    FindingKind.SIZE_MISMATCH,
+    FindingKind.DIGEST_MISMATCH,
+    FindingKind.CORRUPT_MANIFEST,
+    FindingKind.RECORD_MISMATCH,
+    FindingKind.CONTENT_MISMATCH,
+    FindingKind.COLD_AHEAD_OF_HOT,
+    FindingKind.ORPHAN_OBJECT,
+    FindingKind.CATALOGUE_DRIFT,
+    FindingKind.LOST_BEFORE_TIERING,
+)
 
 
 class Verdict(enum.Enum):
@@ -95,8 +91,8 @@ class Verdict(enum.Enum):
         return {Verdict.CLEAN: 0, Verdict.DIRTY: 1, Verdict.CORRUPT: 2}[self]
 
 
-def verdict_of(classes: Iterable[AnomalyClass]) -> Verdict:
-    """Return the verdict for a collection of anomaly classes (empty → CLEAN)."""
+def verdict_of(classes: Iterable[FindingKind]) -> Verdict:
+    """Return the verdict for a collection of anomaly kinds (empty → CLEAN)."""
     severities = {c.severity for c in classes}
     if Severity.CORRUPT in severities:
         return Verdict.CORRUPT

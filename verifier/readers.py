@@ -1,7 +1,8 @@
 """How data gets into Spark: a driver-side listing, then Spark tasks that read.
 
 * The **driver** lists the broker's cold prefix once (:func:`list_cold_objects`, fsspec,
-  sync) and the hot store's queue directories (cheap metadata only).
+  sync), reads the few loss records (``LOSS/``: offsets accepted as lost before
+  tiering) and the hot store's queue directories (cheap metadata only).
 * **Spark tasks** (``mapInArrow``, no pandas) do every read that scales with the data:
   parse manifests (:class:`ManifestTask`), find each hot queue's range and lag cutoff
   (:class:`HotQueueTask`), and verify each segment (:class:`SegmentTask`) — reading the
@@ -34,18 +35,26 @@ from pyspark.sql.types import StructType
 
 from tieredstore.errors import (
     ConfigError,
+    CorruptLossRecordError,
     CorruptManifestError,
-    InvalidNameError,
     OffsetOutOfRangeError,
     StoreNotFoundError,
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import decode_units
+from tieredstore.hotread import HotCommitlog
 from tieredstore.hotstore import HotRange, HotStore, QueueKey
-from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.layout import (
+    LossKey,
+    ObjectKey,
+    OwnEntry,
+    SegmentKind,
+    broker_prefix,
+    classify_listed,
+)
+from tieredstore.loss import LossRecord, read_loss_record
 from tieredstore.segment import digest, read_manifest
 from verifier import schemas
-from verifier.gather import HotCommitlog
 from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (
     FactKind,
@@ -63,6 +72,7 @@ __all__ = [
     "SegmentTask",
     "hot_queue_frame",
     "list_cold_objects",
+    "losses_frames",
     "manifest_frame",
     "objects_frame",
     "open_cold",
@@ -112,13 +122,17 @@ class ColdLocation:
 class ColdListing:
     """The broker prefix as listed once by the driver.
 
-    ``objects`` has the :data:`~verifier.schemas.OBJECTS` schema; ``unrecognised`` are
-    keys that are neither ours (``_lease.json``, ``_quarantine/``) nor a segment object
-    (e.g. a POSIX temp file left by a crash): reported, never an anomaly.
+    ``objects`` has the :data:`~verifier.schemas.OBJECTS` schema; ``losses`` are the
+    loss records, read and validated; ``unrecognised`` are keys that are neither ours
+    (``_lease.json``, ``_quarantine/``) nor a segment object nor a valid loss record
+    (e.g. a POSIX temp file left by a crash): reported, never an anomaly by themselves
+    (a loss record that does not validate acknowledges nothing, so its offsets stay a
+    ``gap`` or ``hot_not_covered``).
     """
 
     objects: pa.Table
     unrecognised: tuple[str, ...]
+    losses: tuple[LossRecord, ...] = ()
 
 
 def _mtime_ms(fs: AbstractFileSystem, path: str, info: Mapping[str, Any]) -> int:
@@ -178,14 +192,18 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
         raise ConfigError(f"cannot list the cold store: {exc}", where=cold.url) from exc
     rows: list[Row] = []
     unrecognised: list[str] = []
+    losses: list[LossRecord] = []
     cut = len(root) + 1 if root else 0
     for path, info in sorted(found.items()):
         key = path[cut:]
-        if key[len(prefix) :].startswith("_"):  # lease, quarantine: ours, not segments
+        parsed = classify_listed(key, prefix)
+        if isinstance(parsed, OwnEntry):  # lease, quarantine, config: ours, not segments
             continue
-        try:
-            parsed = parse_object_key(key)
-        except InvalidNameError:
+        loss = _read_loss(fs, path, key) if isinstance(parsed, LossKey) else None
+        if loss is not None:
+            losses.append(loss)
+            continue
+        if not isinstance(parsed, ObjectKey):  # unrecognised, or a loss record that is not
             unrecognised.append(key)
             continue
         rows.append(
@@ -200,7 +218,68 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
             }
         )
     table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
-    return ColdListing(table, tuple(unrecognised))
+    return ColdListing(table, tuple(unrecognised), tuple(losses))
+
+
+def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:
+    """A loss record, or None when it vanished or does not validate."""
+    try:
+        return read_loss_record(fs.cat_file(path), key)
+    except FileNotFoundError:
+        return None
+    except CorruptLossRecordError:
+        return None
+
+
+def losses_frames(
+    spark: SparkSession, losses: tuple[LossRecord, ...]
+) -> tuple[DataFrame, DataFrame]:
+    """LOSSES (one row per record, its report text built here) and LOSS_SPANS (each
+    queue's records merged into maximal contiguous or overlapping spans)."""
+    rows = [
+        {
+            "record_key": x.key,
+            "topic": x.topic,
+            "queue_id": x.queue_id,
+            "start_offset": x.start_offset,
+            "end_offset": x.end_offset,
+            "accepted_at_ms": x.accepted_at_ms,
+            "writer_id": x.writer_id,
+            "lease_epoch": x.lease_epoch,
+            "detail": _loss_detail(x),
+        }
+        for x in losses
+    ]
+    spans: list[Row] = []
+    for x in sorted(losses, key=lambda r: (r.topic, r.queue_id, r.start_offset)):
+        last = spans[-1] if spans else None
+        same = last is not None and (last["topic"], last["queue_id"]) == (x.topic, x.queue_id)
+        if last is not None and same and x.start_offset <= last["span_end"]:
+            last["span_end"] = max(last["span_end"], x.end_offset)
+        else:
+            spans.append(
+                {"topic": x.topic, "queue_id": x.queue_id, "span_start": x.start_offset,
+                 "span_end": x.end_offset}
+            )  # fmt: skip
+    return (
+        spark.createDataFrame(
+            pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.LOSSES)),
+            schema=schemas.LOSSES,
+        ),
+        spark.createDataFrame(
+            pa.Table.from_pylist(spans, schema=schemas.arrow_schema(schemas.LOSS_SPANS)),
+            schema=schemas.LOSS_SPANS,
+        ),
+    )
+
+
+def _loss_detail(x: LossRecord) -> str:
+    when = dt.datetime.fromtimestamp(x.accepted_at_ms / 1000, tz=dt.UTC)
+    return (
+        f"{x.count} messages the broker deleted before they were tiered; the loss was "
+        f"accepted at {when.isoformat(timespec='milliseconds')} by writer {x.writer_id} "
+        f"(lease epoch {x.lease_epoch})"
+    )
 
 
 def objects_frame(spark: SparkSession, listing: ColdListing) -> DataFrame:

@@ -5,6 +5,9 @@
     {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2,
      "parameters": {...}, "reference_ts": <checkpoint physicMsgTimestamp or null>,
      "totals": {...}, "anomaly_counts": {"gap": 0, ...},
+     "topics": [{"topic", "queues", "status", "statuses": {status: count}, "segments",
+                 "cold_messages", "cold_bytes", "lag_messages", "max_lag_seconds",
+                 "bytes_compared", "cold_only", "anomalies"}],
      "queues": [{"topic", "queue_id", "status", "hot": {"min", "max"} | null,
                  "cold": {"min", "max"} | null, "init_offset", "scope": {"start", "end"},
                  "segments", "lag": {"messages", "seconds"}, "cold_only", ...}],
@@ -14,7 +17,10 @@
 
 Queue ``status``: ``corrupt`` / ``dirty`` (it has anomalies of that severity), ``ok``,
 ``untiered`` (hot only: nothing of it in cold) or ``cold_only`` (the broker has no such
-queue any more). ``anomalies.parquet`` holds the same anomaly rows (ANOMALIES schema).
+queue any more). A topic's ``status`` is the worst of its queues' (in that order:
+corrupt, dirty, untiered, cold_only, ok). ``anomalies.parquet`` holds the same anomaly
+rows (ANOMALIES schema). ``verify.prom`` is the verdict for Prometheus
+(:mod:`verifier.metrics_file`).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tieredstore.findings import Severity
 from verifier import schemas
-from verifier.model import Severity
+from verifier.metrics_file import METRICS_FILE_NAME, write_metrics_file
 from verifier.report_html import render_html
 from verifier.result import Anomaly, QueueReport, VerificationResult
 
@@ -40,19 +47,23 @@ __all__ = [
     "anomalies_table",
     "queue_status",
     "report_document",
+    "topic_summaries",
     "write_reports",
 ]
 
 REPORT_FORMAT_VERSION: Final = 1
+#: Queue statuses, worst first: a topic shows the worst of its queues'.
+STATUS_ORDER: Final = ("corrupt", "dirty", "untiered", "cold_only", "ok")
 
 
 @dataclass(frozen=True, slots=True)
 class ReportPaths:
-    """Where :func:`write_reports` put the three files."""
+    """Where :func:`write_reports` put the four files."""
 
     json: Path
     parquet: Path
     html: Path
+    metrics: Path
 
 
 def _redact(url: str) -> str:
@@ -117,10 +128,40 @@ def by_queue(result: VerificationResult) -> dict[tuple[str, int], list[Anomaly]]
     return out
 
 
+def topic_summaries(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One summary per topic of report.json's ``queues`` entries, in topic order."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for q in queues:
+        grouped.setdefault(q["topic"], []).append(q)
+    out = []
+    for topic in sorted(grouped):
+        qs = grouped[topic]
+        statuses = Counter(q["status"] for q in qs)
+        lags = [q["lag"]["seconds"] for q in qs if q["lag"]["seconds"] is not None]
+        out.append(
+            {
+                "topic": topic,
+                "queues": len(qs),
+                "status": next(s for s in STATUS_ORDER if statuses[s]),
+                "statuses": {s: statuses[s] for s in STATUS_ORDER if statuses[s]},
+                "segments": sum(q["segments"] for q in qs),
+                "cold_messages": sum(q["cold_messages"] for q in qs),
+                "cold_bytes": sum(q["cold_bytes"] for q in qs),
+                "lag_messages": sum(q["lag"]["messages"] for q in qs),
+                "max_lag_seconds": max(lags) if lags else None,
+                "bytes_compared": sum(q["bytes_compared"] for q in qs),
+                "cold_only": sum(q["cold_only"] for q in qs),
+                "anomalies": sum(q["anomalies"] for q in qs),
+            }
+        )
+    return out
+
+
 def report_document(result: VerificationResult) -> dict[str, Any]:
     """The ``report.json`` document (see the module doc)."""
     opts = result.options
     per_queue = by_queue(result)
+    queues = [_queue_doc(q, per_queue.get((q.topic, q.queue_id), [])) for q in result.queues]
     return {
         "format_version": REPORT_FORMAT_VERSION,
         "verdict": result.verdict.value,
@@ -149,7 +190,8 @@ def report_document(result: VerificationResult) -> dict[str, Any]:
         "severity_counts": dict(
             Counter(a.anomaly.severity.value for a in result.anomalies).most_common()
         ),
-        "queues": [_queue_doc(q, per_queue.get((q.topic, q.queue_id), [])) for q in result.queues],
+        "topics": topic_summaries(queues),
+        "queues": queues,
         "anomalies": [_anomaly_doc(a) for a in result.anomalies],
         "unrecognised_objects": list(result.unrecognised),
     }
@@ -174,20 +216,28 @@ def anomalies_table(result: VerificationResult) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.ANOMALIES))
 
 
-def write_reports(result: VerificationResult, out: Path) -> ReportPaths:
-    """Write the three reports into ``out`` (created if needed); return their paths.
+def write_reports(
+    result: VerificationResult, out: Path, *, history_href: str | None = None
+) -> ReportPaths:
+    """Write the four reports into ``out`` (created if needed); return their paths.
 
     Each file is written to a temporary name and renamed, so a reader never sees half a
-    report.
+    report. ``history_href`` links the page to a history page.
     """
     out.mkdir(parents=True, exist_ok=True)
-    paths = ReportPaths(out / "report.json", out / "anomalies.parquet", out / "report.html")
+    paths = ReportPaths(
+        out / "report.json",
+        out / "anomalies.parquet",
+        out / "report.html",
+        out / METRICS_FILE_NAME,
+    )
     doc = report_document(result)
     _atomic_write(paths.json, (json.dumps(doc, indent=2) + "\n").encode())
     tmp = paths.parquet.with_name(f".{paths.parquet.name}.tmp")
     pq.write_table(anomalies_table(result), tmp)
     tmp.replace(paths.parquet)
-    _atomic_write(paths.html, render_html(result, doc).encode())
+    _atomic_write(paths.html, render_html(result, doc, history_href=history_href).encode())
+    write_metrics_file(result, paths.metrics)
     return paths
 
 

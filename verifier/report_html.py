@@ -1,8 +1,14 @@
 """``report.html``: one self-contained page (inline CSS and SVG, no script, no CDN).
 
-Sections: the verdict and run parameters, totals, a table of queues each with a coverage
-bar, and the anomaly list. A coverage bar spans the queue's offsets from the lowest to
-the highest offset either side knows::
+Sections: the verdict and run parameters (times in ISO-8601 UTC), totals, one summary
+row per topic, a table of queues each with a coverage bar, and the anomaly list.
+
+The page reads at 1280 px whatever the names and numbers: the wide tables take the
+page's width, a long value (path, URL, object key, detail, offset range) wraps anywhere,
+and a topic name (up to 127 characters in RocketMQ) is shortened to one line with an
+ellipsis in the middle (long names often share a prefix) and shown whole on hover (its
+``title``). A coverage bar scales to its column and spans the queue's offsets from the
+lowest to the highest offset either side knows::
 
     grey   hot, not in scope (hot offsets below the first segment)
     teal   cold only (tiered, since deleted from hot)
@@ -15,10 +21,10 @@ Everything shown comes from the ``report.json`` document, so the two never disag
 
 from __future__ import annotations
 
-import datetime as dt
 from html import escape
 from typing import Any, Final
 
+from tieredstore.humanize import human_bytes, human_seconds, iso_time
 from verifier.result import VerificationResult
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
@@ -38,32 +44,47 @@ _VERDICT_COLOURS: Final = {"CLEAN": "#2e7d32", "DIRTY": "#b26a00", "CORRUPT": "#
 
 _CSS: Final = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+h1 { font-size: 1.4em; overflow-wrap: anywhere; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 .verdict { display: inline-block; padding: .25em .8em; color: #fff; border-radius: 4px;
            font-weight: bold; }
-table { border-collapse: collapse; margin-top: .5em; }
+table { border-collapse: collapse; margin-top: .5em; max-width: 100%; }
+table.grid { width: 100%; }
 th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; font-size: .9em;
-         vertical-align: top; }
+         vertical-align: top; overflow-wrap: break-word; }
+td.wrap { overflow-wrap: anywhere; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.name span { display: block; max-width: 18em; overflow: hidden; text-overflow: ellipsis;
+               white-space: nowrap; }
 .status-corrupt { color: #c62828; font-weight: bold; }
 .status-dirty { color: #b26a00; font-weight: bold; }
 .legend span { display: inline-block; margin-right: 1em; font-size: .85em; }
 .legend i { display: inline-block; width: 1em; height: .8em; margin-right: .3em;
             vertical-align: middle; }
 code { font-size: .85em; word-break: break-all; }
-td.range { white-space: nowrap; }
+svg.bar { width: 100%; min-width: 10em; height: 14px; display: block; }
 """
+#: Names longer than this many characters are shortened in the middle.
+_NAME_CHARS: Final = 28
 
 
 def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 
-def _time(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat(timespec="seconds")
+def short_name(text: str) -> str:
+    """``text`` if it fits a name column, else its head and tail around an ellipsis:
+    long topic names often share a prefix, so the end is kept too."""
+    if len(text) <= _NAME_CHARS:
+        return text
+    tail = _NAME_CHARS // 3
+    return f"{text[: _NAME_CHARS - tail - 1]}…{text[-tail:]}"
+
+
+def _name(text: str) -> str:
+    """A cell for a (possibly 127-character) name: one line, shortened in the middle
+    (and cut by CSS should even that not fit), the full name on hover."""
+    return f'<td class="name"><span title="{_e(text)}">{_e(short_name(text))}</span></td>'
 
 
 def _rect(x0: float, x1: float, colour: str, title: str, *, min_w: float = 0.0) -> str:
@@ -79,7 +100,7 @@ def _bar(q: dict[str, Any], anomalies: list[dict[str, Any]]) -> str:
     points = [r[k] for r in (hot, cold) if r for k in ("min", "max")]
     points += [a[k] for a in anomalies for k in ("start", "end") if a[k] is not None]
     if not points or max(points) <= min(points):
-        return f'<svg width="{_BAR_W}" height="{_BAR_H}" role="img"></svg>'
+        return f'<svg class="bar" viewBox="0 0 {_BAR_W} {_BAR_H}" role="img"></svg>'
     lo, hi = min(points), max(points)
 
     def x(offset: int) -> float:
@@ -109,7 +130,8 @@ def _bar(q: dict[str, Any], anomalies: list[dict[str, Any]]) -> str:
             parts.append(_rect(x(a["start"]), x(a["end"]), _COLOURS["anomaly"],
                                f"{a['anomaly']} [{a['start']}, {a['end']})", min_w=2))  # fmt: skip
     return (
-        f'<svg width="{_BAR_W}" height="{_BAR_H}" role="img" '
+        f'<svg class="bar" viewBox="0 0 {_BAR_W} {_BAR_H}" preserveAspectRatio="none" '
+        f'role="img" '
         f'aria-label="coverage of {_e(q["topic"])}/{q["queue_id"]}">'
         f'<rect width="{_BAR_W}" height="{_BAR_H}" fill="#f7f7f7"/>{"".join(parts)}</svg>'
     )
@@ -119,6 +141,35 @@ def _range(r: dict[str, Any] | None, lo: str = "min", hi: str = "max") -> str:
     return "" if r is None else f"[{r[lo]}, {r[hi]})"
 
 
+def _lag(messages: int, seconds: float | None) -> str:
+    age = human_seconds(seconds)
+    return f"{messages} ({age})" if age else str(messages)
+
+
+def _topics_table(doc: dict[str, Any]) -> str:
+    rows = []
+    for t in doc["topics"]:
+        statuses = ", ".join(f"{n} {s}" for s, n in t["statuses"].items())
+        rows.append(
+            "<tr>"
+            f"{_name(t['topic'])}<td class=num>{t['queues']}</td>"
+            f'<td class="status-{_e(t["status"])}" title="{_e(statuses)}">'
+            f"{_e(t['status'])}</td>"
+            f"<td class=num>{t['segments']}</td><td class=num>{t['cold_messages']}</td>"
+            f"<td class=num>{_e(human_bytes(t['cold_bytes']))}</td>"
+            f"<td class=num>{_e(_lag(t['lag_messages'], t['max_lag_seconds']))}</td>"
+            f"<td class=num>{_e(human_bytes(t['bytes_compared']))}</td>"
+            f"<td class=num>{t['cold_only']}</td><td class=num>{t['anomalies']}</td>"
+            "</tr>"
+        )
+    head = (
+        "<tr><th>topic</th><th>queues</th><th>status</th><th>segments</th>"
+        "<th>cold messages</th><th>cold bytes</th><th>lag (oldest)</th>"
+        "<th>bytes verified</th><th>cold only</th><th>anomalies</th></tr>"
+    )
+    return f'<table id="topics" class="grid">{head}{"".join(rows)}</table>'
+
+
 def _queues_table(doc: dict[str, Any]) -> str:
     by_queue: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for a in doc["anomalies"]:
@@ -126,14 +177,13 @@ def _queues_table(doc: dict[str, Any]) -> str:
     rows = []
     for q in doc["queues"]:
         lag = q["lag"]
-        seconds = "" if lag["seconds"] is None else f" ({lag['seconds']:.1f} s)"
         rows.append(
             "<tr>"
-            f"<td>{_e(q['topic'])}</td><td class=num>{q['queue_id']}</td>"
+            f"{_name(q['topic'])}<td class=num>{q['queue_id']}</td>"
             f'<td class="status-{_e(q["status"])}">{_e(q["status"])}</td>'
-            f"<td class=range>{_range(q['hot'])}</td><td class=range>{_range(q['cold'])}</td>"
+            f"<td class=wrap>{_range(q['hot'])}</td><td class=wrap>{_range(q['cold'])}</td>"
             f"<td class=num>{q['segments']}</td>"
-            f"<td class=num>{lag['messages']}{seconds}</td>"
+            f"<td class=num>{_e(_lag(lag['messages'], lag['seconds']))}</td>"
             f"<td class=num>{q['cold_only']}</td><td class=num>{q['anomalies']}</td>"
             f"<td>{_bar(q, by_queue.get((q['topic'], q['queue_id']), []))}</td>"
             "</tr>"
@@ -147,7 +197,8 @@ def _queues_table(doc: dict[str, Any]) -> str:
         f'<span><i style="background:{c}"></i>{_e(name.replace("_", " "))}</span>'
         for name, c in _COLOURS.items()
     )
-    return f'<p class="legend">{legend}</p><table id="queues">{head}{"".join(rows)}</table>'
+    table = f'<table id="queues" class="grid">{head}{"".join(rows)}</table>'
+    return f'<p class="legend">{legend}</p>{table}'
 
 
 def _anomalies_table(doc: dict[str, Any]) -> str:
@@ -157,10 +208,10 @@ def _anomalies_table(doc: dict[str, Any]) -> str:
     rows = [
         "<tr>"
         f"<td>{_e(a['anomaly'])}</td><td>{_e(a['severity'])}</td>"
-        f"<td>{_e(a['topic'])}</td><td class=num>{_e(a['queue_id'])}</td>"
-        f"<td class=range>{_range(a, 'start', 'end') if a['start'] is not None else ''}</td>"
+        f"{_name(a['topic'])}<td class=num>{_e(a['queue_id'])}</td>"
+        f"<td>{_range(a, 'start', 'end') if a['start'] is not None else ''}</td>"
         f"<td class=num>{_e(a['count'])}</td>"
-        f"<td><code>{_e(a['object_key'])}</code></td><td>{_e(a['detail'])}</td>"
+        f"<td><code>{_e(a['object_key'])}</code></td><td class=wrap>{_e(a['detail'])}</td>"
         "</tr>"
         for a in anomalies[:MAX_ANOMALY_ROWS]
     ]
@@ -170,26 +221,39 @@ def _anomalies_table(doc: dict[str, Any]) -> str:
         "<tr><th>anomaly</th><th>severity</th><th>topic</th><th>queue</th><th>offsets</th>"
         "<th>count</th><th>object</th><th>detail</th></tr>"
     )
-    return f'<table id="anomalies">{head}{"".join(rows)}</table>{note}'
+    return f'<table id="anomalies" class="grid">{head}{"".join(rows)}</table>{note}'
 
 
 def _kv_table(table_id: str, items: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items.items())
+    rows = "".join(
+        f"<tr><th>{_e(k)}</th><td class=wrap>{_e(v)}</td></tr>" for k, v in items.items()
+    )
     return f'<table id="{table_id}">{rows}</table>'
 
 
-def render_html(result: VerificationResult, doc: dict[str, Any]) -> str:
-    """Render the report page for ``result`` (``doc`` is its report.json document)."""
-    params = doc["parameters"]
-    verdict = doc["verdict"]
-    shown = dict(params)
+def _run_parameters(doc: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as a reader wants them: times in ISO-8601 UTC, not epoch ms."""
+    shown = dict(doc["parameters"])
     allowance = shown.pop("lag_allowance")
     shown["lag_allowance"] = f"{allowance['value']:g} {allowance['unit']}"
-    shown["reference_ts (checkpoint)"] = _time(doc["reference_ts"])
-    shown["started"] = _time(doc["started_ms"])
-    shown["duration_s"] = f"{(doc['finished_ms'] - doc['started_ms']) / 1000:.1f}"
+    shown["now (orphan grace reference)"] = iso_time(shown.pop("now_ms"))
+    shown["reference_ts (checkpoint)"] = iso_time(doc["reference_ts"])
+    shown["started"] = iso_time(doc["started_ms"])
+    shown["finished"] = iso_time(doc["finished_ms"])
+    shown["duration"] = human_seconds((doc["finished_ms"] - doc["started_ms"]) / 1000)
+    return shown
+
+
+def render_html(
+    result: VerificationResult, doc: dict[str, Any], *, history_href: str | None = None
+) -> str:
+    """Render the report page for ``result`` (``doc`` is its report.json document);
+    ``history_href`` adds a link to the history page."""
+    params = doc["parameters"]
+    verdict = doc["verdict"]
     counts = ", ".join(f"{k} {v}" for k, v in doc["anomaly_counts"].items() if v)
     title = f"tieredstore verification: {params['cluster']}/{params['broker']}"
+    history = f' <a href="{_e(history_href)}">history</a>' if history_href else ""
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
@@ -197,11 +261,14 @@ def render_html(result: VerificationResult, doc: dict[str, Any]) -> str:
         f"<h1>{_e(title)}</h1>"
         f'<p><span class="verdict" id="verdict" style="background:'
         f'{_VERDICT_COLOURS[verdict]}">{_e(verdict)}</span> exit code {doc["exit_code"]}; '
-        f"{len(result.anomalies)} anomalies{_e(f' ({counts})') if counts else ''}</p>"
+        f"{len(result.anomalies)} anomalies{_e(f' ({counts})') if counts else ''}; "
+        f"finished {_e(iso_time(doc['finished_ms']))}{history}</p>"
         "<h2>Run</h2>"
-        f"{_kv_table('parameters', shown)}"
+        f"{_kv_table('parameters', _run_parameters(doc))}"
         "<h2>Totals</h2>"
         f"{_kv_table('totals', doc['totals'])}"
+        "<h2>Topics</h2>"
+        f"{_topics_table(doc)}"
         "<h2>Queues</h2>"
         f"{_queues_table(doc)}"
         "<h2>Anomalies</h2>"

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from verifier.model import AnomalyClass, Verdict, VerifyOptions, verdict_of
+from tieredstore.findings import FindingKind
+from verifier.model import VERIFIER_KINDS, Verdict, VerifyOptions, verdict_of
 
 __all__ = ["Anomaly", "QueueReport", "Totals", "VerificationResult"]
 
@@ -23,7 +24,7 @@ class Anomaly:
     topic: str
     queue_id: int
     start: int | None
-    anomaly: AnomalyClass
+    anomaly: FindingKind
     end: int | None
     count: int | None
     object_key: str | None
@@ -36,7 +37,7 @@ class Anomaly:
             topic=row["topic"],
             queue_id=row["queue_id"],
             start=row["start_offset"],
-            anomaly=AnomalyClass(row["anomaly"]),
+            anomaly=FindingKind(row["anomaly"]),
             end=row["end_offset"],
             count=row["count"],
             object_key=row["object_key"],
@@ -121,13 +122,13 @@ class VerificationResult:
     def verdict(self) -> Verdict:
         return verdict_of(a.anomaly for a in self.anomalies)
 
-    def counts(self) -> dict[AnomalyClass, int]:
-        """Number of anomalies per class (every class present, zero when none)."""
-        out = dict.fromkeys(AnomalyClass, 0)
+    def counts(self) -> dict[FindingKind, int]:
+        """Number of anomalies per kind (every kind the verifier reports, zero when none)."""
+        out = dict.fromkeys(VERIFIER_KINDS, 0)
         for a in self.anomalies:
             out[a.anomaly] += 1
         return out
 
-    def of(self, cls: AnomalyClass) -> list[Anomaly]:
+    def of(self, cls: FindingKind) -> list[Anomaly]:
         """The anomalies of one class."""
         return [a for a in self.anomalies if a.anomaly is cls]

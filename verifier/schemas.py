@@ -13,6 +13,8 @@ Frames, in the order a run builds them::
     ANOMALIES      the report: one row per anomaly, offsets as half-open ranges
     QUEUE_SUMMARY  one row per queue seen on either side
     CATALOGUE      the catalogue's committed segments (optional catalogue_drift check)
+    LOSSES         the loss records (``LOSS/``) the driver read: accepted losses
+    LOSS_SPANS     per queue, the accepted losses merged into maximal contiguous spans
 
 Offsets are ``long``; a queue id is ``int`` (a Java int). A null offset range means the
 anomaly is about an object whose offsets are unknown (e.g. an orphan commitlog object).
@@ -40,6 +42,8 @@ __all__ = [
     "FACT",
     "HOT_INPUT",
     "HOT_QUEUES",
+    "LOSSES",
+    "LOSS_SPANS",
     "OBJECTS",
     "QUEUE_SUMMARY",
     "SEGMENTS",
@@ -159,7 +163,7 @@ SEGMENT_FACTS: Final = StructType(
 
 ANOMALIES: Final = StructType(
     [
-        _s("anomaly", StringType()),  # a model.AnomalyClass value
+        _s("anomaly", StringType()),  # a model.FindingKind value
         _s("severity", StringType()),
         _s("topic", StringType(), True),
         _s("queue_id", IntegerType(), True),
@@ -203,6 +207,21 @@ CATALOGUE: Final = StructType(
         _s("status", StringType()),  # COMMITTED | DELETING
     ]
 )
+
+LOSSES: Final = StructType(
+    [
+        _s("record_key", StringType()),
+        *_QUEUE,
+        _s("start_offset", LongType()),
+        _s("end_offset", LongType()),
+        _s("accepted_at_ms", LongType()),
+        _s("writer_id", StringType()),
+        _s("lease_epoch", LongType()),
+        _s("detail", StringType()),  # how the report describes it (built on the driver)
+    ]
+)
+
+LOSS_SPANS: Final = StructType([*_QUEUE, _s("span_start", LongType()), _s("span_end", LongType())])
 
 _ARROW: Final[dict[type[DataType], pa.DataType]] = {
     StringType: pa.string(),

@@ -1,7 +1,8 @@
 """Verify one cold segment against itself and against the hot store: pure numpy, no I/O.
 
 The Spark tasks in :mod:`verifier.readers` fetch the bytes; this module decides. Every
-check is vectorised over the segment's units (ROCKETMQ_FORMAT.md §5):
+check is vectorised over the segment's units (docs/format.md,
+"Verification invariants"):
 
 =================  ===========================================================  ===========
 fact kind          finding                                                      class
@@ -33,9 +34,14 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.formats.consumequeue import Units
-from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
-from tieredstore.formats.vector import gather_be
-from verifier.gather import gather
+from tieredstore.formats.record import (
+    PHYSICAL_OFFSET_AT,
+    PHYSICAL_OFFSET_SLICE,
+    QUEUE_OFFSET_AT,
+    TOTAL_SIZE_AT,
+)
+from tieredstore.formats.vector import differing_bytes, gather_be
+from tieredstore.hotread import gather
 from verifier.ranges import OffsetRange, mask_to_ranges
 
 __all__ = [
@@ -52,7 +58,6 @@ Bools = npt.NDArray[np.bool_]
 
 # Smallest record that has every field we read (totalSize .. physicalOffset).
 _MIN_FIELDS: Final = PHYSICAL_OFFSET_SLICE.stop
-_SKIP = np.arange(PHYSICAL_OFFSET_SLICE.start, PHYSICAL_OFFSET_SLICE.stop, dtype=np.int64)
 
 
 class FactKind(enum.Enum):
@@ -139,9 +144,9 @@ def _check_fields(
     bad = ~readable
     at = pos[readable]
     qoffs = np.arange(geo.start, geo.end, dtype=np.int64)
-    total = gather_be(cl, at, 4)
-    qoff = gather_be(cl, at + 20, 8)
-    phys = gather_be(cl, at + 28, 8)
+    total = gather_be(cl, at + TOTAL_SIZE_AT, 4)
+    qoff = gather_be(cl, at + QUEUE_OFFSET_AT, 8)
+    phys = gather_be(cl, at + PHYSICAL_OFFSET_AT, 8)
     bad[readable] = (
         (total != sizes[readable]) | (qoff != qoffs[readable]) | (phys != offs[readable])
     )
@@ -173,11 +178,9 @@ def _check_bytes(
     """Compare records pairwise outside bytes [28, 36); return the bad mask and a detail."""
     c = np.frombuffer(gather(cl, cold_pos, sizes), dtype=np.uint8)
     h = np.frombuffer(gather(hot, hot_pos, sizes), dtype=np.uint8)
-    diff = c != h
     rec_starts = np.zeros(sizes.size, dtype=np.int64)
     np.cumsum(sizes[:-1], out=rec_starts[1:])
-    diff[(rec_starts[:, None] + _SKIP).reshape(-1)] = False
-    where = np.flatnonzero(diff)
+    where = differing_bytes(c, h, rec_starts)
     bad = np.zeros(sizes.size, dtype=np.bool_)
     if where.size == 0:
         return bad, ""

@@ -12,11 +12,11 @@ import functools
 import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
 
 import fsspec
 import pytest
 
-from tests.fixtures_s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.backends import (
     Backend,
     FsspecBackend,
@@ -27,7 +27,14 @@ from tieredstore.backends import (
     reset_memory_stores,
 )
 from tieredstore.backends.forwarding import ForwardingBackend
-from tieredstore.errors import BackendError, BackendUnavailableError, ObjectNotFoundError
+from tieredstore.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConditionFailedError,
+    LeaseLostError,
+    ObjectNotFoundError,
+)
+from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 
 MiB = 1 << 20
 # S3's smallest multipart part: with this threshold an 11 MiB object takes three parts.
@@ -276,6 +283,21 @@ async def test_list_of_an_empty_backend(backend: Backend) -> None:
 # --- concurrency -----------------------------------------------------------------------
 
 
+async def test_completed_writes_leave_no_leftovers(backend: Backend) -> None:
+    await backend.write("q/a", b"x")
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"y" * 10
+
+    await backend.write_chunks("q/b", chunks())
+    await backend.create("q/c", b"z")
+    assert await backend.list_leftovers("q/") == []
+    assert await backend.list_leftovers() == []
+    with pytest.raises(BackendError, match="not a leftover"):
+        await backend.delete_leftover("q/a")
+    assert await backend.read("q/a") == b"x"
+
+
 async def test_concurrent_writes_of_many_keys(backend: Backend) -> None:
     keys = [f"q/{n:04d}" for n in range(40)]
     await asyncio.gather(*(backend.write(key, payload(1000, n)) for n, key in enumerate(keys)))
@@ -417,3 +439,118 @@ async def test_close_twice_is_safe(backend: Backend) -> None:
     await backend.write("k", b"x")
     await backend.close()
     await backend.close()
+
+
+# --- conditional writes: create-if-absent and compare-and-swap --------------------------
+
+
+async def test_create_stores_a_new_object_and_returns_its_version(backend: Backend) -> None:
+    version = await backend.create("made/once", b"first")
+
+    got = await backend.read_versioned("made/once")
+    assert got.data == b"first"
+    assert got.version == version
+
+
+async def test_create_never_replaces_an_existing_object(backend: Backend) -> None:
+    await backend.write("taken", b"original")
+
+    with pytest.raises(ConditionFailedError):
+        await backend.create("taken", b"intruder")
+
+    assert await backend.read("taken") == b"original"
+
+
+async def test_replace_swaps_only_at_the_expected_version(backend: Backend) -> None:
+    v1 = await backend.create("lease", b"one")
+    v2 = await backend.replace("lease", b"two", version=v1)
+
+    with pytest.raises(ConditionFailedError):
+        await backend.replace("lease", b"stale", version=v1)
+
+    got = await backend.read_versioned("lease")
+    assert (got.data, got.version) == (b"two", v2)
+    assert v2 != v1
+
+
+async def test_replace_of_a_missing_object_fails(backend: Backend) -> None:
+    with pytest.raises(ConditionFailedError):
+        await backend.replace("absent", b"x", version="whatever")
+    assert not await backend.exists("absent")
+
+
+async def test_read_versioned_of_a_missing_object(backend: Backend) -> None:
+    with pytest.raises(ObjectNotFoundError):
+        await backend.read_versioned("absent")
+
+
+async def test_conditional_helpers_are_not_listed(backend: Backend) -> None:
+    v = await backend.create("dir/obj", b"a")
+    await backend.replace("dir/obj", b"b", version=v)
+    assert [i.key for i in await backend.list()] == ["dir/obj"]
+
+
+async def test_concurrent_creates_of_one_key_have_exactly_one_winner(backend: Backend) -> None:
+    if not backend.conditional_writes:
+        # The generic adapter emulates create with a check and a write, and says so.
+        assert isinstance(backend, FsspecBackend)
+        return
+    contenders = [f"writer-{n}".encode() for n in range(8)]
+    results = await asyncio.gather(
+        *(backend.create("manifest", c) for c in contenders), return_exceptions=True
+    )
+
+    winners = [c for c, r in zip(contenders, results, strict=True) if isinstance(r, str)]
+    losers = [r for r in results if isinstance(r, ConditionFailedError)]
+    assert len(winners) == 1
+    assert len(losers) == len(contenders) - 1
+    assert await backend.read("manifest") == winners[0]
+
+
+async def test_concurrent_swaps_from_one_version_have_exactly_one_winner(
+    backend: Backend,
+) -> None:
+    if not backend.conditional_writes:
+        # The generic adapter emulates replace with a check and a write, and says so.
+        assert isinstance(backend, FsspecBackend)
+        return
+    base = await backend.create("lease", b"base")
+    contenders = [f"claim-{n}".encode() for n in range(8)]
+    results = await asyncio.gather(
+        *(backend.replace("lease", c, version=base) for c in contenders),
+        return_exceptions=True,
+    )
+
+    winners = [c for c, r in zip(contenders, results, strict=True) if isinstance(r, str)]
+    assert len(winners) == 1
+    assert all(isinstance(r, (str, ConditionFailedError)) for r in results)
+    assert await backend.read("lease") == winners[0]
+
+
+# --- write_file -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 1, 300_000, 11 * MiB])
+async def test_write_file_stores_the_file(backend: Backend, tmp_path: Path, size: int) -> None:
+    source = tmp_path / "spooled"
+    source.write_bytes(payload(size, seed=size))
+    checks: list[int] = []
+    written = await backend.write_file(
+        "from-file", source, chunk_bytes=MiB, check=lambda: checks.append(1)
+    )
+    assert written == size
+    assert await backend.read("from-file") == payload(size, seed=size)
+    assert checks  # the lease is checked at least once before the bytes are published
+    assert source.read_bytes() == payload(size, seed=size)  # the source is left as it was
+
+
+async def test_write_file_stops_when_the_check_raises(backend: Backend, tmp_path: Path) -> None:
+    source = tmp_path / "spooled"
+    source.write_bytes(payload(3 * MiB))
+
+    def lost() -> None:
+        raise LeaseLostError("fenced", where="test")
+
+    with pytest.raises(LeaseLostError):
+        await backend.write_file("fenced", source, chunk_bytes=MiB, check=lost)
+    assert not await backend.exists("fenced")

@@ -30,9 +30,41 @@ def test_public_names() -> None:
         "RetryPolicy",
         "RetryingBackend",
         "S3Backend",
+        "backend_options",
         "open_backend",
+        "open_cold",
         "reset_memory_stores",
     }
+
+
+def test_open_cold_builds_the_backend_the_settings_name(tmp_path: Path) -> None:
+    """The one place commands and the sidecar build their cold store."""
+    from tieredstore.config import load_settings
+
+    settings = load_settings(
+        env={},
+        overrides={
+            "store.path": str(tmp_path),
+            "cold.url": "s3://bucket/prefix",
+            "cold.cluster": "c",
+            "cold.broker": "b",
+            "cold.endpoint_url": "http://127.0.0.1:9",
+            "cold.region": "eu-west-1",
+            "cold.multipart_threshold": "8M",
+            "state.dir": str(tmp_path / "state"),
+        },
+    )
+    options = backends.backend_options(settings)
+    assert (options.endpoint_url, options.region, options.multipart_threshold) == (
+        "http://127.0.0.1:9",
+        "eu-west-1",
+        8 << 20,
+    )
+    wrapped = backends.open_cold(settings)
+    assert isinstance(wrapped, backends.RetryingBackend)
+    assert isinstance(wrapped.inner, backends.S3Backend)
+    bare = backends.open_cold(settings, retry=None)
+    assert isinstance(bare, backends.S3Backend) and bare.url == "s3://bucket/prefix"
 
 
 async def test_schemes_choose_backends(tmp_path: Path) -> None:

@@ -60,6 +60,28 @@ async def test_temp_files_are_not_objects(root: Path) -> None:
             await b.read("q/" + temp_name("seg"))
 
 
+async def test_leftover_temp_files_are_listed_and_removed_through_the_contract(
+    root: Path,
+) -> None:
+    (root / "b" / "q").mkdir(parents=True)
+    torn = "b/q/" + temp_name("seg")
+    (root / torn).write_bytes(b"torn")
+    (root / "b" / ".lease.json.lock").write_bytes(b"")  # replace()'s lock: not a leftover
+
+    async with PosixBackend(root) as b:
+        await b.write("b/q/seg", b"whole")
+        leftovers = await b.list_leftovers("b/")
+        assert [(i.key, i.size) for i in leftovers] == [(torn, 4)]
+        assert await b.list_leftovers("other/") == []
+        with pytest.raises(BackendError, match="not a leftover"):
+            await b.delete_leftover("b/q/seg")  # an object is never deleted this way
+        assert await b.read("b/q/seg") == b"whole"
+        await b.delete_leftover(torn)
+        await b.delete_leftover(torn)  # idempotent
+        assert await b.list_leftovers() == []
+        assert (root / "b" / ".lease.json.lock").exists()
+
+
 async def test_a_crash_before_rename_leaves_no_object(root: Path) -> None:
     # What a writer killed between write and os.replace leaves behind.
     (root / "seg").mkdir(parents=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
 
 import pytest
 from hypothesis import given
@@ -24,6 +24,7 @@ from tieredstore.backends import (
     open_backend,
     reset_memory_stores,
 )
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
@@ -36,12 +37,11 @@ from tieredstore.errors import (
 )
 
 
-class FaultyBackend(Backend):
+class FaultyBackend(ForwardingBackend):
     """``inner`` whose next calls of an operation raise the queued errors first."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.faults: dict[str, builtins.list[Exception]] = {}
         self.calls: Counter[str] = Counter()
 
@@ -61,6 +61,9 @@ class FaultyBackend(Backend):
     async def write(self, key: str, data: bytes) -> None:
         self._maybe_fail("write")
         await self.inner.write(key, data)
+
+    async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+        return await Backend.write_chunks(self, key, chunks)  # joins, then self.write()
 
     async def size(self, key: str) -> int:
         self._maybe_fail("size")

@@ -8,11 +8,11 @@ import gc
 import socket
 import warnings
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import botocore.exceptions
 import pytest
 
-from tests.fixtures_s3 import S3Bucket
 from tieredstore.backends import S3Backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.s3 import parse_s3_url, translate_s3_error
@@ -25,6 +25,7 @@ from tieredstore.errors import (
     ThrottledError,
     TieredStoreError,
 )
+from tieredstore.testing.moto import S3Bucket
 
 MiB = 1 << 20
 
@@ -64,6 +65,25 @@ async def test_objects_above_the_threshold_are_multipart(s3_bucket: S3Bucket) ->
     # A multipart ETag ends in "-<parts>": 11 MiB in 5 MiB parts is 5 + 5 + 1.
     assert etag(s3_bucket, "whole").endswith("-3")
     assert etag(s3_bucket, "streamed").endswith("-3")
+
+
+@pytest.mark.s3
+async def test_a_file_is_one_put_or_parts_read_from_it(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    data = bytes(range(256)) * (11 * MiB // 256)
+    (tmp_path / "big").write_bytes(data)
+    (tmp_path / "small").write_bytes(data[: 5 * MiB])
+    checks: list[int] = []
+    async with S3Backend(s3_bucket.url, s3_bucket.options(multipart_threshold=5 * MiB)) as b:
+        for name in ("big", "small"):
+            size = await b.write_file(
+                name, tmp_path / name, chunk_bytes=MiB, check=lambda: checks.append(1)
+            )
+            assert await b.read(name) == (tmp_path / name).read_bytes()
+            assert size == (tmp_path / name).stat().st_size
+
+    assert etag(s3_bucket, "big").endswith("-3")  # three parts, the lease checked before each
+    assert "-" not in etag(s3_bucket, "small")
+    assert len(checks) == 3 + 1
 
 
 @pytest.mark.s3

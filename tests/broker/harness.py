@@ -201,6 +201,9 @@ class BrokerSettings:
     max_message_size: int = 512 << 10
     cluster: str = "TieredStoreTestCluster"
     broker_name: str = "broker-a"
+    #: ``SYNC_FLUSH`` (producers wait for the flush) or ``ASYNC_FLUSH`` (RocketMQ's
+    #: default: FlushRealTimeService flushes every 500 ms / thoroughly every 10 s).
+    flush_disk_type: str = "SYNC_FLUSH"
 
     def __post_init__(self) -> None:
         if self.cq_file_size % 20:
@@ -344,7 +347,7 @@ class LocalCluster:
             "mappedFileSizeCommitLog": str(s.commitlog_file_size),
             "mappedFileSizeConsumeQueue": str(s.cq_file_size),
             "maxMessageSize": str(s.max_message_size),
-            "flushDiskType": "SYNC_FLUSH",
+            "flushDiskType": s.flush_disk_type,
             "autoCreateTopicEnable": "false",
             # A loaded 2-core CI machine must slow the test down, not fail sends with
             # "broker busy" (fast failure drops requests queued over 200 ms by default).
@@ -417,7 +420,7 @@ class LocalCluster:
             d.mkdir(parents=True, exist_ok=True)
         self.namesrv_port = _free_port_block(0, 0)
         self.broker_port = _free_port_block(2, 1)
-        namesrv_conf, broker_conf = self._write_configs()
+        namesrv_conf, _broker_conf = self._write_configs()
         _LIVE.add(self)
         try:
             self._namesrv = self._spawn(
@@ -426,15 +429,49 @@ class LocalCluster:
                  "-c", str(namesrv_conf)],
             )  # fmt: skip
             self._wait_booted("namesrv", self._namesrv)
-            self._broker = self._spawn(
-                "broker",
-                [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",
-                 "-c", str(broker_conf), "-n", self.namesrv_addr],
-            )  # fmt: skip
-            self._wait_booted("broker", self._broker)
+            self._start_broker()
         except BaseException:
             self.stop()
             raise
+
+    def _start_broker(self) -> None:
+        broker_conf = self.workdir / "broker.conf"
+        self._broker = self._spawn(
+            "broker",
+            [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",
+             "-c", str(broker_conf), "-n", self.namesrv_addr],
+        )  # fmt: skip
+        self._wait_booted("broker", self._broker)
+
+    def freeze_broker(self) -> None:
+        """SIGSTOP the broker (its whole process group): it appends and flushes nothing
+        more, the page cache keeps what it wrote — the instant of a power cut."""
+        if self._broker is None or self._broker.poll() is not None:
+            raise HarnessError("the broker is not running")
+        os.killpg(self._broker.pid, signal.SIGSTOP)
+
+    def thaw_broker(self) -> None:
+        """SIGCONT a broker :meth:`freeze_broker` stopped."""
+        if self._broker is not None and self._broker.poll() is None:
+            os.killpg(self._broker.pid, signal.SIGCONT)
+
+    def kill_broker(self) -> None:
+        """SIGKILL the broker (frozen or not): no shutdown hook runs, so the store keeps
+        its ``abort`` file and the next start recovers abnormally."""
+        if self._broker is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._broker.pid, signal.SIGKILL)
+        self._broker.wait(timeout=30)
+        if self._broker.stdin is not None:
+            self._broker.stdin.close()
+
+    def restart_broker(self) -> None:
+        """Start the broker again on the same store, ports and name server (after
+        :meth:`kill_broker`); returns once it has booted."""
+        if self.running:
+            raise HarnessError("the broker is still running; kill it first")
+        self._start_broker()
 
     @staticmethod
     def _terminate(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
@@ -461,6 +498,30 @@ class LocalCluster:
             self._terminate(self._namesrv, grace=20)
             _LIVE.discard(self)
 
+    def start_broker_on(self, store_root: Path) -> None:
+        """Start a broker (same name, same name server, fresh ports) on ``store_root``.
+
+        The running broker, if any, is stopped first. Used to boot a broker on a
+        restored store: the store is never wiped, even on a port clash (then we retry on
+        other ports).
+        """
+        self.stop_broker()
+        self.store_root = store_root
+        for attempt in range(3):
+            self.broker_port = _free_port_block(2, 1)
+            _, broker_conf = self._write_configs()
+            self._broker = self._spawn(
+                "broker",
+                [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",
+                 "-c", str(broker_conf), "-n", self.namesrv_addr],
+            )  # fmt: skip
+            try:
+                self._wait_booted("broker", self._broker)
+                return
+            except HarnessError as exc:
+                if "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+
     def broker_exit_code(self) -> int | None:
         return None if self._broker is None else self._broker.poll()
 
@@ -472,6 +533,13 @@ class LocalCluster:
             return _run(cmd, timeout=timeout, what=f"BrokerTool {args[0]}", env=self._env())
         except HarnessError as exc:
             raise HarnessError(f"{exc}\n{self.log_tail()}") from exc
+
+    def spawn_tool(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+        """Start ``BrokerTool`` with ``args`` in the background (output to ``log``); the
+        caller waits for it or kills it."""
+        cmd = [*self._jvm(CLIENT_JVM_OPTS), TOOL_CLASS, *args]
+        with log.open("ab") as out:
+            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self._env())
 
     def create_topics(self, topics: dict[str, int]) -> None:
         """Create topics with ``queues`` read and write queues each; wait for routes."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +28,14 @@ class LiveSidecar:
 
     @classmethod
     @contextlib.contextmanager
-    def start(cls, cluster: LocalCluster, workdir: Path) -> Iterator[LiveSidecar]:
+    def start(
+        cls, cluster: LocalCluster, workdir: Path, *, overrides: Mapping[str, str] | None = None
+    ) -> Iterator[LiveSidecar]:
         """Start tiering ``cluster``'s store into ``workdir/cold``; SIGTERM it on exit.
 
         Small segments and a short tick so the live traffic is cut into many segments;
         ``%RETRY%`` topics are included so the broker's v2 (long topic) records are tiered.
+        ``overrides`` adds or replaces ``TIEREDSTORE_*`` environment settings.
         """
         cold, state, log = workdir / "cold", workdir / "state", workdir / "sidecar.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIEREDSTORE_")}
@@ -39,10 +43,10 @@ class LiveSidecar:
             TIEREDSTORE_TIERING_SEGMENT_MAX_BYTES="256K",
             TIEREDSTORE_TIERING_SEGMENT_MAX_AGE="2s",
             TIEREDSTORE_TIERING_TICK_INTERVAL="200ms",
-            TIEREDSTORE_TIERING_GUARD_AGE="3s",
             TIEREDSTORE_TIERING_INCLUDE_RETRY="true",
             TIEREDSTORE_HTTP_ENABLED="false",
         )
+        env.update(overrides or {})
         names = (cluster.settings.cluster, cluster.settings.broker_name)
         cmd = [
             sys.executable, "-m", "tieredstore.cli", "run", "--progress", "off",
@@ -67,6 +71,20 @@ class LiveSidecar:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its state but does nothing until :meth:`resume`."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def http_url(self) -> str | None:
+        """The HTTP API's URL from the log line it prints on start (None before that)."""
+        found = re.search(
+            r"HTTP API listening on (http://\S+)", self.log.read_text(errors="replace")
+        )
+        return found.group(1) if found else None
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]

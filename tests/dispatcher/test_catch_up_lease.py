@@ -12,13 +12,13 @@ from collections.abc import AsyncIterable
 from pathlib import Path
 
 from dispatcher.runtime import open_runtime
-from tests.dispatcher.helpers import settings_for
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.clock import VirtualClock
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import settings_for
 
 RENEW_S = 10  # the lease expires after 3 x 10 s without renewal
 SEGMENT_S = 7  # virtual seconds each COMMIT_LOG upload takes

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER
-from tests.dispatcher.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 
 
 @pytest.mark.slow

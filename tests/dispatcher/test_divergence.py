@@ -7,8 +7,8 @@ from pathlib import Path
 
 from dispatcher.runtime import open_runtime
 from metadata.rows import QueueState
-from tests.dispatcher.helpers import settings_for
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.settings import settings_for
 
 
 def _snapshot(cold: Path) -> dict[str, bytes]:

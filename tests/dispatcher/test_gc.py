@@ -11,27 +11,29 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gc import FindingKind, GarbageKind, delete_garbage, scan_garbage
+from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
 from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER, location_args, settings_for
-from tests.segment_factory import chain
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli import main
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import LeaseLostError
+from tieredstore.findings import FindingKind
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import (
     QueuePath,
     SegmentKind,
+    config_copy_key,
     lease_key,
     object_key,
     parse_object_key,
     quarantine_key,
 )
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.segments import chain
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 HOUR_MS = 3_600_000
 GRACE_S = 3600.0
@@ -89,6 +91,8 @@ def _plant(cold: Path) -> dict[str, Path]:
     put("stranger", QUEUE.root + "/notes.txt", b"not ours", 2 * HOUR_MS)
     cl = parse_object_key(object_key(QUEUE, SegmentKind.COMMIT_LOG, 10**9))
     put("quarantined", quarantine_key(cl, stamp_ms=1), b"evidence", 2 * HOUR_MS)
+    copy = config_copy_key(CLUSTER, BROKER, "consumerOffset.json", 1, "1" * 64)
+    put("config_copy", copy, b"{0:5}", 2 * HOUR_MS)
     return planted
 
 
@@ -132,6 +136,7 @@ async def test_scan_finds_old_leftovers_and_spares_everything_else(tiered: Path)
         after = _objects(tiered)
         assert set(before) - set(after) == {rel["old_cl"], rel["old_cq"], rel["old_tmp"]}
         assert rel["quarantined"] in after and rel["stranger"] in after
+        assert rel["config_copy"] in after
         # Every committed segment is intact (the test reader knows no strangers).
         planted["stranger"].unlink()
         await assert_cold_matches_hot(backend, HotStore(tiered.parent / "store"), CLUSTER, BROKER)
@@ -259,7 +264,7 @@ def test_gc_command_dry_run_then_delete(
     rel = {name: p.relative_to(tiered).as_posix() for name, p in planted.items()}
     assert f"would delete {rel['old_cl']}: 100 bytes, age 2h" in out
     assert "uncommitted object: no manifest references it" in out
-    assert f"would delete {rel['old_tmp']}" in out and "temp file of an interrupted" in out
+    assert f"would delete {rel['old_tmp']}" in out and "left by an interrupted write" in out
     assert "dry run: would delete 3 objects" in out
     assert main(_cli(tmp_path, "--grace", "1h")) == 0
     out = capsys.readouterr().out

@@ -32,11 +32,11 @@ from dispatcher.retention import DestroyQueue, ExpireSegment
 from dispatcher.runtime import Runtime, open_runtime
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 T0 = 1_800_000_000_000
 TICK_S, RETENTION_PASS_S, GROUP_COMMIT_S, RENEW_S = 20, 60, 30, 10

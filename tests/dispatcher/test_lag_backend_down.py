@@ -9,7 +9,6 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from dispatcher.runtime import open_runtime
-from tests.dispatcher.helpers import settings_for
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
@@ -18,6 +17,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.errors import BackendUnavailableError
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.settings import settings_for
 
 START = 1_700_000_000_000
 TOPIC = "SynthTopic0"

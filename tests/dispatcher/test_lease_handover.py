@@ -7,9 +7,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.dispatcher.sidecar import sidecar_cmd, sidecar_env, start
 from tieredstore.segment import Manifest
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 
 RENEW = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s", "TIEREDSTORE_TIERING_TICK_INTERVAL": "100ms"}
 

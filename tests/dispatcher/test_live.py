@@ -8,10 +8,10 @@ from pathlib import Path
 from dispatcher.planner import SegmentPlan
 from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 
 async def test_cold_catches_up_while_the_store_grows(tmp_path: Path) -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from dispatcher.reload import LIVE_KEYS, apply_reload, plan_reload
 from dispatcher.runtime import open_runtime
-from tests.dispatcher.helpers import settings_for
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.config import SETTINGS
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import settings_for
 
 
 def test_live_keys_are_settings() -> None:

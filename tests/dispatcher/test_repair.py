@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.repair import Verdict, execute_repair, plan_repair
+from dispatcher.repair import Agreement, execute_repair, plan_repair
 from dispatcher.runtime import Runtime, open_runtime
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.helpers import BROKER, CLUSTER, location_args, settings_for
-from tests.segment_factory import hot_batch, segment_of, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
@@ -26,6 +24,8 @@ from tieredstore.hotstore import HotStore
 from tieredstore.layout import QueuePath
 from tieredstore.segment import read_segment
 from tieredstore.synth import SyntheticStore, SynthSpec, generate_messages, synthesize
+from tieredstore.testing.segments import hot_batch, segment_of, upload
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 T0 = 1_800_000_000_000
 SPEC = SynthSpec(
@@ -148,8 +148,8 @@ async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(tmp_pat
             )
             good = _agreeing(qid)
             *kept, first_bad = plan.checks
-            assert all(c.verdict is Verdict.AGREES for c in kept) and kept
-            assert first_bad.verdict is Verdict.DIFFERS
+            assert all(c.agreement is Agreement.AGREES for c in kept) and kept
+            assert first_bad.agreement is Agreement.DIFFERS
             assert f"at queue offset {good}" in first_bad.detail
             assert first_bad.manifest.start_offset == plan.cut <= good
             assert first_bad.manifest.end_offset > good
@@ -271,9 +271,9 @@ async def test_offsets_the_broker_already_deleted_are_kept(tmp_path: Path) -> No
         plan = await plan_repair(
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=0
         )
-    verdicts = [c.verdict for c in plan.checks]
-    assert verdicts[0] is Verdict.HOT_GONE
-    assert verdicts[-1] is Verdict.DIFFERS
+    verdicts = [c.agreement for c in plan.checks]
+    assert verdicts[0] is Agreement.HOT_GONE
+    assert verdicts[-1] is Agreement.DIFFERS
     assert all(v.kept for v in verdicts[:-1])
 
 

@@ -1,5 +1,6 @@
 """Executing retention: the fixed deletion order, a crash at every step, topic deletion,
-purge, and the ``tieredstore expire`` command (rule 4 of DESIGN.md §6)."""
+purge, and the ``tieredstore expire`` command (rule 4 of
+docs/architecture.md, "Expiry and retention")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from dispatcher.runtime import Runtime, open_runtime
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.helpers import BROKER, CLUSTER, location_args, settings_for
 from tests.dispatcher.retention_support import advance
 from tieredstore.backends import open_backend
 from tieredstore.cli import main
@@ -25,6 +25,7 @@ from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 T0 = 1_800_000_000_000
 H = 3600.0

@@ -37,12 +37,12 @@ from dispatcher.runtime import Runtime, open_runtime
 from metadata.catalogue import DB_NAME
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
 from tests.dispatcher.retention_support import advance
 from tieredstore.clock import VirtualClock
 from tieredstore.config import Settings
 from tieredstore.hotstore import QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 T0 = 1_800_000_000_000
 RETENTION_S = 30

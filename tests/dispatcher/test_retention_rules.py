@@ -1,4 +1,5 @@
-"""The five expiry rules (DESIGN.md §6), one by one, on the pure planner; eager init.
+"""The five expiry rules (docs/architecture.md, "Expiry and retention"), one by one, on
+the pure planner; eager init.
 
 The planner is a pure function, so these tests feed it hand-made catalogue rows and a
 hand-made view of the broker and check every decision and its reason.
@@ -27,15 +28,15 @@ from dispatcher.retention import (
 )
 from dispatcher.runtime import open_runtime
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
-from tests.dispatcher.helpers import settings_for
 from tests.dispatcher.retention_support import advance
-from tests.segment_factory import BROKER, CLUSTER, chain
 from tieredstore.clock import VirtualClock
 from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError
 from tieredstore.hotstore import HotRange, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.testing.segments import chain
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 H = 3_600_000
 NOW = 1_800_000_000_000
@@ -285,8 +286,8 @@ async def test_a_new_queue_is_born_initialised_and_nothing_expires_it(tmp_path: 
 
 def test_only_the_catalogue_creates_queue_rows_and_always_with_their_cq_base() -> None:
     """Eager init cannot be bypassed: one INSERT INTO queues in the whole code base, in
-    Catalogue.ensure_queue, and the schema refuses a row without cq_base = init * 20
-    (tests/metadata/test_catalogue.py checks the schema)."""
+    Catalogue.ensure_queue (metadata/queue_table.py), and the schema refuses a row
+    without cq_base = init * 20 (tests/metadata/test_catalogue.py checks the schema)."""
     insert = re.compile(r"INSERT\s+(?:OR\s+\w+\s+)?INTO\s+queues\b", re.IGNORECASE)
     hits = [
         (path.relative_to(REPO).as_posix(), line)
@@ -295,7 +296,7 @@ def test_only_the_catalogue_creates_queue_rows_and_always_with_their_cq_base() -
         for line in path.read_text().splitlines()
         if insert.search(line)
     ]
-    assert [h[0] for h in hits] == ["metadata/catalogue.py"], hits
-    source = (REPO / "metadata" / "catalogue.py").read_text()
+    assert [h[0] for h in hits] == ["metadata/queue_table.py"], hits
+    source = (REPO / "metadata" / "queue_table.py").read_text()
     body = source[source.index("def ensure_queue") : source.index("def queue(")]
     assert "init_offset * CQ_UNIT_SIZE" in body and "INSERT INTO queues" in body

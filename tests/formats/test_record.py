@@ -182,6 +182,14 @@ def test_decompresses_every_compression_type(ctype: CompressionType) -> None:
     assert decode_record(rec.encode()).decompressed_body() == raw
 
 
+def test_an_unknown_compression_type_is_a_corrupt_record() -> None:
+    rec = MessageRecord.build(topic="T", body=b"x", queue_id=0, queue_offset=7,
+                              physical_offset=0, store_timestamp=1,
+                              sys_flag=SysFlag.COMPRESSED | (4 << 8))  # fmt: skip
+    with pytest.raises(CorruptRecordError, match=r"unknown compression type 4 .*queue offset 7"):
+        decode_record(rec.encode()).decompressed_body()
+
+
 def test_properties_codec() -> None:
     props = {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"}
     raw = encode_properties(props)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from metadata.catalogue import Catalogue
-from tests.segment_factory import BROKER, CLUSTER
 from tieredstore.clock import VirtualClock
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 
 @pytest.fixture

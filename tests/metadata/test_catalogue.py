@@ -10,11 +10,12 @@ import pytest
 
 from metadata.catalogue import DB_NAME, Catalogue, CatalogueState
 from metadata.rows import QueueRow, QueueState, SegmentStatus
-from tests.segment_factory import BROKER, CLUSTER, chain
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import CatalogueError, InvalidNameError, OffsetOutOfRangeError
 from tieredstore.layout import QueuePath, object_name
 from tieredstore.manifest import Manifest
+from tieredstore.testing.segments import chain
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 TOPIC = "TopicTest"
 QUEUE = QueuePath(CLUSTER, BROKER, TOPIC, 0)
@@ -172,7 +173,7 @@ def test_queue_unknown_is_none_and_queues_are_ordered(catalogue: Catalogue) -> N
 
 
 _SEG = "INSERT INTO segments VALUES ('{t}', 0, {s}, {e}, 0, 100, {cl}, 'd', {cq}, 'd', 'sha256', "
-_SEG += "1, 1, 'COMMITTED', 1, 'w', 1, 0, 'k')"
+_SEG += "1, 1, 'COMMITTED', 1, 'w', 1, 0, 'k', '')"
 
 RAW_BREAKS = [
     # a queue row without its CQ base or init offset, or with a wrong CQ base
@@ -254,7 +255,9 @@ def test_gaps_and_overlaps_are_refused(catalogue: Catalogue, manifests: list[Man
     wrong_cl = chain(QUEUE, [3, 4])[1].manifest
     wrong_cl = dataclasses.replace(
         wrong_cl, cl_base=wrong_cl.cl_base + 1, cl_end=wrong_cl.cl_end + 1,
-        commit_log=dataclasses.replace(wrong_cl.commit_log, name=object_name(wrong_cl.cl_base + 1)),
+        commit_log=dataclasses.replace(
+            wrong_cl.commit_log, name=object_name(wrong_cl.cl_base + 1, wrong_cl.attempt)
+        ),
     )  # fmt: skip
     with pytest.raises(CatalogueError, match="cold commitlog offset"):
         catalogue.commit_segment(wrong_cl)

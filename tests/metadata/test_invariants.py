@@ -27,11 +27,11 @@ from hypothesis.stateful import (
 
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus
-from tests.segment_factory import BROKER, CLUSTER
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import CatalogueError
 from tieredstore.layout import object_name
 from tieredstore.manifest import Manifest, ObjectRef
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 QUEUES = [("A", 0), ("%DLQ%g", 1)]
 queues = st.sampled_from(QUEUES)

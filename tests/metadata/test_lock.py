@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from metadata.catalogue import Catalogue
-from tests.segment_factory import BROKER, CLUSTER
 from tieredstore.errors import CatalogueBusyError
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 HOLDER = textwrap.dedent(
     """

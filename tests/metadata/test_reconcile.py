@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME, Catalogue, rebuild
-from metadata.reconcile import IssueKind, ReconcileReport
+from metadata.catalogue import DB_NAME, Catalogue
+from metadata.reconcile import ReconcileReport, rebuild, reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow
-from tests.segment_factory import BROKER, CLUSTER, chain, upload
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import (
@@ -20,9 +19,18 @@ from tieredstore.errors import (
     DigestMismatchError,
     ObjectNotFoundError,
 )
-from tieredstore.layout import QueuePath, lease_key, parse_object_key, quarantine_key
+from tieredstore.findings import FindingKind
+from tieredstore.layout import (
+    QueuePath,
+    config_copy_key,
+    lease_key,
+    parse_object_key,
+    quarantine_key,
+)
 from tieredstore.manifest import Manifest
 from tieredstore.segment import Segment, read_segment
+from tieredstore.testing.segments import chain, upload
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 Q0 = QueuePath(CLUSTER, BROKER, "TopicTest", 0)
 Q1 = QueuePath(CLUSTER, BROKER, "TopicTest", 1)
@@ -60,7 +68,7 @@ def _delete_database(state_dir: Path) -> None:
         (state_dir / f"{DB_NAME}{suffix}").unlink(missing_ok=True)
 
 
-def _kinds(report: ReconcileReport) -> list[tuple[IssueKind, str]]:
+def _kinds(report: ReconcileReport) -> list[tuple[FindingKind, str]]:
     return [(i.kind, i.key) for i in report.issues]
 
 
@@ -127,7 +135,7 @@ async def test_a_clean_catalogue_stays_as_it_is(
 ) -> None:
     await _synthetic_store(catalogue, backend)
     before = _snapshot(catalogue)
-    report = await catalogue.reconcile(backend)
+    report = await reconcile(catalogue, backend)
     assert report == ReconcileReport()
     assert str(report) == "adopted 0 segments, created 0 queues, 0 issues"
     assert _snapshot(catalogue) == before
@@ -140,13 +148,13 @@ async def test_a_manifest_the_catalogue_missed_is_adopted_once(
     await _tier(catalogue, backend, segments[:2])
     missed = await upload(backend, segments[2])  # crash before the catalogue commit
 
-    report = await catalogue.reconcile(backend)
+    report = await reconcile(catalogue, backend)
 
     assert report.clean
     assert [s.manifest for s in report.adopted] == [missed]
     row = catalogue.queue(Q0.topic, 0)
     assert row is not None and (row.cold_commit, row.cold_cl_end) == (12, missed.cl_end)
-    assert (await catalogue.reconcile(backend)) == ReconcileReport()
+    assert (await reconcile(catalogue, backend)) == ReconcileReport()
 
 
 async def test_a_queue_the_catalogue_never_saw_is_created(
@@ -155,7 +163,7 @@ async def test_a_queue_the_catalogue_never_saw_is_created(
     await _tier(catalogue, backend, chain(Q0, [2]))
     for seg in chain(Q1, [3, 1], start=40):
         await upload(backend, seg)
-    report = await catalogue.reconcile(backend)
+    report = await reconcile(catalogue, backend)
     assert report.clean
     assert [(q.topic, q.queue_id, q.init_offset, q.cq_base) for q in report.created] == [
         ("TopicTest", 1, 40, 800)
@@ -171,7 +179,7 @@ async def test_uncommitted_objects_are_not_adopted(
     m = segments[1].manifest  # objects written, manifest not: a crash before the commit point
     await backend.write(m.commit_log_key, segments[1].commit_log)
     await backend.write(m.consume_queue_key, segments[1].consume_queue)
-    assert (await catalogue.reconcile(backend)) == ReconcileReport()
+    assert (await reconcile(catalogue, backend)) == ReconcileReport()
     assert len(catalogue.segments(Q0.topic, 0)) == 1
 
 
@@ -182,9 +190,11 @@ async def test_our_own_files_are_ignored_and_foreign_keys_listed(
     m = chain(Q0, [4])[0].manifest
     await backend.write(lease_key(CLUSTER, BROKER), b"{}")
     await backend.write(quarantine_key(parse_object_key(m.key), stamp_ms=1), b"{}")
+    copy = config_copy_key(CLUSTER, BROKER, "topics.json", 1, "0" * 64)
+    await backend.write(copy, b"{}")
     stray = m.commit_log_key + ".tmp-123"
     await backend.write(stray, b"x")
-    report = await catalogue.reconcile(backend)
+    report = await reconcile(catalogue, backend)
     assert report.clean
     assert report.unrecognised == (stray,)
 
@@ -201,11 +211,11 @@ async def test_missing_objects_are_reported_and_rows_kept(
     await backend.delete(m1.commit_log_key)
     before = _snapshot(catalogue)
 
-    report = await catalogue.reconcile(backend)
+    report = await reconcile(catalogue, backend)
 
     assert _kinds(report) == [
-        (IssueKind.MISSING_OBJECT, m0.key),
-        (IssueKind.MISSING_OBJECT, m1.commit_log_key),
+        (FindingKind.MISSING_OBJECT, m0.key),
+        (FindingKind.MISSING_OBJECT, m1.commit_log_key),
     ]
     assert "TopicTest/0[0, 4)" in report.issues[0].detail
     assert _snapshot(catalogue) == before  # never silently dropped
@@ -217,7 +227,7 @@ async def test_deleting_segments_may_lack_objects(
     await _tier(catalogue, backend, chain(Q0, [4, 3]))
     first = catalogue.mark_deleting(Q0.topic, 0, 0).manifest
     await backend.delete(first.key)  # expiry interrupted after its first delete
-    assert (await catalogue.reconcile(backend)).clean
+    assert (await reconcile(catalogue, backend)).clean
 
 
 async def test_wrong_object_size_is_reported(catalogue: Catalogue, backend: MemoryBackend) -> None:
@@ -225,8 +235,8 @@ async def test_wrong_object_size_is_reported(catalogue: Catalogue, backend: Memo
     await _tier(catalogue, backend, segments)
     m = segments[1].manifest
     await backend.write(m.consume_queue_key, segments[1].consume_queue + b"\x00" * 20)
-    report = await catalogue.reconcile(backend)
-    assert _kinds(report) == [(IssueKind.SIZE_MISMATCH, m.consume_queue_key)]
+    report = await reconcile(catalogue, backend)
+    assert _kinds(report) == [(FindingKind.SIZE_MISMATCH, m.consume_queue_key)]
     assert "is 80 bytes, expected 60" in report.issues[0].detail
 
 
@@ -239,11 +249,11 @@ async def test_corrupt_manifest_blocks_adoption_of_what_follows(
     await backend.write(bad.key, bad.to_json()[:-1])
     after = await upload(backend, segments[2])
 
-    report = await catalogue.reconcile(backend)
+    report = await reconcile(catalogue, backend)
 
     assert _kinds(report) == [
-        (IssueKind.CORRUPT_MANIFEST, bad.key),
-        (IssueKind.NOT_ADOPTED, after.key),
+        (FindingKind.CORRUPT_MANIFEST, bad.key),
+        (FindingKind.NOT_ADOPTED, after.key),
     ]
     row = catalogue.queue(Q0.topic, 0)
     assert row is not None and row.cold_commit == 4
@@ -255,8 +265,8 @@ async def test_gap_after_the_catalogue_is_reported(
     segments = chain(Q0, [4, 3, 5])
     await _tier(catalogue, backend, segments[:1])
     beyond = await upload(backend, segments[2])  # [7, 12) while cold commit is 4
-    report = await catalogue.reconcile(backend)
-    assert _kinds(report) == [(IssueKind.GAP, beyond.key)]
+    report = await reconcile(catalogue, backend)
+    assert _kinds(report) == [(FindingKind.GAP, beyond.key)]
     assert "does not continue TopicTest/0 at offset 4" in report.issues[0].detail
 
 
@@ -265,8 +275,8 @@ async def test_overlapping_manifest_is_reported(
 ) -> None:
     await _tier(catalogue, backend, chain(Q0, [4, 3]))
     other: Manifest = await upload(backend, chain(Q0, [2, 3])[1])  # [2, 5) vs [0, 4), [4, 7)
-    report = await catalogue.reconcile(backend)
-    assert _kinds(report) == [(IssueKind.OVERLAP, other.key)]
+    report = await reconcile(catalogue, backend)
+    assert _kinds(report) == [(FindingKind.OVERLAP, other.key)]
 
 
 async def test_manifest_with_missing_object_is_not_adopted(
@@ -276,8 +286,8 @@ async def test_manifest_with_missing_object_is_not_adopted(
     await _tier(catalogue, backend, segments[:1])
     m = await upload(backend, segments[1])
     await backend.delete(m.commit_log_key)
-    report = await catalogue.reconcile(backend)
-    assert _kinds(report) == [(IssueKind.MISSING_OBJECT, m.commit_log_key)]
+    report = await reconcile(catalogue, backend)
+    assert _kinds(report) == [(FindingKind.MISSING_OBJECT, m.commit_log_key)]
     assert len(catalogue.segments(Q0.topic, 0)) == 1
 
 
@@ -288,8 +298,8 @@ async def test_manifests_of_a_paused_queue_are_not_adopted(
     await _tier(catalogue, backend, segments[:1])
     m = await upload(backend, segments[1])
     catalogue.set_state(Q0.topic, 0, QueueState.PAUSED)
-    report = await catalogue.reconcile(backend)
-    assert _kinds(report) == [(IssueKind.NOT_ADOPTED, m.key)]
+    report = await reconcile(catalogue, backend)
+    assert _kinds(report) == [(FindingKind.NOT_ADOPTED, m.key)]
     assert "is PAUSED" in report.issues[0].detail
 
 
@@ -300,7 +310,7 @@ async def test_reconcile_needs_a_writer(
         Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, read_only=True) as reader,
         pytest.raises(CatalogueError, match="writable"),
     ):
-        await reader.reconcile(backend)
+        await reconcile(reader, backend)
 
 
 # -- reading a segment back: each failure names its object ----------------------------------

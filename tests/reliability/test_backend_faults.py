@@ -16,8 +16,6 @@ from pyspark.sql import SparkSession
 from dispatcher.metrics import Metrics
 from dispatcher.runtime import Runtime, open_runtime
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER, settings_for
-from tests.fixtures_s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.faults import FaultyBackend
@@ -25,6 +23,8 @@ from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
 from verifier.model import Level, Verdict, VerifyOptions
 

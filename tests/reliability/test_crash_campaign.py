@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.dispatcher.helpers import BROKER, CLUSTER, location_args
-from tests.dispatcher.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from verifier.job import verify
 from verifier.model import Level, Verdict, VerifyOptions
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.dispatcher.sidecar import sidecar_cmd, sidecar_env
-from tests.fixtures_s3 import S3Bucket
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY-do-not-log"
 SESSION = "FQoGZXIvYXdzEXAMPLE-session-token-do-not-log"

@@ -15,11 +15,11 @@ import subprocess
 from pathlib import Path
 
 from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.helpers import BROKER, CLUSTER
-from tests.dispatcher.sidecar import sidecar_cmd, sidecar_env
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 
 LIMIT = 48 << 10  # bigger than any cold object here, smaller than the catalogue needs
 

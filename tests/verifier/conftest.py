@@ -22,8 +22,8 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hotstore import QueueKey
 from tieredstore.segment import Manifest
 from tieredstore.synth import SynthSpec, synthesize
-
-from .tiering import BROKER, CLUSTER, ColdImage, tier, write_local
+from tieredstore.testing.coldimage import ColdImage, tier, write_local
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 SPEC = SynthSpec(
     topics=3,

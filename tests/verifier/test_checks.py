@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from tieredstore.findings import FindingKind
 from verifier import checks, schemas
-from verifier.model import AnomalyClass
 
 pytestmark = pytest.mark.spark
 
@@ -65,6 +65,23 @@ def _anomalies(spark: SparkSession, *rows: tuple[Any, ...]) -> DataFrame:
     return spark.createDataFrame(out, schema=schemas.ANOMALIES)
 
 
+def _spans(spark: SparkSession, *spans: tuple[int, int, int]) -> DataFrame:
+    """LOSS_SPANS rows of (queue id, start, end)."""
+    rows = [{"topic": T, "queue_id": q, "span_start": a, "span_end": b} for q, a, b in spans]
+    return spark.createDataFrame(rows, schema=schemas.LOSS_SPANS)
+
+
+def _losses(spark: SparkSession, *losses: tuple[int, int, int]) -> DataFrame:
+    """LOSSES rows of (queue id, start, end)."""
+    rows = [
+        {"record_key": f"loss/{q}/{a}", "topic": T, "queue_id": q, "start_offset": a,
+         "end_offset": b, "accepted_at_ms": 5, "writer_id": "w", "lease_epoch": 1,
+         "detail": f"lost {b - a}"}
+        for q, a, b in losses
+    ]  # fmt: skip
+    return spark.createDataFrame(rows, schema=schemas.LOSSES)
+
+
 def _ranges(df: DataFrame) -> list[tuple[Any, ...]]:
     rows = [
         (r.anomaly, r.queue_id, r.start_offset, r.end_offset, r.object_key) for r in df.collect()
@@ -79,7 +96,7 @@ def test_gap_is_the_hole_between_segments(spark: SparkSession) -> None:
     expected = _anomalies(
         spark,
         (
-            AnomalyClass.GAP,
+            FindingKind.GAP,
             0,
             200,
             300,
@@ -88,7 +105,39 @@ def test_gap_is_the_hole_between_segments(spark: SparkSession) -> None:
             "queue offsets [200, 300) are in no committed segment (the next segment is m/0/300)",
         ),
     )
-    assertDataFrameEqual(checks.gap(segs), expected)
+    assertDataFrameEqual(checks.gap(segs, _spans(spark)), expected)
+
+
+def test_a_gap_an_accepted_loss_covers_is_no_gap(spark: SparkSession) -> None:
+    segs = _segments(
+        spark,
+        _segment(0, 100),
+        _segment(300, 400),
+        _segment(500, 600),
+        _segment(0, 10, qid=1),
+        _segment(50, 60, qid=1),
+    )
+    # [100, 300) is covered by one merged span; [400, 500) only in part (still a gap);
+    # queue 1's span is on another queue's offsets.
+    spans = _spans(spark, (0, 100, 300), (0, 400, 450), (1, 100, 300))
+    assert _ranges(checks.gap(segs, spans)) == [
+        ("gap", 0, 400, 500, None),
+        ("gap", 1, 10, 50, None),
+    ]
+
+
+def test_lost_before_tiering_reports_each_loss_record_in_scope(spark: SparkSession) -> None:
+    cold = checks.cold_queue_ranges(_segments(spark, _segment(500, 600), _segment(0, 10, qid=1)))
+    losses = _losses(spark, (0, 100, 200), (0, 600, 700), (1, 10, 20), (2, 0, 5))
+    found = checks.lost_before_tiering(losses, cold)
+    # [100, 200) of queue 0 ends before its cold min 500: retention passed it (history).
+    assert _ranges(found) == [
+        ("lost_before_tiering", 0, 600, 700, "loss/0/600"),
+        ("lost_before_tiering", 1, 10, 20, "loss/1/10"),
+        ("lost_before_tiering", 2, 0, 5, "loss/2/0"),
+    ]
+    rows = {(r.severity, r["count"], r.detail) for r in found.collect()}
+    assert rows == {("DIRTY", 100, "lost 100"), ("DIRTY", 10, "lost 10"), ("DIRTY", 5, "lost 5")}
 
 
 def test_overlap_is_reported_on_the_later_segment(spark: SparkSession) -> None:
@@ -96,7 +145,7 @@ def test_overlap_is_reported_on_the_later_segment(spark: SparkSession) -> None:
     expected = _anomalies(
         spark,
         (
-            AnomalyClass.OVERLAP,
+            FindingKind.OVERLAP,
             0,
             150,
             180,
@@ -106,7 +155,7 @@ def test_overlap_is_reported_on_the_later_segment(spark: SparkSession) -> None:
         ),
     )
     assertDataFrameEqual(checks.overlap(segs), expected)
-    assert checks.gap(segs).count() == 0
+    assert checks.gap(segs, _spans(spark)).count() == 0
 
 
 def test_a_segment_starting_inside_and_reaching_past_overlaps_only_the_shared_part(
@@ -114,7 +163,7 @@ def test_a_segment_starting_inside_and_reaching_past_overlaps_only_the_shared_pa
 ) -> None:
     segs = _segments(spark, _segment(0, 100), _segment(90, 120), _segment(120, 130))
     assert _ranges(checks.overlap(segs)) == [("overlap", 0, 90, 100, "m/0/90")]
-    assert _ranges(checks.gap(segs)) == []
+    assert _ranges(checks.gap(segs, _spans(spark))) == []
 
 
 def test_corrupt_manifests_are_separated_from_valid_ones(spark: SparkSession) -> None:
@@ -143,18 +192,35 @@ def _state(spark: SparkSession, **values: int) -> DataFrame:
 
 def test_hot_not_covered_is_the_tail_beyond_the_allowance(spark: SparkSession) -> None:
     state = _state(spark, cold_min=10, cold_max=500, hot_min=0, hot_max=1000, lag_cutoff=900)
-    assert _ranges(checks.hot_not_covered(state)) == [("hot_not_covered", 0, 500, 900, None)]
+    assert _ranges(checks.hot_not_covered(state, _spans(spark))) == [
+        ("hot_not_covered", 0, 500, 900, None)
+    ]
     within = _state(spark, cold_min=10, cold_max=950, hot_min=0, hot_max=1000, lag_cutoff=900)
-    assert checks.hot_not_covered(within).count() == 0
+    assert checks.hot_not_covered(within, _spans(spark)).count() == 0
 
 
 def test_hot_not_covered_counts_what_the_broker_deleted_before_tiering(
     spark: SparkSession,
 ) -> None:
     state = _state(spark, cold_min=0, cold_max=100, hot_min=300, hot_max=1000, lag_cutoff=300)
-    (row,) = checks.hot_not_covered(state).collect()
+    (row,) = checks.hot_not_covered(state, _spans(spark)).collect()
     assert (row.start_offset, row.end_offset) == (100, 300)
     assert "200 of them already deleted from hot" in row.detail
+
+
+def test_untiered_offsets_an_accepted_loss_covers_are_not_hot_not_covered(
+    spark: SparkSession,
+) -> None:
+    # Resumed after [100, 300): cold ends at 100, tiering goes on from hot min 300.
+    state = _state(spark, cold_min=0, cold_max=100, hot_min=300, hot_max=1000, lag_cutoff=300)
+    assert checks.hot_not_covered(state, _spans(spark, (0, 100, 300))).count() == 0
+    # ... but what is untiered after the loss and older than the allowance still counts.
+    late = _state(spark, cold_min=0, cold_max=100, hot_min=300, hot_max=1000, lag_cutoff=800)
+    spans = _spans(spark, (0, 100, 300))
+    assert _ranges(checks.hot_not_covered(late, spans)) == [("hot_not_covered", 0, 300, 800, None)]
+    # A loss that does not reach cold max (an older one) changes nothing.
+    older = _spans(spark, (0, 20, 50))
+    assert _ranges(checks.hot_not_covered(state, older)) == [("hot_not_covered", 0, 100, 300, None)]
 
 
 def test_cold_ahead_of_hot(spark: SparkSession) -> None:
@@ -203,7 +269,7 @@ def test_missing_and_wrongly_sized_objects(spark: SparkSession) -> None:
     expected = _anomalies(
         spark,
         (
-            AnomalyClass.SIZE_MISMATCH,
+            FindingKind.SIZE_MISMATCH,
             0,
             10,
             20,

@@ -16,10 +16,11 @@ from pyspark.sql import SparkSession
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.synth import generate_messages
+from tieredstore.testing.coldimage import age, build
+from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier import schemas
 
 from .conftest import SPEC, World
-from .tiering import BROKER, CLUSTER, age, build
 
 pytestmark = pytest.mark.spark
 
@@ -53,6 +54,7 @@ def test_an_undamaged_store_is_clean(world: World) -> None:
     extras = {
         "_lease.json": b"{}",
         "_quarantine/SynthTopic1/0/1700000000000/MANIFEST/x.json": b"{}",
+        f"_config/consumerOffset.json/1700000000000-{'ab' * 8}": b"{0:1}",
         f"{Q.topic}/{Q.queue_id}/COMMIT_LOG/.x.tmp-{'0' * 32}": b"partial",
     }
     for name, data in extras.items():

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import verifier
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import World
-from .tiering import BROKER, CLUSTER
 
 _PACKAGE = Path(verifier.__file__).parent
 _SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"

@@ -15,14 +15,15 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.fixtures_s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.cli import main as cli_main
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hotstore import QueueKey
+from tieredstore.testing.coldimage import write_fs
+from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import World
 from .test_damage import found
-from .tiering import BROKER, CLUSTER, write_fs
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

@@ -5,23 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tieredstore.findings import FindingKind, Severity
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units, encode_units
+from tieredstore.hotread import HotCommitlog, gather, runs
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.synth import SynthSpec, synthesize
-from verifier.gather import HotCommitlog, gather, runs
+from tieredstore.testing.coldimage import build
 from verifier.model import (
-    AnomalyClass,
+    VERIFIER_KINDS,
     LagAllowance,
     LagUnit,
-    Severity,
     Verdict,
     parse_lag_allowance,
     verdict_of,
 )
 from verifier.ranges import OffsetRange, mask_to_ranges
 from verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment
-
-from .tiering import build
 
 # -- ranges ---------------------------------------------------------------------------
 
@@ -82,10 +81,19 @@ def test_lag_allowance_refuses_nonsense(text: str) -> None:
 
 def test_verdict_is_the_worst_severity() -> None:
     assert verdict_of([]) is Verdict.CLEAN
-    assert verdict_of([AnomalyClass.ORPHAN_OBJECT]) is Verdict.DIRTY
-    assert verdict_of([AnomalyClass.ORPHAN_OBJECT, AnomalyClass.GAP]) is Verdict.CORRUPT
-    dirty = {c for c in AnomalyClass if c.severity is Severity.DIRTY}
-    assert dirty == {AnomalyClass.ORPHAN_OBJECT, AnomalyClass.CATALOGUE_DRIFT}
+    assert verdict_of([FindingKind.ORPHAN_OBJECT]) is Verdict.DIRTY
+    assert verdict_of([FindingKind.ORPHAN_OBJECT, FindingKind.GAP]) is Verdict.CORRUPT
+    dirty = {c for c in VERIFIER_KINDS if c.severity is Severity.DIRTY}
+    assert dirty == {
+        FindingKind.ORPHAN_OBJECT,
+        FindingKind.CATALOGUE_DRIFT,
+        FindingKind.LOST_BEFORE_TIERING,
+    }
+    # gc's and reconcile's own kinds share the vocabulary and its severities
+    assert FindingKind.UNRECOGNISED.severity is Severity.DIRTY
+    assert not FindingKind.NOT_ADOPTED.damage
+    assert FindingKind.CORRUPT_LOSS_RECORD.damage and FindingKind.SIZE_MISMATCH.damage
+    assert verdict_of([FindingKind.LOST_BEFORE_TIERING]) is Verdict.DIRTY
     assert [v.exit_code for v in Verdict] == [0, 1, 2]
 
 

@@ -7,7 +7,7 @@ methods; :mod:`tieredstore.backends.base` states the contract every backend meet
 from __future__ import annotations
 
 from tieredstore.backends.base import Backend, ObjectInfo
-from tieredstore.backends.factory import open_backend
+from tieredstore.backends.factory import backend_options, open_backend, open_cold
 from tieredstore.backends.fsspec_generic import FsspecBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.backends.options import BackendOptions
@@ -26,6 +26,8 @@ __all__ = [
     "RetryPolicy",
     "RetryingBackend",
     "S3Backend",
+    "backend_options",
     "open_backend",
+    "open_cold",
     "reset_memory_stores",
 ]

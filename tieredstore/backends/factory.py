@@ -11,6 +11,10 @@ any other scheme fsspec knows          :class:`FsspecBackend` (best effort)
 
 With ``retry``, the backend is wrapped in :class:`RetryingBackend`; without it, every
 call is tried once (S3's own SDK retries are off, see :mod:`tieredstore.backends.s3`).
+
+:func:`open_cold` is the one place a command or the sidecar builds the cold store a
+:class:`~tieredstore.config.Settings` names (URL, endpoint, region, multipart threshold);
+:func:`open_backend` is for a URL alone (an export target, tests).
 """
 
 from __future__ import annotations
@@ -24,9 +28,13 @@ from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend
 from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
 from tieredstore.backends.s3 import S3Backend
+from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 
-__all__ = ["BackendOptions", "open_backend"]
+__all__ = ["BackendOptions", "backend_options", "open_backend", "open_cold"]
+
+#: The retry policy of one-shot commands (read, gc, repair, restore, export, ...).
+COMMAND_RETRY = RetryPolicy()
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 # Schemes handled by a dedicated backend that fsspec also answers to; the generic
@@ -67,3 +75,25 @@ def open_backend(
     if retry is None:
         return backend
     return RetryingBackend(backend, retry, on_retry=on_retry)
+
+
+def backend_options(settings: Settings) -> BackendOptions:
+    """Backend options from settings (credentials come from the AWS chain, never config)."""
+    return BackendOptions(
+        endpoint_url=settings["cold.endpoint_url"] or None,
+        region=settings["cold.region"] or None,
+        multipart_threshold=settings["cold.multipart_threshold"],
+    )
+
+
+def open_cold(
+    settings: Settings,
+    *,
+    retry: RetryPolicy | None = COMMAND_RETRY,
+    on_retry: OnRetry | None = None,
+) -> Backend:
+    """The cold store ``settings`` name (``cold.url`` and its options); ``retry=None``
+    gives the bare backend (the sidecar wraps it itself, to count requests inside)."""
+    return open_backend(
+        settings.cold_url, options=backend_options(settings), retry=retry, on_retry=on_retry
+    )

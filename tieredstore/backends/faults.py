@@ -25,7 +25,7 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterable, Sequence
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 from tieredstore.errors import BackendTimeoutError, BackendUnavailableError, ThrottledError
 
 __all__ = ["Fault", "FaultyBackend"]
@@ -54,6 +54,7 @@ class FaultyBackend(Backend):
             raise ValueError(f"fault rate {rate} is not in [0, 1]")
         self.inner = inner
         self.url = inner.url
+        self.conditional_writes = inner.conditional_writes
         self.rate = rate
         self.faults = tuple(faults)
         self.enabled = True
@@ -104,6 +105,28 @@ class FaultyBackend(Backend):
             self._raise(fault, "write_chunks", key)
         return await self.inner.write_chunks(key, chunks)
 
+    async def create(self, key: str, data: bytes) -> str:
+        fault = self._draw("create", (*self._PLAIN, Fault.LOST_ACK))
+        if fault is Fault.LOST_ACK:
+            await self.inner.create(key, data)
+        if fault is not None:
+            self._raise(fault, "create", key)
+        return await self.inner.create(key, data)
+
+    async def read_versioned(self, key: str) -> Versioned:
+        fault = self._draw("read_versioned", self._PLAIN)
+        if fault is not None:
+            self._raise(fault, "read_versioned", key)
+        return await self.inner.read_versioned(key)
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        fault = self._draw("replace", (*self._PLAIN, Fault.LOST_ACK))
+        if fault is Fault.LOST_ACK:
+            await self.inner.replace(key, data, version=version)
+        if fault is not None:
+            self._raise(fault, "replace", key)
+        return await self.inner.replace(key, data, version=version)
+
     async def size(self, key: str) -> int:
         fault = self._draw("size", self._PLAIN)
         if fault is not None:
@@ -129,6 +152,12 @@ class FaultyBackend(Backend):
         if fault is not None:
             self._raise(fault, "list", prefix)
         return await self.inner.list(prefix)
+
+    async def list_leftovers(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        return await self.inner.list_leftovers(prefix)  # no faults: GC's housekeeping
+
+    async def delete_leftover(self, key: str) -> None:
+        await self.inner.delete_leftover(key)
 
     async def close(self) -> None:
         await self.inner.close()

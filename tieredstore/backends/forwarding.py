@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import AsyncIterable
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 
 __all__ = ["ForwardingBackend"]
 
@@ -21,6 +21,7 @@ class ForwardingBackend(Backend):
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.url = inner.url
+        self.conditional_writes = inner.conditional_writes
 
     async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         return await self.inner.read(key, start, end)
@@ -31,11 +32,26 @@ class ForwardingBackend(Backend):
     async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         return await self.inner.write_chunks(key, chunks)
 
+    async def create(self, key: str, data: bytes) -> str:
+        return await self.inner.create(key, data)
+
+    async def read_versioned(self, key: str) -> Versioned:
+        return await self.inner.read_versioned(key)
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        return await self.inner.replace(key, data, version=version)
+
     async def size(self, key: str) -> int:
         return await self.inner.size(key)
 
     async def exists(self, key: str) -> bool:
         return await self.inner.exists(key)
+
+    async def list_leftovers(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        return await self.inner.list_leftovers(prefix)
+
+    async def delete_leftover(self, key: str) -> None:
+        await self.inner.delete_leftover(key)
 
     async def delete(self, key: str) -> None:
         await self.inner.delete(key)

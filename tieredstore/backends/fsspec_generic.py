@@ -10,6 +10,10 @@ Best effort, by design — prefer the dedicated memory, POSIX and S3 backends:
 * **Atomicity** is whatever ``pipe_file`` gives on that filesystem. Object stores
   (GCS, Azure) publish an object whole; file-like ones (sftp, ftp) may expose a
   partially written file to a concurrent reader.
+* **Conditional writes** (``create``, ``replace``) are emulated by a check followed by
+  a write, which another writer can interleave: :attr:`conditional_writes` is False,
+  and the sidecar refuses to write through this backend unless the operator opts into
+  that weaker mode (``cold.allow_unconditional_writes``).
 * **Parent directories** are not created; filesystems that need them (sftp, ftp) must
   have them already.
 * **Ranged reads** ask for the object's size first and clip the range themselves, so
@@ -42,12 +46,13 @@ import fsspec
 from fsspec.asyn import AsyncFileSystem
 from fsspec.core import split_protocol
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned, content_version
 from tieredstore.backends.keys import check_key, check_prefix, check_range
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    ConditionFailedError,
     ConfigError,
     ObjectNotFoundError,
     TieredStoreError,
@@ -85,6 +90,8 @@ class FsspecBackend(Backend):
     endpoints, ...). See the module docstring for what is best effort.
     """
 
+    conditional_writes = False
+
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         cls = filesystem_class(url)
         self.url = url.rstrip("/")
@@ -116,6 +123,30 @@ class FsspecBackend(Backend):
         path = self._path(key)
         with self._errors("write", path):
             await self._call("pipe_file", path, bytes(data))
+
+    async def create(self, key: str, data: bytes) -> str:
+        """Check-then-write: NOT atomic (see the module docstring)."""
+        if await self.exists(key):
+            raise ConditionFailedError("object already exists", where=self._path(key))
+        await self.write(key, data)
+        return content_version(data)
+
+    async def read_versioned(self, key: str) -> Versioned:
+        data = await self.read(key)
+        return Versioned(data, content_version(data))
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        """Compare-then-write: NOT atomic (see the module docstring)."""
+        try:
+            current = await self.read_versioned(key)
+        except ObjectNotFoundError as exc:
+            raise ConditionFailedError("object does not exist", where=self._path(key)) from exc
+        if current.version != version:
+            raise ConditionFailedError(
+                "object is not at the expected version", where=self._path(key)
+            )
+        await self.write(key, data)
+        return content_version(data)
 
     async def size(self, key: str) -> int:
         path = self._path(key)

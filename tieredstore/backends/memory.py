@@ -8,7 +8,9 @@ after ``memory://`` is the name (``memory://a/b`` is the store ``a/b``, not a pr
 
 Each operation runs to completion without awaiting, under a short thread lock, so it is
 atomic with respect to other coroutines and threads: ``write`` replaces the object in one
-step, and a reader sees the old bytes or the new ones, never a mix.
+step, and a reader sees the old bytes or the new ones, never a mix. ``create`` and
+``replace`` check their condition and write under the same lock, so they are true
+create-if-absent and compare-and-swap; versions are content digests.
 
 mtimes come from an injected clock (epoch seconds), so retention and GC tests control
 time; the default is :func:`time.time`.
@@ -22,9 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned, content_version
 from tieredstore.backends.keys import check_key, check_prefix, check_range
-from tieredstore.errors import ConfigError, ObjectNotFoundError
+from tieredstore.errors import ConditionFailedError, ConfigError, ObjectNotFoundError
 
 __all__ = ["MemoryBackend", "reset_memory_stores"]
 
@@ -95,6 +97,32 @@ class MemoryBackend(Backend):
         obj = _Object(bytes(data), self._clock())
         with self._store.lock:
             self._store.objects[key] = obj
+
+    async def create(self, key: str, data: bytes) -> str:
+        check_key(key, self.url)
+        obj = _Object(bytes(data), self._clock())
+        with self._store.lock:
+            if key in self._store.objects:
+                raise ConditionFailedError("object already exists", where=f"{self.url}/{key}")
+            self._store.objects[key] = obj
+        return content_version(obj.data)
+
+    async def read_versioned(self, key: str) -> Versioned:
+        check_key(key, self.url)
+        data = self._get(key).data
+        return Versioned(data, content_version(data))
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        check_key(key, self.url)
+        obj = _Object(bytes(data), self._clock())
+        with self._store.lock:
+            current = self._store.objects.get(key)
+            if current is None or content_version(current.data) != version:
+                raise ConditionFailedError(
+                    "object is not at the expected version", where=f"{self.url}/{key}"
+                )
+            self._store.objects[key] = obj
+        return content_version(obj.data)
 
     async def size(self, key: str) -> int:
         check_key(key, self.url)

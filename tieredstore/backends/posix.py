@@ -10,6 +10,13 @@ Atomic, durable writes: the bytes go to a temp file in the destination directory
 object or the new one, plus at worst a stray temp file. Temp files are not objects:
 ``list`` skips them and keys that look like them are refused.
 
+Conditional writes: ``create`` publishes the fsynced temp file with :func:`os.link`, which
+fails if the destination exists, so create-if-absent is atomic on every POSIX filesystem
+(NFS included). ``replace`` holds an exclusive :func:`fcntl.flock` on ``.<name>.lock``
+beside the object while it compares the current content digest (the version) and
+renames the new bytes over it; every conditional writer takes that lock, so the
+compare and the swap are one step. Lock files are not objects either.
+
 Keys are checked by :mod:`tieredstore.backends.keys` (no ``..``, no absolute keys, no
 NUL), so no key can leave the root; a bad key raises BackendError. Other OS failures
 (permission denied, disk full, a key whose parent is a file) raise BackendError too; a
@@ -22,22 +29,32 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import fcntl
 import os
 import re
+import shutil
 import stat
 import uuid
-from collections.abc import AsyncIterable, Iterator
+from collections.abc import AsyncIterable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned, content_version
 from tieredstore.backends.keys import check_key, check_prefix, check_range
-from tieredstore.errors import BackendError, ConfigError, ObjectNotFoundError
+from tieredstore.errors import (
+    BackendError,
+    ConditionFailedError,
+    ConfigError,
+    ObjectNotFoundError,
+)
 
 __all__ = ["PosixBackend", "posix_root_from_url"]
 
-_TEMP_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
+# Our own private files beside objects: temp files and the replace() lock files.
+_TEMP_NAME = re.compile(r"\..+\.(tmp-[0-9a-f]{32}|lock)")
+# Of those, what an interrupted write leaves behind (lock files stay: they are reused).
+_LEFTOVER_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
 # Small chunks are coalesced so write_chunks makes one thread hop per MiB, not per chunk.
 _FLUSH_BYTES = 1 << 20
 # "Not an object": the path is missing, or a directory is in the way.
@@ -110,6 +127,48 @@ class PosixBackend(Backend):
                 if not published:
                     await asyncio.to_thread(_remove_quietly, temp)
 
+    async def write_file(
+        self, key: str, path: Path, *, chunk_bytes: int, check: Callable[[], None]
+    ) -> int:
+        """Publish a local file as ``key``: hard-linked into a temp name next to the
+        object (a copy when ``path`` is on another filesystem), fsynced, then renamed
+        into place. ``check`` runs once before (the bytes move in one step, no chunks);
+        ``chunk_bytes`` is unused."""
+        check()
+        target = self._path(key)
+        with self._os_errors("write", target, not_found=False):
+            temp = await asyncio.to_thread(_link_or_copy, Path(path), target)
+            published = False
+            try:
+                check()
+                size = (await asyncio.to_thread(os.stat, temp)).st_size
+                await asyncio.to_thread(_publish, temp, target)
+                published = True
+                return size
+            finally:
+                if not published:
+                    await asyncio.to_thread(_remove_quietly, temp)
+
+    async def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        with self._os_errors("create", path, not_found=False):
+            created = await asyncio.to_thread(_create_whole, path, data)
+        if not created:
+            raise ConditionFailedError("object already exists", where=str(path))
+        return content_version(data)
+
+    async def read_versioned(self, key: str) -> Versioned:
+        data = await self.read(key)
+        return Versioned(data, content_version(data))
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        path = self._path(key)
+        with self._os_errors("replace", path, not_found=False):
+            swapped = await asyncio.to_thread(_replace_if, path, data, version)
+        if not swapped:
+            raise ConditionFailedError("object is not at the expected version", where=str(path))
+        return content_version(data)
+
     async def size(self, key: str) -> int:
         path = self._path(key)
         with self._os_errors("stat", path, not_found=True):
@@ -125,11 +184,27 @@ class PosixBackend(Backend):
         with self._os_errors("list", self.root, not_found=False):
             return await asyncio.to_thread(_list_objects, self.root, prefix)
 
+    async def list_leftovers(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """Temp files (``.<name>.tmp-<32 hex>``) under the directory ``prefix`` names."""
+        check_prefix(prefix, self.url)
+        with self._os_errors("list", self.root, not_found=False):
+            return await asyncio.to_thread(_list_leftovers, self.root, prefix)
+
+    async def delete_leftover(self, key: str) -> None:
+        check_key(key, self.url)
+        if not _LEFTOVER_NAME.fullmatch(key.rsplit("/", 1)[-1]):
+            await super().delete_leftover(key)  # refuses: not a temp file
+        path = self.root.joinpath(*key.split("/"))
+        with self._os_errors("delete", path, not_found=False):
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+
     def _path(self, key: str) -> Path:
         check_key(key, self.url)
         if any(_TEMP_NAME.fullmatch(segment) for segment in key.split("/")):
             raise BackendError(
-                f"object key {key!r} looks like a temp file (.<name>.tmp-<hex>)", where=self.url
+                f"object key {key!r} looks like a temp file or a lock file "
+                "(.<name>.tmp-<hex>, .<name>.lock)",
+                where=self.url,
             )
         return self.root.joinpath(*key.split("/"))
 
@@ -196,6 +271,40 @@ def _write_whole(path: Path, data: bytes) -> None:
             _remove_quietly(temp)
 
 
+def _create_whole(path: Path, data: bytes) -> bool:
+    """Publish ``data`` at ``path`` only if nothing is there; False if something was."""
+    temp = _create_temp(path)
+    try:
+        _append(temp, data)
+        _fsync_file(temp)
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            return False
+        _fsync_dir(path.parent)
+        return True
+    finally:
+        _remove_quietly(temp)
+
+
+def _replace_if(path: Path, data: bytes, version: str) -> bool:
+    """Swap ``data`` in at ``path`` if its current content has ``version``; else False."""
+    _make_parents(path.parent)
+    lock = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            current = path.read_bytes()
+        except _MISSING:
+            return False
+        if content_version(current) != version:
+            return False
+        _write_whole(path, data)
+        return True
+    finally:
+        os.close(lock)  # closing releases the flock
+
+
 def _create_temp(path: Path) -> Path:
     _make_parents(path.parent)
     temp = _temp_path(path)
@@ -232,12 +341,27 @@ def _append(temp: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _publish(temp: Path, path: Path) -> None:
+def _link_or_copy(source: Path, path: Path) -> Path:
+    """A temp file next to ``path`` with the bytes of ``source`` (a hard link if it can)."""
+    _make_parents(path.parent)
+    temp = _temp_path(path)
+    try:
+        os.link(source, temp)
+    except OSError:  # another filesystem, or links not allowed: copy
+        shutil.copyfile(source, temp)
+    return temp
+
+
+def _fsync_file(temp: Path) -> None:
     fd = os.open(temp, os.O_WRONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _publish(temp: Path, path: Path) -> None:
+    _fsync_file(temp)
     os.replace(temp, path)
     _fsync_dir(path.parent)
 
@@ -284,6 +408,24 @@ def _list_objects(root: Path, prefix: str) -> builtins.list[ObjectInfo]:
         return []
     for entry in entries:
         _collect(entry, base_key + entry.name, found)
+    found.sort(key=lambda info: info.key)
+    return found
+
+
+def _list_leftovers(root: Path, prefix: str) -> builtins.list[ObjectInfo]:
+    top = root.joinpath(*prefix.rstrip("/").split("/")) if prefix else root
+    found: builtins.list[ObjectInfo] = []
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            if not _LEFTOVER_NAME.fullmatch(name):
+                continue
+            path = Path(dirpath) / name
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue  # published or removed while we walked
+            key = path.relative_to(root).as_posix()
+            found.append(ObjectInfo(key, st.st_size, st.st_mtime_ns / 1_000_000_000))
     found.sort(key=lambda info: info.key)
     return found
 

@@ -30,12 +30,13 @@ import builtins
 import random
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 from tieredstore.errors import ConfigError, RetryableError
 
-__all__ = ["OnRetry", "RetryPolicy", "RetryingBackend"]
+__all__ = ["OnRetry", "RetryPolicy", "RetryingBackend", "retry_call"]
 
 T = TypeVar("T")
 
@@ -88,9 +89,9 @@ class RetryPolicy:
 class RetryingBackend(Backend):
     """``inner`` with every operation retried per ``policy``.
 
-    ``write_chunks`` is *not* retried: its chunk stream can be consumed only once, so a
-    RetryableError from it reaches the caller, who must rebuild the stream. ``close`` is
-    never retried.
+    ``write_chunks`` and ``write_file`` are *not* retried: a chunk stream can be consumed
+    only once, so a RetryableError from it reaches the caller, who must rebuild the
+    stream. ``close`` is never retried.
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class RetryingBackend(Backend):
         self.inner = inner
         self.policy = policy
         self.url = inner.url
+        self.conditional_writes = inner.conditional_writes
         self._on_retry = on_retry
         self._sleep = sleep
         self._random = random_source
@@ -121,6 +123,25 @@ class RetryingBackend(Backend):
     async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         return await self.inner.write_chunks(key, chunks)
 
+    async def write_file(
+        self, key: str, path: Path, *, chunk_bytes: int, check: Callable[[], None]
+    ) -> int:
+        """Not retried either, like :meth:`write_chunks` (the caller retries the whole
+        upload); the inner backend's own way (POSIX links the file)."""
+        return await self.inner.write_file(key, path, chunk_bytes=chunk_bytes, check=check)
+
+    async def create(self, key: str, data: bytes) -> str:
+        """Retried like a write. A retry after a lost reply may find the caller's own
+        object and raise ConditionFailedError: callers compare what is there."""
+        return await self._retry("create", lambda: self.inner.create(key, data))
+
+    async def read_versioned(self, key: str) -> Versioned:
+        return await self._retry("read", lambda: self.inner.read_versioned(key))
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        """Retried like a write; the same caveat as :meth:`create` holds."""
+        return await self._retry("replace", lambda: self.inner.replace(key, data, version=version))
+
     async def size(self, key: str) -> int:
         return await self._retry("size", lambda: self.inner.size(key))
 
@@ -133,18 +154,50 @@ class RetryingBackend(Backend):
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         return await self._retry("list", lambda: self.inner.list(prefix))
 
+    async def list_leftovers(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        return await self._retry("list_leftovers", lambda: self.inner.list_leftovers(prefix))
+
+    async def delete_leftover(self, key: str) -> None:
+        await self._retry("delete_leftover", lambda: self.inner.delete_leftover(key))
+
     async def close(self) -> None:
         await self.inner.close()
 
     async def _retry(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
-        attempt = 1
-        while True:
-            try:
-                return await call()
-            except RetryableError as exc:
-                if attempt >= self.policy.max_attempts:
-                    raise
-                if self._on_retry is not None:
-                    self._on_retry(op, attempt, exc)
-                await self._sleep(self.policy.delay(attempt, self._random()))
-                attempt += 1
+        return await retry_call(
+            op,
+            call,
+            self.policy,
+            sleep=self._sleep,
+            random_source=self._random,
+            on_retry=self._on_retry,
+        )
+
+
+async def retry_call(
+    op: str,
+    call: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    random_source: Callable[[], float] = random.random,
+    on_retry: OnRetry | None = None,
+) -> T:
+    """Await ``call()``, again after each RetryableError, up to ``policy.max_attempts``.
+
+    The one retry loop: :class:`RetryingBackend` runs every backend call through it, and
+    callers that must retry a whole multi-request operation (a streamed segment upload,
+    which cannot be replayed request by request) run that through it too. The last
+    RetryableError is re-raised unchanged; any other error passes through at once.
+    """
+    attempt = 1
+    while True:
+        try:
+            return await call()
+        except RetryableError as exc:
+            if attempt >= policy.max_attempts:
+                raise
+            if on_retry is not None:
+                on_retry(op, attempt, exc)
+            await sleep(policy.delay(attempt, random_source()))
+            attempt += 1

@@ -15,6 +15,12 @@ see a prefix. A failed or cancelled multipart upload is aborted. ``write_chunks`
 it holds at most one part in memory and starts a multipart upload only once the stream
 outgrows the threshold.
 
+Conditional writes: ``create`` is a PutObject with ``If-None-Match: *`` and ``replace``
+one with ``If-Match: <ETag>``; S3 (and moto 5) evaluate the condition atomically with the
+write. Versions are ETags. A 412 PreconditionFailed (or, for ``replace``, a missing
+object) becomes ConditionFailedError; a 409 ConditionalRequestConflict (a concurrent
+conditional write in progress) is retryable, and the retry then sees who won.
+
 Retries: each request is tried exactly once here (s3fs and botocore retries are turned
 off). Wrap the backend in :class:`~tieredstore.backends.retry.RetryingBackend` to retry,
 so every retry is counted in one place and throttling is visible.
@@ -26,6 +32,8 @@ Error translation — s3fs turns some botocore errors into builtins (keeping the
 S3 reply / exception                        tieredstore error
 ==========================================  ==========================
 NoSuchKey, 404 (HEAD), FileNotFoundError    ObjectNotFoundError
+PreconditionFailed, 412                     ConditionFailedError
+ConditionalRequestConflict, 409             BackendUnavailableError
 SlowDown, 503, 429, Throttling*             ThrottledError
 RequestTimeout, connect/read timeouts       BackendTimeoutError
 other 5xx, connection refused/reset         BackendUnavailableError
@@ -36,12 +44,15 @@ missing credentials, other botocore errors  BackendError
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import enum
 import errno
-from collections.abc import AsyncIterable, Iterator
+import os
+from collections.abc import AsyncIterable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Self, cast
 from urllib.parse import urlsplit
 
@@ -49,15 +60,17 @@ import aiohttp
 import botocore.exceptions
 import s3fs
 
-from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 from tieredstore.backends.keys import check_key, check_prefix, check_range
 from tieredstore.backends.options import BackendOptions
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    ConditionFailedError,
     ConfigError,
     ObjectNotFoundError,
+    StoreError,
     ThrottledError,
     TieredStoreError,
 )
@@ -149,6 +162,10 @@ class S3Backend(Backend):
         self.part_size = max(opts.multipart_threshold, MIN_PART_SIZE)
         self._fs = _make_filesystem(opts)
         self._state = _State.OPEN
+        #: Called before every S3 request with its kind (read, stat, write, delete, list,
+        #: abort): a multipart write makes several, a listing one per page. Set by
+        #: :class:`~tieredstore.backends.counting.CountingBackend`.
+        self.on_request: Callable[[str], None] | None = None
 
     async def __aenter__(self) -> Self:
         self._check_open()
@@ -205,6 +222,29 @@ class S3Backend(Backend):
             for offset in range(0, len(view), part_size):
                 await upload.add(bytes(view[offset : offset + part_size]))
 
+    async def write_file(
+        self, key: str, path: Path, *, chunk_bytes: int, check: Callable[[], None]
+    ) -> int:
+        """One PUT of the file if it is within the threshold, else a multipart upload
+        read part by part from the file: one part in memory, never the whole object
+        twice (as buffering a stream of chunks does). ``check`` runs before each part;
+        ``chunk_bytes`` is unused (parts are ``part_size``)."""
+        size = (await asyncio.to_thread(os.stat, path)).st_size
+        target = self._path(key)
+        part_size = size if size <= self.multipart_threshold else self.part_size
+        part_size = max(part_size, -(-size // MAX_PARTS), 1)
+        parts = range(0, size, part_size)
+        if len(parts) <= 1:
+            check()
+            await self._put(target, await asyncio.to_thread(_read_part, path, 0, size))
+            return size
+        async with _MultipartUpload(self, target) as upload:
+            for offset in parts:
+                check()
+                want = min(part_size, size - offset)
+                await upload.add(await asyncio.to_thread(_read_part, path, offset, want))
+        return size
+
     async def write_chunks(self, key: str, chunks: AsyncIterable[bytes]) -> int:
         """Stream ``chunks`` to S3: one PUT if the total stays within the threshold."""
         path = self._path(key)
@@ -228,6 +268,31 @@ class S3Backend(Backend):
             if buffer:
                 await upload.add(bytes(buffer))
         return total
+
+    async def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        return await self._put(path, bytes(data), IfNoneMatch="*")
+
+    async def read_versioned(self, key: str) -> Versioned:
+        path = self._path(key)
+        bucket, full_key = path.split("/", 1)
+        with self._s3_errors("read", path):
+            reply = await self._fs._call_s3("get_object", Bucket=bucket, Key=full_key)
+            body = reply["Body"]
+            try:
+                data = cast(bytes, await body.read())
+            finally:
+                body.close()
+        return Versioned(data, str(reply["ETag"]))
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        path = self._path(key)
+        try:
+            return await self._put(path, bytes(data), IfMatch=version)
+        except ObjectNotFoundError as exc:
+            raise ConditionFailedError(
+                "object to replace does not exist", where=f"s3://{path}"
+            ) from exc
 
     async def size(self, key: str) -> int:
         path = self._path(key)
@@ -265,10 +330,14 @@ class S3Backend(Backend):
         found.sort(key=lambda info: info.key)
         return found
 
-    async def _put(self, path: str, data: bytes) -> None:
+    async def _put(self, path: str, data: bytes, **condition: str) -> str:
+        """One PutObject (``condition``: ``IfNoneMatch`` / ``IfMatch``); return the ETag."""
         bucket, full_key = path.split("/", 1)
         with self._s3_errors("write", path):
-            await self._fs._call_s3("put_object", Bucket=bucket, Key=full_key, Body=data)
+            reply = await self._fs._call_s3(
+                "put_object", Bucket=bucket, Key=full_key, Body=data, **condition
+            )
+        return str(reply.get("ETag", ""))
 
     def _path(self, key: str) -> str:
         check_key(key, self.url)
@@ -282,6 +351,8 @@ class S3Backend(Backend):
     @contextmanager
     def _s3_errors(self, op: str, path: str) -> Iterator[None]:
         """Translate a failed request on ``bucket/key`` ``path`` into our errors."""
+        if self.on_request is not None and op != "connect":
+            self.on_request(op)
         try:
             yield
         except _S3_FAILURES as exc:
@@ -372,6 +443,21 @@ def _make_filesystem(opts: BackendOptions) -> Any:
     return fs
 
 
+def _read_part(path: Path, offset: int, size: int) -> bytes:
+    """``size`` bytes of a local file from ``offset``; a short file is an error."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(offset)
+            data = f.read(size)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot read the file to upload: {exc.strerror}", where=str(path)
+        ) from exc
+    if len(data) != size:
+        raise StoreError(f"file ends early ({offset + len(data)} bytes)", where=str(path))
+    return data
+
+
 def translate_s3_error(exc: BaseException, op: str, where: str) -> TieredStoreError:
     """Map an s3fs/botocore/aiohttp failure of ``op`` on ``where`` to our hierarchy."""
     failure = _client_failure(exc)
@@ -393,6 +479,10 @@ def _from_reply(failure: _S3Failure, op: str, where: str) -> TieredStoreError:
     text = f"{op} failed: {failure.code} ({failure.status}): {failure.message}"
     if failure.code in _NOT_FOUND_CODES:
         return ObjectNotFoundError("no such object", where=where)
+    if failure.code == "PreconditionFailed" or failure.status == 412:
+        return ConditionFailedError(f"{op}: the write condition failed", where=where)
+    if failure.code == "ConditionalRequestConflict" or failure.status == 409:
+        return BackendUnavailableError(text, where=where)
     if failure.code in _THROTTLE_CODES or failure.status in (429, 503):
         return ThrottledError(text, where=where)
     if failure.code in _TIMEOUT_CODES:

@@ -53,3 +53,14 @@ def settings_from_args(
     if check:
         check_environment(settings)
     return settings
+
+
+def positive_int(text: str) -> int:
+    """argparse type for a whole number >= 1 (``--count``, ``--jobs``, ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

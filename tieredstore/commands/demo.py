@@ -3,6 +3,9 @@
 Runs on the embedded defaults — a local cold directory, the SQLite catalogue and a local
 Spark session — all under ``--workdir`` (default ``.demo``), which it recreates. Exit
 code: the verifier's (0 CLEAN).
+
+It prints only its own ``==>`` lines (stderr) and the verdict line (stdout): Spark's
+output goes to ``<workdir>/report/spark.log``, or to the terminal with ``--verbose``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", type=Path, default=Path(".demo"), help="recreated each run")
     p.add_argument("--messages", type=int, default=50_000, help="messages to synthesize")
     p.add_argument("--master", default="local[2]", help="Spark master for the verification")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Spark's own output (default: into <workdir>/report/spark.log)",
+    )
 
 
 def _fresh(workdir: Path) -> None:
@@ -85,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     segments = asyncio.run(_tier(store, cold, state))
     _say(f"tiered {segments} segments in {time.perf_counter() - started:.1f}s")
-    _say(f"verifying cold against hot with Spark ({args.master}), content level")
+    spark_log = "on this terminal" if args.verbose else f"log: {out / 'spark.log'}"
+    _say(f"verifying cold against hot with Spark ({args.master}, {spark_log}), content level")
     code = verify_main(
         [
             "--hot",
@@ -104,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             args.master,
             "--metadata",
             str(state),
+            *(["--verbose"] if args.verbose else []),
         ]
     )
     _say(f"report: {out / 'report.html'} (exit code {code}: 0 CLEAN, 1 DIRTY, 2 CORRUPT)")

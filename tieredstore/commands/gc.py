@@ -55,23 +55,14 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
 
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
     from dispatcher.gc import delete_garbage, scan_garbage
-    from dispatcher.lease import Lease
-    from dispatcher.runtime import backend_options
-    from tieredstore.backends import RetryPolicy, open_backend
-    from tieredstore.layout import lease_key
+    from dispatcher.runtime import lease_for
+    from tieredstore.backends import open_cold
 
     clock = SystemClock()
     protected = _catalogue_keys(settings)
-    backend = open_backend(
-        settings.cold_url, options=backend_options(settings), retry=RetryPolicy()
-    )
+    backend = open_cold(settings)
     async with backend:
-        lease = Lease(
-            backend,
-            lease_key(settings.cluster, settings.broker),
-            clock,
-            renew_interval=settings["lease.renew_interval"],
-        )
+        lease = lease_for(settings, backend, clock)
         if not dry_run:
             # Held from before the scan: no sidecar may rewrite an old leftover meanwhile.
             await lease.acquire(wait=False)

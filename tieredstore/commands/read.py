@@ -17,10 +17,8 @@ import sys
 from datetime import UTC, datetime
 from typing import TextIO
 
-from tieredstore.backends import open_backend
-from tieredstore.backends.options import BackendOptions
-from tieredstore.backends.retry import RetryPolicy
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.backends import open_cold
+from tieredstore.commands._settings import add_settings_arguments, positive_int, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
@@ -30,13 +28,6 @@ def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
@@ -56,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --timestamp: lower = first message at or after it, "
         "upper = last message at or before it (default lower)",
     )
-    p.add_argument("--count", type=_positive, default=1, help="messages to print (default 1)")
+    p.add_argument("--count", type=positive_int, default=1, help="messages to print (default 1)")
     p.add_argument(
         "--format", choices=["json", "text"], default="json", help="JSON lines or readable text"
     )
@@ -82,11 +73,7 @@ def _print_text(m: ColdMessage, out: TextIO) -> None:
 
 
 async def _read(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    options = BackendOptions(
-        endpoint_url=settings["cold.endpoint_url"] or None,
-        region=settings["cold.region"] or None,
-    )
-    async with open_backend(settings.cold_url, options=options, retry=RetryPolicy()) as backend:
+    async with open_cold(settings) as backend:
         reader = ColdReader(backend, settings.cluster, settings.broker)
         offset = args.offset
         if args.timestamp is not None:

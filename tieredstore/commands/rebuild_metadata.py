@@ -21,11 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _rebuild(settings: Settings) -> int:
-    from dispatcher.runtime import backend_options
-    from metadata.catalogue import rebuild
-    from tieredstore.backends import open_backend
+    from metadata.reconcile import rebuild
+    from tieredstore.backends import open_cold
 
-    async with open_backend(settings.cold_url, options=backend_options(settings)) as backend:
+    async with open_cold(settings, retry=None) as backend:
         report = await rebuild(
             backend, settings.state_dir, cluster=settings.cluster, broker=settings.broker
         )

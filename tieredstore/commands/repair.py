@@ -33,14 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPlan:
     from dispatcher.repair import plan_repair
-    from dispatcher.runtime import backend_options
     from metadata.catalogue import Catalogue
-    from tieredstore.backends import RetryPolicy, open_backend
+    from tieredstore.backends import open_cold
     from tieredstore.hotstore import HotStore
 
-    backend = open_backend(
-        settings.cold_url, options=backend_options(settings), retry=RetryPolicy()
-    )
+    backend = open_cold(settings)
     async with backend:
         with Catalogue.open(
             settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True

@@ -1,4 +1,10 @@
-"""``tieredstore run``: the sidecar. ``--once`` = one catch-up pass, then exit 0.
+"""``tieredstore run``: the sidecar. ``--once`` = one catch-up pass, then exit.
+
+``--once`` exits 0 only when everything is tiered that may be: it exits 1 when a queue
+diverged, lost hot data or failed during the pass, and also while any queue is PAUSED
+(offsets lost before tiering, waiting for ``tieredstore resume``) or DIVERGED (waiting
+for ``tieredstore repair``) from an earlier run — such a queue is no longer tiered, so
+"done" would be a lie.
 
 Lifecycle of the long-running mode:
 
@@ -44,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_settings_arguments(p)
     p.add_argument("--once", action="store_true", help="one catch-up pass, then exit")
     p.add_argument("--init-policy", help="earliest | latest | timestamp:<ms> [tiering.init_policy]")
-    p.add_argument("--guard", choices=["checkpoint", "none"], help="[tiering.guard]")
+    p.add_argument("--guard", choices=["sync", "checkpoint", "none"], help="[tiering.guard]")
     p.add_argument("--no-wait", action="store_true", help="exit if another sidecar holds the lease")
     p.add_argument(
         "--progress",
@@ -60,14 +66,13 @@ async def check_cold_store(settings: Settings) -> None:
     Raises ConfigError naming ``cold.url`` when it cannot be reached or refuses us
     (no such bucket, access denied), so a misconfigured sidecar stops at start.
     """
-    from dispatcher.runtime import backend_options
-    from tieredstore.backends import open_backend
+    from tieredstore.backends import open_cold
     from tieredstore.backends.retry import RetryPolicy
     from tieredstore.layout import lease_key
 
     policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
     where = f"cold.url={settings.redacted()['cold.url']}"
-    backend = open_backend(settings.cold_url, options=backend_options(settings), retry=policy)
+    backend = open_cold(settings, retry=policy)
     try:
         await backend.list(lease_key(settings.cluster, settings.broker))
     except (RetryableError, BackendError) as exc:
@@ -202,7 +207,22 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
             len(report.errors),
         )
         return 1
-    return 0
+    return _stopped_queues(rt)
+
+
+def _stopped_queues(rt: Runtime) -> int:
+    """1 (and one log line each) when a queue is PAUSED or DIVERGED, else 0."""
+    from metadata.rows import QueueState
+
+    fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
+    stopped = [r for r in rt.catalogue.queues() if r.state in fix]
+    for row in stopped:
+        extra = " --accept-loss" if row.state is QueueState.PAUSED else ""
+        log.error(
+            "queue %s is %s and not tiered; run `tieredstore %s --topic %s --queue %d%s`",
+            row, row.state.value, fix[row.state], row.topic, row.queue_id, extra,
+        )  # fmt: skip
+    return 1 if stopped else 0
 
 
 async def _serve(

@@ -1,107 +1,198 @@
-"""``tieredstore status``: per queue hot min/max, cold min/commit, lag and state.
+"""``tieredstore status``: per queue hot min/max, cold min/commit, lag, state, losses and
+retention headroom.
 
 Reads the broker store and the catalogue (read-only, so it works next to a running
-sidecar); it never contacts the cold store.
+sidecar); it never contacts the cold store. The table starts with a one-line health
+summary (:func:`health_line`). ``--watch`` redraws it in place every ``--interval``
+until Ctrl-C (on a terminal; piped, it prints one frame after another).
+
+Columns beyond the offsets and lag (JSON field names in brackets):
+
+* ``room MB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
+  broker holds before the queue's oldest untiered message — what its retention deletes
+  before it deletes that message (:mod:`tieredstore.pressure`). ``-`` (JSON null) when
+  nothing is untiered; 0 when the message is already gone.
+* ``lost`` [``lost_unacknowledged`` + ``lost_accepted``]: messages the broker deleted
+  before they were tiered — not yet accepted (the queue is PAUSED; ``tieredstore resume
+  --accept-loss``), and accepted by resume (loss records in cold, listed in ``losses``).
+  The text shows ``<unacknowledged>!`` or the accepted count.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Final, TextIO
 
+from tieredstore.clock import Clock, SystemClock
 from tieredstore.commands._settings import add_settings_arguments, settings_from_args
-from tieredstore.errors import TieredStoreError
+from tieredstore.config import parse_duration
+from tieredstore.errors import ConfigError
 from tieredstore.hotstore import HotStore
+from tieredstore.humanize import human_bytes, human_seconds, iso_time
 
+if TYPE_CHECKING:
+    from dispatcher.queue_status import QueueStatus
 
-@dataclass(frozen=True, slots=True)
-class QueueStatus:
-    topic: str
-    queue: int
-    state: str
-    hot_min: int
-    hot_max: int
-    cold_min: int
-    cold_commit: int
-    lag_messages: int
-    lag_bytes: int
-    lag_seconds: float
-    note: str
+#: Cursor home and clear screen: the next frame replaces the last one.
+CLEAR: Final = "\x1b[H\x1b[2J"
+_STATES: Final = ("DIVERGED", "PAUSED", "ACTIVE", "DELETED")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_settings_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--watch", action="store_true", help="refresh in place every --interval until Ctrl-C"
+    )
+    p.add_argument("--interval", default="2s", help="--watch refresh period (default 2s)")
 
 
-def collect(hot: HotStore, rows: list[object], now_ms: int) -> list[QueueStatus]:
-    """Join catalogue rows with the hot store's current offsets."""
-    from metadata.rows import QueueRow
+def _lost_text(s: QueueStatus) -> str:
+    if s.lost_unacknowledged:
+        return f"{s.lost_unacknowledged}!"
+    return str(s.lost_accepted) if s.lost_accepted else "-"
 
-    out: list[QueueStatus] = []
-    for row in rows:
-        assert isinstance(row, QueueRow)
-        note = ""
-        try:
-            rng = hot.queue_range(row.topic, row.queue_id)
-            lag = max(rng.max - row.cold_commit, 0)
-            lag_bytes, lag_s = 0, 0.0
-            start = max(row.cold_commit, rng.min)
-            if start < rng.max:
-                units = hot.read_units(row.topic, row.queue_id, start, rng.max)
-                lag_bytes = int(units["size"].sum())
-                oldest = hot.read_store_timestamp(int(units["commitlog_offset"][0]))
-                lag_s = max(now_ms - oldest, 0) / 1000
-            if rng.max < row.cold_commit:
-                note = "hot max below cold commit"
-            elif rng.min > row.cold_commit:
-                note = f"hot offsets [{row.cold_commit}, {rng.min}) deleted before tiering"
-        except TieredStoreError as exc:
-            rng_min = rng_max = -1
-            lag, lag_bytes, lag_s, note = 0, 0, 0.0, str(exc)
-        else:
-            rng_min, rng_max = rng.min, rng.max
-        out.append(
-            QueueStatus(
-                topic=row.topic,
-                queue=row.queue_id,
-                state=row.state.name,
-                hot_min=rng_min,
-                hot_max=rng_max,
-                cold_min=row.cold_min,
-                cold_commit=row.cold_commit,
-                lag_messages=lag,
-                lag_bytes=lag_bytes,
-                lag_seconds=lag_s,
-                note=note,
-            )
+
+def _room_text(s: QueueStatus) -> tuple[str, str]:
+    if s.retention_headroom_bytes is None or s.retention_headroom_seconds is None:
+        return "-", "-"
+    return f"{s.retention_headroom_bytes / 1e6:.1f}", f"{s.retention_headroom_seconds:.0f}"
+
+
+def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
+    """One line: when, a verdict, queues by state, and the lag (total, oldest, where).
+
+    The verdict is ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED
+    or could not be read (it has a note), ``NO QUEUES`` when the catalogue has none, and
+    ``OK`` otherwise.
+    """
+    states = Counter(s.state for s in statuses)
+    noted = sum(1 for s in statuses if s.note)
+    if not statuses:
+        verdict = "NO QUEUES"
+    elif states["DIVERGED"]:
+        verdict = "CRITICAL"
+    elif states["PAUSED"] or noted:
+        verdict = "WARNING"
+    else:
+        verdict = "OK"
+    counts = ", ".join(f"{states[s]} {s}" for s in _STATES if states[s])
+    parts = [f"{iso_time(now_ms)} {verdict}: {len(statuses)} queues"]
+    if counts:
+        parts[0] += f" ({counts})"
+    if noted:
+        parts.append(f"{noted} with notes")
+    lag_messages = sum(s.lag_messages for s in statuses)
+    lag = f"lag {lag_messages} messages, {human_bytes(sum(s.lag_bytes for s in statuses))}"
+    oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
+    if oldest is not None and oldest.lag_seconds > 0:
+        lag += f", oldest {human_seconds(oldest.lag_seconds)} ({oldest.topic}/{oldest.queue})"
+    parts.append(lag)
+    return "; ".join(parts)
+
+
+def table(statuses: Sequence[QueueStatus]) -> list[str]:
+    """The per-queue table, header first."""
+    head = f"{'topic':<32} {'q':>3} {'state':<8} {'hot min':>9} {'hot max':>9} "
+    head += f"{'cold min':>9} {'cold commit':>11} {'lag msgs':>9} {'lag MB':>8} {'lag s':>7} "
+    head += f"{'room MB':>9} {'room s':>8} {'lost':>7}"
+    lines = [head]
+    for s in statuses:
+        room_mb, room_s = _room_text(s)
+        lines.append(
+            f"{s.topic[:32]:<32} {s.queue:>3} {s.state:<8} {s.hot_min:>9} {s.hot_max:>9} "
+            f"{s.cold_min:>9} {s.cold_commit:>11} {s.lag_messages:>9} "
+            f"{s.lag_bytes / 1e6:>8.2f} {s.lag_seconds:>7.1f} {room_mb:>9} {room_s:>8} "
+            f"{_lost_text(s):>7}" + (f"  {s.note}" if s.note else "")
         )
-    return out
+    return lines
+
+
+def frame(statuses: Sequence[QueueStatus], now_ms: int) -> str:
+    """What one refresh shows: the health line, a blank line, the table."""
+    return "\n".join([health_line(statuses, now_ms), "", *table(statuses)]) + "\n"
+
+
+async def watch(
+    snapshot: Callable[[int], Sequence[QueueStatus]],
+    *,
+    clock: Clock,
+    out: TextIO,
+    interval: float,
+    in_place: bool,
+    frames: int | None = None,
+) -> int:
+    """Draw ``snapshot(now_ms)`` every ``interval`` seconds on ``clock``; ``frames`` bounds
+    the number of refreshes (None: until cancelled). ``in_place`` clears the screen
+    before each frame; otherwise frames follow one another, a blank line apart.
+    Returns how many frames were drawn.
+    """
+    drawn = 0
+    while frames is None or drawn < frames:
+        now = clock.now_ms()
+        text = frame(snapshot(now), now)
+        out.write(CLEAR + text if in_place else ("\n" if drawn else "") + text)
+        out.flush()
+        drawn += 1
+        if frames is None or drawn < frames:
+            await clock.sleep(interval)
+    return drawn
+
+
+def _interval(args: argparse.Namespace) -> float:
+    """The ``--watch`` period in seconds (ConfigError if bad or used with ``--json``)."""
+    if args.json:
+        raise ConfigError("--watch draws the table; --json prints one snapshot: pick one")
+    try:
+        interval = parse_duration(args.interval)
+    except ValueError as exc:
+        raise ConfigError(f"bad --interval: {exc}") from exc
+    if interval <= 0:
+        raise ConfigError(f"bad --interval: must be positive, got {args.interval!r}")
+    return interval
 
 
 def run(args: argparse.Namespace) -> int:
+    from dispatcher.queue_status import collect
     from metadata.catalogue import Catalogue
 
     # status never touches the cold store, so a cold URL is not required here.
     settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})
     hot = HotStore(settings.store_path)
-    with Catalogue.open(
-        settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
-    ) as catalogue:
-        rows: list[object] = list(catalogue.queues())
-    statuses = collect(hot, rows, time.time_ns() // 1_000_000)
+
+    def snapshot(now_ms: int) -> list[QueueStatus]:
+        with Catalogue.open(
+            settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+        ) as catalogue:
+            rows = catalogue.queues()
+            losses = catalogue.losses()
+        return collect(hot, rows, now_ms, losses)
+
+    if args.watch:
+        interval = _interval(args)
+        try:
+            asyncio.run(
+                watch(
+                    snapshot,
+                    clock=SystemClock(),
+                    out=sys.stdout,
+                    interval=interval,
+                    in_place=sys.stdout.isatty(),
+                )
+            )
+        except KeyboardInterrupt:
+            return 0  # Ctrl-C is how a watch ends
+        return 0
+    statuses = snapshot(time.time_ns() // 1_000_000)
     if args.json:
         print(json.dumps({"queues": [asdict(s) for s in statuses]}, indent=1))
         return 0
-    head = f"{'topic':<32} {'q':>3} {'state':<8} {'hot min':>9} {'hot max':>9} "
-    head += f"{'cold min':>9} {'cold commit':>11} {'lag msgs':>9} {'lag MB':>8} {'lag s':>7}"
-    print(head)
-    for s in statuses:
-        print(
-            f"{s.topic[:32]:<32} {s.queue:>3} {s.state:<8} {s.hot_min:>9} {s.hot_max:>9} "
-            f"{s.cold_min:>9} {s.cold_commit:>11} {s.lag_messages:>9} "
-            f"{s.lag_bytes / 1e6:>8.2f} {s.lag_seconds:>7.1f}" + (f"  {s.note}" if s.note else "")
-        )
+    sys.stdout.write(frame(statuses, time.time_ns() // 1_000_000))
     return 0

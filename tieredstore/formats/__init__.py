@@ -1,1 +1,1 @@
-"""Byte-exact codecs for the files of a RocketMQ broker store (see ROCKETMQ_FORMAT.md)."""
+"""Byte-exact codecs for the files of a RocketMQ broker store (see docs/format.md)."""

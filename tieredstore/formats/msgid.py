@@ -9,9 +9,19 @@ from tieredstore.formats.record import HostPort, MessageRecord
 __all__ = ["decode_offset_msg_id", "offset_msg_id", "offset_msg_id_for"]
 
 
+#: Hex of each store host seen (a store has few): the id's prefix, computed once.
+_HOST_HEX: dict[HostPort, str] = {}
+_HOST_HEX_MAX = 4096
+
+
 def offset_msg_id_for(store_host: HostPort, physical_offset: int) -> str:
     """Return the id for a store host and commitlog offset (32 hex chars for IPv4)."""
-    return (store_host.encode() + struct.pack(">q", physical_offset)).hex().upper()
+    prefix = _HOST_HEX.get(store_host)
+    if prefix is None:
+        if len(_HOST_HEX) >= _HOST_HEX_MAX:
+            _HOST_HEX.clear()
+        prefix = _HOST_HEX[store_host] = store_host.encode().hex().upper()
+    return prefix + struct.pack(">q", physical_offset).hex().upper()
 
 
 def offset_msg_id(record: MessageRecord) -> str:

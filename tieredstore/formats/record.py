@@ -1,4 +1,4 @@
-"""Commitlog records: decode, encode, and probe (ROCKETMQ_FORMAT.md §2).
+"""Commitlog records: decode, encode, and probe (docs/format.md).
 
 Layout (big-endian; offsets for IPv4 hosts)::
 
@@ -24,14 +24,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
+import numpy as np
+
 from tieredstore.errors import CorruptRecordError, TruncatedDataError
 
 __all__ = [
     "BLANK_MAGIC_CODE",
+    "BODY_LENGTH_AT_V4",
     "END_FILE_MIN_BLANK_LENGTH",
+    "HEAD_DTYPE",
+    "HEAD_PROBE_SIZE",
+    "HEAD_SIZE",
+    "HOST_V4_SIZE",
+    "HOST_V6_SIZE",
+    "MAGIC_AT",
     "MAGIC_CODE_V1",
     "MAGIC_CODE_V2",
+    "PHYSICAL_OFFSET_AT",
     "PHYSICAL_OFFSET_SLICE",
+    "QUEUE_OFFSET_AT",
+    "STORE_TIMESTAMP_AT_V4",
+    "STORE_TIMESTAMP_AT_V6",
+    "SYS_FLAG_AT",
+    "TAIL_SIZE",
+    "TOTAL_SIZE_AT",
     "CompressionType",
     "HostPort",
     "MagicCode",
@@ -44,7 +60,11 @@ __all__ = [
     "decode_properties",
     "decode_record",
     "encode_properties",
+    "keys_of",
+    "msg_id_of",
     "probe_record",
+    "same_outside_physical_offset",
+    "tags_of",
 ]
 
 MAGIC_CODE_V1: Final = -626843481  # 0xDAA320A7
@@ -52,17 +72,64 @@ MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB
 BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194
 #: The broker writes a record only if ``totalSize + 8`` fits; otherwise an 8-byte filler.
 END_FILE_MIN_BLANK_LENGTH: Final = 8
+#: The fixed head of every record, totalSize .. bornTimestamp: 48 bytes, big-endian. The
+#: one description of the record layout's fixed fields; the offsets below come from it.
+HEAD_DTYPE: Final = np.dtype(
+    [("total_size", ">i4"), ("magic", ">i4"), ("body_crc", ">i4"), ("queue_id", ">i4"),
+     ("flag", ">i4"), ("queue_offset", ">i8"), ("physical_offset", ">i8"),
+     ("sys_flag", ">i4"), ("born_timestamp", ">i8")]
+)  # fmt: skip
+HEAD_SIZE: Final = HEAD_DTYPE.itemsize
+
+
+def _at(field: str) -> int:
+    offset: int = HEAD_DTYPE.fields[field][1]  # type: ignore[index]
+    return offset
+
+
+TOTAL_SIZE_AT: Final = _at("total_size")
+MAGIC_AT: Final = _at("magic")
+QUEUE_OFFSET_AT: Final = _at("queue_offset")
+PHYSICAL_OFFSET_AT: Final = _at("physical_offset")
+SYS_FLAG_AT: Final = _at("sys_flag")
+#: The born host follows the head: IPv4 address + port, or IPv6 (sysFlag BORNHOST_V6).
+HOST_V4_SIZE: Final = 8
+HOST_V6_SIZE: Final = 20
+STORE_TIMESTAMP_AT_V4: Final = HEAD_SIZE + HOST_V4_SIZE
+STORE_TIMESTAMP_AT_V6: Final = HEAD_SIZE + HOST_V6_SIZE
+#: Bytes from a record's start that hold every field up to its storeTimestamp in any
+#: layout (76 with an IPv6 born host; every real record is longer).
+HEAD_PROBE_SIZE: Final = 80
+#: reconsumeTimes, preparedTransactionOffset, bodyLength: after the store host.
+TAIL_SIZE: Final = 16
+#: Where bodyLength sits when both hosts are IPv4; each IPv6 host moves it by
+#: ``HOST_V6_SIZE - HOST_V4_SIZE``.
+BODY_LENGTH_AT_V4: Final = STORE_TIMESTAMP_AT_V4 + 8 + HOST_V4_SIZE + TAIL_SIZE - 4
 #: Bytes [28, 36): the only bytes a cold record may differ from its hot original in.
-PHYSICAL_OFFSET_SLICE: Final = slice(28, 36)
+PHYSICAL_OFFSET_SLICE: Final = slice(PHYSICAL_OFFSET_AT, PHYSICAL_OFFSET_AT + 8)
 
 _NAME_VALUE_SEPARATOR: Final = "\x01"
 _PROPERTY_SEPARATOR: Final = "\x02"
+#: Properties the broker and clients give a meaning (MessageConst in RocketMQ).
+_PROPERTY_TAGS: Final = "TAGS"
+_PROPERTY_KEYS: Final = "KEYS"
+_PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+_KEY_SEPARATOR: Final = " "
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp: 48 bytes
+_HEAD = struct.Struct(">iiiiiqqiq")  # HEAD_DTYPE, for one record at a time
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _TAIL = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
+assert _HEAD.size == HEAD_SIZE and _TAIL.size == TAIL_SIZE
+
+
+def same_outside_physical_offset(hot: bytes | memoryview, cold: bytes | memoryview) -> bool:
+    """Whether a cold record is its hot original: same length, same bytes everywhere
+    except the physicalOffset field (:data:`PHYSICAL_OFFSET_SLICE`), which tiering
+    rewrites to the record's cold offset."""
+    a, b, s = memoryview(hot), memoryview(cold), PHYSICAL_OFFSET_SLICE
+    return len(a) == len(b) and a[: s.start] == b[: s.start] and a[s.stop :] == b[s.stop :]
 
 
 class MagicCode(enum.IntEnum):
@@ -134,6 +201,21 @@ def encode_properties(props: Mapping[str, str]) -> bytes:
     ).encode()
 
 
+def tags_of(properties: Mapping[str, str]) -> str | None:
+    """The message's tags (property ``TAGS``), or None when the producer set none."""
+    return properties.get(_PROPERTY_TAGS)
+
+
+def keys_of(properties: Mapping[str, str]) -> list[str]:
+    """The message's keys: property ``KEYS`` split on spaces, empty parts dropped."""
+    return [k for k in properties.get(_PROPERTY_KEYS, "").split(_KEY_SEPARATOR) if k]
+
+
+def msg_id_of(properties: Mapping[str, str]) -> str | None:
+    """The client message id (property ``UNIQ_KEY``), or None when the producer set none."""
+    return properties.get(_PROPERTY_UNIQ_KEY)
+
+
 def decode_properties(raw: bytes) -> dict[str, str]:
     """Decode raw property bytes; a pair without a value separator is ignored, as in Java."""
     out: dict[str, str] = {}
@@ -202,11 +284,11 @@ class MessageRecord:
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get("TAGS")
+        return tags_of(self.properties)
 
     @property
     def keys(self) -> list[str]:
-        return [k for k in self.properties.get("KEYS", "").split(" ") if k]
+        return keys_of(self.properties)
 
     @property
     def transaction_type(self) -> TransactionType:
@@ -231,7 +313,14 @@ class MessageRecord:
         """Return the producer's body, decompressing per the sysFlag compression type."""
         if not self.compressed:
             return self.body
-        ctype = self.compression_type
+        try:
+            ctype = self.compression_type
+        except ValueError:
+            raise CorruptRecordError(
+                f"unknown compression type {(self.sys_flag & _COMPRESSION_MASK) >> 8} in "
+                f"sysFlag 0x{self.sys_flag & 0xFFFFFFFF:X}",
+                where=f"queue offset {self.queue_offset}",
+            ) from None
         try:
             if ctype is CompressionType.ZLIB:
                 return zlib.decompress(self.body)
@@ -339,14 +428,74 @@ class MessageRecord:
 # -- decoding ---------------------------------------------------------------------
 
 
+#: Decoded hosts by their raw bytes: a store has few distinct hosts, and building the
+#: address objects is a large part of decoding a record. HostPort is immutable.
+_HOSTS: dict[bytes, HostPort] = {}
+_HOSTS_MAX: Final = 4096
+_BORNHOST_V6: Final = int(SysFlag.BORNHOST_V6)
+_STOREHOST_V6: Final = int(SysFlag.STOREHOST_V6)
+_MAGICS: Final = {int(m): m for m in MagicCode}
+
+
 def _host(buf: memoryview, pos: int, v6: bool) -> tuple[HostPort, int]:
     n = 16 if v6 else 4
-    raw = bytes(buf[pos : pos + n])
-    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = (
-        ipaddress.IPv6Address(raw) if v6 else ipaddress.IPv4Address(raw)
-    )
-    (port,) = _I32.unpack_from(buf, pos + n)
-    return HostPort(ip, port), pos + n + 4
+    end = pos + n + 4
+    if end > len(buf):
+        raise struct.error("host overruns the record")  # decode_record reports it
+    raw = bytes(buf[pos:end])
+    host = _HOSTS.get(raw)
+    if host is None:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address = (
+            ipaddress.IPv6Address(raw[:n]) if v6 else ipaddress.IPv4Address(raw[:n])
+        )
+        (port,) = _I32.unpack_from(raw, n)
+        host = HostPort(ip, port)
+        if len(_HOSTS) >= _HOSTS_MAX:
+            _HOSTS.clear()
+        _HOSTS[raw] = host
+    return host, end
+
+
+def _after_head(
+    buf: memoryview, p: int, end: int, magic: int, sys_flag: int, at: str
+) -> tuple[HostPort, int, HostPort, int, int, bytes, str, bytes, int]:
+    """The fields after the fixed head: born host, storeTimestamp, store host,
+    reconsumeTimes, preparedTransactionOffset, body, topic, properties, and the position
+    after them. Raises struct.error / UnicodeDecodeError (translated by the caller) or
+    CorruptRecordError for a length past ``end``."""
+    born, p = _host(buf, p, bool(sys_flag & _BORNHOST_V6))
+    (store_ts,) = _I64.unpack_from(buf, p)
+    store, p = _host(buf, p + 8, bool(sys_flag & _STOREHOST_V6))
+    reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
+    body, p = _span(buf, p + _TAIL.size, body_len, end, f"bodyLength {body_len}", at)
+    if magic == MAGIC_CODE_V1:
+        (topic_len,) = struct.unpack_from(">b", buf, p)
+        p += 1
+    else:
+        (topic_len,) = _I16.unpack_from(buf, p)
+        p += 2
+    topic, p = _span(buf, p, topic_len, end, f"topicLength {topic_len}", at)
+    (props_len,) = _I16.unpack_from(buf, p)
+    props, p = _span(buf, p + 2, props_len, end, f"propertiesLength {props_len}", at)
+    return born, store_ts, store, reconsume, prepared, body, topic.decode("utf-8"), props, p
+
+
+def _check_head(magic: int, total: int, avail: int, at: str) -> None:
+    """CorruptRecordError / TruncatedDataError for a head no record can have."""
+    if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2):
+        raise CorruptRecordError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X}", where=at)
+    if total <= 0:
+        raise CorruptRecordError(f"bad totalSize {total}", where=at)
+    if total > avail:
+        raise TruncatedDataError(f"record of {total} bytes but only {avail} left", where=at)
+
+
+def _span(buf: memoryview, p: int, length: int, end: int, what: str, at: str) -> tuple[bytes, int]:
+    """The ``length`` bytes at ``p`` and the position after them; CorruptRecordError
+    when they do not fit before ``end`` (the record's totalSize)."""
+    if length < 0 or p + length > end:
+        raise CorruptRecordError(f"{what} overruns totalSize", where=at)
+    return bytes(buf[p : p + length]), p + length
 
 
 def decode_record(
@@ -372,51 +521,22 @@ def decode_record(
     if avail < _HEAD.size:
         raise TruncatedDataError(f"record header needs {_HEAD.size} bytes, {avail} left", where=at)
     (total, magic, crc, qid, flag, qoff, poff, sys_flag, born_ts) = _HEAD.unpack_from(buf, pos)
-    if magic not in (MAGIC_CODE_V1, MAGIC_CODE_V2):
-        raise CorruptRecordError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X}", where=at)
-    if total <= 0:
-        raise CorruptRecordError(f"bad totalSize {total}", where=at)
-    if total > avail:
-        raise TruncatedDataError(f"record of {total} bytes but only {avail} left", where=at)
+    _check_head(magic, total, avail, at)
     end = pos + total
     try:
-        born, p = _host(buf, pos + _HEAD.size, bool(sys_flag & SysFlag.BORNHOST_V6))
-        (store_ts,) = _I64.unpack_from(buf, p)
-        store, p = _host(buf, p + 8, bool(sys_flag & SysFlag.STOREHOST_V6))
-        reconsume, prepared, body_len = _TAIL.unpack_from(buf, p)
-        p += _TAIL.size
-        if body_len < 0 or p + body_len > end:
-            raise CorruptRecordError(f"bodyLength {body_len} overruns totalSize {total}", where=at)
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if magic == MAGIC_CODE_V1:
-            (topic_len,) = struct.unpack_from(">b", buf, p)
-            p += 1
-        else:
-            (topic_len,) = _I16.unpack_from(buf, p)
-            p += 2
-        if topic_len < 0 or p + topic_len > end:
-            raise CorruptRecordError(f"topicLength {topic_len} overruns totalSize", where=at)
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
-        p += topic_len
-        (props_len,) = _I16.unpack_from(buf, p)
-        p += 2
-        if props_len < 0 or p + props_len > end:
-            raise CorruptRecordError(f"propertiesLength {props_len} overruns totalSize", where=at)
-        props = bytes(buf[p : p + props_len])
-        p += props_len
+        born, store_ts, store, reconsume, prepared, body, topic, props, p = _after_head(
+            buf, pos + _HEAD.size, end, magic, sys_flag, at
+        )
     except struct.error as exc:
         raise CorruptRecordError(f"fields overrun totalSize {total}", where=at) from exc
     except UnicodeDecodeError as exc:
         raise CorruptRecordError("topic is not valid UTF-8", where=at) from exc
     if p != end:
         raise CorruptRecordError(f"fields end at {p - pos}, totalSize says {total}", where=at)
-    if check_crc and body_crc(body) != crc:
-        raise CorruptRecordError(
-            f"body CRC 0x{body_crc(body):08X} != stored bodyCRC 0x{crc:08X}", where=at
-        )
+    if check_crc and (actual := body_crc(body)) != crc:
+        raise CorruptRecordError(f"body CRC 0x{actual:08X} != stored bodyCRC 0x{crc:08X}", where=at)
     return MessageRecord(
-        magic=MagicCode(magic),
+        magic=_MAGICS[magic],
         body_crc=crc,
         queue_id=qid,
         flag=flag,

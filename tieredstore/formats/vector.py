@@ -10,7 +10,21 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["gather_be", "scatter_be_i64", "store_timestamps"]
+from tieredstore.formats.record import (
+    PHYSICAL_OFFSET_SLICE,
+    STORE_TIMESTAMP_AT_V4,
+    STORE_TIMESTAMP_AT_V6,
+    SYS_FLAG_AT,
+    SysFlag,
+)
+
+__all__ = [
+    "differing_bytes",
+    "gather_be",
+    "physical_offset_bytes",
+    "scatter_be_i64",
+    "store_timestamps",
+]
 
 I64 = npt.NDArray[np.int64]
 
@@ -32,7 +46,29 @@ def scatter_be_i64(arr: npt.NDArray[np.uint8], at: I64, values: I64) -> None:
 def store_timestamps(arr: npt.NDArray[np.uint8], positions: I64) -> I64:
     """Return storeTimestamp of the records starting at ``positions``.
 
-    The field sits at byte 56, or 68 when the born host is IPv6 (sysFlag bit 0x10).
+    The field follows the born host: byte 56, or 68 when it is IPv6 (sysFlag
+    BORNHOST_V6).
     """
-    sys_flag = gather_be(arr, positions + 36, 4)
-    return gather_be(arr, positions + np.where(sys_flag & 0x10, 68, 56), 8)
+    sys_flag = gather_be(arr, positions + SYS_FLAG_AT, 4)
+    v6 = sys_flag & int(SysFlag.BORNHOST_V6)
+    return gather_be(arr, positions + np.where(v6, STORE_TIMESTAMP_AT_V6, STORE_TIMESTAMP_AT_V4), 8)
+
+
+_PHYSICAL_OFFSET_BYTES = np.arange(PHYSICAL_OFFSET_SLICE.start, PHYSICAL_OFFSET_SLICE.stop)
+
+
+def physical_offset_bytes(starts: I64) -> I64:
+    """Flat byte indices of the physicalOffset field of the records starting at
+    ``starts``: the only bytes a cold record may differ from its hot original in."""
+    out: I64 = (starts[:, None] + _PHYSICAL_OFFSET_BYTES).reshape(-1).astype(np.int64)
+    return out
+
+
+def differing_bytes(a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8], starts: I64) -> I64:
+    """Indices where two equally long runs of records (``starts`` in both) differ,
+    outside every record's physicalOffset field: empty when each cold record is its hot
+    original (the vectorised :func:`~tieredstore.formats.record.same_outside_physical_offset`)."""
+    diff = a != b
+    diff[physical_offset_bytes(starts)] = False
+    found: I64 = np.flatnonzero(diff).astype(np.int64)
+    return found

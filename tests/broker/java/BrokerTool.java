@@ -27,9 +27,34 @@
  *       messages. A GROUP longer than 120 characters makes the retry topic longer than
  *       127, the only way a 5.x broker accepts such a topic (the record gets magic v2).
  *
+ *   trickle NAMESRV TOPIC RATE SECONDS BODY_BYTES TAG RESULTS
+ *       Send plain messages to TOPIC one at a time, RATE per second for SECONDS (a steady
+ *       stream, not a burst), bodies of BODY_BYTES that start with "TAG/<index>/" (so a
+ *       second run with another TAG writes different bytes at reused offsets). One result
+ *       line per message, flushed as it is written (the caller may kill the tool):
+ *         index status queueId queueOffset sendStartMs sendEndMs
+ *       A send that fails (e.g. the broker is frozen) is "index FAILED -1 -1 start end".
+ *
  *   stats NAMESRV BROKER_ADDR OUT TOPIC...
  *       Write the broker's own min/max offsets per queue (getTopicStatsInfo), one line per
  *       queue: topic queueId minOffset maxOffset lastUpdateTimestamp.
+ *
+ *   dump NAMESRV BROKER_ADDR OUT TOPIC...
+ *       Wait until the name server routes every TOPIC, then for every queue: one "S" line (S topic queueId min max, as the broker
+ *       reports them), then every message from min to max pulled with the stock pull
+ *       consumer, one "M" line each: M topic queueId queueOffset msgId offsetMsgId
+ *       storeTimestamp tags_b64 keys_b64 props_b64 bodySha256 bodyLength (props: every
+ *       property as "k\u0001v\u0002", sorted by name).
+ *
+ *   query-keys NAMESRV OUT TOPIC KEY...
+ *       queryMsgByKey for each KEY (begin 0, end Long.MAX_VALUE; "uniq:ID" looks up the
+ *       client message id ID, as queryMsgById does): one line per message found (KEY topic
+ *       queueId queueOffset), or "KEY - - -" when none is.
+ *
+ *   consume-group NAMESRV GROUP TOPIC EXPECTED TIMEOUT_MS OUT
+ *       Consume TOPIC in push mode as GROUP (from the first offset if the group has
+ *       none) until EXPECTED distinct messages arrived; write "queueId queueOffset" per
+ *       message, then shut down, which commits the group's offsets to the broker.
  *
  * Exit status 0 on success; any failure prints a stack trace and exits 1.
  */
@@ -44,6 +69,8 @@ import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -51,7 +78,11 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
+import org.apache.rocketmq.client.QueryResult;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -62,6 +93,7 @@ import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
@@ -89,6 +121,20 @@ public final class BrokerTool {
                     break;
                 case "stats":
                     stats(args[1], args[2], Paths.get(args[3]), slice(args, 4));
+                    break;
+                case "dump":
+                    dump(args[1], args[2], Paths.get(args[3]), slice(args, 4));
+                    break;
+                case "query-keys":
+                    queryKeys(args[1], Paths.get(args[2]), args[3], slice(args, 4));
+                    break;
+                case "consume-group":
+                    consumeGroup(args[1], args[2], args[3], Integer.parseInt(args[4]),
+                        Long.parseLong(args[5]), Paths.get(args[6]));
+                    break;
+                case "trickle":
+                    trickle(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]),
+                        Integer.parseInt(args[5]), args[6], Paths.get(args[7]));
                     break;
                 default:
                     throw new IllegalArgumentException("unknown sub-command " + args[0]);
@@ -129,23 +175,31 @@ public final class BrokerTool {
                 TopicConfig config = new TopicConfig(topic, queues, queues, 6);
                 admin.createAndUpdateTopicConfig(brokerAddr, config);
             }
-            long deadline = System.currentTimeMillis() + 30_000;
+            List<String> topics = new ArrayList<>();
             for (String spec : specs) {
-                String topic = spec.substring(0, spec.lastIndexOf(':'));
-                while (true) {
-                    try {
-                        admin.examineTopicRouteInfo(topic);
-                        break;
-                    } catch (Exception notYet) {
-                        if (System.currentTimeMillis() > deadline) {
-                            throw new IllegalStateException("no route for " + topic, notYet);
-                        }
-                        Thread.sleep(200);
-                    }
-                }
+                topics.add(spec.substring(0, spec.lastIndexOf(':')));
             }
+            awaitRoutes(admin, topics);
         } finally {
             admin.shutdown();
+        }
+    }
+
+    /** Wait (30 s at most) until the name server routes every topic. */
+    private static void awaitRoutes(DefaultMQAdminExt admin, List<String> topics) throws Exception {
+        long deadline = System.currentTimeMillis() + 30_000;
+        for (String topic : topics) {
+            while (true) {
+                try {
+                    admin.examineTopicRouteInfo(topic);
+                    break;
+                } catch (Exception notYet) {
+                    if (System.currentTimeMillis() > deadline) {
+                        throw new IllegalStateException("no route for " + topic, notYet);
+                    }
+                    Thread.sleep(200);
+                }
+            }
         }
     }
 
@@ -283,6 +337,46 @@ public final class BrokerTool {
         }
     }
 
+    // -- trickle ----------------------------------------------------------------------
+    private static void trickle(String namesrv, String topic, int rate, int seconds,
+        int bodyBytes, String tag, Path results) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer("tieredstore_trickle_producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.setInstanceName("tool-trickle-" + System.nanoTime());
+        producer.setSendMsgTimeout(5_000);
+        producer.setRetryTimesWhenSendFailed(0);
+        producer.start();
+        long total = (long) rate * seconds;
+        long start = System.currentTimeMillis();
+        try (BufferedWriter w = Files.newBufferedWriter(results, StandardCharsets.UTF_8)) {
+            for (long i = 0; i < total; i++) {
+                long wait = start + i * 1000L / rate - System.currentTimeMillis();
+                if (wait > 0) {
+                    Thread.sleep(wait);
+                }
+                StringBuilder body = new StringBuilder(tag + "/" + i + "/");
+                while (body.length() < bodyBytes) {
+                    body.append('x');
+                }
+                long t0 = System.currentTimeMillis();
+                String line;
+                try {
+                    Message m = new Message(topic, "trickle",
+                        body.toString().getBytes(StandardCharsets.UTF_8));
+                    SendResult r = producer.send(m);
+                    line = i + "\t" + r.getSendStatus() + "\t" + r.getMessageQueue().getQueueId()
+                        + "\t" + r.getQueueOffset();
+                } catch (Exception e) {
+                    line = i + "\tFAILED\t-1\t-1";
+                }
+                w.write(line + "\t" + t0 + "\t" + System.currentTimeMillis() + "\n");
+                w.flush();
+            }
+        } finally {
+            producer.shutdown();
+        }
+    }
+
     // -- fail-once --------------------------------------------------------------------
     private static long queuedMessages(DefaultMQAdminExt admin, String brokerAddr, String topic) {
         try {
@@ -350,6 +444,142 @@ public final class BrokerTool {
             }
         } finally {
             admin.shutdown();
+        }
+    }
+
+    // -- dump ---------------------------------------------------------------------------
+    private static String b64(String text) {
+        return text == null || text.isEmpty() ? ""
+            : Base64.getEncoder().encodeToString(text.getBytes(StandardCharsets.UTF_8));
+    }
+
+    private static String sha256(byte[] body) throws Exception {
+        byte[] d = java.security.MessageDigest.getInstance("SHA-256").digest(body);
+        StringBuilder sb = new StringBuilder();
+        for (byte b : d) {
+            sb.append(String.format("%02x", b));
+        }
+        return sb.toString();
+    }
+
+    private static String offsetMsgId(MessageExt m) {
+        return m instanceof MessageClientExt ? ((MessageClientExt) m).getOffsetMsgId() : m.getMsgId();
+    }
+
+    private static String messageLine(MessageExt m) throws Exception {
+        StringBuilder props = new StringBuilder();
+        for (Map.Entry<String, String> e : new TreeMap<>(m.getProperties()).entrySet()) {
+            props.append(e.getKey()).append('\u0001').append(e.getValue()).append('\u0002');
+        }
+        return "M\t" + m.getTopic() + "\t" + m.getQueueId() + "\t" + m.getQueueOffset() + "\t"
+            + m.getMsgId() + "\t" + offsetMsgId(m) + "\t" + m.getStoreTimestamp() + "\t"
+            + b64(m.getTags()) + "\t" + b64(m.getKeys()) + "\t" + b64(props.toString()) + "\t"
+            + sha256(m.getBody()) + "\t" + m.getBody().length + "\n";
+    }
+
+    @SuppressWarnings("deprecation")
+    private static void dump(String namesrv, String brokerAddr, Path outFile, List<String> topics)
+        throws Exception {
+        DefaultMQAdminExt admin = admin(namesrv);
+        DefaultMQPullConsumer consumer = new DefaultMQPullConsumer("tool_dump_" + System.nanoTime());
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName("tool-dump-" + System.nanoTime());
+        consumer.start();
+        awaitRoutes(admin, topics); // a broker that just booted registers a moment later
+        try (BufferedWriter w = Files.newBufferedWriter(outFile, StandardCharsets.UTF_8)) {
+            for (String topic : topics) {
+                consumer.fetchSubscribeMessageQueues(topic); // routes the pulls to the broker
+                TopicStatsTable table = admin.examineTopicStats(brokerAddr, topic);
+                for (Map.Entry<MessageQueue, TopicOffset> e : new TreeMap<>(table.getOffsetTable())
+                    .entrySet()) {
+                    MessageQueue mq = e.getKey();
+                    long min = e.getValue().getMinOffset();
+                    long max = e.getValue().getMaxOffset();
+                    w.write("S\t" + topic + "\t" + mq.getQueueId() + "\t" + min + "\t" + max + "\n");
+                    long offset = min;
+                    while (offset < max) {
+                        PullResult r = consumer.pull(mq, "*", offset, 32);
+                        if (r.getPullStatus() != PullStatus.FOUND) {
+                            throw new IllegalStateException("pull " + mq + " at " + offset + ": "
+                                + r.getPullStatus() + " next " + r.getNextBeginOffset());
+                        }
+                        for (MessageExt m : r.getMsgFoundList()) {
+                            w.write(messageLine(m));
+                        }
+                        offset = r.getNextBeginOffset();
+                    }
+                }
+            }
+        } finally {
+            consumer.shutdown();
+            admin.shutdown();
+        }
+    }
+
+    // -- query-keys ---------------------------------------------------------------------
+    private static final String UNIQ = "uniq:";
+
+    private static void queryKeys(String namesrv, Path outFile, String topic, List<String> keys)
+        throws Exception {
+        DefaultMQAdminExt admin = admin(namesrv);
+        try (BufferedWriter w = Files.newBufferedWriter(outFile, StandardCharsets.UTF_8)) {
+            for (String key : keys) {
+                List<MessageExt> found;
+                try {
+                    QueryResult r = key.startsWith(UNIQ)
+                        ? admin.queryMessageByUniqKey(null, topic, key.substring(UNIQ.length()),
+                            64, 0, Long.MAX_VALUE)
+                        : admin.queryMessage(topic, key, 64, 0, Long.MAX_VALUE);
+                    found = r.getMessageList();
+                } catch (Exception none) {
+                    found = new ArrayList<>();
+                }
+                if (found.isEmpty()) {
+                    w.write(key + "\t-\t-\t-\n");
+                }
+                for (MessageExt m : found) {
+                    w.write(key + "\t" + m.getTopic() + "\t" + m.getQueueId() + "\t"
+                        + m.getQueueOffset() + "\n");
+                }
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    // -- consume-group ------------------------------------------------------------------
+    private static void consumeGroup(String namesrv, String group, String topic, int expected,
+        long timeoutMs, Path outFile) throws Exception {
+        Set<String> seen = ConcurrentHashMap.newKeySet();
+        List<String> lines = java.util.Collections.synchronizedList(new ArrayList<>());
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName("tool-group-" + System.nanoTime());
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            for (MessageExt m : msgs) {
+                if (seen.add(m.getQueueId() + "\t" + m.getQueueOffset())) {
+                    lines.add(m.getQueueId() + "\t" + m.getQueueOffset());
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        try {
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (seen.size() < expected) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException(group + " got " + seen.size() + " of "
+                        + expected + " messages of " + topic);
+                }
+                Thread.sleep(100);
+            }
+        } finally {
+            consumer.shutdown();
+        }
+        synchronized (lines) {
+            Files.write(outFile, lines, StandardCharsets.UTF_8);
         }
     }
 }

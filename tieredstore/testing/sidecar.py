@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from tests.dispatcher.helpers import location_args
 from tieredstore.synth import SyntheticStore
+from tieredstore.testing.settings import location_args
 
 #: How a sidecar run ended under :func:`kill_after_objects`.
 Ending = Literal["killed", "idle", "exited"]
 
 
-def sidecar_cmd(store: Path, cold: Path, state: Path, *extra: str) -> list[str]:
+def sidecar_cmd(store: Path, cold: Path | str, state: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "tieredstore.cli", "run", *location_args(store, cold, state),
         "--progress", "off", *extra,
@@ -38,7 +38,7 @@ def sidecar_env(**settings: str) -> dict[str, str]:
 
 
 def start(
-    store: Path, cold: Path, state: Path, *extra: str, log: Path, **env: str
+    store: Path, cold: Path | str, state: Path, *extra: str, log: Path, **env: str
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(

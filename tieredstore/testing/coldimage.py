@@ -1,5 +1,5 @@
-"""Test helper: tier a synthetic hot store into cold objects with the real segment codec,
-and damage them in the ways the verifier must notice.
+"""Tier a synthetic hot store into cold objects with the real segment codec (no sidecar),
+and age them the ways the verifier must notice.
 
 :func:`tier` cuts each queue into fixed-size segments (``tieredstore.segment``) and
 returns a :class:`ColdImage` — object key → bytes, plus the manifests per queue — that
@@ -19,9 +19,8 @@ import fsspec
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.segment import Manifest, Segment, build_segment
+from tieredstore.testing.settings import BROKER, CLUSTER
 
-CLUSTER = "DefaultCluster"
-BROKER = "broker-a"
 CREATED_AT_MS = 1_700_000_000_000
 
 

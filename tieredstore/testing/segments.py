@@ -1,4 +1,4 @@
-"""Test helper: hot records and cold segments built by hand, without a hot store.
+"""Hot records and cold segments built by hand, without a hot store.
 
 Records are real v1/v2 commitlog records (``MessageRecord.build``) with interleaved hot
 commitlog offsets, as a broker with several queues would write them.
@@ -17,10 +17,10 @@ from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
 from tieredstore.segment import Segment, build_segment
 
-CLUSTER = "DefaultCluster"
-BROKER = "broker-a"
 T0 = 1_700_000_000_000
 WRITER = "6f1c0c52-7a55-4d5e-9d7e-0c4c3c1b2a10@host-1"
+#: The upload attempt of every segment these helpers build: equal inputs, equal segments.
+ATTEMPT = "0123456789abcdef"
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ def segment_of(
         writer_id=WRITER,
         lease_epoch=lease_epoch,
         created_at_ms=created_at_ms,
+        attempt=ATTEMPT,
     )
 
 

@@ -1,4 +1,7 @@
-"""Shared setup for dispatcher tests: settings for a store + cold URL + state dir."""
+"""A sidecar under test: the names its broker goes by, its location flags, its settings.
+
+``CLUSTER`` / ``BROKER`` are the names every synthetic test store is tiered under.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,11 @@ def location_args(store: Path, cold: Path | str, state: Path) -> list[str]:
 
 
 def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Settings:
-    """Settings with small segments so every test cuts several per queue."""
+    """Settings with small segments so every test cuts several per queue.
+
+    The config backup is off unless a test turns it on (``config_backup__enabled=True``):
+    most tests count the objects under the broker prefix.
+    """
     values: dict[str, object] = {
         "store.path": str(store),
         "cold.url": cold,
@@ -29,6 +36,7 @@ def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Se
         "tiering.segment_max_bytes": "64K",
         "tiering.read_batch_bytes": "16K",
         "http.enabled": False,
+        "config_backup.enabled": False,
     }
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
     return load_settings(env={}, overrides=values)

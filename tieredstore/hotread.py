@@ -1,4 +1,10 @@
-"""Gather many records' bytes into one contiguous buffer, a run at a time.
+"""The one hot-record reader: many records' bytes gathered into one buffer, a run at a time.
+
+The broker's commitlog is read in two ways, both here. Records by (offset, size) — the
+verifier's content check, :meth:`HotStore.read_records_bytes` (repair, restore's check,
+cold continuity) — go through :class:`HotCommitlog`. Whole spans of one file into a
+reusable buffer — the tiering pass's sequential windows (:mod:`dispatcher.clpass`) — go
+through :func:`read_span`.
 
 A queue's records are contiguous in its cold commitlog object but interleaved with other
 queues' records in the hot commitlog. Comparing them record by record in Python is too
@@ -17,15 +23,17 @@ from __future__ import annotations
 import mmap
 import os
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 import numpy.typing as npt
 
 from tieredstore.errors import OffsetOutOfRangeError, StoreNotFoundError, TruncatedDataError
-from tieredstore.hotstore import MappedFileList
 
-__all__ = ["HotCommitlog", "Readable", "gather", "runs"]
+if TYPE_CHECKING:
+    from tieredstore.hotstore import MappedFile, MappedFileList
+
+__all__ = ["HotCommitlog", "Readable", "gather", "read_span", "runs"]
 
 Int64s = npt.NDArray[np.int64]
 #: Anything exposing its bytes through the buffer protocol.
@@ -120,11 +128,18 @@ class HotCommitlog:
         """
         if offsets.size == 0:
             return bytearray()
+        if sizes.min() < 0:
+            bad = int(np.argmin(sizes))
+            raise TruncatedDataError(
+                f"record of {int(sizes[bad])} bytes", where=f"commitlog@{int(offsets[bad])}"
+            )
         index = np.searchsorted(self._bases, offsets, side="right") - 1
         if index.min() < 0:
             bad = int(offsets[int(np.argmin(index))])
             raise OffsetOutOfRangeError(
-                f"commitlog offset {bad} is below the oldest commitlog file", where="commitlog"
+                f"commitlog offset {bad} is in no commitlog file (below the oldest: the "
+                "broker deleted it)",
+                where="commitlog",
             )
         parts: list[bytes | memoryview] = []
         # Records of one queue move forward through the files: group consecutive
@@ -140,11 +155,49 @@ class HotCommitlog:
             rel = offsets[lo:hi] - f.base
             size = sizes[lo:hi]
             over = np.flatnonzero(rel + size > f.size)
-            if over.size:
+            if over.size:  # the first record in order that the file does not hold whole
                 at = int(rel[int(over[0])])
+                if at >= f.size:
+                    raise OffsetOutOfRangeError(
+                        f"commitlog offset {f.base + at} is in no commitlog file (past the newest)",
+                        where=str(f.path),
+                    )
                 raise TruncatedDataError(
-                    "record crosses the end of its commitlog file", where=f"{f.path}@{at}"
+                    "record crosses the end of its file", where=f"{f.path}@{at}"
                 )
             parts.append(gather(self._map(i), rel, size))
         # One copy, owned by the caller (views into the mappings must not outlive them).
         return bytearray().join(parts)
+
+
+def read_span(f: MappedFile, first: int, end: int, buffer: bytearray) -> bytearray:
+    """Read commitlog bytes ``[first, end)`` (absolute offsets, inside file ``f``) into
+    the start of ``buffer``, grown if it is too small; return the buffer.
+
+    Raises:
+        TruncatedDataError: the span crosses the file's end, or the file is shorter.
+        OffsetOutOfRangeError: the file is gone (the broker deleted it).
+    """
+    if end > f.end:
+        raise TruncatedDataError(
+            f"record of {end - first} bytes crosses the end of its file",
+            where=f"{f.path}@{first - f.base}",
+        )
+    if len(buffer) < end - first:
+        buffer = bytearray(end - first)
+    try:
+        fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OffsetOutOfRangeError(
+            f"commitlog file is gone: {exc.strerror}", where=str(f.path)
+        ) from exc
+    try:
+        got = os.preadv(fd, [memoryview(buffer)[: end - first]], first - f.base)
+    finally:
+        os.close(fd)
+    if got != end - first:
+        raise TruncatedDataError(
+            f"commitlog file ends early ({got} of {end - first} bytes)",
+            where=f"{f.path}@{first - f.base}",
+        )
+    return buffer

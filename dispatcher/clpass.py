@@ -1,0 +1,523 @@
+"""The commitlog-order pass: gather many queues' planned segments in one sequential read.
+
+RocketMQ appends the records of every queue to one commitlog, so a queue's records are
+interleaved with all the others'. Reading them queue by queue costs one read per record.
+The pass instead takes the segments planned for many queues at once (each a
+:class:`~dispatcher.planner.SegmentPlan`: which queue offsets, and their CQ units), and:
+
+1. merges their records into commitlog order, one span of ``span_bytes`` (64 MiB) of
+   commitlog at a time (a ``searchsorted`` per segment and an ``argsort`` per span);
+2. reads the commitlog once, front to back, in windows of up to ``window_bytes`` that
+   hold whole records of one commitlog file (a window also ends before a gap of more
+   than ``gap_bytes`` between due records, so a lone due queue is not read through
+   everyone else's data);
+3. per window, with numpy over all its records at once: checks every record against its
+   unit (length >= :data:`~tieredstore.segment.MIN_RECORD_SIZE`, magic, totalSize ==
+   unit size, queueOffset field == queue offset), reads the store timestamps, and
+   rewrites bytes [28, 36) to each record's cold offset (the segment's ``cl_base`` plus
+   its position in the segment);
+4. groups the window's records by segment with one ``pyarrow`` ``take`` (a memcpy per
+   record in C, no Python per record) and appends each segment's run to its **spool
+   file**, updating the segment's sha256 with the whole run.
+
+Memory is one window and its grouped copy, the merged arrays of one span, and the
+plans' units, whatever the number of queues; each segment's bytes go to its spool file
+as they are gathered (a temp file under ``spool_dir``), from which the upload then
+writes them.
+
+Errors are per segment: a record that does not match its unit fails its segment with
+:class:`~tieredstore.errors.CorruptRecordError` (its other records are dropped, the
+other segments go on); a window that cannot be read fails the segments with records in
+it (OffsetOutOfRangeError when the commitlog file is gone, TruncatedDataError when it is
+shorter than its records).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dispatcher.planner import SegmentPlan
+from tieredstore.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    StoreError,
+    TieredStoreError,
+    TruncatedDataError,
+)
+from tieredstore.formats.record import (
+    MAGIC_AT,
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_AT,
+    QUEUE_OFFSET_AT,
+    TOTAL_SIZE_AT,
+)
+from tieredstore.formats.vector import gather_be, scatter_be_i64, store_timestamps
+from tieredstore.hotread import read_span
+from tieredstore.hotstore import HotStore, MappedFileList
+from tieredstore.segment import MIN_RECORD_SIZE
+
+__all__ = ["GatherJob", "Spooled", "gather_segments"]
+
+I64 = npt.NDArray[np.int64]
+
+#: Default window: large sequential reads, small enough to keep memory flat.
+WINDOW_BYTES = 2 << 20
+#: Records are merged into commitlog order this many commitlog bytes at a time.
+SPAN_BYTES = 64 << 20
+#: A gap between due records wider than this ends the window (read around it).
+GAP_BYTES = 256 << 10
+
+
+def _pool() -> pa.MemoryPool:
+    """Where grouped copies come from: jemalloc told to return freed pages at once
+    (pyarrow's default pool keeps them: the sidecar's peak RSS grew by about 100 MiB),
+    else the system's malloc."""
+    try:
+        pool = pa.jemalloc_memory_pool()
+        pa.jemalloc_set_decay_ms(0)
+    except NotImplementedError:
+        return pa.system_memory_pool()
+    return pool
+
+
+_POOL = _pool()
+
+
+@dataclass(frozen=True, slots=True)
+class GatherJob:
+    """One planned segment to gather, and the cold commitlog offset its bytes start at."""
+
+    plan: SegmentPlan
+    cl_base: int
+
+
+@dataclass(frozen=True, slots=True)
+class Spooled:
+    """A segment's COMMIT_LOG bytes, checked and rewritten, in a local spool file."""
+
+    path: Path
+    size: int
+    digest: str  # sha256, hex, of the whole file
+    min_store_timestamp: int
+    max_store_timestamp: int
+
+
+@dataclass(slots=True)
+class _Records:
+    """Due records of one span of the commitlog, in commitlog order (parallel arrays)."""
+
+    offset: I64  # commitlog offset
+    size: I64
+    job: I64  # index into the jobs
+    queue_offset: I64
+    cold: I64  # cold commitlog offset after the rewrite
+
+
+class _Merge:
+    """The jobs' records merged into commitlog order, one span of ``span`` commitlog
+    bytes at a time, so the merged arrays stay small however many records the jobs
+    hold. A Python step per job and span, never per record."""
+
+    def __init__(self, jobs: Sequence[GatherJob], span: int) -> None:
+        self.jobs = jobs
+        self.span = max(span, 1)
+        self.offsets = [j.plan.units["commitlog_offset"].astype(np.int64) for j in jobs]
+        self.cursor = [0] * len(jobs)
+        self.cold = [j.cl_base for j in jobs]  # cold offset of each job's next record
+
+    def spans(self) -> Iterator[_Records]:
+        active = [i for i, o in enumerate(self.offsets) if o.shape[0]]
+        while active:
+            lo = min(int(self.offsets[i][self.cursor[i]]) for i in active)
+            yield self._take(active, lo + self.span)
+            active = [i for i in active if self.cursor[i] < self.offsets[i].shape[0]]
+
+    def _take(self, active: Sequence[int], end: int) -> _Records:
+        """Every active job's next records with commitlog offsets below ``end``."""
+        parts: list[tuple[I64, I64, I64, I64, I64]] = []
+        for i in active:
+            first = self.cursor[i]
+            last = first + int(np.searchsorted(self.offsets[i][first:], end, side="left"))
+            if last == first:
+                continue
+            size = self.jobs[i].plan.units["size"][first:last].astype(np.int64)
+            rank = np.arange(first, last, dtype=np.int64)
+            cold = self.cold[i] + np.cumsum(size) - size
+            job = np.full(last - first, i, dtype=np.int64)
+            parts.append(
+                (self.offsets[i][first:last], size, job, self.jobs[i].plan.start + rank, cold)
+            )
+            self.cursor[i] = last
+            self.cold[i] += int(size.sum())
+        columns = [np.concatenate(c) for c in zip(*parts, strict=True)]
+        order = np.argsort(columns[0], kind="stable")
+        return _Records(*(c[order] for c in columns))
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    lo: int  # record indexes [lo, hi)
+    hi: int
+    file_index: int
+
+
+def _windows(rec: _Records, files: MappedFileList, window: int, gap: int) -> list[_Window]:
+    """Cut the records into windows: one file, at most ``window`` bytes (or one record),
+    no gap wider than ``gap`` inside. A Python loop per window, never per record."""
+    n = int(rec.offset.shape[0])
+    bases = np.array([f.base for f in files.files], dtype=np.int64)
+    file_of = np.searchsorted(bases, rec.offset, side="right") - 1
+    end = np.maximum.accumulate(rec.offset + rec.size)  # rises even if records overlap
+    breaks = np.zeros(n, dtype=bool)
+    if n:
+        breaks[0] = True
+        breaks[1:] = (file_of[1:] != file_of[:-1]) | (rec.offset[1:] - end[:-1] > gap)
+    starts = [*np.flatnonzero(breaks).tolist(), n]
+    out: list[_Window] = []
+    for run_lo, run_hi in itertools.pairwise(starts):
+        lo = run_lo
+        while lo < run_hi:
+            limit = int(rec.offset[lo]) + window
+            hi = lo + int(np.searchsorted(end[lo:run_hi], limit, side="right"))
+            hi = max(hi, lo + 1)
+            out.append(_Window(lo, hi, int(file_of[lo])))
+            lo = hi
+    return out
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):  # not Linux / not glibc: no early writeback
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return cast("Callable[[int, int, int, int], int]", fn)
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+_WRITEBACK_BYTES = 1 << 20
+
+
+def start_writeback(fd: int, offset: int, size: int) -> None:
+    """Ask the kernel to start writing ``[offset, offset + size)`` of ``fd`` to disk, not
+    waiting for it (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; Python's ``os``
+    lacks it). A no-op where unavailable; durability still comes from the fsync when
+    the object is published."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, offset, size, _SYNC_FILE_RANGE_WRITE)
+
+
+class _Failures:
+    """The jobs failed so far (first error wins) and a mask of those still good."""
+
+    def __init__(self, jobs: int) -> None:
+        self.errors: dict[int, TieredStoreError] = {}
+        self.ok = np.ones(jobs, dtype=bool)
+
+    def fail(self, job: int, error: TieredStoreError) -> None:
+        self.errors.setdefault(job, error)
+        self.ok[job] = False
+
+
+class _Spool:
+    """The spool files of one pass, with running digests.
+
+    Appending (sha256 and ``write``, both outside the GIL) runs on ``workers`` threads
+    while the caller reads and groups the next window: job ``j`` always goes to worker
+    ``j % workers``, and a window's appends finish before the next window's start, so
+    each file and digest sees its bytes in order. Files are opened on first use.
+    """
+
+    def __init__(self, directory: Path, jobs: int, workers: int = 2) -> None:
+        self.directory = directory
+        self.fds: dict[int, int] = {}
+        self.hashes = [hashlib.sha256() for _ in range(jobs)]
+        self.sizes = [0] * jobs
+        self.flushed = [0] * jobs  # bytes whose writeback was started
+        self.paths = [directory / f"segment-{i}" for i in range(jobs)]
+        self.workers = workers
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="spool")
+        self._pending: list[Future[None]] = []
+
+    def submit(self, data: pa.Buffer, runs: Sequence[tuple[int, int, int]]) -> None:
+        """Append each ``(job, start, end)`` run of ``data`` to its job's file (async)."""
+        self.wait()
+        shares: list[list[tuple[int, int, int]]] = [[] for _ in range(self.workers)]
+        for run in runs:
+            shares[run[0] % self.workers].append(run)
+        self._pending = [
+            self._pool.submit(self._append_all, data, share) for share in shares if share
+        ]
+
+    def wait(self) -> None:
+        """Wait for the appends in flight; raise the first error among them."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def _append_all(self, data: pa.Buffer, runs: Sequence[tuple[int, int, int]]) -> None:
+        view = memoryview(data)
+        for job, lo, hi in runs:
+            self._append(job, view[lo:hi])
+
+    def _append(self, job: int, data: memoryview) -> None:
+        fd = self.fds.get(job)
+        if fd is None:
+            fd = self.fds[job] = os.open(
+                self.paths[job], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666
+            )
+        self.hashes[job].update(data)
+        view = data
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        self.sizes[job] += len(data)
+        # Start writing the new bytes back (no waiting) once a megabyte is pending: the
+        # upload's fsync then finds them on disk already (POSIX links the spool file
+        # into place). Never per small run: that would be many tiny disk writes.
+        pending = self.sizes[job] - self.flushed[job]
+        if pending >= _WRITEBACK_BYTES:
+            start_writeback(fd, self.flushed[job], pending)
+            self.flushed[job] = self.sizes[job]
+
+    def close(self) -> None:
+        """Wait for every append, stop the workers and close the files."""
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+            for fd in self.fds.values():
+                os.close(fd)
+            self.fds.clear()
+
+
+def _check(
+    win: npt.NDArray[np.uint8], rel: I64, rec: _Records, sel: slice, jobs: Sequence[GatherJob]
+) -> tuple[npt.NDArray[np.bool_], dict[int, TieredStoreError]]:
+    """Check the window's records against their units; return the bad mask and errors."""
+    size = rec.size[sel]
+    short = size < MIN_RECORD_SIZE
+    safe = np.where(short, 0, rel)  # never read past a too-short record's bytes
+    magic = gather_be(win, safe + MAGIC_AT, 4)
+    total = gather_be(win, safe + TOTAL_SIZE_AT, 4)
+    qoff = gather_be(win, safe + QUEUE_OFFSET_AT, 8)
+    expect = rec.queue_offset[sel]
+    bad = short | ((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
+    bad |= (total != size) | (qoff != expect)
+    errors: dict[int, TieredStoreError] = {}
+    for k in np.flatnonzero(bad).tolist():
+        job = int(rec.job[sel][k])
+        if job in errors:
+            continue
+        where = f"hot record of {jobs[job].plan.queue} at queue offset {int(expect[k])}"
+        if short[k]:
+            why = f"CQ unit says {int(size[k])} bytes (minimum {MIN_RECORD_SIZE})"
+        elif magic[k] not in (MAGIC_CODE_V1, MAGIC_CODE_V2):
+            why = f"unknown magic code {int(magic[k]):#x}"
+        elif total[k] != size[k]:
+            why = f"record is {int(total[k])} bytes, its CQ unit says {int(size[k])}"
+        else:
+            why = f"queueOffset field is {int(qoff[k])}, expected {int(expect[k])}"
+        errors[job] = CorruptRecordError(why, where=where)
+    return bad, errors
+
+
+def _stamp_range(job: I64, stamps: I64, ts_min: I64, ts_max: I64) -> None:
+    """Widen each job's [ts_min, ts_max] by its records' ``stamps`` (in place)."""
+    order = np.argsort(job, kind="stable")
+    sorted_jobs = job[order]
+    firsts = np.flatnonzero(np.concatenate(([True], sorted_jobs[1:] != sorted_jobs[:-1])))
+    ids = sorted_jobs[firsts]
+    ts_min[ids] = np.minimum(ts_min[ids], np.minimum.reduceat(stamps[order], firsts))
+    ts_max[ids] = np.maximum(ts_max[ids], np.maximum.reduceat(stamps[order], firsts))
+
+
+def _group(
+    win: bytearray, rel: I64, size: I64, job: I64, cold: I64
+) -> tuple[pa.Buffer, list[tuple[int, int, int]]]:
+    """Rewrite bytes [28, 36) to ``cold`` and copy the window's records grouped by job
+    (commitlog order kept within a job).
+
+    Returns the grouped bytes and ``(job, start, end)`` runs into them. The copy is one
+    ``pyarrow`` take over a binary array whose elements are the records and the gaps
+    between them; the rewrite is done in the window first, with one numpy scatter.
+    """
+    k = int(rel.shape[0])
+    order = np.argsort(job, kind="stable")
+    if k > 1 and bool(np.any(rel[1:] < (rel + size)[:-1])):
+        return _group_overlapping(win, rel, size, job, order, cold)
+    scatter_be_i64(np.frombuffer(win, dtype=np.uint8), rel + PHYSICAL_OFFSET_AT, cold)
+    bounds = np.empty(2 * k + 1, dtype=np.int32)
+    bounds[0] = 0
+    bounds[1::2] = rel
+    bounds[2::2] = rel + size
+    array = pa.BinaryArray.from_buffers(
+        pa.binary(), 2 * k, [None, pa.py_buffer(bounds), pa.py_buffer(win)]
+    )
+    taken = pc.take(array, pa.array(2 * order + 1), memory_pool=_POOL)
+    data = taken.buffers()[2]
+    return data, _runs(job, size, order)
+
+
+def _runs(job: I64, size: I64, order: I64) -> list[tuple[int, int, int]]:
+    """``(job, start, end)`` of each job's bytes once the records are put in ``order``."""
+    k = int(job.shape[0])
+    sorted_jobs = job[order]
+    cuts = np.flatnonzero(np.diff(sorted_jobs)) + 1
+    firsts = np.concatenate(([0], cuts))
+    ends = np.cumsum(size[order])
+    starts = np.concatenate(([0], ends[:-1]))
+    lasts = np.concatenate((cuts, [k])) - 1
+    return list(
+        zip(
+            sorted_jobs[firsts].tolist(), starts[firsts].tolist(), ends[lasts].tolist(), strict=True
+        )
+    )
+
+
+def _group_overlapping(
+    win: bytearray, rel: I64, size: I64, job: I64, order: I64, cold: I64
+) -> tuple[pa.Buffer, list[tuple[int, int, int]]]:
+    """:func:`_group` for a window where due records overlap (consume queues pointing at
+    the same bytes: a broken store). Rare, so a copy per record is fine here; the
+    records' own checks decide whether they can be tiered. Rewritten after the copy,
+    so one record's rewrite never lands in another's bytes."""
+    view = memoryview(win)
+    data = bytearray().join(view[int(rel[i]) : int(rel[i] + size[i])] for i in order.tolist())
+    sizes = size[order]
+    at = np.cumsum(sizes) - sizes
+    scatter_be_i64(np.frombuffer(data, dtype=np.uint8), at + PHYSICAL_OFFSET_AT, cold[order])
+    return pa.py_buffer(data), _runs(job, size, order)
+
+
+def gather_segments(
+    hot: HotStore,
+    jobs: Sequence[GatherJob],
+    spool_dir: Path,
+    *,
+    window_bytes: int = WINDOW_BYTES,
+    gap_bytes: int = GAP_BYTES,
+    span_bytes: int = SPAN_BYTES,
+    stop: threading.Event | None = None,
+) -> list[Spooled | TieredStoreError]:
+    """Gather every job's records into its spool file under ``spool_dir`` (module doc).
+
+    Returns, per job in order, its :class:`Spooled` file or the error that failed it.
+    Blocking (run it in a thread). ``stop`` set: the pass ends at the next window and
+    every job not yet complete is returned as an error.
+    """
+    if not jobs:
+        return []
+    files = hot.commitlog_files()
+    failed = _Failures(len(jobs))
+    ts_min = np.full(len(jobs), np.iinfo(np.int64).max, dtype=np.int64)
+    ts_max = np.full(len(jobs), np.iinfo(np.int64).min, dtype=np.int64)
+    spool = _Spool(spool_dir, len(jobs))
+    buffer = bytearray(window_bytes)
+    try:
+        try:
+            for rec in _Merge(jobs, span_bytes).spans():
+                for w in _windows(rec, files, window_bytes, gap_bytes):
+                    if stop is not None and stop.is_set():
+                        stopped = StoreError("tiering pass stopped", where=str(spool_dir))
+                        return [stopped] * len(jobs)
+                    buffer = _window(
+                        hot, files, rec, w, jobs, spool, failed, ts_min, ts_max, buffer
+                    )
+        finally:
+            spool.close()
+    except OSError as exc:  # the spool's disk (the state directory) is full or broken
+        raise StoreError(f"cannot write the tiering spool: {exc}", where=str(spool_dir)) from exc
+    out: list[Spooled | TieredStoreError] = []
+    for i, job in enumerate(jobs):
+        if i in failed.errors:
+            out.append(failed.errors[i])
+        elif spool.sizes[i] != job.plan.nbytes:  # a bug, not bad data: say so loudly
+            raise AssertionError(f"gathered {spool.sizes[i]} of {job.plan.nbytes} bytes")
+        else:
+            out.append(
+                Spooled(
+                    spool.paths[i],
+                    spool.sizes[i],
+                    spool.hashes[i].hexdigest(),
+                    int(ts_min[i]),
+                    int(ts_max[i]),
+                )
+            )
+    return out
+
+
+def _window(
+    hot: HotStore,
+    files: MappedFileList,
+    rec: _Records,
+    w: _Window,
+    jobs: Sequence[GatherJob],
+    spool: _Spool,
+    failed: _Failures,
+    ts_min: I64,
+    ts_max: I64,
+    buffer: bytearray,
+) -> bytearray:
+    """Read one window, check, rewrite and spool its records; return the read buffer."""
+    sel = slice(w.lo, w.hi)
+    live = failed.ok[rec.job[sel]]
+    if not live.any():
+        return buffer
+    first, end = int(rec.offset[w.lo]), int((rec.offset[sel] + rec.size[sel]).max())
+    error = _read_window(hot, files, w, first, end, buffer)
+    if isinstance(error, TieredStoreError):
+        for j in np.unique(rec.job[sel]).tolist():
+            failed.fail(int(j), error)
+        return buffer
+    buffer = error
+    win = np.frombuffer(buffer, dtype=np.uint8, count=end - first)
+    rel = rec.offset[sel] - first
+    bad, errors = _check(win, rel, rec, sel, jobs)
+    for j, exc in errors.items():
+        failed.fail(j, exc)
+    live &= ~bad & failed.ok[rec.job[sel]]  # drop every record of a segment that failed
+    keep = np.flatnonzero(live)
+    if keep.size == 0:
+        return buffer
+    rel, job = rel[keep], rec.job[sel][keep]
+    size = rec.size[sel][keep]
+    stamps = store_timestamps(win, rel)
+    _stamp_range(job, stamps, ts_min, ts_max)
+    data, runs = _group(buffer, rel, size, job, rec.cold[sel][keep])
+    spool.submit(data, runs)
+    return buffer
+
+
+def _read_window(
+    hot: HotStore, files: MappedFileList, w: _Window, first: int, end: int, buffer: bytearray
+) -> bytearray | TieredStoreError:
+    """Read commitlog bytes ``[first, end)`` of the window's file into ``buffer``; an
+    error is returned (it fails only the segments of this window), not raised."""
+    if w.file_index < 0:
+        return OffsetOutOfRangeError(
+            f"commitlog offset {first} is in no commitlog file (oldest starts at "
+            f"{files.min_offset}); the broker deleted it",
+            where=str(hot.commitlog_dir),
+        )
+    try:
+        return read_span(files.files[w.file_index], first, end, buffer)
+    except (OffsetOutOfRangeError, TruncatedDataError) as exc:
+        return exc

@@ -1,0 +1,246 @@
+"""The dispatcher's cold-side writes: segment objects, manifests, continuity checks.
+
+Segment uploads are retried as a whole on RetryableError (a streamed upload cannot be
+replayed chunk by chunk, so the backend's own retry wrapper does not retry it), with the
+injected :class:`RetryPolicy` and clock. Every attempt writes under fresh names (a new
+upload attempt, :func:`~tieredstore.layout.new_attempt`), so no write ever lands on an
+object another attempt — or another writer — wrote; objects no manifest names are
+garbage that GC collects.
+
+The manifest is the commit point and is only ever *created* (:meth:`Backend.create`).
+Losing that race is an ordinary outcome, reported as a :class:`ManifestOutcome`: the
+manifest already there is either our own (a retry after a lost reply) or another
+writer's, which the caller adopts — or, if it carries a newer lease epoch, this writer
+has been fenced and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from dispatcher.clpass import Spooled
+from dispatcher.planner import SegmentPlan
+from dispatcher.uploader import UploadedObjects, upload_objects
+from metadata.catalogue import Catalogue
+from metadata.reconcile import reconcile
+from metadata.rows import QueueRow
+from tieredstore.backends.base import Backend
+from tieredstore.backends.retry import RetryPolicy, retry_call
+from tieredstore.clock import Clock
+from tieredstore.errors import (
+    ConditionFailedError,
+    LeaseLostError,
+    ObjectNotFoundError,
+    RetryableError,
+    TieredStoreError,
+)
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.formats.record import same_outside_physical_offset
+from tieredstore.hotstore import HotStore
+from tieredstore.layout import QueuePath, SegmentKind, new_attempt, object_key, object_name
+from tieredstore.manifest import read_manifest
+from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
+
+__all__ = ["ColdWriter", "ManifestOutcome"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ManifestOutcome(enum.Enum):
+    """What creating a segment's manifest came to."""
+
+    CREATED = "created"  # ours is the commit point (also: ours, after a lost reply)
+    EXISTS = "exists"  # another writer's manifest is there: adopt it
+
+
+class ColdWriter:
+    """Writes one broker's segments under its cold prefix."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        hot: HotStore,
+        catalogue: Catalogue,
+        *,
+        cluster: str,
+        broker: str,
+        writer_id: str,
+        clock: Clock,
+        batch_bytes: int,
+        retry: RetryPolicy,
+        on_retry: Callable[[str], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.hot = hot
+        self.catalogue = catalogue
+        self.cluster = cluster
+        self.broker = broker
+        self.writer_id = writer_id
+        self.clock = clock
+        self.batch_bytes = batch_bytes
+        self.retry = retry
+        self.on_retry = on_retry
+
+    def queue_path(self, topic: str, queue_id: int) -> QueuePath:
+        return QueuePath(self.cluster, self.broker, topic, queue_id)
+
+    async def _retrying(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await retry_call(
+            op, call, self.retry, sleep=self.clock.sleep, on_retry=self._retried
+        )
+
+    def _retried(self, op: str, attempt: int, exc: RetryableError) -> None:
+        log.warning("%s failed (attempt %d), retrying: %s", op, attempt, exc)
+        if self.on_retry:
+            self.on_retry(op)
+
+    async def write_segment(
+        self,
+        plan: SegmentPlan,
+        spooled: Spooled,
+        row: QueueRow,
+        epoch: int,
+        *,
+        check: Callable[[], None],
+    ) -> Manifest:
+        """Upload the plan's COMMIT_LOG and CONSUME_QUEUE objects; return its manifest.
+
+        ``spooled`` holds the plan's COMMIT_LOG bytes, gathered by the commitlog-order
+        pass (:mod:`dispatcher.clpass`) for ``cl_base = row.cold_cl_end``.
+
+        ``check`` (the lease's) runs before every chunk: a writer that lost its lease
+        stops uploading at once. Each try uses a fresh upload attempt in the names. The
+        manifest is *not* written: the caller checks its lease first.
+        """
+        queue = self.queue_path(row.topic, row.queue_id)
+        cl_base = row.cold_cl_end
+        cq_base = plan.start * CQ_UNIT_SIZE
+        attempts: list[str] = []
+
+        async def upload() -> UploadedObjects:
+            attempts.append(new_attempt())
+            keys = (
+                object_key(queue, SegmentKind.COMMIT_LOG, cl_base, attempts[-1]),
+                object_key(queue, SegmentKind.CONSUME_QUEUE, cq_base, attempts[-1]),
+            )
+            try:
+                return await upload_objects(
+                    plan,
+                    spooled,
+                    backend=self.backend,
+                    cl_key=keys[0],
+                    cq_key=keys[1],
+                    cl_base=cl_base,
+                    batch_bytes=self.batch_bytes,
+                    check=check,
+                )
+            except TieredStoreError:
+                await self._discard(keys)  # no manifest can name this attempt
+                raise
+
+        uploaded = await self._retrying("segment upload", upload)
+        return self._manifest(plan, row, epoch, attempts[-1], uploaded)
+
+    def _manifest(
+        self, plan: SegmentPlan, row: QueueRow, epoch: int, attempt: str, up: UploadedObjects
+    ) -> Manifest:
+        """The manifest naming the objects of ``attempt`` that :meth:`write_segment` wrote."""
+        cl_base, cq_base = row.cold_cl_end, plan.start * CQ_UNIT_SIZE
+        return Manifest(
+            format_version=FORMAT_VERSION,
+            cluster=self.cluster,
+            broker=self.broker,
+            topic=row.topic,
+            queue_id=row.queue_id,
+            start_offset=plan.start,
+            end_offset=plan.end,
+            cl_base=cl_base,
+            cl_end=cl_base + up.cl_size,
+            commit_log=ObjectRef(object_name(cl_base, attempt), up.cl_size, up.cl_digest),
+            consume_queue=ObjectRef(object_name(cq_base, attempt), up.cq_size, up.cq_digest),
+            digest_algorithm=DIGEST_ALGORITHM,
+            min_store_timestamp=up.min_store_timestamp,
+            max_store_timestamp=up.max_store_timestamp,
+            message_count=plan.count,
+            writer_id=self.writer_id,
+            lease_epoch=epoch,
+            created_at_ms=self.clock.now_ms(),
+        )
+
+    async def create_manifest(self, manifest: Manifest) -> ManifestOutcome:
+        """Create the commit point of a segment whose objects are already written.
+
+        Never replaces a manifest. If one is already there: the very same bytes are ours
+        (a retry after a lost reply: CREATED); a manifest of an older or the same epoch
+        is another writer's commit to adopt (EXISTS); one of a newer epoch means a newer
+        writer holds the lease and this one is fenced (LeaseLostError).
+        """
+        data = manifest.to_json()
+        try:
+            await self._retrying("manifest create", lambda: self.backend.create(manifest.key, data))
+        except ConditionFailedError:
+            existing = await self.backend.read(manifest.key)
+            if existing == data:
+                return ManifestOutcome.CREATED
+            theirs = read_manifest(existing, manifest.key)
+            if theirs.lease_epoch > manifest.lease_epoch:
+                fenced = LeaseLostError(
+                    f"fenced: epoch {theirs.lease_epoch} ({theirs.writer_id}) committed queue "
+                    f"offset {manifest.start_offset} of {manifest.queue} first",
+                    where=manifest.key,
+                )
+                log.error("%s; this writer (epoch %d) stops", fenced, manifest.lease_epoch)
+                raise fenced from None
+            return ManifestOutcome.EXISTS
+        return ManifestOutcome.CREATED
+
+    async def discard(self, manifest: Manifest) -> None:
+        """Best effort: delete the data objects of an attempt whose manifest lost the race
+        (another manifest is the commit point at its start). Their names are this
+        attempt's own, so nothing else can name them; what is left, GC collects."""
+        await self._discard((manifest.commit_log_key, manifest.consume_queue_key))
+
+    async def _discard(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            try:
+                await self.backend.delete(key)
+            except TieredStoreError as exc:
+                log.warning("could not delete abandoned upload %s (GC will): %s", key, exc)
+
+    async def continuity_ok(self, row: QueueRow) -> bool:
+        """Whether the hot record just below the cold commit offset still equals cold's.
+
+        A broker that lost unflushed data and re-wrote offsets has different bytes at an
+        offset cold already holds. Compared outside bytes [28, 36). True when nothing is
+        tiered yet or the hot record is gone (deleted by retention: nothing to compare).
+        """
+        last = row.cold_commit - 1
+        if last < row.cold_min:
+            return True  # nothing committed (or all of it expired)
+        hot = self.hot
+        rng = await asyncio.to_thread(hot.queue_range, row.topic, row.queue_id)
+        if not rng.min <= last < rng.max:
+            return True  # also right after an accepted loss: ``last`` is in no segment
+        seg = self.catalogue.segment_at(row.topic, row.queue_id, last)
+        unit = (await asyncio.to_thread(hot.read_units, row.topic, row.queue_id, last, last + 1))[0]
+        size = int(unit["size"])
+        hot_bytes = await asyncio.to_thread(
+            hot.read_record_bytes, int(unit["commitlog_offset"]), size
+        )
+        key = seg.manifest.commit_log_key
+        rel_end = seg.cl_end - seg.cl_base
+        try:
+            cold_bytes = await self.backend.read_exact(key, rel_end - size, rel_end)
+        except ObjectNotFoundError:
+            return False
+        return same_outside_physical_offset(hot_bytes, cold_bytes)
+
+    async def recover(self) -> None:
+        """Adopt manifests committed to cold but not yet to the catalogue (a crash)."""
+        report = await reconcile(self.catalogue, self.backend)
+        log.info("reconciled catalogue with cold store: %s", report)

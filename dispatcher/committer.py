@@ -1,0 +1,153 @@
+"""Committing one gathered segment, and stopping a queue that cannot go on.
+
+Per segment: plan → make its records durable (the ``sync`` guard,
+:mod:`dispatcher.durability`) → gather (the pass, :mod:`dispatcher.clpass`) → check
+continuity → upload COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects
+under names unique to the attempt; the lease is checked before every chunk) → check the
+lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue.
+A crash anywhere is safe: uncommitted objects are never read (GC collects them), and on
+start the catalogue adopts manifests it had not recorded yet. A manifest create that
+finds one already there adopts it; one of a newer epoch fences this writer.
+
+A queue whose hot store no longer matches cold turns DIVERGED; one whose untiered
+records the broker deleted turns PAUSED. Both stop only that queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from dataclasses import dataclass
+
+from dispatcher.clpass import Spooled
+from dispatcher.cold_writer import ColdWriter, ManifestOutcome
+from dispatcher.lease import Lease
+from dispatcher.metrics import Metrics
+from dispatcher.planner import HotDataLost, SegmentPlan
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow, QueueState
+from tieredstore.errors import CatalogueError
+from tieredstore.hotstore import QueueKey
+
+__all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter"]
+
+log = logging.getLogger(__name__)
+
+#: Stopped queues (and the state they stopped in) already explained to the operator by
+#: this process; shared with :class:`dispatcher.discovery.Discovery`.
+Reminded = set[tuple[QueueKey, QueueState]]
+
+
+class CommitKind(enum.Enum):
+    COMMITTED = "committed"  # uploaded and committed by this writer
+    ADOPTED = "adopted"  # already committed in cold; the catalogue caught up instead
+    DIVERGED = "diverged"  # the hot store no longer matches cold: nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    kind: CommitKind
+    row: QueueRow
+
+
+class SegmentCommitter:
+    """Commits gathered segments and stops queues (DIVERGED, PAUSED) in the catalogue.
+
+    ``lock`` serialises catalogue writes across queue tasks (the dispatcher's lock, also
+    held by its periodic jobs).
+    """
+
+    def __init__(
+        self,
+        *,
+        catalogue: Catalogue,
+        lease: Lease,
+        writer: ColdWriter,
+        metrics: Metrics,
+        lock: asyncio.Lock,
+        reminded: Reminded,
+    ) -> None:
+        self.catalogue = catalogue
+        self.lease = lease
+        self.writer = writer
+        self.metrics = metrics
+        self._lock = lock
+        self._reminded = reminded
+
+    async def commit(self, row: QueueRow, plan: SegmentPlan, spooled: Spooled) -> CommitResult:
+        """Upload and commit one planned segment; return the queue's new row.
+
+        Steps: check continuity with cold → upload COMMIT_LOG and CONSUME_QUEUE under
+        fresh names → check the lease → create MANIFEST → catalogue. If a manifest is
+        already at this start (the catalogue is behind the cold store, or another
+        writer won), it is adopted instead; ours is never written over it.
+        """
+        if not await self.writer.continuity_ok(row):
+            await self.diverge(row, "hot record before the next segment differs from cold")
+            return CommitResult(CommitKind.DIVERGED, row)
+        self.lease.check()
+        manifest = await self.writer.write_segment(
+            plan, spooled, row, self.lease.epoch, check=self.lease.check
+        )
+        self.lease.check()
+        if await self.writer.create_manifest(manifest) is ManifestOutcome.EXISTS:
+            await self.writer.discard(manifest)
+            return CommitResult(CommitKind.ADOPTED, await self._adopt_ahead(row, plan.start))
+        async with self._lock:
+            self.catalogue.commit_segment(manifest)
+            fresh = self.catalogue.queue(row.topic, row.queue_id) or row
+        return CommitResult(CommitKind.COMMITTED, fresh)
+
+    async def _adopt_ahead(self, row: QueueRow, start: int) -> QueueRow:
+        """The cold store already holds a segment at ``start``: reconcile, never overwrite."""
+        log.warning(
+            "queue %s/%d: cold already has a committed segment at offset %d; "
+            "adopting it into the catalogue instead of rewriting it",
+            row.topic,
+            row.queue_id,
+            start,
+        )
+        async with self._lock:
+            await self.writer.recover()
+            fresh = self.catalogue.queue(row.topic, row.queue_id) or row
+        if fresh.cold_commit <= start:
+            raise CatalogueError(
+                f"the catalogue is behind the cold store at queue offset {start} and the "
+                "committed segment there could not be adopted (see the reconcile report)",
+                where=f"{row.topic}/{row.queue_id}",
+            )
+        return fresh
+
+    async def diverge(self, row: QueueRow, why: str) -> None:
+        """Turn the queue DIVERGED (cold untouched); tiering of it stops until repair."""
+        log.error(
+            "queue %s/%d DIVERGED: %s; tiering of it stops until `tieredstore repair "
+            "--topic %s --queue %d`",
+            row.topic, row.queue_id, why, row.topic, row.queue_id,
+        )  # fmt: skip
+        self._reminded.add((QueueKey(row.topic, row.queue_id), QueueState.DIVERGED))
+        async with self._lock:
+            self.catalogue.set_state(row.topic, row.queue_id, QueueState.DIVERGED)
+        self.metrics.set_queue_state(row.topic, row.queue_id, "DIVERGED")
+        self.metrics.errors.labels("DivergedError").inc()
+
+    def hot_data_lost(self, lost: HotDataLost) -> None:
+        """Turn the queue PAUSED: the broker deleted records before they were tiered."""
+        log.error(
+            "queue %s: the broker deleted offsets [%d, %d) before they were tiered "
+            "(%d messages lost to cold); queue PAUSED, tiering of it stops until "
+            "`tieredstore resume --topic %s --queue %d --accept-loss` records the loss",
+            lost.queue,
+            lost.start,
+            lost.end,
+            lost.end - lost.start,
+            lost.queue.topic,
+            lost.queue.queue_id,
+        )
+        self._reminded.add((lost.queue, QueueState.PAUSED))
+        self.metrics.hot_data_lost.labels(lost.queue.topic, str(lost.queue.queue_id)).inc(
+            lost.end - lost.start
+        )
+        self.catalogue.set_state(lost.queue.topic, lost.queue.queue_id, QueueState.PAUSED)
+        self.metrics.set_queue_state(lost.queue.topic, lost.queue.queue_id, "PAUSED")

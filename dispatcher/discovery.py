@@ -1,0 +1,135 @@
+"""Queue discovery: which queues the dispatcher tiers, and the gauges of those it does not.
+
+Each tick lists the queues in the hot store (new topics appear while running) and creates
+catalogue rows for new ones **eagerly** (one transaction: init offset, cold CQ base, cold
+CL base — no half-initialised queue exists). A topic the cold store cannot name is
+refused once, loudly, and skipped from then on. A PAUSED or DIVERGED queue is not tiered,
+but its gauges stay current and the operator is told once what to do about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dispatcher.committer import Reminded
+from dispatcher.dispatcher_config import DispatcherConfig
+from dispatcher.metrics import Metrics
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow, QueueState
+from tieredstore.errors import InvalidNameError, TieredStoreError
+from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.layout import validate_topic
+
+__all__ = ["Discovery"]
+
+log = logging.getLogger(__name__)
+
+
+class Discovery:
+    """Finds the queues to tier; see the module docstring.
+
+    ``config`` is swapped by a reload (the init policy and topic filter apply to queues
+    seen from then on). ``reminded`` is shared with the committer, which reminds of the
+    queues it stops itself.
+    """
+
+    def __init__(
+        self,
+        *,
+        hot: HotStore,
+        catalogue: Catalogue,
+        metrics: Metrics,
+        config: DispatcherConfig,
+        reminded: Reminded,
+    ) -> None:
+        self.hot = hot
+        self.catalogue = catalogue
+        self.metrics = metrics
+        self.config = config
+        self._reminded = reminded
+        self._refused: set[str] = set()  # topics whose names the cold store cannot hold
+        #: Queues the last :meth:`discover` created rows for.
+        self.new_queues: list[QueueKey] = []
+
+    def _init_offset(self, key: QueueKey) -> int:
+        rng = self.hot.queue_range(key.topic, key.queue_id)
+        policy = self.config.init_policy
+        if policy == "latest":
+            return rng.max
+        if policy.startswith("timestamp:"):
+            return self.hot.offset_by_time(key.topic, key.queue_id, int(policy.split(":", 1)[1]))
+        return rng.min
+
+    async def discover(self) -> list[QueueRow]:
+        """Return ACTIVE queue rows, creating rows for queues seen for the first time."""
+        keys = await asyncio.to_thread(self.hot.queues)
+        rows: list[QueueRow] = []
+        new: list[QueueKey] = []
+        for key in keys:
+            if not self.config.topic_filter.accepts(key.topic) or key.topic in self._refused:
+                continue
+            row = self.catalogue.queue(key.topic, key.queue_id)
+            if row is None:
+                try:
+                    validate_topic(key.topic)
+                except InvalidNameError as exc:
+                    # Refused once, loudly; the other topics go on.
+                    self._refused.add(key.topic)
+                    log.error("topic %r is not tiered: %s", key.topic, exc)
+                    self.metrics.errors.labels("InvalidNameError").inc()
+                    continue
+                init = await asyncio.to_thread(self._init_offset, key)
+                row = self.catalogue.ensure_queue(key.topic, key.queue_id, init)
+                new.append(key)
+                log.info(
+                    "queue %s initialised at offset %d (%s)", key, init, self.config.init_policy
+                )
+            self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)
+            if row.state is QueueState.ACTIVE:
+                rows.append(row)
+            elif row.state in (QueueState.PAUSED, QueueState.DIVERGED):
+                await self._watch_stopped(row)
+        self.new_queues = new
+        await self._update_losses()
+        return rows
+
+    async def _watch_stopped(self, row: QueueRow) -> None:
+        """Keep a PAUSED or DIVERGED queue's gauges current, and say once (per process
+        and state) what the operator must do about it."""
+        try:
+            rng = await asyncio.to_thread(self.hot.queue_range, row.topic, row.queue_id)
+        except TieredStoreError:
+            return  # the next tick tries again; tiering of the queue is stopped anyway
+        labels = (row.topic, str(row.queue_id))
+        lost = max(rng.min - row.cold_commit, 0) if row.state is QueueState.PAUSED else 0
+        self.metrics.lag_messages.labels(*labels).set(max(rng.max - row.cold_commit, 0))
+        self.metrics.lost_unacknowledged.labels(*labels).set(lost)
+        self.metrics.cold_ahead.labels(*labels).set(max(row.cold_commit - rng.max, 0))
+        key = (QueueKey(row.topic, row.queue_id), row.state)
+        if key in self._reminded:
+            return
+        self._reminded.add(key)
+        flags = f"--topic {row.topic} --queue {row.queue_id}"
+        if row.state is QueueState.PAUSED:
+            log.error(
+                "queue %s is PAUSED and not tiered: offsets [%d, %d) were deleted by the "
+                "broker before they were tiered; record the loss and resume with "
+                "`tieredstore resume %s --accept-loss`",
+                row, row.cold_commit, max(rng.min, row.cold_commit), flags,
+            )  # fmt: skip
+        else:
+            log.error(
+                "queue %s is DIVERGED and not tiered (hot [%d, %d), cold commit %d); "
+                "run `tieredstore repair %s`",
+                row, rng.min, rng.max, row.cold_commit, flags,
+            )  # fmt: skip
+
+    async def _update_losses(self) -> None:
+        """Set the accepted-loss gauge of every queue with a loss record."""
+        totals: dict[tuple[str, int], int] = {}
+        for loss in await asyncio.to_thread(self.catalogue.losses):
+            key = (loss.topic, loss.queue_id)
+            totals[key] = totals.get(key, 0) + loss.count
+        for (topic, queue_id), count in totals.items():
+            self.metrics.lost_accepted.labels(topic, str(queue_id)).set(count)

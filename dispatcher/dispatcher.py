@@ -1,0 +1,312 @@
+"""The dispatcher: one supervised asyncio loop that tiers every queue of one broker.
+
+Lifecycle (:class:`DispatcherState`)::
+
+    CREATED ──start()──▶ RUNNING ──stop()/signal──▶ STOPPING ──▶ STOPPED
+                            │                                      ▲
+                            └──────── fatal error ──▶ FAILED ──────┘ (close)
+
+Each tick: discover queues in the hot store and create catalogue rows for new ones
+eagerly (:mod:`dispatcher.discovery`), then start one task that tiers every ACTIVE queue
+not already in flight, in rounds, until the group-commit rules say wait for each
+(:mod:`dispatcher.rounds`; each segment is committed by :mod:`dispatcher.committer`). A
+queue is never tiered by two tasks at once. The lease is renewed until every write has
+returned, also while draining on stop; periodic jobs (retention, config backup) run
+under the same lock as catalogue writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from dispatcher.background import Periodic, renew_until, run_periodic, sleep_until, wait_at_most
+from dispatcher.cold_writer import ColdWriter
+from dispatcher.committer import Reminded, SegmentCommitter
+from dispatcher.discovery import Discovery
+from dispatcher.dispatcher_config import DispatcherConfig
+from dispatcher.durability import CommitlogSyncer, DurabilityGuard
+from dispatcher.lease import Lease
+from dispatcher.metrics import Metrics
+from dispatcher.planner import SegmentPlan
+from dispatcher.rounds import Rounds
+from dispatcher.tick_report import TickReport, record_error
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow
+from tieredstore.backends.base import Backend
+from tieredstore.clock import Clock
+from tieredstore.errors import LeaseLostError, TieredStoreError
+from tieredstore.hotstore import HotStore, QueueKey
+
+__all__ = ["Dispatcher", "DispatcherConfig", "DispatcherState", "Periodic", "TickReport"]
+
+log = logging.getLogger(__name__)
+
+
+class DispatcherState(enum.Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class Dispatcher:
+    """Tiers one broker's store into one cold prefix. See the module docstring.
+
+    Composes :class:`Discovery` (which queues), :class:`Rounds` (tiering them) and
+    :class:`SegmentCommitter` (committing each segment); owns the lifecycle, the ticks,
+    the lease renewals and the periodic jobs.
+    """
+
+    def __init__(
+        self,
+        *,
+        hot: HotStore,
+        backend: Backend,
+        catalogue: Catalogue,
+        lease: Lease,
+        writer: ColdWriter,
+        clock: Clock,
+        config: DispatcherConfig,
+        metrics: Metrics | None = None,
+        on_segment: Callable[[SegmentPlan], None] | None = None,
+        periodic: Sequence[Periodic] = (),
+        startup: Sequence[Callable[[], Awaitable[object]]] = (),
+    ) -> None:
+        self.hot = hot
+        self.backend = backend
+        self.catalogue = catalogue
+        self.lease = lease
+        self.writer = writer
+        self.clock = clock
+        self.metrics = metrics or Metrics()
+        self.periodic = tuple(periodic)
+        self.startup = tuple(startup)
+        self.state = DispatcherState.CREATED
+        self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
+        self._stopping = asyncio.Event()
+        self._writes_done = asyncio.Event()  # renewals go on until every write returned
+        self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
+        reminded: Reminded = set()  # stopped queues already explained to the operator
+        self.discovery = Discovery(
+            hot=hot, catalogue=catalogue, metrics=self.metrics, config=config, reminded=reminded
+        )
+        committer = SegmentCommitter(
+            catalogue=catalogue,
+            lease=lease,
+            writer=writer,
+            metrics=self.metrics,
+            lock=self._lock,
+            reminded=reminded,
+        )
+        self.rounds = Rounds(
+            hot=hot,
+            clock=clock,
+            metrics=self.metrics,
+            config=config,
+            guard=DurabilityGuard(hot, self.metrics),
+            committer=committer,
+            stopping=self._stopping,
+            on_segment=on_segment,
+        )
+        self._config = config
+
+    @property
+    def config(self) -> DispatcherConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: DispatcherConfig) -> None:
+        """Swap the settings live (a reload); the parts use them from their next step."""
+        self._config = config
+        self.discovery.config = config
+        self.rounds.config = config
+
+    @property
+    def syncer(self) -> CommitlogSyncer:
+        """Makes planned records durable (``guard = sync``); replaceable by tests."""
+        return self.rounds.guard.syncer
+
+    @syncer.setter
+    def syncer(self, syncer: CommitlogSyncer) -> None:
+        self.rounds.guard.syncer = syncer
+
+    async def discover(self) -> list[QueueRow]:
+        """Return ACTIVE queue rows, creating rows for queues seen for the first time."""
+        return await self.discovery.discover()
+
+    async def tier_queue(self, row: QueueRow, *, flush: bool) -> TickReport:
+        """Tier ready segments of one queue until the rules say wait."""
+        return await self.rounds.tier_queues([row], flush=flush)
+
+    async def tier_queues(self, rows: Sequence[QueueRow], *, flush: bool) -> TickReport:
+        """Tier ready segments of many queues, in rounds (:meth:`Rounds.tier_queues`)."""
+        return await self.rounds.tier_queues(rows, flush=flush)
+
+    # -- ticks ---------------------------------------------------------------------
+    async def tick(self, *, flush: bool = False) -> TickReport:
+        """Discover queues and tier them (:meth:`tier_queues`); waits for the task it started.
+
+        Queues still in flight from an earlier tick are skipped, never doubled.
+        """
+        report = TickReport()
+        await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
+        rows = await self.discover()
+        await self.rounds.new_tick()
+        report.new_queues = list(self.discovery.new_queues)
+        idle = [r for r in rows if QueueKey(r.topic, r.queue_id) not in self._inflight]
+        started: list[asyncio.Task[TickReport]] = []
+        if idle:
+            task = asyncio.create_task(self.tier_queues(idle, flush=flush), name="tiering pass")
+            keys = [QueueKey(r.topic, r.queue_id) for r in idle]
+            for key in keys:
+                self._inflight[key] = task
+            task.add_done_callback(functools.partial(self._done, keys))
+            started.append(task)
+        for result in await asyncio.gather(*started, return_exceptions=True):
+            if isinstance(result, BaseException):
+                record_error(result, report, self.metrics)
+            else:
+                report.merge(result)
+        self.metrics.ticks.inc()
+        self.metrics.last_tick.set(self.clock.now_ms() / 1000)
+        return report
+
+    def _done(self, keys: Sequence[QueueKey], _task: asyncio.Task[TickReport]) -> None:
+        for key in keys:
+            self._inflight.pop(key, None)
+
+    async def catch_up(self) -> TickReport:
+        """One full catch-up pass (``run --once``): tier every queue up to hot max.
+
+        Repeats ticks with ``flush`` until a tick tiers nothing (subject to the guard).
+        The lease is renewed meanwhile, as in :meth:`run`, so a pass may last longer
+        than the lease; a renewal that fails for good (another writer took the lease)
+        stops the pass with its error.
+        """
+        self._writes_done.clear()
+        renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
+        total = TickReport()
+        try:
+            while not self._stopping.is_set():
+                tick = asyncio.ensure_future(self.tick(flush=True))
+                await asyncio.wait({tick, renew}, return_when=asyncio.FIRST_COMPLETED)
+                if renew.done() and renew.exception() is not None:
+                    tick.cancel()
+                    await asyncio.gather(tick, return_exceptions=True)
+                    raise renew.exception()  # type: ignore[misc]
+                report = await tick
+                total.merge(report)
+                if report.segments == 0 and not report.lapsed:
+                    break
+        except LeaseLostError as exc:
+            self._fenced(exc)
+            raise
+        finally:
+            self._writes_done.set()
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
+        return total
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def start(self, *, wait_for_lease: bool) -> None:
+        """Acquire the lease, adopt committed manifests the catalogue missed, then run the
+        ``startup`` jobs (e.g. finishing expiries a crash interrupted) under the lock."""
+        if self.state is not DispatcherState.CREATED:
+            raise RuntimeError(f"dispatcher already {self.state.value}")
+        await self.lease.acquire(wait=wait_for_lease)
+        self.metrics.lease_held.set(1)
+        self.metrics.lease_epoch.set(self.lease.epoch)
+        await self.writer.recover()
+        await asyncio.to_thread(self.rounds.clear_spool)
+        async with self._lock:
+            for job in self.startup:
+                await job()
+        self.state = DispatcherState.RUNNING
+
+    async def _renew_loop(self) -> None:
+        interval = self.config.lease_renew_interval
+        await renew_until(self.lease, self.clock, self._writes_done, interval)
+
+    async def _periodic_loop(self, job: Periodic) -> None:
+        await run_periodic(
+            job, clock=self.clock, stopping=self._stopping, lock=self._lock, metrics=self.metrics
+        )
+
+    async def _tick_loop(self) -> None:
+        while not self._stopping.is_set():
+            await self.tick()
+            await sleep_until(self.clock, self._stopping, self.config.tick_interval)
+
+    async def run(self, *, shutdown_deadline: float = 30.0) -> None:
+        """Run until :meth:`stop` is called (a signal handler calls it).
+
+        On stop, no new segment starts; segments in flight get ``shutdown_deadline``
+        seconds to commit, then are abandoned (their objects stay uncommitted and GC
+        collects them). The lease is renewed until every in-flight write has returned —
+        also while draining — and a segment whose lease lapses anyway stops at its next
+        chunk (:meth:`Lease.check`), so no write outlives the lease. Raises
+        LeaseLostError if the lease is lost.
+        """
+        self._writes_done.clear()
+        renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
+        ticks = asyncio.create_task(self._tick_loop(), name="tick loop")
+        stop = asyncio.create_task(self._stopping.wait(), name="stop request")
+        jobs = [asyncio.create_task(self._periodic_loop(j), name=j.name) for j in self.periodic]
+        try:
+            done, _ = await asyncio.wait(
+                {renew, ticks, stop, *jobs}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                if task is not stop and task.exception() is not None:
+                    self.state = DispatcherState.FAILED
+                    if isinstance(task.exception(), LeaseLostError):
+                        self._fenced(task.exception())  # type: ignore[arg-type]
+                    raise task.exception()  # type: ignore[misc]
+            self.stop()
+            await wait_at_most(self.clock, ticks, shutdown_deadline)
+        finally:
+            for task in (ticks, stop, *jobs):
+                task.cancel()
+            await asyncio.gather(ticks, stop, *jobs, return_exceptions=True)
+            await self._abandon_inflight()
+            self._writes_done.set()
+            renew.cancel()
+            await asyncio.gather(renew, return_exceptions=True)
+
+    def stop(self) -> None:
+        """Ask the loop to stop taking new segments (idempotent)."""
+        if self.state is DispatcherState.RUNNING:
+            self.state = DispatcherState.STOPPING
+        self._stopping.set()
+
+    def _fenced(self, exc: LeaseLostError) -> None:
+        """Count and log that this writer lost its lease: it writes nothing more."""
+        self.metrics.fenced.inc()
+        log.error("fenced: this sidecar no longer holds the writer lease: %s", exc)
+
+    async def _abandon_inflight(self) -> None:
+        """Cancel queue tasks still running and wait until each has returned."""
+        tasks = list(set(self._inflight.values()))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Release the lease — after the last write returned — and mark STOPPED.
+
+        Safe to call twice.
+        """
+        if self.state is DispatcherState.STOPPED:
+            return
+        await self._abandon_inflight()
+        self._writes_done.set()
+        with contextlib.suppress(TieredStoreError):
+            await self.lease.release()
+        self.metrics.lease_held.set(0)
+        self.state = DispatcherState.STOPPED

@@ -1,0 +1,117 @@
+"""Per-queue status: the catalogue joined with the broker store's current state.
+
+What ``tieredstore status`` prints and the HTTP API's ``/v1/queues`` serves: hot
+min/max, cold min/commit, lag, state, losses and retention headroom of each queue
+(:func:`collect`). Reads the broker store and catalogue rows only; it never contacts the
+cold store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from metadata.rows import QueueRow
+from tieredstore.errors import TieredStoreError
+from tieredstore.hotstore import HotStore
+from tieredstore.loss import LossRecord
+from tieredstore.pressure import Headroom, HotOldest, hot_oldest
+
+__all__ = ["LossStatus", "QueueStatus", "collect"]
+
+
+@dataclass(frozen=True, slots=True)
+class LossStatus:
+    """One accepted loss: ``[start, end)``, when and by whom."""
+
+    start: int
+    end: int
+    accepted_at_ms: int
+    writer_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    topic: str
+    queue: int
+    state: str
+    hot_min: int
+    hot_max: int
+    cold_min: int
+    cold_commit: int
+    lag_messages: int
+    lag_bytes: int
+    lag_seconds: float
+    note: str
+    retention_headroom_bytes: int | None = None
+    retention_headroom_seconds: float | None = None
+    lost_unacknowledged: int = 0
+    lost_accepted: int = 0
+    losses: list[LossStatus] = field(default_factory=list)
+
+
+def collect(
+    hot: HotStore,
+    rows: Sequence[QueueRow],
+    now_ms: int,
+    losses: Sequence[LossRecord] = (),
+) -> list[QueueStatus]:
+    """Join catalogue rows (and accepted ``losses``) with the hot store's current state."""
+    by_queue: dict[tuple[str, int], list[LossStatus]] = {}
+    for loss in losses:
+        entry = LossStatus(loss.start_offset, loss.end_offset, loss.accepted_at_ms, loss.writer_id)
+        by_queue.setdefault((loss.topic, loss.queue_id), []).append(entry)
+    oldest = hot_oldest(hot)
+    out: list[QueueStatus] = []
+    for row in rows:
+        status = _one(hot, row, now_ms, oldest)
+        accepted = by_queue.get((row.topic, row.queue_id), [])
+        lost = sum(x.end - x.start for x in accepted)
+        out.append(replace(status, losses=accepted, lost_accepted=lost))
+    return out
+
+
+def _one(hot: HotStore, row: QueueRow, now_ms: int, oldest: HotOldest | None) -> QueueStatus:
+    note = ""
+    room: Headroom | None = None
+    try:
+        rng = hot.queue_range(row.topic, row.queue_id)
+        lag = max(rng.max - row.cold_commit, 0)
+        lag_bytes, lag_s = 0, 0.0
+        start = max(row.cold_commit, rng.min)
+        if start < rng.max:
+            units = hot.read_units(row.topic, row.queue_id, start, rng.max)
+            lag_bytes = int(units["size"].sum())
+            first = int(units["commitlog_offset"][0])
+            ts = hot.read_store_timestamp(first)
+            lag_s = max(now_ms - ts, 0) / 1000
+            room = oldest.headroom(first, ts) if oldest is not None else None
+        else:
+            room = Headroom.none_pending()
+        lost = max(rng.min - row.cold_commit, 0)
+        if rng.max < row.cold_commit:
+            note = f"hot max below cold commit: cold is {row.cold_commit - rng.max} ahead"
+        elif lost:
+            note = f"hot offsets [{row.cold_commit}, {rng.min}) deleted before tiering"
+            room = Headroom.lost()
+    except TieredStoreError as exc:
+        rng_min = rng_max = -1
+        lag, lag_bytes, lag_s, lost, note = 0, 0, 0.0, 0, str(exc)
+    else:
+        rng_min, rng_max = rng.min, rng.max
+    return QueueStatus(
+        topic=row.topic,
+        queue=row.queue_id,
+        state=row.state.name,
+        hot_min=rng_min,
+        hot_max=rng_max,
+        cold_min=row.cold_min,
+        cold_commit=row.cold_commit,
+        lag_messages=lag,
+        lag_bytes=lag_bytes,
+        lag_seconds=lag_s,
+        note=note,
+        retention_headroom_bytes=int(room.bytes) if room and room.finite else None,
+        retention_headroom_seconds=room.seconds if room and room.finite else None,
+        lost_unacknowledged=lost,
+    )

@@ -1,0 +1,63 @@
+"""What one tick (or a whole catch-up pass) did, and how a queue task's error is recorded.
+
+:func:`record_error` is the one place that decides which errors a tick absorbs (ours:
+counted, logged, the queue retried next tick) and which stop the dispatcher (a lost
+lease, cancellation, a bug).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from dispatcher.metrics import Metrics
+from dispatcher.planner import HotDataLost
+from tieredstore.errors import LeaseLapsedError, LeaseLostError, RetryableError, TieredStoreError
+from tieredstore.hotstore import QueueKey
+
+__all__ = ["TickReport", "record_error"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one tick (or a whole catch-up pass) did."""
+
+    segments: int = 0
+    messages: int = 0
+    bytes: int = 0
+    new_queues: list[QueueKey] = field(default_factory=list)
+    diverged: list[QueueKey] = field(default_factory=list)
+    lost: list[HotDataLost] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    #: Queue tasks that stopped because the lease lapsed (retried once it is reclaimed).
+    lapsed: int = 0
+
+    def merge(self, other: TickReport) -> None:
+        self.segments += other.segments
+        self.messages += other.messages
+        self.bytes += other.bytes
+        self.new_queues += other.new_queues
+        self.diverged += other.diverged
+        self.lost += other.lost
+        self.errors += other.errors
+        self.lapsed += other.lapsed
+
+
+def record_error(exc: BaseException, report: TickReport, metrics: Metrics) -> None:
+    """Count and log a queue task's error; the queue is retried next tick.
+
+    Only our own errors are recorded; a lost lease, cancellation or a bug propagates
+    and stops the dispatcher.
+    """
+    if isinstance(exc, LeaseLostError) or not isinstance(exc, TieredStoreError):
+        raise exc
+    if isinstance(exc, LeaseLapsedError):  # the segment was abandoned; not a failure
+        metrics.errors.labels(type(exc).__name__).inc()
+        report.lapsed += 1
+        return
+    metrics.errors.labels(type(exc).__name__).inc()
+    report.errors.append(str(exc))
+    level = logging.WARNING if isinstance(exc, RetryableError) else logging.ERROR
+    log.log(level, "tiering failed: %s", exc)

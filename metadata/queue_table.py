@@ -1,0 +1,152 @@
+"""The catalogue's queues table and the losses accepted on them.
+
+A queue row is created eagerly (:meth:`QueueTable.ensure_queue`) with its init offset and
+cold commitlog base in one transaction; its state changes only through
+:meth:`~QueueTable.set_state` and :meth:`~QueueTable.accept_loss`, which records an
+accepted loss (a :class:`~tieredstore.loss.LossRecord` already in the bucket) and moves
+``cold_commit`` past it. Part of :class:`metadata.catalogue.Catalogue`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from metadata.database import _LOSS_COLUMNS, _QUEUE_COLUMNS, CatalogueDatabase
+from metadata.rows import QueueRow, QueueState
+from tieredstore.errors import CatalogueError
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.layout import QueuePath
+from tieredstore.loss import LossRecord
+
+__all__ = ["QueueTable"]
+
+log = logging.getLogger(__name__)
+
+
+class QueueTable(CatalogueDatabase):
+    """Queues and accepted losses (see the module docstring)."""
+
+    # -- queues ----------------------------------------------------------------------
+    def ensure_queue(
+        self, topic: str, queue_id: int, init_offset: int, *, cl_base: int = 0
+    ) -> QueueRow:
+        """Return the queue's row, creating it (eagerly initialised) if it is new.
+
+        A new row gets, in one transaction: ``init_offset``, ``cold_min = cold_commit =
+        init_offset``, ``cq_base = init_offset * 20``, ``cold_cl_end = cl_base`` (0 for a
+        queue tiered from scratch; a rebuild from manifests passes the first manifest's
+        commitlog base) and state ACTIVE. An existing row is returned unchanged, whatever
+        ``init_offset`` says: the first initialisation wins.
+
+        Raises InvalidNameError for a topic the cold store cannot hold and CatalogueError
+        for a negative offset.
+        """
+        QueuePath(self.cluster, self.broker, topic, queue_id)  # validates the names
+        if init_offset < 0 or cl_base < 0:
+            raise CatalogueError(
+                f"init offset {init_offset} / commitlog base {cl_base} must be >= 0",
+                where=self._where(topic, queue_id),
+            )
+        with self._transaction() as conn:
+            existing = self._fetch_queue(conn, topic, queue_id)
+            if existing is not None:
+                return existing
+            conn.execute(
+                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (topic, queue_id, init_offset, init_offset, init_offset, cl_base,
+                 init_offset * CQ_UNIT_SIZE, QueueState.ACTIVE.value, self._clock.now_ms()),
+            )  # fmt: skip
+            row = self._require_queue(conn, topic, queue_id)
+        log.info("queue %s initialised at offset %d", row, init_offset)
+        return row
+
+    def queue(self, topic: str, queue_id: int) -> QueueRow | None:
+        """Return the queue's row, or None if the catalogue has never seen it."""
+        with self._guard():
+            return self._fetch_queue(self._conn, topic, queue_id)
+
+    def queues(self) -> list[QueueRow]:
+        """Every queue, ordered by (topic, queue id)."""
+        rows = self._rows(f"SELECT {_QUEUE_COLUMNS} FROM queues ORDER BY topic, queue_id")
+        return [self._queue_row(r) for r in rows]
+
+    def set_state(self, topic: str, queue_id: int, state: QueueState) -> QueueRow:
+        """Set a queue's state; return the updated row. Unknown queue: CatalogueError."""
+        with self._transaction() as conn:
+            row = self._require_queue(conn, topic, queue_id)
+            return self._set_queue(conn, row, state=state)
+
+    # -- losses ----------------------------------------------------------------------
+    def _loss_row(self, r: Sequence[Any]) -> LossRecord:
+        topic, qid, start, end, accepted, writer, epoch, _key = r
+        queue = QueuePath(self.cluster, self.broker, topic, qid)
+        return LossRecord.new(
+            queue, start, end, accepted_at_ms=accepted, writer_id=writer, lease_epoch=epoch
+        )
+
+    def losses(self, topic: str | None = None, queue_id: int | None = None) -> list[LossRecord]:
+        """Accepted losses, of one queue or (``topic`` None) of all, by queue and start."""
+        where = ""
+        params: tuple[object, ...] = ()
+        if topic is not None:
+            where, params = "WHERE topic = ? AND queue_id = ?", (topic, queue_id)
+        rows = self._rows(
+            f"SELECT {_LOSS_COLUMNS} FROM losses {where} ORDER BY topic, queue_id, start_offset",
+            params,
+        )
+        return [self._loss_row(r) for r in rows]
+
+    def accept_loss(self, record: LossRecord) -> QueueRow:
+        """Record an accepted loss and move the queue past it; return the queue's row.
+
+        In one transaction: insert the loss, set ``cold_commit = end`` (and ``cold_min``
+        too when the queue holds no segment), and set the queue ACTIVE. The same record
+        again returns the row unchanged (``resume`` repeated after a crash).
+
+        Raises:
+            CatalogueError: a record of another cluster/broker; an unknown queue; a queue
+                DIVERGED or DELETED; a loss that does not start at ``cold_commit``; a
+                different loss already recorded at the same start.
+        """
+        where = self._where(record.topic, record.queue_id)
+        self._require_ours("loss record", record.cluster, record.broker, where)
+        with self._transaction() as conn:
+            row = self._require_queue(conn, record.topic, record.queue_id)
+            same = conn.execute(
+                f"SELECT {_LOSS_COLUMNS} FROM losses WHERE topic = ? AND queue_id = ? "
+                "AND start_offset = ?",
+                (record.topic, record.queue_id, record.start_offset),
+            ).fetchone()
+            if same is not None and self._loss_row(same) == record:
+                return row
+            if same is not None:
+                raise CatalogueError(
+                    f"a different loss {self._loss_row(same).describe()} is already "
+                    f"recorded at offset {record.start_offset}",
+                    where=where,
+                )
+            if row.state not in (QueueState.ACTIVE, QueueState.PAUSED):
+                raise CatalogueError(
+                    f"queue is {row.state.value}; a loss cannot be accepted", where=where
+                )
+            if record.start_offset != row.cold_commit:
+                raise CatalogueError(
+                    f"loss [{record.start_offset}, {record.end_offset}) does not start at the "
+                    f"cold commit offset {row.cold_commit}",
+                    where=where,
+                )
+            conn.execute(
+                f"INSERT INTO losses ({_LOSS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.topic, record.queue_id, record.start_offset, record.end_offset,
+                 record.accepted_at_ms, record.writer_id, record.lease_epoch, record.key),
+            )  # fmt: skip
+            empty = row.cold_min == row.cold_commit
+            return self._set_queue(
+                conn,
+                row,
+                cold_min=record.end_offset if empty else row.cold_min,
+                cold_commit=record.end_offset,
+                state=QueueState.ACTIVE,
+            )

@@ -1,0 +1,261 @@
+"""The catalogue's segments table: commits, expiry and the truncation repair needs.
+
+Rules: :meth:`SegmentTable.commit_segment` accepts only the segment that starts at
+``(cold_commit, cold_cl_end)`` of an ACTIVE queue (the same manifest twice is a no-op);
+only the oldest COMMITTED segment may be marked DELETING, and only the oldest DELETING one
+dropped, ``cold_min`` following; :meth:`~SegmentTable.truncate_queue` forgets a suffix
+for ``repair``. Part of :class:`metadata.catalogue.Catalogue`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any
+
+from metadata.database import _SEGMENT_COLUMNS, CatalogueDatabase
+from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.errors import CatalogueError, OffsetOutOfRangeError
+from tieredstore.manifest import Manifest
+
+__all__ = ["SegmentTable"]
+
+log = logging.getLogger(__name__)
+
+
+class SegmentTable(CatalogueDatabase):
+    """Committed and expiring segments (see the module docstring)."""
+
+    # -- segments --------------------------------------------------------------------
+    def segments(self, topic: str, queue_id: int) -> list[SegmentRow]:
+        """The queue's segments (COMMITTED and DELETING), ordered by start offset."""
+        with self._guard():
+            return self._fetch_segments(self._conn, topic, queue_id)
+
+    def segment_at(self, topic: str, queue_id: int, offset: int) -> SegmentRow:
+        """Return the COMMITTED segment holding queue offset ``offset``.
+
+        Raises OffsetOutOfRangeError when no committed segment holds it (not tiered yet,
+        expired, being deleted, or an unknown queue), naming the queue's cold range.
+        """
+        with self._guard():
+            found = self._fetch_segments(
+                self._conn, topic, queue_id,
+                "AND start_offset <= ? AND end_offset > ? AND status = ?",
+                offset, offset, SegmentStatus.COMMITTED.value,
+            )  # fmt: skip
+            row = self._fetch_queue(self._conn, topic, queue_id)
+        if found:
+            return found[0]
+        span = "unknown queue" if row is None else f"cold holds [{row.cold_min}, {row.cold_commit})"
+        raise OffsetOutOfRangeError(
+            f"queue offset {offset} is in no committed segment ({span})",
+            where=self._where(topic, queue_id),
+        )
+
+    def commit_segment(self, manifest: Manifest) -> SegmentRow:
+        """Record a segment whose manifest is written, and advance the queue past it.
+
+        In one transaction: insert the segment, set ``cold_commit = end`` and
+        ``cold_cl_end = cl_end``. Committing the very same manifest again returns the
+        existing row (a retry after a crash between manifest write and catalogue commit).
+
+        Raises:
+            CatalogueError: another cluster/broker's manifest; an unknown queue; a queue
+                not ACTIVE; a different segment already at this start; or a segment that
+                does not continue the queue exactly (``start != cold_commit`` or
+                ``cl_base != cold_cl_end``: a gap or an overlap).
+        """
+        where = self._where(manifest.topic, manifest.queue_id)
+        self._require_ours("manifest", manifest.cluster, manifest.broker, where)
+        with self._transaction() as conn:
+            row = self._require_queue(conn, manifest.topic, manifest.queue_id)
+            same_start = self._fetch_segments(
+                conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+            )
+            if same_start and same_start[0].manifest == manifest:
+                return same_start[0]
+            if same_start:
+                raise CatalogueError(
+                    f"a different segment {same_start[0]} is already committed at offset "
+                    f"{manifest.start_offset}",
+                    where=where,
+                )
+            self._check_continues(row, manifest, where)
+            conn.execute(
+                f"INSERT INTO segments ({_SEGMENT_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _segment_values(manifest, SegmentStatus.COMMITTED),
+            )
+            self._set_queue(conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end)
+            return self._fetch_segments(
+                conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+            )[0]
+
+    @staticmethod
+    def _check_continues(row: QueueRow, manifest: Manifest, where: str) -> None:
+        if row.state is not QueueState.ACTIVE:
+            raise CatalogueError(f"queue is {row.state.value}; commits are refused", where=where)
+        seg = f"segment [{manifest.start_offset}, {manifest.end_offset})"
+        if manifest.start_offset != row.cold_commit:
+            kind = "leaves a gap after" if manifest.start_offset > row.cold_commit else "overlaps"
+            raise CatalogueError(
+                f"{seg} {kind} the cold commit offset {row.cold_commit}", where=where
+            )
+        if manifest.cl_base != row.cold_cl_end:
+            raise CatalogueError(
+                f"{seg} starts at cold commitlog offset {manifest.cl_base}, the queue's cold "
+                f"commitlog ends at {row.cold_cl_end}",
+                where=where,
+            )
+
+    def mark_deleting(self, topic: str, queue_id: int, start_offset: int) -> SegmentRow:
+        """Mark the segment at ``start_offset`` DELETING (expiry step 1); idempotent.
+
+        Only a prefix of a queue's segments expires, so every segment before it must be
+        DELETING already. Readers stop seeing it at once (:meth:`segment_at`).
+        """
+        where = self._where(topic, queue_id)
+        with self._transaction() as conn:
+            seg = self._require_segment(conn, topic, queue_id, start_offset)
+            if seg.status is SegmentStatus.DELETING:
+                return seg
+            older = self._fetch_segments(
+                conn, topic, queue_id, "AND start_offset < ? AND status = ?",
+                start_offset, SegmentStatus.COMMITTED.value,
+            )  # fmt: skip
+            if older:
+                raise CatalogueError(
+                    f"cannot expire {seg} before the older committed {older[0]}: only a "
+                    "prefix of a queue expires",
+                    where=where,
+                )
+            conn.execute(
+                "UPDATE segments SET status = ? WHERE topic = ? AND queue_id = ? "
+                "AND start_offset = ?",
+                (SegmentStatus.DELETING.value, topic, queue_id, start_offset),
+            )
+            return self._require_segment(conn, topic, queue_id, start_offset)
+
+    def drop_segment(self, topic: str, queue_id: int, start_offset: int) -> QueueRow:
+        """Remove a DELETING segment's row (expiry's last step); return the queue row.
+
+        It must be the queue's oldest segment. ``cold_min`` moves to the next segment's
+        start, or to ``cold_commit`` when none remains.
+        """
+        where = self._where(topic, queue_id)
+        with self._transaction() as conn:
+            seg = self._require_segment(conn, topic, queue_id, start_offset)
+            if seg.status is not SegmentStatus.DELETING:
+                raise CatalogueError(f"{seg} is not DELETING; mark it first", where=where)
+            first = self._fetch_segments(conn, topic, queue_id)[0]
+            if first.start_offset != start_offset:
+                raise CatalogueError(f"{seg} is not the oldest segment ({first} is)", where=where)
+            conn.execute(
+                "DELETE FROM segments WHERE topic = ? AND queue_id = ? AND start_offset = ?",
+                (topic, queue_id, start_offset),
+            )
+            rest = self._fetch_segments(conn, topic, queue_id)
+            row = self._require_queue(conn, topic, queue_id)
+            cold_min = rest[0].start_offset if rest else row.cold_commit
+            return self._set_queue(conn, row, cold_min=cold_min)
+
+    def _require_segment(
+        self, conn: sqlite3.Connection, topic: str, queue_id: int, start_offset: int
+    ) -> SegmentRow:
+        self._require_queue(conn, topic, queue_id)
+        found = self._fetch_segments(conn, topic, queue_id, "AND start_offset = ?", start_offset)
+        if not found:
+            raise CatalogueError(
+                f"no segment starts at offset {start_offset}", where=self._where(topic, queue_id)
+            )
+        return found[0]
+
+    def _truncation(
+        self, conn: sqlite3.Connection, row: QueueRow, to_offset: int
+    ) -> list[SegmentRow]:
+        """The segment rows :meth:`truncate_queue` drops; raises CatalogueError where it
+        must refuse (see there)."""
+        topic, queue_id = row.topic, row.queue_id
+        where = self._where(topic, queue_id)
+        if not row.init_offset <= to_offset <= row.cold_commit:
+            raise CatalogueError(
+                f"cannot truncate to {to_offset}: outside [init {row.init_offset}, "
+                f"cold commit {row.cold_commit}]",
+                where=where,
+            )
+        straddling = self._fetch_segments(
+            conn, topic, queue_id, "AND start_offset < ? AND end_offset > ?",
+            to_offset, to_offset,
+        )  # fmt: skip
+        if straddling:
+            raise CatalogueError(
+                f"cannot truncate to {to_offset}: inside segment {straddling[0]}", where=where
+            )
+        inside = conn.execute(
+            "SELECT start_offset, end_offset FROM losses WHERE topic = ? AND queue_id = ? "
+            "AND start_offset < ? AND end_offset > ?",
+            (topic, queue_id, to_offset, to_offset),
+        ).fetchone()
+        if inside is not None:
+            raise CatalogueError(
+                f"cannot truncate to {to_offset}: inside the accepted loss "
+                f"[{inside[0]}, {inside[1]})",
+                where=where,
+            )
+        dropped = self._fetch_segments(conn, topic, queue_id, "AND start_offset >= ?", to_offset)
+        deleting = [s for s in dropped if s.status is SegmentStatus.DELETING]
+        if deleting:
+            raise CatalogueError(
+                f"cannot truncate: {deleting[0]} is being deleted; finish expiry first",
+                where=where,
+            )
+        return dropped
+
+    def truncate_queue(self, topic: str, queue_id: int, to_offset: int) -> list[SegmentRow]:
+        """Forget the segments at and after ``to_offset`` (repair); return them.
+
+        For ``tieredstore repair`` after the divergent objects are quarantined: drops every
+        segment row starting at or after ``to_offset`` and resets ``cold_commit`` to
+        ``to_offset`` and ``cold_cl_end`` to the first dropped segment's commitlog base
+        (unchanged when none is dropped); ``cold_min`` becomes ``min(cold_min,
+        to_offset)``. The queue's state is left to the caller.
+
+        Accepted losses starting at or after ``to_offset`` are forgotten too (repair
+        quarantines their records).
+
+        Raises CatalogueError when ``to_offset`` is past ``cold_commit``, before the
+        init offset, inside a segment or an accepted loss rather than at a boundary, or
+        when a segment to drop is DELETING (finish the expiry first).
+        """
+        with self._transaction() as conn:
+            row = self._require_queue(conn, topic, queue_id)
+            dropped = self._truncation(conn, row, to_offset)
+            conn.execute(
+                "DELETE FROM segments WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
+                (topic, queue_id, to_offset),
+            )
+            conn.execute(
+                "DELETE FROM losses WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
+                (topic, queue_id, to_offset),
+            )
+            self._set_queue(
+                conn,
+                row,
+                cold_min=min(row.cold_min, to_offset),
+                cold_commit=to_offset,
+                cold_cl_end=dropped[0].cl_base if dropped else row.cold_cl_end,
+            )
+        if dropped:
+            log.warning("queue %s/%d truncated to %d: %d segment rows dropped",
+                        topic, queue_id, to_offset, len(dropped))  # fmt: skip
+        return dropped
+
+
+def _segment_values(m: Manifest, status: SegmentStatus) -> tuple[Any, ...]:
+    return (
+        m.topic, m.queue_id, m.start_offset, m.end_offset, m.cl_base, m.cl_end,
+        m.commit_log.size, m.commit_log.digest, m.consume_queue.size, m.consume_queue.digest,
+        m.digest_algorithm, m.min_store_timestamp, m.max_store_timestamp, status.value,
+        m.format_version, m.writer_id, m.lease_epoch, m.created_at_ms, m.key, m.attempt,
+    )  # fmt: skip

@@ -1,0 +1,99 @@
+"""``tieredstore status``: the one-line health summary and ``--watch`` on a virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from dispatcher.queue_status import QueueStatus
+from tieredstore.clock import VirtualClock
+from tieredstore.commands.status import CLEAR, health_line, watch
+from tieredstore.synth import SynthSpec, synthesize
+
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def _q(topic: str, queue: int, state: str = "ACTIVE", **kw: object) -> QueueStatus:
+    base = QueueStatus(topic, queue, state, 0, 100, 0, 100, 0, 0, 0.0, "")
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_health_line_names_the_worst_and_the_oldest_lag() -> None:
+    ok = [_q("A", 0), _q("A", 1, lag_messages=5, lag_bytes=3 << 20, lag_seconds=75.0)]
+    assert health_line(ok, T0) == (
+        "2023-11-14T22:13:20Z OK: 2 queues (2 ACTIVE); "
+        "lag 5 messages, 3.0 MiB, oldest 1 m 15 s (A/1)"
+    )
+    paused = [*ok, _q("B", 0, "PAUSED"), _q("C", 2, note="cannot read queue")]
+    assert health_line(paused, T0).startswith(
+        "2023-11-14T22:13:20Z WARNING: 4 queues (1 PAUSED, 3 ACTIVE); 1 with notes; lag 5"
+    )
+    diverged = [*paused, _q("D", 0, "DIVERGED")]
+    assert " CRITICAL: 5 queues (1 DIVERGED, 1 PAUSED, 3 ACTIVE);" in health_line(diverged, T0)
+    assert health_line([], T0) == "2023-11-14T22:13:20Z NO QUEUES: 0 queues; lag 0 messages, 0 B"
+
+
+async def test_watch_redraws_in_place_every_interval() -> None:
+    clock = VirtualClock(start_ms=T0)
+    seen: list[int] = []
+
+    def snapshot(now_ms: int) -> list[QueueStatus]:
+        seen.append(now_ms)
+        lag = 30 - 10 * len(seen)  # the sidecar catches up between refreshes
+        return [_q("Orders", 0, lag_messages=lag, lag_seconds=float(lag))]
+
+    out = io.StringIO()
+    task = asyncio.create_task(
+        watch(snapshot, clock=clock, out=out, interval=2.0, in_place=True, frames=3)
+    )
+    await clock.advance(2.0)
+    await clock.advance(2.0)
+    assert await task == 3
+    assert seen == [T0, T0 + 2000, T0 + 4000]
+    frames = out.getvalue().split(CLEAR)
+    assert frames[0] == "" and len(frames) == 4  # every frame starts by clearing the screen
+    firsts = [f.splitlines()[0] for f in frames[1:]]
+    assert firsts[0].startswith("2023-11-14T22:13:20Z OK: 1 queues (1 ACTIVE); lag 20 messages")
+    assert firsts[1].startswith("2023-11-14T22:13:22Z OK: 1 queues (1 ACTIVE); lag 10 messages")
+    assert firsts[2] == "2023-11-14T22:13:24Z OK: 1 queues (1 ACTIVE); lag 0 messages, 0 B"
+    assert all(f.splitlines()[2].startswith("topic") for f in frames[1:])
+
+
+async def test_watch_without_a_terminal_prints_frames_one_after_another() -> None:
+    clock = VirtualClock(start_ms=T0)
+    out = io.StringIO()
+    task = asyncio.create_task(
+        watch(lambda _now: [_q("A", 0)], clock=clock, out=out, interval=1.0, in_place=False,
+              frames=2)
+    )  # fmt: skip
+    await clock.advance(1.0)
+    await task
+    text = out.getvalue()
+    assert CLEAR not in text and text.count(" OK: 1 queues") == 2 and "\n\n2023" in text
+
+
+def test_status_starts_with_the_health_line(tmp_path: Path) -> None:
+    synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=200))
+    flags = ["--store", str(tmp_path / "store"), "--cluster", "C", "--broker", "B",
+             "--state-dir", str(tmp_path / "state")]  # fmt: skip
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tieredstore.cli", *args],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    assert cli("run", "--once", "--cold", str(tmp_path / "cold"), *flags).returncode == 0
+    status = cli("status", *flags)
+    assert status.returncode == 0, status.stderr
+    first, blank, head, *rows = status.stdout.splitlines()
+    assert " OK: 2 queues (2 ACTIVE); lag 0 messages, 0 B" in first and blank == ""
+    assert head.startswith("topic") and len(rows) == 2
+    bad = cli("status", "--watch", "--interval", "0", *flags)
+    assert bad.returncode == 3 and "bad --interval" in bad.stderr
+    both = cli("status", "--watch", "--json", *flags)
+    assert both.returncode == 3 and "pick one" in both.stderr

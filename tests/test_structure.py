@@ -1,0 +1,47 @@
+"""The house rules of docs/architecture.md that a test can hold: small functions and
+classes in the product code (``tieredstore``, ``metadata``, ``dispatcher``, ``verifier``).
+
+Tests and benchmarks are exempt; a fixture or a scenario may read better whole.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("tieredstore", "metadata", "dispatcher", "verifier")
+MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 260  # "about 250"
+
+
+def _sizes() -> list[tuple[str, str, int, int]]:
+    """(kind, where, lines, limit) of every function and class in the packages."""
+    out = []
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    kind, limit = "function", MAX_FUNCTION_LINES
+                elif isinstance(node, ast.ClassDef):
+                    kind, limit = "class", MAX_CLASS_LINES
+                else:
+                    continue
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                out.append((kind, f"{rel}:{node.lineno} {node.name}", lines, limit))
+    return out
+
+
+def test_the_packages_are_parsed() -> None:
+    sizes = _sizes()
+    assert len(sizes) > 500  # every module was read
+    assert any(where.startswith("dispatcher/dispatcher.py") for _k, where, _n, _l in sizes)
+
+
+@pytest.mark.parametrize("kind", ["function", "class"])
+def test_no_function_or_class_is_over_its_limit(kind: str) -> None:
+    over = [f"{where}: {n} lines" for k, where, n, limit in _sizes() if k == kind and n > limit]
+    assert not over, f"{kind}s over the limit (split them by concern): {over}"

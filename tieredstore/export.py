@@ -1,0 +1,356 @@
+"""Export the archive to Parquet, segment by segment: idempotent and incremental.
+
+Layout under the output root (any backend URL: a path, ``file://``, ``s3://``)::
+
+    topic=<topic>/date=<YYYY-MM-DD>/<cluster>+<broker>+<queueId>+<start:020d>.parquet
+    _tieredstore_export/<cluster>/<broker>.json          the export manifest
+
+Each Parquet file holds the rows of one segment stored on one UTC day (by
+``store_timestamp``) with every column of :data:`~tieredstore.archive.ARCHIVE_SCHEMA`
+but ``topic``, which is the partition directory, as Spark's ``partitionBy`` writes it;
+``date`` is the second partition column. Topic names are escaped in directory names as
+Spark escapes partition values (``%RETRY%g`` is ``topic=%25RETRY%25g``), so Spark and
+``pyarrow.dataset(..., partitioning="hive")`` both read the tree back with the original
+names. Files and directories starting with ``_`` are ignored by both.
+
+**Idempotent.** A file's name is a function of the segment (cluster, broker, queue,
+first offset) and the day, so exporting a segment again overwrites its files instead of
+adding rows. The export manifest records, per segment (by manifest key), the SHA-256 of
+the manifest exported, the files written and the row count. A run skips every segment
+recorded with the same manifest digest; a segment whose manifest changed (re-tiered by
+``repair``) is exported again and its files no longer written are deleted.
+
+**Incremental.** So the next run exports only segments committed since. The export
+manifest is saved every :data:`SAVE_EVERY` segments and at the end (also when the run
+fails): a crash between the two only means a few segments are exported again — their
+files are overwritten, never duplicated.
+
+**Selection.** ``topics`` are shell-style globs (``fnmatch``, case-sensitive); a
+``since``/``until`` window (epoch ms, ``[since, until)``) selects the *segments* whose
+store-time range overlaps it, exported whole: the segment is the unit of export and of
+idempotence. Cut rows by time when reading the Parquet (``store_timestamp`` is a column).
+
+**Parallel.** Segments are decoded column by column (numpy and Arrow,
+:mod:`tieredstore.formats.columnar`). With ``jobs`` 1 (the default) two segments are in
+flight in this process, on two threads: one decoding while the previous one's Parquet is
+encoded, which releases the GIL. With ``jobs > 1`` that many segments are checked,
+decoded and encoded at once, each in its own process. Either way files are written and
+recorded in segment order.
+
+One run at a time per output root and broker: runs do not lock the export manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import fnmatch
+import hashlib
+import io
+import json
+import multiprocessing
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tieredstore.archive import ARCHIVE_SCHEMA, SegmentSlice
+from tieredstore.backends.base import Backend
+from tieredstore.clock import Clock
+from tieredstore.errors import CorruptManifestError, InvalidNameError, ObjectNotFoundError
+from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.manifest import Manifest, read_manifest
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "SAVE_EVERY",
+    "EncodedSegment",
+    "ExportManifest",
+    "ExportReport",
+    "ExportRequest",
+    "encode_segment",
+    "export_manifest_key",
+    "export_parquet",
+    "partition_dir",
+]
+
+EXPORT_FORMAT: Final = "tieredstore-export/1"
+#: Segments exported between two saves of the export manifest.
+SAVE_EVERY: Final = 32
+#: The columns of a Parquet file: the archive's but ``topic`` (a partition directory).
+FILE_SCHEMA: Final = pa.schema([f for f in ARCHIVE_SCHEMA if f.name != "topic"])
+
+_MANIFEST_DIR: Final = "_tieredstore_export"
+# The characters Spark escapes in partition directory names (ExternalCatalogUtils).
+_ESCAPED: Final = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(0x20))
+
+
+def _escape(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def partition_dir(topic: str, day: dt.date) -> str:
+    """``topic=<escaped topic>/date=<YYYY-MM-DD>``."""
+    return f"topic={_escape(topic)}/date={day.isoformat()}"
+
+
+def export_manifest_key(cluster: str, broker: str) -> str:
+    """Where the export manifest of one broker lives under the output root."""
+    return f"{_MANIFEST_DIR}/{cluster}/{broker}.json"
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """What to export: one broker's segments, of topics matching ``topics`` (all when
+    empty), overlapping the store times ``[since_ms, until_ms)`` (None: unbounded)."""
+
+    cluster: str
+    broker: str
+    topics: tuple[str, ...] = ()
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def wants_topic(self, topic: str) -> bool:
+        return not self.topics or any(fnmatch.fnmatchcase(topic, g) for g in self.topics)
+
+    def wants_segment(self, m: Manifest) -> bool:
+        return (self.since_ms is None or m.max_store_timestamp >= self.since_ms) and (
+            self.until_ms is None or m.min_store_timestamp < self.until_ms
+        )
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What a run did: segments selected, exported now, skipped as already exported."""
+
+    selected: int
+    exported: int
+    skipped: int
+    rows: int
+    files: int
+    bytes: int
+
+
+@dataclass
+class ExportManifest:
+    """The export manifest of one broker: segment manifest key → what was exported."""
+
+    cluster: str
+    broker: str
+    segments: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        doc = {"format": EXPORT_FORMAT, "cluster": self.cluster, "broker": self.broker,
+               "segments": self.segments}  # fmt: skip
+        return json.dumps(doc, sort_keys=True, indent=1).encode()
+
+    @classmethod
+    def load(cls, data: bytes, *, where: str, cluster: str, broker: str) -> ExportManifest:
+        """Parse an export manifest; CorruptManifestError (one line) if it is not ours."""
+        try:
+            doc = json.loads(data)
+            ok = doc["format"] == EXPORT_FORMAT and (doc["cluster"], doc["broker"]) == (
+                cluster,
+                broker,
+            )
+            segments = dict(doc["segments"])
+            for entry in segments.values():
+                if not (isinstance(entry["manifest_sha256"], str)
+                        and all(isinstance(f, str) for f in entry["files"])):  # fmt: skip
+                    raise TypeError(f"bad segment entry {entry!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptManifestError(f"not an export manifest: {exc!r}", where=where) from exc
+        if not ok:
+            raise CorruptManifestError(
+                f"export manifest of {doc.get('format')} for {doc.get('cluster')}/"
+                f"{doc.get('broker')}, not {EXPORT_FORMAT} for {cluster}/{broker}",
+                where=where,
+            )
+        return cls(cluster, broker, segments)
+
+
+async def _load_manifest(out: Backend, request: ExportRequest) -> ExportManifest:
+    key = export_manifest_key(request.cluster, request.broker)
+    try:
+        data = await out.read(key)
+    except ObjectNotFoundError:
+        return ExportManifest(request.cluster, request.broker)
+    return ExportManifest.load(
+        data, where=f"{out.url} {key}", cluster=request.cluster, broker=request.broker
+    )
+
+
+async def _manifest_keys(cold: Backend, request: ExportRequest) -> list[str]:
+    """The MANIFEST keys of the broker whose topic is wanted, in key order."""
+    prefix = broker_prefix(request.cluster, request.broker) + "/"
+    keys: list[str] = []
+    for info in await cold.list(prefix):
+        if f"/{SegmentKind.MANIFEST.value}/" not in info.key:
+            continue
+        try:
+            parsed = parse_object_key(info.key)
+        except InvalidNameError:
+            continue  # the lease, quarantined objects: not segments
+        if parsed.kind is SegmentKind.MANIFEST and request.wants_topic(parsed.topic):
+            keys.append(info.key)
+    return keys
+
+
+def _file_name(m: Manifest) -> str:
+    # Names are percent-quoted, so "+" separates them unambiguously.
+    cluster, broker = quote(m.cluster, safe=""), quote(m.broker, safe="")
+    return f"{cluster}+{broker}+{m.queue_id}+{m.start_offset:020d}.parquet"
+
+
+def _files(m: Manifest, table: pa.Table) -> Iterable[tuple[str, pa.Table]]:
+    """The segment's rows split by UTC day: (key under the output root, rows)."""
+    days = pc.cast(table["store_timestamp"], pa.date32())
+    unique = sorted(pc.unique(days).to_pylist())
+    for day in unique:
+        # Most segments lie within one day: their rows need no filtering.
+        rows = (
+            table if len(unique) == 1 else table.filter(pc.equal(days, pa.scalar(day, pa.date32())))
+        )
+        yield f"{partition_dir(m.topic, day)}/{_file_name(m)}", rows.drop_columns(["topic"])
+
+
+def _parquet(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class EncodedSegment:
+    """A segment's Parquet files (key under the output root, bytes) and its row count."""
+
+    files: list[tuple[str, bytes]]
+    rows: int
+
+
+def encode_segment(
+    manifest_json: bytes, manifest_key: str, commit_log: bytes, consume_queue: bytes, where: str
+) -> EncodedSegment:
+    """Check a whole segment against its manifest, decode it and encode its Parquet files
+    (sync and self-contained: it runs in a worker process with ``--jobs``).
+
+    Raises:
+        SizeMismatchError / DigestMismatchError / CorruptDataError: see
+            :meth:`~tieredstore.archive.SegmentSlice.whole`.
+    """
+    m = read_manifest(manifest_json, manifest_key)
+    piece = SegmentSlice.whole(m, commit_log, consume_queue, where=where)
+    batches = list(piece.batches(cluster=m.cluster, broker=m.broker))
+    table = pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+    return EncodedSegment([(key, _parquet(rows)) for key, rows in _files(m, table)], table.num_rows)
+
+
+@dataclass
+class _Run:
+    """One export run: the output, what is recorded, and the counts so far."""
+
+    out: Backend
+    done: ExportManifest
+    key: str
+    clock: Clock
+    exported: int = 0
+    rows: int = 0
+    files: int = 0
+    bytes: int = 0
+
+    async def finish(self, mkey: str, sha: str, job: asyncio.Future[EncodedSegment]) -> None:
+        """Write a segment's files, delete its stale ones, record it (saved every
+        :data:`SAVE_EVERY` segments)."""
+        encoded = await job
+        old = self.done.segments.get(mkey)
+        for name, data in encoded.files:
+            await self.out.write(name, data)
+        keys = [name for name, _ in encoded.files]
+        for stale in sorted(set(old["files"] if old else ()) - set(keys)):
+            await self.out.delete(stale)
+        self.done.segments[mkey] = {
+            "manifest_sha256": sha,
+            "files": keys,
+            "rows": encoded.rows,
+            "exported_at_ms": self.clock.now_ms(),
+        }
+        self.exported += 1
+        self.rows += encoded.rows
+        self.files += len(keys)
+        self.bytes += sum(len(data) for _, data in encoded.files)
+        if self.exported % SAVE_EVERY == 0:
+            await self.save()
+
+    async def save(self) -> None:
+        await self.out.write(self.key, self.done.to_json())
+
+
+#: Segments in flight in one process (``jobs`` 1): one decoding while the previous one's
+#: Parquet is encoded (zstd, SHA-256 and most of the columnar decode release the GIL).
+_THREADS: Final = 2
+
+
+def _executor(jobs: int) -> tuple[Executor, int]:
+    """Where segments are decoded, and how many at once: this process (two threads)
+    or ``jobs`` processes."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if jobs == 1:
+        return ThreadPoolExecutor(_THREADS, thread_name_prefix="export"), _THREADS
+    # spawn: a fork would copy the event loop's threads and connections.
+    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")), jobs
+
+
+async def export_parquet(
+    cold: Backend, out: Backend, request: ExportRequest, *, clock: Clock, jobs: int = 1
+) -> ExportReport:
+    """Export the segments ``request`` selects that are not exported yet (module doc).
+
+    ``jobs`` segments are decoded at once, each in its own process when ``jobs > 1``
+    (two threads of this process when 1; memory: about three times a segment's size
+    per segment in flight).
+
+    Raises:
+        CorruptManifestError: a segment manifest, or the export manifest, that does not
+            validate.
+        ObjectNotFoundError / SizeMismatchError / DigestMismatchError / CorruptDataError:
+            a segment whose objects are missing or do not match its manifest (the
+            segments exported before it stay recorded).
+    """
+    run = _Run(out, await _load_manifest(out, request),
+               export_manifest_key(request.cluster, request.broker), clock)  # fmt: skip
+    loop = asyncio.get_running_loop()
+    pending: deque[tuple[str, str, asyncio.Future[EncodedSegment]]] = deque()
+    selected = 0
+    pool, depth = _executor(jobs)
+    with pool:
+        try:
+            for mkey in await _manifest_keys(cold, request):
+                raw = await cold.read(mkey)
+                m = read_manifest(raw, mkey)
+                if not request.wants_segment(m):
+                    continue
+                selected += 1
+                sha = hashlib.sha256(raw).hexdigest()
+                if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
+                    continue
+                cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
+                job = loop.run_in_executor(pool, encode_segment, raw, mkey, cl, cq, cold.url)
+                pending.append((mkey, sha, job))
+                if len(pending) >= depth:
+                    await run.finish(*pending.popleft())
+            while pending:
+                await run.finish(*pending.popleft())
+        finally:
+            for _, _, job in pending:
+                job.cancel()
+            if run.exported:
+                await run.save()
+    return ExportReport(selected, run.exported, selected - run.exported, run.rows, run.files,
+                        run.bytes)  # fmt: skip

@@ -1,0 +1,44 @@
+"""Numbers and times as people read them: ISO-8601 UTC, binary sizes, short durations.
+
+Used by the verification report and history pages and by ``status``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+__all__ = ["human_bytes", "human_seconds", "iso_time"]
+
+
+def iso_time(ms: int | None) -> str:
+    """``2025-01-02T03:04:05Z`` (UTC, whole seconds) for epoch milliseconds; ``""`` for None."""
+    if ms is None:
+        return ""
+    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def human_bytes(n: int) -> str:
+    """``0 B``, ``1023 B``, ``1.0 KiB``, ``1.5 MiB`` ... (binary units, up to TiB)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def human_seconds(seconds: float | None) -> str:
+    """``850 ms``, ``12.3 s``, ``4 m 05 s``, ``2 h 03 m``, ``3 d 04 h``; ``""`` for None."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole >= 86400:
+        return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
+    if whole >= 3600:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} m"
+    return f"{whole // 60} m {whole % 60:02d} s"

@@ -1,0 +1,182 @@
+"""What a restore writes: the committed cold segments of the selected queues, in order.
+
+:func:`build_plan` lists one broker's cold prefix, keeps the manifests of the queues whose
+topic matches the filter, reads them (bounded concurrency), checks that each queue's
+segments are contiguous, and prunes them to the time window by the manifests' min/max
+store times. Object keys come from the manifests only.
+
+The window is applied to messages as well (:class:`TimeWindow`): a queue's restored range
+starts at its first message stored at or after ``since`` and ends before its first
+message stored after ``until``, so every restored queue is one contiguous run of queue
+offsets (store times rise with queue offsets; if they ever go backwards inside a queue
+the run still ends at the first later message).
+
+**Order** (:meth:`RestorePlan.merge_order`): segments of all queues are merged by their
+oldest store time (ties by topic, queue id, offset), each queue's segments staying in
+offset order. The restored commitlog is therefore in store-time order at the grain of a
+segment, as a broker's commitlog is at the grain of a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import heapq
+import itertools
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from tieredstore.backends.base import Backend
+from tieredstore.errors import ColdDataError, InvalidNameError
+from tieredstore.layout import QueuePath, SegmentKind, broker_prefix, parse_object_key
+from tieredstore.manifest import Manifest, read_manifest
+
+__all__ = ["QueuePlan", "RestoreFilter", "RestorePlan", "TimeWindow", "build_plan"]
+
+_READ_CONCURRENCY: Final = 32
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindow:
+    """Store times ``[since, until]`` (epoch ms, both inclusive); ``None`` = unbounded."""
+
+    since: int | None = None
+    until: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.since is not None and self.until is not None and self.since > self.until:
+            raise ValueError(f"time window since {self.since} is after until {self.until}")
+
+    def overlaps(self, manifest: Manifest) -> bool:
+        """Whether the segment may hold a message inside the window."""
+        if self.since is not None and manifest.max_store_timestamp < self.since:
+            return False
+        return self.until is None or manifest.min_store_timestamp <= self.until
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreFilter:
+    """Which queues and which store times a restore selects.
+
+    ``topics`` are shell globs (``fnmatch``, case-sensitive); empty selects every topic.
+    """
+
+    topics: tuple[str, ...] = ()
+    window: TimeWindow = field(default_factory=TimeWindow)
+
+    def accepts(self, topic: str) -> bool:
+        return not self.topics or any(fnmatch.fnmatchcase(topic, g) for g in self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePlan:
+    """One queue's segments to restore: contiguous, in offset order, never empty."""
+
+    queue: QueuePath
+    segments: tuple[Manifest, ...]
+
+    @property
+    def start(self) -> int:
+        return self.segments[0].start_offset
+
+    @property
+    def end(self) -> int:
+        return self.segments[-1].end_offset
+
+
+@dataclass(frozen=True, slots=True)
+class RestorePlan:
+    """The selected queues (sorted by topic, queue id) and their segments."""
+
+    queues: tuple[QueuePlan, ...]
+
+    @property
+    def segments(self) -> int:
+        return sum(len(q.segments) for q in self.queues)
+
+    @property
+    def messages(self) -> int:
+        return sum(m.message_count for q in self.queues for m in q.segments)
+
+    @property
+    def bytes(self) -> int:
+        return sum(m.commit_log.size for q in self.queues for m in q.segments)
+
+    def merge_order(self) -> Iterator[Manifest]:
+        """Every segment once: merged by oldest store time, each queue in offset order."""
+
+        def keyed(q: QueuePlan) -> Iterator[tuple[int, str, int, int, Manifest]]:
+            for m in q.segments:
+                yield (m.min_store_timestamp, m.topic, m.queue_id, m.start_offset, m)
+
+        for *_, manifest in heapq.merge(*(keyed(q) for q in self.queues)):
+            yield manifest
+
+
+async def _list_manifests(
+    backend: Backend, cluster: str, broker: str, filt: RestoreFilter
+) -> dict[QueuePath, list[str]]:
+    prefix = broker_prefix(cluster, broker) + "/"
+    by_queue: dict[QueuePath, list[tuple[int, str]]] = defaultdict(list)
+    for info in await backend.list(prefix):
+        if info.key[len(prefix) :].startswith("_"):
+            continue  # tieredstore's own: lease, quarantine, config copies
+        try:
+            key = parse_object_key(info.key)
+        except InvalidNameError:
+            continue  # not a segment object; the verifier reports such strays
+        if key.kind is SegmentKind.MANIFEST and filt.accepts(key.topic):
+            by_queue[key.queue].append((key.base_offset, info.key))
+    return {q: [k for _, k in sorted(keys)] for q, keys in by_queue.items()}
+
+
+async def _read_all(backend: Backend, keys: Sequence[str]) -> list[Manifest]:
+    sem = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def one(key: str) -> Manifest:
+        async with sem:
+            return read_manifest(await backend.read(key), key)
+
+    return list(await asyncio.gather(*(one(k) for k in keys)))
+
+
+def _contiguous(queue: QueuePath, manifests: Sequence[Manifest]) -> None:
+    for a, b in itertools.pairwise(manifests):
+        if a.end_offset != b.start_offset:
+            raise ColdDataError(
+                f"queue {queue} has no committed segment for offsets "
+                f"[{a.end_offset}, {b.start_offset}): a restore needs one contiguous run "
+                "(exclude the topic, or restore a window after the gap with --since)",
+                where=b.key,
+            )
+
+
+def _prune(manifests: Sequence[Manifest], window: TimeWindow) -> tuple[Manifest, ...]:
+    """The contiguous run from the first to the last segment overlapping the window."""
+    hits = [i for i, m in enumerate(manifests) if window.overlaps(m)]
+    return tuple(manifests[hits[0] : hits[-1] + 1]) if hits else ()
+
+
+async def build_plan(
+    backend: Backend, cluster: str, broker: str, filt: RestoreFilter
+) -> RestorePlan:
+    """List, read and check the manifests a restore needs (see the module docstring).
+
+    Raises:
+        ColdDataError: a selected queue has a hole between committed segments (inside
+            the window); CorruptManifestError for a manifest that does not validate.
+    """
+    listed = await _list_manifests(backend, cluster, broker, filt)
+    manifests = await _read_all(backend, [k for q in sorted(listed) for k in listed[q]])
+    queues: list[QueuePlan] = []
+    pos = 0
+    for queue in sorted(listed):
+        mine = manifests[pos : pos + len(listed[queue])]
+        pos += len(mine)
+        kept = _prune(mine, filt.window)
+        _contiguous(queue, kept)
+        if kept:
+            queues.append(QueuePlan(queue, kept))
+    return RestorePlan(tuple(queues))

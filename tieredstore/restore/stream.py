@@ -1,0 +1,199 @@
+"""Streaming one committed segment in bounded chunks, every record checked on the way.
+
+:func:`segment_chunks` reads a segment's CONSUME_QUEUE in blocks of units and its
+COMMIT_LOG in ranges of at most ``batch_bytes`` (one record more if a single record is
+larger), so memory stays bounded whatever the segment's size. Every chunk is checked
+before it is handed on (vectorised): units point at contiguous records inside the
+segment, and each record has a known magic, totalSize == its unit's size, queueOffset
+field == its queue offset and physicalOffset field == its cold offset. When the whole
+segment is read, both objects' SHA-256 digests are compared with the manifest's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from tieredstore.backends.base import Backend
+from tieredstore.errors import CorruptRecordError, CorruptUnitError, DigestMismatchError
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
+from tieredstore.formats.record import (
+    MAGIC_AT,
+    MAGIC_CODE_V1,
+    MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_AT,
+    QUEUE_OFFSET_AT,
+    TOTAL_SIZE_AT,
+)
+from tieredstore.formats.vector import gather_be, store_timestamps
+from tieredstore.manifest import Manifest
+from tieredstore.segment import MIN_RECORD_SIZE
+
+__all__ = ["Chunk", "segment_chunks"]
+
+I64 = npt.NDArray[np.int64]
+_UNITS_PER_READ: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive records of one segment: queue offsets ``[first, first + len(sizes))``.
+
+    ``data`` holds the records back to back, as read; ``starts`` are their positions in
+    it; ``cold`` their cold commitlog offsets.
+    """
+
+    manifest: Manifest
+    first: int
+    data: bytes
+    starts: I64
+    sizes: I64
+    tags: I64
+    cold: I64
+    stamps: I64
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+
+def _check_units(m: Manifest, first: int, units: Units, expected_cold: int) -> None:
+    cold = units["commitlog_offset"].astype(np.int64)
+    sizes = units["size"].astype(np.int64)
+    want = expected_cold + np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))
+    bad = np.flatnonzero((sizes < MIN_RECORD_SIZE) | (cold != want) | (cold + sizes > m.cl_end))
+    if bad.size:
+        i = int(bad[0])
+        raise CorruptUnitError(
+            f"unit of queue offset {first + i} points at cold offset {int(cold[i])} size "
+            f"{int(sizes[i])}, not at the next record inside [{m.cl_base}, {m.cl_end})",
+            where=f"{m.consume_queue_key}@{(first - m.start_offset + i) * CQ_UNIT_SIZE}",
+        )
+
+
+def _check_records(
+    m: Manifest, first: int, arr: npt.NDArray[np.uint8], starts: I64, sizes: I64, cold: I64
+) -> None:
+    magic = gather_be(arr, starts + MAGIC_AT, 4)
+    checks: tuple[tuple[str, I64, I64], ...] = (
+        ("totalSize", gather_be(arr, starts + TOTAL_SIZE_AT, 4), sizes),
+        (
+            "queueOffset",
+            gather_be(arr, starts + QUEUE_OFFSET_AT, 8),
+            first + np.arange(len(sizes), dtype=np.int64),
+        ),
+        ("physicalOffset", gather_be(arr, starts + PHYSICAL_OFFSET_AT, 8), cold),
+    )
+    bad = np.flatnonzero((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
+    if bad.size:
+        i = int(bad[0])
+        raise CorruptRecordError(
+            f"bad magic code 0x{int(magic[i]) & 0xFFFFFFFF:08X} at queue offset {first + i}",
+            where=f"{m.commit_log_key}@{int(cold[i]) - m.cl_base}",
+        )
+    for field, found, expected in checks:
+        bad = np.flatnonzero(found != expected)
+        if bad.size:
+            i = int(bad[0])
+            raise CorruptRecordError(
+                f"record of queue offset {first + i}: {field} field {int(found[i])}, "
+                f"expected {int(expected[i])}",
+                where=f"{m.commit_log_key}@{int(cold[i]) - m.cl_base}",
+            )
+
+
+class _Digests:
+    """SHA-256 of both objects, fed in order in a worker thread (hashing overlaps the
+    reads and the writes); compared only if the whole segment was read."""
+
+    def __init__(self, m: Manifest, whole: bool) -> None:
+        self.m = m
+        self.whole = whole
+        self.cl = hashlib.sha256()
+        self.cq = hashlib.sha256()
+        self._last: asyncio.Future[None] | None = None
+
+    def feed(self, h: hashlib._Hash, data: bytes) -> None:
+        """Queue ``data`` for ``h`` after everything fed before it."""
+        if self.whole:
+            self._last = asyncio.ensure_future(self._update(self._last, h, data))
+
+    @staticmethod
+    async def _update(prev: asyncio.Future[None] | None, h: hashlib._Hash, data: bytes) -> None:
+        if prev is not None:
+            await prev
+        await asyncio.to_thread(h.update, data)
+
+    async def check(self) -> None:
+        if not self.whole:
+            return
+        if self._last is not None:
+            await self._last
+        for key, ref, h in (
+            (self.m.commit_log_key, self.m.commit_log, self.cl),
+            (self.m.consume_queue_key, self.m.consume_queue, self.cq),
+        ):
+            if h.hexdigest() != ref.digest:
+                raise DigestMismatchError(
+                    f"object sha256 is {h.hexdigest()}, its manifest says {ref.digest}", where=key
+                )
+
+
+async def segment_chunks(
+    backend: Backend, m: Manifest, *, first: int, batch_bytes: int
+) -> AsyncIterator[Chunk]:
+    """Yield the records of ``m`` from queue offset ``first`` to its end, in chunks.
+
+    Raises:
+        CorruptUnitError / CorruptRecordError: a unit or record that does not fit.
+        DigestMismatchError: an object (read whole) differs from its manifest.
+        ObjectNotFoundError: an object of the committed segment is missing.
+    """
+    if not m.start_offset <= first <= m.end_offset:
+        raise ValueError(f"offset {first} outside segment [{m.start_offset}, {m.end_offset})")
+    digests = _Digests(m, whole=first == m.start_offset)
+    offset = first
+    cold_next = -1
+    while offset < m.end_offset:
+        n = min(m.end_offset - offset, _UNITS_PER_READ)
+        rel = (offset - m.start_offset) * CQ_UNIT_SIZE
+        raw = await backend.read_exact(m.consume_queue_key, rel, rel + n * CQ_UNIT_SIZE)
+        digests.feed(digests.cq, raw)
+        units = decode_units(raw, where=m.consume_queue_key)
+        if cold_next < 0:
+            cold_next = int(units["commitlog_offset"][0]) if first > m.start_offset else m.cl_base
+        _check_units(m, offset, units, cold_next)
+        sizes_all = units["size"].astype(np.int64)
+        ends = np.cumsum(sizes_all)
+        done = 0
+        while done < n:
+            # At most batch_bytes, but always at least one record: never a stall.
+            limit = (int(ends[done - 1]) if done else 0) + batch_bytes
+            k = max(int(np.searchsorted(ends, limit, side="right")) - done, 1)
+            sizes = sizes_all[done : done + k]
+            lo = cold_next - m.cl_base
+            data = await backend.read_exact(m.commit_log_key, lo, lo + int(sizes.sum()))
+            digests.feed(digests.cl, data)
+            arr = np.frombuffer(data, dtype=np.uint8)
+            starts = np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))
+            cold = cold_next + starts
+            _check_records(m, offset, arr, starts, sizes, cold)
+            yield Chunk(
+                m,
+                offset,
+                data,
+                starts,
+                sizes,
+                units["tags_code"][done : done + k].astype(np.int64),
+                cold,
+                store_timestamps(arr, starts),
+            )
+            offset += k
+            done += k
+            cold_next += len(data)
+    await digests.check()

@@ -1,0 +1,176 @@
+"""A moto S3 server on loopback for tests and benchmarks: real S3 requests, conditional
+ones included (``If-None-Match``, ``If-Match``), nothing ever reaching AWS.
+
+* :func:`threaded_server`: moto in a thread of this process (the test suite's
+  session-wide server);
+* :class:`MotoServer`: moto in a process of its own, so it never shares the measuring
+  process's GIL, counting requests from its access log (the benchmarks);
+* :class:`S3Bucket`: one bucket on either, with backend options and a plain botocore
+  client for looking behind the backend's back;
+* the dummy credentials and region both use (:data:`AWS_ENV` for subprocesses).
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tieredstore.backends.options import BackendOptions
+
+__all__ = [
+    "ACCESS_KEY",
+    "AWS_ENV",
+    "REGION",
+    "SECRET_KEY",
+    "MotoServer",
+    "S3Bucket",
+    "reset_moto",
+    "threaded_server",
+]
+
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+REGION = "us-east-1"
+#: The environment a subprocess (a sidecar under test) needs to reach moto.
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+    "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+    "AWS_DEFAULT_REGION": REGION,
+}
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket on the moto server; ``url`` is ``s3://<name>``.
+
+    ``client`` is a sync botocore S3 client on the same server (fine in tests, never
+    from the event loop in library code).
+    """
+
+    endpoint_url: str
+    name: str
+    client: Any
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.name}"
+
+    def options(self, **changes: Any) -> BackendOptions:
+        """Backend options pointing at moto, with explicit dummy credentials."""
+        base = BackendOptions(
+            endpoint_url=self.endpoint_url,
+            region=REGION,
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+        )
+        return replace(base, **changes)
+
+
+def reset_moto(endpoint_url: str) -> None:
+    """Drop every bucket and object (moto keeps them in memory)."""
+    request = urllib.request.Request(f"{endpoint_url}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        reply.read()
+
+
+@contextmanager
+def threaded_server() -> Iterator[str]:
+    """Run moto in a thread on a free loopback port; yield its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+        # stop() shuts the serve loop down but leaves the listening socket open.
+        if server._server is not None:
+            server._server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class MotoServer:
+    """A moto S3 server on loopback in its own process (so it never shares our GIL).
+
+    ``with MotoServer(log) as moto: moto.endpoint_url``; :meth:`reset` forgets every
+    bucket and object (moto keeps them in memory).
+    """
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self._mark = 0
+        self.port = _free_port()
+        self.endpoint_url = f"http://127.0.0.1:{self.port}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> MotoServer:
+        with self.log.open("ab") as out:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=out,
+                stderr=out,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.reset()
+                return self
+            except OSError:
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__(None, None, None)
+                    raise RuntimeError(f"moto server did not start; see {self.log}") from None
+                time.sleep(0.2)
+
+    def requests(self) -> Counter[str]:
+        """HTTP requests the server logged since the last call, by method.
+
+        Read from its access log (``"PUT /bucket/key HTTP/1.1" 200``; some statuses are
+        coloured with ANSI codes); the set-up probes of :meth:`reset` are excluded.
+        """
+        text = self.log.read_bytes()[self._mark :].decode(errors="replace")
+        self._mark += len(text.encode())
+        methods = re.findall(r'"(?:\x1b\[[0-9;]*m)*(GET|PUT|POST|HEAD|DELETE) (/[^ ]*) HTTP', text)
+        return Counter(m for m, path in methods if not path.startswith("/moto-api"))
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def reset(self) -> None:
+        """Drop every bucket and object."""
+        reset_moto(self.endpoint_url)
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return self._proc.pid if self._proc is not None else None

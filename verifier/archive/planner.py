@@ -1,0 +1,197 @@
+"""Planning a query of the archive: one Spark input partition per segment that can hold
+a matching row.
+
+Runs once per query where Spark plans it (a Python worker beside the driver), with a
+plain sync fsspec filesystem, as the verifier's driver listing does:
+
+1. list the brokers of the cluster (or take the ``broker`` option);
+2. list each broker's prefix — only the topics an ``=``/``IN`` filter names, when one
+   does — and keep the MANIFEST keys whose topic and queue pass the filters; a segment
+   whose successor starts at or below the lowest wanted offset, or that starts above the
+   highest, is dropped by its name alone;
+3. read the remaining manifests (concurrently on object stores) and keep the segments
+   whose offsets and store times overlap the filters.
+
+No COMMIT_LOG or CONSUME_QUEUE object is touched here: tasks read those, and only for
+the segments planned. Object keys always come from the manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+from fsspec.spec import AbstractFileSystem
+from pyspark.sql.datasource import InputPartition
+
+from tieredstore.archive import TimeWindow
+from tieredstore.errors import ConfigError, InvalidNameError
+from tieredstore.layout import (
+    ObjectKey,
+    SegmentKind,
+    cluster_dir,
+    parse_object_key,
+    validate_topic,
+)
+from tieredstore.manifest import Manifest, read_manifest
+from verifier.archive.options import SOURCE_NAME, ArchiveOptions
+from verifier.archive.pruning import Pruning
+from verifier.readers import ColdLocation, open_cold
+
+__all__ = ["SegmentPartition", "check_sources", "plan"]
+
+
+@dataclass(frozen=True)
+class SegmentPartition(InputPartition):
+    """One segment to read: its manifest (as stored), the queue offsets ``[first, end)``
+    wanted of it, and the store times worth decoding (None: all)."""
+
+    cluster: str
+    broker: str
+    manifest_key: str
+    manifest_json: bytes
+    first: int
+    end: int
+    window: TimeWindow | None
+
+    def manifest(self) -> Manifest:
+        """The manifest, parsed and checked again (it crossed a process boundary)."""
+        return read_manifest(self.manifest_json, self.manifest_key)
+
+
+def _dirs(fs: AbstractFileSystem, path: str) -> list[str]:
+    try:
+        entries: list[Mapping[str, Any]] = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return []
+    return sorted(
+        str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries if e["type"] == "directory"
+    )
+
+
+def check_sources(options: ArchiveOptions) -> None:
+    """Fail early on a cold root, cluster or named broker that is not there.
+
+    Raises:
+        ConfigError: one line naming what is missing and what is there instead.
+    """
+    fs, root = open_cold(options.cold)
+    cdir = cluster_dir(options.cluster)
+    brokers = _dirs(fs, ColdLocation.path(root, cdir))
+    if not brokers:
+        clusters = [d.split("_", 1)[1] for d in _dirs(fs, root) if "_" in d]
+        raise ConfigError(
+            f"{SOURCE_NAME} data source: no cluster {options.cluster!r} in the cold store "
+            f"(clusters there: {', '.join(clusters) or 'none'})",
+            where=options.cold.url,
+        )
+    missing = [b for b in options.brokers if b not in brokers]
+    if missing:
+        raise ConfigError(
+            f"{SOURCE_NAME} data source: no broker {missing[0]!r} in cluster "
+            f"{options.cluster!r} (brokers there: {', '.join(brokers)})",
+            where=options.cold.url,
+        )
+
+
+def _manifest_keys(
+    fs: AbstractFileSystem, root: str, prefix: str, pruning: Pruning
+) -> list[ObjectKey]:
+    """The MANIFEST keys under one broker's ``prefix`` whose topic and queue may match."""
+    topics = pruning.topic.values
+    bases = [prefix] if topics is None else [f"{prefix}/{t}" for t in sorted(topics) if _ok(t)]
+    cut = len(root) + 1 if root else 0
+    found: list[ObjectKey] = []
+    for base in bases:
+        for path in fs.find(ColdLocation.path(root, base)):
+            key = str(path)[cut:]
+            if f"/{SegmentKind.MANIFEST.value}/" not in key:
+                continue
+            try:
+                parsed = parse_object_key(key)
+            except InvalidNameError:
+                continue  # not a segment object (the lease, quarantine, a temp file)
+            if (
+                parsed.kind is SegmentKind.MANIFEST
+                and pruning.topic.admits(parsed.topic)
+                and pruning.queue_id.admits(parsed.queue_id)
+            ):
+                found.append(parsed)
+    return found
+
+
+def _ok(topic: str) -> bool:
+    try:
+        validate_topic(topic)
+    except InvalidNameError:
+        return False  # no segment can have it: nothing to list
+    return True
+
+
+def _by_name(keys: Iterable[ObjectKey], pruning: Pruning) -> list[ObjectKey]:
+    """Drop the segments whose offsets are out of range by their names alone."""
+    lo, hi = pruning.queue_offset.lo, pruning.queue_offset.hi
+    kept: list[ObjectKey] = []
+    order = sorted(keys, key=lambda k: (k.broker, k.topic, k.queue_id, k.base_offset))
+    for _, queue in groupby(order, key=lambda k: (k.broker, k.topic, k.queue_id)):
+        segs = list(queue)
+        for seg, nxt in zip(segs, [*segs[1:], None], strict=True):
+            if hi is not None and seg.base_offset > hi:
+                break
+            # A segment ends at or before its successor's start.
+            if lo is not None and nxt is not None and nxt.base_offset <= lo:
+                continue
+            kept.append(seg)
+    return kept
+
+
+def _read_manifests(
+    fs: AbstractFileSystem, root: str, keys: list[ObjectKey]
+) -> list[tuple[ObjectKey, bytes]]:
+    """Each key's manifest bytes; a manifest gone since the listing (expired) is left out."""
+    paths = {ColdLocation.path(root, k.key): k for k in keys}
+    if not paths:
+        return []
+    got: Mapping[str, bytes | BaseException] = fs.cat(list(paths), on_error="return")
+    out: list[tuple[ObjectKey, bytes]] = []
+    for path, key in paths.items():
+        data = got.get(path, FileNotFoundError(path))
+        if isinstance(data, FileNotFoundError):
+            continue
+        if isinstance(data, BaseException):
+            raise data
+        out.append((key, data))
+    return out
+
+
+def plan(options: ArchiveOptions, pruning: Pruning) -> list[SegmentPartition]:
+    """One partition per segment that may hold a row passing ``pruning``, in
+    (broker, topic, queue, offset) order.
+
+    Raises:
+        ConfigError: the cold root is missing or unreachable.
+        CorruptManifestError: a manifest that does not validate (naming its key).
+    """
+    if not pruning.cluster.admits(options.cluster):
+        return []
+    fs, root = open_cold(options.cold)
+    cdir = cluster_dir(options.cluster)
+    brokers = options.brokers or tuple(_dirs(fs, ColdLocation.path(root, cdir)))
+    keys: list[ObjectKey] = []
+    for broker in brokers:
+        if pruning.broker.admits(broker):
+            keys += _manifest_keys(fs, root, f"{cdir}/{broker}", pruning)
+    parts: list[SegmentPartition] = []
+    for key, data in _read_manifests(fs, root, _by_name(keys, pruning)):
+        m = read_manifest(data, key.key)
+        cut = pruning.cut(m.start_offset, m.end_offset, m.min_store_timestamp,
+                          m.max_store_timestamp)  # fmt: skip
+        if cut is not None:
+            parts.append(
+                SegmentPartition(
+                    options.cluster, m.broker, key.key, data, cut.first, cut.end, cut.window
+                )
+            )
+    return parts

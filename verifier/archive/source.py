@@ -1,0 +1,213 @@
+"""The ``tieredstore`` Spark data source (Spark 4's Python Data Source API).
+
+``TieredStoreDataSource`` is the source; :func:`register` makes it available as
+``spark.read.format("tieredstore")`` (and turns on Python filter pushdown, which Spark
+leaves off by default); :func:`read_archive` checks the options on the driver first,
+so a mistake is one line there instead of a Python traceback inside a Spark error.
+
+* ``schema()`` runs at ``load()``: it checks the options and that the cold root, the
+  cluster and every named broker exist (:func:`~verifier.archive.planner.check_sources`).
+* The reader's ``pushFilters`` keeps the filters it can prune with and hands every filter
+  back to Spark (:mod:`verifier.archive.pruning`); ``partitions()`` plans one partition
+  per segment (:mod:`verifier.archive.planner`).
+* ``read()`` runs in a Spark task. It opens a sync fsspec filesystem (no Hadoop S3
+  jars), reads the segment's two objects by the keys its manifest names — whole, then
+  checked against the manifest's sizes and digests; or, when offset filters cut the
+  segment, only the consume-queue units and records wanted — and yields Arrow batches
+  of :data:`~tieredstore.archive.ARCHIVE_SCHEMA`.
+
+A task raises (and so fails the query) for an object that is missing or does not match
+its manifest: a query never returns a silently partial archive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import pyarrow as pa
+from fsspec.spec import AbstractFileSystem
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from tieredstore.archive import ARCHIVE_SCHEMA, SegmentSlice, record_span
+from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
+from tieredstore.manifest import Manifest
+from tieredstore.reader import check_units
+from verifier.archive.options import SOURCE_NAME, ArchiveOptions, parse_options
+from verifier.archive.planner import SegmentPartition, check_sources, plan
+from verifier.archive.pruning import Pruning
+from verifier.readers import ColdLocation
+
+__all__ = [
+    "PUSHDOWN_CONF",
+    "SPARK_SCHEMA",
+    "ArchiveReader",
+    "TieredStoreDataSource",
+    "read_archive",
+    "read_partition",
+    "register",
+]
+
+#: Spark's switch for Python data source filter pushdown (off by default in Spark 4.1).
+PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
+#: The DataFrame's schema: :data:`~tieredstore.archive.ARCHIVE_SCHEMA` in Spark types.
+SPARK_SCHEMA: Final[StructType] = from_arrow_schema(ARCHIVE_SCHEMA)
+
+
+class TieredStoreDataSource(DataSource):
+    """``spark.read.format("tieredstore")``: one row per committed message."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        check_sources(parse_options(self.options))
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> ArchiveReader:
+        if schema != SPARK_SCHEMA:
+            raise ConfigError(
+                f"{SOURCE_NAME} data source: the schema is fixed; do not pass one to "
+                "spark.read.schema()"
+            )
+        return ArchiveReader(parse_options(self.options))
+
+
+class ArchiveReader(DataSourceReader):
+    """Plans and reads one query (pickled from the planner into every task)."""
+
+    def __init__(self, options: ArchiveOptions) -> None:
+        self.options = options
+        self.pruning = Pruning()
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
+        """Keep what prunes; return every filter, so Spark still checks each row."""
+        self.pruning = Pruning.of(filters)
+        return filters
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return plan(self.options, self.pruning)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SegmentPartition):
+            # When planning found no segment, Spark still reads one (placeholder) partition.
+            return iter(())
+        return read_partition(self.options, partition)
+
+
+# -- in the task ------------------------------------------------------------------------
+
+
+def read_partition(options: ArchiveOptions, part: SegmentPartition) -> Iterator[pa.RecordBatch]:
+    """The archive rows of one planned segment (see the module docstring).
+
+    Raises:
+        ObjectNotFoundError: an object of the segment is gone (expired since planning,
+            or damaged).
+        SizeMismatchError / DigestMismatchError / CorruptDataError: the objects do not
+            match the manifest, or a record does not match its unit.
+    """
+    manifest = part.manifest()
+    fs, root = options.cold.filesystem()
+    _trace(options.trace_dir, part)
+    if (part.first, part.end) == (manifest.start_offset, manifest.end_offset):
+        piece = SegmentSlice.whole(
+            manifest,
+            _read(fs, root, manifest, manifest.commit_log_key),
+            _read(fs, root, manifest, manifest.consume_queue_key),
+            where=options.cold.url,
+        )
+    else:
+        piece = _read_part(fs, root, manifest, part.first, part.end)
+    yield from piece.batches(cluster=part.cluster, broker=part.broker, window=part.window)
+
+
+def _read_part(
+    fs: AbstractFileSystem, root: str, manifest: Manifest, first: int, end: int
+) -> SegmentSlice:
+    """Queue offsets ``[first, end)`` of a segment: their units, then their records."""
+    cq_key = manifest.consume_queue_key
+    rel = (first - manifest.start_offset) * CQ_UNIT_SIZE
+    units = decode_units(
+        _read(fs, root, manifest, cq_key, rel, rel + (end - first) * CQ_UNIT_SIZE),
+        where=cq_key,
+    )
+    lo, hi = record_span(check_units(manifest, first, units))
+    data = _read(fs, root, manifest, manifest.commit_log_key, lo - manifest.cl_base,
+                 hi - manifest.cl_base)  # fmt: skip
+    return SegmentSlice.part(manifest, first, units, data)
+
+
+def _read(
+    fs: AbstractFileSystem,
+    root: str,
+    manifest: Manifest,
+    key: str,
+    start: int | None = None,
+    end: int | None = None,
+) -> bytes:
+    try:
+        data: bytes = fs.cat_file(ColdLocation.path(root, key), start=start, end=end)
+    except FileNotFoundError:
+        raise ObjectNotFoundError(
+            f"object of segment [{manifest.start_offset}, {manifest.end_offset}) of "
+            f"{manifest.queue} is missing (expired since the query was planned, or damaged)",
+            where=key,
+        ) from None
+    if start is not None and end is not None and len(data) != end - start:
+        raise SizeMismatchError(
+            f"object ends before byte {end} its manifest promises (read {len(data)} bytes "
+            f"from {start})",
+            where=key,
+        )
+    return data
+
+
+def _trace(trace_dir: str | None, part: SegmentPartition) -> None:
+    """With ``trace_dir``: record that this task opens the segment (one file per open)."""
+    if trace_dir is None:
+        return
+    path = Path(trace_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    doc = {"manifest_key": part.manifest_key, "first": part.first, "end": part.end,
+           "pid": os.getpid()}  # fmt: skip
+    (path / f"{uuid.uuid4().hex}.json").write_text(json.dumps(doc))
+
+
+# -- on the driver --------------------------------------------------------------------
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.read.format("tieredstore")`` available in ``spark`` (and switch on
+    Python filter pushdown, which the source relies on for pruning)."""
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(TieredStoreDataSource)
+
+
+def read_archive(
+    spark: SparkSession, cold: str, cluster: str, broker: str | None = None, **options: str
+) -> DataFrame:
+    """``spark.read.format("tieredstore")`` with the options checked here first.
+
+    ``broker`` may name several brokers (comma-separated) or be None for all of them;
+    ``options`` are the other data source options (``endpoint_url``, ``storage.key``...).
+
+    Raises:
+        ConfigError: a bad option, or a cold root, cluster or broker that is not there
+            (one line).
+    """
+    given = {"cold": cold, "cluster": cluster, **options}
+    if broker is not None:
+        given["broker"] = broker
+    check_sources(parse_options(given))
+    register(spark)
+    return spark.read.format(SOURCE_NAME).options(**given).load()

@@ -1,0 +1,123 @@
+"""The verdict for Prometheus: a node-exporter textfile-collector file (``verify.prom``).
+
+node_exporter's textfile collector (``--collector.textfile.directory``) exports every
+``*.prom`` file in one directory; a pushgateway accepts the same text. Each run writes
+the file next to its report and, with ``--metrics-file PATH``, to ``PATH`` too (point it
+into the collector's directory). The file is written to a temporary name and renamed, so
+a scrape never sees half of it.
+
+Every series has the labels ``cluster``, ``broker`` and ``level`` (offsets, content):
+
+==================================================  =====================================
+metric                                              value
+==================================================  =====================================
+``tieredstore_verify_last_run_timestamp_seconds``   when the run finished (epoch seconds)
+``tieredstore_verify_duration_seconds``             how long it took
+``tieredstore_verify_verdict{verdict}``             1 for the run's verdict (CLEAN, DIRTY,
+                                                    CORRUPT), 0 for the other two
+``tieredstore_verify_exit_code``                    0 CLEAN, 1 DIRTY, 2 CORRUPT
+``tieredstore_verify_bytes_verified``               hot bytes compared with cold
+``tieredstore_verify_units_verified``               consume-queue units compared
+``tieredstore_verify_cold_bytes``                   commit-log bytes in committed segments
+``tieredstore_verify_queues``                       queues seen (hot or cold)
+``tieredstore_verify_segments``                     committed segments
+``tieredstore_verify_lag_messages``                 untiered hot messages (all queues)
+``tieredstore_verify_max_lag_seconds``              the oldest untiered message's age
+``tieredstore_verify_anomalies{anomaly}``           anomalies of each class (0 included)
+==================================================  =====================================
+
+A run that could not produce a verdict (exit 3) writes nothing: the previous file stays,
+and its timestamp grows old — which is what the "verification too old" alert watches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+from verifier.model import VERIFIER_KINDS, Verdict
+from verifier.result import VerificationResult
+
+__all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
+
+#: The file written next to the report (``--out``).
+METRICS_FILE_NAME = "verify.prom"
+
+_LABELS = ("cluster", "broker", "level")
+
+
+def verify_registry(result: VerificationResult) -> CollectorRegistry:
+    """The run's metrics (see the module doc) in a registry of their own."""
+    registry = CollectorRegistry()
+    opts = result.options
+    labels = (opts.cluster, opts.broker, opts.level.value)
+
+    def gauge(name: str, doc: str, value: float) -> None:
+        Gauge(name, doc, _LABELS, registry=registry).labels(*labels).set(value)
+
+    totals = result.totals
+    lags = [q.lag_seconds for q in result.queues if q.lag_seconds is not None]
+    gauge(
+        "tieredstore_verify_last_run_timestamp_seconds",
+        "When the last verification finished",
+        result.finished_ms / 1000,
+    )
+    gauge(
+        "tieredstore_verify_duration_seconds",
+        "How long the last verification took",
+        (result.finished_ms - result.started_ms) / 1000,
+    )
+    gauge("tieredstore_verify_exit_code", "0 CLEAN, 1 DIRTY, 2 CORRUPT", result.verdict.exit_code)
+    gauge(
+        "tieredstore_verify_bytes_verified", "Hot bytes compared with cold", totals.bytes_compared
+    )
+    gauge(
+        "tieredstore_verify_units_verified",
+        "Consume-queue units compared with cold",
+        totals.units_compared,
+    )
+    gauge(
+        "tieredstore_verify_cold_bytes",
+        "Commit-log bytes in committed segments",
+        sum(q.cold_bytes for q in result.queues),
+    )
+    gauge("tieredstore_verify_queues", "Queues seen, hot or cold", totals.queues)
+    gauge("tieredstore_verify_segments", "Committed segments", totals.segments)
+    gauge("tieredstore_verify_lag_messages", "Untiered hot messages", totals.lag_messages)
+    gauge(
+        "tieredstore_verify_max_lag_seconds",
+        "Age of the oldest untiered hot message",
+        max(lags, default=0.0),
+    )
+    _labelled(result, registry, labels)
+    return registry
+
+
+def _labelled(
+    result: VerificationResult, registry: CollectorRegistry, labels: tuple[str, ...]
+) -> None:
+    """The verdict and the anomaly counts: one labelled series per verdict and kind."""
+    verdict = Gauge(
+        "tieredstore_verify_verdict",
+        "1 for the last verification's verdict",
+        (*_LABELS, "verdict"),
+        registry=registry,
+    )
+    for v in Verdict:
+        verdict.labels(*labels, v.value).set(1 if v is result.verdict else 0)
+    anomalies = Gauge(
+        "tieredstore_verify_anomalies",
+        "Anomalies of each class found by the last verification",
+        (*_LABELS, "anomaly"),
+        registry=registry,
+    )
+    counts = result.counts()
+    for cls in VERIFIER_KINDS:
+        anomalies.labels(*labels, cls.value).set(counts[cls])
+
+
+def write_metrics_file(result: VerificationResult, path: Path) -> Path:
+    """Write the run's metrics to ``path`` atomically (its directory must exist)."""
+    write_to_textfile(str(path), verify_registry(result))
+    return path
