@@ -11,7 +11,9 @@ column               Arrow type                      value
 ``queue_id``         int32                           the record's queue
 ``queue_offset``     int64                           its consume-queue offset
 ``store_timestamp``  timestamp[us, UTC]              storeTimestamp (the broker's ms, exact)
-``born_timestamp``   timestamp[us, UTC]              bornTimestamp (the producer's ms)
+``born_timestamp``   timestamp[us, UTC]              bornTimestamp (the producer's ms);
+                                                     a time outside years 1 to 9999 (a
+                                                     damaged field) is refused
 ``msg_id``           string, null when unset         client id, property ``UNIQ_KEY``
 ``offset_msg_id``    string                          store host + *cold* commitlog offset
 ``keys``             list<string>                    property ``KEYS`` split on spaces
@@ -45,6 +47,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.columnar import (
     RecordColumns,
     decode_columns,
@@ -79,6 +82,10 @@ BATCH_BYTES: Final = 16 << 20
 
 _TIMESTAMP: Final = pa.timestamp("us", tz="UTC")
 _US_PER_MS: Final = 1000
+# A timestamp column holds years 1 to 9999 (Python's datetime and Spark's TimestampType):
+# a record whose time lies outside (a damaged field) is refused, never wrapped around.
+_MIN_MS: Final = -62_135_596_800_000
+_MAX_MS: Final = 253_402_300_799_999
 _COMPRESSED: Final = int(SysFlag.COMPRESSED)
 
 #: The archive's columns, in order (see the module docstring).
@@ -201,6 +208,8 @@ class SegmentSlice:
             CorruptRecordError / TruncatedDataError: as
                 :func:`~tieredstore.reader.decode_messages` (the first bad record of a
                 batch is decoded by it, so the error is the one ``read`` gives).
+            CorruptRecordError: a store or born timestamp outside years 1 to 9999, which
+                a timestamp column cannot hold (``read`` prints such a record as it is).
         """
         keep = (
             None if window is None else window_mask(window, self.units, self.data, self.data_base)
@@ -254,6 +263,17 @@ class SegmentSlice:
         if bad.any():
             self._decode_one(int(picked[int(np.argmax(bad))]))  # raises the error
             raise AssertionError("a record the columnar decoder refused decodes")
+        for name, ms in (("storeTimestamp", cols.store_timestamp),
+                         ("bornTimestamp", cols.born_timestamp)):  # fmt: skip
+            outside = (ms < _MIN_MS) | (ms > _MAX_MS)
+            if outside.any():
+                i = int(np.argmax(outside))
+                at = int(units["commitlog_offset"][i]) - m.cl_base
+                raise CorruptRecordError(
+                    f"record of queue offset {self.offset + int(picked[i])}: {name} field "
+                    f"{int(ms[i])} ms lies outside years 1 to 9999",
+                    where=f"{m.commit_log_key}@{at}",
+                )
 
     def _consumer_bodies(self, picked: npt.NDArray[np.intp], cols: RecordColumns) -> pa.Array:
         """Bodies as a consumer gets them: the few compressed ones inflated (by the

@@ -49,12 +49,18 @@ class VirtualClock:
     ``sleep(s)`` returns once :meth:`advance` has moved time to at least its deadline.
     ``advance`` wakes sleepers in deadline order and lets each run before moving on, so
     what happens at t=20 s happens before what happens at t=40 s.
+
+    ``advance`` cannot wait for work a task does outside the event loop (a file read in
+    a worker thread): a task still in such a call when time moves parks afterwards, with
+    a deadline counted from the new time. A test that needs a task parked first awaits
+    :meth:`parked`.
     """
 
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self._now = start_ms
         self._seq = itertools.count()
         self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._new_sleeper = asyncio.Event()
 
     def now_ms(self) -> int:
         return self._now
@@ -70,12 +76,20 @@ class VirtualClock:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
+        self._new_sleeper.set()
         await fut
 
     @property
     def sleepers(self) -> int:
         """How many tasks are parked in :meth:`sleep`."""
         return sum(1 for _, _, f in self._sleepers if not f.done())
+
+    async def parked(self, count: int = 1) -> None:
+        """Return once at least ``count`` tasks are parked in :meth:`sleep` (waits as long
+        as it takes: bound it with ``asyncio.wait_for``)."""
+        while self.sleepers < count:
+            self._new_sleeper.clear()
+            await self._new_sleeper.wait()
 
     async def settle(self) -> None:
         """Let every runnable task run until all are parked (or done)."""

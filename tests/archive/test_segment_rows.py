@@ -12,13 +12,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tieredstore.archive import SegmentSlice, TimeWindow
-from tieredstore.errors import CorruptDataError
-from tieredstore.formats.record import SysFlag
+from tieredstore.errors import CorruptDataError, CorruptRecordError
+from tieredstore.formats.record import (
+    HEAD_DTYPE,
+    STORE_TIMESTAMP_AT_V4,
+    STORE_TIMESTAMP_AT_V6,
+    SYS_FLAG_AT,
+    SysFlag,
+)
 from tieredstore.manifest import Manifest
 from tieredstore.reader import ColdMessage, decode_messages
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, archive_row
+
+BORN_TIMESTAMP_AT: int = HEAD_DTYPE.fields["born_timestamp"][1]  # type: ignore[index]
 
 
 def _slice(cold: Path, m: Manifest, commit_log: bytes | None = None) -> SegmentSlice:
@@ -96,7 +104,11 @@ def test_a_damaged_record_gives_the_error_read_gives(archive: Archive, data: st.
     except CorruptDataError as exc:
         error: CorruptDataError = exc
     else:
-        _same_rows(piece, messages)
+        if any(not _in_years(x) for x in messages):
+            with pytest.raises(CorruptRecordError, match=r"Timestamp field -?\d+ ms lies outside"):
+                _rows(piece, BROKER)
+        else:
+            _same_rows(piece, messages)
         return
     with pytest.raises(type(error)) as got:
         _rows(piece, BROKER)
@@ -104,9 +116,16 @@ def test_a_damaged_record_gives_the_error_read_gives(archive: Archive, data: st.
     assert "\n" not in str(got.value)
 
 
+def _in_years(message: ColdMessage) -> bool:
+    """Whether both times of ``message`` lie in years 1 to 9999 (what a column holds)."""
+    lo, hi = -62_135_596_800_000, 253_402_300_799_999
+    return all(lo <= t <= hi for t in (message.record.store_timestamp,
+                                       message.record.born_timestamp))  # fmt: skip
+
+
 def _same_rows(piece: SegmentSlice, messages: list[ColdMessage]) -> None:
     # A byte no check covers (a flag, a timestamp...): both paths give the same rows.
-    # Times compared as epoch ms (a damaged one may lie beyond datetime's range).
+    # Times compared as epoch ms (a damaged one may lie in years datetime cannot hold).
     stamps = ("store_timestamp", "born_timestamp")
     batches = list(piece.batches(cluster=CLUSTER, broker=BROKER))
     for name, field in (
@@ -132,3 +151,25 @@ def test_a_record_that_is_not_its_units_is_refused(archive: Archive) -> None:
     damaged = _slice(archive.cold, m, bytes(commit_log))
     with pytest.raises(CorruptDataError, match=r"queueOffset field 1000000000, expected"):
         _rows(damaged, BROKER)
+
+
+@pytest.mark.parametrize("name", ["bornTimestamp", "storeTimestamp"])
+def test_a_time_no_column_can_hold_is_refused_not_wrapped(archive: Archive, name: str) -> None:
+    # The top byte of an 8-byte time flipped: 2^56 ms on, far beyond year 9999, where
+    # microseconds overflow int64. read prints it; the archive must refuse it.
+    m = max(archive.manifests(), key=lambda m: m.message_count)
+    piece = _slice(archive.cold, m)
+    commit_log = bytearray(piece.data)
+    pos = int(piece.units["commitlog_offset"][2]) - piece.data_base
+    v6 = int.from_bytes(commit_log[pos + SYS_FLAG_AT : pos + SYS_FLAG_AT + 4]) & SysFlag.BORNHOST_V6
+    store_at = STORE_TIMESTAMP_AT_V6 if v6 else STORE_TIMESTAMP_AT_V4
+    commit_log[pos + (store_at if name == "storeTimestamp" else BORN_TIMESTAMP_AT)] ^= 0x01
+    damaged = _slice(archive.cold, m, bytes(commit_log))
+    (message,) = decode_messages(m, m.start_offset + 2, damaged.units[2:3], damaged.data,
+                                 damaged.data_base)  # fmt: skip
+    assert not _in_years(message)
+    at = int(piece.units["commitlog_offset"][2]) - m.cl_base
+    with pytest.raises(CorruptRecordError) as got:
+        _rows(damaged, BROKER)
+    assert str(got.value).startswith(f"record of queue offset {m.start_offset + 2}: {name} field ")
+    assert str(got.value).endswith(f" ms lies outside years 1 to 9999 ({m.commit_log_key}@{at})")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +146,15 @@ async def check_exact(backend: Backend, store: Path, spark: SparkSession, cold: 
         ),
     )  # fmt: skip
     assert result.verdict is Verdict.CLEAN, [str(a) for a in result.anomalies][:10]
+
+
+async def first_done(parked: Coroutine[Any, Any, None], task: asyncio.Task[None]) -> None:
+    """Return when ``parked`` returns or ``task`` is done; ``task`` is never cancelled."""
+    waiter = asyncio.ensure_future(parked)
+    try:
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
 
 
 async def take_over(b: Runtime, clock: VirtualClock) -> None:
@@ -291,6 +300,8 @@ async def test_sigterm_with_a_slow_upload_while_a_second_sidecar_waits(
         await clock.advance(6)  # the drain deadline: the upload is abandoned
         await asyncio.wait_for(a_run, WAIT_S)
         await a.dispatcher.close()  # releases only now, after the upload returned
+        # B may be reading the lease in a worker thread: let it park before time moves.
+        await asyncio.wait_for(first_done(clock.parked(), b_start), WAIT_S)
         await clock.advance(RENEW_S)
         await asyncio.wait_for(b_start, WAIT_S)
         assert b.dispatcher.lease.epoch == 2
