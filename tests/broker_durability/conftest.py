@@ -26,6 +26,8 @@ SEGMENT_MAX_AGE_S = 2.0
 TICK_S = 1.0
 #: RocketMQ's flushIntervalCommitLog default (FlushRealTimeService).
 BROKER_FLUSH_INTERVAL_S = 0.5
+#: RocketMQ's flushCommitLogThoroughInterval default: when ASYNC_FLUSH flushes a trickle.
+BROKER_THOROUGH_FLUSH_S = 10.0
 
 
 @dataclass(frozen=True)
