@@ -68,7 +68,7 @@ _READ_CONCURRENCY: Final = 16
 
 class GarbageKind(enum.Enum):
     UNCOMMITTED = "uncommitted object: no manifest references it"
-    TEMP_FILE = "file left by an interrupted write of the backend"
+    LEFTOVER = "left by an interrupted write (POSIX temp file, S3 multipart upload)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +234,7 @@ async def _leftovers(backend: Backend, prefix: str, now_ms: int, grace_ms: float
     for info in await backend.list_leftovers(prefix):
         age = now_ms - round(info.mtime * 1000)
         if age > grace_ms:
-            found.append(Garbage(info.key, GarbageKind.TEMP_FILE, info.size, age))
+            found.append(Garbage(info.key, GarbageKind.LEFTOVER, info.size, age))
     return found
 
 

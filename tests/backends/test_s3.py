@@ -13,9 +13,12 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
+from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
+from dispatcher.lease import Lease
 from tieredstore.backends import S3Backend
 from tieredstore.backends.options import BackendOptions
-from tieredstore.backends.s3 import parse_s3_url, translate_s3_error
+from tieredstore.backends.s3 import UPLOAD_MARK, parse_s3_url, translate_s3_error
+from tieredstore.clock import VirtualClock
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
@@ -25,7 +28,9 @@ from tieredstore.errors import (
     ThrottledError,
     TieredStoreError,
 )
+from tieredstore.layout import broker_prefix, lease_key
 from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 MiB = 1 << 20
 
@@ -98,6 +103,43 @@ async def test_a_failed_stream_aborts_its_multipart_upload(s3_bucket: S3Bucket) 
         assert not await b.exists("partial")
 
     assert s3_bucket.client.list_multipart_uploads(Bucket=s3_bucket.name).get("Uploads", []) == []
+
+
+@pytest.mark.s3
+async def test_an_upload_a_killed_writer_left_is_a_leftover_gc_aborts(
+    s3_bucket: S3Bucket,
+) -> None:
+    # A writer killed between its parts and its complete: S3 keeps (and bills) the parts.
+    prefix = broker_prefix(CLUSTER, BROKER)
+    key = f"{prefix}/Orders/0/COMMIT_LOG/00000000000000000000"
+    c, bucket = s3_bucket.client, s3_bucket.name
+    upload = c.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    c.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"p" * (5 * MiB))
+    c.put_object(Bucket=bucket, Key=key, Body=b"an object of the same name")
+    other = c.create_multipart_upload(Bucket=bucket, Key="elsewhere/x")["UploadId"]
+    leftover = f"{key}{UPLOAD_MARK}{upload}"
+    async with S3Backend(s3_bucket.url, s3_bucket.options()) as b:
+        found = await b.list_leftovers(prefix + "/")
+        assert [(i.key, i.size) for i in found] == [(leftover, 5 * MiB)]
+        # The time it was initiated (moto answers one fixed date for every upload).
+        (raw,) = [u for u in c.list_multipart_uploads(Bucket=bucket)["Uploads"] if u["Key"] == key]
+        assert found[0].mtime == raw["Initiated"].timestamp()
+        with pytest.raises(BackendError, match="not a leftover"):
+            await b.delete_leftover(key)  # an object is never deleted this way
+        report = await scan_garbage(b, cluster=CLUSTER, broker=BROKER, grace_s=60,
+                                    now_ms=int(found[0].mtime * 1000) + 61_000)  # fmt: skip
+        assert [(g.key, g.kind, g.size) for g in report.garbage] == [
+            (leftover, GarbageKind.LEFTOVER, 5 * MiB)
+        ]
+        lease = Lease(b, lease_key(CLUSTER, BROKER), VirtualClock())
+        await lease.acquire(wait=False)
+        assert await delete_garbage(report, backend=b, lease=lease) == 1
+        await b.delete_leftover(leftover)  # idempotent: already aborted
+        assert await b.list_leftovers(prefix + "/") == []
+        assert await b.read(key) == b"an object of the same name"
+
+    remaining = c.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert [(u["Key"], u["UploadId"]) for u in remaining] == [("elsewhere/x", other)]
 
 
 @pytest.mark.s3

@@ -121,7 +121,7 @@ async def test_scan_finds_old_leftovers_and_spares_everything_else(tiered: Path)
         assert found == {
             (rel["old_cl"], GarbageKind.UNCOMMITTED),
             (rel["old_cq"], GarbageKind.UNCOMMITTED),
-            (rel["old_tmp"], GarbageKind.TEMP_FILE),
+            (rel["old_tmp"], GarbageKind.LEFTOVER),
         }
         assert report.young == 1  # young_cl (temp files within the grace are not counted)
         assert [(f.kind, f.key) for f in report.findings] == [

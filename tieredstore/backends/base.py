@@ -34,8 +34,9 @@ Contract, for every implementation:
 * ``list(prefix)`` returns every object whose key starts with ``prefix`` (recursively),
   sorted by key, as :class:`ObjectInfo`. A missing prefix gives ``[]``.
 * ``list_leftovers(prefix)`` / ``delete_leftover(key)``: the backend's own private files
-  that an interrupted write left behind (a POSIX temp file killed before its rename),
-  which ``list`` never shows and no key can name; GC removes them past its grace. Stores
+  that an interrupted write left behind (a POSIX temp file killed before its rename, an
+  S3 multipart upload never completed nor aborted), which ``list`` never shows and no
+  object key names; GC removes them past its grace. Stores
   whose writes leave nothing of the kind list none (the default).
 * Backend failures are translated into :mod:`tieredstore.errors`: transient ones into
   :class:`~tieredstore.errors.RetryableError` subclasses, the rest into

@@ -13,7 +13,9 @@ one is a multipart upload with parts of ``max(threshold, 5 MiB)`` (S3's minimum 
 size), completed only when every part is in — both are atomic on S3, so readers never
 see a prefix. A failed or cancelled multipart upload is aborted. ``write_chunks`` streams:
 it holds at most one part in memory and starts a multipart upload only once the stream
-outgrows the threshold.
+outgrows the threshold. An upload nobody could abort (the writer was killed) is a
+*leftover*: ``list_leftovers`` lists it and ``delete_leftover`` aborts it, so ``gc``
+reaps it past its grace like a POSIX temp file.
 
 Conditional writes: ``create`` is a PutObject with ``If-None-Match: *`` and ``replace``
 one with ``If-Match: <ETag>``; S3 (and moto 5) evaluate the condition atomically with the
@@ -75,12 +77,15 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 
-__all__ = ["S3Backend", "parse_s3_url", "translate_s3_error"]
+__all__ = ["UPLOAD_MARK", "S3Backend", "parse_s3_url", "translate_s3_error"]
 
 MIN_PART_SIZE: Final = 5 << 20
 MAX_PARTS: Final = 10_000
 
 _NOT_FOUND_CODES: Final = frozenset({"NoSuchKey", "NotFound", "404"})
+#: Between an object key and an upload id in the key of a leftover multipart upload:
+#: ``q/COMMIT_LOG/...#upload=<id>`` (an abort never deletes an object, whatever the key).
+UPLOAD_MARK: Final = "#upload="
 _THROTTLE_CODES: Final = frozenset(
     {
         "SlowDown",
@@ -329,6 +334,57 @@ class S3Backend(Backend):
             token = {"ContinuationToken": str(page["NextContinuationToken"])}
         found.sort(key=lambda info: info.key)
         return found
+
+    async def list_leftovers(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """Multipart uploads under ``prefix`` never completed nor aborted (a writer killed
+        mid-upload): S3 keeps, and bills, their parts until they are aborted. Each is
+        listed as ``<key>`` + :data:`UPLOAD_MARK` + ``<upload id>``, with the bytes of
+        its parts and the time it was initiated."""
+        check_prefix(prefix, self.url)
+        self._check_open()
+        where = f"{self.bucket}/{self._prefix}{prefix}"
+        found: builtins.list[ObjectInfo] = []
+        marker: dict[str, str] = {}
+        while True:
+            with self._s3_errors("list", where):
+                page = await self._fs._call_s3("list_multipart_uploads", Bucket=self.bucket,
+                                               Prefix=self._prefix + prefix, **marker)  # fmt: skip
+            for upload in page.get("Uploads", []):
+                key, upload_id = str(upload["Key"]), str(upload["UploadId"])
+                size = await self._parts_size(key, upload_id)
+                found.append(ObjectInfo(f"{key[len(self._prefix) :]}{UPLOAD_MARK}{upload_id}",
+                                        size, upload["Initiated"].timestamp()))  # fmt: skip
+            if not page.get("IsTruncated"):
+                break
+            marker = {"KeyMarker": str(page["NextKeyMarker"]),
+                      "UploadIdMarker": str(page["NextUploadIdMarker"])}  # fmt: skip
+        found.sort(key=lambda info: info.key)
+        return found
+
+    async def delete_leftover(self, key: str) -> None:
+        """Abort the multipart upload ``key`` names (:meth:`list_leftovers`); one already
+        completed or aborted is not an error. An abort never touches an object."""
+        object_key, mark, upload_id = key.rpartition(UPLOAD_MARK)
+        if not mark or not object_key or not upload_id:
+            await super().delete_leftover(key)  # refuses: not an upload
+        path = self._path(object_key)
+        bucket, full_key = path.split("/", 1)
+        try:
+            with self._s3_errors("delete", path):
+                await self._fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=full_key,
+                                        UploadId=upload_id)  # fmt: skip
+        except (ObjectNotFoundError, BackendError) as exc:
+            failure = _client_failure(exc)
+            if isinstance(exc, ObjectNotFoundError) or (failure and failure.code == "NoSuchUpload"):
+                return  # completed or aborted meanwhile
+            raise
+
+    async def _parts_size(self, full_key: str, upload_id: str) -> int:
+        """Bytes held by the parts of one upload (its first 1,000 parts)."""
+        with self._s3_errors("list", f"{self.bucket}/{full_key}"):
+            page = await self._fs._call_s3("list_parts", Bucket=self.bucket, Key=full_key,
+                                           UploadId=upload_id)  # fmt: skip
+        return sum(int(part["Size"]) for part in page.get("Parts", []))
 
     async def _put(self, path: str, data: bytes, **condition: str) -> str:
         """One PutObject (``condition``: ``IfNoneMatch`` / ``IfMatch``); return the ETag."""
