@@ -353,14 +353,26 @@ class Lease:
         """Give the lease up (graceful stop). Safe to call twice or when not held.
 
         A conditional write on the version last written: if another writer took the
-        lease meanwhile, the swap fails and nothing of theirs is touched.
+        lease meanwhile, the swap fails and nothing of theirs is touched. A renewal
+        cancelled mid-request (a shutdown) may have landed without this writer seeing
+        its new version: when the swap fails and the record is still this writer's
+        (owner and epoch), that version is released instead, so a successor need not
+        wait for the record to expire.
         """
         async with self._swapping:
             if self.state not in (LeaseState.HELD, LeaseState.LAPSED):
                 return
             now = self.clock.now_ms()
-            released = LeaseRecord("", self.epoch, now, now)
-            with contextlib.suppress(ConditionFailedError):
-                await self.backend.replace(self.key, released.to_json(), version=self.version)
+            released = LeaseRecord("", self.epoch, now, now).to_json()
+            try:
+                await self.backend.replace(self.key, released, version=self.version)
+            except ConditionFailedError:
+                current = await self.read_versioned()
+                if current is not None and (current.record.owner, current.record.epoch) == (
+                    self.owner,
+                    self.epoch,
+                ):
+                    with contextlib.suppress(ConditionFailedError):
+                        await self.backend.replace(self.key, released, version=current.version)
             self.state = LeaseState.RELEASED
         log.info("lease released: %s epoch %d", self.key, self.epoch)

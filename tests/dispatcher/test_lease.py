@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from dispatcher.lease import Lease, LeaseRecord, LeaseState, new_owner_id
+from tieredstore.backends.base import Backend
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import LeaseHeldError, LeaseLapsedError, LeaseLostError
@@ -161,6 +165,46 @@ async def test_release_never_clobbers_a_new_holder(backend: MemoryBackend) -> No
     await a.release()  # the conditional write fails against b's version
     current = await b.read()
     assert current is not None and current.owner == b.owner and current.epoch == 2
+
+
+class _LandsThenHangs(ForwardingBackend):
+    """Swaps land, then their replies never come (until cancelled)."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner)
+        self.hang = False
+        self.landed = asyncio.Event()
+
+    async def replace(self, key: str, data: bytes, *, version: str) -> str:
+        got = await self.inner.replace(key, data, version=version)
+        if self.hang:
+            self.landed.set()
+            await asyncio.Event().wait()
+        return got
+
+
+async def test_a_renewal_cancelled_after_it_landed_does_not_keep_the_lease(
+    backend: MemoryBackend,
+) -> None:
+    # A shutdown cancels the renewal loop while a renewal's write has landed: release
+    # must still free the lease, or a waiting successor waits out the whole record.
+    clock = VirtualClock()
+    hanging = _LandsThenHangs(backend)
+    a = Lease(hanging, KEY, clock, renew_interval=10)
+    await a.acquire(wait=False)
+    clock.set_ms(clock.now_ms() + 10_000)
+    hanging.hang = True
+    renewal = asyncio.create_task(a.renew())
+    await asyncio.wait_for(hanging.landed.wait(), 10)
+    renewal.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await renewal
+    hanging.hang = False
+    await a.release()
+    record = await a.read()
+    assert record is not None and record.owner == "" and record.epoch == 1
+    b = Lease(backend, KEY, clock, renew_interval=10)
+    assert await b.try_acquire() is None and b.epoch == 2
 
 
 async def test_the_holder_stops_one_interval_before_others_may_take_over(
