@@ -83,6 +83,7 @@ __all__ = [
     "Segment",
     "SegmentBuilder",
     "build_segment",
+    "check_record_heads",
     "digest",
     "parse_cq_object",
     "read_manifest",
@@ -493,7 +494,8 @@ def verify_record_pointers(
     sizes: I64 = units["size"].astype(np.int64)
     cold: I64 = units["commitlog_offset"].astype(np.int64)
     rel = _check_units_contiguous(manifest, sizes, cold, len(commit_log), where)
-    _check_records(manifest, np.frombuffer(commit_log, dtype=np.uint8), rel, sizes, cold, where)
+    arr = np.frombuffer(commit_log, dtype=np.uint8)
+    check_record_heads(manifest, manifest.start_offset, arr, rel, sizes, cold, where)
 
 
 def _check_units_contiguous(
@@ -521,34 +523,42 @@ def _check_units_contiguous(
     return rel
 
 
-def _check_records(
-    manifest: Manifest, arr: npt.NDArray[np.uint8], rel: I64, sizes: I64, cold: I64, where: str
+def check_record_heads(
+    manifest: Manifest,
+    first: int,
+    arr: npt.NDArray[np.uint8],
+    starts: I64,
+    sizes: I64,
+    cold: I64,
+    where: str = "",
 ) -> None:
-    """CorruptRecordError unless every record at ``rel`` agrees with its unit."""
-    cl_key, n = manifest.commit_log_key, len(rel)
-    magic = gather_be(arr, rel + MAGIC_AT, 4)
+    """CorruptRecordError unless every record agrees with its unit: the records of queue
+    offsets ``first``, ``first + 1``, ... start at ``starts`` in ``arr``, and their units
+    say ``sizes`` and cold offsets ``cold``. Errors name ``object@offset`` within the
+    COMMIT_LOG object (``where``: an optional location prefix)."""
+    cl_key, n = manifest.commit_log_key, len(starts)
+    magic = gather_be(arr, starts + MAGIC_AT, 4)
     checks: tuple[tuple[str, I64, I64], ...] = (
-        ("totalSize", gather_be(arr, rel + TOTAL_SIZE_AT, 4), sizes),
-        ("queueOffset", gather_be(arr, rel + QUEUE_OFFSET_AT, 8),
-         manifest.start_offset + np.arange(n, dtype=np.int64)),
-        ("physicalOffset", gather_be(arr, rel + PHYSICAL_OFFSET_AT, 8), cold),
+        ("totalSize", gather_be(arr, starts + TOTAL_SIZE_AT, 4), sizes),
+        ("queueOffset", gather_be(arr, starts + QUEUE_OFFSET_AT, 8),
+         first + np.arange(n, dtype=np.int64)),
+        ("physicalOffset", gather_be(arr, starts + PHYSICAL_OFFSET_AT, 8), cold),
     )  # fmt: skip
     bad = np.flatnonzero((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
     if bad.size:
         i = int(bad[0])
         raise CorruptRecordError(
-            f"bad magic code 0x{int(magic[i]) & 0xFFFFFFFF:08X} at queue offset "
-            f"{manifest.start_offset + i}",
-            where=_at(where, cl_key, int(rel[i])),
+            f"bad magic code 0x{int(magic[i]) & 0xFFFFFFFF:08X} at queue offset {first + i}",
+            where=_at(where, cl_key, int(cold[i]) - manifest.cl_base),
         )
     for field, found, expected in checks:
         bad = np.flatnonzero(found != expected)
         if bad.size:
             i = int(bad[0])
             raise CorruptRecordError(
-                f"record of queue offset {manifest.start_offset + i}: {field} field "
-                f"{int(found[i])}, expected {int(expected[i])}",
-                where=_at(where, cl_key, int(rel[i])),
+                f"record of queue offset {first + i}: {field} field {int(found[i])}, "
+                f"expected {int(expected[i])}",
+                where=_at(where, cl_key, int(cold[i]) - manifest.cl_base),
             )
 
 

@@ -21,19 +21,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
-from tieredstore.errors import CorruptRecordError, CorruptUnitError, DigestMismatchError
+from tieredstore.errors import CorruptUnitError, DigestMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
-from tieredstore.formats.record import (
-    MAGIC_AT,
-    MAGIC_CODE_V1,
-    MAGIC_CODE_V2,
-    PHYSICAL_OFFSET_AT,
-    QUEUE_OFFSET_AT,
-    TOTAL_SIZE_AT,
-)
-from tieredstore.formats.vector import gather_be, store_timestamps
+from tieredstore.formats.vector import store_timestamps
 from tieredstore.manifest import Manifest
-from tieredstore.segment import MIN_RECORD_SIZE
+from tieredstore.segment import MIN_RECORD_SIZE, check_record_heads
 
 __all__ = ["Chunk", "segment_chunks"]
 
@@ -74,37 +66,6 @@ def _check_units(m: Manifest, first: int, units: Units, expected_cold: int) -> N
             f"{int(sizes[i])}, not at the next record inside [{m.cl_base}, {m.cl_end})",
             where=f"{m.consume_queue_key}@{(first - m.start_offset + i) * CQ_UNIT_SIZE}",
         )
-
-
-def _check_records(
-    m: Manifest, first: int, arr: npt.NDArray[np.uint8], starts: I64, sizes: I64, cold: I64
-) -> None:
-    magic = gather_be(arr, starts + MAGIC_AT, 4)
-    checks: tuple[tuple[str, I64, I64], ...] = (
-        ("totalSize", gather_be(arr, starts + TOTAL_SIZE_AT, 4), sizes),
-        (
-            "queueOffset",
-            gather_be(arr, starts + QUEUE_OFFSET_AT, 8),
-            first + np.arange(len(sizes), dtype=np.int64),
-        ),
-        ("physicalOffset", gather_be(arr, starts + PHYSICAL_OFFSET_AT, 8), cold),
-    )
-    bad = np.flatnonzero((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
-    if bad.size:
-        i = int(bad[0])
-        raise CorruptRecordError(
-            f"bad magic code 0x{int(magic[i]) & 0xFFFFFFFF:08X} at queue offset {first + i}",
-            where=f"{m.commit_log_key}@{int(cold[i]) - m.cl_base}",
-        )
-    for field, found, expected in checks:
-        bad = np.flatnonzero(found != expected)
-        if bad.size:
-            i = int(bad[0])
-            raise CorruptRecordError(
-                f"record of queue offset {first + i}: {field} field {int(found[i])}, "
-                f"expected {int(expected[i])}",
-                where=f"{m.commit_log_key}@{int(cold[i]) - m.cl_base}",
-            )
 
 
 class _Digests:
@@ -182,7 +143,7 @@ async def segment_chunks(
             arr = np.frombuffer(data, dtype=np.uint8)
             starts = np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))
             cold = cold_next + starts
-            _check_records(m, offset, arr, starts, sizes, cold)
+            check_record_heads(m, offset, arr, starts, sizes, cold)
             yield Chunk(
                 m,
                 offset,
