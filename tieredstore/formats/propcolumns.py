@@ -14,23 +14,26 @@ functions above instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tieredstore.formats.record import decode_properties, keys_of, msg_id_of, tags_of
+from tieredstore.formats.record import (
+    KEY_SEPARATOR,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    decode_properties,
+    keys_of,
+    msg_id_of,
+    tags_of,
+)
 
 __all__ = ["PropertyColumns", "property_columns"]
-
-_PAIR: Final = "\x02"
-_NAME_VALUE: Final = "\x01"
-_KEY_SEPARATOR: Final = " "
-_TAGS: Final = "TAGS"
-_KEYS: Final = "KEYS"
-_UNIQ_KEY: Final = "UNIQ_KEY"
 
 I64 = npt.NDArray[np.int64]
 
@@ -53,9 +56,9 @@ def property_columns(raw: pa.BinaryArray) -> PropertyColumns:
     except pa.ArrowInvalid:
         return _per_record(raw)
     n = len(text)
-    pairs = pc.split_pattern(text, _PAIR)
+    pairs = pc.split_pattern(text, PROPERTY_SEPARATOR)
     parent = pc.list_parent_indices(pairs).to_numpy().astype(np.int64)
-    parts = pc.split_pattern(pairs.flatten(), _NAME_VALUE, max_splits=1)
+    parts = pc.split_pattern(pairs.flatten(), NAME_VALUE_SEPARATOR, max_splits=1)
     has = pc.equal(pc.list_value_length(parts), 2)
     kept = parts.filter(has)
     names, values = pc.list_element(kept, 0), pc.list_element(kept, 1)
@@ -74,9 +77,9 @@ def property_columns(raw: pa.BinaryArray) -> PropertyColumns:
 
     return PropertyColumns(
         properties=pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), names, values),
-        keys=_split_keys(value_of(_KEYS)),
-        tags=value_of(_TAGS),
-        msg_id=value_of(_UNIQ_KEY),
+        keys=_split_keys(value_of(PROPERTY_KEYS)),
+        tags=value_of(PROPERTY_TAGS),
+        msg_id=value_of(PROPERTY_UNIQ_KEY),
     )
 
 
@@ -105,7 +108,7 @@ def _value_of(code: int, n: int, rows: I64, codes: I64, values: pa.StringArray) 
 def _split_keys(keys: pa.StringArray) -> pa.ListArray:
     """``KEYS`` split on spaces, empty parts dropped; no KEYS is an empty list."""
     n = len(keys)
-    parts = pc.split_pattern(keys, _KEY_SEPARATOR)
+    parts = pc.split_pattern(keys, KEY_SEPARATOR)
     parent = pc.list_parent_indices(parts).to_numpy().astype(np.int64)
     flat = parts.flatten()
     nonempty = pc.not_equal(pc.utf8_length(flat), 0)

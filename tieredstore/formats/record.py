@@ -108,13 +108,14 @@ BODY_LENGTH_AT_V4: Final = STORE_TIMESTAMP_AT_V4 + 8 + HOST_V4_SIZE + TAIL_SIZE 
 #: Bytes [28, 36): the only bytes a cold record may differ from its hot original in.
 PHYSICAL_OFFSET_SLICE: Final = slice(PHYSICAL_OFFSET_AT, PHYSICAL_OFFSET_AT + 8)
 
-_NAME_VALUE_SEPARATOR: Final = "\x01"
-_PROPERTY_SEPARATOR: Final = "\x02"
+#: Raw properties are ``name\x01value\x02`` pairs; ``KEYS`` holds keys split on spaces.
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
 #: Properties the broker and clients give a meaning (MessageConst in RocketMQ).
-_PROPERTY_TAGS: Final = "TAGS"
-_PROPERTY_KEYS: Final = "KEYS"
-_PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
-_KEY_SEPARATOR: Final = " "
+PROPERTY_TAGS: Final = "TAGS"
+PROPERTY_KEYS: Final = "KEYS"
+PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+KEY_SEPARATOR: Final = " "
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # HEAD_DTYPE, for one record at a time
 _I32 = struct.Struct(">i")
@@ -197,30 +198,30 @@ def body_crc(body: bytes) -> int:
 def encode_properties(props: Mapping[str, str]) -> bytes:
     """Encode properties as ``key\\x01value\\x02`` pairs, each pair terminated by ``\\x02``."""
     return "".join(
-        f"{k}{_NAME_VALUE_SEPARATOR}{v}{_PROPERTY_SEPARATOR}" for k, v in props.items()
+        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()
     ).encode()
 
 
 def tags_of(properties: Mapping[str, str]) -> str | None:
     """The message's tags (property ``TAGS``), or None when the producer set none."""
-    return properties.get(_PROPERTY_TAGS)
+    return properties.get(PROPERTY_TAGS)
 
 
 def keys_of(properties: Mapping[str, str]) -> list[str]:
     """The message's keys: property ``KEYS`` split on spaces, empty parts dropped."""
-    return [k for k in properties.get(_PROPERTY_KEYS, "").split(_KEY_SEPARATOR) if k]
+    return [k for k in properties.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k]
 
 
 def msg_id_of(properties: Mapping[str, str]) -> str | None:
     """The client message id (property ``UNIQ_KEY``), or None when the producer set none."""
-    return properties.get(_PROPERTY_UNIQ_KEY)
+    return properties.get(PROPERTY_UNIQ_KEY)
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
     """Decode raw property bytes; a pair without a value separator is ignored, as in Java."""
     out: dict[str, str] = {}
-    for pair in raw.decode("utf-8", errors="replace").split(_PROPERTY_SEPARATOR):
-        name, sep, value = pair.partition(_NAME_VALUE_SEPARATOR)
+    for pair in raw.decode("utf-8", errors="replace").split(PROPERTY_SEPARATOR):
+        name, sep, value = pair.partition(NAME_VALUE_SEPARATOR)
         if sep:
             out[name] = value
     return out

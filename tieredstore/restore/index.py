@@ -46,8 +46,13 @@ from tieredstore.formats.record import (
     BODY_LENGTH_AT_V4,
     HOST_V4_SIZE,
     HOST_V6_SIZE,
+    KEY_SEPARATOR,
     MAGIC_AT,
     MAGIC_CODE_V2,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_UNIQ_KEY,
     SYS_FLAG_AT,
     SysFlag,
 )
@@ -89,11 +94,11 @@ class IndexGeometry:
 
 
 # -- keys ------------------------------------------------------------------------------
-_NAME_VALUE: Final = 0x01
-_PAIR_END: Final = 0x02
-_SPACE: Final = 0x20
-_UNIQ_NAME: Final = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
-_KEYS_NAME: Final = np.frombuffer(b"KEYS", dtype=np.uint8)
+_NAME_VALUE: Final = ord(NAME_VALUE_SEPARATOR)
+_PAIR_END: Final = ord(PROPERTY_SEPARATOR)
+_SPACE: Final = ord(KEY_SEPARATOR)
+_UNIQ_NAME: Final = np.frombuffer(PROPERTY_UNIQ_KEY.encode(), dtype=np.uint8)
+_KEYS_NAME: Final = np.frombuffer(PROPERTY_KEYS.encode(), dtype=np.uint8)
 _HASH_SIGN: Final = ord("#")
 
 
