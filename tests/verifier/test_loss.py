@@ -17,6 +17,7 @@ from tieredstore.cli import main as cli_main
 from tieredstore.hotstore import QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.loss import LossRecord
+from tieredstore.manifest import Manifest
 from tieredstore.synth import synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 
@@ -35,8 +36,9 @@ def _found(doc: dict[str, Any]) -> set[tuple[Any, ...]]:
     }
 
 
-def test_an_accepted_loss_in_the_middle_is_dirty_not_a_gap(world: World) -> None:
-    m = world.manifests(Q)[3]
+def _lose_with_record(world: World, m: Manifest, cut: int = 0) -> LossRecord:
+    """Delete segment ``m`` from cold and write a loss record for its range in its place
+    (its last ``cut`` bytes missing)."""
     for key in (m.key, m.commit_log_key, m.consume_queue_key):
         world.path(key).unlink()
     record = LossRecord.new(
@@ -44,7 +46,14 @@ def test_an_accepted_loss_in_the_middle_is_dirty_not_a_gap(world: World) -> None
         accepted_at_ms=ACCEPTED_MS, writer_id="w-1", lease_epoch=4,
     )  # fmt: skip
     world.path(record.key).parent.mkdir(parents=True)
-    world.path(record.key).write_bytes(record.to_json())
+    data = record.to_json()
+    world.path(record.key).write_bytes(data[: len(data) - cut])
+    return record
+
+
+def test_an_accepted_loss_in_the_middle_is_dirty_not_a_gap(world: World) -> None:
+    m = world.manifests(Q)[3]
+    record = _lose_with_record(world, m)
     code, doc = world.verify()
     assert (code, doc["verdict"]) == (1, "DIRTY")
     assert _found(doc) == {
@@ -57,14 +66,7 @@ def test_an_accepted_loss_in_the_middle_is_dirty_not_a_gap(world: World) -> None
 
 def test_a_loss_record_that_does_not_parse_acknowledges_nothing(world: World) -> None:
     m = world.manifests(Q)[3]
-    for key in (m.key, m.commit_log_key, m.consume_queue_key):
-        world.path(key).unlink()
-    record = LossRecord.new(
-        QueuePath(CLUSTER, BROKER, Q.topic, Q.queue_id), m.start_offset, m.end_offset,
-        accepted_at_ms=ACCEPTED_MS, writer_id="w-1", lease_epoch=4,
-    )  # fmt: skip
-    world.path(record.key).parent.mkdir(parents=True)
-    world.path(record.key).write_bytes(record.to_json()[:-1])
+    record = _lose_with_record(world, m, cut=1)
     code, doc = world.verify()
     assert (code, doc["verdict"]) == (2, "CORRUPT")
     assert _found(doc) == {("gap", "CORRUPT", Q.queue_id, m.start_offset, m.end_offset, None)}
