@@ -79,27 +79,48 @@ def many_queues(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+_HOLD = 32 << 20  # the default: everything here is written when the pass finishes
+
+
 @pytest.mark.parametrize(
-    ("window", "gap", "span"),
+    ("window", "gap", "span", "hold"),
     [
-        (2 << 20, 256 << 10, 64 << 20),  # the defaults: one window per commitlog file here
-        (4096, 256 << 10, 64 << 20),  # records span window edges everywhere
-        (1, 256 << 10, 64 << 20),  # one record per window
-        (16 << 10, 0, 64 << 20),  # every gap between due records ends a window
-        (16 << 10, 256 << 10, 50_000),  # merged a few records at a time; spans cut windows
-        (4 << 20, 256 << 10, 1),  # a span per record
+        (2 << 20, 256 << 10, 64 << 20, _HOLD),  # the defaults: a window per commitlog file
+        (4096, 256 << 10, 64 << 20, _HOLD),  # records span window edges everywhere
+        (1, 256 << 10, 64 << 20, _HOLD),  # one record per window
+        (16 << 10, 0, 64 << 20, _HOLD),  # every gap between due records ends a window
+        (16 << 10, 256 << 10, 50_000, _HOLD),  # merged a few records at a time
+        (4 << 20, 256 << 10, 1, _HOLD),  # a span per record
+        (4096, 256 << 10, 64 << 20, 1),  # the spool writes after every window
+        (16 << 10, 256 << 10, 64 << 20, 100_000),  # ... after every few windows
     ],
 )
 def test_pass_equals_per_record_reads(
-    many_queues: Path, tmp_path: Path, window: int, gap: int, span: int
+    many_queues: Path, tmp_path: Path, window: int, gap: int, span: int, hold: int
 ) -> None:
     hot = HotStore(many_queues)
     plans = _plans(hot, Limits(max_bytes=24 << 10, max_messages=1000, max_age_ms=0))
     assert len(plans) == 128
     jobs = [GatherJob(p, cl_base=1000 * i) for i, p in enumerate(plans)]
-    got = gather_segments(hot, jobs, tmp_path, window_bytes=window, gap_bytes=gap, span_bytes=span)
+    got = gather_segments(
+        hot, jobs, tmp_path, window_bytes=window, gap_bytes=gap, span_bytes=span, hold_bytes=hold
+    )
     _assert_same(hot, jobs, got)
     assert len(hot.commitlog_files().files) > 3  # the segments cross file boundaries
+
+
+def test_more_waiting_runs_than_one_writev_takes(tmp_path: Path) -> None:
+    """One queue, one record per window: its 2,500 runs wait, then go out in several
+    ``writev`` calls (the system takes at most IOV_MAX buffers per call)."""
+    root = tmp_path / "store"
+    spec = SynthSpec(topics=1, queues=1, messages=2500, body_min=1, body_max=64, seed=5)
+    synthesize(root, spec)
+    hot = HotStore(root)
+    plans = _plans(hot, Limits(max_bytes=1 << 30, max_messages=10_000, max_age_ms=0))
+    jobs = [GatherJob(plans[0], cl_base=0)]
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    _assert_same(hot, jobs, gather_segments(hot, jobs, spool, window_bytes=1))
 
 
 def test_pass_from_mid_queue_with_a_few_queues_due(many_queues: Path, tmp_path: Path) -> None:
