@@ -9,7 +9,8 @@ directory, and then times:
   no report writing); ``process`` is the whole command. The rate counts the verifier's
   own ``bytes_compared``;
 * **numpy**: one Python process doing the same work the plainest way — for every
-  manifest, read the COMMIT_LOG object, check its sha256, read the hot records its
+  manifest, read the COMMIT_LOG object, check its digest (the algorithm the manifest
+  names, as the verifier does: CRC-32C since 0.2, SHA-256 before), read the hot records its
   CONSUME_QUEUE names (``mmap`` slices of the commitlog), and compare them with numpy
   byte for byte outside bytes [28, 36) (the rewritten physicalOffset).
 
@@ -23,7 +24,6 @@ Files are warm for both (just written, then read once). Last line::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import mmap
 import tempfile
@@ -48,6 +48,7 @@ from _common import (
     warm,
 )
 
+from tieredstore.digests import DigestAlgorithm, digest
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE
 
 TARGET = 200 * MIB  # bytes/s
@@ -88,7 +89,8 @@ def numpy_baseline(hot: Path, cold: Path) -> int:
                 [np.fromfile(f, dtype=CQ_UNIT_DTYPE) for f in sorted(qdir.iterdir())]
             )[m["start_offset"] : m["end_offset"]]
             data = (mpath.parent.parent / "COMMIT_LOG" / m["commit_log"]["name"]).read_bytes()
-            if hashlib.sha256(data).hexdigest() != m["commit_log"]["digest"]:
+            algorithm = DigestAlgorithm(m["digest_algorithm"])
+            if digest(data, algorithm) != m["commit_log"]["digest"]:
                 raise RuntimeError(f"digest mismatch for {mpath}")
             ours = np.frombuffer(data, dtype=np.uint8)
             theirs = np.frombuffer(

@@ -18,7 +18,7 @@ The pass instead takes the segments planned for many queues at once (each a
    its position in the segment);
 4. groups the window's records by segment with one ``pyarrow`` ``take`` (a memcpy per
    record in C, no Python per record) and appends each segment's run to its **spool
-   file**, updating the segment's sha256 with the whole run.
+   file**, updating the segment's digest (CRC-32C) with the whole run.
 
 Memory is one window and its grouped copy, the merged arrays of one span, and the
 plans' units, whatever the number of queues; each segment's bytes go to its spool file
@@ -35,7 +35,6 @@ shorter than its records).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import itertools
 import os
 import threading
@@ -51,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dispatcher.planner import SegmentPlan
+from tieredstore.digests import hasher
 from tieredstore.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -112,7 +112,7 @@ class Spooled:
 
     path: Path
     size: int
-    digest: str  # sha256, hex, of the whole file
+    digest: str  # of the whole file, by :data:`tieredstore.digests.WRITTEN`
     min_store_timestamp: int
     max_store_timestamp: int
 
@@ -262,7 +262,7 @@ class _Spool:
     ) -> None:
         self.directory = directory
         self.fds: dict[int, int] = {}
-        self.hashes = [hashlib.sha256() for _ in range(jobs)]
+        self.hashes = [hasher() for _ in range(jobs)]
         self.sizes = [0] * jobs  # bytes written to each file
         self.flushed = [0] * jobs  # bytes whose writeback was started
         self.waiting: list[list[memoryview]] = [[] for _ in range(jobs)]

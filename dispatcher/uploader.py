@@ -11,7 +11,6 @@ the same spool file again.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import numpy as np
 from dispatcher.clpass import Spooled
 from dispatcher.planner import SegmentPlan
 from tieredstore.backends.base import Backend
+from tieredstore.digests import digest
 from tieredstore.errors import StoreError
 from tieredstore.formats.consumequeue import encode_units, make_units
 
@@ -72,7 +72,7 @@ async def upload_objects(
         cl_size=cl_size,
         cl_digest=spooled.digest,
         cq_size=len(cq),
-        cq_digest=hashlib.sha256(cq).hexdigest(),
+        cq_digest=digest(cq),
         min_store_timestamp=spooled.min_store_timestamp,
         max_store_timestamp=spooled.max_store_timestamp,
     )

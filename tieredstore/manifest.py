@@ -1,10 +1,11 @@
 """Manifests: the commit point of one cold segment, as canonical JSON.
 
 A manifest names and checks the two data objects of a segment (COMMIT_LOG and
-CONSUME_QUEUE: name, size, SHA-256 digest) and says what they cover: queue offsets
-``[start, end)``, cold commitlog ``[cl_base, cl_end)``, min/max store timestamps, the
-message count, and who wrote it (writer id, lease epoch, creation time). It is written
-after both objects, so a segment exists exactly when its manifest does; the catalogue can
+CONSUME_QUEUE: name, size, digest by the algorithm it names, see
+:mod:`tieredstore.digests`) and says what they cover: queue offsets ``[start, end)``,
+cold commitlog ``[cl_base, cl_end)``, min/max store timestamps, the message count, and
+who wrote it (writer id, lease epoch, creation time). It is written after both objects,
+so a segment exists exactly when its manifest does; the catalogue can
 always be rebuilt from manifests.
 
 Format versions: 2 (written since 0.2) names each data object with its upload attempt
@@ -21,10 +22,10 @@ manifest we write and equal manifests are equal bytes.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from tieredstore.digests import WRITTEN, DigestAlgorithm, digest
 from tieredstore.errors import CorruptManifestError, InvalidNameError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import (
@@ -50,15 +51,10 @@ __all__ = [
 FORMAT_VERSION: Final = 2
 #: Every manifest format this tieredstore reads (1: 0.1.0 layout without attempts).
 READABLE_VERSIONS: Final = frozenset({1, 2})
-DIGEST_ALGORITHM: Final = "sha256"
+#: The digest algorithm new manifests record (older ones may name another; both read).
+DIGEST_ALGORITHM: Final = WRITTEN
 
-_DIGEST_HEX_LEN: Final = 64
 _HEXDIGITS: Final = frozenset("0123456789abcdef")
-
-
-def digest(data: bytes | bytearray | memoryview) -> str:
-    """Return the manifest digest of ``data``: lowercase hex SHA-256."""
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +74,8 @@ class Manifest:
     ``0 <= start < end``, ``message_count == end - start``, ``0 <= cl_base < cl_end``,
     ``commit_log.size == cl_end - cl_base``, ``consume_queue.size == 20 * message_count``,
     object names match ``cl_base`` and ``start * 20`` (format 2: both carry the same
-    upload attempt; format 1: neither does), digests are 64 hex digits,
+    upload attempt; format 1: neither does), ``digest_algorithm`` is one we know
+    (:class:`~tieredstore.digests.DigestAlgorithm`) and both digests have its length,
     ``0 <= min_store_timestamp <= max_store_timestamp`` (real times: there is no empty
     segment and no sentinel), ``lease_epoch >= 1`` (epochs start at 1), a non-empty
     ``writer_id``, ``created_at_ms >= 0``.
@@ -144,8 +141,8 @@ class Manifest:
         return ""
 
     def _object_problem(self) -> str:
-        if self.digest_algorithm != DIGEST_ALGORITHM:
-            return f"digest_algorithm {self.digest_algorithm!r} is not {DIGEST_ALGORITHM!r}"
+        if self.digest_algorithm not in _ALGORITHMS:
+            return f"digest_algorithm {self.digest_algorithm!r} is not one of {sorted(_ALGORITHMS)}"
         expected = (
             ("commit_log", self.commit_log, self.cl_base, self.cl_end - self.cl_base),
             ("consume_queue", self.consume_queue, self.cq_base,
@@ -162,8 +159,12 @@ class Manifest:
                 return f"{field}.name {ref.name!r} does not name base offset {base}{of}"
             if ref.size != size:
                 return f"{field}.size {ref.size} does not match the ranges ({size})"
-            if not _is_digest(ref.digest):
-                return f"{field}.digest {ref.digest!r} is not 64 lowercase hex digits"
+            if not _is_digest(ref.digest, self.digest_algorithm):
+                length = DigestAlgorithm(self.digest_algorithm).hex_length
+                return (
+                    f"{field}.digest {ref.digest!r} is not {length} lowercase hex digits "
+                    f"({self.digest_algorithm})"
+                )
         return ""
 
     def _provenance_problem(self) -> str:
@@ -250,8 +251,11 @@ def _safe_name(base: int, attempt: str) -> str:
         return ""
 
 
-def _is_digest(text: str) -> bool:
-    return len(text) == _DIGEST_HEX_LEN and set(text) <= _HEXDIGITS
+_ALGORITHMS: Final = frozenset(a.value for a in DigestAlgorithm)
+
+
+def _is_digest(text: str, algorithm: str) -> bool:
+    return len(text) == DigestAlgorithm(algorithm).hex_length and set(text) <= _HEXDIGITS
 
 
 _REF_FIELDS: Final = frozenset({"commit_log", "consume_queue"})

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
+from tieredstore.digests import DigestAlgorithm
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
@@ -449,10 +450,11 @@ def verify_objects(
                 f"object is {len(data)} bytes, its manifest says {ref.size}",
                 where=_at(where, key),
             )
-        actual = digest(data)
+        algorithm = DigestAlgorithm(manifest.digest_algorithm)
+        actual = digest(data, algorithm)
         if actual != ref.digest:
             raise DigestMismatchError(
-                f"object {DIGEST_ALGORITHM} is {actual}, its manifest says {ref.digest}",
+                f"object {algorithm} is {actual}, its manifest says {ref.digest}",
                 where=_at(where, key),
             )
 

@@ -303,12 +303,12 @@ def size_mismatch(work: DataFrame) -> DataFrame:
 
 
 def digest_mismatch(facts: DataFrame) -> DataFrame:
-    """``digest_mismatch``: an object read whole whose sha256 differs from its manifest's."""
+    """``digest_mismatch``: an object read whole whose digest differs from its manifest's."""
     frames = _per_object(
         facts,
         FindingKind.DIGEST_MISMATCH,
         "{w}_digest_actual IS NOT NULL AND {w}_digest_actual != {w}_digest",
-        "format_string('sha256 is %s, its manifest says %s', {w}_digest_actual, {w}_digest)",
+        "format_string('digest is %s, its manifest says %s', {w}_digest_actual, {w}_digest)",
     )
     return reduce(DataFrame.unionByName, frames)
 

@@ -33,6 +33,7 @@ from fsspec.spec import AbstractFileSystem
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from tieredstore.digests import DigestAlgorithm
 from tieredstore.errors import (
     ConfigError,
     CorruptLossRecordError,
@@ -546,7 +547,8 @@ class _SegmentRun:
                 f"object read as {len(data)} bytes, listed as {listed}",
             )
             return None
-        self.out[f"{which}_digest_actual"] = digest(data)
+        algorithm = DigestAlgorithm.for_hex(seg[f"{which}_digest"])
+        self.out[f"{which}_digest_actual"] = digest(data, algorithm)
         return data
 
     def _fact(self, kind: FactKind, key: str, detail: str) -> None:

@@ -237,7 +237,7 @@ def test_a_damaged_segment_stops_the_run_and_keeps_what_was_exported(
     path.write_bytes(bytes(data))
     assert export(cold, tmp_path / "out") == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("tieredstore export: object sha256 is ")
+    assert err.startswith("tieredstore export: object crc32c is ")
     assert victim.commit_log_key in err and len(err.splitlines()) == 1
     doc = json.loads((tmp_path / "out" / export_manifest_key(CLUSTER, BROKER)).read_text())
     assert set(doc["segments"]) == {m.key for m in ordered[:4]}

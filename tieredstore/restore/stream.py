@@ -12,7 +12,6 @@ segment is read, both objects' SHA-256 digests are compared with the manifest's.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Final
@@ -21,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
+from tieredstore.digests import DigestAlgorithm, Hasher, hasher
 from tieredstore.errors import CorruptUnitError, DigestMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.vector import store_timestamps
@@ -69,23 +69,25 @@ def _check_units(m: Manifest, first: int, units: Units, expected_cold: int) -> N
 
 
 class _Digests:
-    """SHA-256 of both objects, fed in order in a worker thread (hashing overlaps the
-    reads and the writes); compared only if the whole segment was read."""
+    """Digests of both objects (by the manifest's algorithm), fed in order in a worker
+    thread (hashing overlaps the reads and the writes); compared only if the whole
+    segment was read."""
 
     def __init__(self, m: Manifest, whole: bool) -> None:
         self.m = m
         self.whole = whole
-        self.cl = hashlib.sha256()
-        self.cq = hashlib.sha256()
+        algorithm = DigestAlgorithm(m.digest_algorithm)
+        self.cl = hasher(algorithm)
+        self.cq = hasher(algorithm)
         self._last: asyncio.Future[None] | None = None
 
-    def feed(self, h: hashlib._Hash, data: bytes) -> None:
+    def feed(self, h: Hasher, data: bytes) -> None:
         """Queue ``data`` for ``h`` after everything fed before it."""
         if self.whole:
             self._last = asyncio.ensure_future(self._update(self._last, h, data))
 
     @staticmethod
-    async def _update(prev: asyncio.Future[None] | None, h: hashlib._Hash, data: bytes) -> None:
+    async def _update(prev: asyncio.Future[None] | None, h: Hasher, data: bytes) -> None:
         if prev is not None:
             await prev
         await asyncio.to_thread(h.update, data)
@@ -101,7 +103,9 @@ class _Digests:
         ):
             if h.hexdigest() != ref.digest:
                 raise DigestMismatchError(
-                    f"object sha256 is {h.hexdigest()}, its manifest says {ref.digest}", where=key
+                    f"object {self.m.digest_algorithm} is {h.hexdigest()}, its manifest says "
+                    f"{ref.digest}",
+                    where=key,
                 )
 
 
