@@ -17,11 +17,13 @@ The pass instead takes the segments planned for many queues at once (each a
    rewrites bytes [28, 36) to each record's cold offset (the segment's ``cl_base`` plus
    its position in the segment);
 4. groups the window's records by segment with one ``pyarrow`` ``take`` (a memcpy per
-   record in C, no Python per record) and appends each segment's run to its **spool
-   file**, updating the segment's digest (CRC-32C) with the whole run.
+   record in C, no Python per record), updates each segment's digest (CRC-32C) with its
+   whole run, and queues the run for the segment's **spool file**; one writer thread
+   writes the queued runs of every segment with one ``writev`` each, a batch per
+   ``hold_bytes`` (16 MiB) gathered.
 
-Memory is one window and its grouped copy, the merged arrays of one span, and the
-plans' units, whatever the number of queues; each segment's bytes go to its spool file
+Memory is one window and its grouped copy, two spool batches (``2 * hold_bytes``), the
+merged arrays of one span, and the plans' units, whatever the number of queues; each segment's bytes go to its spool file
 as they are gathered (a temp file under ``spool_dir``), from which the upload then
 writes them.
 
@@ -237,94 +239,78 @@ class _Failures:
         self.ok[job] = False
 
 
-#: Gathered bytes the spool holds before it writes every segment's pending runs (one
+#: Gathered bytes the spool collects before it writes every segment's waiting runs (one
 #: ``writev`` per segment). Small appends cost a syscall, an inode time update and a
-#: partly zeroed page each; batching makes a 128-queue pass's writes ~256 KiB.
-SPOOL_HOLD_BYTES = 32 << 20
+#: partly zeroed page each; batching makes a 128-queue pass's writes ~128 KiB.
+SPOOL_HOLD_BYTES = 16 << 20
 
 
 class _Spool:
     """The spool files of one pass, with running digests.
 
-    Appending runs on ``workers`` threads while the caller reads and groups the next
-    window: job ``j`` always goes to worker ``j % workers``, and a window's appends
-    finish before the next window's start, so each file and digest sees its bytes in
-    order. A run is digested as it arrives (its bytes are still in the CPU's cache) but
-    written later: each job's runs wait, as views of the grouped windows, until the
-    windows held reach ``hold_bytes``, then every job with runs waiting writes them with
-    one ``writev``. So memory is at most ``hold_bytes`` plus a window, and each file
-    gets a few large writes instead of one per window. Files are opened on first write;
-    :meth:`finish` writes what still waits.
+    The caller digests each run as it arrives (CRC-32C, while its bytes are still in the
+    CPU's cache) and leaves it waiting, as a view of its grouped window. Once the
+    windows collected reach ``hold_bytes``, the waiting runs go to one writer thread as a
+    batch: every job with runs waiting writes them with one ``writev``. The caller then
+    collects the next batch while this one is written; before handing that one over it
+    waits for the previous, so files see their bytes in order and at most two batches
+    (``2 * hold_bytes``) plus a window are held. One writer thread and syscalls of
+    ~100 KiB keep the GIL quiet; a thread per few runs made the pass mostly GIL
+    hand-offs. Files are opened on first write; :meth:`finish` writes what still waits.
     """
 
-    def __init__(
-        self, directory: Path, jobs: int, workers: int = 2, hold_bytes: int = SPOOL_HOLD_BYTES
-    ) -> None:
+    def __init__(self, directory: Path, jobs: int, hold_bytes: int = SPOOL_HOLD_BYTES) -> None:
         self.directory = directory
         self.fds: dict[int, int] = {}
         self.hashes = [hasher() for _ in range(jobs)]
         self.sizes = [0] * jobs  # bytes written to each file
         self.flushed = [0] * jobs  # bytes whose writeback was started
-        self.waiting: list[list[memoryview]] = [[] for _ in range(jobs)]
         self.paths = [directory / f"segment-{i}" for i in range(jobs)]
-        self.workers = workers
         self.hold_bytes = hold_bytes
-        self.held = 0  # bytes of the windows whose runs may still wait
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="spool")
-        self._pending: list[Future[None]] = []
+        self._waiting: dict[int, list[memoryview]] = {}
+        self._held = 0  # bytes of the windows the waiting runs are views of
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="spool")
+        self._writing: Future[None] | None = None
 
     def submit(self, data: pa.Buffer, runs: Sequence[tuple[int, int, int]]) -> None:
-        """Append each ``(job, start, end)`` run of ``data`` to its job's file (async)."""
-        self.wait()
-        self.held += data.size
-        write = self.held >= self.hold_bytes
-        if write:
-            self.held = 0
-        shares: list[list[tuple[int, int, int]]] = [[] for _ in range(self.workers)]
-        for run in runs:
-            shares[run[0] % self.workers].append(run)
-        self._pending = [
-            self._pool.submit(self._append_all, data, share, w, write)
-            for w, share in enumerate(shares)
-            if share or write
-        ]
+        """Digest each ``(job, start, end)`` run of ``data`` and queue it for its file."""
+        view = memoryview(data)
+        for job, lo, hi in runs:
+            run = view[lo:hi]
+            self.hashes[job].update(run)
+            self._waiting.setdefault(job, []).append(run)
+        self._held += data.size
+        if self._held >= self.hold_bytes:
+            self._hand_over()
 
     def finish(self) -> None:
-        """Write every run still waiting; wait for it (raises the first error)."""
-        self.wait()
-        self._pending = [
-            self._pool.submit(self._append_all, None, [], w, True) for w in range(self.workers)
-        ]
+        """Write every run still waiting; wait for it (raises the first write error)."""
+        self._hand_over()
         self.wait()
 
     def wait(self) -> None:
-        """Wait for the appends in flight; raise the first error among them."""
-        pending, self._pending = self._pending, []
-        for future in pending:
-            future.result()
+        """Wait for the batch being written; raise its error, if any."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()
 
-    def _append_all(
-        self, data: pa.Buffer | None, runs: Sequence[tuple[int, int, int]], worker: int, write: bool
-    ) -> None:
-        if data is not None:
-            view = memoryview(data)
-            for job, lo, hi in runs:
-                run = view[lo:hi]
-                self.hashes[job].update(run)
-                self.waiting[job].append(run)
-        if write:
-            for job in range(worker, len(self.waiting), self.workers):
-                if self.waiting[job]:
-                    self._write(job)
+    def _hand_over(self) -> None:
+        self.wait()
+        batch, self._waiting, self._held = self._waiting, {}, 0
+        if batch:
+            self._writing = self._writer.submit(self._write_batch, batch)
 
-    def _write(self, job: int) -> None:
-        """Write ``job``'s waiting runs to its file (``writev``, short writes resumed)."""
+    def _write_batch(self, batch: dict[int, list[memoryview]]) -> None:
+        for job, parts in batch.items():
+            self._write(job, parts)
+
+    def _write(self, job: int, parts: list[memoryview]) -> None:
+        """Write ``parts`` to ``job``'s file (``writev``, short writes resumed)."""
         fd = self.fds.get(job)
         if fd is None:
             fd = self.fds[job] = os.open(
                 self.paths[job], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666
             )
-        parts, self.waiting[job] = self.waiting[job], []
         while parts:
             batch = parts[:_IOV_MAX]
             written = os.writev(fd, batch)
@@ -345,16 +331,16 @@ class _Spool:
             self.flushed[job] = self.sizes[job]
 
     def close(self) -> None:
-        """Wait for every append, stop the workers and close the files (what still
-        waits is dropped: call :meth:`finish` first to keep it)."""
+        """Wait for the writer, stop it and close the files (runs still waiting are
+        dropped: call :meth:`finish` first to keep them)."""
         try:
             self.wait()
         finally:
-            self._pool.shutdown(wait=True)
+            self._writer.shutdown(wait=True)
             for fd in self.fds.values():
                 os.close(fd)
             self.fds.clear()
-            self.waiting = [[] for _ in self.waiting]
+            self._waiting = {}
 
 
 def _check(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -234,6 +235,10 @@ async def _serve(
     await check_cold_store(settings)
     bar = ProgressLine(enabled=progress)
     async with open_runtime(settings, on_segment=bar.update) as rt:
+        # Everything built so far (imported modules, the runtime) lives as long as the
+        # process: keep it out of the cyclic collector's full passes, which otherwise
+        # walk it every few thousand allocations of the tiering pass.
+        gc.freeze()
         loop = asyncio.get_running_loop()
         stopper = _Stopper(rt)
         for sig in (signal.SIGTERM, signal.SIGINT):
