@@ -23,9 +23,9 @@ The pass instead takes the segments planned for many queues at once (each a
    ``hold_bytes`` (16 MiB) gathered.
 
 Memory is one window and its grouped copy, two spool batches (``2 * hold_bytes``), the
-merged arrays of one span, and the plans' units, whatever the number of queues; each segment's bytes go to its spool file
-as they are gathered (a temp file under ``spool_dir``), from which the upload then
-writes them.
+merged arrays of one span, and the plans' units, whatever the number of queues; each
+segment's bytes go to its spool file as they are gathered (a temp file under
+``spool_dir``), from which the upload then writes them.
 
 Errors are per segment: a record that does not match its unit fails its segment with
 :class:`~tieredstore.errors.CorruptRecordError` (its other records are dropped, the
