@@ -20,7 +20,7 @@ The pass instead takes the segments planned for many queues at once (each a
    record in C, no Python per record), updates each segment's digest (CRC-32C) with its
    whole run, and queues the run for the segment's **spool file**; one writer thread
    writes the queued runs of every segment with one ``writev`` each, a batch per
-   ``hold_bytes`` (16 MiB) gathered.
+   ``hold_bytes`` (8 MiB) gathered.
 
 Memory is one window and its grouped copy, two spool batches (``2 * hold_bytes``), the
 merged arrays of one span, and the plans' units, whatever the number of queues; each
@@ -241,8 +241,8 @@ class _Failures:
 
 #: Gathered bytes the spool collects before it writes every segment's waiting runs (one
 #: ``writev`` per segment). Small appends cost a syscall, an inode time update and a
-#: partly zeroed page each; batching makes a 128-queue pass's writes ~128 KiB.
-SPOOL_HOLD_BYTES = 16 << 20
+#: partly zeroed page each; batching makes a 128-queue pass's writes ~64 KiB.
+SPOOL_HOLD_BYTES = 8 << 20
 
 
 class _Spool:

@@ -1,4 +1,4 @@
-"""Uploading one gathered segment: COMMIT_LOG object, then CONSUME_QUEUE object.
+"""Uploading one gathered segment: its COMMIT_LOG and CONSUME_QUEUE objects, at once.
 
 The COMMIT_LOG bytes were already read from the hot store, checked against their CQ
 units, rewritten (bytes [28, 36) = cold offset) and hashed by the commitlog-order pass
@@ -11,8 +11,10 @@ the same spool file again.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -49,7 +51,8 @@ async def upload_objects(
     batch_bytes: int,
     check: Callable[[], None],
 ) -> UploadedObjects:
-    """Write the segment's COMMIT_LOG (from its spool file) then CONSUME_QUEUE object.
+    """Write the segment's COMMIT_LOG (from its spool file) and CONSUME_QUEUE objects
+    concurrently.
 
     The caller gives names unique to this upload attempt; the objects count only once a
     manifest names them. ``check`` runs before each chunk and before the CONSUME_QUEUE
@@ -58,16 +61,29 @@ async def upload_objects(
     """
     sizes = plan.units["size"].astype(np.int64)
     cold = cl_base + np.cumsum(sizes) - sizes
+    cq = encode_units(make_units(cold, sizes, plan.units["tags_code"]))
 
-    cl_size = await backend.write_file(cl_key, spooled.path, chunk_bytes=batch_bytes, check=check)
+    async def write_cq() -> None:
+        check()
+        await backend.write(cq_key, cq)
+
+    # Both objects at once: neither counts before the manifest, which the caller writes
+    # only after both returned. If one fails, the other finishes (or fails) before the
+    # error is raised, so nothing of this attempt is written afterwards.
+    written = await asyncio.gather(
+        backend.write_file(cl_key, spooled.path, chunk_bytes=batch_bytes, check=check),
+        write_cq(),
+        return_exceptions=True,
+    )
+    for outcome in written:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    cl_size = cast(int, written[0])
     if cl_size != spooled.size:
         raise StoreError(
             f"wrote {cl_size} bytes from a spool file of {spooled.size}",
             where=str(spooled.path),
         )
-    cq = encode_units(make_units(cold, sizes, plan.units["tags_code"]))
-    check()
-    await backend.write(cq_key, cq)
     return UploadedObjects(
         cl_size=cl_size,
         cl_digest=spooled.digest,

@@ -79,7 +79,7 @@ def many_queues(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-_HOLD = 16 << 20  # the default: everything here is written when the pass finishes
+_HOLD = 8 << 20  # the default: everything here is written when the pass finishes
 
 
 @pytest.mark.parametrize(
