@@ -60,6 +60,7 @@ from tieredstore.errors import (
     TieredStoreError,
     TruncatedDataError,
 )
+from tieredstore.formats.arrownp import primitive
 from tieredstore.formats.record import (
     MAGIC_AT,
     MAGIC_CODE_V1,
@@ -406,7 +407,7 @@ def _group(
     array = pa.BinaryArray.from_buffers(
         pa.binary(), 2 * k, [None, pa.py_buffer(bounds), pa.py_buffer(win)]
     )
-    taken = pc.take(array, pa.array(2 * order + 1), memory_pool=_POOL)
+    taken = pc.take(array, primitive(2 * order + 1, pa.int64()), memory_pool=_POOL)
     data = taken.buffers()[2]
     return data, _runs(job, size, order)
 

@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tieredstore.errors import CorruptRecordError
+from tieredstore.formats.arrownp import primitive
 from tieredstore.formats.columnar import (
     RecordColumns,
     decode_columns,
@@ -230,10 +231,10 @@ class SegmentSlice:
         n = len(picked)
         columns = [
             repeat_string(self.manifest.topic, n),
-            pa.array(cols.queue_id.astype(np.int32), pa.int32()),
-            pa.array(self.offset + picked.astype(np.int64), pa.int64()),
-            pa.array(cols.store_timestamp * _US_PER_MS, _TIMESTAMP),
-            pa.array(cols.born_timestamp * _US_PER_MS, _TIMESTAMP),
+            primitive(cols.queue_id.astype(np.int32), pa.int32()),
+            primitive(self.offset + picked.astype(np.int64), pa.int64()),
+            primitive(cols.store_timestamp * _US_PER_MS, _TIMESTAMP),
+            primitive(cols.born_timestamp * _US_PER_MS, _TIMESTAMP),
             props.msg_id,
             offset_msg_ids(cols.store_host, cols.physical_offset),
             props.keys,
@@ -241,8 +242,8 @@ class SegmentSlice:
             props.properties,
             body,
             pc.binary_length(body),
-            pa.array((cols.sys_flag & ~_COMPRESSED).astype(np.int32), pa.int32()),
-            pa.array(cols.reconsume_times.astype(np.int32), pa.int32()),
+            primitive((cols.sys_flag & ~_COMPRESSED).astype(np.int32), pa.int32()),
+            primitive(cols.reconsume_times.astype(np.int32), pa.int32()),
             repeat_string(broker, n),
             repeat_string(cluster, n),
         ]
