@@ -33,7 +33,7 @@ Every field comes from :class:`~tieredstore.reader.ColdMessage` as ``tieredstore
 prints it (``offset_msg_id`` is the same cold offset id; see :mod:`tieredstore.reader`).
 Rows are decoded by :func:`~tieredstore.reader.decode_messages`: each record is checked
 against its consume-queue unit, and a whole segment (:meth:`SegmentSlice.whole`) is
-first checked against its manifest (sizes and SHA-256 digests).
+first checked against its manifest (sizes and digests).
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class SegmentSlice:
         cls, manifest: Manifest, commit_log: bytes, consume_queue: bytes, *, where: str = ""
     ) -> SegmentSlice:
         """A whole segment, checked against its manifest and itself first
-        (:func:`~tieredstore.segment.verify_segment`: sizes, SHA-256 digests, unit
+        (:func:`~tieredstore.segment.verify_segment`: sizes, digests, unit
         pointers); ``where`` (e.g. the cold URL) prefixes object keys in errors.
 
         Raises:

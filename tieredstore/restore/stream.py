@@ -6,7 +6,7 @@ larger), so memory stays bounded whatever the segment's size. Every chunk is che
 before it is handed on (vectorised): units point at contiguous records inside the
 segment, and each record has a known magic, totalSize == its unit's size, queueOffset
 field == its queue offset and physicalOffset field == its cold offset. When the whole
-segment is read, both objects' SHA-256 digests are compared with the manifest's.
+segment is read, both objects' digests are compared with the manifest's.
 """
 
 from __future__ import annotations
