@@ -31,9 +31,10 @@ store-time range overlaps it, exported whole: the segment is the unit of export 
 idempotence. Cut rows by time when reading the Parquet (``store_timestamp`` is a column).
 
 **Parallel.** Segments are decoded column by column (numpy and Arrow,
-:mod:`tieredstore.formats.columnar`). With ``jobs`` 1 (the default) two segments are in
-flight in this process, on two threads: one decoding while the previous one's Parquet is
-encoded, which releases the GIL. With ``jobs > 1`` that many segments are checked,
+:mod:`tieredstore.formats.columnar`). With ``jobs`` 1 (the default) segments go through
+a two-stage pipeline in this process: one thread decodes while another encodes the
+previous segment's Parquet (which releases the GIL), three segments in flight. With
+``jobs > 1`` that many segments are checked,
 decoded and encoded at once, each in its own process. Either way files are written and
 recorded in segment order.
 
@@ -234,11 +235,10 @@ class EncodedSegment:
     rows: int
 
 
-def encode_segment(
+def decode_segment(
     manifest_json: bytes, manifest_key: str, commit_log: bytes, consume_queue: bytes, where: str
-) -> EncodedSegment:
-    """Check a whole segment against its manifest, decode it and encode its Parquet files
-    (sync and self-contained: it runs in a worker process with ``--jobs``).
+) -> tuple[Manifest, pa.Table]:
+    """Check a whole segment against its manifest and decode its rows.
 
     Raises:
         SizeMismatchError / DigestMismatchError / CorruptDataError: see
@@ -247,8 +247,22 @@ def encode_segment(
     m = read_manifest(manifest_json, manifest_key)
     piece = SegmentSlice.whole(m, commit_log, consume_queue, where=where)
     batches = list(piece.batches(cluster=m.cluster, broker=m.broker))
-    table = pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+    return m, pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+
+
+def encode_table(m: Manifest, table: pa.Table) -> EncodedSegment:
+    """A decoded segment's Parquet files, one per UTC day (zstd; releases the GIL)."""
     return EncodedSegment([(key, _parquet(rows)) for key, rows in _files(m, table)], table.num_rows)
+
+
+def encode_segment(
+    manifest_json: bytes, manifest_key: str, commit_log: bytes, consume_queue: bytes, where: str
+) -> EncodedSegment:
+    """:func:`decode_segment` then :func:`encode_table` (sync and self-contained: it
+    runs in a worker process with ``--jobs``)."""
+    return encode_table(
+        *decode_segment(manifest_json, manifest_key, commit_log, consume_queue, where)
+    )
 
 
 @dataclass
@@ -291,20 +305,58 @@ class _Run:
         await self.out.write(self.key, self.done.to_json())
 
 
-#: Segments in flight in one process (``jobs`` 1): one decoding while the previous one's
-#: Parquet is encoded (zstd, SHA-256 and most of the columnar decode release the GIL).
-_THREADS: Final = 2
+SegmentArgs = tuple[bytes, str, bytes, bytes, str]  # manifest JSON, its key, CL, CQ, where
 
 
-def _executor(jobs: int) -> tuple[Executor, int]:
-    """Where segments are decoded, and how many at once: this process (two threads)
-    or ``jobs`` processes."""
+class _Pipeline:
+    """``jobs`` 1: a two-stage pipeline in this process. One thread decodes segments
+    (mostly Python and numpy: it holds the GIL), another encodes the previous ones'
+    Parquet (zstd in C++: it releases the GIL), so both cores work; two threads that
+    each decoded and then encoded a segment spent half their time decoding side by
+    side, one waiting for the GIL."""
+
+    #: Segments in flight: one decoding, one encoding, one read ahead.
+    depth: Final = 3
+
+    def __init__(self) -> None:
+        self._decode = ThreadPoolExecutor(1, thread_name_prefix="export-decode")
+        self._encode = ThreadPoolExecutor(1, thread_name_prefix="export-encode")
+
+    def submit(self, args: SegmentArgs) -> asyncio.Future[EncodedSegment]:
+        return asyncio.ensure_future(self._run(args))
+
+    async def _run(self, args: SegmentArgs) -> EncodedSegment:
+        loop = asyncio.get_running_loop()
+        m, table = await loop.run_in_executor(self._decode, decode_segment, *args)
+        return await loop.run_in_executor(self._encode, encode_table, m, table)
+
+    def close(self) -> None:
+        self._decode.shutdown(wait=True)
+        self._encode.shutdown(wait=True)
+
+
+class _Processes:
+    """``jobs > 1``: that many segments checked, decoded and encoded at once, each in
+    its own (spawned) process."""
+
+    def __init__(self, jobs: int) -> None:
+        self.depth = jobs
+        # spawn: a fork would copy the event loop's threads and connections.
+        self._pool: Executor = ProcessPoolExecutor(
+            jobs, mp_context=multiprocessing.get_context("spawn")
+        )
+
+    def submit(self, args: SegmentArgs) -> asyncio.Future[EncodedSegment]:
+        return asyncio.get_running_loop().run_in_executor(self._pool, encode_segment, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _stages(jobs: int) -> _Pipeline | _Processes:
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
-    if jobs == 1:
-        return ThreadPoolExecutor(_THREADS, thread_name_prefix="export"), _THREADS
-    # spawn: a fork would copy the event loop's threads and connections.
-    return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")), jobs
+    return _Pipeline() if jobs == 1 else _Processes(jobs)
 
 
 async def export_parquet(
@@ -312,9 +364,9 @@ async def export_parquet(
 ) -> ExportReport:
     """Export the segments ``request`` selects that are not exported yet (module doc).
 
-    ``jobs`` segments are decoded at once, each in its own process when ``jobs > 1``
-    (two threads of this process when 1; memory: about three times a segment's size
-    per segment in flight).
+    ``jobs > 1``: that many segments at once, each in its own process; 1: a decode
+    thread and an encode thread in this process, three segments in flight (memory:
+    about three times a segment's size per segment in flight).
 
     Raises:
         CorruptManifestError: a segment manifest, or the export manifest, that does not
@@ -325,11 +377,10 @@ async def export_parquet(
     """
     run = _Run(out, await _load_manifest(out, request),
                export_manifest_key(request.cluster, request.broker), clock)  # fmt: skip
-    loop = asyncio.get_running_loop()
     pending: deque[tuple[str, str, asyncio.Future[EncodedSegment]]] = deque()
     selected = 0
-    pool, depth = _executor(jobs)
-    with pool:
+    stages = _stages(jobs)
+    try:
         try:
             for mkey in await _manifest_keys(cold, request):
                 raw = await cold.read(mkey)
@@ -341,9 +392,9 @@ async def export_parquet(
                 if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
                     continue
                 cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
-                job = loop.run_in_executor(pool, encode_segment, raw, mkey, cl, cq, cold.url)
+                job = stages.submit((raw, mkey, cl, cq, cold.url))
                 pending.append((mkey, sha, job))
-                if len(pending) >= depth:
+                if len(pending) >= stages.depth:
                     await run.finish(*pending.popleft())
             while pending:
                 await run.finish(*pending.popleft())
@@ -352,5 +403,7 @@ async def export_parquet(
                 job.cancel()
             if run.exported:
                 await run.save()
+    finally:
+        await asyncio.to_thread(stages.close)
     return ExportReport(selected, run.exported, selected - run.exported, run.rows, run.files,
                         run.bytes)  # fmt: skip
