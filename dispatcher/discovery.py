@@ -62,37 +62,58 @@ class Discovery:
         return rng.min
 
     async def discover(self) -> list[QueueRow]:
-        """Return ACTIVE queue rows, creating rows for queues seen for the first time."""
+        """Return ACTIVE queue rows, creating rows for queues seen for the first time
+        (all of one discovery's new queues in one catalogue transaction)."""
         keys = await asyncio.to_thread(self.hot.queues)
-        rows: list[QueueRow] = []
-        new: list[QueueKey] = []
+        known: dict[QueueKey, QueueRow] = {}
+        fresh: list[QueueKey] = []
         for key in keys:
             if not self.config.topic_filter.accepts(key.topic) or key.topic in self._refused:
                 continue
             row = self.catalogue.queue(key.topic, key.queue_id)
+            if row is not None:
+                known[key] = row
+            elif self._nameable(key):
+                fresh.append(key)
+        known |= await self._initialise(fresh)
+        rows: list[QueueRow] = []
+        for key in keys:
+            row = known.get(key)
             if row is None:
-                try:
-                    validate_topic(key.topic)
-                except InvalidNameError as exc:
-                    # Refused once, loudly; the other topics go on.
-                    self._refused.add(key.topic)
-                    log.error("topic %r is not tiered: %s", key.topic, exc)
-                    self.metrics.errors.labels("InvalidNameError").inc()
-                    continue
-                init = await asyncio.to_thread(self._init_offset, key)
-                row = self.catalogue.ensure_queue(key.topic, key.queue_id, init)
-                new.append(key)
-                log.info(
-                    "queue %s initialised at offset %d (%s)", key, init, self.config.init_policy
-                )
+                continue  # filtered out or refused
             self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)
             if row.state is QueueState.ACTIVE:
                 rows.append(row)
             elif row.state in (QueueState.PAUSED, QueueState.DIVERGED):
                 await self._watch_stopped(row)
-        self.new_queues = new
+        self.new_queues = fresh
         await self._update_losses()
         return rows
+
+    def _nameable(self, key: QueueKey) -> bool:
+        """Whether the cold store can name the topic; refused once, loudly, if not (the
+        other topics go on)."""
+        try:
+            validate_topic(key.topic)
+        except InvalidNameError as exc:
+            self._refused.add(key.topic)
+            log.error("topic %r is not tiered: %s", key.topic, exc)
+            self.metrics.errors.labels("InvalidNameError").inc()
+            return False
+        return True
+
+    async def _initialise(self, fresh: list[QueueKey]) -> dict[QueueKey, QueueRow]:
+        """Create the rows of queues seen for the first time (init offsets by the
+        policy, read from the hot store in one thread hop)."""
+        if not fresh:
+            return {}
+        inits = await asyncio.to_thread(lambda: [self._init_offset(k) for k in fresh])
+        created = self.catalogue.ensure_queues(
+            [(k.topic, k.queue_id, init) for k, init in zip(fresh, inits, strict=True)]
+        )
+        for key, init in zip(fresh, inits, strict=True):
+            log.info("queue %s initialised at offset %d (%s)", key, init, self.config.init_policy)
+        return dict(zip(fresh, created, strict=True))
 
     async def _watch_stopped(self, row: QueueRow) -> None:
         """Keep a PAUSED or DIVERGED queue's gauges current, and say once (per process

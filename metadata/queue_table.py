@@ -43,24 +43,44 @@ class QueueTable(CatalogueDatabase):
         Raises InvalidNameError for a topic the cold store cannot hold and CatalogueError
         for a negative offset.
         """
-        QueuePath(self.cluster, self.broker, topic, queue_id)  # validates the names
-        if init_offset < 0 or cl_base < 0:
-            raise CatalogueError(
-                f"init offset {init_offset} / commitlog base {cl_base} must be >= 0",
-                where=self._where(topic, queue_id),
-            )
+        return self.ensure_queues([(topic, queue_id, init_offset)], cl_base=cl_base)[0]
+
+    def ensure_queues(
+        self, queues: Sequence[tuple[str, int, int]], *, cl_base: int = 0
+    ) -> list[QueueRow]:
+        """:meth:`ensure_queue` for many ``(topic, queue_id, init_offset)`` at once, in
+        one transaction (a broker's first start may bring thousands of queues: one
+        commit, not one each); rows in the order given.
+
+        Every name and offset is checked before anything is written: one bad entry
+        raises (as :meth:`ensure_queue` does) and creates no row at all.
+        """
+        for topic, queue_id, init_offset in queues:
+            QueuePath(self.cluster, self.broker, topic, queue_id)  # validates the names
+            if init_offset < 0 or cl_base < 0:
+                raise CatalogueError(
+                    f"init offset {init_offset} / commitlog base {cl_base} must be >= 0",
+                    where=self._where(topic, queue_id),
+                )
+        rows: list[QueueRow] = []
+        created: list[QueueRow] = []
         with self._transaction() as conn:
-            existing = self._fetch_queue(conn, topic, queue_id)
-            if existing is not None:
-                return existing
-            conn.execute(
-                f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (topic, queue_id, init_offset, init_offset, init_offset, cl_base,
-                 init_offset * CQ_UNIT_SIZE, QueueState.ACTIVE.value, self._clock.now_ms()),
-            )  # fmt: skip
-            row = self._require_queue(conn, topic, queue_id)
-        log.info("queue %s initialised at offset %d", row, init_offset)
-        return row
+            for topic, queue_id, init_offset in queues:
+                existing = self._fetch_queue(conn, topic, queue_id)
+                if existing is not None:
+                    rows.append(existing)
+                    continue
+                conn.execute(
+                    f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (topic, queue_id, init_offset, init_offset, init_offset, cl_base,
+                     init_offset * CQ_UNIT_SIZE, QueueState.ACTIVE.value, self._clock.now_ms()),
+                )  # fmt: skip
+                row = self._require_queue(conn, topic, queue_id)
+                rows.append(row)
+                created.append(row)
+        for row in created:
+            log.info("queue %s initialised at offset %d", row, row.init_offset)
+        return rows
 
     def queue(self, topic: str, queue_id: int) -> QueueRow | None:
         """Return the queue's row, or None if the catalogue has never seen it."""

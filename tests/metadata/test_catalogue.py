@@ -163,6 +163,27 @@ def test_ensure_queue_refuses_bad_input(catalogue: Catalogue) -> None:
     assert catalogue.queues() == []
 
 
+def test_ensure_queues_creates_many_in_order_in_one_transaction(catalogue: Catalogue) -> None:
+    existing = catalogue.ensure_queue(TOPIC, 1, 10)
+    rows = catalogue.ensure_queues([(TOPIC, 2, 5), (TOPIC, 1, 999), ("%RETRY%g", 0, 0)])
+    assert [(r.topic, r.queue_id, r.init_offset) for r in rows] == [
+        (TOPIC, 2, 5), (TOPIC, 1, 10), ("%RETRY%g", 0, 0),
+    ]  # fmt: skip
+    assert rows[1] == existing  # first initialisation wins
+    assert rows[0].cq_base == 5 * 20 and rows[0].cold_commit == 5
+    assert sorted(catalogue.queues(), key=lambda r: (r.topic, r.queue_id)) == sorted(
+        rows, key=lambda r: (r.topic, r.queue_id)
+    )
+
+
+def test_ensure_queues_with_one_bad_entry_creates_none(catalogue: Catalogue) -> None:
+    with pytest.raises(InvalidNameError):
+        catalogue.ensure_queues([(TOPIC, 0, 0), ("../etc", 0, 0)])
+    with pytest.raises(CatalogueError, match="must be >= 0"):
+        catalogue.ensure_queues([(TOPIC, 0, 0), (TOPIC, 1, -1)])
+    assert catalogue.queues() == []
+
+
 def test_queue_unknown_is_none_and_queues_are_ordered(catalogue: Catalogue) -> None:
     assert catalogue.queue(TOPIC, 0) is None
     for topic, qid in [("b", 1), ("a", 2), ("b", 0), ("a", 10)]:
