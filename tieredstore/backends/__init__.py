@@ -6,6 +6,8 @@ methods; :mod:`tieredstore.backends.base` states the contract every backend meet
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.factory import backend_options, open_backend, open_cold
 from tieredstore.backends.fsspec_generic import FsspecBackend
@@ -13,7 +15,9 @@ from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend
 from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
-from tieredstore.backends.s3 import S3Backend
+
+if TYPE_CHECKING:
+    from tieredstore.backends.s3 import S3Backend
 
 __all__ = [
     "Backend",
@@ -31,3 +35,14 @@ __all__ = [
     "open_cold",
     "reset_memory_stores",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``S3Backend`` on first use: s3fs, aiobotocore and aiohttp take ~0.2 s to import,
+    which a POSIX sidecar, a Spark Python worker or a command that never opens S3 should
+    not pay."""
+    if name == "S3Backend":
+        from tieredstore.backends.s3 import S3Backend
+
+        return S3Backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

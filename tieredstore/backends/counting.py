@@ -20,13 +20,13 @@ every attempt is a request.
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path
 from typing import Final
 
 from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 from tieredstore.backends.forwarding import ForwardingBackend
-from tieredstore.backends.s3 import S3Backend
 
 __all__ = ["CountingBackend", "OnBytes", "OnRequest"]
 
@@ -45,7 +45,8 @@ class CountingBackend(ForwardingBackend):
         self._on_request = on_request
         self._on_bytes = on_bytes
         self._per_call = True
-        if isinstance(inner, S3Backend):
+        s3 = sys.modules.get("tieredstore.backends.s3")  # not imported: not an S3Backend
+        if s3 is not None and isinstance(inner, s3.S3Backend):
             inner.on_request = self._s3_request
             self._per_call = False
 

@@ -27,7 +27,6 @@ from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend
 from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
-from tieredstore.backends.s3 import S3Backend
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 
@@ -69,6 +68,8 @@ def open_backend(
         elif scheme == "file":
             backend = PosixBackend.from_url("file://" + url[match.end() :])
         elif scheme == "s3":
+            from tieredstore.backends.s3 import S3Backend  # s3fs & co. only when used
+
             backend = S3Backend("s3://" + url[match.end() :], opts)
         else:
             backend = FsspecBackend(url, opts.storage_options)
