@@ -36,6 +36,7 @@ shorter than its records).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import os
@@ -215,8 +216,20 @@ def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
 
 _SYNC_FILE_RANGE = _libc_sync_file_range()
 _SYNC_FILE_RANGE_WRITE = 2
-_WRITEBACK_BYTES = 1 << 20
+_WRITEBACK_BYTES = 4 << 20
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate a spool file's final size at once (``posix_fallocate``): the filesystem
+    lays it out in one extent instead of allocating a block range at every early
+    writeback, which with 128 files growing side by side cost more CPU than the
+    writes (ext4, measured). The file is that long from now on; only a segment whose
+    every byte was written is uploaded. A filesystem that cannot preallocate is
+    written as it is."""
+    if size > 0 and hasattr(os, "posix_fallocate"):
+        with contextlib.suppress(OSError):
+            os.posix_fallocate(fd, 0, size)
 
 
 def start_writeback(fd: int, offset: int, size: int) -> None:
@@ -260,8 +273,12 @@ class _Spool:
     hand-offs. Files are opened on first write; :meth:`finish` writes what still waits.
     """
 
-    def __init__(self, directory: Path, jobs: int, hold_bytes: int = SPOOL_HOLD_BYTES) -> None:
+    def __init__(
+        self, directory: Path, expected: Sequence[int], hold_bytes: int = SPOOL_HOLD_BYTES
+    ) -> None:
+        jobs = len(expected)
         self.directory = directory
+        self.expected = expected  # each file's final size, reserved when it is opened
         self.fds: dict[int, int] = {}
         self.hashes = [hasher() for _ in range(jobs)]
         self.sizes = [0] * jobs  # bytes written to each file
@@ -312,6 +329,7 @@ class _Spool:
             fd = self.fds[job] = os.open(
                 self.paths[job], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666
             )
+            _reserve(fd, self.expected[job])
         while parts:
             batch = parts[:_IOV_MAX]
             written = os.writev(fd, batch)
@@ -323,7 +341,7 @@ class _Spool:
             parts = parts[done:]
             if written:
                 parts[0] = parts[0][written:]
-        # Start writing the new bytes back (no waiting) once a megabyte is pending: the
+        # Start writing the new bytes back (no waiting) once 4 MiB are pending: the
         # upload's fsync then finds them on disk already (POSIX links the spool file
         # into place). Never per small write: that would be many tiny disk writes.
         pending = self.sizes[job] - self.flushed[job]
@@ -467,7 +485,7 @@ def gather_segments(
     failed = _Failures(len(jobs))
     ts_min = np.full(len(jobs), np.iinfo(np.int64).max, dtype=np.int64)
     ts_max = np.full(len(jobs), np.iinfo(np.int64).min, dtype=np.int64)
-    spool = _Spool(spool_dir, len(jobs), hold_bytes=hold_bytes)
+    spool = _Spool(spool_dir, [j.plan.nbytes for j in jobs], hold_bytes=hold_bytes)
     buffer = bytearray(window_bytes)
     try:
         try:
