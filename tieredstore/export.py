@@ -47,7 +47,6 @@ import asyncio
 import datetime as dt
 import fnmatch
 import hashlib
-import io
 import json
 import multiprocessing
 from collections import deque
@@ -222,9 +221,11 @@ def _files(m: Manifest, table: pa.Table) -> Iterable[tuple[str, pa.Table]]:
 
 
 def _parquet(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd")
-    return buf.getvalue()
+    # An Arrow in-memory sink, not io.BytesIO: the writer then never calls back into
+    # Python (and takes the GIL) for each chunk it writes.
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
 
 
 @dataclass(frozen=True)
