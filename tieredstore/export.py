@@ -225,7 +225,8 @@ def _parquet(table: pa.Table) -> bytes:
     # Python (and takes the GIL) for each chunk it writes.
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 @dataclass(frozen=True)
