@@ -269,7 +269,7 @@ class _Spool:
     collects the next batch while this one is written; before handing that one over it
     waits for the previous, so files see their bytes in order and at most two batches
     (``2 * hold_bytes``) plus a window are held. One writer thread and syscalls of
-    ~100 KiB keep the GIL quiet; a thread per few runs made the pass mostly GIL
+    ~64 KiB keep the GIL quiet; a thread per few runs made the pass mostly GIL
     hand-offs. Files are opened on first write; :meth:`finish` writes what still waits.
     """
 
