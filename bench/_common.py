@@ -589,7 +589,10 @@ def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> in
                 end_offset=end,
                 cl_base=cl_base,
                 cl_end=cl_base + cl_size,
-                commit_log=ObjectRef(object_name(cl_base, ATTEMPT), cl_size, "0" * 64),
+                # Never read at the offsets level: a well-formed placeholder digest.
+                commit_log=ObjectRef(
+                    object_name(cl_base, ATTEMPT), cl_size, "0" * DIGEST_ALGORITHM.hex_length
+                ),
                 consume_queue=ObjectRef(
                     object_name(start * CQ_UNIT_SIZE, ATTEMPT), len(cq), digest(cq)
                 ),
