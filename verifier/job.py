@@ -180,7 +180,7 @@ def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
         spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts or 0
     ).toArrow()
     _raise_hot_errors(hot_q)  # before the expensive stage: its results would be meaningless
-    objects = _local(spark, inputs.listing.objects, schemas.OBJECTS)
+    objects = listed.coalesce(1)  # the listing, already a driver-side table
     hot = _local(spark, hot_q, schemas.HOT_QUEUES)
     segments = _local(
         spark, readers.manifest_frame(listed, inputs.cold).toArrow(), schemas.SEGMENTS
