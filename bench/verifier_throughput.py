@@ -20,7 +20,8 @@ Two numbers per level, in one SparkSession, after a warm-up run:
 Then the fixed cost per run: a whole warm ``verify`` of a near-empty store and the Spark
 jobs it runs. And how the stage scales: the same stage timings in a second process
 with ``--compare-master`` (default ``local[1]``; the JVM of the first is stopped by
-then), compared with ``--master``'s (issue 17: ``local[2]`` >= 1.7x ``local[1]``).
+then), compared with ``--master``'s (issue 17: ``local[2]`` >= 1.7x ``local[1]``), and,
+as a control, how much faster two processes hash than one on this host right now.
 
 Last lines: ``RESULT verifier_throughput_offsets ratio=<stage units/s> ...``,
 ``RESULT verifier_throughput_content ratio=<stage bytes/s> ...`` (absolute targets: the
@@ -31,10 +32,13 @@ ratio=<stage seconds on --compare-master ÷ on --master, both levels> target=>=1
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +98,26 @@ def _stage_seconds_elsewhere(root: Path, master: str) -> dict[str, float]:
     return {level: float(seconds) for _, level, seconds in found}
 
 
+def _sha256_seconds(_unit: int) -> float:
+    data = bytes(64 << 20)
+    t0 = time.perf_counter()
+    for _ in range(4):
+        hashlib.sha256(data).digest()
+    return time.perf_counter() - t0
+
+
+def host_scaling(workers: int = 2, units: int = 4) -> float:
+    """How much faster ``workers`` processes do the same CPU-bound work than one: what
+    this host can give a ``local[2]`` stage right now (a shared host may give ~1x)."""
+    took = []
+    for n in (1, workers):
+        with ProcessPoolExecutor(n) as pool:
+            t0 = time.perf_counter()
+            list(pool.map(_sha256_seconds, range(units)))
+            took.append(time.perf_counter() - t0)
+    return took[0] / took[1]
+
+
 def main() -> None:
     args = _arguments()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -115,7 +139,8 @@ def main() -> None:
             tiny_opts = verify_options(tiny / "hot", tiny / "cold", "offsets", CLUSTER, BROKER)
             fixed = min((timed_verify_jobs(spark, tiny_opts) for _ in range(2)), key=lambda r: r[0])
         other = _stage_seconds_elsewhere(root, args.compare_master) if args.compare_master else {}
-    _report(args, stages, runs, fixed, other)
+    host = host_scaling() if args.compare_master else 0.0
+    _report(args, stages, runs, fixed, other, host)
 
 
 def _report(
@@ -124,6 +149,7 @@ def _report(
     runs: dict[str, tuple[float, Any]],
     fixed: tuple[float, int, Any],
     other: dict[str, float],
+    host: float,
 ) -> None:
     for level, (took, result) in runs.items():
         stage = stages[level][0]
@@ -154,6 +180,7 @@ def _report(
             f"{level} {other[level]:.2f} s vs {stages[level][0]:.2f} s" for level in other
         )
         print(f"data stage, {args.compare_master} vs {args.master}: {each}")
+        print(f"host control: sha256 in 2 processes {host:.2f}x as fast as in 1")
         ratio = there / here
         print(result_line("verifier_throughput_scaling", ratio, f">={SCALING}", ratio >= SCALING))
 
