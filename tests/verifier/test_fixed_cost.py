@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tieredstore.testing.settings import BROKER, CLUSTER
-from verifier.job import verify
+from verifier.job import _SESSION_CONF, verify
 from verifier.model import LagAllowance, LagUnit, Level, VerifyOptions
 from verifier.pydaemon import installed_copy_first
 
@@ -55,10 +55,11 @@ def test_a_run_is_five_spark_jobs_whatever_it_finds(
 
 @pytest.mark.spark
 def test_a_run_leaves_the_callers_sql_settings_alone(world: World, spark: SparkSession) -> None:
-    before = spark.conf.get("spark.sql.shuffle.partitions")
+    keys = sorted(_SESSION_CONF)
+    before = [spark.conf.get(k, None) for k in keys]
     verify(spark, _options(world, Level.OFFSETS))
-    assert spark.conf.get("spark.sql.shuffle.partitions") == before
-    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    assert [spark.conf.get(k, None) for k in keys] == before
+    assert before != [_SESSION_CONF[k] for k in keys]  # the run's own settings differ
 
 
 def test_the_daemon_puts_an_installed_pysparks_zip_last(tmp_path: Path) -> None:
