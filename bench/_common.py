@@ -59,6 +59,7 @@ __all__ = [
     "cold_bytes",
     "content_store",
     "extra_env",
+    "fixed_cost_line",
     "machine",
     "mb_per_s",
     "offsets_store",
@@ -73,6 +74,8 @@ __all__ = [
     "table",
     "tiered_totals",
     "timed_verify",
+    "timed_verify_jobs",
+    "tiny_store",
     "verifier_run",
     "verifier_stage_seconds",
     "verify_options",
@@ -544,6 +547,34 @@ def verifier_run(
     )
 
 
+def tiny_store(root: Path) -> Path:
+    """A near-empty tiered store under ``root`` (one queue of 10 units, one segment; the
+    bench cluster and broker): what a verify costs on it is the fixed cost per run."""
+    offsets_store(root, 1, 10, 10)
+    return root
+
+
+def fixed_cost_line(root: Path, *, master: str) -> str:
+    """One line: a whole ``python -m verifier`` process (fresh JVM) on a near-empty store,
+    its job time and its Spark jobs and stages: the fixed cost of one run."""
+    store = tiny_store(root / "tiny")
+    run = verifier_run(
+        store / "hot",
+        str(store / "cold"),
+        level="offsets",
+        out=store / "report",
+        master=master,
+        cluster=CLUSTER,
+        broker=BROKER,
+    )
+    p = run.profile
+    return (
+        f"fixed cost per run (near-empty store, fresh JVM, {master}): process "
+        f"{run.seconds:.1f} s, job {run.job_seconds:.1f} s, {p.jobs} Spark jobs, "
+        f"{p.stages} stages, {p.tasks} tasks"
+    )
+
+
 #: Bytes per (imaginary) record of :func:`offsets_store`.
 RECORD = 200
 #: Units per hot CQ file of :func:`offsets_store`.
@@ -651,6 +682,18 @@ def timed_verify(spark: Any, opts: Any) -> tuple[float, Any]:
     t0 = time.perf_counter()
     result = verify(spark, opts)
     return time.perf_counter() - t0, result
+
+
+def timed_verify_jobs(spark: Any, opts: Any) -> tuple[float, int, Any]:
+    """One whole ``verify`` in ``spark``: (seconds, Spark jobs it ran, result)."""
+    sc = spark.sparkContext
+    group = f"bench-verify-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "one verify run")
+    try:
+        took, result = timed_verify(spark, opts)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return took, len(sc.statusTracker().getJobIdsForGroup(group)), result
 
 
 def verifier_stage_seconds(spark: Any, opts: Any) -> float:

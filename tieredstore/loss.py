@@ -23,9 +23,8 @@ simply be run again). It is the backend's atomic create (S3 ``If-None-Match: *``
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from tieredstore.backends.base import Backend
 from tieredstore.errors import (
     ConditionFailedError,
     CorruptLossRecordError,
@@ -34,6 +33,10 @@ from tieredstore.errors import (
 )
 from tieredstore.layout import MAX_OFFSET, QueuePath, loss_key, loss_prefix, parse_loss_key
 from tieredstore.strictjson import canonical, parse_object
+
+if TYPE_CHECKING:  # the backends package imports every backend (s3fs, aiohttp: 0.2 s);
+    # readers of loss records (the verifier's driver and tasks) need none of them
+    from tieredstore.backends.base import Backend
 
 __all__ = [
     "LOSS_FORMAT_VERSION",

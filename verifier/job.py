@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from tieredstore.config import parse_duration
 from tieredstore.errors import (
@@ -85,21 +86,6 @@ def _reference_ts(hot: HotStore, allowance: LagAllowance) -> int | None:
         return None
 
 
-@dataclass
-class _Frames:
-    """The cached frames of one run, released at its end."""
-
-    cached: list[DataFrame]
-
-    def keep(self, df: DataFrame) -> DataFrame:
-        self.cached.append(df.cache())
-        return df
-
-    def release(self) -> None:
-        for df in self.cached:
-            df.unpersist()
-
-
 @dataclass(frozen=True)
 class _Inputs:
     """What the driver reads itself before any Spark work: cheap metadata only."""
@@ -119,7 +105,11 @@ class _Inputs:
 
 @dataclass(frozen=True)
 class _Run:
-    """The frames the checks relate (SEGMENTS, OBJECTS, HOT_QUEUES, ...)."""
+    """The frames the checks relate (SEGMENTS, OBJECTS, HOT_QUEUES, ...).
+
+    Every one is a driver-side table in one partition (:func:`_local`): the checks
+    over them run without a shuffle, all anomaly classes in one Spark job.
+    """
 
     objects: DataFrame
     segments: DataFrame
@@ -149,30 +139,75 @@ def _read_inputs(opts: VerifyOptions) -> _Inputs:
     )
 
 
-def _build(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs, frames: _Frames) -> _Run:
-    """The three reading stages (manifests, hot queues, segments) and their joins."""
-    objects = frames.keep(readers.objects_frame(spark, inputs.listing))
-    segments = frames.keep(readers.manifest_frame(objects, inputs.cold))
+#: The verifier's own SQL settings (a session of its own over the caller's SparkContext).
+#: Its relational work is small (a few rows per segment and per queue), so what costs
+#: is planning and scheduling, not data: every join is a sort-merge join inside one
+#: partition (a broadcast costs a Spark job per join), one shuffle partition (a frame
+#: in one partition then needs no exchange), no adaptive re-planning (a job per shuffle
+#: stage) and no code generation (compiling it takes longer than running the query).
+_SESSION_CONF: Final = {
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
+def _session(spark: SparkSession) -> SparkSession:
+    """A session of the verifier's own over ``spark``'s context (:data:`_SESSION_CONF`),
+    so that the caller's SQL settings are neither used nor changed."""
+    session = spark.newSession()
+    for key, value in _SESSION_CONF.items():
+        session.conf.set(key, value)
+    return session
+
+
+def _local(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+    """``table`` (collected, or built on the driver) as a frame of one partition.
+
+    One partition satisfies every distribution a window, an aggregate or a join asks
+    for, so a query over such frames has no exchange: one stage, one job.
+    """
+    return spark.createDataFrame(table, schema=schema).coalesce(1)
+
+
+def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
+    """The three reading stages, each collected to the driver once (one Spark job
+    each): hot queues, manifests, segments. Everything after relates their results."""
+    listed = readers.objects_frame(spark, inputs.listing)
+    hot_q = readers.hot_queue_frame(
+        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts or 0
+    ).toArrow()
+    _raise_hot_errors(hot_q)  # before the expensive stage: its results would be meaningless
+    objects = listed.coalesce(1)  # the listing, already a driver-side table
+    hot = _local(spark, hot_q, schemas.HOT_QUEUES)
+    segments = _local(
+        spark, readers.manifest_frame(listed, inputs.cold).toArrow(), schemas.SEGMENTS
+    )
     valid = checks.valid_segments(segments)
-    cold_ranges = frames.keep(checks.cold_queue_ranges(valid))
-    hot = frames.keep(
-        readers.hot_queue_frame(
-            spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts or 0
-        )
-    )
-    _raise_hot_errors(hot)  # before the expensive stage: its results would be meaningless
-    work = frames.keep(checks.segment_work(valid, objects, hot))
-    facts = frames.keep(
-        readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
-    )
-    state = frames.keep(checks.queue_state(cold_ranges, hot))
+    work = checks.segment_work(valid, objects, hot)
+    facts = readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
+    cold_ranges = checks.cold_queue_ranges(valid)
     losses, spans = readers.losses_frames(spark, inputs.listing.losses)
-    return _Run(objects, segments, valid, cold_ranges, hot, work, facts, state, losses, spans)
+    return _Run(
+        objects=objects,
+        segments=segments,
+        valid=valid,
+        cold_ranges=cold_ranges,
+        hot=hot,
+        work=work,
+        facts=_local(spark, facts.toArrow(), schemas.SEGMENT_FACTS),
+        state=checks.queue_state(cold_ranges, hot),
+        losses=losses.coalesce(1),
+        spans=spans.coalesce(1),
+    )
 
 
 def _anomalies(
     spark: SparkSession, opts: VerifyOptions, inputs: _Inputs, run: _Run
 ) -> tuple[Anomaly, ...]:
+    """Every check, unioned and collected in one Spark job (one stage)."""
     grace_ms = int(opts.orphan_grace_s * 1000)
     found = [
         checks.corrupt_manifest(run.segments),
@@ -189,13 +224,14 @@ def _anomalies(
         checks.orphan_object(run.objects, run.valid, opts.now_ms, grace_ms),
     ]
     if inputs.catalogue is not None:
-        cat = spark.createDataFrame(inputs.catalogue, schema=schemas.CATALOGUE)
+        cat = _local(spark, inputs.catalogue, schemas.CATALOGUE)
         found.append(checks.catalogue_drift(cat, run.valid, opts.now_ms, grace_ms))
     rows = checks.union_anomalies(*found).collect()
     return tuple(sorted((Anomaly.from_row(r.asDict()) for r in rows), key=_anomaly_order))
 
 
 def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueReport, ...]:
+    """QUEUE_SUMMARY, collected in one Spark job; then the lag in seconds (driver)."""
     summary = checks.queue_summary(
         run.cold_ranges,
         run.hot,
@@ -215,6 +251,10 @@ def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueRepor
 def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
     """Verify that the cold store covers the hot store exactly; see docs/architecture.md.
 
+    Five Spark jobs whatever the store's size: hot queues, manifests and segments (each
+    read once, in tasks, and collected), then all anomalies, then the queue summary.
+    Runs in a session of its own over ``spark``'s context (:func:`_session`).
+
     Raises:
         ConfigError: bad URL, missing cold root, seconds allowance without checkpoint.
         StoreError: the hot store is missing, unsupported or a queue's files unreadable.
@@ -223,13 +263,10 @@ def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
     """
     started = time.time_ns() // 1_000_000
     inputs = _read_inputs(opts)
-    frames = _Frames([])
-    try:
-        run = _build(spark, opts, inputs, frames)
-        anomalies = _anomalies(spark, opts, inputs, run)
-        queues = _queues(opts, inputs, run)
-    finally:
-        frames.release()
+    session = _session(spark)
+    run = _read(session, opts, inputs)
+    anomalies = _anomalies(session, opts, inputs, run)
+    queues = _queues(opts, inputs, run)
     return VerificationResult(
         options=opts,
         queues=queues,
@@ -264,10 +301,11 @@ def _anomaly_order(a: Anomaly) -> tuple[str, int, int, str, str]:
     return (a.topic, a.queue_id, start, a.anomaly.value, a.object_key or "")
 
 
-def _raise_hot_errors(hot_q: DataFrame) -> None:
-    bad = hot_q.where(hot_q.error.isNotNull()).select("topic", "queue_id", "error").limit(1)
-    for row in bad.collect():
-        raise StoreError(f"cannot read hot queue {row.topic}/{row.queue_id}: {row.error}")
+def _raise_hot_errors(hot_q: pa.Table) -> None:
+    """StoreError for the first hot queue whose files did not read (HOT_QUEUES rows)."""
+    bad = hot_q.filter(pc.is_valid(hot_q["error"])).slice(0, 1).to_pylist()
+    for row in bad:
+        raise StoreError(f"cannot read hot queue {row['topic']}/{row['queue_id']}: {row['error']}")
 
 
 def _totals(
@@ -333,7 +371,8 @@ def spark_session(
 
     A JVM started here prints into ``log_file`` (appended to) when one is given, else on
     this terminal (spark-submit's JVM already runs: its output is its own). Spark logs
-    at ``log_level`` from then on.
+    at ``log_level`` from then on. Python workers are reused across tasks; with a local
+    master they start from :mod:`verifier.pydaemon`.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -357,7 +396,13 @@ def spark_session(
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "8")
+            # Workers run this interpreter, which imports PySpark's installed bytecode
+            # (verifier/pydaemon.py) rather than compiling pyspark.zip in each worker.
+            .config("spark.python.daemon.module", "verifier.pydaemon")
         )
+    # One Python worker per core for the whole run, not one per task (Spark's default,
+    # said here because each fresh worker costs a second of imports).
+    builder = builder.config("spark.python.worker.reuse", "true")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     with _output_to(None if _under_spark_submit() else log_file):
         spark = builder.getOrCreate()

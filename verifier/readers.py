@@ -443,10 +443,11 @@ def hot_queue_frame(
 ) -> DataFrame:
     """HOT_QUEUES for the hot ``queues`` the driver listed.
 
-    The input is spread over partitions directly (no shuffle): a few hundred queues per
-    task, since finding a queue's range reads its newest consume-queue file.
+    The input is spread over partitions directly (no shuffle): at most 50 queues per task
+    (finding a queue's range reads its newest consume-queue file), up to four tasks per
+    core.
     """
-    n = _partitions(spark, len(queues), 200)
+    n = _partitions(spark, len(queues), 50)
     rows = spark.sparkContext.parallelize([(q.topic, q.queue_id) for q in queues], n)
     task = HotQueueTask(str(hot_root), allowance, reference_ts)
     return spark.createDataFrame(rows, schema=schemas.HOT_INPUT).mapInArrow(
@@ -601,9 +602,10 @@ def segment_facts_frame(
 ) -> DataFrame:
     """SEGMENT_FACTS for ``work`` (SEGMENT_WORK rows, at most ``count``), verified in tasks.
 
-    Small partitions (a few dozen segments) keep both cores busy to the end of the stage:
-    segments differ a lot in size, and a straggler partition would serialise the tail.
+    Four partitions per core (fewer only with fewer segments) keep every core busy to
+    the end of the stage: segments differ a lot in size, and a straggler partition would
+    serialise the tail; a store of a few large segments still gets one task per segment.
     """
-    n = _partitions(work.sparkSession, count, 32)
+    n = _partitions(work.sparkSession, count, 1)
     task = SegmentTask(cold, str(hot_root), level)
     return work.repartition(n).mapInArrow(task, schemas.SEGMENT_FACTS)
