@@ -293,10 +293,13 @@ class _Spool:
     def submit(self, data: pa.Buffer, runs: Sequence[tuple[int, int, int]]) -> None:
         """Digest each ``(job, start, end)`` run of ``data`` and queue it for its file."""
         view = memoryview(data)
+        waiting = self._waiting
         for job, lo, hi in runs:
-            run = view[lo:hi]
-            self.hashes[job].update(run)
-            self._waiting.setdefault(job, []).append(run)
+            self.hashes[job].update(data.slice(lo, hi - lo))
+            if job in waiting:
+                waiting[job].append(view[lo:hi])
+            else:
+                waiting[job] = [view[lo:hi]]
         self._held += data.size
         if self._held >= self.hold_bytes:
             self._hand_over()

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeAlias
 
 import google_crc32c
 import numpy as np
+import pyarrow as pa
 
 __all__ = ["WRITTEN", "DigestAlgorithm", "Hasher", "digest", "hasher"]
 
-Data = bytes | bytearray | memoryview
+Data: TypeAlias = bytes | bytearray | memoryview | pa.Buffer
 
 
 class DigestAlgorithm(StrEnum):
@@ -78,9 +79,12 @@ class _Crc32c:
         self._crc = 0
 
     def update(self, data: Data, /) -> None:
-        # google-crc32c takes only read-only buffers; a numpy view of any buffer passes
-        # without a copy.
-        self._crc = google_crc32c.extend(self._crc, np.frombuffer(data, dtype=np.uint8))
+        # google-crc32c takes only read-only buffers: an Arrow buffer as it is (the
+        # cheapest: the tiering pass feeds 131,000 runs per 2 GiB), anything else
+        # through a numpy view (no copy).
+        if not isinstance(data, pa.Buffer):
+            data = np.frombuffer(data, dtype=np.uint8)
+        self._crc = google_crc32c.extend(self._crc, data)
 
     def hexdigest(self) -> str:
         return f"{self._crc:08x}"
