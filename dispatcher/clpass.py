@@ -203,28 +203,23 @@ def _windows(rec: _Records, files: MappedFileList, window: int, gap: int) -> lis
     return out
 
 
-def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+def _libc(name: str, *argtypes: type[ctypes._SimpleCData[int]]) -> Callable[..., int] | None:
+    """The C library's function ``name`` (Linux system-call wrappers Python's ``os``
+    lacks), or None where there is none (not Linux, not glibc): callers then skip it."""
     try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):  # not Linux / not glibc: no early writeback
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (AttributeError, OSError):
         return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    fn.argtypes = argtypes
     fn.restype = ctypes.c_int
-    return cast("Callable[[int, int, int, int], int]", fn)
+    return cast("Callable[..., int]", fn)
 
 
-def _libc_fallocate() -> Callable[[int, int, int, int], int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).fallocate64
-    except (AttributeError, OSError):  # not Linux / not glibc: no preallocation
-        return None
-    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    fn.restype = ctypes.c_int
-    return cast("Callable[[int, int, int, int], int]", fn)
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
-_FALLOCATE = _libc_fallocate()
+# sync_file_range(fd, offset, nbytes, flags) and fallocate(fd, mode, offset, len).
+_SYNC_FILE_RANGE = _libc(
+    "sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint
+)
+_FALLOCATE = _libc("fallocate64", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 _SYNC_FILE_RANGE_WRITE = 2
 _WRITEBACK_BYTES = 4 << 20
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
