@@ -49,7 +49,6 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dispatcher.planner import SegmentPlan
 from tieredstore.digests import hasher
@@ -60,7 +59,7 @@ from tieredstore.errors import (
     TieredStoreError,
     TruncatedDataError,
 )
-from tieredstore.formats.arrownp import primitive
+from tieredstore.formats.arrownp import gather_ranges
 from tieredstore.formats.record import (
     MAGIC_AT,
     MAGIC_CODE_V1,
@@ -418,23 +417,15 @@ def _group(
     (commitlog order kept within a job).
 
     Returns the grouped bytes and ``(job, start, end)`` runs into them. The copy is one
-    ``pyarrow`` take over a binary array whose elements are the records and the gaps
-    between them; the rewrite is done in the window first, with one numpy scatter.
+    Arrow ``take`` (:func:`~tieredstore.formats.arrownp.gather_ranges`); the rewrite is
+    done in the window first, with one numpy scatter.
     """
     k = int(rel.shape[0])
     order = np.argsort(job, kind="stable")
     if k > 1 and bool(np.any(rel[1:] < (rel + size)[:-1])):
         return _group_overlapping(win, rel, size, job, order, cold)
     scatter_be_i64(np.frombuffer(win, dtype=np.uint8), rel + PHYSICAL_OFFSET_AT, cold)
-    bounds = np.empty(2 * k + 1, dtype=np.int32)
-    bounds[0] = 0
-    bounds[1::2] = rel
-    bounds[2::2] = rel + size
-    array = pa.BinaryArray.from_buffers(
-        pa.binary(), 2 * k, [None, pa.py_buffer(bounds), pa.py_buffer(win)]
-    )
-    taken = pc.take(array, primitive(2 * order + 1, pa.int64()), memory_pool=_POOL)
-    data = taken.buffers()[2]
+    data = gather_ranges(win, rel, size, order, memory_pool=_POOL)
     return data, _runs(job, size, order)
 
 

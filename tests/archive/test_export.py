@@ -10,6 +10,7 @@ from typing import Any
 
 import fsspec
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -17,7 +18,14 @@ from tests.test_reader import tier
 from tieredstore.backends import open_backend
 from tieredstore.cli import main
 from tieredstore.clock import VirtualClock
-from tieredstore.export import ExportReport, ExportRequest, export_manifest_key, export_parquet
+from tieredstore.export import (
+    DICTIONARY_COLUMNS,
+    STATISTICS_COLUMNS,
+    ExportReport,
+    ExportRequest,
+    export_manifest_key,
+    export_parquet,
+)
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
@@ -71,6 +79,17 @@ def test_export_round_trip_two_brokers_in_one_output(
     assert "topic" not in pads.dataset(next(out.rglob("*.parquet"))).schema.names
     doc = json.loads((out / export_manifest_key(CLUSTER, BROKER)).read_text())
     assert set(doc["segments"]) == {m.key for m in archive.manifests()}
+
+
+def test_only_few_valued_columns_are_dictionary_encoded(archive: Archive, tmp_path: Path) -> None:
+    assert export(archive.cold, tmp_path) == 0
+    meta = pq.ParquetFile(next(tmp_path.rglob("*.parquet"))).metadata.row_group(0)
+    columns = {meta.column(i).path_in_schema: meta.column(i) for i in range(meta.num_columns)}
+    dictionary = {p for p, c in columns.items() if "RLE_DICTIONARY" in c.encodings}
+    assert dictionary == set(DICTIONARY_COLUMNS)
+    with_stats = {p for p, c in columns.items() if c.is_stats_set}
+    assert with_stats == set(STATISTICS_COLUMNS)
+    assert "body" not in with_stats and "store_timestamp" in with_stats
 
 
 def test_parallel_jobs_write_the_same_files(archive: Archive, tmp_path: Path) -> None:

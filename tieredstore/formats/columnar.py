@@ -26,6 +26,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tieredstore.formats.arrownp import flat_binary, gather_ranges, ranges_in_order
 from tieredstore.formats.record import (
     HEAD_DTYPE,
     HEAD_SIZE,
@@ -36,6 +37,7 @@ from tieredstore.formats.record import (
     TAIL_SIZE,
     SysFlag,
 )
+from tieredstore.formats.vector import rows_at
 
 __all__ = [
     "RecordColumns",
@@ -54,8 +56,12 @@ Mask = npt.NDArray[np.bool_]
 
 #: Mean range length up to which :func:`slices` gathers with a numpy index.
 _SHORT: Final = 128
-#: Upper-case hex digits of every byte value, two per row.
-_HEX: Final = np.frombuffer(bytes.hex(bytes(range(256))).upper().encode(), np.uint8).reshape(256, 2)
+#: The fields between the store host and the body (:data:`TAIL_SIZE` bytes).
+_TAIL_DTYPE: Final = np.dtype(
+    [("reconsume_times", ">i4"), ("prepared_transaction_offset", ">i8"), ("body_length", ">i4")]
+)
+#: Upper-case hex digits of every byte value, both in one 2-byte item.
+_HEX: Final = np.frombuffer(bytes.hex(bytes(range(256))).upper().encode(), np.uint16)
 
 
 @dataclass(frozen=True)
@@ -101,21 +107,20 @@ class _Reader:
         """``dtype.itemsize`` bytes at each offset, one row per offset (zeros for a
         block that does not lie inside the buffer)."""
         width = dtype.itemsize
-        inside = (at >= 0) & (at + width <= len(self.buf))
         if len(self.buf) < width:
             return np.zeros((len(at), width), np.uint8)
-        idx = np.where(inside, at, 0)[:, None] + np.arange(width)
-        rows: U8 = np.ascontiguousarray(self.buf[idx])
-        rows[~inside] = 0
+        inside = (at >= 0) & (at + width <= len(self.buf))
+        rows = rows_at(self.buf, np.where(inside, at, 0), width)
+        if not inside.all():
+            rows[~inside] = 0
         return rows
 
     def read(self, at: I64, width: int) -> I64:
-        inside = (at >= 0) & (at + width <= len(self.buf))
-        idx = np.where(inside, at, 0)[:, None] + np.arange(width)
+        dtype = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width]
         if len(self.buf) < width:  # nothing fits: every field reads as zero
             return np.zeros(len(at), np.int64)
-        raw = np.ascontiguousarray(self.buf[idx])
-        dtype = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width]
+        inside = (at >= 0) & (at + width <= len(self.buf))
+        raw = rows_at(self.buf, np.where(inside, at, 0), width)
         values: I64 = raw.view(dtype).reshape(-1).astype(np.int64)
         return np.where(inside, values, 0)
 
@@ -141,11 +146,14 @@ def decode_columns(data: Buffer, starts: I64, sizes: I64) -> RecordColumns:
     host_at = store_ts_at + 8
     tail_at = host_at + _host_width(sys_flag, SysFlag.STOREHOST_V6)
     body_at = tail_at + TAIL_SIZE
-    body_len = rd.read(tail_at + 12, 4)
+    tail = rd.block(tail_at, _TAIL_DTYPE).view(_TAIL_DTYPE).reshape(-1)
+    body_len = tail["body_length"].astype(np.int64)
     ok &= (body_len >= 0) & (body_at + body_len <= end)
     topic_len_at = body_at + np.where(ok, body_len, 0)
     v1 = magic == MAGIC_CODE_V1
-    topic_len = np.where(v1, rd.read(topic_len_at, 1), rd.read(topic_len_at, 2))
+    # Two bytes read for both layouts: V1's one-byte (signed) length is the high one.
+    two = rd.read(topic_len_at, 2)
+    topic_len = np.where(v1, two >> 8, two)
     topic_at = topic_len_at + np.where(v1, 1, 2)
     ok &= (topic_len >= 0) & (topic_at + topic_len + 2 <= end)
     props_len_at = topic_at + np.where(ok, topic_len, 0)
@@ -167,8 +175,8 @@ def decode_columns(data: Buffer, starts: I64, sizes: I64) -> RecordColumns:
         sys_flag=sys_flag,
         born_timestamp=head["born_timestamp"].astype(np.int64),
         store_timestamp=rd.read(store_ts_at, 8),
-        reconsume_times=rd.read(tail_at, 4),
-        prepared_transaction_offset=rd.read(tail_at + 4, 8),
+        reconsume_times=tail["reconsume_times"].astype(np.int64),
+        prepared_transaction_offset=tail["prepared_transaction_offset"].astype(np.int64),
         store_host=slices(data, host_at, np.where(ok, tail_at - host_at, 0)),
         body=body,
         topic=topic,
@@ -186,22 +194,25 @@ def slices(data: Buffer, starts: I64, lengths: I64) -> pa.BinaryArray:
     """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``data`` as one binary
     array: the values copied once into one buffer, the offsets a cumulative sum.
 
-    Ranges must lie inside ``data``. Short ranges (topics, hosts, properties) are
-    gathered with one numpy index; long ones (bodies) joined from slices, several
-    times faster there than an index of every byte.
+    Ranges must lie inside ``data``. Ranges in ascending order (a batch's records, in
+    commitlog order) are copied by one Arrow ``take``
+    (:func:`~tieredstore.formats.arrownp.gather_ranges`); others (a broken store's
+    overlapping records) short ones with one numpy index, long ones joined from slices.
     """
+    return _binary(_gathered(data, starts, lengths), lengths)
+
+
+def _gathered(data: Buffer, starts: I64, lengths: I64) -> Buffer | U8 | pa.Buffer:
+    """The ranges' bytes, concatenated (see :func:`slices`)."""
+    if ranges_in_order(starts, lengths, len(data)):
+        return gather_ranges(data, starts, lengths)
     if int(lengths.sum()) > _SHORT * len(lengths):
-        return _binary(b"".join(_pieces(data, starts, lengths)), lengths)
+        source = data if isinstance(data, bytes) else bytes(data)
+        ranges = map(slice, starts.tolist(), (starts + lengths).tolist())
+        return b"".join(map(source.__getitem__, ranges))
     index = np.repeat(starts - _offsets(lengths)[:-1], lengths) + np.arange(lengths.sum())
-    return _binary(np.frombuffer(data, np.uint8)[index], lengths)
-
-
-def _pieces(data: Buffer, starts: I64, lengths: I64) -> list[bytes]:
-    """The ranges as separate bytes (builtins only: no Python frame per range; bytes,
-    unlike views, are not tracked by the garbage collector)."""
-    source = data if isinstance(data, bytes) else bytes(data)
-    ranges = map(slice, starts.tolist(), (starts + lengths).tolist())
-    return list(map(source.__getitem__, ranges))
+    values: U8 = np.frombuffer(data, np.uint8)[index]
+    return values
 
 
 def _offsets(lengths: I64) -> I64:
@@ -210,7 +221,7 @@ def _offsets(lengths: I64) -> I64:
     return offsets
 
 
-def _binary(values: Buffer | U8, lengths: I64) -> pa.BinaryArray:
+def _binary(values: Buffer | U8 | pa.Buffer, lengths: I64) -> pa.BinaryArray:
     """A binary array of the concatenated ``values`` and their ``lengths``."""
     return pa.Array.from_buffers(
         pa.binary(),
@@ -226,10 +237,14 @@ def _int32(offsets: I64) -> npt.NDArray[np.int32]:
 
 
 def _bodies(data: Buffer, starts: I64, lengths: I64) -> tuple[pa.BinaryArray, I64]:
-    """:func:`slices` of the bodies, and each one's CRC32 (one pass over them)."""
-    pieces = _pieces(data, starts, lengths)
-    crcs: I64 = np.fromiter(map(zlib.crc32, pieces), np.int64, len(pieces))
-    return _binary(b"".join(pieces), lengths), crcs
+    """:func:`slices` of the bodies, and each one's CRC32 (over views of the copy:
+    builtins only, no Python frame per body)."""
+    values = _gathered(data, starts, lengths)
+    offsets = _offsets(lengths)
+    view = memoryview(values)  # type: ignore[arg-type]
+    ranges = map(slice, offsets[:-1].tolist(), offsets[1:].tolist())
+    crcs: I64 = np.fromiter(map(zlib.crc32, map(view.__getitem__, ranges)), np.int64, len(lengths))
+    return _binary(values, lengths), crcs
 
 
 def _utf8(raw: pa.BinaryArray) -> Mask:
@@ -253,37 +268,45 @@ def _is_utf8(value: bytes | None) -> bool:
 def hex_strings(raw: pa.BinaryArray) -> pa.StringArray:
     """Each value as upper-case hex (``bytes.hex().upper()``), vectorised."""
     n = len(raw)
-    data, offsets = _flat(raw)
-    digits = _HEX[data].reshape(-1)
+    data, offsets = flat_binary(raw)
+    digits = _hex_digits(data)
     return pa.Array.from_buffers(
         pa.string(), n, [None, pa.py_buffer(_int32(offsets * 2)), pa.py_buffer(digits)]
     )
 
 
-def _flat(raw: pa.BinaryArray) -> tuple[U8, I64]:
-    """A binary array's values (one buffer) and its offsets from 0."""
-    bounds = np.frombuffer(raw.buffers()[1], np.int32, len(raw) + 1, raw.offset * 4)
-    offsets = bounds.astype(np.int64) - bounds[0]
-    values = np.frombuffer(raw.buffers()[2] or b"", np.uint8)[bounds[0] : bounds[-1]]
-    return values, offsets
+def _hex_digits(data: U8) -> U8:
+    """Each byte's two upper-case hex digits, in order (one 2-byte table lookup per
+    byte)."""
+    digits: U8 = _HEX[data].view(np.uint8).reshape(-1)
+    return digits
 
 
 def offset_msg_ids(store_hosts: pa.BinaryArray, physical_offsets: I64) -> pa.StringArray:
     """:func:`~tieredstore.formats.msgid.offset_msg_id_for` of many records at once:
     ``store_hosts`` their raw store hosts (:attr:`RecordColumns.store_host`)."""
     n = len(physical_offsets)
+    offsets_be = np.asarray(physical_offsets, ">i8").view(np.uint8).reshape(n, 8)
+    hosts, bounds = flat_binary(store_hosts)
+    if n and bool(np.all(np.diff(bounds) == HOST_V4_SIZE)):  # all IPv4: fixed-width rows
+        raw = np.concatenate((hosts.reshape(n, HOST_V4_SIZE), offsets_be), axis=1)
+        digits = _hex_digits(raw)
+        width = 2 * (HOST_V4_SIZE + 8)
+        at = np.arange(0, width * n + 1, width, dtype=np.int64)
+        return pa.Array.from_buffers(
+            pa.string(), n, [None, pa.py_buffer(_int32(at)), pa.py_buffer(digits)]
+        )
     raw_offsets = pa.Array.from_buffers(
-        pa.binary(),
-        n,
+        pa.binary(), n,
         [None, pa.py_buffer(np.arange(0, 8 * n + 1, 8, dtype=np.int32)),
-         pa.py_buffer(np.asarray(physical_offsets, ">i8").tobytes())],
+         pa.py_buffer(offsets_be.tobytes())],
     )  # fmt: skip
     return hex_strings(pc.binary_join_element_wise(store_hosts, raw_offsets, b""))
 
 
 def equal_each(raw: pa.BinaryArray, value: bytes) -> Mask:
     """Whether each value of ``raw`` is ``value`` (compared as numpy bytes rows)."""
-    data, offsets = _flat(raw)
+    data, offsets = flat_binary(raw)
     width = len(value)
     same: Mask = np.diff(offsets) == width
     if width and same.all():

@@ -14,12 +14,14 @@ functions above instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tieredstore.formats.arrownp import flat_binary, gather_ranges
 from tieredstore.formats.record import (
     KEY_SEPARATOR,
     NAME_VALUE_SEPARATOR,
@@ -52,17 +54,11 @@ class PropertyColumns:
 def property_columns(raw: pa.BinaryArray) -> PropertyColumns:
     """Decode every record's raw property bytes (see the module docstring)."""
     try:
-        text = raw.cast(pa.string())
+        raw.cast(pa.string())
     except pa.ArrowInvalid:
         return _per_record(raw)
-    n = len(text)
-    pairs = pc.split_pattern(text, PROPERTY_SEPARATOR)
-    parent = pc.list_parent_indices(pairs).to_numpy().astype(np.int64)
-    parts = pc.split_pattern(pairs.flatten(), NAME_VALUE_SEPARATOR, max_splits=1)
-    has = pc.equal(pc.list_value_length(parts), 2)
-    kept = parts.filter(has)
-    names, values = pc.list_element(kept, 0), pc.list_element(kept, 1)
-    rows = parent[has.to_numpy(zero_copy_only=False)]
+    n = len(raw)
+    rows, names, values = _pairs(raw)
     coded = pc.dictionary_encode(names)
     codes = coded.indices.to_numpy().astype(np.int64)
     dictionary = coded.dictionary.to_pylist()
@@ -81,6 +77,54 @@ def property_columns(raw: pa.BinaryArray) -> PropertyColumns:
         tags=value_of(PROPERTY_TAGS),
         msg_id=value_of(PROPERTY_UNIQ_KEY),
     )
+
+
+_PAIR_END: Final = ord(PROPERTY_SEPARATOR)
+_NAME_END: Final = ord(NAME_VALUE_SEPARATOR)
+
+
+def _pairs(raw: pa.BinaryArray) -> tuple[I64, pa.StringArray, pa.StringArray]:
+    """Every ``name\x01value`` pair of every record, in order: its record's index,
+    its name and its value (valid UTF-8 ``raw`` assumed: the separators are ASCII, so
+    the pieces are valid too). Found with numpy over the concatenated bytes: a piece
+    ends at each ``\x02`` and at each record's end, and is a pair if it holds a
+    ``\x01`` (the first one ends the name)."""
+    n = len(raw)
+    data, offsets = flat_binary(raw)
+    seps = np.flatnonzero(data == _PAIR_END)
+    # Piece ends in byte order; at one position a record's end comes before the empty
+    # piece a "\x02" opening the next record ends (a stable sort keeps that order).
+    ends = np.concatenate((offsets[1:], seps))
+    order = np.argsort(ends, kind="stable")
+    ends = ends[order]
+    at_sep = order >= n
+    starts = np.empty_like(ends)
+    if len(ends):
+        starts[0] = 0
+        starts[1:] = ends[:-1] + at_sep[:-1]
+    record_end = ~at_sep
+    rows: I64 = np.cumsum(record_end) - record_end
+    ones = np.flatnonzero(data == _NAME_END)
+    first = np.searchsorted(ones, starts)
+    split = ones[np.minimum(first, max(len(ones) - 1, 0))] if len(ones) else starts
+    pair = (first < len(ones)) & (split < ends)
+    starts, split, ends, rows = starts[pair], split[pair], ends[pair], rows[pair]
+    return (
+        rows.astype(np.int64),
+        _strings(data, starts, split - starts),
+        _strings(data, split + 1, ends - split - 1),
+    )
+
+
+def _strings(data: npt.NDArray[np.uint8], starts: I64, lengths: I64) -> pa.StringArray:
+    """The ranges of ``data`` (ascending, valid UTF-8; fewer bytes than the binary
+    array they come from, so int32 offsets hold them) as a string array."""
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.string(), len(lengths),
+        [None, pa.py_buffer(offsets), gather_ranges(data, starts, lengths)],
+    )  # fmt: skip
 
 
 def _repeats_a_name(rows: I64, codes: I64, distinct: int) -> bool:
