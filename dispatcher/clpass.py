@@ -220,7 +220,9 @@ _SYNC_FILE_RANGE = _libc(
 )
 _FALLOCATE = _libc("fallocate64", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 _SYNC_FILE_RANGE_WRITE = 2
-_WRITEBACK_BYTES = 4 << 20
+#: Spooled bytes per file whose writeback is started at once (measured on ext4 with
+#: 128 files: 1 MiB cost CPU, 4 MiB left more to flush when the segments commit).
+_WRITEBACK_BYTES = 2 << 20
 _IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
@@ -292,6 +294,9 @@ class _Spool:
         self._waiting: dict[int, list[memoryview]] = {}
         self._held = 0  # bytes of the windows the waiting runs are views of
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="spool")
+        # Writeback requests go to a thread of their own: sync_file_range blocks while
+        # the disk's queue is full, and the writer (so the pass) must not wait for it.
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="spool-flush")
         self._writing: Future[None] | None = None
 
     def submit(self, data: pa.Buffer, runs: Sequence[tuple[int, int, int]]) -> None:
@@ -348,12 +353,12 @@ class _Spool:
             parts = parts[done:]
             if written:
                 parts[0] = parts[0][written:]
-        # Start writing the new bytes back (no waiting) once 4 MiB are pending: the
-        # upload's fsync then finds them on disk already (POSIX links the spool file
-        # into place). Never per small write: that would be many tiny disk writes.
+        # Start writing the new bytes back (no waiting) once _WRITEBACK_BYTES are
+        # pending: the upload's fsync then finds them on disk already (POSIX links the
+        # spool file into place). Never per small write: many tiny disk writes.
         pending = self.sizes[job] - self.flushed[job]
         if pending >= _WRITEBACK_BYTES:
-            start_writeback(fd, self.flushed[job], pending)
+            self._flusher.submit(start_writeback, fd, self.flushed[job], pending)
             self.flushed[job] = self.sizes[job]
 
     def close(self) -> None:
@@ -363,6 +368,7 @@ class _Spool:
             self.wait()
         finally:
             self._writer.shutdown(wait=True)
+            self._flusher.shutdown(wait=True)  # before the files it flushes are closed
             for fd in self.fds.values():
                 os.close(fd)
             self.fds.clear()

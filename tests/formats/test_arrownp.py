@@ -1,5 +1,5 @@
 """Arrow arrays over numpy arrays (equal to pa.array, no pandas import), byte ranges
-gathered by one take, and fixed-width rows read at many offsets."""
+gathered by one take, and fields read at many byte offsets."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tieredstore.formats.arrownp import flat_binary, gather_ranges, primitive, ranges_in_order
-from tieredstore.formats.vector import gather_be, rows_at
+from tieredstore.formats.vector import gather_be, values_at
 
 
 def test_equals_pa_array_for_each_width() -> None:
@@ -85,10 +85,16 @@ def test_flat_binary_of_a_slice_starts_at_its_first_value() -> None:
     assert offsets.tolist() == [0, 3, 3, 4]
 
 
-def test_rows_at_and_gather_be_read_fixed_width_fields() -> None:
+def test_values_at_and_gather_be_read_fields_at_any_byte() -> None:
     buf = np.frombuffer(bytes(range(16)), np.uint8)
     at = np.array([0, 5, 12], np.int64)
-    assert rows_at(buf, at, 4).tolist() == [[0, 1, 2, 3], [5, 6, 7, 8], [12, 13, 14, 15]]
     assert gather_be(buf, at, 4).tolist() == [0x00010203, 0x05060708, 0x0C0D0E0F]
+    assert gather_be(buf, np.array([1], np.int64), 8).tolist() == [0x0102030405060708]
+    pair = np.dtype([("a", ">i2"), ("b", "u1")])
+    got = values_at(buf, np.array([3, 9], np.int64), pair)
+    assert got["a"].tolist() == [0x0304, 0x090A] and got["b"].tolist() == [5, 11]
     with pytest.raises(IndexError):
-        rows_at(buf, np.array([13], np.int64), 4)  # past the end: refused, not wrapped
+        values_at(buf, np.array([13], np.int64), ">i4")  # past the end: refused
+    with pytest.raises(IndexError):
+        values_at(buf[:2], np.array([0], np.int64), ">i4")  # nothing fits
+    assert len(values_at(buf[:2], np.array([], np.int64), ">i4")) == 0

@@ -37,7 +37,7 @@ from tieredstore.formats.record import (
     TAIL_SIZE,
     SysFlag,
 )
-from tieredstore.formats.vector import rows_at
+from tieredstore.formats.vector import values_at
 
 __all__ = [
     "RecordColumns",
@@ -97,31 +97,30 @@ class RecordColumns:
 
 
 class _Reader:
-    """Big-endian ints at per-record offsets of one buffer; a field that does not lie
-    inside the buffer reads as zero (its record is flagged bad by the caller)."""
+    """Fields at per-record offsets of one buffer; a field that does not lie inside the
+    buffer reads as zero (its record is flagged bad by the caller)."""
 
     def __init__(self, buf: U8) -> None:
         self.buf = buf
 
-    def block(self, at: I64, dtype: np.dtype[np.void]) -> U8:
-        """``dtype.itemsize`` bytes at each offset, one row per offset (zeros for a
-        block that does not lie inside the buffer)."""
-        width = dtype.itemsize
-        if len(self.buf) < width:
-            return np.zeros((len(at), width), np.uint8)
-        inside = (at >= 0) & (at + width <= len(self.buf))
-        rows = rows_at(self.buf, np.where(inside, at, 0), width)
+    def block(self, at: I64, dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
+        """A ``dtype`` record at each offset (all zeros for one that does not lie
+        inside the buffer)."""
+        if len(self.buf) < dtype.itemsize:
+            return np.zeros(len(at), dtype)
+        inside = (at >= 0) & (at + dtype.itemsize <= len(self.buf))
+        rows: npt.NDArray[np.void] = values_at(self.buf, np.where(inside, at, 0), dtype)
         if not inside.all():
-            rows[~inside] = 0
+            rows[~inside] = np.zeros(1, dtype)
         return rows
 
     def read(self, at: I64, width: int) -> I64:
-        dtype = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width]
+        """The big-endian signed int of ``width`` bytes at each offset (or zero)."""
         if len(self.buf) < width:  # nothing fits: every field reads as zero
             return np.zeros(len(at), np.int64)
         inside = (at >= 0) & (at + width <= len(self.buf))
-        raw = rows_at(self.buf, np.where(inside, at, 0), width)
-        values: I64 = raw.view(dtype).reshape(-1).astype(np.int64)
+        dtype = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width]
+        values: I64 = values_at(self.buf, np.where(inside, at, 0), dtype).astype(np.int64)
         return np.where(inside, values, 0)
 
 
@@ -137,7 +136,7 @@ def decode_columns(data: Buffer, starts: I64, sizes: I64) -> RecordColumns:
     sizes = np.asarray(sizes, np.int64)
     rd = _Reader(buf)
     ok = sizes >= HEAD_SIZE
-    head = rd.block(starts, HEAD_DTYPE).view(HEAD_DTYPE).reshape(-1)
+    head = rd.block(starts, HEAD_DTYPE)
     total, magic = head["total_size"].astype(np.int64), head["magic"].astype(np.int64)
     ok &= ((magic == MAGIC_CODE_V1) | (magic == MAGIC_CODE_V2)) & (total > 0) & (total <= sizes)
     end = starts + np.where(ok, total, 0)
@@ -146,7 +145,7 @@ def decode_columns(data: Buffer, starts: I64, sizes: I64) -> RecordColumns:
     host_at = store_ts_at + 8
     tail_at = host_at + _host_width(sys_flag, SysFlag.STOREHOST_V6)
     body_at = tail_at + TAIL_SIZE
-    tail = rd.block(tail_at, _TAIL_DTYPE).view(_TAIL_DTYPE).reshape(-1)
+    tail = rd.block(tail_at, _TAIL_DTYPE)
     body_len = tail["body_length"].astype(np.int64)
     ok &= (body_len >= 0) & (body_at + body_len <= end)
     topic_len_at = body_at + np.where(ok, body_len, 0)

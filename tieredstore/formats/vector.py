@@ -7,9 +7,10 @@ the whole batch avoids a Python loop per record on the hot path.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import sliding_window_view
 
 from tieredstore.formats.record import (
     PHYSICAL_OFFSET_SLICE,
@@ -23,37 +24,51 @@ __all__ = [
     "differing_bytes",
     "gather_be",
     "physical_offset_bytes",
-    "rows_at",
     "scatter_be_i64",
     "store_timestamps",
+    "values_at",
 ]
 
 I64 = npt.NDArray[np.int64]
 
 
-def rows_at(arr: npt.NDArray[np.uint8], at: I64, width: int) -> npt.NDArray[np.uint8]:
-    """The ``width`` bytes at each offset of ``at``, one row per offset (a new array).
+def values_at(arr: npt.NDArray[np.uint8], at: I64, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
+    """The ``dtype`` item (an int, or a structured record head) starting at each byte
+    offset of ``at`` in ``arr`` (a contiguous byte array); a new array.
 
-    Offsets must lie in ``[0, len(arr) - width]`` (negative ones count from the end, as
-    numpy indices do). One row gather over a sliding-window view of ``arr``: a copy of
-    ``width`` bytes per row, without the ``len(at) x width`` index matrix an
-    element-wise gather needs (2 to 5 times faster).
+    Offsets must lie in ``[0, len(arr) - itemsize]`` (IndexError otherwise; a negative
+    one counts from the end, as numpy indices do). ``arr`` is seen as overlapping items,
+    one starting at every byte, so the gather is one numpy index over item rows:
+    3 to 4 times faster than indexing every byte through a ``len(at) x itemsize``
+    index matrix.
     """
-    rows: npt.NDArray[np.uint8] = sliding_window_view(arr, width)[at]
-    return rows
+    kind = np.dtype(dtype)
+    count = arr.shape[0] - kind.itemsize + 1
+    if count <= 0:
+        if len(at):
+            raise IndexError(f"no {kind.itemsize}-byte item fits {arr.shape[0]} bytes")
+        return np.empty(0, kind)
+    items: npt.NDArray[Any] = np.ndarray((count,), kind, arr, 0, (1,))
+    return items[at]
 
 
 def gather_be(arr: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
     """Return the big-endian signed ints of ``width`` (4 or 8) bytes at offsets ``at``."""
-    raw = rows_at(arr, at, width)
-    out: I64 = raw.view(">i8" if width == 8 else ">i4").reshape(-1).astype(np.int64)
+    out: I64 = values_at(arr, at, ">i8" if width == 8 else ">i4").astype(np.int64)
     return out
 
 
 def scatter_be_i64(arr: npt.NDArray[np.uint8], at: I64, values: I64) -> None:
-    """Write ``values`` as big-endian int64 at byte offsets ``at`` of ``arr`` (in place)."""
-    idx = at[:, None] + np.arange(8)
-    arr[idx] = values.astype(">i8").view(np.uint8).reshape(-1, 8)
+    """Write ``values`` as big-endian int64 at byte offsets ``at`` of ``arr`` (in place,
+    through the overlapping-items view of :func:`values_at`). Offsets should be at
+    least 8 apart: where two fields overlap, which bytes win is unspecified."""
+    count = arr.shape[0] - 7
+    if count <= 0:
+        if len(at):
+            raise IndexError(f"no 8-byte item fits {arr.shape[0]} bytes")
+        return
+    items: npt.NDArray[Any] = np.ndarray((count,), ">i8", arr, 0, (1,))
+    items[at] = values
 
 
 def store_timestamps(arr: npt.NDArray[np.uint8], positions: I64) -> I64:
