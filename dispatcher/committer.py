@@ -4,7 +4,9 @@ Per segment: plan → make its records durable (the ``sync`` guard,
 :mod:`dispatcher.durability`) → gather (the pass, :mod:`dispatcher.clpass`) → check
 continuity → upload COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects
 under names unique to the attempt; the lease is checked before every chunk) → check the
-lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue.
+lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue
+(segments committing at about the same time share one transaction,
+:mod:`dispatcher.group_commit`).
 A crash anywhere is safe: uncommitted objects are never read (GC collects them), and on
 start the catalogue adopts manifests it had not recorded yet. A manifest create that
 finds one already there adopts it; one of a newer epoch fences this writer.
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 from dispatcher.clpass import Spooled
 from dispatcher.cold_writer import ColdWriter, ManifestOutcome
+from dispatcher.group_commit import GroupCommit
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
@@ -74,6 +77,7 @@ class SegmentCommitter:
         self.metrics = metrics
         self._lock = lock
         self._reminded = reminded
+        self._group = GroupCommit(catalogue, lock)
 
     async def commit(self, row: QueueRow, plan: SegmentPlan, spooled: Spooled) -> CommitResult:
         """Upload and commit one planned segment; return the queue's new row.
@@ -94,9 +98,7 @@ class SegmentCommitter:
         if await self.writer.create_manifest(manifest) is ManifestOutcome.EXISTS:
             await self.writer.discard(manifest)
             return CommitResult(CommitKind.ADOPTED, await self._adopt_ahead(row, plan.start))
-        async with self._lock:
-            self.catalogue.commit_segment(manifest)
-            fresh = self.catalogue.queue(row.topic, row.queue_id) or row
+        fresh = await self._group.commit(manifest)
         return CommitResult(CommitKind.COMMITTED, fresh)
 
     async def _adopt_ahead(self, row: QueueRow, start: int) -> QueueRow:

@@ -89,9 +89,12 @@ class Rounds:
     async def tier_queues(self, rows: Sequence[QueueRow], *, flush: bool) -> TickReport:
         """Tier ready segments of many queues, in rounds, until the rules say wait.
 
-        A queue whose segment was committed or adopted goes on to the next round; one
-        that waits, lost data, diverged or failed stops (a failure is recorded; the next
-        tick tries again).
+        A queue whose segment was adopted, or committed with more pending behind it
+        when it was planned, goes on to the next round; one whose segment reached the
+        hot max it was planned against is done for this call (what arrived since waits
+        for the next tick: planning every queue again only to find most idle cost as
+        much as a round); one that waits, lost data, diverged or failed stops (a
+        failure is recorded; the next tick tries again).
         """
         report = TickReport()
         todo = list(rows)
@@ -224,7 +227,8 @@ class Rounds:
         spooled: Spooled | TieredStoreError,
         report: TickReport,
     ) -> QueueRow | None:
-        """Commit one gathered segment; return the queue's new row, or None to stop."""
+        """Commit one gathered segment; return the queue's new row to go on with, or None
+        to stop (diverged, or nothing more was pending when it was planned)."""
         if isinstance(spooled, TieredStoreError):
             raise spooled
         async with self._sem:
@@ -244,7 +248,7 @@ class Rounds:
         report.bytes += plan.nbytes
         if self.on_segment:
             self.on_segment(plan)
-        return result.row
+        return result.row if plan.end < plan.hot.max else None
 
     def _update_lag(self, row: QueueRow, outcome: SegmentPlan | Wait | HotDataLost) -> None:
         """Set the lag gauges from the plan alone (hot store + catalogue, no backend).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from metadata.database import _SEGMENT_COLUMNS, CatalogueDatabase
@@ -66,31 +67,71 @@ class SegmentTable(CatalogueDatabase):
                 does not continue the queue exactly (``start != cold_commit`` or
                 ``cl_base != cold_cl_end``: a gap or an overlap).
         """
-        where = self._where(manifest.topic, manifest.queue_id)
-        self._require_ours("manifest", manifest.cluster, manifest.broker, where)
+        self._require_ours(
+            "manifest", manifest.cluster, manifest.broker,
+            self._where(manifest.topic, manifest.queue_id),
+        )  # fmt: skip
         with self._transaction() as conn:
-            row = self._require_queue(conn, manifest.topic, manifest.queue_id)
-            same_start = self._fetch_segments(
-                conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+            return self._commit_one(conn, manifest)
+
+    def commit_segments(
+        self, manifests: Sequence[Manifest]
+    ) -> list[tuple[SegmentRow, QueueRow] | CatalogueError]:
+        """:meth:`commit_segment` of many segments in **one** transaction (one fsync: a
+        group commit), in order; per manifest, its row and its queue's row after it, or
+        the CatalogueError that refused it (a refused one changes nothing; the others
+        are committed all the same).
+
+        Raises:
+            CatalogueError: the database failed (then none of them is committed).
+        """
+        out: list[tuple[SegmentRow, QueueRow] | CatalogueError] = []
+        with self._transaction() as conn:
+            for i, manifest in enumerate(manifests):
+                try:
+                    self._require_ours(
+                        "manifest", manifest.cluster, manifest.broker,
+                        self._where(manifest.topic, manifest.queue_id),
+                    )  # fmt: skip
+                except CatalogueError as exc:
+                    out.append(exc)
+                    continue
+                conn.execute(f"SAVEPOINT s{i}")
+                try:
+                    seg = self._commit_one(conn, manifest)
+                except CatalogueError as exc:
+                    conn.execute(f"ROLLBACK TO s{i}")
+                    out.append(exc)
+                else:
+                    out.append((seg, self._require_queue(conn, manifest.topic, manifest.queue_id)))
+                conn.execute(f"RELEASE s{i}")
+        return out
+
+    def _commit_one(self, conn: sqlite3.Connection, manifest: Manifest) -> SegmentRow:
+        """The checks and writes of :meth:`commit_segment`, in the open transaction."""
+        where = self._where(manifest.topic, manifest.queue_id)
+        row = self._require_queue(conn, manifest.topic, manifest.queue_id)
+        same_start = self._fetch_segments(
+            conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+        )
+        if same_start and same_start[0].manifest == manifest:
+            return same_start[0]
+        if same_start:
+            raise CatalogueError(
+                f"a different segment {same_start[0]} is already committed at offset "
+                f"{manifest.start_offset}",
+                where=where,
             )
-            if same_start and same_start[0].manifest == manifest:
-                return same_start[0]
-            if same_start:
-                raise CatalogueError(
-                    f"a different segment {same_start[0]} is already committed at offset "
-                    f"{manifest.start_offset}",
-                    where=where,
-                )
-            self._check_continues(row, manifest, where)
-            conn.execute(
-                f"INSERT INTO segments ({_SEGMENT_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                _segment_values(manifest, SegmentStatus.COMMITTED),
-            )
-            self._set_queue(conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end)
-            return self._fetch_segments(
-                conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
-            )[0]
+        self._check_continues(row, manifest, where)
+        conn.execute(
+            f"INSERT INTO segments ({_SEGMENT_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _segment_values(manifest, SegmentStatus.COMMITTED),
+        )
+        self._set_queue(conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end)
+        return self._fetch_segments(
+            conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+        )[0]
 
     @staticmethod
     def _check_continues(row: QueueRow, manifest: Manifest, where: str) -> None:

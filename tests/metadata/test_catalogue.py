@@ -303,6 +303,28 @@ def test_commit_needs_a_known_active_queue_of_this_catalogue(
     catalogue.commit_segment(manifests[0])
 
 
+def test_commit_segments_commits_a_group_and_refuses_only_the_bad_ones(
+    catalogue: Catalogue, manifests: list[Manifest]
+) -> None:
+    catalogue.ensure_queue(TOPIC, 0, 0)
+    foreign = chain(QueuePath("OtherCluster", BROKER, TOPIC, 0), [3])[0].manifest
+    # In order: [0,3); a gap ([7,9) before [3,7)); a foreign one; [3,7); [0,3) again.
+    out = catalogue.commit_segments(
+        [manifests[0], manifests[2], foreign, manifests[1], manifests[0]]
+    )
+    assert isinstance(out[1], CatalogueError) and "leaves a gap" in str(out[1])
+    assert isinstance(out[2], CatalogueError) and "does not belong" in str(out[2])
+    done = [o for i, o in enumerate(out) if i not in (1, 2)]
+    assert all(not isinstance(o, CatalogueError) for o in done)
+    (seg0, row0), (seg1, row1), (again, _) = done  # type: ignore[misc]
+    assert (seg0.manifest, seg1.manifest, again.manifest) == (
+        manifests[0], manifests[1], manifests[0],
+    )  # fmt: skip
+    assert (row0.cold_commit, row1.cold_commit) == (3, 7)  # each queue row as of its commit
+    assert [s.manifest for s in catalogue.segments(TOPIC, 0)] == manifests[:2]
+    assert catalogue.commit_segments([]) == []
+
+
 def test_segment_at(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     _committed(catalogue, manifests, 3)
     assert catalogue.segment_at(TOPIC, 0, 0).manifest == manifests[0]

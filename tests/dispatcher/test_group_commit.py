@@ -1,0 +1,77 @@
+"""Group commit of catalogue rows: concurrent commits share transactions, each caller
+gets its own outcome, and nothing is committed twice or lost."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dispatcher.group_commit import GroupCommit
+from metadata.catalogue import Catalogue
+from tieredstore.clock import VirtualClock
+from tieredstore.errors import CatalogueError
+from tieredstore.layout import QueuePath
+from tieredstore.testing.segments import chain
+from tieredstore.testing.settings import BROKER, CLUSTER
+
+QUEUES = 40
+
+
+def _open(tmp_path: Path) -> Catalogue:
+    return Catalogue.open(tmp_path, cluster=CLUSTER, broker=BROKER, clock=VirtualClock())
+
+
+def test_concurrent_commits_share_one_transaction(tmp_path: Path) -> None:
+    firsts = [chain(QueuePath(CLUSTER, BROKER, "T", q), [2, 3]) for q in range(QUEUES)]
+
+    async def go(catalogue: Catalogue) -> tuple[list[int], int]:
+        group = GroupCommit(catalogue, asyncio.Lock())
+        rows = await asyncio.gather(*(group.commit(c[0].manifest) for c in firsts))
+        # A second wave while nothing is flushing: again one transaction.
+        rows2 = await asyncio.gather(*(group.commit(c[1].manifest) for c in firsts))
+        assert [r.queue_id for r in rows] == list(range(QUEUES))
+        return [r.cold_commit for r in rows + rows2], group.groups
+
+    with _open(tmp_path) as catalogue:
+        for q in range(QUEUES):
+            catalogue.ensure_queue("T", q, 0)
+        commits, groups = asyncio.run(go(catalogue))
+        assert commits == [2] * QUEUES + [5] * QUEUES
+        assert groups == 2  # 80 segments, two transactions
+        for q in range(QUEUES):
+            row = catalogue.queue("T", q)
+            assert row is not None and row.cold_commit == 5
+            assert len(catalogue.segments("T", q)) == 2
+
+
+def test_a_refused_segment_fails_alone(tmp_path: Path) -> None:
+    good = chain(QueuePath(CLUSTER, BROKER, "T", 0), [2])[0].manifest
+    gap = chain(QueuePath(CLUSTER, BROKER, "T", 1), [2, 3])[1].manifest  # [2, 5) first
+
+    async def go(catalogue: Catalogue) -> list[object]:
+        group = GroupCommit(catalogue, asyncio.Lock())
+        return await asyncio.gather(group.commit(good), group.commit(gap), return_exceptions=True)
+
+    with _open(tmp_path) as catalogue:
+        catalogue.ensure_queue("T", 0, 0)
+        catalogue.ensure_queue("T", 1, 0)
+        ok, refused = asyncio.run(go(catalogue))
+        assert isinstance(refused, CatalogueError) and "leaves a gap" in str(refused)
+        assert not isinstance(ok, BaseException)
+        assert [s.manifest for s in catalogue.segments("T", 0)] == [good]
+        assert catalogue.segments("T", 1) == []
+
+
+def test_a_failed_transaction_fails_the_whole_group(tmp_path: Path) -> None:
+    manifest = chain(QueuePath(CLUSTER, BROKER, "T", 0), [2])[0].manifest
+    catalogue = _open(tmp_path)
+    catalogue.ensure_queue("T", 0, 0)
+    catalogue.close()  # a closed catalogue refuses every transaction
+
+    async def go() -> None:
+        await GroupCommit(catalogue, asyncio.Lock()).commit(manifest)
+
+    with pytest.raises(CatalogueError, match="catalogue is closed"):
+        asyncio.run(go())
