@@ -9,7 +9,11 @@ times, on the same filesystem:
   bytes durable; the bare ``cp -r`` time is reported beside it. Best of ``--cp-runs``.
 * **sidecar**: ``tieredstore run --once`` from the store into a local cold directory,
   default settings, as a subprocess (its peak RSS is its own VmHWM). The time
-  is the whole process, start-up included.
+  is the whole process, start-up included. Best of ``--sidecar-runs`` (each into an
+  empty cold directory); the peak RSS reported is the highest of them.
+
+Each side's output is removed and the filesystem synced (untimed) before the next run,
+so no run pays for freeing the previous one's blocks.
 
 Both sides read **warm** data: each side's input files are read once (into the page
 cache) right before it is timed. Reported: MiB/s of both, messages/s and peak RSS of
@@ -34,7 +38,9 @@ from pathlib import Path
 from _common import (
     GIB,
     MIB,
+    Measured,
     Stopwatch,
+    StoreSummary,
     add_sidecar_env_argument,
     add_store_arguments,
     cold_bytes,
@@ -66,6 +72,17 @@ def fsync_tree(root: Path) -> None:
                 os.close(fd)
 
 
+def remove_settled(path: Path) -> None:
+    """Remove a side's output and let the filesystem settle before the next timed run.
+
+    Untimed. Deleting gigabytes frees their blocks at the next journal commit (with the
+    ``discard`` mount option, as discard requests) and, in a VM, hands pages back to
+    the host: whichever run came next paid for it. ``sync`` makes that happen here.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+    os.sync()
+
+
 def time_cp(source: Path, target: Path, runs: int) -> tuple[float, float]:
     """Best (bare cp seconds, cp + fsync seconds) over ``runs`` copies into ``target``."""
     best = (float("inf"), float("inf"))
@@ -75,16 +92,42 @@ def time_cp(source: Path, target: Path, runs: int) -> tuple[float, float]:
             subprocess.run(["cp", "-r", str(source), str(target)], check=True)
         with Stopwatch() as sync:
             fsync_tree(target)
-        shutil.rmtree(target)
+        remove_settled(target)
         if cp.seconds + sync.seconds < sum(best):
             best = (cp.seconds, cp.seconds + sync.seconds)
     return best
+
+
+def time_sidecar(
+    args: argparse.Namespace, store: StoreSummary, root: Path, env: dict[str, str]
+) -> tuple[Measured, tuple[int, int, int], int, float]:
+    """Best of ``--sidecar-runs`` runs of ``tieredstore run --once`` (each into an empty
+    cold directory and state): its measurement, its totals and cold bytes, and the
+    highest peak RSS of all the runs (the RSS target holds for every run)."""
+    best: tuple[Measured, tuple[int, int, int], int] | None = None
+    peak = 0.0
+    for i in range(args.sidecar_runs):
+        warm([store.commitlog_dir, store.root / "consumequeue"])
+        cold, state, log = root / f"cold-{i}", root / f"state-{i}", root / f"sidecar-{i}.log"
+        run = run_measured(
+            sidecar_cmd(store.root, str(cold), state, *args.sidecar_arg), env=env, log=log
+        )
+        peak = max(peak, run.peak_rss)
+        if best is None or run.seconds < best[0].seconds:
+            best = (run, tiered_totals(log), cold_bytes(cold))
+        remove_settled(cold)
+        remove_settled(state)
+    assert best is not None
+    return best[0], best[1], best[2], peak
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_store_arguments(ap, size="2G")
     ap.add_argument("--cp-runs", type=int, default=3, help="copies timed; the best counts")
+    ap.add_argument(
+        "--sidecar-runs", type=int, default=2, help="sidecar runs timed; the best counts"
+    )
     ap.add_argument(
         "--target",
         type=float,
@@ -102,15 +145,7 @@ def main() -> None:
         print("both sides read warm data: each side's input is read once right before it runs")
         cp_bare, cp_durable = time_cp(store.commitlog_dir, root / "cp-copy", args.cp_runs)
 
-        warm([store.commitlog_dir, store.root / "consumequeue"])
-        cold, log = root / "cold", root / "sidecar.log"
-        run = run_measured(
-            sidecar_cmd(store.root, str(cold), root / "state", *args.sidecar_arg),
-            env=env,
-            log=log,
-        )
-        segments, messages, tiered = tiered_totals(log)
-        written = cold_bytes(cold)
+        run, (segments, messages, tiered), written, peak_rss = time_sidecar(args, store, root, env)
 
     ours = mb_per_s(tiered, run.seconds)
     cp_rate = mb_per_s(store.commitlog_bytes, cp_durable)
@@ -128,7 +163,7 @@ def main() -> None:
                     tiered // MIB,
                     ours,
                     round(messages / run.seconds),
-                    run.peak_rss / MIB,
+                    peak_rss / MIB,
                 ],
             ],
         )
@@ -142,9 +177,7 @@ def main() -> None:
     print(f"sidecar CPU per GiB tiered: {run.cpu_seconds / (tiered / GIB):.2f} s (target <= 2)")
     ratio = ours / cp_rate
     print(result_line("tiering_posix", ratio, f">={args.target}", ratio >= args.target))
-    print(
-        result_line("tiering_posix_rss", run.peak_rss / MIB, "<256MiB", run.peak_rss < RSS_TARGET)
-    )
+    print(result_line("tiering_posix_rss", peak_rss / MIB, "<256MiB", peak_rss < RSS_TARGET))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ def test_a_refused_segment_fails_alone(tmp_path: Path) -> None:
 
     async def go(catalogue: Catalogue) -> list[object]:
         group = GroupCommit(catalogue, asyncio.Lock())
-        return await asyncio.gather(group.commit(good), group.commit(gap), return_exceptions=True)
+        return list(
+            await asyncio.gather(group.commit(good), group.commit(gap), return_exceptions=True)
+        )
 
     with _open(tmp_path) as catalogue:
         catalogue.ensure_queue("T", 0, 0)
