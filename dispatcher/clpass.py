@@ -406,9 +406,18 @@ def _check(
     return bad, errors
 
 
-def _stamp_range(job: I64, stamps: I64, ts_min: I64, ts_max: I64) -> None:
-    """Widen each job's [ts_min, ts_max] by its records' ``stamps`` (in place)."""
-    order = np.argsort(job, kind="stable")
+def _by_job(job: I64) -> I64:
+    """The stable order that groups records by job (commitlog order kept within a job).
+    Job numbers are sorted as 16-bit ints when they fit: numpy radix-sorts those, about
+    four times faster than a merge sort of int64s."""
+    keys = job.astype(np.uint16) if len(job) and int(job.max()) < 1 << 16 else job
+    order: I64 = np.argsort(keys, kind="stable").astype(np.int64)
+    return order
+
+
+def _stamp_range(job: I64, order: I64, stamps: I64, ts_min: I64, ts_max: I64) -> None:
+    """Widen each job's [ts_min, ts_max] by its records' ``stamps`` (in place);
+    ``order``: :func:`_by_job` of ``job``."""
     sorted_jobs = job[order]
     firsts = np.flatnonzero(np.concatenate(([True], sorted_jobs[1:] != sorted_jobs[:-1])))
     ids = sorted_jobs[firsts]
@@ -417,17 +426,16 @@ def _stamp_range(job: I64, stamps: I64, ts_min: I64, ts_max: I64) -> None:
 
 
 def _group(
-    win: bytearray, rel: I64, size: I64, job: I64, cold: I64
+    win: bytearray, rel: I64, size: I64, job: I64, order: I64, cold: I64
 ) -> tuple[pa.Buffer, list[tuple[int, int, int]]]:
     """Rewrite bytes [28, 36) to ``cold`` and copy the window's records grouped by job
-    (commitlog order kept within a job).
+    in ``order`` (:func:`_by_job`: commitlog order kept within a job).
 
     Returns the grouped bytes and ``(job, start, end)`` runs into them. The copy is one
     Arrow ``take`` (:func:`~tieredstore.formats.arrownp.gather_ranges`); the rewrite is
     done in the window first, with one numpy scatter.
     """
     k = int(rel.shape[0])
-    order = np.argsort(job, kind="stable")
     if k > 1 and bool(np.any(rel[1:] < (rel + size)[:-1])):
         return _group_overlapping(win, rel, size, job, order, cold)
     scatter_be_i64(np.frombuffer(win, dtype=np.uint8), rel + PHYSICAL_OFFSET_AT, cold)
@@ -562,8 +570,9 @@ def _window(
     rel, job = rel[keep], rec.job[sel][keep]
     size = rec.size[sel][keep]
     stamps = store_timestamps(win, rel)
-    _stamp_range(job, stamps, ts_min, ts_max)
-    data, runs = _group(buffer, rel, size, job, rec.cold[sel][keep])
+    order = _by_job(job)
+    _stamp_range(job, order, stamps, ts_min, ts_max)
+    data, runs = _group(buffer, rel, size, job, order, rec.cold[sel][keep])
     spool.submit(data, runs)
     return buffer
 
