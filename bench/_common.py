@@ -421,7 +421,11 @@ def extra_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def store_from_args(args: argparse.Namespace, root: Path) -> StoreSummary:
-    """Synthesize the store the arguments describe; print one line about it."""
+    """Synthesize the store the arguments describe; print one line about it.
+
+    The store is synced to disk before anything is timed: otherwise the kernel writes
+    its gigabytes back during the first timed runs, which then share the disk with it.
+    """
     with Stopwatch() as sw:
         store = synth_store(
             root,
@@ -431,6 +435,7 @@ def store_from_args(args: argparse.Namespace, root: Path) -> StoreSummary:
             body_min=args.body_min,
             body_max=args.body_max,
         )
+        os.sync()
     print(
         f"store: {store.messages:,} messages, {store.commitlog_bytes / MIB:,.0f} MiB "
         f"commitlog, {store.queues} queues, bodies {args.body_min}..{args.body_max} B "
