@@ -51,11 +51,25 @@ class GroupCommit:
         done: asyncio.Future[QueueRow] = asyncio.get_running_loop().create_future()
         self._queued.append((manifest, done))
         if self._flushing is None:
-            self._flushing = asyncio.create_task(self._flush(), name="catalogue group commit")
+            flushing = asyncio.create_task(self._flush(), name="catalogue group commit")
+            flushing.add_done_callback(self._never_ran)
+            self._flushing = flushing
         return await done  # cancelled: the group still commits it (idempotent)
 
+    def _never_ran(self, flushing: asyncio.Task[None]) -> None:
+        """A flush cancelled before its first step never reached its own clean-up:
+        cancel the callers it would have served (else they would wait forever)."""
+        if flushing is self._flushing:
+            self._flushing = None
+            queued, self._queued = self._queued, []
+            for _, done in queued:
+                done.cancel()
+
     async def _flush(self) -> None:
-        """Commit groups until nothing is queued (one flush task at a time)."""
+        """Commit groups until nothing is queued (one flush task at a time). Cancelled
+        (the loop is shutting down), it cancels every caller still waiting: none is
+        left waiting for a flush that will not come."""
+        group: list[tuple[Manifest, asyncio.Future[QueueRow]]] = []
         try:
             while self._queued:
                 group, self._queued = self._queued, []
@@ -65,14 +79,17 @@ class GroupCommit:
                         outcomes = await asyncio.to_thread(
                             self.catalogue.commit_segments, [m for m, _ in group]
                         )
-                except BaseException as exc:  # the transaction failed: every one of them
+                except Exception as exc:  # the transaction failed: every one of them
                     for _, done in group:
                         if not done.done():
                             done.set_exception(exc)
-                    if not isinstance(exc, Exception):
-                        raise
                     continue
                 _settle(group, outcomes)
+        except asyncio.CancelledError:
+            for _, done in [*group, *self._queued]:
+                done.cancel()
+            self._queued = []
+            raise
         finally:
             self._flushing = None
 

@@ -77,3 +77,43 @@ def test_a_failed_transaction_fails_the_whole_group(tmp_path: Path) -> None:
 
     with pytest.raises(CatalogueError, match="catalogue is closed"):
         asyncio.run(go())
+
+
+async def _steps_done() -> None:
+    """Return once every step already scheduled on the loop has run (FIFO), not a sleep."""
+    reached = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(reached.set_result, None)
+    await reached
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["waiting-for-the-lock", "not-started"])
+def test_a_cancelled_flush_leaves_no_caller_waiting(tmp_path: Path, started: bool) -> None:
+    manifests = [chain(QueuePath(CLUSTER, BROKER, "T", q), [2])[0].manifest for q in range(3)]
+
+    async def go(catalogue: Catalogue) -> list[object]:
+        lock = asyncio.Lock()
+        group = GroupCommit(catalogue, lock)
+        async with lock:  # held: a group cannot start its transaction
+            if started:  # the callers queue, then the flush starts and waits for the lock
+                callers = [asyncio.ensure_future(group.commit(m)) for m in manifests]
+                await _steps_done()
+            else:  # the test wakes after the callers queued, before the flush's first step
+                loop = asyncio.get_running_loop()
+                woken = loop.create_future()
+                loop.call_soon(woken.set_result, None)  # scheduled before the callers
+                callers = [asyncio.ensure_future(group.commit(m)) for m in manifests]
+                await woken
+            flushing = group._flushing
+            assert flushing is not None and len(callers) == 3
+            assert group.groups == (1 if started else 0)  # a group is counted at its start
+            flushing.cancel()
+            outcomes: list[object] = list(await asyncio.gather(*callers, return_exceptions=True))
+        # A later commit starts a new flush and is served.
+        catalogue.ensure_queue("T", 0, 0)
+        row = await group.commit(manifests[0])
+        assert row.cold_commit == 2
+        return outcomes
+
+    with _open(tmp_path) as catalogue:
+        outcomes = asyncio.run(go(catalogue))
+        assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
