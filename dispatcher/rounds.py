@@ -26,7 +26,7 @@ from dispatcher.committer import CommitKind, SegmentCommitter
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import DurabilityGuard
 from dispatcher.metrics import Metrics
-from dispatcher.planner import HotDataLost, SegmentPlan, Wait, plan_segment
+from dispatcher.planner import HotDataLost, SegmentPlan, Wait, WaitReason, plan_segment
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
@@ -248,7 +248,12 @@ class Rounds:
         report.bytes += plan.nbytes
         if self.on_segment:
             self.on_segment(plan)
-        return result.row if plan.end < plan.hot.max else None
+        if plan.end < plan.hot.max:
+            return result.row
+        # Drained to the hot max it was planned against: done for this tick. Its gauges
+        # say so now (no planning follows that would set them).
+        self._update_lag(result.row, Wait(WaitReason.IDLE, plan.hot))
+        return None
 
     def _update_lag(self, row: QueueRow, outcome: SegmentPlan | Wait | HotDataLost) -> None:
         """Set the lag gauges from the plan alone (hot store + catalogue, no backend).

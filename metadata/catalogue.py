@@ -32,6 +32,7 @@ from __future__ import annotations
 from metadata.database import DB_NAME, LOCK_NAME, CatalogueState
 from metadata.queue_table import QueueTable
 from metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
+from metadata.segment_commits import SegmentCommits
 from metadata.segment_table import SegmentTable
 
 __all__ = [
@@ -47,14 +48,15 @@ __all__ = [
 ]
 
 
-class Catalogue(QueueTable, SegmentTable):
+class Catalogue(QueueTable, SegmentTable, SegmentCommits):
     """The catalogue of one (cluster, broker). Open with :meth:`open`; a context manager.
 
     One class for callers, built from one concern per module: the database and its
     lifecycle (:mod:`metadata.database`), queues and accepted losses
-    (:mod:`metadata.queue_table`), segments (:mod:`metadata.segment_table`), and here the
-    mirror of the bucket's lease. Every method raises :class:`CatalogueError` on a closed
-    catalogue, on a write to a read-only one, and on any database failure.
+    (:mod:`metadata.queue_table`), segments (:mod:`metadata.segment_table`) and their
+    commits (:mod:`metadata.segment_commits`), and here the mirror of the bucket's
+    lease. Every method raises :class:`CatalogueError` on a closed catalogue, on a write
+    to a read-only one, and on any database failure.
     """
 
     # -- lease mirror ----------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.harness import LocalCluster
+from tests.broker.harness import LocalCluster, wait_until
 
 
 @dataclass
@@ -57,9 +57,24 @@ class LiveSidecar:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         sidecar = cls(proc, cold, state, log, *names)
         try:
+            sidecar.wait_started()
             yield sidecar
         finally:
             sidecar.stop()
+
+    def wait_started(self) -> None:
+        """Wait until the sidecar holds its lease: its catalogue is open and migrated by
+        then, so a test that reads it read-only never meets a schema mid-migration."""
+        wait_until(
+            lambda: (
+                self.proc.poll() is not None
+                or "lease acquired" in self.log.read_text(errors="replace")
+            ),
+            timeout=120,
+            what="the sidecar to acquire its lease",
+        )
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"sidecar exited with {self.proc.returncode}: {self.log_tail()}")
 
     def stop(self) -> int:
         """SIGTERM and wait; returns the exit code (kills after 60 s)."""
