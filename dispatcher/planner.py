@@ -42,6 +42,7 @@ __all__ = [
     "Wait",
     "WaitReason",
     "plan_segment",
+    "units_unchanged",
 ]
 
 
@@ -199,3 +200,14 @@ def plan_segment(
     return SegmentPlan(
         queue, cold_commit, cold_commit + k, units, reason, rng, pending_bytes, oldest
     )
+
+
+def units_unchanged(hot: HotStore, plan: SegmentPlan) -> bool:
+    """Whether the plan's consume-queue units still read the same (one read of its
+    range). Planning may read a unit while the broker is still writing it (its offset
+    and size there, its tags code not yet): the hot max is where the first all-zero
+    unit starts, and nothing else tells how far the broker's write has got. Checked
+    again after the pass, when any such write has long finished, a segment planned on
+    a torn unit is dropped (and planned again), never committed."""
+    now = hot.read_units(plan.queue.topic, plan.queue.queue_id, plan.start, plan.end)
+    return bool(np.array_equal(now, plan.units))

@@ -26,11 +26,18 @@ from dispatcher.committer import CommitKind, SegmentCommitter
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import DurabilityGuard
 from dispatcher.metrics import Metrics
-from dispatcher.planner import HotDataLost, SegmentPlan, Wait, WaitReason, plan_segment
+from dispatcher.planner import (
+    HotDataLost,
+    SegmentPlan,
+    Wait,
+    WaitReason,
+    plan_segment,
+    units_unchanged,
+)
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
-from tieredstore.errors import DivergedError, TieredStoreError
+from tieredstore.errors import DivergedError, StoreError, TieredStoreError
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 
@@ -231,6 +238,12 @@ class Rounds:
         to stop (diverged, or nothing more was pending when it was planned)."""
         if isinstance(spooled, TieredStoreError):
             raise spooled
+        if not await asyncio.to_thread(units_unchanged, self.hot, plan):
+            raise StoreError(
+                f"consume-queue units [{plan.start}, {plan.end}) changed while they were "
+                "tiered (read while the broker was writing them); planned again next tick",
+                where=str(plan.queue),
+            )
         async with self._sem:
             started = time.perf_counter()
             result = await self.committer.commit(row, plan, spooled)

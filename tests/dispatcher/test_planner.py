@@ -16,6 +16,7 @@ from dispatcher.planner import (
     Wait,
     WaitReason,
     plan_segment,
+    units_unchanged,
 )
 from tieredstore.errors import DivergedError
 from tieredstore.hotstore import HotStore, QueueKey
@@ -138,3 +139,25 @@ def test_hot_data_deleted_before_tiering_is_reported_exactly(tmp_path: Path) -> 
     lost = _plan(hot, 10, Limits(), now=START)
     assert lost == HotDataLost(Q, 10, new_min, hot.queue_range(Q.topic, 0))
     assert new_min > 10
+
+
+def test_a_unit_torn_at_planning_is_found_before_commit(tmp_path: Path) -> None:
+    """The broker's write of the last unit was half done when planning read it (offset
+    and size there, not yet its tags code): the check after the pass sees the change."""
+    store = _store(tmp_path)
+    hot = HotStore(store.root)
+    plan = _plan(hot, 0, Limits(), now=START, flush=True)
+    assert isinstance(plan, SegmentPlan)
+    assert units_unchanged(hot, plan)
+    cq = hot.cq_files(Q.topic, Q.queue_id).files[0].path
+    last = (plan.end - 1) * 20
+    data = bytearray(cq.read_bytes())
+    final = bytes(data[last + 12 : last + 20])
+    data[last + 12 : last + 20] = bytes(b ^ 0x5A for b in final)  # read mid-write
+    cq.write_bytes(bytes(data))
+    torn = _plan(hot, 0, Limits(), now=START, flush=True)
+    assert isinstance(torn, SegmentPlan) and torn.end == plan.end
+    data[last + 12 : last + 20] = final
+    cq.write_bytes(bytes(data))
+    assert not units_unchanged(hot, torn)  # the broker's write finished since
+    assert units_unchanged(hot, plan)
