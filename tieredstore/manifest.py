@@ -159,8 +159,8 @@ class Manifest:
                 return f"{field}.name {ref.name!r} does not name base offset {base}{of}"
             if ref.size != size:
                 return f"{field}.size {ref.size} does not match the ranges ({size})"
-            if not _is_digest(ref.digest, self.digest_algorithm):
-                length = DigestAlgorithm(self.digest_algorithm).hex_length
+            length = self.algorithm.hex_length
+            if len(ref.digest) != length or not set(ref.digest) <= _HEXDIGITS:
                 return (
                     f"{field}.digest {ref.digest!r} is not {length} lowercase hex digits "
                     f"({self.digest_algorithm})"
@@ -180,6 +180,12 @@ class Manifest:
     @property
     def queue(self) -> QueuePath:
         return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
+
+    @property
+    def algorithm(self) -> DigestAlgorithm:
+        """The digest algorithm of both data objects (one a manifest may name: a
+        manifest that validated names a known one)."""
+        return DigestAlgorithm(self.digest_algorithm)
 
     @property
     def cq_base(self) -> int:
@@ -252,10 +258,6 @@ def _safe_name(base: int, attempt: str) -> str:
 
 
 _ALGORITHMS: Final = frozenset(a.value for a in DigestAlgorithm)
-
-
-def _is_digest(text: str, algorithm: str) -> bool:
-    return len(text) == DigestAlgorithm(algorithm).hex_length and set(text) <= _HEXDIGITS
 
 
 _REF_FIELDS: Final = frozenset({"commit_log", "consume_queue"})

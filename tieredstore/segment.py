@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
-from tieredstore.digests import DigestAlgorithm
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
@@ -450,7 +449,7 @@ def verify_objects(
                 f"object is {len(data)} bytes, its manifest says {ref.size}",
                 where=_at(where, key),
             )
-        algorithm = DigestAlgorithm(manifest.digest_algorithm)
+        algorithm = manifest.algorithm
         actual = digest(data, algorithm)
         if actual != ref.digest:
             raise DigestMismatchError(

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
-from tieredstore.digests import DigestAlgorithm, Hasher, hasher
+from tieredstore.digests import Hasher, hasher
 from tieredstore.errors import CorruptUnitError, DigestMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.vector import store_timestamps
@@ -76,9 +76,8 @@ class _Digests:
     def __init__(self, m: Manifest, whole: bool) -> None:
         self.m = m
         self.whole = whole
-        algorithm = DigestAlgorithm(m.digest_algorithm)
-        self.cl = hasher(algorithm)
-        self.cq = hasher(algorithm)
+        self.cl = hasher(m.algorithm)
+        self.cq = hasher(m.algorithm)
         self._last: asyncio.Future[None] | None = None
 
     def feed(self, h: Hasher, data: bytes) -> None:
