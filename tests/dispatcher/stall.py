@@ -6,7 +6,11 @@ whole) — waits until :meth:`Stall.release`. Nothing moves by time: the test de
 when the stalled requests land.
 
 A held streamed upload has already consumed its chunks (its bytes are "on the wire");
-after release it lands whole. With ``land_if_cancelled`` a held write whose caller gave
+after release it lands whole. :attr:`Stall.stalled` is set once a call is actually
+parked at the gate — for a streamed upload, after its chunks were consumed, so a test
+that moves the clock once ``stalled`` is set never races the upload's own lease checks.
+A call that matched before :meth:`Stall.release` but reaches the gate after it goes
+straight through. With ``land_if_cancelled`` a held write whose caller gave
 up (a cancelled task) still lands after release, as a request the server goes on
 processing would.
 """
@@ -48,6 +52,7 @@ class Stall(ForwardingBackend):
         self.land_if_cancelled = land_if_cancelled
         self.stalled = asyncio.Event()
         self.held = 0
+        self._triggered = False
         self.late: list[asyncio.Task[object]] = []
         self._open = asyncio.Event()
         self._open_ops: set[str] = set()
@@ -73,24 +78,29 @@ class Stall(ForwardingBackend):
         """Wait until every write that landed after its caller gave up has landed."""
         await asyncio.gather(*self.late)
 
+    def _released(self, op: str) -> bool:
+        return self._open.is_set() or op in self._open_ops
+
     def _holds(self, op: str, key: str) -> bool:
-        if self._open.is_set() or op in self._open_ops:
+        if self._released(op):
             return False
-        if not self.stalled.is_set():
+        if not self._triggered:
             if not self.trigger(op, key):
                 return False
-            self.stalled.set()
+            self._triggered = True
             return True
         return self.hold_all
 
     async def _call(
         self, op: str, key: str, call: Callable[[], Awaitable[T]], *, hold: bool | None = None
     ) -> T:
-        if not (self._holds(op, key) if hold is None else hold):
+        held = self._holds(op, key) if hold is None else hold
+        if not held or self._released(op):  # released before it reached the gate
             return await call()
         self.held += 1
         gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((op, gate))
+        self.stalled.set()
         try:
             await asyncio.shield(gate)
         except asyncio.CancelledError:
