@@ -73,7 +73,8 @@ class SegmentPlan:
     """Tier queue offsets ``[start, end)``; ``units`` are their hot CQ units.
 
     ``pending_bytes`` and ``oldest_ms`` describe everything waiting, as in :class:`Wait`
-    (the lag gauges need them even when the upload then fails).
+    (the lag gauges need them even when the upload then fails). ``nbytes`` is the sum of
+    the units' sizes: the segment's COMMIT_LOG bytes (summed once, when planned).
     """
 
     queue: QueueKey
@@ -84,6 +85,7 @@ class SegmentPlan:
     hot: HotRange
     pending_bytes: int
     oldest_ms: int
+    nbytes: int
 
     @property
     def count(self) -> int:
@@ -98,10 +100,6 @@ class SegmentPlan:
     def oldest_cl(self) -> int:
         """Commitlog offset of the oldest pending message (the segment's first)."""
         return int(self.units["commitlog_offset"][0])
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.units["size"].sum())
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +196,15 @@ def plan_segment(
         full = CutReason.AGE
     reason = full or CutReason.FLUSH
     return SegmentPlan(
-        queue, cold_commit, cold_commit + k, units, reason, rng, pending_bytes, oldest
+        queue,
+        cold_commit,
+        cold_commit + k,
+        units,
+        reason,
+        rng,
+        pending_bytes,
+        oldest,
+        nbytes=int(sizes[k - 1]),
     )
 
 

@@ -74,7 +74,7 @@ def test_byte_limit_cuts_exactly(tmp_path: Path) -> None:
         plan = _plan(hot, commit, limits, now=START)
         if not isinstance(plan, SegmentPlan):
             break
-        assert plan.nbytes <= limits.max_bytes
+        assert plan.nbytes == sum(sizes[plan.start : plan.end]) <= limits.max_bytes
         cuts.append((plan.start, plan.end, plan.reason))
         commit = plan.end
     assert cuts == expected
@@ -108,6 +108,7 @@ def test_durability_guard(tmp_path: Path) -> None:
     plan = _plan(hot, 0, limits, now=START + 10**6, guard=cut)
     assert isinstance(plan, SegmentPlan)
     assert plan.end == 121
+    assert plan.nbytes == int(units["size"][:121].sum())  # the guard's cut, not the pending
     assert np.all(np.array(ts[: plan.end]) <= cut)
     guarded = _plan(hot, 0, limits, now=START + 10**6, guard=ts[0] - 1)
     assert isinstance(guarded, Wait)

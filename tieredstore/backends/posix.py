@@ -7,8 +7,10 @@ writer creating a file in it).
 Atomic, durable writes: the bytes go to a temp file in the destination directory,
 ``.<name>.tmp-<32 hex>``, which is fsynced, renamed over the destination with
 :func:`os.replace`, and then the directory is fsynced. A crash leaves either the old
-object or the new one, plus at worst a stray temp file. Temp files are not objects:
-``list`` skips them and keys that look like them are refused.
+object or the new one, plus at worst a stray temp file. A directory made on the way is
+durable (its parent fsynced) before anything is written into it, also when a concurrent
+writer made it. Temp files are not objects: ``list`` skips them and keys that look like
+them are refused.
 
 Conditional writes: ``create`` publishes the fsynced temp file with :func:`os.link`, which
 fails if the destination exists, so create-if-absent is atomic on every POSIX filesystem
@@ -137,11 +139,10 @@ class PosixBackend(Backend):
         check()
         target = self._path(key)
         with self._os_errors("write", target, not_found=False):
-            temp = await asyncio.to_thread(_link_or_copy, Path(path), target)
+            temp, size = await asyncio.to_thread(_link_or_copy, Path(path), target)
             published = False
             try:
                 check()
-                size = (await asyncio.to_thread(os.stat, temp)).st_size
                 await asyncio.to_thread(_publish, temp, target)
                 published = True
                 return size
@@ -341,15 +342,20 @@ def _append(temp: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _link_or_copy(source: Path, path: Path) -> Path:
-    """A temp file next to ``path`` with the bytes of ``source`` (a hard link if it can)."""
+def _link_or_copy(source: Path, path: Path) -> tuple[Path, int]:
+    """A temp file next to ``path`` with the bytes of ``source`` (a hard link if it can),
+    and its size."""
     _make_parents(path.parent)
     temp = _temp_path(path)
     try:
         os.link(source, temp)
     except OSError:  # another filesystem, or links not allowed: copy
         shutil.copyfile(source, temp)
-    return temp
+    try:
+        return temp, os.stat(temp).st_size
+    except OSError:
+        _remove_quietly(temp)
+        raise
 
 
 def _fsync_file(temp: Path) -> None:
@@ -372,7 +378,9 @@ def _remove_quietly(temp: Path) -> None:
 
 
 def _make_parents(directory: Path) -> None:
-    """Create ``directory`` and missing ancestors, fsyncing each new entry's parent."""
+    """Create ``directory`` and missing ancestors, each durable (its parent fsynced)
+    before the next is made in it. A directory a concurrent writer made first is
+    fsynced into its parent here too: that writer may not have got that far yet."""
     missing: builtins.list[Path] = []
     current = directory
     while not current.is_dir():
@@ -384,7 +392,6 @@ def _make_parents(directory: Path) -> None:
         except FileExistsError:
             if not d.is_dir():
                 raise
-            continue  # a concurrent writer made it (and fsynced its parent)
         _fsync_dir(d.parent)
 
 
