@@ -196,16 +196,9 @@ def plan_segment(
         full = CutReason.AGE
     reason = full or CutReason.FLUSH
     return SegmentPlan(
-        queue,
-        cold_commit,
-        cold_commit + k,
-        units,
-        reason,
-        rng,
-        pending_bytes,
-        oldest,
+        queue, cold_commit, cold_commit + k, units, reason, rng, pending_bytes, oldest,
         nbytes=int(sizes[k - 1]),
-    )
+    )  # fmt: skip
 
 
 def units_unchanged(hot: HotStore, plan: SegmentPlan) -> bool:

@@ -48,6 +48,38 @@ def _cl_end(planned: tuple[QueueRow, SegmentPlan]) -> int:
     return planned[1].cl_end
 
 
+def _recheck_units(
+    hot: HotStore,
+    planned: Sequence[tuple[QueueRow, SegmentPlan]],
+    gathered: Sequence[Spooled | TieredStoreError],
+) -> list[Spooled | TieredStoreError]:
+    """Read each gathered segment's consume-queue units again, after the pass (blocking;
+    one thread hop for the round). A segment planned on a unit the broker was still
+    writing (:func:`~dispatcher.planner.units_unchanged`) gets a StoreError in place of
+    its spool: it is not committed, and planned again next tick."""
+    out: list[Spooled | TieredStoreError] = []
+    for (_row, plan), spooled in zip(planned, gathered, strict=True):
+        if isinstance(spooled, TieredStoreError):
+            out.append(spooled)
+            continue
+        try:
+            same = units_unchanged(hot, plan)
+        except TieredStoreError as exc:
+            out.append(exc)
+            continue
+        if same:
+            out.append(spooled)
+            continue
+        out.append(
+            StoreError(
+                f"consume-queue units [{plan.start}, {plan.end}) changed while they were "
+                "tiered (read while the broker was writing them); planned again next tick",
+                where=str(plan.queue),
+            )
+        )
+    return out
+
+
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
@@ -177,7 +209,7 @@ class Rounds:
                 gathered = await self._gather(jobs, directory)
             except TieredStoreError as exc:
                 gathered = [exc] * len(jobs)
-            gathered = await asyncio.to_thread(self._recheck_units, planned, gathered)
+            gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
             outcomes = await asyncio.gather(
                 *(
                     self._commit_gathered(row, plan, spooled, report)
@@ -227,38 +259,6 @@ class Rounds:
             stop.set()
             await asyncio.gather(work, return_exceptions=True)
             raise
-
-    def _recheck_units(
-        self,
-        planned: Sequence[tuple[QueueRow, SegmentPlan]],
-        gathered: Sequence[Spooled | TieredStoreError],
-    ) -> list[Spooled | TieredStoreError]:
-        """Read each gathered segment's consume-queue units again, after the pass
-        (blocking; one thread hop for the round). A segment planned on a unit the broker
-        was still writing (:func:`~dispatcher.planner.units_unchanged`) gets a StoreError
-        in place of its spool: it is not committed, and planned again next tick."""
-        out: list[Spooled | TieredStoreError] = []
-        for (_row, plan), spooled in zip(planned, gathered, strict=True):
-            if isinstance(spooled, TieredStoreError):
-                out.append(spooled)
-                continue
-            try:
-                same = units_unchanged(self.hot, plan)
-            except TieredStoreError as exc:
-                out.append(exc)
-                continue
-            if same:
-                out.append(spooled)
-                continue
-            out.append(
-                StoreError(
-                    f"consume-queue units [{plan.start}, {plan.end}) changed while they "
-                    "were tiered (read while the broker was writing them); planned again "
-                    "next tick",
-                    where=str(plan.queue),
-                )
-            )
-        return out
 
     async def _commit_gathered(
         self,

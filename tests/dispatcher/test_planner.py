@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dispatcher.clpass import Spooled
 from dispatcher.planner import (
     CutReason,
     HotDataLost,
@@ -18,7 +19,9 @@ from dispatcher.planner import (
     plan_segment,
     units_unchanged,
 )
-from tieredstore.errors import DivergedError
+from dispatcher.rounds import _recheck_units
+from metadata.rows import QueueRow, QueueState
+from tieredstore.errors import DivergedError, StoreError
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 
@@ -162,3 +165,11 @@ def test_a_unit_torn_at_planning_is_found_before_commit(tmp_path: Path) -> None:
     cq.write_bytes(bytes(data))
     assert not units_unchanged(hot, torn)  # the broker's write finished since
     assert units_unchanged(hot, plan)
+    # The round re-reads them all in one hop: the torn plan's spool is replaced by an
+    # error (not committed, planned again), the other kept, an earlier error passed on.
+    row = QueueRow(Q.topic, Q.queue_id, 0, 0, 0, 0, 0, QueueState.ACTIVE, 0)
+    spooled = Spooled(tmp_path / "spool", plan.nbytes, "0" * 8, 0, 0)
+    earlier = StoreError("the pass failed", where="x")
+    out = _recheck_units(hot, [(row, torn), (row, plan), (row, plan)], [spooled, spooled, earlier])
+    assert isinstance(out[0], StoreError) and "changed while they were tiered" in str(out[0])
+    assert out[1:] == [spooled, earlier]
