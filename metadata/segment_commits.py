@@ -37,12 +37,8 @@ class SegmentCommits(CatalogueDatabase):
                 does not continue the queue exactly (``start != cold_commit`` or
                 ``cl_base != cold_cl_end``: a gap or an overlap).
         """
-        self._require_ours(
-            "manifest", manifest.cluster, manifest.broker,
-            self._where(manifest.topic, manifest.queue_id),
-        )  # fmt: skip
         with self._transaction() as conn:
-            return self._commit_one(conn, manifest)
+            return self._commit_one(conn, manifest)[0]
 
     def commit_segments(
         self, manifests: Sequence[Manifest]
@@ -58,34 +54,28 @@ class SegmentCommits(CatalogueDatabase):
         out: list[tuple[SegmentRow, QueueRow] | CatalogueError] = []
         with self._transaction() as conn:
             for i, manifest in enumerate(manifests):
-                try:
-                    self._require_ours(
-                        "manifest", manifest.cluster, manifest.broker,
-                        self._where(manifest.topic, manifest.queue_id),
-                    )  # fmt: skip
-                except CatalogueError as exc:
-                    out.append(exc)
-                    continue
                 conn.execute(f"SAVEPOINT s{i}")
                 try:
-                    seg = self._commit_one(conn, manifest)
+                    out.append(self._commit_one(conn, manifest))
                 except CatalogueError as exc:
                     conn.execute(f"ROLLBACK TO s{i}")
                     out.append(exc)
-                else:
-                    out.append((seg, self._require_queue(conn, manifest.topic, manifest.queue_id)))
                 conn.execute(f"RELEASE s{i}")
         return out
 
-    def _commit_one(self, conn: sqlite3.Connection, manifest: Manifest) -> SegmentRow:
-        """The checks and writes of :meth:`commit_segment`, in the open transaction."""
+    def _commit_one(
+        self, conn: sqlite3.Connection, manifest: Manifest
+    ) -> tuple[SegmentRow, QueueRow]:
+        """The checks and writes of :meth:`commit_segment`, in the open transaction;
+        the segment's row and its queue's row after it."""
         where = self._where(manifest.topic, manifest.queue_id)
+        self._require_ours("manifest", manifest.cluster, manifest.broker, where)
         row = self._require_queue(conn, manifest.topic, manifest.queue_id)
         same_start = self._fetch_segments(
             conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
         )
         if same_start and same_start[0].manifest == manifest:
-            return same_start[0]
+            return same_start[0], row
         if same_start:
             raise CatalogueError(
                 f"a different segment {same_start[0]} is already committed at offset "
@@ -98,10 +88,13 @@ class SegmentCommits(CatalogueDatabase):
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             _segment_values(manifest, SegmentStatus.COMMITTED),
         )
-        self._set_queue(conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end)
-        return self._fetch_segments(
+        queue = self._set_queue(
+            conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end
+        )
+        seg = self._fetch_segments(
             conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
         )[0]
+        return seg, queue
 
     @staticmethod
     def _check_continues(row: QueueRow, manifest: Manifest, where: str) -> None:
