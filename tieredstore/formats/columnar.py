@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -103,25 +103,22 @@ class _Reader:
     def __init__(self, buf: U8) -> None:
         self.buf = buf
 
-    def block(self, at: I64, dtype: np.dtype[np.void]) -> npt.NDArray[np.void]:
-        """A ``dtype`` record at each offset (all zeros for one that does not lie
-        inside the buffer)."""
-        if len(self.buf) < dtype.itemsize:
+    def block(self, at: I64, dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """A ``dtype`` item (a record head, or an int) at each offset (all zeros for one
+        that does not lie inside the buffer)."""
+        if len(self.buf) < dtype.itemsize:  # nothing fits: every item reads as zero
             return np.zeros(len(at), dtype)
         inside = (at >= 0) & (at + dtype.itemsize <= len(self.buf))
-        rows: npt.NDArray[np.void] = values_at(self.buf, np.where(inside, at, 0), dtype)
+        rows: npt.NDArray[Any] = values_at(self.buf, np.where(inside, at, 0), dtype)
         if not inside.all():
             rows[~inside] = np.zeros(1, dtype)
         return rows
 
     def read(self, at: I64, width: int) -> I64:
         """The big-endian signed int of ``width`` bytes at each offset (or zero)."""
-        if len(self.buf) < width:  # nothing fits: every field reads as zero
-            return np.zeros(len(at), np.int64)
-        inside = (at >= 0) & (at + width <= len(self.buf))
-        dtype = {1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width]
-        values: I64 = values_at(self.buf, np.where(inside, at, 0), dtype).astype(np.int64)
-        return np.where(inside, values, 0)
+        dtype = np.dtype({1: ">i1", 2: ">i2", 4: ">i4", 8: ">i8"}[width])
+        values: I64 = self.block(at, dtype).astype(np.int64)
+        return values
 
 
 def decode_columns(data: Buffer, starts: I64, sizes: I64) -> RecordColumns:

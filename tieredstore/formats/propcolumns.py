@@ -54,7 +54,7 @@ class PropertyColumns:
 def property_columns(raw: pa.BinaryArray) -> PropertyColumns:
     """Decode every record's raw property bytes (see the module docstring)."""
     try:
-        raw.cast(pa.string())
+        raw.cast(pa.string())  # only to validate: every record's bytes valid UTF-8?
     except pa.ArrowInvalid:
         return _per_record(raw)
     n = len(raw)

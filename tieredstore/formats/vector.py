@@ -43,13 +43,19 @@ def values_at(arr: npt.NDArray[np.uint8], at: I64, dtype: npt.DTypeLike) -> npt.
     index matrix.
     """
     kind = np.dtype(dtype)
+    items = _overlapping(arr, kind, len(at))
+    return np.empty(0, kind) if items is None else items[at]
+
+
+def _overlapping(arr: npt.NDArray[np.uint8], kind: np.dtype[Any], wanted: int) -> Any:
+    """``arr`` seen as ``kind`` items, one starting at every byte (a view), or None when
+    no item fits; IndexError then if ``wanted`` items were asked for."""
     count = arr.shape[0] - kind.itemsize + 1
     if count <= 0:
-        if len(at):
+        if wanted:
             raise IndexError(f"no {kind.itemsize}-byte item fits {arr.shape[0]} bytes")
-        return np.empty(0, kind)
-    items: npt.NDArray[Any] = np.ndarray((count,), kind, arr, 0, (1,))
-    return items[at]
+        return None
+    return np.ndarray((count,), kind, arr, 0, (1,))
 
 
 def gather_be(arr: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
@@ -62,13 +68,9 @@ def scatter_be_i64(arr: npt.NDArray[np.uint8], at: I64, values: I64) -> None:
     """Write ``values`` as big-endian int64 at byte offsets ``at`` of ``arr`` (in place,
     through the overlapping-items view of :func:`values_at`). Offsets should be at
     least 8 apart: where two fields overlap, which bytes win is unspecified."""
-    count = arr.shape[0] - 7
-    if count <= 0:
-        if len(at):
-            raise IndexError(f"no 8-byte item fits {arr.shape[0]} bytes")
-        return
-    items: npt.NDArray[Any] = np.ndarray((count,), ">i8", arr, 0, (1,))
-    items[at] = values
+    items = _overlapping(arr, np.dtype(">i8"), len(at))
+    if items is not None:
+        items[at] = values
 
 
 def store_timestamps(arr: npt.NDArray[np.uint8], positions: I64) -> I64:
