@@ -57,27 +57,26 @@ def _recheck_units(
     one thread hop for the round). A segment planned on a unit the broker was still
     writing (:func:`~dispatcher.planner.units_unchanged`) gets a StoreError in place of
     its spool: it is not committed, and planned again next tick."""
-    out: list[Spooled | TieredStoreError] = []
-    for (_row, plan), spooled in zip(planned, gathered, strict=True):
-        if isinstance(spooled, TieredStoreError):
-            out.append(spooled)
-            continue
-        try:
-            same = units_unchanged(hot, plan)
-        except TieredStoreError as exc:
-            out.append(exc)
-            continue
-        if same:
-            out.append(spooled)
-            continue
-        out.append(
-            StoreError(
-                f"consume-queue units [{plan.start}, {plan.end}) changed while they were "
-                "tiered (read while the broker was writing them); planned again next tick",
-                where=str(plan.queue),
-            )
-        )
-    return out
+    return [
+        _recheck(hot, plan, spooled) for (_, plan), spooled in zip(planned, gathered, strict=True)
+    ]
+
+
+def _recheck(
+    hot: HotStore, plan: SegmentPlan, spooled: Spooled | TieredStoreError
+) -> Spooled | TieredStoreError:
+    if isinstance(spooled, TieredStoreError):
+        return spooled
+    try:
+        if units_unchanged(hot, plan):
+            return spooled
+    except TieredStoreError as exc:
+        return exc
+    return StoreError(
+        f"consume-queue units [{plan.start}, {plan.end}) changed while they were tiered "
+        "(read while the broker was writing them); planned again next tick",
+        where=str(plan.queue),
+    )
 
 
 class Rounds:
