@@ -1,6 +1,8 @@
 # Two commands a user needs: `make demo` and `make test`. Each creates .venv and
 # installs what it needs on first use (and again when pyproject.toml changes).
 PYTHON ?= python3
+# bash: `make bench` pipes each script through tee and must fail when a script fails.
+SHELL  := /bin/bash
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -35,10 +37,16 @@ PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-## bench: every benchmark at its default size, one after another (see BENCHMARKS.md)
+## bench: every benchmark at its default size, one after another; the output goes to
+## bench/results/latest.log and the table at the top of BENCHMARKS.md is rewritten from it
 BENCHES := tiering_posix tiering_s3 verify_offsets verify_content verifier_throughput analytics_scan lag cq_parse restore
+BENCH_LOG := bench/results/latest.log
 bench: $(STAMP)
-	@set -e; for b in $(BENCHES); do echo "== bench/$$b.py"; $(BIN)/python bench/$$b.py; done
+	@set -e -o pipefail; rm -f $(BENCH_LOG).tmp; for b in $(BENCHES); do \
+	  echo "== bench/$$b.py (commit $$(git rev-parse --short HEAD), $$(date -u +%FT%TZ))" | tee -a $(BENCH_LOG).tmp; \
+	  $(BIN)/python bench/$$b.py | tee -a $(BENCH_LOG).tmp; done
+	mv $(BENCH_LOG).tmp $(BENCH_LOG)
+	$(BIN)/python bench/results_table.py $(BENCH_LOG) --write BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache build *.egg-info

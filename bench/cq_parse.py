@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import machine, result_line
 
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
 from tieredstore.hotstore import HotStore
@@ -43,8 +44,9 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=3_000_000)
     ap.add_argument("--file-units", type=int, default=300_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--workdir", type=Path, help="where the queue is written (default: a temp dir)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         root = Path(tmp)
         _write_queue(root, args.units, args.file_units)
         hot = HotStore(root)
@@ -66,9 +68,8 @@ def main() -> None:
     print(f"{'raw read+frombuffer':<24} {t_base:>10.4f} {args.units / t_base:>14,.0f}")
     ratio = t_base / t_ours
     ok = t_ours < 0.5 * args.units / 3_000_000
-    print(
-        f"RESULT cq_parse ratio={ratio:.2f} target=parse<0.5s/3M units {'PASS' if ok else 'FAIL'}"
-    )
+    print(machine())
+    print(result_line("cq_parse", ratio, "parse<0.5s/3M_units", ok))
 
 
 if __name__ == "__main__":

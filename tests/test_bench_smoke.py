@@ -52,6 +52,7 @@ CASES = [
         id="analytics_scan",
         marks=pytest.mark.spark,
     ),
+    pytest.param("cq_parse.py", ["--units", "30000"], id="cq_parse"),
     pytest.param(
         "lag.py",
         ["--duration", "2", "--age", "0.5", "--tick", "0.2", "--topics", "1", "--queues", "2"],
