@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck pytest bench clean
+.PHONY: demo test quick check lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.11)")'
@@ -22,6 +22,11 @@ demo: $(STAMP)
 
 ## test: the whole suite (format, lint, types, every test incl. broker and Spark)
 test: $(STAMP) lint typecheck pytest
+
+## quick: lint, types and the tests that need no broker, no Spark and no long run
+## (a few minutes; CONTRIBUTING.md). `make test` is still what CI runs.
+quick: $(STAMP) lint typecheck
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not broker and not spark and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
