@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from dispatcher.background import Periodic, renew_until, run_periodic, sleep_until, wait_at_most
 from dispatcher.cold_writer import ColdWriter
-from dispatcher.committer import Reminded, SegmentCommitter
+from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
@@ -93,8 +93,14 @@ class Dispatcher:
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
+        stopped: Stopped = {}  # queues with a manifest of a newer format at their frontier
         self.discovery = Discovery(
-            hot=hot, catalogue=catalogue, metrics=self.metrics, config=config, reminded=reminded
+            hot=hot,
+            catalogue=catalogue,
+            metrics=self.metrics,
+            config=config,
+            reminded=reminded,
+            stopped=stopped,
         )
         committer = SegmentCommitter(
             catalogue=catalogue,
@@ -103,6 +109,7 @@ class Dispatcher:
             metrics=self.metrics,
             lock=self._lock,
             reminded=reminded,
+            stopped=stopped,
         )
         self.rounds = Rounds(
             hot=hot,
