@@ -31,7 +31,7 @@ from typing import Final
 from tieredstore.backends.base import Backend
 from tieredstore.errors import ColdDataError, InvalidNameError
 from tieredstore.layout import QueuePath, SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = ["QueuePlan", "RestoreFilter", "RestorePlan", "TimeWindow", "build_plan"]
 
@@ -133,13 +133,15 @@ async def _list_manifests(
 
 
 async def _read_all(backend: Backend, keys: Sequence[str]) -> list[Manifest]:
+    """The committed segments among ``keys`` (GC fence markers are no segment)."""
     sem = asyncio.Semaphore(_READ_CONCURRENCY)
 
-    async def one(key: str) -> Manifest:
+    async def one(key: str) -> Manifest | FenceMarker:
         async with sem:
-            return read_manifest(await backend.read(key), key)
+            return read_stored(await backend.read(key), key)
 
-    return list(await asyncio.gather(*(one(k) for k in keys)))
+    stored = await asyncio.gather(*(one(k) for k in keys))
+    return [m for m in stored if isinstance(m, Manifest)]
 
 
 def _contiguous(queue: QueuePath, manifests: Sequence[Manifest]) -> None:
