@@ -209,20 +209,23 @@ def _fences(
     garbage: Iterable[Garbage], parsed: dict[str, ObjectKey], manifest_keys: Collection[str]
 ) -> tuple[Fence, ...]:
     """The segment starts of ``garbage`` whose manifest key holds no manifest."""
-    cq_start = {
-        (k.topic, k.queue_id, k.attempt): k.base_offset // CQ_UNIT_SIZE
-        for k in parsed.values()
-        if k.kind is SegmentKind.CONSUME_QUEUE and k.attempt
-    }
+    cq_starts: dict[tuple[str, int, str], set[int]] = defaultdict(set)
+    for k in parsed.values():
+        if k.kind is SegmentKind.CONSUME_QUEUE and k.attempt:
+            cq_starts[(k.topic, k.queue_id, k.attempt)].add(k.base_offset // CQ_UNIT_SIZE)
     fences: set[Fence] = set()
     for item in garbage:
         key = parsed[item.key]
-        start = cq_start.get((key.topic, key.queue_id, key.attempt)) if key.attempt else None
-        if start is None:
-            continue  # format 1 names, or an upload that has not finished (module doc)
-        fence = Fence(key.queue, start)
-        if fence.key not in manifest_keys:
-            fences.add(fence)
+        if not key.attempt:
+            continue  # format 1 names: no writer of this version names them
+        if key.kind is SegmentKind.CONSUME_QUEUE:
+            starts = {key.base_offset // CQ_UNIT_SIZE}
+        else:  # an upload that has not finished has no CQ object yet (module doc)
+            starts = cq_starts.get((key.topic, key.queue_id, key.attempt), set())
+        for start in starts:
+            fence = Fence(key.queue, start)
+            if fence.key not in manifest_keys:
+                fences.add(fence)
     return tuple(sorted(fences, key=lambda f: (f.queue.topic, f.queue.queue_id, f.start_offset)))
 
 
