@@ -59,8 +59,9 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
         gauge = rt.dispatcher.metrics.queue_state
         assert gauge.labels(TOPIC, "0", "STOPPED")._value.get() == 1
         assert gauge.labels(TOPIC, "0", "ACTIVE")._value.get() == 0
-        assert rt.catalogue.queue(TOPIC, 1).cold_commit > 0  # the other queue tiers on
-        assert rt.catalogue.queue(TOPIC, 0).cold_commit == 0
+        stopped_row, other = rt.catalogue.queue(TOPIC, 0), rt.catalogue.queue(TOPIC, 1)
+        assert other is not None and other.cold_commit > 0  # the other queue tiers on
+        assert stopped_row is not None and stopped_row.cold_commit == 0
         creates = rt.dispatcher.metrics.errors.labels("UnsupportedFormatError")._value.get()
         assert creates == 1  # one attempt, not one per tick
     assert _data_objects(cold, 0) == []  # the attempt's own objects were deleted
