@@ -25,7 +25,7 @@ from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.errors import CatalogueError, CorruptManifestError, ObjectNotFoundError
 from tieredstore.hotstore import HotStore
-from tieredstore.manifest import FenceMarker, read_stored
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = ["adopt_or_quarantine"]
 
@@ -82,18 +82,24 @@ async def adopt_or_quarantine(
         "tiering goes on from the hot store",
         row, key, stored.writer_id, stored.lease_epoch, stored.start_offset, why,
     )  # fmt: skip
+    await _quarantine(stored, data, why, writer=writer, lease=lease)
+    return row
+
+
+async def _quarantine(
+    stored: Manifest, data: bytes, why: str, *, writer: ColdWriter, lease: Lease
+) -> None:
+    """Move the segment to the quarantine; CatalogueError if its manifest changed."""
     move = Move(
         stored.start_offset,
-        (stored.commit_log_key, stored.consume_queue_key, key),
+        (stored.commit_log_key, stored.consume_queue_key, stored.key),
         f"left at the frontier: {why}",
         data,
     )
     stamp = writer.clock.now_ms()
-    moved = await quarantine(move, backend=backend, lease=lease, stamp=stamp)
-    if not moved:
+    if not await quarantine(move, backend=writer.backend, lease=lease, stamp=stamp):
         raise CatalogueError(
             "the manifest at the queue's next offset changed while it was being "
             "quarantined; trying again next tick",
-            where=key,
+            where=stored.key,
         )
-    return row

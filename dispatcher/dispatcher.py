@@ -94,14 +94,8 @@ class Dispatcher:
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
         stopped: Stopped = {}  # queues with a manifest of a newer format at their frontier
-        self.discovery = Discovery(
-            hot=hot,
-            catalogue=catalogue,
-            metrics=self.metrics,
-            config=config,
-            reminded=reminded,
-            stopped=stopped,
-        )
+        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
+                                   config=config, reminded=reminded, stopped=stopped)  # fmt: skip
         committer = SegmentCommitter(
             catalogue=catalogue,
             lease=lease,

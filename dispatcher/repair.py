@@ -212,16 +212,7 @@ async def plan_repair(
             "cannot repair this queue",
             where=f"queue {row}",
         )
-    moves = [
-        Move(
-            s.start_offset,
-            _segment_keys(s.manifest),
-            "catalogue segment at or after the cut",
-            s.manifest.to_json(),
-        )
-        for s in segments
-        if s.start_offset >= cut
-    ]
+    moves = [_catalogue_move(s.manifest) for s in segments if s.start_offset >= cut]
     known = {s.start_offset for s in segments}
     moves += await _stray_moves(backend, catalogue, row, cut, known, hot=hot, rng=rng)
     moves.sort(key=lambda m: m.start_offset, reverse=True)  # newest first
@@ -241,6 +232,12 @@ async def _losses_after(backend: Backend, queue: QueuePath, cut: int) -> tuple[s
         except InvalidNameError:
             continue
     return tuple(sorted(keys, reverse=True))
+
+
+def _catalogue_move(m: Manifest) -> Move:
+    """Quarantine a catalogue segment, if its key still holds this very manifest."""
+    return Move(m.start_offset, _segment_keys(m), "catalogue segment at or after the cut",
+                m.to_json())  # fmt: skip
 
 
 def _segment_keys(m: Manifest) -> tuple[str, ...]:

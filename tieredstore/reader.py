@@ -68,7 +68,7 @@ import bisect
 import enum
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -223,6 +223,30 @@ class _Segments:
         return len(self.starts)
 
 
+Stored = Callable[[str], Awaitable[Manifest | FenceMarker]]
+
+
+async def _at_or_before(stored: Stored, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
+    """The last committed segment listed at index ``i`` or before, stepping over fence
+    markers (no segment there); None if there is none."""
+    while i >= 0:
+        found = await stored(segs.keys[i])
+        if isinstance(found, Manifest):
+            return i, found
+        i -= 1
+    return None
+
+
+async def _at_or_after(stored: Stored, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
+    """The first committed segment listed at index ``i`` or after (see above)."""
+    while i < len(segs):
+        found = await stored(segs.keys[i])
+        if isinstance(found, Manifest):
+            return i, found
+        i += 1
+    return None
+
+
 class ColdReader:
     """Reads one broker's queues from its cold prefix (see the module docstring).
 
@@ -288,47 +312,23 @@ class ColdReader:
             self._manifests.popitem(last=False)
         return manifest
 
-    async def _manifest(self, key: str) -> Manifest:
-        """The manifest at ``key``, which must be one (a marker is an error here)."""
-        stored = await self._stored(key)
-        if isinstance(stored, FenceMarker):
-            raise OffsetOutOfRangeError("no segment is committed here (fence marker)", where=key)
-        return stored
-
-    async def _at_or_before(self, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
-        """The last committed segment listed at index ``i`` or before, stepping over
-        fence markers; None if there is none."""
-        while i >= 0:
-            stored = await self._stored(segs.keys[i])
-            if isinstance(stored, Manifest):
-                return i, stored
-            i -= 1
-        return None
-
-    async def _at_or_after(self, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
-        """The first committed segment listed at index ``i`` or after (see above)."""
-        while i < len(segs):
-            stored = await self._stored(segs.keys[i])
-            if isinstance(stored, Manifest):
-                return i, stored
-            i += 1
-        return None
-
     async def range(self, topic: str, queue_id: int) -> ColdRange:
         """The queue's ``[cold min, cold commit)``; ``ColdRange(0, 0)`` if nothing is in cold."""
         segs = await self._segments(self.queue_path(topic, queue_id))
         return await self._range(segs)
 
     async def _range(self, segs: _Segments) -> ColdRange:
-        first = await self._at_or_after(segs, 0)
-        last = await self._at_or_before(segs, len(segs) - 1)
+        first = await _at_or_after(self._stored, segs, 0)
+        last = await _at_or_before(self._stored, segs, len(segs) - 1)
         if first is None or last is None:
             return ColdRange(0, 0)
         return ColdRange(first[1].start_offset, last[1].end_offset)
 
     async def _segment_for(self, queue: QueuePath, segs: _Segments, offset: int) -> Manifest:
         """The committed segment holding ``offset``; OffsetOutOfRangeError if none does."""
-        found = await self._at_or_before(segs, bisect.bisect_right(segs.starts, offset) - 1)
+        found = await _at_or_before(
+            self._stored, segs, bisect.bisect_right(segs.starts, offset) - 1
+        )
         if found is not None:
             i, manifest = found
             if offset < manifest.end_offset:
@@ -471,12 +471,12 @@ class ColdReader:
         lo, hi = 0, len(segs)
         while lo < hi:  # first segment whose newest message is at or after ts
             mid = (lo + hi) // 2
-            before = await self._at_or_before(segs, mid)  # markers: the segment before
+            before = await _at_or_before(self._stored, segs, mid)  # markers: the segment before
             if before is None or before[1].max_store_timestamp < ts:
                 lo = mid + 1
             else:
                 hi = mid
-        found = await self._at_or_before(segs, lo) if lo < len(segs) else None
+        found = await _at_or_before(self._stored, segs, lo) if lo < len(segs) else None
         if found is None:
             return rng.commit
         manifest = found[1]
