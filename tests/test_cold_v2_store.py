@@ -4,7 +4,7 @@
 markers) from the synthetic store :data:`SPEC` (``synthesize`` is deterministic, so the
 hot side is made again here). This version must read it, rebuild a catalogue from it,
 find nothing to collect in it, go on tiering into it, and fence in it; and the Spark
-verifier must call the result CLEAN at content level.
+verifier must call the result, fence marker included, CLEAN at content level.
 """
 
 from __future__ import annotations
@@ -73,6 +73,9 @@ async def test_a_v2_cold_store_reads_rebuilds_tiers_on_and_verifies(
         assert isinstance(read_stored((cold / seg.key).read_bytes(), seg.key), FenceMarker)
         await rt.backend.delete(seg.key)  # (the test's own hand: put the segment back)
         (tmp_path / "held").rename(cold / seg.key)
+        beyond = FenceMarker(CLUSTER, BROKER, seg.topic, 0, seg.end_offset + 1000,
+                             lease_epoch=9, writer_id="gc@h", created_at_ms=1)  # fmt: skip
+        await rt.backend.create(beyond.key, beyond.to_json())  # stays: the verifier skips it
         await rt.dispatcher.lease.release()
     result = verify(
         spark,
