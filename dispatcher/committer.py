@@ -31,7 +31,7 @@ from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hotstore import QueueKey
 
 __all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter", "Stopped"]
 
@@ -78,7 +78,6 @@ class SegmentCommitter:
         lock: asyncio.Lock,
         reminded: Reminded,
         stopped: Stopped | None = None,
-        hot: HotStore | None = None,
     ) -> None:
         self.catalogue = catalogue
         self.lease = lease
@@ -87,7 +86,6 @@ class SegmentCommitter:
         self._lock = lock
         self._reminded = reminded
         self.stopped: Stopped = {} if stopped is None else stopped
-        self._hot = hot or writer.hot
         self._group = GroupCommit(catalogue, lock)
 
     async def commit(self, row: QueueRow, plan: SegmentPlan, spooled: Spooled) -> CommitResult:
@@ -128,7 +126,7 @@ class SegmentCommitter:
             row=row,
             catalogue=self.catalogue,
             writer=self.writer,
-            hot=self._hot,
+            hot=self.writer.hot,
             lease=self.lease,
             lock=self._lock,
         )
