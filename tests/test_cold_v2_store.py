@@ -9,6 +9,7 @@ verifier must call the result, fence marker included, CLEAN at content level.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -63,6 +64,7 @@ async def test_a_v2_cold_store_reads_rebuilds_tiers_on_and_verifies(
         for key in (seg.commit_log_key, seg.consume_queue_key):
             orphan = key.rsplit(".", 1)[0] + ".00000000000000aa"
             shutil.copy(cold / key, cold / orphan)
+            os.utime(cold / orphan, (time.time() - 60, time.time() - 60))  # older than grace
         (cold / seg.key).rename(tmp_path / "held")  # pretend it was never created
         scan = await scan_garbage(
             rt.backend, cluster=CLUSTER, broker=BROKER, now_ms=time.time_ns() // 10**6,
