@@ -93,9 +93,9 @@ class Dispatcher:
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
-        stopped: Stopped = {}  # queues with a manifest of a newer format at their frontier
-        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
-                                   config=config, reminded=reminded, stopped=stopped)  # fmt: skip
+        self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
+        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics, config=config,
+                                   reminded=reminded, stopped=self.stopped)  # fmt: skip
         committer = SegmentCommitter(
             catalogue=catalogue,
             lease=lease,
@@ -103,7 +103,7 @@ class Dispatcher:
             metrics=self.metrics,
             lock=self._lock,
             reminded=reminded,
-            stopped=stopped,
+            stopped=self.stopped,
         )
         self.rounds = Rounds(
             hot=hot,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.queue_status import collect, mark_stopped
 from dispatcher.runtime import open_runtime
 from tieredstore.layout import QueuePath, SegmentKind, object_key
 from tieredstore.synth import SynthSpec, synthesize
@@ -62,6 +63,10 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
         stopped_row, other = rt.catalogue.queue(TOPIC, 0), rt.catalogue.queue(TOPIC, 1)
         assert other is not None and other.cold_commit > 0  # the other queue tiers on
         assert stopped_row is not None and stopped_row.cold_commit == 0
+        rows = rt.catalogue.queues()
+        statuses = mark_stopped(collect(rt.hot, rows, 0), rt.dispatcher.stopped)
+        assert [(s.queue, s.state) for s in statuses] == [(0, "STOPPED"), (1, "ACTIVE")]
+        assert key in statuses[0].note  # the HTTP API's /queues
         creates = rt.dispatcher.metrics.errors.labels("UnsupportedFormatError")._value.get()
         assert creates == 1  # one attempt, not one per tick
     assert _data_objects(cold, 0) == []  # the attempt's own objects were deleted
