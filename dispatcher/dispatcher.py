@@ -94,8 +94,9 @@ class Dispatcher:
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
         self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
-        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics, config=config,
-                                   reminded=reminded, stopped=self.stopped)  # fmt: skip
+        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
+                                   config=config, reminded=reminded,
+                                   stopped=self.stopped)  # fmt: skip
         committer = SegmentCommitter(
             catalogue=catalogue,
             lease=lease,
