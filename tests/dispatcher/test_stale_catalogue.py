@@ -24,12 +24,16 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from dispatcher.repair import execute_repair, plan_repair
+from dispatcher.retention import delete_segment
 from dispatcher.runtime import open_runtime
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli import main
 from tieredstore.config import Settings
+from tieredstore.errors import CatalogueError
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
@@ -130,3 +134,26 @@ async def test_expire_repair_and_gc_from_a_stale_state_dir_leave_b_s_segments(
         await assert_cold_matches_hot(
             rt.backend, HotStore(tmp_path / "store"), CLUSTER, BROKER, expect_full=False
         )
+
+
+async def test_retention_reads_the_manifest_key_before_each_delete(tmp_path: Path) -> None:
+    """Without any reconcile in between (a catalogue that went stale while open):
+    deciding to expire a segment whose key now holds another writer's manifest deletes
+    nothing and reconciles instead."""
+    _, fresh = await _tier_diverge_repair(tmp_path)
+    async with open_runtime(_settings(tmp_path, "sa")) as rt:  # A's stale catalogue
+        await rt.dispatcher.lease.acquire(wait=False)
+        segments = rt.catalogue.segments(TOPIC, 0)
+        stale = next(s for s in segments if s.manifest.key in fresh)
+        if stale is not segments[0]:  # only the oldest may be marked; drop what is older
+            for older in segments[: segments.index(stale)]:
+                rt.catalogue.mark_deleting(TOPIC, 0, older.start_offset)
+                rt.catalogue.drop_segment(TOPIC, 0, older.start_offset)
+        with pytest.raises(CatalogueError, match="nothing deleted"):
+            await delete_segment(
+                stale, catalogue=rt.catalogue, backend=rt.backend, lease=rt.dispatcher.lease
+            )
+        _assert_survive(tmp_path, fresh)
+        # The reconcile it ran made the catalogue follow cold: B's manifest is its row now.
+        assert rt.catalogue.segments(TOPIC, 0)[-1].manifest.to_json() in fresh.values()
+        await rt.dispatcher.lease.release()
