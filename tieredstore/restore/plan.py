@@ -172,12 +172,12 @@ async def build_plan(
     """
     listed = await _list_manifests(backend, cluster, broker, filt)
     manifests = await _read_all(backend, [k for q in sorted(listed) for k in listed[q]])
+    by_queue: dict[QueuePath, list[Manifest]] = defaultdict(list)
+    for m in manifests:  # fence markers are gone: group by what each manifest says
+        by_queue[m.queue].append(m)
     queues: list[QueuePlan] = []
-    pos = 0
     for queue in sorted(listed):
-        mine = manifests[pos : pos + len(listed[queue])]
-        pos += len(mine)
-        kept = _prune(mine, filt.window)
+        kept = _prune(by_queue[queue], filt.window)
         _contiguous(queue, kept)
         if kept:
             queues.append(QueuePlan(queue, kept))
