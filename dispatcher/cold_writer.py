@@ -7,11 +7,13 @@ upload attempt, :func:`~tieredstore.layout.new_attempt`), so no write ever lands
 object another attempt — or another writer — wrote; objects no manifest names are
 garbage that GC collects.
 
-The manifest is the commit point and is only ever *created* (:meth:`Backend.create`).
-Losing that race is an ordinary outcome, reported as a :class:`ManifestOutcome`: the
-manifest already there is either our own (a retry after a lost reply) or another
-writer's, which the caller adopts — or, if it carries a newer lease epoch, this writer
-has been fenced and stops.
+The manifest is the commit point and is only ever *created* (:meth:`Backend.create`),
+or put in the place of a GC fence marker of an epoch no newer than ours
+(:meth:`Backend.replace` on the marker's version). Losing that race is an ordinary
+outcome, reported as a :class:`ManifestOutcome`: what is already there is our own
+manifest (a retry after a lost reply), another writer's manifest, which the caller
+checks and adopts, a manifest of a format this version cannot read (the queue stops) —
+or a manifest or marker of a newer lease epoch: this writer has been fenced and stops.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from tieredstore.errors import (
     ObjectNotFoundError,
     RetryableError,
     TieredStoreError,
+    UnsupportedFormatError,
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import QueuePath, SegmentKind, new_attempt, object_key, object_name
-from tieredstore.manifest import read_manifest
+from tieredstore.manifest import FenceMarker, read_stored
 from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
 
 __all__ = ["ColdWriter", "ManifestOutcome"]
@@ -55,7 +58,13 @@ class ManifestOutcome(enum.Enum):
     """What creating a segment's manifest came to."""
 
     CREATED = "created"  # ours is the commit point (also: ours, after a lost reply)
-    EXISTS = "exists"  # another writer's manifest is there: adopt it
+    EXISTS = "exists"  # another writer's manifest is there: check it, adopt or quarantine
+    UNREADABLE = "unreadable"  # a manifest of a newer format is there: stop the queue
+
+
+#: How many times a manifest may find a fence marker changed under it before giving up
+#: (each loss means another writer replaced it: the next read sees a manifest).
+_MAX_SWAPS = 3
 
 
 class ColdWriter:
@@ -172,32 +181,62 @@ class ColdWriter:
             created_at_ms=self.clock.now_ms(),
         )
 
-    async def create_manifest(self, manifest: Manifest) -> ManifestOutcome:
+    async def create_manifest(
+        self, manifest: Manifest, *, check: Callable[[], None]
+    ) -> ManifestOutcome:
         """Create the commit point of a segment whose objects are already written.
 
-        Never replaces a manifest. If one is already there: the very same bytes are ours
-        (a retry after a lost reply: CREATED); a manifest of an older or the same epoch
-        is another writer's commit to adopt (EXISTS); one of a newer epoch means a newer
-        writer holds the lease and this one is fenced (LeaseLostError).
+        ``check`` (the lease's) runs before every try of the create and before a marker
+        is replaced, so a retried create never lands after the lease was lost locally.
+        Never replaces a manifest. If the key is taken: the very same bytes are ours (a
+        retry after a lost reply: CREATED); a fence marker of our epoch or an older one
+        is replaced by compare-and-swap (CREATED); a manifest of an older or the same
+        epoch is another writer's commit (EXISTS); a manifest of a newer format
+        (UNREADABLE); a manifest or a marker of a newer epoch means a newer writer holds
+        the lease and this one is fenced (LeaseLostError).
         """
         data = manifest.to_json()
+
+        async def create() -> str:
+            check()
+            return await self.backend.create(manifest.key, data)
+
         try:
-            await self._retrying("manifest create", lambda: self.backend.create(manifest.key, data))
+            await self._retrying("manifest create", create)
+            return ManifestOutcome.CREATED
         except ConditionFailedError:
-            existing = await self.backend.read(manifest.key)
-            if existing == data:
+            pass
+        for _ in range(_MAX_SWAPS):
+            got = await self.backend.read_versioned(manifest.key)
+            if got.data == data:
                 return ManifestOutcome.CREATED
-            theirs = read_manifest(existing, manifest.key)
+            try:
+                theirs = read_stored(got.data, manifest.key)
+            except UnsupportedFormatError:
+                return ManifestOutcome.UNREADABLE
             if theirs.lease_epoch > manifest.lease_epoch:
-                fenced = LeaseLostError(
-                    f"fenced: epoch {theirs.lease_epoch} ({theirs.writer_id}) committed queue "
-                    f"offset {manifest.start_offset} of {manifest.queue} first",
-                    where=manifest.key,
-                )
-                log.error("%s; this writer (epoch %d) stops", fenced, manifest.lease_epoch)
-                raise fenced from None
-            return ManifestOutcome.EXISTS
-        return ManifestOutcome.CREATED
+                raise self._fenced(manifest, theirs.lease_epoch, theirs.writer_id)
+            if not isinstance(theirs, FenceMarker):
+                return ManifestOutcome.EXISTS
+            check()
+            try:
+                await self.backend.replace(manifest.key, data, version=got.version)
+                return ManifestOutcome.CREATED
+            except ConditionFailedError:
+                continue  # replaced under us: read what is there now
+        raise ConditionFailedError(
+            f"the fence marker changed {_MAX_SWAPS} times while replacing it", where=manifest.key
+        )
+
+    @staticmethod
+    def _fenced(manifest: Manifest, epoch: int, writer_id: str) -> LeaseLostError:
+        fenced = LeaseLostError(
+            f"fenced: epoch {epoch} ({writer_id}) took queue offset {manifest.start_offset} "
+            f"of {manifest.queue} first",
+            where=manifest.key,
+        )
+        log.error("%s; this writer (epoch %d) stops", fenced, manifest.lease_epoch)
+        return fenced
 
     async def discard(self, manifest: Manifest) -> None:
         """Best effort: delete the data objects of an attempt whose manifest lost the race

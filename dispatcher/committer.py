@@ -22,6 +22,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
+from dispatcher.adoption import adopt_or_quarantine
 from dispatcher.clpass import Spooled
 from dispatcher.cold_writer import ColdWriter, ManifestOutcome
 from dispatcher.group_commit import GroupCommit
@@ -30,10 +31,9 @@ from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
-from tieredstore.errors import CatalogueError
 from tieredstore.hotstore import QueueKey
 
-__all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter"]
+__all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter", "Stopped"]
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,18 @@ log = logging.getLogger(__name__)
 #: this process; shared with :class:`dispatcher.discovery.Discovery`.
 Reminded = set[tuple[QueueKey, QueueState]]
 
+#: Queues this process stopped because cold holds a manifest (or marker) of a newer
+#: format at their frontier, with that key: not tiered again until a restart (which
+#: tries once more: an upgraded sidecar may have moved past it). Shared with
+#: :class:`dispatcher.discovery.Discovery`, which keeps them out of the ACTIVE set.
+Stopped = dict[QueueKey, str]
+
 
 class CommitKind(enum.Enum):
     COMMITTED = "committed"  # uploaded and committed by this writer
     ADOPTED = "adopted"  # already committed in cold; the catalogue caught up instead
     DIVERGED = "diverged"  # the hot store no longer matches cold: nothing written
+    STOPPED = "stopped"  # a manifest of a newer format is at the frontier: nothing written
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,7 @@ class SegmentCommitter:
         metrics: Metrics,
         lock: asyncio.Lock,
         reminded: Reminded,
+        stopped: Stopped | None = None,
     ) -> None:
         self.catalogue = catalogue
         self.lease = lease
@@ -77,6 +85,7 @@ class SegmentCommitter:
         self.metrics = metrics
         self._lock = lock
         self._reminded = reminded
+        self.stopped: Stopped = {} if stopped is None else stopped
         self._group = GroupCommit(catalogue, lock)
 
     async def commit(self, row: QueueRow, plan: SegmentPlan, spooled: Spooled) -> CommitResult:
@@ -95,31 +104,44 @@ class SegmentCommitter:
             plan, spooled, row, self.lease.epoch, check=self.lease.check
         )
         self.lease.check()
-        if await self.writer.create_manifest(manifest) is ManifestOutcome.EXISTS:
-            await self.writer.discard(manifest)
-            return CommitResult(CommitKind.ADOPTED, await self._adopt_ahead(row, plan.start))
-        fresh = await self._group.commit(manifest)
-        return CommitResult(CommitKind.COMMITTED, fresh)
+        outcome = await self.writer.create_manifest(manifest, check=self.lease.check)
+        if outcome is ManifestOutcome.CREATED:
+            fresh = await self._group.commit(manifest)
+            return CommitResult(CommitKind.COMMITTED, fresh)
+        await self.writer.discard(manifest)
+        if outcome is ManifestOutcome.UNREADABLE:
+            self.stop_unreadable(row, manifest.key)
+            return CommitResult(CommitKind.STOPPED, row)
+        return CommitResult(CommitKind.ADOPTED, await self._adopt_ahead(row, manifest.key))
 
-    async def _adopt_ahead(self, row: QueueRow, start: int) -> QueueRow:
-        """The cold store already holds a segment at ``start``: reconcile, never overwrite."""
-        log.warning(
-            "queue %s/%d: cold already has a committed segment at offset %d; "
-            "adopting it into the catalogue instead of rewriting it",
-            row.topic,
-            row.queue_id,
-            start,
+    async def _adopt_ahead(self, row: QueueRow, key: str) -> QueueRow:
+        """The cold store already holds a manifest at ``key``: adopt it if its objects
+        are whole and agree with the hot store, else quarantine it; never overwrite it.
+
+        Returns the queue's row to go on with: past the adopted segment, or unchanged
+        after a quarantine (the next round commits this writer's own segment there).
+        """
+        return await adopt_or_quarantine(
+            key,
+            row=row,
+            catalogue=self.catalogue,
+            writer=self.writer,
+            hot=self.writer.hot,
+            lease=self.lease,
+            lock=self._lock,
         )
-        async with self._lock:
-            await self.writer.recover()
-            fresh = self.catalogue.queue(row.topic, row.queue_id) or row
-        if fresh.cold_commit <= start:
-            raise CatalogueError(
-                f"the catalogue is behind the cold store at queue offset {start} and the "
-                "committed segment there could not be adopted (see the reconcile report)",
-                where=f"{row.topic}/{row.queue_id}",
-            )
-        return fresh
+
+    def stop_unreadable(self, row: QueueRow, key: str) -> None:
+        """Stop tiering the queue: cold holds a manifest of a newer format at ``key``."""
+        log.error(
+            "queue %s/%d STOPPED: %s holds a manifest of a newer format than this "
+            "tieredstore reads (a newer sidecar wrote it); nothing more is uploaded for "
+            "this queue until the sidecar is upgraded",
+            row.topic, row.queue_id, key,
+        )  # fmt: skip
+        self.stopped[QueueKey(row.topic, row.queue_id)] = key
+        self.metrics.set_queue_state(row.topic, row.queue_id, "STOPPED")
+        self.metrics.errors.labels("UnsupportedFormatError").inc()
 
     async def diverge(self, row: QueueRow, why: str) -> None:
         """Turn the queue DIVERGED (cold untouched); tiering of it stops until repair."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dispatcher.committer import Reminded
+from dispatcher.committer import Reminded, Stopped
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.metrics import Metrics
 from metadata.catalogue import Catalogue
@@ -42,12 +42,14 @@ class Discovery:
         metrics: Metrics,
         config: DispatcherConfig,
         reminded: Reminded,
+        stopped: Stopped | None = None,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue
         self.metrics = metrics
         self.config = config
         self._reminded = reminded
+        self._stopped: Stopped = {} if stopped is None else stopped
         self._refused: set[str] = set()  # topics whose names the cold store cannot hold
         #: Queues the last :meth:`discover` created rows for.
         self.new_queues: list[QueueKey] = []
@@ -81,6 +83,9 @@ class Discovery:
             row = known.get(key)
             if row is None:
                 continue  # filtered out or refused
+            if key in self._stopped:  # a newer format at its frontier: see the committer
+                self.metrics.set_queue_state(key.topic, key.queue_id, "STOPPED")
+                continue
             self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)
             if row.state is QueueState.ACTIVE:
                 rows.append(row)

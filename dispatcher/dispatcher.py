@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from dispatcher.background import Periodic, renew_until, run_periodic, sleep_until, wait_at_most
 from dispatcher.cold_writer import ColdWriter
-from dispatcher.committer import Reminded, SegmentCommitter
+from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
@@ -93,9 +93,10 @@ class Dispatcher:
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
-        self.discovery = Discovery(
-            hot=hot, catalogue=catalogue, metrics=self.metrics, config=config, reminded=reminded
-        )
+        self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
+        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
+                                   config=config, reminded=reminded,
+                                   stopped=self.stopped)  # fmt: skip
         committer = SegmentCommitter(
             catalogue=catalogue,
             lease=lease,
@@ -103,6 +104,7 @@ class Dispatcher:
             metrics=self.metrics,
             lock=self._lock,
             reminded=reminded,
+            stopped=self.stopped,
         )
         self.rounds = Rounds(
             hot=hot,

@@ -24,6 +24,19 @@ before every deletion (a local check against the holder's monotonic deadline, re
 by compare-and-swap when due): a sidecar that lost its lease deletes nothing more.
 Garbage can never become committed later: every upload attempt writes under names of
 its own, and a manifest only ever names the objects its own attempt wrote.
+
+**Fencing before deleting.** A writer paused after its last lease check, right before
+its manifest create (or inside a create its backend retries), would otherwise commit a
+manifest naming objects GC just deleted. So before deleting the objects of a segment
+start S whose manifest key holds no manifest, :func:`delete_garbage` puts a *fence
+marker* of its own lease epoch there (:class:`~tieredstore.manifest.FenceMarker`:
+create-if-absent, or compare-and-swap over an older marker): the paused writer's create
+then finds the key taken, reads a newer epoch and stops as fenced. If the create finds a
+manifest instead, it landed since the scan and its objects are spared. S is the
+CONSUME_QUEUE object's base / 20; a COMMIT_LOG object takes S from its attempt's
+CONSUME_QUEUE object. A COMMIT_LOG object without one is from an upload that has not
+finished (or an attempt already discarded): its writer has a lease check ahead of its
+create, which fails once GC holds the lease.
 """
 
 from __future__ import annotations
@@ -40,21 +53,27 @@ from dispatcher.lease_guard import hold_lease
 from dispatcher.retention import format_age
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.errors import (
+    ConditionFailedError,
     CorruptManifestError,
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import (
     ObjectKey,
+    QueuePath,
     SegmentKind,
     Unrecognised,
     broker_prefix,
     classify_listed,
+    object_key,
     parse_object_key,
+    queue_root,
 )
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = [
+    "Fence",
     "Finding",
     "Garbage",
     "GarbageKind",
@@ -97,13 +116,30 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class Fence:
+    """A segment start whose manifest key must hold GC's fence marker before the
+    uncommitted objects of that start are deleted (see the module docstring)."""
+
+    queue: QueuePath
+    start_offset: int
+
+    @property
+    def key(self) -> str:
+        return object_key(self.queue, SegmentKind.MANIFEST, self.start_offset)
+
+
+@dataclass(frozen=True, slots=True)
 class GcReport:
-    """What a scan found. ``young`` counts uncommitted objects still within the grace."""
+    """What a scan found. ``young`` counts uncommitted objects still within the grace;
+    ``fences`` are the segment starts to fence before deleting (``now_ms``: the scan's
+    time, which the markers record)."""
 
     garbage: tuple[Garbage, ...]
     findings: tuple[Finding, ...]
     young: int
     manifests: int
+    fences: tuple[Fence, ...] = ()
+    now_ms: int = 0
 
     @property
     def damaged(self) -> tuple[Finding, ...]:
@@ -128,6 +164,7 @@ async def scan_garbage(
     listing = {info.key: info for info in await backend.list(prefix)}
     findings: list[Finding] = []
     segment_objects: dict[tuple[str, int], list[ObjectInfo]] = defaultdict(list)
+    parsed: dict[str, ObjectKey] = {}
     manifest_keys: list[str] = []
     for info in listing.values():
         key = classify_listed(info.key, prefix)
@@ -140,6 +177,7 @@ async def scan_garbage(
             manifest_keys.append(info.key)
         else:
             segment_objects[(key.topic, key.queue_id)].append(info)
+            parsed[info.key] = key
     manifests, corrupt, vanished = await _read_manifests(backend, manifest_keys, listing)
     findings.extend(corrupt)
     findings.extend(_check_manifests(manifests, listing))
@@ -162,8 +200,33 @@ async def scan_garbage(
                 garbage.append(Garbage(info.key, GarbageKind.UNCOMMITTED, info.size, age))
             else:
                 young += 1
+    fences = _fences(garbage, parsed, {m.key for m in manifests})
     garbage.extend(await _leftovers(backend, prefix, now_ms, grace_ms))
-    return GcReport(tuple(garbage), tuple(findings), young, len(manifests))
+    return GcReport(tuple(garbage), tuple(findings), young, len(manifests), fences, now_ms)
+
+
+def _fences(
+    garbage: Iterable[Garbage], parsed: dict[str, ObjectKey], manifest_keys: Collection[str]
+) -> tuple[Fence, ...]:
+    """The segment starts of ``garbage`` whose manifest key holds no manifest."""
+    cq_starts: dict[tuple[str, int, str], set[int]] = defaultdict(set)
+    for k in parsed.values():
+        if k.kind is SegmentKind.CONSUME_QUEUE and k.attempt:
+            cq_starts[(k.topic, k.queue_id, k.attempt)].add(k.base_offset // CQ_UNIT_SIZE)
+    fences: set[Fence] = set()
+    for item in garbage:
+        key = parsed[item.key]
+        if not key.attempt:
+            continue  # format 1 names: no writer of this version names them
+        if key.kind is SegmentKind.CONSUME_QUEUE:
+            starts = {key.base_offset // CQ_UNIT_SIZE}
+        else:  # an upload that has not finished has no CQ object yet (module doc)
+            starts = cq_starts.get((key.topic, key.queue_id, key.attempt), set())
+        for start in starts:
+            fence = Fence(key.queue, start)
+            if fence.key not in manifest_keys:
+                fences.add(fence)
+    return tuple(sorted(fences, key=lambda f: (f.queue.topic, f.queue.queue_id, f.start_offset)))
 
 
 def _queue_of(manifest_key: str) -> tuple[str, int]:
@@ -177,18 +240,19 @@ async def _read_manifests(
     """Read and validate every manifest (bounded concurrency).
 
     Returns the manifests, findings for corrupt ones, and the keys of manifests that
-    vanished since the listing (expiry running beside a dry run).
+    vanished since the listing (expiry running beside a dry run). Fence markers are
+    none of these: no segment, nothing referenced.
     """
     sem = asyncio.Semaphore(_READ_CONCURRENCY)
 
-    async def one(key: str) -> Manifest | Finding | str:
+    async def one(key: str) -> Manifest | FenceMarker | Finding | str:
         try:
             async with sem:
                 data = await backend.read_exact(key, 0, listing[key].size)
         except ObjectNotFoundError:
             return key
         try:
-            return read_manifest(data, key)
+            return read_stored(data, key)
         except CorruptManifestError as exc:
             return Finding(FindingKind.CORRUPT_MANIFEST, key, exc.message)
 
@@ -239,15 +303,62 @@ async def _leftovers(backend: Backend, prefix: str, now_ms: int, grace_ms: float
 
 
 async def delete_garbage(report: GcReport, *, backend: Backend, lease: Lease) -> int:
-    """Delete what ``report`` found, holding the lease; return how many were removed.
+    """Fence, then delete what ``report`` found, holding the lease; return how many
+    were removed.
 
-    Objects and leftovers both go through the backend (idempotent). Raises
-    LeaseLostError if another writer took over, BackendError if one cannot be removed.
+    Every start in ``report.fences`` gets this GC's fence marker first; an object a
+    manifest that landed since the scan names is spared (so is every object of a queue
+    whose manifest key then holds something unreadable). Objects and leftovers both go
+    through the backend (idempotent). Raises LeaseLostError if another writer took
+    over, BackendError if one cannot be removed.
     """
+    spared: set[str] = set()
+    for fence in report.fences:
+        await hold_lease(lease)
+        spared |= await _fence(fence, report, backend=backend, lease=lease)
+    deleted = 0
     for item in report.garbage:
+        if item.key in spared:
+            continue
         await hold_lease(lease)
         if item.kind is GarbageKind.UNCOMMITTED:
             await backend.delete(item.key)
         else:
             await backend.delete_leftover(item.key)
-    return len(report.garbage)
+        deleted += 1
+    return deleted
+
+
+async def _fence(fence: Fence, report: GcReport, *, backend: Backend, lease: Lease) -> set[str]:
+    """Put GC's marker at ``fence.key``; return the garbage keys to spare after all."""
+    q = fence.queue
+    marker = FenceMarker(
+        q.cluster, q.broker, q.topic, q.queue_id, fence.start_offset,
+        lease_epoch=lease.epoch, writer_id=lease.owner, created_at_ms=report.now_ms,
+    )  # fmt: skip
+    data = marker.to_json()
+    for _ in range(3):
+        try:
+            await backend.create(fence.key, data)
+            return set()
+        except ConditionFailedError:
+            got = await backend.read_versioned(fence.key)
+        try:
+            stored = read_stored(got.data, fence.key)
+        except CorruptManifestError:  # unreadable (or newer): what it names is unknown
+            return {g.key for g in report.garbage if g.key.startswith(_queue_prefix(q))}
+        if isinstance(stored, Manifest):  # landed since the scan: its objects are not garbage
+            return {stored.commit_log_key, stored.consume_queue_key}
+        if stored.lease_epoch >= lease.epoch:
+            return set()
+        await hold_lease(lease)
+        try:  # an older epoch's marker: a writer of an epoch in between could replace it
+            await backend.replace(fence.key, data, version=got.version)
+            return set()
+        except ConditionFailedError:
+            continue
+    return {g.key for g in report.garbage if g.key.startswith(_queue_prefix(q))}
+
+
+def _queue_prefix(queue: QueuePath) -> str:
+    return queue_root(queue.cluster, queue.broker, queue.topic, queue.queue_id) + "/"

@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dispatcher.dispatcher import Dispatcher, DispatcherState
 from dispatcher.lease import LeaseState
-from dispatcher.queue_status import collect
+from dispatcher.queue_status import collect, mark_stopped
 from dispatcher.runtime import Runtime
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.errors import (
@@ -129,6 +129,7 @@ class _Api:
         rows = self.rt.catalogue.queues()
         losses = self.rt.catalogue.losses()
         statuses = await asyncio.to_thread(collect, self.rt.hot, rows, self.clock.now_ms(), losses)
+        statuses = mark_stopped(statuses, self.rt.dispatcher.stopped)
         return web.json_response({"queues": [asdict(s) for s in statuses]})
 
     async def messages(self, request: web.Request) -> web.Response:

@@ -87,7 +87,8 @@ class Metrics:
         )
         self.queue_state = Gauge(
             "tieredstore_queue_state",
-            "1 for the queue's current state (ACTIVE, PAUSED, DIVERGED, DELETED)",
+            "1 for the queue's current state (ACTIVE, PAUSED, DIVERGED, DELETED; STOPPED: "
+            "cold holds a manifest of a newer format at its frontier, nothing is uploaded)",
             ["topic", "queue", "state"],
             registry=r,
         )
@@ -185,5 +186,5 @@ class Metrics:
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: str) -> None:
-        for s in ("ACTIVE", "PAUSED", "DIVERGED", "DELETED"):
+        for s in ("ACTIVE", "PAUSED", "DIVERGED", "DELETED", "STOPPED"):
             self.queue_state.labels(topic, str(queue), s).set(1 if s == state else 0)

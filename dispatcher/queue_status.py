@@ -8,16 +8,16 @@ cold store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from metadata.rows import QueueRow
 from tieredstore.errors import TieredStoreError
-from tieredstore.hotstore import HotStore
+from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.loss import LossRecord
 from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 
-__all__ = ["LossStatus", "QueueStatus", "collect"]
+__all__ = ["LossStatus", "QueueStatus", "collect", "mark_stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,3 +115,16 @@ def _one(hot: HotStore, row: QueueRow, now_ms: int, oldest: HotOldest | None) ->
         retention_headroom_seconds=room.seconds if room and room.finite else None,
         lost_unacknowledged=lost,
     )
+
+
+def mark_stopped(
+    statuses: Sequence[QueueStatus], stopped: Mapping[QueueKey, str]
+) -> list[QueueStatus]:
+    """The running sidecar's view: queues it STOPPED (a manifest of a newer format at
+    ``stopped[queue]``, a key) show that state and key instead of the catalogue's."""
+    return [
+        replace(s, state="STOPPED", note=f"newer-format manifest at {key}")
+        if (key := stopped.get(QueueKey(s.topic, s.queue)))
+        else s
+        for s in statuses
+    ]

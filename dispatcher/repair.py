@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,8 +71,10 @@ from tieredstore.layout import (
     quarantine_key,
     quarantine_loss_key,
 )
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.segment import verify_segment
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Agreement",
@@ -79,8 +82,10 @@ __all__ = [
     "RepairPlan",
     "RepairReport",
     "SegmentCheck",
+    "check_segment",
     "execute_repair",
     "plan_repair",
+    "quarantine",
 ]
 
 
@@ -116,11 +121,15 @@ class SegmentCheck:
 @dataclass(frozen=True, slots=True)
 class Move:
     """One segment to quarantine. ``keys`` are its objects with the manifest last
-    (copied last, deleted first); ``why`` says how it was found."""
+    (copied last, deleted first); ``why`` says how it was found. ``manifest`` is the
+    manifest's bytes as decided on: nothing of the move is deleted unless the manifest
+    key still holds exactly them (a stale catalogue never moves another writer's
+    segment); empty for a manifest that did not parse (moved alone, whatever it is)."""
 
     start_offset: int
     keys: tuple[str, ...]
     why: str
+    manifest: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +200,7 @@ async def plan_repair(
     checks: list[SegmentCheck] = []
     cut = row.cold_commit
     for seg in segments:
-        check = await _check_segment(seg.manifest, hot, backend, rng)
+        check = await check_segment(seg.manifest, hot, backend, rng)
         checks.append(check)
         if not check.agreement.kept:
             cut = seg.start_offset
@@ -203,13 +212,9 @@ async def plan_repair(
             "cannot repair this queue",
             where=f"queue {row}",
         )
-    moves = [
-        Move(s.start_offset, _segment_keys(s.manifest), "catalogue segment at or after the cut")
-        for s in segments
-        if s.start_offset >= cut
-    ]
+    moves = [_catalogue_move(s.manifest) for s in segments if s.start_offset >= cut]
     known = {s.start_offset for s in segments}
-    moves += await _stray_moves(backend, catalogue, row, cut, known)
+    moves += await _stray_moves(backend, catalogue, row, cut, known, hot=hot, rng=rng)
     moves.sort(key=lambda m: m.start_offset, reverse=True)  # newest first
     losses = await _losses_after(backend, QueuePath(catalogue.cluster, catalogue.broker,
                                                     topic, queue_id), cut)  # fmt: skip
@@ -229,13 +234,22 @@ async def _losses_after(backend: Backend, queue: QueuePath, cut: int) -> tuple[s
     return tuple(sorted(keys, reverse=True))
 
 
+def _catalogue_move(m: Manifest) -> Move:
+    """Quarantine a catalogue segment, if its key still holds this very manifest."""
+    return Move(m.start_offset, _segment_keys(m), "catalogue segment at or after the cut",
+                m.to_json())  # fmt: skip
+
+
 def _segment_keys(m: Manifest) -> tuple[str, ...]:
     return (m.commit_log_key, m.consume_queue_key, m.key)
 
 
-async def _check_segment(
+async def check_segment(
     m: Manifest, hot: HotStore, backend: Backend, rng: HotRange
 ) -> SegmentCheck:
+    """Compare one committed segment with the hot store: its objects are read and
+    fully verified (sizes, digests, CQ pointers), then every record the hot store still
+    holds is compared outside bytes [28, 36), with each unit's size and tagsCode."""
     if m.end_offset > rng.max:
         return SegmentCheck(m, Agreement.HOT_SHORT, f"hot max offset is {rng.max}")
     lo = max(m.start_offset, rng.min)
@@ -266,13 +280,23 @@ async def _check_segment(
 
 
 async def _stray_moves(
-    backend: Backend, catalogue: Catalogue, row: QueueRow, cut: int, known: set[int]
+    backend: Backend,
+    catalogue: Catalogue,
+    row: QueueRow,
+    cut: int,
+    known: set[int],
+    *,
+    hot: HotStore,
+    rng: HotRange,
 ) -> list[Move]:
-    """Committed manifests at or after the cut that the catalogue never adopted.
+    """Committed manifests at or after the cut that the catalogue never adopted and
+    that the hot store disowns.
 
-    Left in place, the dispatcher would adopt them as soon as the queue is ACTIVE
-    again, without comparing them with the hot store. A manifest that does not parse is
-    moved alone (the names of its data objects cannot be known; GC collects them).
+    Each is compared with the hot store like the catalogue's own segments: one that
+    agrees is kept (another writer tiered it from this very hot store — e.g. the
+    catalogue is a stale copy — and reconcile adopts it), one that differs is moved. A
+    manifest that does not parse is moved alone (the names of its data objects cannot
+    be known; GC collects them). Fence markers are left: they are no segment.
     """
     queue = QueuePath(catalogue.cluster, catalogue.broker, row.topic, row.queue_id)
     out: list[Move] = []
@@ -284,13 +308,20 @@ async def _stray_moves(
         if start < cut or start in known:
             continue
         try:
-            m = read_manifest(await backend.read(info.key), info.key)
+            data = await backend.read(info.key)
+            m = read_stored(data, info.key)
         except ObjectNotFoundError:
             continue
         except ColdDataError:
             out.append(Move(start, (info.key,), "unparseable manifest after the cut"))
             continue
-        out.append(Move(start, _segment_keys(m), "manifest after the cut the catalogue lacks"))
+        if isinstance(m, FenceMarker):
+            continue  # no segment here: GC's fence stays (it fences stale writers)
+        if (await check_segment(m, hot, backend, rng)).agreement.kept:
+            continue
+        out.append(
+            Move(start, _segment_keys(m), "manifest after the cut the catalogue lacks", data)
+        )
     return out
 
 
@@ -311,7 +342,7 @@ async def execute_repair(
     stamp = clock.now_ms()
     moved: list[tuple[str, str]] = []
     for move in plan.moves:
-        moved += await _quarantine(move, backend=backend, lease=lease, stamp=stamp)
+        moved += await quarantine(move, backend=backend, lease=lease, stamp=stamp)
     for key in plan.losses:
         moved += await _quarantine_loss(key, backend=backend, lease=lease, stamp=stamp)
     await hold_lease(lease)
@@ -321,10 +352,16 @@ async def execute_repair(
     return RepairReport(plan, stamp, tuple(moved), row)
 
 
-async def _quarantine(
+async def quarantine(
     move: Move, *, backend: Backend, lease: Lease, stamp: int
 ) -> Sequence[tuple[str, str]]:
-    """Copy the segment's objects (manifest last), then delete them (manifest first)."""
+    """Copy the segment's objects (manifest last), then delete them (manifest first).
+
+    Right before the deletes, the manifest key is read again: unless it still holds
+    ``move.manifest`` (when given), nothing is deleted (the copies stay as evidence) and
+    the move is reported skipped in the log — the segment there is not the one decided
+    about (another writer's, e.g. judged by a stale catalogue).
+    """
     await hold_lease(lease)
     copied: list[tuple[str, str]] = []
     for key in move.keys:
@@ -336,9 +373,24 @@ async def _quarantine(
         await backend.write(target, data)
         copied.append((key, target))
     await hold_lease(lease)
+    if move.manifest and not await _still_there(backend, move.keys[-1], move.manifest):
+        log.warning(
+            "not quarantining the segment at %s: the manifest there is not the one repair "
+            "decided about (another writer's); left in place",
+            move.keys[-1],
+        )
+        return ()
     for key in reversed(move.keys):
         await backend.delete(key)
     return copied
+
+
+async def _still_there(backend: Backend, key: str, expected: bytes) -> bool:
+    """Whether ``key`` holds ``expected`` (absent counts: there is nothing to protect)."""
+    try:
+        return await backend.read(key) == expected
+    except ObjectNotFoundError:
+        return True
 
 
 async def _quarantine_loss(

@@ -34,10 +34,11 @@ from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.errors import CatalogueError, ConfigError
+from tieredstore.errors import CatalogueError, ConfigError, InvalidNameError, ObjectNotFoundError
 from tieredstore.hotstore import HotRange, HotStore
-from tieredstore.layout import QueuePath
+from tieredstore.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
 from tieredstore.loss import LossRecord, write_loss_record
+from tieredstore.manifest import FenceMarker, read_stored
 
 __all__ = ["ResumePlan", "ResumeReport", "execute_resume", "plan_resume"]
 
@@ -158,6 +159,32 @@ async def execute_resume(
     return ResumeReport(plan, tuple(records), row)
 
 
+async def _no_segment_inside(backend: Backend, queue: QueuePath, start: int, end: int) -> None:
+    """Refuse to record ``[start, end)`` as lost while cold holds a committed segment
+    starting inside it: the catalogue that planned the loss is stale (another writer
+    tiered those offsets), and a loss record would hide committed data."""
+    for info in await backend.list(kind_prefix(queue, SegmentKind.MANIFEST) + "/"):
+        try:
+            base = parse_object_key(info.key).base_offset
+        except InvalidNameError:
+            continue
+        if not start <= base < end:
+            continue
+        try:
+            stored = read_stored(await backend.read(info.key), info.key)
+        except ObjectNotFoundError:
+            continue
+        if isinstance(stored, FenceMarker):
+            continue
+        raise CatalogueError(
+            f"cold holds a committed segment at offset {base}, inside the range "
+            f"[{start}, {end}) this catalogue would record as lost: the catalogue is "
+            "stale (another writer tiered those offsets); start the sidecar with this "
+            "state directory (it reconciles) or use the state directory that tiered them",
+            where=info.key,
+        )
+
+
 async def _record_one(
     queue: QueuePath, row: QueueRow, hot_min: int, *, backend: Backend, lease: Lease, clock: Clock
 ) -> LossRecord:
@@ -170,6 +197,7 @@ async def _record_one(
         writer_id=lease.owner,
         lease_epoch=lease.epoch,
     )
+    await _no_segment_inside(backend, queue, row.cold_commit, hot_min)
     await hold_lease(lease)
     stored = await write_loss_record(backend, record)
     if stored.end_offset > hot_min:

@@ -55,12 +55,21 @@ from dispatcher.lease import Lease
 from dispatcher.lease_guard import hold_lease
 from dispatcher.metrics import Metrics
 from metadata.catalogue import Catalogue
+from metadata.reconcile import reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.config import Settings
-from tieredstore.errors import CatalogueError, ConfigError, StoreError, StoreNotFoundError
+from tieredstore.errors import (
+    CatalogueError,
+    ConfigError,
+    CorruptManifestError,
+    ObjectNotFoundError,
+    StoreError,
+    StoreNotFoundError,
+)
 from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.manifest import Manifest, read_stored
 
 __all__ = [
     "Decision",
@@ -370,6 +379,14 @@ async def delete_segment(
     mark, and :func:`resume` finishes the job.
     """
     await hold_lease(lease)
+    if await _foreign(backend, segment.manifest):
+        report = await reconcile(catalogue, backend)
+        raise CatalogueError(
+            f"segment {segment} is not what its manifest key holds now (another writer's "
+            f"segment, or something unreadable): nothing deleted; the catalogue was "
+            f"reconciled with the cold store ({report}); run the expiry again",
+            where=segment.manifest.key,
+        )
     marked = await asyncio.to_thread(
         catalogue.mark_deleting, segment.topic, segment.queue_id, segment.start_offset
     )
@@ -387,9 +404,21 @@ async def _finish(
 ) -> QueueRow:
     """Steps 2–5 for a DELETING segment; each is idempotent (a missing object is fine).
 
-    The lease is checked (locally, against its deadline) before every deletion.
+    The lease is checked (locally, against its deadline) before every deletion. Right
+    before the first, the manifest key is read: if it holds another writer's manifest
+    (or something unreadable), the segment this row meant is no longer in cold and
+    nothing is deleted; the row is dropped (whatever its objects were, GC decides).
     """
     m = segment.manifest
+    if await _foreign(backend, m):
+        log.warning(
+            "not deleting segment %s: its manifest key holds another writer's manifest "
+            "now; the catalogue's row is dropped, the cold store left as it is",
+            segment,
+        )
+        return await asyncio.to_thread(
+            catalogue.drop_segment, segment.topic, segment.queue_id, segment.start_offset
+        )
     for step, key in (
         (DeletionStep.MANIFEST, m.key),
         (DeletionStep.CONSUME_QUEUE, m.consume_queue_key),
@@ -403,6 +432,19 @@ async def _finish(
     )
     on_step(segment, DeletionStep.DROPPED)
     return row
+
+
+async def _foreign(backend: Backend, manifest: Manifest) -> bool:
+    """Whether ``manifest``'s key holds something else than ``manifest``: another
+    manifest, or bytes that do not parse. Absent or a fence marker is not foreign (the
+    manifest is already gone: an interrupted deletion)."""
+    try:
+        stored = read_stored(await backend.read(manifest.key), manifest.key)
+    except ObjectNotFoundError:
+        return False
+    except CorruptManifestError:
+        return True
+    return isinstance(stored, Manifest) and stored != manifest
 
 
 async def destroy_queue(decision: DestroyQueue, *, catalogue: Catalogue, lease: Lease) -> QueueRow:

@@ -276,6 +276,8 @@ class Rounds:
         if result.kind is CommitKind.DIVERGED:
             report.diverged.append(QueueKey(row.topic, row.queue_id))
             return None
+        if result.kind is CommitKind.STOPPED:
+            return None
         if result.kind is CommitKind.ADOPTED:
             return result.row
         self.metrics.upload_seconds.observe(time.perf_counter() - started)

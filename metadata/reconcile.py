@@ -19,6 +19,17 @@ broker's cold prefix:
   not adopted because of an earlier problem in the same queue or the queue's state; loss
   records that do not parse (their loss is then not acknowledged).
 
+* **Stale catalogue, healed** (content, not only start offsets): the manifests the
+  catalogue holds first and last in each queue are read and compared with the
+  catalogue's rows; if either differs, every row is, oldest first, and at the first row
+  whose key holds another *valid* manifest (another writer re-tiered those offsets,
+  e.g. after a ``repair`` run from another state directory) the catalogue is truncated
+  and the cold store's own history adopted from there (``catalogue_drift``). A key that
+  holds nothing or something unreadable is reported, never truncated (the catalogue
+  then still protects what its rows name).
+* **Fence markers** (:class:`~tieredstore.manifest.FenceMarker`, GC's) are no segment:
+  skipped, never adopted, never reported.
+
 Sizes come from the listing; digests are not read here (that is the verifier's job, and
 reading every object on each start would cost the whole cold store). DELETING segments are
 skipped: their objects disappear by design.
@@ -53,7 +64,7 @@ from tieredstore.layout import (
     classify_listed,
 )
 from tieredstore.loss import LossRecord, read_loss_record
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend, ObjectInfo
@@ -126,6 +137,7 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
     for row in queues:
         segments = await asyncio.to_thread(catalogue.segments, row.topic, row.queue_id)
         _check_rows(segments, listing, found)
+    queues = [await _heal_stale(catalogue, backend, q, found) for q in queues]
     known = {(q.topic, q.queue_id): q for q in queues}
     for (topic, queue_id), keys in sorted(entries.items()):
         await _adopt_queue(
@@ -195,6 +207,49 @@ def _check_rows(
                 )
 
 
+async def _heal_stale(
+    catalogue: Catalogue, backend: Backend, row: QueueRow, found: _Findings
+) -> QueueRow:
+    """Truncate a catalogue whose segments another writer's manifests replaced in cold
+    (see the module docstring); return the queue's row."""
+    segments = [
+        s
+        for s in await asyncio.to_thread(catalogue.segments, row.topic, row.queue_id)
+        if s.status is SegmentStatus.COMMITTED
+    ]
+    if not segments:
+        return row
+    ends = {segments[0].start_offset: segments[0], segments[-1].start_offset: segments[-1]}
+    stored = [await _stored(backend, s.manifest.key) for s in ends.values()]
+    if all(not isinstance(x, Manifest) or x == s.manifest
+           for x, s in zip(stored, ends.values(), strict=True)):  # fmt: skip
+        return row
+    for seg in segments:
+        theirs = await _stored(backend, seg.manifest.key)
+        if isinstance(theirs, Manifest) and theirs != seg.manifest:
+            found.issue(
+                FindingKind.CATALOGUE_DRIFT,
+                seg.manifest.key,
+                f"cold holds another writer's segment [{theirs.start_offset}, "
+                f"{theirs.end_offset}) (epoch {theirs.lease_epoch}, {theirs.writer_id}) where "
+                f"the catalogue had {seg}: the catalogue of {row} is truncated to offset "
+                f"{seg.start_offset} and follows the cold store from there",
+            )
+            await asyncio.to_thread(
+                catalogue.truncate_queue, row.topic, row.queue_id, seg.start_offset
+            )
+            return await asyncio.to_thread(catalogue.queue, row.topic, row.queue_id) or row
+    return row
+
+
+async def _stored(backend: Backend, key: str) -> Manifest | FenceMarker | None:
+    """What the manifest key holds; None when absent or unreadable (reported elsewhere)."""
+    try:
+        return read_stored(await backend.read(key), key)
+    except (ObjectNotFoundError, CorruptManifestError):
+        return None
+
+
 async def _adopt_queue(
     catalogue: Catalogue,
     backend: Backend,
@@ -218,6 +273,10 @@ async def _adopt_queue(
         if row is not None and (isinstance(key, ObjectKey), start) in known:
             continue  # the catalogue's own segment or loss; segments checked by _check_rows
         if row is not None and start < row.cold_commit:
+            if isinstance(key, ObjectKey) and isinstance(
+                await _stored(backend, key.key), FenceMarker
+            ):
+                continue  # GC's fence inside the history: no segment, nothing to report
             where = "below cold min (already expired)" if start < row.cold_min else "inside"
             what = "manifest" if isinstance(key, ObjectKey) else "loss record"
             found.issue(
@@ -248,6 +307,8 @@ async def _adopt_manifest(
 ) -> tuple[QueueRow | None, bool]:
     """Adopt one manifest; return the queue's row and whether it was adopted."""
     manifest = await _load(backend, listing, key, found)
+    if isinstance(manifest, FenceMarker):
+        return row, True  # no segment here: GC's fence; nothing to adopt or block on
     if manifest is None:
         return row, False
     if row is None:
@@ -322,9 +383,11 @@ async def _first_cl_base(
         if isinstance(key, ObjectKey):
             try:
                 data = await backend.read_exact(key.key, 0, listing[key.key].size)
-                return read_manifest(data, key.key).cl_base
+                stored = read_stored(data, key.key)
             except (ObjectNotFoundError, CorruptManifestError):
                 return 0
+            if isinstance(stored, Manifest):
+                return stored.cl_base
     return 0
 
 
@@ -342,12 +405,14 @@ def _continuation_problem(row: QueueRow, manifest: Manifest) -> str:
 
 async def _load(
     backend: Backend, listing: dict[str, ObjectInfo], key: ObjectKey, found: _Findings
-) -> Manifest | None:
+) -> Manifest | FenceMarker | None:
     """Read and validate one manifest and check its objects are listed with their sizes;
-    report and return None if anything is wrong."""
+    report and return None if anything is wrong (a fence marker is returned as is)."""
     try:
         size = listing[key.key].size
-        manifest = read_manifest(await backend.read_exact(key.key, 0, size), key.key)
+        manifest = read_stored(await backend.read_exact(key.key, 0, size), key.key)
+        if isinstance(manifest, FenceMarker):
+            return manifest
     except ObjectNotFoundError:
         found.issue(FindingKind.MISSING_OBJECT, key.key, "manifest vanished while reconciling")
         return None

@@ -15,6 +15,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.manifest import FenceMarker, read_stored
 from tieredstore.segment import Manifest, verify_segment
 
 
@@ -37,7 +38,9 @@ async def read_cold(backend: Backend, cluster: str, broker: str) -> dict[QueueKe
         key = parse_object_key(info.key)
         if key.kind is not SegmentKind.MANIFEST:
             continue
-        m = Manifest.from_json(await backend.read(info.key), where=info.key)
+        m = read_stored(await backend.read(info.key), info.key)
+        if isinstance(m, FenceMarker):
+            continue  # GC's fence: no segment here
         by_queue[QueueKey(m.topic, m.queue_id)].append(m)
     out: dict[QueueKey, ColdQueue] = {}
     for q, manifests in by_queue.items():

@@ -26,6 +26,7 @@ tell the operator?* (:class:`FatalError`).
         ├── ColdDataError               cold side: objects and manifests
         │   ├── ObjectNotFoundError     an object a manifest or caller needs is absent
         │   ├── CorruptManifestError    manifest JSON that does not validate
+        │   │   └── UnsupportedFormatError  a manifest of a newer format than this version reads
         │   ├── CorruptLossRecordError  loss record JSON that does not validate
         │   ├── SizeMismatchError       object size differs from its manifest
         │   └── DigestMismatchError     object digest differs from its manifest
@@ -78,6 +79,7 @@ __all__ = [
     "ThrottledError",
     "TieredStoreError",
     "TruncatedDataError",
+    "UnsupportedFormatError",
     "UnsupportedStoreError",
 ]
 
@@ -167,6 +169,12 @@ class ObjectNotFoundError(ColdDataError):
 
 class CorruptManifestError(ColdDataError):
     """A manifest that is not valid JSON or fails validation."""
+
+
+class UnsupportedFormatError(CorruptManifestError):
+    """A manifest (or fence marker) whose format version is newer than this version
+    reads: written by a newer tieredstore (a rolling upgrade). Not damage, but nothing
+    this version may build on: the queue stops until this sidecar is upgraded."""
 
 
 class CorruptLossRecordError(ColdDataError):

@@ -68,7 +68,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import CorruptManifestError, InvalidNameError, ObjectNotFoundError
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
 
 __all__ = [
     "DICTIONARY_COLUMNS",
@@ -417,8 +417,8 @@ async def export_parquet(
         try:
             for mkey in await _manifest_keys(cold, request):
                 raw = await cold.read(mkey)
-                m = read_manifest(raw, mkey)
-                if not request.wants_segment(m):
+                m = read_stored(raw, mkey)
+                if isinstance(m, FenceMarker) or not request.wants_segment(m):
                     continue
                 selected += 1
                 sha = hashlib.sha256(raw).hexdigest()

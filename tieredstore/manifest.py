@@ -13,6 +13,14 @@ Format versions: 2 (written since 0.2) names each data object with its upload at
 :mod:`tieredstore.layout`); 1 (0.1.0) names them by base offset alone. Both are read;
 object keys always come from the names recorded here, never from the offsets.
 
+A **fence marker** (:class:`FenceMarker`) may stand at a manifest key instead of a
+manifest: GC creates one, stamped with its lease epoch, before it deletes the
+uncommitted objects of a segment start that has no manifest, so a paused writer of an
+older epoch can never create that manifest afterwards (its create finds the key taken).
+A marker means "no segment here": every reader takes manifests through
+:func:`read_stored` and skips markers; only a writer of the marker's epoch or newer
+replaces one (compare-and-swap) with its manifest. docs/format.md has both formats.
+
 Parsing is strict (:meth:`Manifest.from_json`): unknown, missing or duplicate fields,
 wrong JSON types and every violated invariant raise
 :class:`~tieredstore.errors.CorruptManifestError` naming the object. The encoding is
@@ -26,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from tieredstore.digests import WRITTEN, DigestAlgorithm, digest
-from tieredstore.errors import CorruptManifestError, InvalidNameError
+from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import (
     MAX_OFFSET,
@@ -40,17 +48,22 @@ from tieredstore.strictjson import Fields, canonical, parse_object
 
 __all__ = [
     "DIGEST_ALGORITHM",
+    "FENCE_VERSION",
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
+    "FenceMarker",
     "Manifest",
     "ObjectRef",
     "digest",
     "read_manifest",
+    "read_stored",
 ]
 
 FORMAT_VERSION: Final = 2
 #: Every manifest format this tieredstore reads (1: 0.1.0 layout without attempts).
 READABLE_VERSIONS: Final = frozenset({1, 2})
+#: The fence-marker format this tieredstore writes and reads.
+FENCE_VERSION: Final = 1
 #: The digest algorithm new manifests record (older ones may name another; both read).
 DIGEST_ALGORITHM: Final = WRITTEN
 
@@ -225,9 +238,14 @@ class Manifest:
         every violated invariant raise :class:`CorruptManifestError` naming ``where``.
         """
         fields = parse_object(data, error=CorruptManifestError, what="manifest", where=where)
+        return cls._from_fields(fields, where=where)
+
+    @classmethod
+    def _from_fields(cls, fields: Fields, *, where: str) -> Manifest:
         version = fields.integer("format_version")
         if version not in READABLE_VERSIONS:
-            raise CorruptManifestError(
+            error = UnsupportedFormatError if version > FORMAT_VERSION else CorruptManifestError
+            raise error(
                 f"unsupported format_version {version} "
                 f"(this tieredstore reads {sorted(READABLE_VERSIONS)})",
                 where=where,
@@ -302,15 +320,120 @@ def read_manifest(data: bytes, key: str) -> Manifest:
             queue or start offset differs from what its key says (a copied or
             misplaced manifest), or a key that is not a manifest key.
     """
+    stored = read_stored(data, key)
+    if isinstance(stored, FenceMarker):
+        raise CorruptManifestError(
+            f"{stored.describe()}: no segment is committed at this key", where=key
+        )
+    return stored
+
+
+def _parse_manifest_key(key: str) -> None:
     try:
         parsed = parse_object_key(key)
     except InvalidNameError as exc:
         raise CorruptManifestError(f"not a manifest key: {exc.message}", where=key) from exc
     if parsed.kind is not SegmentKind.MANIFEST:
         raise CorruptManifestError(f"a {parsed.kind.value} object is not a manifest", where=key)
-    manifest = Manifest.from_json(data, where=key)
-    if manifest.key != key:
-        raise CorruptManifestError(
-            f"manifest describes {manifest.key}, not the key it is stored at", where=key
+
+
+@dataclass(frozen=True, slots=True)
+class FenceMarker:
+    """ "No segment starts here, and none of an epoch below ``lease_epoch`` ever will."
+
+    Stored at ``MANIFEST/<name(start)>.json`` by GC (create-if-absent) before it deletes
+    uncommitted objects of that segment start; replaced only by a manifest of a writer
+    whose lease epoch is ``>= lease_epoch``. Never collected except with its queue.
+    """
+
+    cluster: str
+    broker: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    lease_epoch: int
+    writer_id: str
+    created_at_ms: int
+    fence_version: int = FENCE_VERSION
+
+    def __post_init__(self) -> None:
+        problem = ""
+        if self.lease_epoch < 1:
+            problem = f"lease_epoch {self.lease_epoch} < 1 (epochs start at 1)"
+        elif not self.writer_id:
+            problem = "writer_id is empty"
+        elif not 0 <= self.start_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
+            problem = f"start_offset {self.start_offset} is not a valid queue offset"
+        if problem:
+            raise CorruptManifestError(
+                problem, where=f"fence marker of {self.topic}/{self.queue_id}"
+            )
+
+    @property
+    def queue(self) -> QueuePath:
+        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
+
+    @property
+    def key(self) -> str:
+        """The manifest key this marker occupies."""
+        return object_key(self.queue, SegmentKind.MANIFEST, self.start_offset)
+
+    def to_json(self) -> bytes:
+        return canonical(asdict(self))
+
+    def describe(self) -> str:
+        return f"fence marker of epoch {self.lease_epoch} ({self.writer_id}) at {self.key}"
+
+
+_FENCE_FIELDS: Final[dict[str, type]] = {
+    "cluster": str,
+    "broker": str,
+    "topic": str,
+    "queue_id": int,
+    "start_offset": int,
+    "lease_epoch": int,
+    "writer_id": str,
+    "created_at_ms": int,
+}
+
+
+def _fence_from_fields(fields: Fields, *, where: str) -> FenceMarker:
+    version = fields.integer("fence_version")
+    if version != FENCE_VERSION:
+        error = UnsupportedFormatError if version > FENCE_VERSION else CorruptManifestError
+        raise error(
+            f"unsupported fence_version {version} (this tieredstore reads {FENCE_VERSION})",
+            where=where,
         )
-    return manifest
+    values: dict[str, Any] = {n: fields.scalar(n, t) for n, t in _FENCE_FIELDS.items()}
+    fields.no_extra()
+    try:
+        return FenceMarker(**values)
+    except (CorruptManifestError, InvalidNameError) as exc:
+        raise CorruptManifestError(exc.message, where=where) from exc
+
+
+def read_stored(data: bytes, key: str) -> Manifest | FenceMarker:
+    """Parse what is stored at manifest key ``key``: a manifest, or a fence marker.
+
+    The one rule every reader of the committed history follows: a :class:`Manifest`
+    commits a segment; a :class:`FenceMarker` means there is no segment at its start.
+
+    Raises:
+        UnsupportedFormatError: a manifest or marker of a newer format than this reads.
+        CorruptManifestError: anything else that does not validate, or describes
+            another key than ``key`` (see :func:`read_manifest`).
+    """
+    _parse_manifest_key(key)
+    fields = parse_object(data, error=CorruptManifestError, what="manifest", where=key)
+    if "fence_version" in fields.doc:
+        stored: Manifest | FenceMarker = _fence_from_fields(fields, where=key)
+    else:
+        stored = Manifest._from_fields(fields, where=key)
+    if stored.key != key:
+        raise CorruptManifestError(
+            f"{'fence marker' if isinstance(stored, FenceMarker) else 'manifest'} describes "
+            f"{stored.key}, not the key it is stored at",
+            where=key,
+        )
+    return stored

@@ -68,7 +68,7 @@ import bisect
 import enum
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -96,7 +96,7 @@ from tieredstore.formats.record import (
 from tieredstore.formats.vector import store_timestamps
 from tieredstore.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
 from tieredstore.loss import list_loss_records
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.segment import MIN_RECORD_SIZE
 
 if TYPE_CHECKING:  # the backends package pulls in s3fs; decoding must stay light
@@ -223,6 +223,30 @@ class _Segments:
         return len(self.starts)
 
 
+Stored = Callable[[str], Awaitable[Manifest | FenceMarker]]
+
+
+async def _at_or_before(stored: Stored, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
+    """The last committed segment listed at index ``i`` or before, stepping over fence
+    markers (no segment there); None if there is none."""
+    while i >= 0:
+        found = await stored(segs.keys[i])
+        if isinstance(found, Manifest):
+            return i, found
+        i -= 1
+    return None
+
+
+async def _at_or_after(stored: Stored, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
+    """The first committed segment listed at index ``i`` or after (see above)."""
+    while i < len(segs):
+        found = await stored(segs.keys[i])
+        if isinstance(found, Manifest):
+            return i, found
+        i += 1
+    return None
+
+
 class ColdReader:
     """Reads one broker's queues from its cold prefix (see the module docstring).
 
@@ -247,7 +271,7 @@ class ColdReader:
         self.broker = broker
         self.batch_bytes = batch_bytes
         self._cache_size = cache_manifests
-        self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+        self._manifests: OrderedDict[str, Manifest | FenceMarker] = OrderedDict()
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
@@ -268,7 +292,9 @@ class ColdReader:
         found.sort()
         return _Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
 
-    async def _manifest(self, key: str) -> Manifest:
+    async def _stored(self, key: str) -> Manifest | FenceMarker:
+        """What is at manifest key ``key``: a segment's manifest or a GC fence marker
+        (no segment: every lookup below steps over it)."""
         cached = self._manifests.get(key)
         if cached is not None:
             self._manifests.move_to_end(key)
@@ -280,7 +306,7 @@ class ColdReader:
             raise OffsetOutOfRangeError(
                 "segment expired while it was being read", where=key
             ) from exc
-        manifest = read_manifest(data, key)
+        manifest = read_stored(data, key)
         self._manifests[key] = manifest
         if len(self._manifests) > self._cache_size:
             self._manifests.popitem(last=False)
@@ -292,16 +318,19 @@ class ColdReader:
         return await self._range(segs)
 
     async def _range(self, segs: _Segments) -> ColdRange:
-        if not segs:
+        first = await _at_or_after(self._stored, segs, 0)
+        last = await _at_or_before(self._stored, segs, len(segs) - 1)
+        if first is None or last is None:
             return ColdRange(0, 0)
-        last = await self._manifest(segs.keys[-1])
-        return ColdRange(segs.starts[0], last.end_offset)
+        return ColdRange(first[1].start_offset, last[1].end_offset)
 
     async def _segment_for(self, queue: QueuePath, segs: _Segments, offset: int) -> Manifest:
         """The committed segment holding ``offset``; OffsetOutOfRangeError if none does."""
-        i = bisect.bisect_right(segs.starts, offset) - 1
-        if i >= 0:
-            manifest = await self._manifest(segs.keys[i])
+        found = await _at_or_before(
+            self._stored, segs, bisect.bisect_right(segs.starts, offset) - 1
+        )
+        if found is not None:
+            i, manifest = found
             if offset < manifest.end_offset:
                 return manifest
             if i + 1 < len(segs):
@@ -367,7 +396,10 @@ class ColdReader:
                 i = bisect.bisect_right(segs.starts, offset) - 1
                 if segs.starts[i] != offset:
                     return  # cold commit (or a gap): the read ends here
-                manifest = await self._manifest(segs.keys[i])
+                stored = await self._stored(segs.keys[i])
+                if isinstance(stored, FenceMarker):
+                    return  # no segment there: the read ends here
+                manifest = stored
 
     async def _read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
         rel = (offset - manifest.start_offset) * CQ_UNIT_SIZE
@@ -439,13 +471,15 @@ class ColdReader:
         lo, hi = 0, len(segs)
         while lo < hi:  # first segment whose newest message is at or after ts
             mid = (lo + hi) // 2
-            if (await self._manifest(segs.keys[mid])).max_store_timestamp < ts:
+            before = await _at_or_before(self._stored, segs, mid)  # markers: the segment before
+            if before is None or before[1].max_store_timestamp < ts:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo == len(segs):
+        found = await _at_or_before(self._stored, segs, lo) if lo < len(segs) else None
+        if found is None:
             return rng.commit
-        manifest = await self._manifest(segs.keys[lo])
+        manifest = found[1]
         if manifest.min_store_timestamp >= ts:
             return manifest.start_offset
         # The segment's last message is at or after ts, its first one before it.

@@ -54,7 +54,8 @@ from tieredstore.layout import (
     classify_listed,
 )
 from tieredstore.loss import LossRecord, read_loss_record
-from tieredstore.segment import digest, read_manifest
+from tieredstore.manifest import FenceMarker, read_stored
+from tieredstore.segment import digest
 from verifier import schemas
 from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (
@@ -335,9 +336,11 @@ class ManifestTask:
         except FileNotFoundError:
             return None  # expired between the listing and now: no longer committed
         try:
-            m = read_manifest(data, key)
+            m = read_stored(data, key)
         except CorruptManifestError as exc:
             return base | {"error": str(exc)}
+        if isinstance(m, FenceMarker):
+            return None  # GC's fence: no segment here
         return base | {
             "end_offset": m.end_offset,
             "cl_base": m.cl_base,

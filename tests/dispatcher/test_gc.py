@@ -19,7 +19,7 @@ from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli import main
 from tieredstore.clock import VirtualClock
-from tieredstore.errors import LeaseLostError
+from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import (
@@ -31,6 +31,7 @@ from tieredstore.layout import (
     parse_object_key,
     quarantine_key,
 )
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.segments import chain
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
@@ -280,3 +281,71 @@ def test_gc_command_exits_1_on_damage(
     assert main(_cli(tmp_path, "--dry-run")) == 1
     out = capsys.readouterr().out
     assert "DAMAGED missing_object: commit-log object of manifest" in out
+
+
+async def _uncommitted_pair(clock: VirtualClock) -> tuple[MemoryBackend, Manifest, Manifest]:
+    """seg1 committed; seg2's objects uploaded by a writer frozen before its create."""
+    reset_memory_stores()
+    backend = MemoryBackend("gc-fence", clock=lambda: clock.now_ms() / 1000)
+    seg1, seg2 = chain(QUEUE, [3, 4])
+    for seg in (seg1, seg2):
+        await backend.write(seg.manifest.commit_log_key, seg.commit_log)
+        await backend.write(seg.manifest.consume_queue_key, seg.consume_queue)
+    await backend.write(seg1.manifest.key, seg1.manifest.to_json())
+    clock.set_ms(clock.now_ms() + int(GRACE_S * 1000) + 1)
+    return backend, seg1.manifest, seg2.manifest
+
+
+async def test_gc_fences_a_segment_start_before_deleting_its_objects() -> None:
+    """The frozen writer's create then finds GC's marker of a newer epoch: no manifest
+    can ever name the objects GC deleted, and every reader sees no segment there."""
+    clock = VirtualClock(start_ms=1_800_000_000_000)
+    backend, _, m2 = await _uncommitted_pair(clock)
+    report = await scan_garbage(
+        backend, cluster=CLUSTER, broker=BROKER, now_ms=clock.now_ms(), grace_s=GRACE_S
+    )
+    assert [f.key for f in report.fences] == [m2.key]
+    lease = Lease(backend, lease_key(CLUSTER, BROKER), clock, owner="gc-1")
+    await lease.acquire(wait=False)
+    assert await delete_garbage(report, backend=backend, lease=lease) == 2
+    marker = read_stored(await backend.read(m2.key), m2.key)
+    assert isinstance(marker, FenceMarker) and marker.lease_epoch == lease.epoch
+    with pytest.raises(ConditionFailedError):  # the frozen writer's create
+        await backend.create(m2.key, m2.to_json())
+    again = await scan_garbage(
+        backend, cluster=CLUSTER, broker=BROKER, now_ms=clock.now_ms(), grace_s=0
+    )
+    assert again.findings == () and again.manifests == 1  # the marker is no manifest
+
+
+async def test_a_manifest_that_landed_since_the_scan_keeps_its_objects() -> None:
+    clock = VirtualClock(start_ms=1_800_000_000_000)
+    backend, _, m2 = await _uncommitted_pair(clock)
+    report = await scan_garbage(
+        backend, cluster=CLUSTER, broker=BROKER, now_ms=clock.now_ms(), grace_s=GRACE_S
+    )
+    await backend.create(m2.key, m2.to_json())  # the frozen writer thawed first
+    lease = Lease(backend, lease_key(CLUSTER, BROKER), clock, owner="gc-1")
+    await lease.acquire(wait=False)
+    assert await delete_garbage(report, backend=backend, lease=lease) == 0
+    assert await backend.exists(m2.commit_log_key) and await backend.exists(m2.consume_queue_key)
+    assert await backend.read(m2.key) == m2.to_json()
+
+
+async def test_an_older_epoch_s_marker_is_stamped_again() -> None:
+    """A writer of an epoch between two GCs may replace the first GC's marker; the
+    second GC re-stamps it (compare-and-swap) before deleting that writer's objects."""
+    clock = VirtualClock(start_ms=1_800_000_000_000)
+    backend, _, m2 = await _uncommitted_pair(clock)
+    old = FenceMarker(CLUSTER, BROKER, QUEUE.topic, 0, m2.start_offset, lease_epoch=1,
+                      writer_id="gc-0", created_at_ms=0)  # fmt: skip
+    await backend.write(m2.key, old.to_json())
+    report = await scan_garbage(
+        backend, cluster=CLUSTER, broker=BROKER, now_ms=clock.now_ms(), grace_s=GRACE_S
+    )
+    lease = Lease(backend, lease_key(CLUSTER, BROKER), clock, owner="gc-1")
+    await lease.acquire(wait=False)
+    await lease.acquire(wait=False)  # a later epoch than the marker's
+    await delete_garbage(report, backend=backend, lease=lease)
+    marker = read_stored(await backend.read(m2.key), m2.key)
+    assert isinstance(marker, FenceMarker) and marker.lease_epoch == lease.epoch > 1

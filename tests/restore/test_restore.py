@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from tieredstore.errors import (
 from tieredstore.formats import fastjson
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE, decode_record
 from tieredstore.hotstore import HotStore
+from tieredstore.layout import QueuePath
+from tieredstore.manifest import FenceMarker
 from tieredstore.restore.check import check_restored
 from tieredstore.restore.index import IndexGeometry
 from tieredstore.restore.journal import RestoreParams
@@ -333,3 +336,19 @@ def test_cli_restore_and_check(
     assert "already holds a complete restore" in capsys.readouterr().err
     assert main(["restore", *common, "--since", "2024-01-02", "--until", "2024-01-01"]) == 3
     assert "--since 1704153600000 is after --until" in capsys.readouterr().err
+
+
+def test_fence_markers_are_no_segment_to_restore(tiered: tuple[Path, Path], tmp_path: Path) -> None:
+    """GC's fence markers (one inside a segment's range, one past the end) are skipped:
+    the restore and its check see exactly the committed segments."""
+    _, src = tiered
+    cold = tmp_path / "cold"
+    shutil.copytree(src, cold)
+    queue = QueuePath(CLUSTER, BROKER, "SynthTopic0", 0)
+    for start in (SPEC.queue_start + 1, 10**6):
+        marker = FenceMarker(CLUSTER, BROKER, queue.topic, 0, start, lease_epoch=5,
+                             writer_id="gc@h", created_at_ms=1)  # fmt: skip
+        (cold / marker.key).write_bytes(marker.to_json())
+    out = tmp_path / "out"
+    _restore(cold, out)
+    assert _check(cold, out).startswith("CLEAN: 2,400 messages of 4 queues")

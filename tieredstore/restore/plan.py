@@ -31,7 +31,7 @@ from typing import Final
 from tieredstore.backends.base import Backend
 from tieredstore.errors import ColdDataError, InvalidNameError
 from tieredstore.layout import QueuePath, SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = ["QueuePlan", "RestoreFilter", "RestorePlan", "TimeWindow", "build_plan"]
 
@@ -133,13 +133,15 @@ async def _list_manifests(
 
 
 async def _read_all(backend: Backend, keys: Sequence[str]) -> list[Manifest]:
+    """The committed segments among ``keys`` (GC fence markers are no segment)."""
     sem = asyncio.Semaphore(_READ_CONCURRENCY)
 
-    async def one(key: str) -> Manifest:
+    async def one(key: str) -> Manifest | FenceMarker:
         async with sem:
-            return read_manifest(await backend.read(key), key)
+            return read_stored(await backend.read(key), key)
 
-    return list(await asyncio.gather(*(one(k) for k in keys)))
+    stored = await asyncio.gather(*(one(k) for k in keys))
+    return [m for m in stored if isinstance(m, Manifest)]
 
 
 def _contiguous(queue: QueuePath, manifests: Sequence[Manifest]) -> None:
@@ -170,12 +172,12 @@ async def build_plan(
     """
     listed = await _list_manifests(backend, cluster, broker, filt)
     manifests = await _read_all(backend, [k for q in sorted(listed) for k in listed[q]])
+    by_queue: dict[QueuePath, list[Manifest]] = defaultdict(list)
+    for m in manifests:  # fence markers are gone: group by what each manifest says
+        by_queue[m.queue].append(m)
     queues: list[QueuePlan] = []
-    pos = 0
     for queue in sorted(listed):
-        mine = manifests[pos : pos + len(listed[queue])]
-        pos += len(mine)
-        kept = _prune(mine, filt.window)
+        kept = _prune(by_queue[queue], filt.window)
         _contiguous(queue, kept)
         if kept:
             queues.append(QueuePlan(queue, kept))

@@ -35,7 +35,7 @@ from tieredstore.layout import (
     parse_object_key,
     validate_topic,
 )
-from tieredstore.manifest import Manifest, read_manifest
+from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions
 from verifier.archive.pruning import Pruning
 from verifier.readers import ColdLocation, open_cold
@@ -185,7 +185,9 @@ def plan(options: ArchiveOptions, pruning: Pruning) -> list[SegmentPartition]:
             keys += _manifest_keys(fs, root, f"{cdir}/{broker}", pruning)
     parts: list[SegmentPartition] = []
     for key, data in _read_manifests(fs, root, _by_name(keys, pruning)):
-        m = read_manifest(data, key.key)
+        m = read_stored(data, key.key)
+        if isinstance(m, FenceMarker):
+            continue  # GC's fence: no segment here
         cut = pruning.cut(m.start_offset, m.end_offset, m.min_store_timestamp,
                           m.max_store_timestamp)  # fmt: skip
         if cut is not None:

@@ -1,0 +1,73 @@
+"""A manifest of a newer format at a queue's frontier stops that queue cleanly.
+
+A newer sidecar (a rolling upgrade) committed a ``format_version`` 3 manifest at the
+offset this sidecar would tier next. This one makes one attempt (its upload, then the
+create that finds the key taken), deletes that attempt's own objects, and stops the
+queue: state STOPPED in ``tieredstore_queue_state``, an error count, one log line
+naming the key. Further ticks upload nothing for it; the other queue tiers on. On the
+old code every tick uploaded the segment again and left its objects behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from dispatcher.queue_status import collect, mark_stopped
+from dispatcher.runtime import open_runtime
+from tieredstore.layout import QueuePath, SegmentKind, object_key
+from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+
+SPEC = SynthSpec(topics=1, queues=2, messages=300, body_min=100, body_max=400, seed=8)
+TOPIC = "SynthTopic0"
+
+
+def _data_objects(cold: Path, queue_id: int) -> list[Path]:
+    root = [p for p in cold.rglob(f"{TOPIC}/{queue_id}") if p.is_dir()]
+    return [
+        p
+        for r in root
+        for kind in ("COMMIT_LOG", "CONSUME_QUEUE")
+        for p in (r / kind).glob("*")
+        if p.is_file()
+    ]
+
+
+async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = synthesize(tmp_path / "store", SPEC).root
+    cold = tmp_path / "cold"
+    settings = settings_for(
+        store, str(cold), tmp_path / "state", tiering__segment_max_bytes="16K",
+        tiering__guard="none",
+    )  # fmt: skip
+    key = object_key(QueuePath(CLUSTER, BROKER, TOPIC, 0), SegmentKind.MANIFEST, 0)
+    newer = {"format_version": 3, "segment": {"start": 0, "end": 90}, "writer_id": "v0.9"}
+    (cold / key).parent.mkdir(parents=True)
+    (cold / key).write_bytes(json.dumps(newer).encode())
+    async with open_runtime(settings) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        with caplog.at_level(logging.ERROR, logger="dispatcher"):
+            await rt.dispatcher.catch_up()
+            await rt.dispatcher.catch_up()
+        stopped = [r.getMessage() for r in caplog.records if "STOPPED" in r.getMessage()]
+        assert len(stopped) == 1 and key in stopped[0] and "newer format" in stopped[0]
+        gauge = rt.dispatcher.metrics.queue_state
+        assert gauge.labels(TOPIC, "0", "STOPPED")._value.get() == 1
+        assert gauge.labels(TOPIC, "0", "ACTIVE")._value.get() == 0
+        stopped_row, other = rt.catalogue.queue(TOPIC, 0), rt.catalogue.queue(TOPIC, 1)
+        assert other is not None and other.cold_commit > 0  # the other queue tiers on
+        assert stopped_row is not None and stopped_row.cold_commit == 0
+        rows = rt.catalogue.queues()
+        statuses = mark_stopped(collect(rt.hot, rows, 0), rt.dispatcher.stopped)
+        assert [(s.queue, s.state) for s in statuses] == [(0, "STOPPED"), (1, "ACTIVE")]
+        assert key in statuses[0].note  # the HTTP API's /queues
+        creates = rt.dispatcher.metrics.errors.labels("UnsupportedFormatError")._value.get()
+        assert creates == 1  # one attempt, not one per tick
+    assert _data_objects(cold, 0) == []  # the attempt's own objects were deleted
+    assert (cold / key).read_bytes() == json.dumps(newer).encode()  # never touched
