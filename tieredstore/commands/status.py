@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             cluster=settings.cluster,
             broker=settings.broker,
             read_only=True,
-            cold_url=settings.cold_url,
+            cold_url=args.cold,  # checked when given (status never needs it)
         ) as catalogue:
             rows = catalogue.queues()
             losses = catalogue.losses()
