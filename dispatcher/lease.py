@@ -438,7 +438,7 @@ class Lease(LeaseObject):
             if seen.holder != announced and not seen.liveness.claimable:
                 announced = seen.holder
                 log.warning(
-                    "the writer lease is held by %s; taking it over if its record stays "
+                    "the writer lease is held by %s; waiting: taken over if its record stays "
                     "unchanged for %.0fs on this host's clock (lease break: docs/operations.md)",
                     seen.holder,
                     seen.left_s,
