@@ -105,11 +105,8 @@ class CatalogueDatabase:
 
         A writer creates the directory and database, takes ``catalogue.lock``, migrates
         the schema, and records or checks the (cluster, broker) the catalogue belongs
-        to. With ``cold_url`` it also checks the cold store the catalogue caches
-        (compared canonically: :func:`~tieredstore.backends.factory.canonical_cold_url`);
-        a catalogue that has none recorded (created before 0.3, or without one) adopts
-        ``cold_url`` on its first writable open. ``migrations`` exists for tests of the
-        migration mechanism.
+        to; with ``cold_url``, the cold store too (:func:`_check_cold_url`).
+        ``migrations`` exists for tests of the migration mechanism.
 
         Raises:
             InvalidNameError: ``cluster`` or ``broker`` cannot be a cold-store name.
@@ -146,7 +143,7 @@ class CatalogueDatabase:
         try:
             catalogue._check_identity(read_only=read_only, migrations=migrations)
             if cold_url is not None and len(migrations) >= _COLD_URL_VERSION:
-                catalogue._check_cold_url(canonical_cold_url(cold_url))
+                _check_cold_url(catalogue, canonical_cold_url(cold_url))
         except BaseException:
             catalogue.close()
             raise
@@ -200,26 +197,6 @@ class CatalogueDatabase:
             raise CatalogueError(
                 f"catalogue belongs to {owner}, not cluster {self.cluster!r} broker "
                 f"{self.broker!r}",
-                where=str(self.path),
-            )
-
-    def _check_cold_url(self, url: str) -> None:
-        """Refuse a catalogue of another cold store; record ``url`` if none is.
-
-        Without this, a state directory reused with another ``cold.url`` reports OK
-        while the new store holds nothing, then calls its queues DIVERGED and sends the
-        operator to ``repair``: the wrong cure for a wrong setting.
-        """
-        with self._transaction(write=not self.read_only) as conn:
-            (recorded,) = conn.execute("SELECT cold_url FROM identity").fetchone()
-            if recorded == "" and not self.read_only:
-                conn.execute("UPDATE identity SET cold_url = ?", (url,))
-                log.info("catalogue %s records its cold store: %s", self.path, url)
-                return
-        if recorded not in ("", url):
-            raise ConfigError(
-                f"state directory caches cold store {recorded}, not {url} (cold.url): "
-                "use that store's state directory, or a new one for this store",
                 where=str(self.path),
             )
 
@@ -385,3 +362,29 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
         return _connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise CatalogueError(f"cannot open catalogue read-only: {exc}", where=str(path)) from exc
+
+
+def _check_cold_url(db: CatalogueDatabase, url: str) -> None:
+    """Refuse ``db`` when it caches another cold store; record ``url`` if none is.
+
+    URLs are compared canonically
+    (:func:`~tieredstore.backends.factory.canonical_cold_url`). A catalogue with
+    none recorded (created before 0.3, or opened without one) adopts ``url`` on its
+    first writable open; a read-only open neither adopts nor refuses then.
+
+    Without this, a state directory reused with another ``cold.url`` reports OK
+    while the new store holds nothing, then calls its queues DIVERGED and sends the
+    operator to ``repair``: the wrong cure for a wrong setting.
+    """
+    with db._transaction(write=not db.read_only) as conn:
+        (recorded,) = conn.execute("SELECT cold_url FROM identity").fetchone()
+        if recorded == "" and not db.read_only:
+            conn.execute("UPDATE identity SET cold_url = ?", (url,))
+            log.info("catalogue %s records its cold store: %s", db.path, url)
+            return
+    if recorded not in ("", url):
+        raise ConfigError(
+            f"state directory caches cold store {recorded}, not {url} (cold.url): "
+            "use that store's state directory, or a new one for this store",
+            where=str(db.path),
+        )

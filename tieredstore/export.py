@@ -252,18 +252,25 @@ async def _covered(cold: Backend, current: list[tuple[int, str]], start: int, en
         return False  # expired meanwhile: it covers nothing now
 
 
+async def _current_keys(cold: Backend, run: _Run, request: ExportRequest) -> list[str]:
+    """The manifest keys to export (:func:`_manifest_keys`), once the exported segments
+    they superseded are removed (:func:`_remove_superseded`)."""
+    listed = await _manifest_keys(cold, request)
+    await _remove_superseded(cold, run, request, listed)
+    return listed
+
+
 async def _remove_superseded(
     cold: Backend, run: _Run, request: ExportRequest, listed: list[str]
-) -> tuple[int, int]:
+) -> None:
     """Remove the exported segments that left the committed history (module doc):
     gone from the cold store, of a selected topic, and covered by a committed segment.
-    Returns (segments, rows) removed. Files another record names are kept."""
+    Counted in ``run``; files another record names are kept."""
     current: dict[tuple[str, int], list[tuple[int, str]]] = {}
     for key in listed:
         parsed = parse_object_key(key)
         current.setdefault((parsed.topic, parsed.queue_id), []).append((parsed.base_offset, key))
     gone = [k for k in run.done.segments if k not in set(listed)]
-    removed = rows = 0
     for mkey in sorted(gone):
         try:
             parsed = parse_object_key(mkey)
@@ -281,8 +288,7 @@ async def _remove_superseded(
         named = {f for e in run.done.segments.values() for f in e["files"]}
         for name in sorted(set(entry["files"]) - named):
             await run.out.delete(name)
-        removed, rows = removed + 1, rows + int(entry["rows"])
-    return removed, rows
+        run.removed, run.removed_rows = run.removed + 1, run.removed_rows + int(entry["rows"])
 
 
 def _file_name(m: Manifest) -> str:
@@ -369,6 +375,8 @@ class _Run:
     files: int = 0
     bytes: int = 0
     changed: bool = False  # records removed: the manifest must be saved
+    removed: int = 0  # segments removed as superseded, and their rows
+    removed_rows: int = 0
 
     async def finish(self, mkey: str, sha: str, job: asyncio.Future[EncodedSegment]) -> None:
         """Write a segment's files, delete its stale ones, record it (saved every
@@ -479,9 +487,7 @@ async def export_parquet(
     stages = _stages(jobs)
     try:
         try:
-            listed = await _manifest_keys(cold, request)
-            removed, removed_rows = await _remove_superseded(cold, run, request, listed)
-            for mkey in listed:
+            for mkey in await _current_keys(cold, run, request):
                 raw = await cold.read(mkey)
                 m = read_manifest(raw, mkey)
                 if not request.wants_segment(m):
@@ -512,4 +518,4 @@ async def export_parquet(
     finally:
         await asyncio.to_thread(stages.close)
     return ExportReport(selected, run.exported, selected - run.exported, run.rows, run.files,
-                        run.bytes, removed, removed_rows)  # fmt: skip
+                        run.bytes, run.removed, run.removed_rows)  # fmt: skip
