@@ -19,7 +19,7 @@ import pytest
 from dispatcher.runtime import open_runtime
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
-from tieredstore.layout import QueuePath
+from tieredstore.layout import QueuePath, loss_key, parse_object_key
 from tieredstore.loss import LOSS_FORMAT_VERSION, LossRecord, write_loss_record
 from tieredstore.manifest import read_manifest
 from tieredstore.restore.check import check_restored
@@ -127,7 +127,8 @@ async def _accept_a_loss(cold: Path, queue: QueuePath, nth: int) -> tuple[int, i
     """Make the ``nth`` segment of ``queue`` a loss accepted before tiering: its objects
     are gone and a loss record (as ``resume --accept-loss`` writes) covers its range."""
     async with open_backend(str(cold)) as backend:
-        keys = sorted(i.key for i in await backend.list(queue.root + "/MANIFEST/"))
+        listed = [i.key for i in await backend.list(queue.root + "/MANIFEST/")]
+        keys = sorted(listed, key=lambda k: parse_object_key(k).base_offset)  # names hash
         manifest = read_manifest(await backend.read(keys[nth]), keys[nth])
         for key in (manifest.key, manifest.commit_log_key, manifest.consume_queue_key):
             await backend.delete(key)
@@ -176,14 +177,31 @@ def test_a_hole_no_loss_explains_still_refuses(tiered: tuple[Path, Path], tmp_pa
     cold = tmp_path / "cold"
     shutil.copytree(source, cold)
     queue = QueuePath(CLUSTER, BROKER, "SynthTopic1", 0)
-    start, end = asyncio.run(_accept_a_loss(cold, queue, 2))
-    # A second hole after the loss, explained by nothing: refused, naming it.
-    asyncio.run(_accept_a_loss(cold, queue, 5))
-    for path in (cold / queue.root / "LOSS").iterdir():
-        if not path.name.startswith(f"{start:020d}"):
-            path.unlink()
+    asyncio.run(_accept_a_loss(cold, queue, 2))
+    # A second hole after the loss, explained by nothing (its record removed): refused.
+    start, end = asyncio.run(_accept_a_loss(cold, queue, 4))
+    (cold / loss_key(queue, start)).unlink()
     done = subprocess.run(_restore_argv(cold, tmp_path / "o"), capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 1
-    assert "SynthTopic1/0 has no committed segment for offsets" in done.stderr
-    assert end > start
+    assert f"SynthTopic1/0 has no committed segment for offsets [{start}, {end})" in done.stderr
+
+
+def test_a_queue_with_nothing_tiered_after_its_loss_is_left_out_and_named(
+    tiered: tuple[Path, Path], tmp_path: Path
+) -> None:
+    store, source = tiered
+    cold = tmp_path / "cold"
+    shutil.copytree(source, cold)
+    queue = QueuePath(CLUSTER, BROKER, "SynthTopic1", 1)
+    start, end = asyncio.run(_accept_a_loss(cold, queue, -1))
+    out = tmp_path / "out"
+    done = subprocess.run(_restore_argv(cold, out), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first = HotStore(store).queue_range("SynthTopic1", 1).min
+    assert done.stdout.splitlines()[0] == (
+        f"SynthTopic1/1: not restored (nothing tiered after offset {end}), after its accepted "
+        f"loss of offsets [{start}, {end}) (resume --accept-loss); {start - first} tiered "
+        "messages before it left out"
+    )
+    assert ("SynthTopic1", 1) not in {(q.topic, q.queue_id) for q in HotStore(out).queues()}
