@@ -14,14 +14,20 @@ write fails with ConditionFailedError and nothing of it lands. A retried write w
 reply was lost may fail its condition against its own record; the lease reads the object
 back and recognises its own record (same owner, epoch and renewal time).
 
-**The holder's deadline is its own.** Each successful acquire or renew sets a deadline on
-the process's monotonic clock: the moment the write was *sent*, plus the lease time,
-minus a safety margin (one renew interval). :meth:`Lease.check` — called before every
-segment upload chunk, manifest, retention delete and gc delete — compares only against
-that deadline: no value read earlier, no wall clock. Another writer treats the lease as
-free only once the record's wall-clock expiry has passed (``renewed_at + ttl``), which is
-later than the holder's deadline by the margin, so the two never overlap while clocks
-agree within the margin. Committed data never depends on this timing: manifests are only
+**No writer trusts another's clock.** Each successful acquire or renew sets the
+holder's deadline on the process's monotonic clock: the moment the write was *sent*, plus
+the lease time, minus a safety margin (one renew interval). :meth:`Lease.check` — called
+before every segment upload chunk, manifest, retention delete and gc delete — compares
+only against that deadline: no value read earlier, no wall clock. A *waiter* judges the
+holder dead only when the record has stayed unchanged (same version, same content) for
+the record's lease time on the waiter's own monotonic clock (:class:`LeaseWatch`); the
+wall-clock times in the record are never compared with the waiter's clock, so a holder
+whose clock runs a day ahead (or behind) neither blocks a successor for a day nor is
+taken over while it renews. Why the two never overlap: the waiter first sees a record
+after its write landed, hence after the holder sent it; the holder stops at ``sent +
+ttl - margin``, the waiter takes over no earlier than ``seen + ttl``, one margin later
+(monotonic clocks agree on durations, whatever their wall clocks say). Committed data
+never depends on this timing: every change is a compare-and-swap, manifests are only
 created, never replaced, and data objects never share names (:mod:`tieredstore.layout`).
 
 **A lapse is not a loss.** When the deadline passes before a renewal landed (the process
@@ -63,7 +69,17 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 
-__all__ = ["Lease", "LeaseRecord", "LeaseState", "VersionedLease", "new_owner_id"]
+__all__ = [
+    "Lease",
+    "LeaseObject",
+    "LeaseRecord",
+    "LeaseState",
+    "LeaseWatch",
+    "Liveness",
+    "Sighting",
+    "VersionedLease",
+    "new_owner_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +101,19 @@ class LeaseState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:
-    """The content of ``_lease.json``. ``owner == ""`` means released."""
+    """The content of ``_lease.json``. ``owner == ""`` means released.
+
+    ``renewals`` counts the holder's writes under its epoch, so every renewal changes
+    the record even when the holder's wall clock stands still: waiters judge liveness
+    by change (:class:`LeaseWatch`). Records of earlier versions have none (0); earlier
+    versions ignore it.
+    """
 
     owner: str
     epoch: int
     expires_at_ms: int
     renewed_at_ms: int
+    renewals: int = 0
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -104,11 +127,20 @@ class LeaseRecord:
                 epoch=int(doc["epoch"]),
                 expires_at_ms=int(doc["expires_at_ms"]),
                 renewed_at_ms=int(doc["renewed_at_ms"]),
+                renewals=int(doc.get("renewals", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptManifestError(f"lease object is not valid: {exc}", where=where) from exc
 
+    @property
+    def lease_ms(self) -> int:
+        """The lease time this record states: a duration on its writer's clock (the two
+        times are read from one clock at one instant), 0 when it states none."""
+        return max(self.expires_at_ms - self.renewed_at_ms, 0)
+
     def live(self, now_ms: int) -> bool:
+        """By the wall clock of the reader: informational only (a waiter never decides
+        by it, see :class:`LeaseWatch`)."""
         return bool(self.owner) and self.expires_at_ms > now_ms
 
 
@@ -120,13 +152,97 @@ class VersionedLease:
     version: str
 
 
+class Liveness(enum.Enum):
+    """What one waiter has seen of the lease record so far (:class:`LeaseWatch`)."""
+
+    FREE = "free"  # no record, released, or this writer's own: take it at once
+    WATCHING = "watching"  # held, unchanged since first seen, for less than its lease time
+    RENEWED = "renewed"  # held, and seen changing within its lease time: its holder lives
+    SILENT = "silent"  # held, unchanged for its lease time on our clock: its holder is dead
+
+    @property
+    def claimable(self) -> bool:
+        return self in (Liveness.FREE, Liveness.SILENT)
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """One reading of the lease record, judged by :meth:`LeaseWatch.observe`."""
+
+    liveness: Liveness
+    current: VersionedLease | None
+    unchanged_ms: int  # on the watcher's monotonic clock, since it last saw a change
+    lease_ms: int  # how long the record may stay unchanged before its holder is dead
+
+    @property
+    def holder(self) -> str:
+        """``owner (epoch N)``, or ``nobody``."""
+        if self.current is None or not self.current.record.owner:
+            return "nobody"
+        return f"{self.current.record.owner} (epoch {self.current.record.epoch})"
+
+    @property
+    def poll_s(self) -> float:
+        """How long to wait before the next reading: four readings per renew interval
+        of the holder (its lease time is three), so a renewal is seen within about one
+        interval, whatever interval this reader is configured with."""
+        return max(self.lease_ms / 12_000, 0.01)
+
+    @property
+    def left_s(self) -> float:
+        """Seconds of silence still needed before the holder counts as dead."""
+        return max(self.lease_ms - self.unchanged_ms, 0) / 1000
+
+
+class LeaseWatch:
+    """A waiter's watch over the lease record, timed on its own monotonic clock.
+
+    :meth:`observe` is called with each reading. A reading that differs from the
+    previous one (version or content) restarts the timer and proves the holder alive;
+    one unchanged for the record's lease time (:attr:`LeaseRecord.lease_ms`, or
+    ``default_lease_ms`` for a record that states none) proves it dead. Readings may be
+    far apart: versions never repeat, so "unchanged between two readings an hour apart"
+    means nobody wrote the lease in that hour. The first reading proves nothing, so
+    even a dead holder is taken over only one lease time after a waiter first looked.
+    """
+
+    def __init__(self, clock: Clock, *, owner: str, default_lease_ms: int) -> None:
+        self.clock = clock
+        self.owner = owner
+        self.default_lease_ms = default_lease_ms
+        self._last: VersionedLease | None = None
+        self._since_ms = 0
+        self._seen = False
+        self._changes = 0
+
+    def observe(self, current: VersionedLease | None) -> Sighting:
+        """Judge ``current`` (just read) against what this watch saw before."""
+        now = self.clock.monotonic_ms()
+        if not self._seen or current != self._last:
+            if self._seen:
+                self._changes += 1
+            self._seen, self._last, self._since_ms = True, current, now
+        unchanged = now - self._since_ms
+        record = None if current is None else current.record
+        lease_ms = (record.lease_ms if record else 0) or self.default_lease_ms
+        if record is None or not record.owner or record.owner == self.owner:
+            liveness = Liveness.FREE
+        elif unchanged >= lease_ms:
+            liveness = Liveness.SILENT
+        else:
+            liveness = Liveness.RENEWED if self._changes else Liveness.WATCHING
+        return Sighting(liveness, current, unchanged, lease_ms)
+
+
 #: What :meth:`Lease.try_acquire` reports when another claim won a race but the lease
 #: object could not be read back: treated as held, so the caller waits and tries again.
 _CONTENDED = LeaseRecord(owner="(contended)", epoch=0, expires_at_ms=0, renewed_at_ms=0)
 
 
-class Lease:
-    """This process's view of the broker's writer lease."""
+class LeaseObject:
+    """The lease object in the cold store as one writer reads and swaps it: the part
+    of :class:`Lease` that keeps no holder state (``lease show`` and ``lease break``
+    use it alone)."""
 
     def __init__(
         self,
@@ -144,15 +260,6 @@ class Lease:
         self.clock = clock
         self.renew_interval = renew_interval
         self.owner = owner or new_owner_id()
-        self.state = LeaseState.NOT_HELD
-        self.epoch = 0
-        self.expires_at_ms = 0
-        self.version = ""
-        self.deadline_ms = 0  # on clock.monotonic_ms(): writes stop here
-        self.lost_reason = ""
-        # One swap at a time: the renewal loop and a job's hold_lease may both find a
-        # renewal due; two swaps from the same version would fence this writer itself.
-        self._swapping = asyncio.Lock()
 
     @property
     def ttl_ms(self) -> int:
@@ -162,12 +269,6 @@ class Lease:
     def margin_ms(self) -> int:
         """How long before the record's expiry the holder stops writing: one interval."""
         return int(self.renew_interval * 1000)
-
-    def remaining_ms(self) -> int:
-        """Milliseconds left before this holder's own deadline (0 when not held)."""
-        if self.state is not LeaseState.HELD:
-            return 0
-        return max(self.deadline_ms - self.clock.monotonic_ms(), 0)
 
     async def read(self) -> LeaseRecord | None:
         """Return the current lease record, or None when there has never been one."""
@@ -193,18 +294,10 @@ class Lease:
                     raise
         raise AssertionError("unreachable")
 
-    def _record(self, epoch: int) -> LeaseRecord:
-        now = self.clock.now_ms()
-        return LeaseRecord(self.owner, epoch, now + self.ttl_ms, now)
-
-    def _hold(self, record: LeaseRecord, version: str, sent_ms: int) -> None:
-        self.state, self.epoch, self.version = LeaseState.HELD, record.epoch, version
-        self.expires_at_ms = record.expires_at_ms
-        self.deadline_ms = sent_ms + self.ttl_ms - self.margin_ms
-
-    async def _swap(self, mine: LeaseRecord, current: VersionedLease | None) -> str | None:
-        """Write ``mine`` conditionally on ``current``; return its version, or None if
-        another write won (a lost reply of our own write counts as ours)."""
+    async def swap(self, mine: LeaseRecord, current: VersionedLease | None) -> str | None:
+        """Write ``mine`` conditionally on ``current`` (None: create if absent); return
+        its version, or None if another write won (a lost reply of our own write counts
+        as ours)."""
         try:
             if current is None:
                 return await self.backend.create(self.key, mine.to_json())
@@ -215,29 +308,9 @@ class Lease:
                 return now.version
             return None
 
-    async def try_acquire(self) -> LeaseRecord | None:
-        """Claim the lease if it is free; return None on success, else the holder's record.
-
-        Raises ConfigError on a backend whose conditional writes are not atomic (generic
-        fsspec), unless ``allow_unconditional_writes``: every writer takes the lease
-        before its first write, so this is where such a backend is refused.
-        """
-        self._require_fencing()
-        current = await self.read_versioned()
-        now = self.clock.now_ms()
-        if current is not None and current.record.live(now) and current.record.owner != self.owner:
-            return current.record
-        epoch = (current.record.epoch if current else 0) + 1
-        mine = self._record(epoch)
-        sent = self.clock.monotonic_ms()
-        version = await self._swap(mine, current)
-        if version is None:  # another claim landed first: it wins
-            return (await self.read()) or _CONTENDED
-        self._hold(mine, version, sent)
-        log.info("lease acquired: %s epoch %d", self.key, epoch)
-        return None
-
-    def _require_fencing(self) -> None:
+    def require_fencing(self) -> None:
+        """Refuse (ConfigError) a backend without atomic conditional writes, unless
+        ``allow_unconditional_writes`` (then warn): called before the first write."""
         if self.backend.conditional_writes:
             return
         if not self.allow_unconditional_writes:
@@ -253,24 +326,124 @@ class Lease:
             self.backend.url,
         )
 
-    async def acquire(self, *, wait: bool) -> int:
-        """Acquire the lease, waiting for the holder's lease to lapse when ``wait``.
 
-        Raises LeaseHeldError when another live writer holds it and ``wait`` is false.
+class Lease(LeaseObject):
+    """This process's view of the broker's writer lease."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        key: str,
+        clock: Clock,
+        *,
+        renew_interval: float = 10.0,
+        owner: str | None = None,
+        allow_unconditional_writes: bool = False,
+    ) -> None:
+        super().__init__(
+            backend,
+            key,
+            clock,
+            renew_interval=renew_interval,
+            owner=owner,
+            allow_unconditional_writes=allow_unconditional_writes,
+        )
+        self.state = LeaseState.NOT_HELD
+        self.epoch = 0
+        self.renewals = 0  # of the record last written (LeaseRecord.renewals)
+        self.expires_at_ms = 0
+        self.version = ""
+        self.deadline_ms = 0  # on clock.monotonic_ms(): writes stop here
+        self.lost_reason = ""
+        # Kept for the object's life: earlier readings count (see LeaseWatch).
+        self.watch = LeaseWatch(clock, owner=self.owner, default_lease_ms=self.ttl_ms)
+        # One swap at a time: the renewal loop and a job's hold_lease may both find a
+        # renewal due; two swaps from the same version would fence this writer itself.
+        self._swapping = asyncio.Lock()
+
+    def renewal_due(self) -> bool:
+        """A renew interval has passed since the last renewal was sent (monotonic)."""
+        sent_ms = self.deadline_ms - self.ttl_ms + self.margin_ms
+        return self.clock.monotonic_ms() - sent_ms >= self.margin_ms
+
+    def remaining_ms(self) -> int:
+        """Milliseconds left before this holder's own deadline (0 when not held)."""
+        if self.state is not LeaseState.HELD:
+            return 0
+        return max(self.deadline_ms - self.clock.monotonic_ms(), 0)
+
+    def _record(self, epoch: int) -> LeaseRecord:
+        now = self.clock.now_ms()
+        renewals = self.renewals + 1 if epoch == self.epoch else 0
+        return LeaseRecord(self.owner, epoch, now + self.ttl_ms, now, renewals)
+
+    def _hold(self, record: LeaseRecord, version: str, sent_ms: int) -> None:
+        self.state, self.epoch, self.version = LeaseState.HELD, record.epoch, version
+        self.renewals = record.renewals
+        self.expires_at_ms = record.expires_at_ms
+        self.deadline_ms = sent_ms + self.ttl_ms - self.margin_ms
+
+    async def try_acquire(self) -> LeaseRecord | None:
+        """Read the lease once and claim it if free or silent; None on success, else
+        the holder's record (judged by :attr:`watch`, so earlier calls count).
+
+        Raises ConfigError on a backend whose conditional writes are not atomic (generic
+        fsspec), unless ``allow_unconditional_writes``: every writer takes the lease
+        before its first write, so this is where such a backend is refused.
         """
+        seen = await self._look()
+        if seen.liveness.claimable and await self._claim(seen.current):
+            return None
+        if seen.current is None or seen.liveness.claimable:  # another claim landed first
+            return (await self.read()) or _CONTENDED
+        return seen.current.record
+
+    async def _look(self) -> Sighting:
+        self.require_fencing()
+        return self.watch.observe(await self.read_versioned())
+
+    async def _claim(self, current: VersionedLease | None) -> bool:
+        """Take the lease by a swap on ``current``; False if another write landed first."""
+        epoch = (current.record.epoch if current else 0) + 1
+        mine = self._record(epoch)
+        sent = self.clock.monotonic_ms()
+        version = await self.swap(mine, current)
+        if version is None:
+            return False
+        self._hold(mine, version, sent)
+        log.info("lease acquired: %s epoch %d", self.key, epoch)
+        return True
+
+    async def acquire(self, *, wait: bool) -> int:
+        """Acquire the lease and return its epoch.
+
+        A free lease (none yet, released, or this writer's) is taken at once. One held
+        by another writer is watched (:class:`LeaseWatch`) and taken over once unchanged
+        for its lease time on this process's clock. With ``wait`` the watch goes on as
+        long as the holder renews; without it, LeaseHeldError is raised as soon as a
+        renewal is seen. So ``wait=False`` still takes over a dead holder's lease, after
+        one lease time, and refuses a live one within about one renew interval.
+        """
+        announced = ""
         while True:
-            holder = await self.try_acquire()
-            if holder is None:
+            seen = await self._look()
+            if seen.liveness.claimable and await self._claim(seen.current):
                 return self.epoch
-            remaining = max(holder.expires_at_ms - self.clock.now_ms(), 0) / 1000
-            message = (
-                f"another sidecar ({holder.owner}, epoch {holder.epoch}) holds the writer "
-                f"lease for {remaining:.0f}s more"
-            )
-            if not wait:
-                raise LeaseHeldError(message, where=self.key)
-            log.warning("%s; waiting", message)
-            await self.clock.sleep(min(max(remaining, 0.1), self.renew_interval))
+            if seen.liveness is Liveness.RENEWED and not wait:
+                raise LeaseHeldError(
+                    f"another sidecar, {seen.holder}, holds the writer lease: it renewed "
+                    "it while this process watched",
+                    where=self.key,
+                )
+            if seen.holder != announced and not seen.liveness.claimable:
+                announced = seen.holder
+                log.warning(
+                    "the writer lease is held by %s; waiting: taken over if its record stays "
+                    "unchanged for %.0fs on this host's clock (lease break: docs/operations.md)",
+                    seen.holder,
+                    seen.left_s,
+                )
+            await self.clock.sleep(seen.poll_s)
 
     async def renew(self) -> None:
         """Extend the lease by a compare-and-swap on the version last written.
@@ -288,10 +461,12 @@ class Lease:
             lapsed = self.state is LeaseState.LAPSED
             mine = self._record(self.epoch)
             sent = self.clock.monotonic_ms()
-            version = await self._swap(mine, VersionedLease(mine, self.version))
+            version = await self.swap(mine, VersionedLease(mine, self.version))
             if version is None:
                 holder = await self.read()
                 who = f"{holder.owner} (epoch {holder.epoch})" if holder else "nobody"
+                if holder is not None and not holder.owner:  # `lease break` fenced us
+                    who = f"nobody: released at epoch {holder.epoch} (lease break)"
                 raise self._lose(f"lease taken over by {who}")
             self._hold(mine, version, sent)
             if lapsed:

@@ -26,6 +26,5 @@ async def hold_lease(lease: Lease) -> None:
     """
     await lease.reclaim_if_lapsed()  # or LeaseLostError: taken over
     lease.check()
-    renewed_at = lease.expires_at_ms - lease.ttl_ms
-    if lease.clock.now_ms() - renewed_at >= lease.renew_interval * 1000:
+    if lease.renewal_due():  # on the monotonic clock: a wall-clock step changes nothing
         await lease.renew()

@@ -153,7 +153,12 @@ def _assemble(
     hot = HotStore(
         settings.store_path, commitlog_dir=Path(commitlog_dir) if commitlog_dir else None
     )
-    catalogue = Catalogue.open(settings.state_dir, cluster=settings.cluster, broker=settings.broker)
+    catalogue = Catalogue.open(
+        settings.state_dir,
+        cluster=settings.cluster,
+        broker=settings.broker,
+        cold_url=settings.cold_url,
+    )
     stack.callback(catalogue.close)
     lease = lease_for(settings, backend, clock)
     paced = ThrottledBackend(backend, upload_limit, on_wait=metrics.upload_throttled.inc)

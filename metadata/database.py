@@ -2,10 +2,10 @@
 
 :class:`CatalogueDatabase` opens ``catalogue.sqlite3`` in the sidecar's state directory
 (WAL, ``synchronous=FULL``, foreign keys on), migrates its schema, takes the writer lock
-(``catalogue.lock``), checks the (cluster, broker) it belongs to, and gives the tables
-above it (:mod:`metadata.queue_table`, :mod:`metadata.segment_table`) one transaction
-helper, one error translation and the row converters. It has no operations of its own:
-:class:`metadata.catalogue.Catalogue` is what callers open.
+(``catalogue.lock``), checks the (cluster, broker) and the cold store it belongs to, and
+gives the tables above it (:mod:`metadata.queue_table`, :mod:`metadata.segment_table`)
+one transaction helper, one error translation and the row converters. It has no
+operations of its own: :class:`metadata.catalogue.Catalogue` is what callers open.
 
 Every method raises :class:`CatalogueError` on a closed catalogue, on a write to a
 read-only one, and (translated, ``from`` the sqlite3 error) on any database failure.
@@ -26,8 +26,9 @@ from typing import Any, Final, Self
 from metadata.lock import WriterLock
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from metadata.schema import MIGRATIONS, Migration, migrate, schema_version
+from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.errors import CatalogueError
+from tieredstore.errors import CatalogueError, ConfigError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import broker_prefix, object_name
 from tieredstore.manifest import Manifest, ObjectRef
@@ -35,6 +36,9 @@ from tieredstore.manifest import Manifest, ObjectRef
 __all__ = ["DB_NAME", "LOCK_NAME", "CatalogueDatabase", "CatalogueState"]
 
 log = logging.getLogger(__name__)
+
+#: The schema version that added ``identity.cold_url`` (:mod:`metadata.schema`).
+_COLD_URL_VERSION: Final = 4
 
 DB_NAME: Final = "catalogue.sqlite3"
 LOCK_NAME: Final = "catalogue.lock"
@@ -93,6 +97,7 @@ class CatalogueDatabase:
         broker: str,
         read_only: bool = False,
         clock: Clock | None = None,
+        cold_url: str | None = None,
         migrations: Sequence[Migration] = MIGRATIONS,
     ) -> Self:
         """Open (creating if needed) the catalogue in ``state_dir`` for writing, or
@@ -100,11 +105,14 @@ class CatalogueDatabase:
 
         A writer creates the directory and database, takes ``catalogue.lock``, migrates
         the schema, and records or checks the (cluster, broker) the catalogue belongs
-        to. ``migrations`` exists for tests of the migration mechanism.
+        to; with ``cold_url``, the cold store too (:func:`_check_cold_url`).
+        ``migrations`` exists for tests of the migration mechanism.
 
         Raises:
             InvalidNameError: ``cluster`` or ``broker`` cannot be a cold-store name.
             CatalogueBusyError: another writer holds the catalogue.
+            ConfigError: it caches another cold store than ``cold_url`` (wrong state
+                directory or wrong ``cold.url``: exit 3 at the CLI).
             CatalogueError: it belongs to another cluster/broker, its schema is newer
                 than this code (or, read-only, older), it does not exist (read-only), or
                 SQLite fails.
@@ -134,6 +142,8 @@ class CatalogueDatabase:
         )
         try:
             catalogue._check_identity(read_only=read_only, migrations=migrations)
+            if cold_url is not None and len(migrations) >= _COLD_URL_VERSION:
+                _check_cold_url(catalogue, canonical_cold_url(cold_url))
         except BaseException:
             catalogue.close()
             raise
@@ -352,3 +362,29 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
         return _connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:
         raise CatalogueError(f"cannot open catalogue read-only: {exc}", where=str(path)) from exc
+
+
+def _check_cold_url(db: CatalogueDatabase, url: str) -> None:
+    """Refuse ``db`` when it caches another cold store; record ``url`` if none is.
+
+    URLs are compared canonically
+    (:func:`~tieredstore.backends.factory.canonical_cold_url`). A catalogue with
+    none recorded (created before 0.3, or opened without one) adopts ``url`` on its
+    first writable open; a read-only open neither adopts nor refuses then.
+
+    Without this, a state directory reused with another ``cold.url`` reports OK
+    while the new store holds nothing, then calls its queues DIVERGED and sends the
+    operator to ``repair``: the wrong cure for a wrong setting.
+    """
+    with db._transaction(write=not db.read_only) as conn:
+        (recorded,) = conn.execute("SELECT cold_url FROM identity").fetchone()
+        if recorded == "" and not db.read_only:
+            conn.execute("UPDATE identity SET cold_url = ?", (url,))
+            log.info("catalogue %s records its cold store: %s", db.path, url)
+            return
+    if recorded not in ("", url):
+        raise ConfigError(
+            f"state directory caches cold store {recorded}, not {url} (cold.url): "
+            "use that store's state directory, or a new one for this store",
+            where=str(db.path),
+        )

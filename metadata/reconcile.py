@@ -462,5 +462,7 @@ async def rebuild(
             "a catalogue already exists; move it away to rebuild from manifests",
             where=str(path),
         )
-    with Catalogue.open(state_dir, cluster=cluster, broker=broker, clock=clock) as catalogue:
+    with Catalogue.open(
+        state_dir, cluster=cluster, broker=broker, clock=clock, cold_url=backend.url
+    ) as catalogue:
         return await reconcile(catalogue, backend)

@@ -123,11 +123,17 @@ _V3: Final = (
     """,
 )
 
+# 0.3: the catalogue remembers the cold store it caches (canonical URL, see
+# tieredstore.backends.factory.canonical_cold_url) and refuses another. Catalogues of
+# earlier versions keep "" here until their next writer records the current URL, once.
+_V4: Final = ("ALTER TABLE identity ADD COLUMN cold_url TEXT NOT NULL DEFAULT ''",)
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queues, segments, leases, identity", _V1),
     Migration(2, "segments.attempt: the upload attempt in data object names", _V2),
     Migration(3, "losses: offsets deleted before tiering, accepted by resume", _V3),
+    Migration(4, "identity.cold_url: the cold store this catalogue caches", _V4),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -252,7 +252,7 @@ def test_sigterm_while_waiting_for_the_lease_exits_0_and_takes_nothing(
     lease.write_bytes(held.to_json())
     proc, log, _ = start_sidecar()
     base = log.wait_for(r"HTTP API listening on (http://127\.0\.0\.1:\d+)").group(1)
-    log.wait_for(r"another sidecar \(other-sidecar@elsewhere, epoch 7\) holds the writer lease")
+    log.wait_for(r"the writer lease is held by other-sidecar@elsewhere \(epoch 7\)")
     status, doc = _get_json(f"{base}/healthz")
     assert (status, doc["reason"]) == (503, "starting: writer lease is not_held")
     proc.send_signal(signal.SIGTERM)

@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tieredstore.commands.restore",
         "rebuild a broker store from the cold store (--check: verify one)",
     ),
+    "lease": (
+        "tieredstore.commands.lease",
+        "show the writer lease, or break one whose holder is gone (break --force)",
+    ),
     "resume": (
         "tieredstore.commands.resume",
         "resume a PAUSED queue, recording the offsets lost before tiering (--accept-loss)",

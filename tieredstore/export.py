@@ -20,6 +20,17 @@ the manifest exported, the files written and the row count. A run skips every se
 recorded with the same manifest digest; a segment whose manifest changed (re-tiered by
 ``repair``) is exported again and its files no longer written are deleted.
 
+**One row per committed offset.** A segment can leave the committed history: ``repair``
+quarantines a DIVERGED queue's cold tail and the queue is tiered again from hot, maybe
+with another segment size, so new segments cover the old ones' offsets under other
+keys. Each run first removes (files and record) every exported segment of a selected
+topic whose manifest is no longer in the cold store *and* whose offsets a committed
+segment now covers: it was superseded, and its rows would duplicate the new ones'.
+What the export promises is therefore one row per offset the cold store committed,
+in the version it holds now. Segments removed by retention (``expire``) are gone from
+the cold store but superseded by nothing: the export keeps them, as an archive that
+outlives cold retention (delete partitions by ``date`` to age it out).
+
 **Incremental.** So the next run exports only segments committed since. The export
 manifest is saved every :data:`SAVE_EVERY` segments and at the end (also when the run
 fails): a crash between the two only means a few segments are exported again — their
@@ -155,6 +166,8 @@ class ExportReport:
     rows: int
     files: int
     bytes: int
+    removed: int = 0  # superseded segments removed (module doc)
+    removed_rows: int = 0
 
 
 @dataclass
@@ -220,6 +233,62 @@ async def _manifest_keys(cold: Backend, request: ExportRequest) -> list[str]:
         if parsed.kind is SegmentKind.MANIFEST and request.wants_topic(parsed.topic):
             keys.append(info.key)
     return keys
+
+
+async def _covered(cold: Backend, current: list[tuple[int, str]], start: int, end: int) -> bool:
+    """Whether a committed segment among ``current`` (start offset, key; sorted) covers
+    any offset of ``[start, end)``: one starts inside it, or the one before it reaches
+    into it (read to learn its end)."""
+    starts = [s for s, _ in current]
+    if any(start <= s < end for s in starts):
+        return True
+    before = [(s, k) for s, k in current if s < start]
+    if not before:
+        return False
+    key = before[-1][1]
+    try:
+        return read_manifest(await cold.read(key), key).end_offset > start
+    except ObjectNotFoundError:
+        return False  # expired meanwhile: it covers nothing now
+
+
+async def _current_keys(cold: Backend, run: _Run, request: ExportRequest) -> list[str]:
+    """The manifest keys to export (:func:`_manifest_keys`), once the exported segments
+    they superseded are removed (:func:`_remove_superseded`)."""
+    listed = await _manifest_keys(cold, request)
+    await _remove_superseded(cold, run, request, listed)
+    return listed
+
+
+async def _remove_superseded(
+    cold: Backend, run: _Run, request: ExportRequest, listed: list[str]
+) -> None:
+    """Remove the exported segments that left the committed history (module doc):
+    gone from the cold store, of a selected topic, and covered by a committed segment.
+    Counted in ``run``; files another record names are kept."""
+    current: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    for key in listed:
+        parsed = parse_object_key(key)
+        current.setdefault((parsed.topic, parsed.queue_id), []).append((parsed.base_offset, key))
+    gone = [k for k in run.done.segments if k not in set(listed)]
+    for mkey in sorted(gone):
+        try:
+            parsed = parse_object_key(mkey)
+        except InvalidNameError:
+            continue  # not a key this version wrote: left as it is
+        entry = run.done.segments[mkey]
+        queue = sorted(current.get((parsed.topic, parsed.queue_id), []))
+        end = parsed.base_offset + int(entry["rows"])  # segments are exported whole
+        if not request.wants_topic(parsed.topic) or not await _covered(
+            cold, queue, parsed.base_offset, end
+        ):
+            continue
+        del run.done.segments[mkey]
+        run.changed = True
+        named = {f for e in run.done.segments.values() for f in e["files"]}
+        for name in sorted(set(entry["files"]) - named):
+            await run.out.delete(name)
+        run.removed, run.removed_rows = run.removed + 1, run.removed_rows + int(entry["rows"])
 
 
 def _file_name(m: Manifest) -> str:
@@ -305,6 +374,9 @@ class _Run:
     rows: int = 0
     files: int = 0
     bytes: int = 0
+    changed: bool = False  # records removed: the manifest must be saved
+    removed: int = 0  # segments removed as superseded, and their rows
+    removed_rows: int = 0
 
     async def finish(self, mkey: str, sha: str, job: asyncio.Future[EncodedSegment]) -> None:
         """Write a segment's files, delete its stale ones, record it (saved every
@@ -415,7 +487,7 @@ async def export_parquet(
     stages = _stages(jobs)
     try:
         try:
-            for mkey in await _manifest_keys(cold, request):
+            for mkey in await _current_keys(cold, run, request):
                 raw = await cold.read(mkey)
                 m = read_stored(raw, mkey)
                 if isinstance(m, FenceMarker) or not request.wants_segment(m):
@@ -441,9 +513,9 @@ async def export_parquet(
                 await asyncio.gather(writing, return_exceptions=True)
             for _, _, job in pending:
                 job.cancel()
-            if run.exported:
+            if run.exported or run.changed:
                 await run.save()
     finally:
         await asyncio.to_thread(stages.close)
     return ExportReport(selected, run.exported, selected - run.exported, run.rows, run.files,
-                        run.bytes)  # fmt: skip
+                        run.bytes, run.removed, run.removed_rows)  # fmt: skip

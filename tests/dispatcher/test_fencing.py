@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from dispatcher.lease import LeaseState
 from dispatcher.runtime import Runtime, open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tests.dispatcher.stall import Stall
@@ -158,9 +159,16 @@ async def first_done(parked: Coroutine[Any, Any, None], task: asyncio.Task[None]
 
 
 async def take_over(b: Runtime, clock: VirtualClock) -> None:
-    """B starts once A's lease record has expired (A renews nothing while stalled)."""
-    await clock.advance(3 * RENEW_S + 1)
-    await asyncio.wait_for(b.dispatcher.start(wait_for_lease=False), WAIT_S)
+    """B starts beside A and watches A's lease record; A renews nothing while stalled,
+    so B takes over once the record stayed unchanged for the lease time on B's clock."""
+    starting = asyncio.create_task(b.dispatcher.start(wait_for_lease=False))
+
+    async def until_held() -> None:  # then no further: B's own deadline runs on it
+        while b.dispatcher.lease.state is not LeaseState.HELD and not starting.done():
+            await clock.advance(1)
+
+    await asyncio.wait_for(until_held(), WAIT_S)
+    await asyncio.wait_for(starting, WAIT_S)
     assert b.dispatcher.lease.epoch == 2
 
 

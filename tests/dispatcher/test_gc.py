@@ -4,13 +4,17 @@ the catalogue) references ever does; damaged manifests are reported."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from dispatcher.background import renew_until
 from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
 from dispatcher.runtime import open_runtime
@@ -18,7 +22,7 @@ from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli import main
-from tieredstore.clock import VirtualClock
+from tieredstore.clock import SystemClock, VirtualClock
 from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind
 from tieredstore.hotstore import HotStore
@@ -234,19 +238,47 @@ async def test_delete_needs_the_lease(tiered: Path) -> None:
         assert _objects(tiered) == before
 
 
+@contextlib.contextmanager
+def _live_holder(cold: Path) -> Iterator[None]:
+    """A writer holding the lease and renewing it (as a running sidecar does), in its own
+    thread and event loop, with a short renew interval (its record states 0.9 s)."""
+    held, stop = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        async with open_backend(str(cold)) as backend:
+            clock = SystemClock()
+            lease = Lease(backend, lease_key(CLUSTER, BROKER), clock, renew_interval=0.3)
+            await lease.acquire(wait=False)
+            held.set()
+            done = asyncio.Event()
+
+            async def stopper() -> None:
+                await asyncio.to_thread(stop.wait)
+                done.set()
+
+            stopping = asyncio.create_task(stopper())
+            await renew_until(lease, clock, done, lease.renew_interval)
+            await stopping
+            await lease.release()
+
+    thread = threading.Thread(target=asyncio.run, args=(hold(),), daemon=True)
+    thread.start()
+    assert held.wait(60)
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
+
+
 def test_gc_command_refuses_while_a_sidecar_holds_the_lease(
     tiered: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async def hold() -> None:
-        async with open_backend(str(tiered)) as backend:
-            clock = VirtualClock(int(time.time() * 1000))
-            await Lease(backend, lease_key(CLUSTER, BROKER), clock).acquire(wait=False)
-
-    asyncio.run(hold())
     _plant(tiered)
     before = _objects(tiered)
-    assert main(_cli(tmp_path, "--grace", "1s")) == 1
-    assert "holds the writer lease" in capsys.readouterr().err
+    with _live_holder(tiered):
+        assert main(_cli(tmp_path, "--grace", "1s")) == 1
+    assert "holds the writer lease: it renewed it while" in capsys.readouterr().err
     assert _objects(tiered) == before
 
 

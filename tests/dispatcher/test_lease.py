@@ -34,13 +34,13 @@ async def test_acquire_renew_release_and_epochs(backend: MemoryBackend) -> None:
     assert await a.acquire(wait=False) == 1
     assert a.state is LeaseState.HELD
     b = Lease(backend, KEY, clock, renew_interval=10)
-    with pytest.raises(LeaseHeldError, match=r"holds the writer lease for 30s more"):
-        await b.acquire(wait=False)
-    clock.set_ms(clock.now_ms() + 9_000)
-    await a.renew()  # extends to now + 30 s
-    clock.set_ms(clock.now_ms() + 29_000)
-    with pytest.raises(LeaseHeldError):
-        await b.acquire(wait=False)
+    refused = asyncio.create_task(b.acquire(wait=False))  # run --no-wait beside a holder
+    await clock.advance(9)
+    assert not refused.done()  # unchanged so far: it cannot tell yet
+    await a.renew()  # the record changes: its holder lives
+    await clock.advance(3)
+    with pytest.raises(LeaseHeldError, match=r"holds the writer lease: it renewed it while"):
+        await refused
     await a.release()
     await a.release()  # twice is safe
     state: LeaseState = a.state  # re-read: mypy narrowed it to HELD above
@@ -52,9 +52,10 @@ async def test_expired_lease_is_taken_over_and_the_old_writer_stops(backend: Mem
     clock = VirtualClock()
     a = Lease(backend, KEY, clock, renew_interval=10)
     await a.acquire(wait=False)
-    clock.set_ms(clock.now_ms() + 30_001)  # a missed three renewals
     b = Lease(backend, KEY, clock, renew_interval=10)
-    assert await b.acquire(wait=False) == 2
+    taking = asyncio.create_task(b.acquire(wait=False))
+    await clock.advance(30)  # a missed three renewals, as b saw on its own clock
+    assert await taking == 2
     # a's own deadline (sent + ttl - one interval) passed long before b could take over.
     with pytest.raises(LeaseLapsedError, match="expired before renewal"):
         await a.ensure_held()
@@ -85,8 +86,7 @@ async def test_a_lapsed_lease_nobody_took_is_reclaimed_with_its_epoch(
     a.check()
     assert a.deadline_ms == clock.monotonic_ms() + 20_000
     b = Lease(backend, KEY, clock, renew_interval=10)
-    with pytest.raises(LeaseHeldError):
-        await b.acquire(wait=False)
+    assert await b.try_acquire() is not None  # held (b has just started watching)
     await a.reclaim_if_lapsed()  # held: nothing to do
     assert a.state.value == "held"
 
@@ -116,8 +116,6 @@ async def test_a_released_lease_is_not_reclaimed(backend: MemoryBackend) -> None
 
 
 async def test_waiting_acquire_takes_over_after_expiry(backend: MemoryBackend) -> None:
-    import asyncio
-
     clock = VirtualClock()
     a = Lease(backend, KEY, clock, renew_interval=10)
     await a.acquire(wait=False)
@@ -158,9 +156,10 @@ async def test_release_never_clobbers_a_new_holder(backend: MemoryBackend) -> No
     clock = VirtualClock()
     a = Lease(backend, KEY, clock, renew_interval=10)
     await a.acquire(wait=False)
-    clock.set_ms(clock.now_ms() + 30_001)
     b = Lease(backend, KEY, clock, renew_interval=10)
-    await b.acquire(wait=False)
+    assert await b.try_acquire() is not None  # b starts watching
+    clock.set_ms(clock.now_ms() + 30_001)
+    assert await b.try_acquire() is None  # unchanged for the lease time: taken over
     a.state = LeaseState.HELD  # a believes it still holds (a paused process)
     await a.release()  # the conditional write fails against b's version
     current = await b.read()
@@ -217,14 +216,17 @@ async def test_the_holder_stops_one_interval_before_others_may_take_over(
     assert record is not None
     assert a.deadline_ms == clock.monotonic_ms() + 20_000
     assert record.expires_at_ms == clock.now_ms() + 30_000
+    b = Lease(backend, KEY, clock, renew_interval=10)
+    assert await b.try_acquire() is not None  # a waiter's first look: the watch starts
     clock.set_ms(clock.now_ms() + 19_999)
     a.check()
     clock.set_ms(clock.now_ms() + 1)
     with pytest.raises(LeaseLapsedError, match="expired before renewal"):
         a.check()
-    b = Lease(backend, KEY, clock, renew_interval=10)
-    with pytest.raises(LeaseHeldError):  # still 10 s before anyone else may take it
-        await b.acquire(wait=False)
+    clock.set_ms(clock.now_ms() + 9_999)
+    assert await b.try_acquire() is not None  # still one interval before b may take it
+    clock.set_ms(clock.now_ms() + 1)
+    assert await b.try_acquire() is None and b.epoch == 2
 
 
 async def test_a_lost_reply_of_our_own_swap_still_holds(backend: MemoryBackend) -> None:

@@ -56,8 +56,8 @@ async def _race(leases: list[Lease]) -> list[Lease]:
 
 async def test_contenders_never_both_hold_the_lease(backends: list[Backend]) -> None:
     clock = VirtualClock()
+    leases = [Lease(b, KEY, clock, renew_interval=1) for b in backends]
     for n in range(ROUNDS):
-        leases = [Lease(b, KEY, clock, renew_interval=1) for b in backends]
         winners = await _race(leases)
         assert len(winners) == 1, f"round {n}: {len(winners)} contenders hold the lease"
         (winner,) = winners
@@ -66,13 +66,21 @@ async def test_contenders_never_both_hold_the_lease(backends: list[Backend]) -> 
         record = await winner.read()
         assert record is not None and record.owner == winner.owner
         # The losers are refused while it lives (what `run --no-wait` reports).
+        loser = leases[(leases.index(winner) + 1) % CONTENDERS]
+        refused = asyncio.create_task(loser.acquire(wait=False))
+        await clock.settle()
+        await winner.renew()
+        await clock.advance(1)
         with pytest.raises(LeaseHeldError):
-            await leases[(leases.index(winner) + 1) % CONTENDERS].acquire(wait=False)
-        # Next round from a released lease, or one that expired.
+            await refused
+        # Next round from a released lease, or one whose holder fell silent.
+        leases = [Lease(b, KEY, clock, renew_interval=1) for b in backends]
         if n % 2:
             await winner.release()
         else:
-            clock.set_ms(clock.now_ms() + 3_001)
+            for lease in leases:  # each starts watching the silent holder's record
+                assert await lease.try_acquire() is not None
+            await clock.advance(3)
 
 
 async def test_a_renewal_racing_a_takeover_has_one_winner(backends: list[Backend]) -> None:
@@ -82,9 +90,11 @@ async def test_a_renewal_racing_a_takeover_has_one_winner(backends: list[Backend
     for _ in range(ROUNDS // 2):
         holder = Lease(backends[0], KEY, clock, renew_interval=1)
         await holder.acquire(wait=True)
-        clock.set_ms(clock.now_ms() + 3_001)  # expired for the others ...
-        holder.deadline_ms = clock.monotonic_ms() + 1  # ... while the holder still renews
         others = [Lease(b, KEY, clock, renew_interval=1) for b in backends[1:]]
+        for other in others:  # each starts watching the holder's record
+            assert await other.try_acquire() is not None
+        clock.set_ms(clock.now_ms() + 3_001)  # silent for the others ...
+        holder.deadline_ms = clock.monotonic_ms() + 1  # ... while the holder still renews
 
         kept, *claims = await asyncio.gather(_renewed(holder), *(o.try_acquire() for o in others))
         held = int(kept is True) + sum(1 for c in claims if c is None)

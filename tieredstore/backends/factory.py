@@ -25,12 +25,12 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.fsspec_generic import FsspecBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.options import BackendOptions
-from tieredstore.backends.posix import PosixBackend
+from tieredstore.backends.posix import PosixBackend, posix_root_from_url
 from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 
-__all__ = ["BackendOptions", "backend_options", "open_backend", "open_cold"]
+__all__ = ["BackendOptions", "backend_options", "canonical_cold_url", "open_backend", "open_cold"]
 
 #: The retry policy of one-shot commands (read, gc, repair, restore, export, ...).
 COMMAND_RETRY = RetryPolicy()
@@ -39,6 +39,34 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 # Schemes handled by a dedicated backend that fsspec also answers to; the generic
 # adapter must not take them through an alias.
 _ALIASES = {"s3a": "s3", "local": "file"}
+
+
+def canonical_cold_url(url: str) -> str:
+    """The one spelling of the cold store ``url`` names, for comparing two URLs.
+
+    The catalogue records it and refuses another (:mod:`metadata.database`), so two
+    spellings of one store must agree and two stores must not:
+
+    * ``/data/cold/``, ``file:///data/cold``, ``file://localhost/data/cold`` →
+      ``file:///data/cold``; ``cold`` run from ``/srv`` → ``file:///srv/cold``
+    * ``s3a://bkt/p/``, ``s3://key:secret@bkt/p`` → ``s3://bkt/p``
+    * ``memory://demo/`` → ``memory://demo``
+
+    The scheme is lower-cased and its aliases resolved, credentials (userinfo) dropped
+    (the result is stored and printed), trailing slashes removed. A POSIX path is made
+    absolute and its symlinks resolved: it names the directory, however reached. The
+    S3 endpoint is not part of it (a renamed endpoint host is the same store). Raises
+    ConfigError for a URL :func:`open_backend` would refuse too (a remote ``file://``).
+    """
+    match = _SCHEME.match(url)
+    if match is None or _ALIASES.get(match.group(1).lower(), match.group(1).lower()) == "file":
+        rest = url if match is None else "file://" + url[match.end() :]
+        root = posix_root_from_url(rest).resolve()
+        return "file://" + str(root)  # resolved: no trailing slash but for "/" itself
+    scheme = match.group(1).lower()
+    scheme = _ALIASES.get(scheme, scheme)
+    rest = re.sub(r"^[^/@]*@", "", url[match.end() :]).rstrip("/")
+    return f"{scheme}://{rest}"
 
 
 def open_backend(

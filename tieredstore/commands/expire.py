@@ -76,7 +76,11 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
     from tieredstore.hotstore import HotStore, QueueKey
 
     with Catalogue.open(
-        settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+        settings.state_dir,
+        cluster=settings.cluster,
+        broker=settings.broker,
+        read_only=True,
+        cold_url=settings.cold_url,
     ) as catalogue:
         snaps: Sequence[QueueSnapshot] = snapshot_catalogue(catalogue)
     hot = read_hot_view(

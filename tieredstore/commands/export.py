@@ -77,6 +77,11 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
         f"{report.bytes} bytes) to {args.out}; {report.skipped} of {report.selected} "
         "selected were exported before"
     )
+    if report.removed:
+        print(
+            f"removed {report.removed} segments ({report.removed_rows} rows) that left the "
+            "committed history (superseded after repair)"
+        )
     return 0
 
 

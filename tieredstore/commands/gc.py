@@ -43,7 +43,11 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
     if not (settings.state_dir / DB_NAME).exists():
         return frozenset()
     with Catalogue.open(
-        settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+        settings.state_dir,
+        cluster=settings.cluster,
+        broker=settings.broker,
+        read_only=True,
+        cold_url=settings.cold_url,
     ) as catalogue:
         keys: set[str] = set()
         for row in catalogue.queues():

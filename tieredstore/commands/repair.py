@@ -40,7 +40,11 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPla
     backend = open_cold(settings)
     async with backend:
         with Catalogue.open(
-            settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+            settings.state_dir,
+            cluster=settings.cluster,
+            broker=settings.broker,
+            read_only=True,
+            cold_url=settings.cold_url,
         ) as catalogue:
             return await plan_repair(
                 hot=HotStore(settings.store_path),

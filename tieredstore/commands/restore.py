@@ -193,6 +193,8 @@ class _ProgressLine:
 
 def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
     verb = "resumed and restored" if report.resumed else "restored"
+    for line in report.losses:
+        out.write(line + "\n")
     out.write(
         f"{verb} {report.messages:,} messages of {report.queues} queues into {report.out} "
         f"({report.bytes / 1e6:,.1f} MB in {seconds:.1f} s); commitlog "

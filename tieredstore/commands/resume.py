@@ -43,7 +43,11 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> ResumePla
     from tieredstore.hotstore import HotStore
 
     with Catalogue.open(
-        settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+        settings.state_dir,
+        cluster=settings.cluster,
+        broker=settings.broker,
+        read_only=True,
+        cold_url=settings.cold_url,
     ) as catalogue:
         return await plan_resume(
             hot=HotStore(settings.store_path), catalogue=catalogue, topic=topic, queue_id=queue_id

@@ -169,7 +169,11 @@ def run(args: argparse.Namespace) -> int:
 
     def snapshot(now_ms: int) -> list[QueueStatus]:
         with Catalogue.open(
-            settings.state_dir, cluster=settings.cluster, broker=settings.broker, read_only=True
+            settings.state_dir,
+            cluster=settings.cluster,
+            broker=settings.broker,
+            read_only=True,
+            cold_url=args.cold,  # checked when given (status never needs it)
         ) as catalogue:
             rows = catalogue.queues()
             losses = catalogue.losses()

@@ -11,6 +11,10 @@ and the cold segments again, and confirms:
   [28, 36); its physicalOffset field is where it lies (its unit's commitlog offset);
 * the commitlog holds no record beyond those (its record count is the units' total).
 
+A queue with an accepted loss is planned as the restore planned it, from the first
+offset after its last loss (:class:`~tieredstore.restore.plan.LossCut`), and the check
+prints the same line for it.
+
 Only the position-derived fields (physicalOffset, hence the offset message id) may
 differ. A cold segment expired since the restore makes the check fail: the messages it
 was built from can no longer be compared.
@@ -48,6 +52,8 @@ class CheckResult:
     messages: int = 0
     problems: list[str] = field(default_factory=list)
     more: int = 0
+    #: The plan's lines for queues restored only after an accepted loss (LossCut).
+    losses: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -61,11 +67,14 @@ class CheckResult:
 
     def describe(self) -> str:
         if self.ok:
-            return (
-                f"CLEAN: {self.messages:,} messages of {self.queues} queues match the cold "
-                "store (every field but physicalOffset)"
+            return "\n".join(
+                [
+                    *self.losses,
+                    f"CLEAN: {self.messages:,} messages of {self.queues} queues match the "
+                    "cold store (every field but physicalOffset)",
+                ]
             )
-        lines = [f"MISMATCH: {len(self.problems) + self.more} problems"]
+        lines = [*self.losses, f"MISMATCH: {len(self.problems) + self.more} problems"]
         lines += [f"  {p}" for p in self.problems]
         if self.more:
             lines.append(f"  ... and {self.more} more")
@@ -182,7 +191,7 @@ async def check_restored(backend: Backend, out: Path, *, batch_bytes: int = 8 <<
         backend, p.cluster, p.broker, RestoreFilter(p.topics, TimeWindow(p.since, p.until))
     )
     hot = HotStore(out)
-    result = CheckResult()
+    result = CheckResult(losses=[cut.describe() for cut in plan.cuts])
     planned = {(q.queue.topic, q.queue.queue_id): q for q in plan.queues}
     for key in sorted(set(journal.queues) | {(k.topic, k.queue_id) for k in hot.queues()}):
         progress = journal.queues.get(key)

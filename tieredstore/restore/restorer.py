@@ -84,6 +84,8 @@ class RestoreReport:
     index_entries: int
     configs: tuple[str, ...]
     resumed: bool
+    #: One line per queue restored only after its last accepted loss (LossCut).
+    losses: tuple[str, ...] = ()
 
 
 class Restorer:
@@ -123,6 +125,10 @@ class Restorer:
         try:
             plan = await self.plan()
             journal = claim.resume or self._fresh_journal()
+            if claim.resume is None:
+                # Before the first file: an interrupt from here on leaves a directory
+                # a rerun resumes (an empty journal resumes from the start).
+                journal.save(claim.journal_path)
             files = FileCache()
             try:
                 return await self._run(claim, plan, journal, files)
@@ -184,6 +190,7 @@ class Restorer:
             index_entries=journal.index_entries,
             configs=configs,
             resumed=resumed,
+            losses=tuple(cut.describe() for cut in plan.cuts),
         )
 
     def _discard_uncommitted(self, queues: ConsumeQueueWriter, journal: Journal) -> None:
