@@ -7,7 +7,8 @@ dependency only affects its own command.
 
 Exit codes (every command): 0 success; 1 a runtime failure (one line on stderr);
 3 bad usage or configuration (bad flag, bad config file, unreachable store or backend
-at start). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run.
+at start, a ``--store`` that is not a broker store, a state dir with no catalogue or one of
+another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run.
 """
 
 from __future__ import annotations
@@ -15,10 +16,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Sequence
-from typing import NoReturn, Protocol, cast
+from typing import Any, NoReturn, Protocol, cast
 
-from tieredstore.errors import ConfigError, TieredStoreError
+from tieredstore.errors import (
+    CatalogueMismatchError,
+    ConfigError,
+    NotAStoreError,
+    TieredStoreError,
+)
 
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -63,35 +70,63 @@ class _Command(Protocol):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad usage in one line and exits 3, not 2."""
+    """argparse that reports bad usage in one line and exits 3, not 2.
+
+    Flags must be spelt out: ``allow_abbrev`` is off, so ``--stor`` is an unknown flag
+    rather than a silent ``--store`` (and a flag added later cannot change what an old
+    abbreviation meant).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def refuse_unknown(self, extra: Sequence[str]) -> NoReturn:
+        """Name the command and show its usage, then the one-line error (last)."""
+        sys.stderr.write(self.format_usage())
+        self.error(f"unrecognized arguments: {' '.join(extra)} (see {self.prog} --help)")
+
+
+def _version() -> str:
+    try:
+        return version("tieredstore")
+    except PackageNotFoundError:  # run from a source tree without an install
+        return "unknown"
 
 
 def _load(name: str) -> _Command:
     return cast(_Command, importlib.import_module(COMMANDS[name][0]))
 
 
-def build_parser(command: str | None) -> argparse.ArgumentParser:
+def build_parser(command: str | None) -> tuple[_Parser, dict[str, _Parser]]:
+    """The top-level parser and each command's parser (only ``command`` gets its flags)."""
     parser = _Parser(prog="tieredstore", description="Tiered storage sidecar for Apache RocketMQ")
+    parser.add_argument("--version", action="version", version=f"tieredstore {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    parsers: dict[str, _Parser] = {}
     for name, (_, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
             _load(name).add_arguments(p)
-    return parser
+        parsers[name] = p
+    return parser, parsers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (the console script exits with it)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if a in COMMANDS), None)
-    args = build_parser(command).parse_args(args_list)
+    parser, parsers = build_parser(command)
+    args, extra = parser.parse_known_args(args_list)
+    if extra:
+        parsers[args.command].refuse_unknown(extra)
     try:
         return _load(args.command).run(args)
-    except ConfigError as exc:
+    except (ConfigError, NotAStoreError, CatalogueMismatchError) as exc:
         print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TieredStoreError as exc:

@@ -17,6 +17,7 @@ tell the operator?* (:class:`FatalError`).
         ├── InvalidNameError            a cluster/broker/topic name or object key unsafe as a path
         ├── StoreError                  hot side: the broker's store directory
         │   ├── StoreNotFoundError      missing store, file or directory
+        │   │   └── NotAStoreError      not a broker store: no commitlog/ or consumequeue/ (exit 3)
         │   ├── UnsupportedStoreError   e.g. a RocksDB consume queue
         │   ├── StoreInUseError         a broker (or a restore) is using the store directory
         │   └── CorruptDataError        bytes that do not parse
@@ -34,7 +35,8 @@ tell the operator?* (:class:`FatalError`).
         ├── OffsetOutOfRangeError       queue offset outside what is stored
         ├── DivergedError               hot store no longer agrees with cold
         ├── CatalogueError              the SQLite catalogue
-        │   └── CatalogueBusyError      another process holds the catalogue
+        │   ├── CatalogueBusyError      another process holds the catalogue
+        │   └── CatalogueMismatchError  missing, or of another cluster/broker (exit 3)
         └── LeaseError                  single-writer lease
             ├── LeaseHeldError          another writer holds the lease
             ├── LeaseLapsedError        its deadline passed unrenewed: reclaim before writing
@@ -52,6 +54,7 @@ __all__ = [
     "BackendUnavailableError",
     "CatalogueBusyError",
     "CatalogueError",
+    "CatalogueMismatchError",
     "ColdDataError",
     "ConditionFailedError",
     "ConfigError",
@@ -68,6 +71,7 @@ __all__ = [
     "LeaseHeldError",
     "LeaseLapsedError",
     "LeaseLostError",
+    "NotAStoreError",
     "ObjectNotFoundError",
     "OffsetOutOfRangeError",
     "RetryableError",
@@ -130,6 +134,12 @@ class StoreError(FatalError):
 
 class StoreNotFoundError(StoreError):
     """A store directory or a file inside it does not exist or cannot be read."""
+
+
+class NotAStoreError(StoreNotFoundError):
+    """The path given as a broker store is not one: it is missing, or it lacks
+    ``commitlog/`` or ``consumequeue/`` (often the parent of the real store). Wrong
+    input, so the CLI exits 3 rather than reporting an empty store."""
 
 
 class UnsupportedStoreError(StoreError):
@@ -207,6 +217,11 @@ class CatalogueError(FatalError):
 
 class CatalogueBusyError(CatalogueError):
     """Another process holds the catalogue for writing."""
+
+
+class CatalogueMismatchError(CatalogueError):
+    """The state dir holds no catalogue (read-only open), or one of another cluster or
+    broker: wrong input (a wrong ``--state-dir``, ``--cluster`` or ``--broker``), exit 3."""
 
 
 class LeaseError(FatalError):

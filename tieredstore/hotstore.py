@@ -31,6 +31,7 @@ import numpy as np
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
+    NotAStoreError,
     OffsetOutOfRangeError,
     StoreNotFoundError,
     TruncatedDataError,
@@ -234,18 +235,32 @@ class HotStore:
             (``storePathCommitLog``); default ``<root>/commitlog``.
 
     Raises:
-        StoreNotFoundError: ``root`` is not a directory.
+        NotAStoreError: ``root`` is not a directory, or it lacks the commitlog or the
+            ``consumequeue`` directory. A broker creates both when it starts, so a
+            directory without them is a wrong path (often the store's parent), never an
+            empty store: treating it as one would report "0 queues" and exit 0.
         UnsupportedStoreError: the consume queue is kept in RocksDB.
     """
 
     def __init__(self, root: Path | str, *, commitlog_dir: Path | str | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            raise StoreNotFoundError("store directory does not exist", where=str(self.root))
+            raise NotAStoreError("store directory does not exist", where=str(self.root))
         self.commitlog_dir = Path(commitlog_dir) if commitlog_dir else self.root / "commitlog"
         self.consumequeue_dir = self.root / "consumequeue"
         self._listings: dict[Path, tuple[int, MappedFileList]] = {}
         self._refuse_rocksdb()
+        self._refuse_non_store()
+
+    def _refuse_non_store(self) -> None:
+        missing = [d for d in (self.commitlog_dir, self.consumequeue_dir) if not d.is_dir()]
+        if missing:
+            names = " and ".join(f"{d.name}/" for d in missing)
+            raise NotAStoreError(
+                f"not a broker store: no {names} (give storePathRootDir, the directory "
+                "holding commitlog/ and consumequeue/)",
+                where=str(self.root),
+            )
 
     def _refuse_rocksdb(self) -> None:
         try:

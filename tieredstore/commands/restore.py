@@ -18,12 +18,16 @@ import asyncio
 import logging
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 from tieredstore.backends import open_cold
-from tieredstore.commands._settings import add_settings_arguments, positive_int, settings_from_args
+from tieredstore.commands._settings import (
+    add_settings_arguments,
+    parse_time,
+    positive_int,
+    settings_from_args,
+)
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
 from tieredstore.logs import configure_logging
@@ -33,21 +37,6 @@ from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreRepor
 log = logging.getLogger("tieredstore.restore")
 
 _CQ_UNIT = 20
-
-
-def parse_time(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (no zone = UTC)."""
-    if text.strip().isdigit():
-        return int(text)
-    try:
-        stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither epoch milliseconds nor an ISO-8601 time"
-        ) from exc
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return int(stamp.timestamp() * 1000)
 
 
 def _size(text: str) -> int:

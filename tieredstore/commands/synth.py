@@ -6,20 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from tieredstore.config import parse_size
 from tieredstore.errors import ConfigError
 from tieredstore.synth import SynthSpec, synthesize
 
 
 def _size(text: str) -> int:
-    """Parse ``1048576``, ``64K``, ``4M`` or ``1G`` as bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    """Parse ``1048576``, ``64K``, ``4M`` or ``1G`` as bytes (never ``nan``/``inf``)."""
     try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
+        return parse_size(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from exc
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _body_range(text: str) -> tuple[int, int]:
