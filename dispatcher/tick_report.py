@@ -33,6 +33,9 @@ class TickReport:
     errors: list[str] = field(default_factory=list)
     #: Queue tasks that stopped because the lease lapsed (retried once it is reclaimed).
     lapsed: int = 0
+    #: A stop (SIGINT/SIGTERM) ended the pass before it tiered everything: what it
+    #: reports was committed, the rest was not attempted or was abandoned uncommitted.
+    interrupted: bool = False
 
     def merge(self, other: TickReport) -> None:
         self.segments += other.segments
@@ -43,6 +46,7 @@ class TickReport:
         self.lost += other.lost
         self.errors += other.errors
         self.lapsed += other.lapsed
+        self.interrupted = self.interrupted or other.interrupted
 
 
 def record_error(exc: BaseException, report: TickReport, metrics: Metrics) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, NoReturn, Protocol, cast
 
 from tieredstore.errors import (
