@@ -6,15 +6,18 @@ for a line the process writes (never a sleep) before it sends the signal."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 
 #: slow enough that the whole pass takes minutes, so only the signal can end it early
@@ -74,3 +77,51 @@ def test_run_once_stops_within_the_deadline_and_says_it_did_not_finish(
     )
     assert again.returncode == 0, again.stderr
     assert re.search(r"catch-up done: [1-9]\d* segments", again.stderr)
+
+
+@pytest.fixture(scope="module")
+def tiered(store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``store`` tiered once: (store, cold)."""
+    root = tmp_path_factory.mktemp("tiered")
+    done = subprocess.run(
+        sidecar_cmd(store, root / "cold", root / "state", "--once"),
+        env=sidecar_env(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return store, root / "cold"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_verify_stops_on_a_signal_to_its_process_group_in_one_line(
+    tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
+) -> None:
+    """As Ctrl-C in a terminal does: the signal reaches the driver, the JVM and Spark's
+    Python workers; only the driver speaks, once."""
+    store, cold = tiered
+    out, log = tmp_path / "report", tmp_path / "verify.log"
+    cmd = [
+        sys.executable, "-m", "tieredstore.cli",
+        "verify", "--hot", str(store), "--cold", str(cold), "--cluster", CLUSTER,
+        "--broker", BROKER, "--level", "content", "--out", str(out), "--master", "local[2]",
+    ]  # fmt: skip
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=sink, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "spark.log").exists():  # the JVM is starting: Spark is under way
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.05)
+        os.killpg(proc.pid, sig)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert code == 128 + sig, text
+    assert text == f"tieredstore verify: interrupted by {sig.name}; no report written\n"
+    assert not (out / "report.html").exists()
