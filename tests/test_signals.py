@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,75 @@ def test_verify_stops_on_a_signal_to_its_process_group_in_one_line(
     assert code == 128 + sig, text
     assert text == f"tieredstore verify: interrupted by {sig.name}; no report written\n"
     assert not (out / "report.html").exists()
+
+
+def _interrupt_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], sig: int) -> int:
+    """Once ``ready()`` (the tool wrote its first output), freeze the process, queue
+    ``sig``, and let it go: the signal lands mid-work however fast the machine is."""
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert proc.poll() is None, "finished before it was interrupted"
+        assert time.monotonic() < deadline
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.01)
+    proc.send_signal(signal.SIGSTOP)
+    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
+    return proc.wait(timeout=60)
+
+
+def _tool(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tieredstore.cli", *args], stdout=sink, stderr=sink
+        )
+
+
+def _cold_args(cold: Path) -> list[str]:
+    return ["--cold", str(cold), "--cluster", CLUSTER, "--broker", BROKER]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
+    tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
+) -> None:
+    _, cold = tiered
+    out, log = tmp_path / "restored", tmp_path / "restore.log"
+    proc = _tool("restore", *_cold_args(cold), "--out", str(out), "--progress", "on", log=log)
+    code = _interrupt_when(proc, lambda: "restored " in log.read_text(errors="replace"), sig)
+    text = log.read_text()
+    assert code == 128 + sig, text
+    assert text.splitlines()[-1] == f"tieredstore restore: interrupted by {sig.name}"
+    assert "Traceback" not in text and "into" not in text  # no success line
+    again = subprocess.run(
+        [sys.executable, "-m", "tieredstore.cli", "restore", *_cold_args(cold), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("resumed and restored 8,000 messages")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_export_stops_in_one_line_and_a_rerun_finishes_it(
+    tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
+) -> None:
+    _, cold = tiered
+    out, log = tmp_path / "parquet", tmp_path / "export.log"
+    args = ["export", "--format", "parquet", *_cold_args(cold), "--out", str(out)]
+    proc = _tool(*args, "--jobs", "1", log=log)
+    code = _interrupt_when(proc, lambda: any(out.rglob("*.parquet")), sig)
+    text = log.read_text()
+    assert code == 128 + sig, text
+    assert text == f"tieredstore export: interrupted by {sig.name}\n"
+    again = subprocess.run(
+        [sys.executable, "-m", "tieredstore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stderr
+    done_before = re.search(r"exported (\d+) segments .*; (\d+) of (\d+) selected", again.stdout)
+    assert done_before, again.stdout
+    assert 0 < int(done_before[2]) < int(done_before[3])  # the stop kept what it had finished

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from types import FrameType
 from typing import Any, NoReturn, Protocol, cast
 
 from tieredstore.errors import (
@@ -124,6 +127,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(args_list)
     if extra:
         parsers[args.command].refuse_unknown(extra)
+    with _TermAsInterrupt() as stop:
+        try:
+            return _run(args)
+        except KeyboardInterrupt:
+            print(f"tieredstore {args.command}: interrupted by {stop.name}", file=sys.stderr)
+            return 128 + int(stop.signal)
+
+
+class _TermAsInterrupt:
+    """While a command runs, SIGTERM stops it as Ctrl-C does, and says which it was.
+
+    Python turns SIGINT into KeyboardInterrupt (inside ``asyncio.run``: the main task
+    is cancelled first, so ``finally`` blocks and context managers close what they
+    opened); SIGTERM would kill the process with no word and no cleanup. Here SIGTERM
+    raises SIGINT after noting itself, so each tool stops one way and the CLI exits 143
+    (130 for SIGINT) with one line. ``run``'s loop installs its own handlers meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self.signal = signal.SIGINT
+        self._previous: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.signal.name
+
+    def __enter__(self) -> _TermAsInterrupt:
+        if threading.current_thread() is threading.main_thread():  # else: not ours to set
+            self._previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+    def _on_term(self, _signum: int, _frame: FrameType | None) -> None:
+        self.signal = signal.SIGTERM
+        signal.raise_signal(signal.SIGINT)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command, translating our errors into one line and an exit code."""
     try:
         return _load(args.command).run(args)
     except (ConfigError, NotAStoreError, CatalogueMismatchError) as exc:
@@ -132,9 +177,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TieredStoreError as exc:
         print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print(f"tieredstore {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 def entry() -> NoReturn:

@@ -123,6 +123,8 @@ class Restorer:
         try:
             plan = await self.plan()
             journal = claim.resume or self._fresh_journal()
+            if claim.resume is None:  # before the first byte: an interrupted run resumes
+                journal.save(claim.journal_path)
             files = FileCache()
             try:
                 return await self._run(claim, plan, journal, files)
