@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -194,3 +195,47 @@ def test_read_timestamp_takes_an_iso_time_like_export_and_restore(tiered: Path) 
     bad = _cli("read", "--topic", "T", "--queue", "0", "--timestamp", "yesterday", *where)
     assert bad.returncode == 3
     assert "'yesterday' is neither epoch milliseconds nor an ISO 8601 time" in bad.stderr
+
+
+# -- synth: readable help, recent times, --append ----------------------------------------
+def test_synth_help_gives_every_flag_a_readable_help() -> None:
+    import argparse
+
+    from tieredstore.commands import synth
+
+    parser = argparse.ArgumentParser(prog="tieredstore synth")
+    synth.add_arguments(parser)
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help"
+    text = parser.format_help()
+    assert "(default (" not in text and "(default 16:1024)" in text
+
+
+def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path) -> None:
+    from tieredstore.hotstore import HotStore
+    from tieredstore.synth import SyntheticStore
+
+    out = tmp_path / "s"
+    before = time.time_ns() // 1_000_000
+    made = _cli("synth", "--out", str(out), "--messages", "64", "--topics", "1", "--queues", "2")
+    assert made.returncode == 0, made.stderr
+    first = SyntheticStore.open(out)
+    assert before - 64 <= first.last_store_time <= time.time_ns() // 1_000_000
+    hot = HotStore(out)
+    ranges = {q: hot.queue_range(q.topic, q.queue_id) for q in hot.queues()}
+    assert sum(r.count for r in ranges.values()) == 64
+    more = _cli("synth", "--out", str(out), "--append", "10")
+    assert more.returncode == 0, more.stderr
+    assert more.stderr == f"appended 10 messages to {out} (74 in all)\n"
+    again = HotStore(out)
+    grown = {q: again.queue_range(q.topic, q.queue_id) for q in again.queues()}
+    assert set(grown) == set(ranges)  # same topics and queues, read from synth.json
+    assert all(grown[q].min == ranges[q].min and grown[q].max >= ranges[q].max for q in grown)
+    assert sum(r.count for r in grown.values()) == 74
+    last = max(
+        again.read_message(q.topic, q.queue_id, grown[q].max - 1).store_timestamp for q in grown
+    )
+    assert last >= first.last_store_time
+    refused = _cli("synth", "--out", str(tmp_path / "not-synth"), "--append", "5")
+    assert refused.returncode == 3 and refused.stderr.count("\n") == 1
+    assert "--append: not a synthetic store" in refused.stderr
