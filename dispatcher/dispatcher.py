@@ -208,7 +208,7 @@ class Dispatcher:
                     raise renew.exception()  # type: ignore[misc]
                 if not tick.done():  # a stop while the tick runs: drain, then abandon
                     await wait_at_most(self.clock, tick, shutdown_deadline)
-                    await self._abandon_tick(tick, total)
+                    await _keep_or_abandon(tick, total, self._abandon_inflight)
                     break
                 report = await tick
                 total.merge(report)
@@ -224,16 +224,6 @@ class Dispatcher:
             self._writes_done.set()
             renew.cancel()
             await asyncio.gather(renew, stop, return_exceptions=True)
-
-    async def _abandon_tick(self, tick: asyncio.Future[TickReport], total: TickReport) -> None:
-        """Keep what a stopped tick reported if it ended in time; else cancel it and the
-        queue tasks it started (their segments stay uncommitted)."""
-        if tick.done():
-            total.merge(await tick)
-            return
-        tick.cancel()
-        await asyncio.gather(tick, return_exceptions=True)
-        await self._abandon_inflight()
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, *, wait_for_lease: bool) -> None:
@@ -332,3 +322,18 @@ class Dispatcher:
             await self.lease.release()
         self.metrics.lease_held.set(0)
         self.state = DispatcherState.STOPPED
+
+
+async def _keep_or_abandon(
+    tick: asyncio.Future[TickReport],
+    total: TickReport,
+    abandon_inflight: Callable[[], Awaitable[None]],
+) -> None:
+    """Keep what a stopped tick reported if it ended in time; else cancel it and the
+    queue tasks it started (their segments stay uncommitted, never read)."""
+    if tick.done():
+        total.merge(await tick)
+        return
+    tick.cancel()
+    await asyncio.gather(tick, return_exceptions=True)
+    await abandon_inflight()
