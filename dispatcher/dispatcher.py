@@ -182,18 +182,11 @@ class Dispatcher:
             self._inflight.pop(key, None)
 
     async def catch_up(self, *, shutdown_deadline: float = 30.0) -> TickReport:
-        """One full catch-up pass (``run --once``): tier every queue up to hot max.
-
-        Repeats ticks with ``flush`` until a tick tiers nothing (subject to the guard).
-        The lease is renewed meanwhile, as in :meth:`run`, so a pass may last longer
-        than the lease; a renewal that fails for good (another writer took the lease)
-        stops the pass with its error.
-
-        :meth:`stop` ends the pass as it ends :meth:`run`: no new round starts, the
-        segments in flight get ``shutdown_deadline`` seconds to commit and are then
-        abandoned (uncommitted objects are never read). The report then says
-        ``interrupted``, so a caller never mistakes a stopped pass for a finished one.
-        """
+        """One full catch-up pass (``run --once``): ticks with ``flush`` until one tiers
+        nothing, renewing the lease as :meth:`run` does (a renewal that fails for good
+        stops the pass with its error). :meth:`stop` ends it as it ends :meth:`run`
+        (in-flight segments get ``shutdown_deadline`` seconds, then are abandoned) and
+        the report says ``interrupted``: a stopped pass never reads as a finished one."""
         self._writes_done.clear()
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
         stop = asyncio.create_task(self._stopping.wait(), name="stop request")
@@ -210,9 +203,8 @@ class Dispatcher:
                     await wait_at_most(self.clock, tick, shutdown_deadline)
                     await _keep_or_abandon(tick, total, self._abandon_inflight)
                     break
-                report = await tick
-                total.merge(report)
-                if report.segments == 0 and not report.lapsed:
+                total.merge(report := await tick)
+                if report.idle:
                     return total
             total.interrupted = True
             return total

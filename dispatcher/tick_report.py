@@ -37,6 +37,11 @@ class TickReport:
     #: reports was committed, the rest was not attempted or was abandoned uncommitted.
     interrupted: bool = False
 
+    @property
+    def idle(self) -> bool:
+        """Nothing tiered and nothing abandoned to a lapsed lease: a catch-up is done."""
+        return self.segments == 0 and not self.lapsed
+
     def merge(self, other: TickReport) -> None:
         self.segments += other.segments
         self.messages += other.messages
