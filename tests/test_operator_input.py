@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -239,3 +240,29 @@ def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path
     refused = _cli("synth", "--out", str(tmp_path / "not-synth"), "--append", "5")
     assert refused.returncode == 3 and refused.stderr.count("\n") == 1
     assert "--append: not a synthetic store" in refused.stderr
+
+
+def test_restore_check_names_a_missing_journal_and_another_cold_store(
+    tiered: Path, tmp_path: Path
+) -> None:
+    cold = ["--cluster", "C", "--broker", "B", "--cold"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = _cli("restore", "--check", *cold, str(tiered / "cold"), "--out", str(empty))
+    assert done.returncode == 3
+    assert done.stderr == (
+        "tieredstore restore: nothing to check: no tieredstore-restore.json here "
+        f"(give the --out of a restore) ({empty})\n"
+    )
+    out = tmp_path / "restored"
+    assert _cli("restore", *cold, str(tiered / "cold"), "--out", str(out)).returncode == 0
+    other = tmp_path / "other-cold"
+    shutil.copytree(tiered / "cold", other)  # the same bytes, but not the store it came from
+    done = _cli("restore", "--check", *cold, str(other), "--out", str(out))
+    assert done.returncode == 3 and done.stdout == ""
+    assert done.stderr == (
+        f"tieredstore restore: this store was restored from {tiered / 'cold'} (C/B), not from "
+        f"{other} (C/B); check it against the cold store it came from ({out})\n"
+    )
+    same = _cli("restore", "--check", *cold, str(tiered / "cold"), "--out", str(out))
+    assert same.returncode == 0 and same.stdout.startswith("CLEAN: 200 messages")

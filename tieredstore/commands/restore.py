@@ -196,7 +196,9 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
         if args.check:
             from tieredstore.restore.check import check_restored
 
-            result = await check_restored(backend, args.out, batch_bytes=args.batch_bytes)
+            result = await check_restored(
+                backend, args.out, batch_bytes=args.batch_bytes, source=params
+            )
             sys.stdout.write(result.describe() + "\n")
             return 0 if result.ok else 2
         line = _ProgressLine(progress, sys.stderr)
