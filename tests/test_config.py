@@ -70,6 +70,7 @@ BAD: dict[str, tuple[object, str]] = {
     "http.enabled": ("yes please", "not a boolean"),
     "log.format": ("xml", "is not one of text, json"),
     "log.level": ("loud", "is not one of debug"),
+    "log.summary_interval": (0, "must be positive"),
     "shutdown.deadline": ("0s", "must be positive"),
 }
 

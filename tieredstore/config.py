@@ -359,6 +359,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("log.format", _choice("text", "json"), "text", "log lines: text | json"),
     Setting("log.level", _choice("debug", "info", "warning", "error"), "info", "log level"),
     Setting(
+        "log.summary_interval",
+        _positive(parse_duration),
+        60.0,
+        "while tiering, one INFO line this often: segments, messages, bytes, errors, lag",
+    ),
+    Setting(
         "shutdown.deadline",
         _positive(parse_duration),
         30.0,

@@ -262,6 +262,7 @@ async def _serve_runtime(
     settings: Settings, *, once: bool, bar: ProgressLine, load: Callable[[], Settings]
 ) -> int:
     from dispatcher.runtime import open_runtime
+    from dispatcher.summary import log_summaries
 
     async with open_runtime(settings, on_segment=bar.update) as rt:
         # Everything built so far (imported modules, the runtime) lives as long as the
@@ -272,11 +273,15 @@ async def _serve_runtime(
         stopper = _Stopper(rt)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopper, sig)
+        summaries = asyncio.create_task(
+            log_summaries(rt.metrics, rt.dispatcher.clock, settings["log.summary_interval"])
+        )
         try:
             if once:
                 return await _catch_up(rt, stopper, bar.close)
             return await _run_forever(rt, stopper, load)
         finally:
+            summaries.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
 
