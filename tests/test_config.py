@@ -44,6 +44,7 @@ BAD: dict[str, tuple[object, str]] = {
     "tiering.segment_max_messages": (-1, "must be positive"),
     "tiering.segment_max_age": ("soon", "not a duration"),
     "tiering.tick_interval": (0, "must be positive"),
+    "tiering.spool_max_bytes": ("-1", "not a size"),
     "tiering.concurrency": ("four", "invalid literal"),
     "tiering.read_batch_bytes": (True, "not a boolean"),
     "tiering.max_bytes_per_second": (-1, "must not be negative"),

@@ -261,6 +261,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("tiering.concurrency", _positive(_int), 4, "queues uploaded at once"),
     Setting(
+        "tiering.spool_max_bytes",
+        _non_negative(parse_size),
+        0,
+        "spool bytes a round may use in <state.dir>/spool (0 = free space less 64 MiB)",
+    ),
+    Setting(
         "tiering.read_batch_bytes",
         _positive(parse_size),
         1 << 20,

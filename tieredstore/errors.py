@@ -33,6 +33,7 @@ tell the operator?* (:class:`FatalError`).
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
         │   └── ConditionFailedError    a conditional write found the object not as expected
         ├── OffsetOutOfRangeError       queue offset outside what is stored
+        ├── SpoolTooSmallError          the state dir cannot hold one segment's spool
         ├── DivergedError               hot store no longer agrees with cold
         ├── CatalogueError              the SQLite catalogue
         │   ├── CatalogueBusyError      another process holds the catalogue
@@ -76,6 +77,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "RetryableError",
     "SizeMismatchError",
+    "SpoolTooSmallError",
     "StoreError",
     "StoreInUseError",
     "StoreNotFoundError",
@@ -205,6 +207,12 @@ class ConditionFailedError(BackendError):
 
 class OffsetOutOfRangeError(FatalError):
     """A queue offset outside the range that is stored."""
+
+
+class SpoolTooSmallError(FatalError):
+    """One segment needs more spool space than the state dir's disk has free (less a
+    reserve) or ``tiering.spool_max_bytes`` allows: nothing can be tiered until there is
+    room. Smaller rounds cannot help; the queue is retried each tick."""
 
 
 class DivergedError(FatalError):
