@@ -266,3 +266,12 @@ def test_restore_check_names_a_missing_journal_and_another_cold_store(
     )
     same = _cli("restore", "--check", *cold, str(tiered / "cold"), "--out", str(out))
     assert same.returncode == 0 and same.stdout.startswith("CLEAN: 200 messages")
+
+
+def test_the_verifier_does_not_count_the_sidecars_own_lock_files(tiered: Path) -> None:
+    from verifier.readers import ColdLocation, list_cold_objects
+
+    locks = sorted(p.name for p in (tiered / "cold").rglob(".*.lock"))
+    assert "._lease.json.lock" in locks  # the lease is written with replace(): it has one
+    listing = list_cold_objects(ColdLocation(str(tiered / "cold"), {}), "C", "B")
+    assert listing.unrecognised == ()
