@@ -198,3 +198,17 @@ def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     done_before = re.search(r"exported (\d+) segments .*; (\d+) of (\d+) selected", again.stdout)
     assert done_before, again.stdout
     assert 0 < int(done_before[2]) < int(done_before[3])  # the stop kept what it had finished
+
+
+def test_restores_progress_line_is_ended_before_a_log_line(
+    tiered: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, cold = tiered
+    done = subprocess.run(
+        [sys.executable, "-m", "tieredstore.cli", "restore", *_cold_args(cold),
+         "--out", str(tmp_path / "r"), "--progress", "on"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "INFO    tieredstore.restore.configs: restored config/topics.json" in done.stderr
+    assert not re.search(r"MB/s\)\S", done.stderr), done.stderr

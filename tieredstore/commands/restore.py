@@ -30,7 +30,7 @@ from tieredstore.commands._settings import (
 )
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
-from tieredstore.logs import configure_logging
+from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
 
@@ -175,9 +175,11 @@ class _ProgressLine:
         self.shown = True
 
     def close(self) -> None:
+        """End the line (if drawn); also before every log line (``before_each_line``)."""
         if self.shown:
             self.stream.write("\n")
             self.stream.flush()
+            self.shown = False
 
 
 def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
@@ -202,12 +204,14 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
             sys.stdout.write(result.describe() + "\n")
             return 0 if result.ok else 2
         line = _ProgressLine(progress, sys.stderr)
+        unhook = before_each_line(line.close)
         started = time.monotonic()
         try:
             report = await Restorer(
                 backend, params, args.out, batch_bytes=args.batch_bytes, on_progress=line
             ).run()
         finally:
+            unhook()
             line.close()
         _print_report(report, time.monotonic() - started, sys.stdout)
     return 0
