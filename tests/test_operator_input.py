@@ -283,3 +283,11 @@ def test_a_lag_allowance_too_large_for_a_float_is_refused(text: str) -> None:
 
     with pytest.raises(ConfigError, match="bad lag allowance"):
         parse_lag_allowance(text)
+
+
+def test_inspect_marks_a_cut_topic_name(tmp_path: Path) -> None:
+    synthesize(tmp_path / "s", SynthSpec(messages=20, topics=1, queues=1, long_topic=True))
+    done = _cli("inspect", "--store", str(tmp_path / "s"))
+    assert done.returncode == 0, done.stderr
+    (row,) = done.stdout.splitlines()[1:]
+    assert row.split()[0] == "SynthTopicLong" + "x" * 25 + "…"  # 40 characters, cut visibly
