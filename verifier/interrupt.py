@@ -33,6 +33,7 @@ class StopOnSignal:
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None
         self._context: _Context | None = None
+        self._deferred = False
         self._previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> StopOnSignal:
@@ -49,10 +50,19 @@ class StopOnSignal:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
+    def defer(self) -> None:
+        """Until :meth:`watch`, only note a signal: interrupting PySpark while it starts
+        its JVM can leave the process waiting on the half-made gateway."""
+        self._deferred = True
+
     def watch(self, context: _Context) -> None:
-        """Cancel this SparkContext's jobs on a stop (and take SIGINT back from PySpark)."""
+        """Cancel this SparkContext's jobs on a stop (and take SIGINT back from PySpark);
+        a signal noted while Spark started stops the run now."""
         self._context = context
+        self._deferred = False
         self._arm()
+        if self.signal is not None:
+            self._stop()
 
     def _arm(self) -> None:
         for sig in _SIGNALS:
@@ -61,12 +71,18 @@ class StopOnSignal:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         first = self.signal is None
         self.signal = self.signal or signal.Signals(signum)
+        if self._deferred:
+            return
         if first:
-            # The calls that the stop breaks are not news: keep their tracebacks quiet.
-            logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
-            if self._context is not None:
-                with contextlib.suppress(Exception):  # the JVM may already be going away
-                    self._context.cancelAllJobs()
+            self._stop()
+        raise KeyboardInterrupt
+
+    def _stop(self) -> None:
+        # The calls that the stop breaks are not news: keep their tracebacks quiet.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+        if self._context is not None:
+            with contextlib.suppress(Exception):  # the JVM may already be going away
+                self._context.cancelAllJobs()
         raise KeyboardInterrupt
 
     def exit_code(self) -> int:

@@ -576,6 +576,7 @@ def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
         try:
             job = JobArgs.from_args(args, now_ms=time.time_ns() // 1_000_000)
             _check_before_spark(job)
+            stop.defer()  # until the session is up (watch): see StopOnSignal.defer
             with spark_session(
                 job.master, log_file=job.spark_log, log_level=job.spark_log_level
             ) as spark:
