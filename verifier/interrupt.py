@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 from types import FrameType, TracebackType
 from typing import Any, Protocol
 
@@ -37,8 +38,9 @@ class StopOnSignal:
         self._previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> StopOnSignal:
-        self._previous = {s: signal.getsignal(s) for s in _SIGNALS}
-        self._arm()
+        if threading.current_thread() is threading.main_thread():  # else: not ours to set
+            self._previous = {s: signal.getsignal(s) for s in _SIGNALS}
+            self._arm()
         return self
 
     def __exit__(
@@ -65,6 +67,8 @@ class StopOnSignal:
             self._stop()
 
     def _arm(self) -> None:
+        if not self._previous:  # entered off the main thread: signals stay as they are
+            return
         for sig in _SIGNALS:
             signal.signal(sig, self._handle)
 
