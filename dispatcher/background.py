@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
@@ -42,7 +43,7 @@ async def sleep_until(clock: Clock, event: asyncio.Event, seconds: float) -> Non
             t.cancel()
 
 
-async def wait_at_most(clock: Clock, task: asyncio.Task[None], seconds: float) -> None:
+async def wait_at_most(clock: Clock, task: asyncio.Future[Any], seconds: float) -> None:
     """Wait up to ``seconds`` (on ``clock``) for ``task`` to end; it is not cancelled."""
     timer = asyncio.ensure_future(clock.sleep(seconds))
     try:

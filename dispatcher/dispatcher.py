@@ -183,37 +183,41 @@ class Dispatcher:
         for key in keys:
             self._inflight.pop(key, None)
 
-    async def catch_up(self) -> TickReport:
-        """One full catch-up pass (``run --once``): tier every queue up to hot max.
-
-        Repeats ticks with ``flush`` until a tick tiers nothing (subject to the guard).
-        The lease is renewed meanwhile, as in :meth:`run`, so a pass may last longer
-        than the lease; a renewal that fails for good (another writer took the lease)
-        stops the pass with its error.
-        """
+    async def catch_up(self, *, shutdown_deadline: float = 30.0) -> TickReport:
+        """One full catch-up pass (``run --once``): ticks with ``flush`` until one tiers
+        nothing, renewing the lease as :meth:`run` does (a renewal that fails for good
+        stops the pass with its error). :meth:`stop` ends it as it ends :meth:`run`
+        (in-flight segments get ``shutdown_deadline`` seconds, then are abandoned) and
+        the report says ``interrupted``: a stopped pass never reads as a finished one."""
         self._writes_done.clear()
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
+        stop = asyncio.create_task(self._stopping.wait(), name="stop request")
         total = TickReport()
         try:
             while not self._stopping.is_set():
                 tick = asyncio.ensure_future(self.tick(flush=True))
-                await asyncio.wait({tick, renew}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({tick, renew, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if renew.done() and renew.exception() is not None:
                     tick.cancel()
                     await asyncio.gather(tick, return_exceptions=True)
                     raise renew.exception()  # type: ignore[misc]
-                report = await tick
-                total.merge(report)
-                if report.segments == 0 and not report.lapsed:
+                if not tick.done():  # a stop while the tick runs: drain, then abandon
+                    await wait_at_most(self.clock, tick, shutdown_deadline)
+                    await _keep_or_abandon(tick, total, self._abandon_inflight)
                     break
+                total.merge(report := await tick)
+                if report.idle:
+                    return total
+            total.interrupted = True
+            return total
         except LeaseLostError as exc:
             self._fenced(exc)
             raise
         finally:
+            stop.cancel()
             self._writes_done.set()
             renew.cancel()
-            await asyncio.gather(renew, return_exceptions=True)
-        return total
+            await asyncio.gather(renew, stop, return_exceptions=True)
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, *, wait_for_lease: bool) -> None:
@@ -312,3 +316,18 @@ class Dispatcher:
             await self.lease.release()
         self.metrics.lease_held.set(0)
         self.state = DispatcherState.STOPPED
+
+
+async def _keep_or_abandon(
+    tick: asyncio.Future[TickReport],
+    total: TickReport,
+    abandon_inflight: Callable[[], Awaitable[None]],
+) -> None:
+    """Keep what a stopped tick reported if it ended in time; else cancel it and the
+    queue tasks it started (their segments stay uncommitted, never read)."""
+    if tick.done():
+        total.merge(await tick)
+        return
+    tick.cancel()
+    await asyncio.gather(tick, return_exceptions=True)
+    await abandon_inflight()

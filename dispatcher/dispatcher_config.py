@@ -35,3 +35,5 @@ class DispatcherConfig:
     pass_max_records: int = 1 << 20
     #: Where the pass spools gathered segments (None: the system's temp directory).
     spool_dir: Path | None = None
+    #: Spool bytes a round may use at most (0: the disk's free space less a reserve).
+    spool_max_bytes: int = 0

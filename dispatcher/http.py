@@ -65,15 +65,25 @@ class Health:
     reason: str
 
 
+#: What each lease state means to the operator reading ``/healthz``.
+_LEASE_WORDS: Final = {
+    LeaseState.NOT_HELD: "not held yet (another sidecar may hold it; this one waits)",
+    LeaseState.HELD: "held",
+    LeaseState.LAPSED: "lapsed (not renewed in time; reclaiming it)",
+    LeaseState.RELEASED: "released (stopping)",
+    LeaseState.LOST: "lost to another writer (this sidecar writes nothing more)",
+}
+
+
 def health(dispatcher: Dispatcher, now_ms: int) -> Health:
     """Healthy while the dispatcher runs and holds a lease that has not expired."""
     lease = dispatcher.lease
     if dispatcher.state is DispatcherState.CREATED:
-        return Health(False, f"starting: writer lease is {lease.state.value}")
+        return Health(False, f"starting: the writer lease is {_LEASE_WORDS[lease.state]}")
     if dispatcher.state is not DispatcherState.RUNNING:
         return Health(False, f"dispatcher is {dispatcher.state.value}")
     if lease.state is not LeaseState.HELD:
-        return Health(False, f"writer lease is {lease.state.value}")
+        return Health(False, f"the writer lease is {_LEASE_WORDS[lease.state]}")
     if lease.expires_at_ms <= now_ms:
         late = (now_ms - lease.expires_at_ms) / 1000
         return Health(False, f"writer lease expired {late:.1f}s ago without renewal")

@@ -19,6 +19,7 @@ class Metrics:
         self._tiering(self.registry)
         self._queues(self.registry)
         self._guard(self.registry)
+        self._spool(self.registry)
         self._lifecycle(self.registry)
 
     def _tiering(self, r: CollectorRegistry) -> None:
@@ -179,6 +180,15 @@ class Metrics:
         self.ticks = Counter("tieredstore_ticks", "Dispatcher ticks run", registry=r)
         self.last_tick = Gauge(
             "tieredstore_last_tick_timestamp_seconds", "When the last tick finished", registry=r
+        )
+
+    def _spool(self, r: CollectorRegistry) -> None:
+        """The tiering spool in the state dir (:mod:`dispatcher.spool_room`)."""
+        self.spool_too_small = Gauge(
+            "tieredstore_spool_too_small",
+            "1 while a segment does not fit the spool alone (state dir disk too small or "
+            "tiering.spool_max_bytes too low): nothing is tiered for that queue",
+            registry=r,
         )
 
     def set_guard_mode(self, mode: str) -> None:

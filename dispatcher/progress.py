@@ -47,7 +47,11 @@ class ProgressLine:
         self._shown = True
 
     def close(self) -> None:
-        """End the progress line (if one was drawn)."""
+        """End the progress line (if one was drawn); the next update starts a new one.
+
+        Also called before every log line (:func:`tieredstore.logs.before_each_line`),
+        so a log line never continues the progress line.
+        """
         if self._shown:
             self.stream.write("\n")
             self.stream.flush()

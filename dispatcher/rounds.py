@@ -34,10 +34,11 @@ from dispatcher.planner import (
     plan_segment,
     units_unchanged,
 )
+from dispatcher.spool_room import RoundBudget, spool_room
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
-from tieredstore.errors import DivergedError, StoreError, TieredStoreError
+from tieredstore.errors import DivergedError, SpoolTooSmallError, StoreError, TieredStoreError
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 
@@ -152,7 +153,12 @@ class Rounds:
         and the rows left for a later round. Waits, losses and divergence are handled
         (and reported) here; a queue whose planning failed is recorded and dropped."""
         guard = await asyncio.to_thread(self.guard.guard_ts, self.config.guard)
-        outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, self.clock.now_ms())
+        room = await asyncio.to_thread(
+            spool_room, self.config.spool_dir, self.config.spool_max_bytes
+        )
+        budget = RoundBudget(self.config.pass_max_records, room)
+        outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
+        self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
         planned: list[tuple[QueueRow, SegmentPlan]] = []
         for row, outcome in zip(rows, outcomes, strict=False):
             key = QueueKey(row.topic, row.queue_id)
@@ -171,16 +177,15 @@ class Rounds:
         return planned, list(rows[len(outcomes) :])
 
     def _plan_rows(
-        self, rows: Sequence[QueueRow], flush: bool, guard: int | None, now_ms: int
+        self, rows: Sequence[QueueRow], flush: bool, guard: int | None, budget: RoundBudget
     ) -> list[SegmentPlan | Wait | HotDataLost | Exception]:
-        """Plan rows in order until the plans hold ``pass_max_records`` records (blocking).
-
-        Errors are returned in place of the queue's outcome, for the caller to record.
-        """
+        """Plan rows in order while the round's ``budget`` (records, spool bytes) lasts
+        (blocking). Errors are returned in place of the queue's outcome, for the caller
+        to record; a row planned past the budget is left for a later round."""
         out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
-        records = 0
+        now_ms = self.clock.now_ms()
         for row in rows:
-            if records >= self.config.pass_max_records:
+            if budget.full():
                 break
             key = QueueKey(row.topic, row.queue_id)
             try:
@@ -191,9 +196,10 @@ class Rounds:
             except Exception as exc:  # the caller records it (or re-raises a bug)
                 out.append(exc)
                 continue
-            if isinstance(outcome, SegmentPlan):
-                records += outcome.count
-            out.append(outcome)
+            admitted = budget.admit(key, outcome) if isinstance(outcome, SegmentPlan) else outcome
+            if admitted is None:
+                break
+            out.append(admitted)
         return out
 
     async def _run_round(

@@ -59,6 +59,7 @@ def dispatcher_config(settings: Settings) -> DispatcherConfig:
         topic_filter=TopicFilter.from_settings(settings),
         lease_renew_interval=settings["lease.renew_interval"],
         spool_dir=settings.state_dir / "spool",
+        spool_max_bytes=settings["tiering.spool_max_bytes"],
     )
 
 

@@ -33,6 +33,14 @@ class TickReport:
     errors: list[str] = field(default_factory=list)
     #: Queue tasks that stopped because the lease lapsed (retried once it is reclaimed).
     lapsed: int = 0
+    #: A stop (SIGINT/SIGTERM) ended the pass before it tiered everything: what it
+    #: reports was committed, the rest was not attempted or was abandoned uncommitted.
+    interrupted: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing tiered and nothing abandoned to a lapsed lease: a catch-up is done."""
+        return self.segments == 0 and not self.lapsed
 
     def merge(self, other: TickReport) -> None:
         self.segments += other.segments
@@ -43,6 +51,7 @@ class TickReport:
         self.lost += other.lost
         self.errors += other.errors
         self.lapsed += other.lapsed
+        self.interrupted = self.interrupted or other.interrupted
 
 
 def record_error(exc: BaseException, report: TickReport, metrics: Metrics) -> None:

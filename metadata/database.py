@@ -28,7 +28,7 @@ from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from metadata.schema import MIGRATIONS, Migration, migrate, schema_version
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.errors import CatalogueError, ConfigError
+from tieredstore.errors import CatalogueError, CatalogueMismatchError, ConfigError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import broker_prefix, object_name
 from tieredstore.manifest import Manifest, ObjectRef
@@ -194,7 +194,7 @@ class CatalogueDatabase:
                 return
         if row is None or tuple(row) != (self.cluster, self.broker):
             owner = "no cluster/broker" if row is None else f"cluster {row[0]!r} broker {row[1]!r}"
-            raise CatalogueError(
+            raise CatalogueMismatchError(
                 f"catalogue belongs to {owner}, not cluster {self.cluster!r} broker "
                 f"{self.broker!r}",
                 where=str(self.path),
@@ -357,7 +357,10 @@ def _connect_writer(
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     if not path.exists():
-        raise CatalogueError("no catalogue here (has the sidecar run?)", where=str(path))
+        raise CatalogueMismatchError(
+            "no catalogue here: nothing tiered from this state dir (has the sidecar run?)",
+            where=str(path),
+        )
     try:
         return _connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as exc:

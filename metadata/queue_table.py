@@ -79,7 +79,8 @@ class QueueTable(CatalogueDatabase):
                 rows.append(row)
                 created.append(row)
         for row in created:
-            log.info("queue %s initialised at offset %d", row, row.init_offset)
+            # DEBUG: discovery logs the same event at INFO, with the policy that chose it.
+            log.debug("queue %s initialised at offset %d", row, row.init_offset)
         return rows
 
     def queue(self, topic: str, queue_id: int) -> QueueRow | None:

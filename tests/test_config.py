@@ -44,6 +44,7 @@ BAD: dict[str, tuple[object, str]] = {
     "tiering.segment_max_messages": (-1, "must be positive"),
     "tiering.segment_max_age": ("soon", "not a duration"),
     "tiering.tick_interval": (0, "must be positive"),
+    "tiering.spool_max_bytes": ("-1", "not a size"),
     "tiering.concurrency": ("four", "invalid literal"),
     "tiering.read_batch_bytes": (True, "not a boolean"),
     "tiering.max_bytes_per_second": (-1, "must not be negative"),
@@ -70,6 +71,7 @@ BAD: dict[str, tuple[object, str]] = {
     "http.enabled": ("yes please", "not a boolean"),
     "log.format": ("xml", "is not one of text, json"),
     "log.level": ("loud", "is not one of debug"),
+    "log.summary_interval": (0, "must be positive"),
     "shutdown.deadline": ("0s", "must be positive"),
 }
 

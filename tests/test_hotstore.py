@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 from collections import defaultdict
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from tieredstore.errors import (
     CorruptUnitError,
+    NotAStoreError,
     OffsetOutOfRangeError,
     StoreNotFoundError,
     TruncatedDataError,
@@ -192,9 +194,20 @@ def test_missing_store_and_rocksdb_store(tmp_path: Path) -> None:
     with pytest.raises(StoreNotFoundError, match="store directory does not exist"):
         HotStore(tmp_path / "nope")
     (tmp_path / "r" / "consumequeue").mkdir(parents=True)
+    (tmp_path / "r" / "commitlog").mkdir(parents=True)
     (tmp_path / "r" / "consumequeue" / "CURRENT").write_text("MANIFEST-000001\n")
     with pytest.raises(UnsupportedStoreError, match="storeType=defaultRocksDB"):
         HotStore(tmp_path / "r")
+
+
+def test_parent_of_a_store_is_not_a_store(tmp_path: Path) -> None:
+    """The parent of the real store (a common slip) is refused, not read as empty."""
+    synthesize(tmp_path / "s", SynthSpec(messages=5))
+    with pytest.raises(NotAStoreError, match=r"no commitlog/ and consumequeue/"):
+        HotStore(tmp_path)
+    shutil.rmtree(tmp_path / "s" / "consumequeue")
+    with pytest.raises(NotAStoreError, match=r"no consumequeue/ "):
+        HotStore(tmp_path / "s")
 
 
 def test_empty_store(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ URLs. Checks that touch the outside world (store readable, state dir writable) a
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -48,19 +49,30 @@ def parse_size(value: object) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", str(value), re.IGNORECASE)
     if not m:
         raise ValueError(f"not a size: {value!r} (e.g. 67108864, 64M, 1G)")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
+    size = float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()]
+    if not math.isfinite(size):  # a few hundred digits overflow a float
+        raise ValueError(f"not a finite size: {value!r}")
+    return int(size)
 
 
 def parse_duration(value: object) -> float:
-    """Parse seconds: a number, or ``"500ms"``/``"60s"``/``"5m"``/``"72h"``/``"7d"``."""
+    """Parse seconds: a number, or ``"500ms"``/``"60s"``/``"5m"``/``"72h"``/``"7d"``.
+
+    TOML's ``nan`` and ``inf`` are refused: an infinite tick interval would tick once
+    and then never again, silently, and ``nan`` compares false with every bound check.
+    """
     if isinstance(value, bool):
         raise ValueError("a duration, not a boolean")
     if isinstance(value, int | float):
-        return float(value)
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(value))
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (e.g. 60, 60s, 5m, 72h)")
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+        seconds = float(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(value))
+        if not m:
+            raise ValueError(f"not a duration: {value!r} (e.g. 60, 60s, 5m, 72h)")
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {value!r}")
+    return seconds
 
 
 def _bool(value: object) -> bool:
@@ -249,6 +261,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting("tiering.concurrency", _positive(_int), 4, "queues uploaded at once"),
     Setting(
+        "tiering.spool_max_bytes",
+        _non_negative(parse_size),
+        0,
+        "spool bytes a round may use in <state.dir>/spool (0 = free space less 64 MiB)",
+    ),
+    Setting(
         "tiering.read_batch_bytes",
         _positive(parse_size),
         1 << 20,
@@ -346,6 +364,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("http.enabled", _bool, True, "serve /healthz, /metrics and /v1 on the sidecar"),
     Setting("log.format", _choice("text", "json"), "text", "log lines: text | json"),
     Setting("log.level", _choice("debug", "info", "warning", "error"), "info", "log level"),
+    Setting(
+        "log.summary_interval",
+        _positive(parse_duration),
+        60.0,
+        "while tiering, one INFO line this often: segments, messages, bytes, errors, lag",
+    ),
     Setting(
         "shutdown.deadline",
         _positive(parse_duration),

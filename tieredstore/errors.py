@@ -17,6 +17,7 @@ tell the operator?* (:class:`FatalError`).
         ├── InvalidNameError            a cluster/broker/topic name or object key unsafe as a path
         ├── StoreError                  hot side: the broker's store directory
         │   ├── StoreNotFoundError      missing store, file or directory
+        │   │   └── NotAStoreError      not a broker store: no commitlog/ or consumequeue/ (exit 3)
         │   ├── UnsupportedStoreError   e.g. a RocksDB consume queue
         │   ├── StoreInUseError         a broker (or a restore) is using the store directory
         │   └── CorruptDataError        bytes that do not parse
@@ -33,9 +34,11 @@ tell the operator?* (:class:`FatalError`).
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
         │   └── ConditionFailedError    a conditional write found the object not as expected
         ├── OffsetOutOfRangeError       queue offset outside what is stored
+        ├── SpoolTooSmallError          the state dir cannot hold one segment's spool
         ├── DivergedError               hot store no longer agrees with cold
         ├── CatalogueError              the SQLite catalogue
-        │   └── CatalogueBusyError      another process holds the catalogue
+        │   ├── CatalogueBusyError      another process holds the catalogue
+        │   └── CatalogueMismatchError  missing, or of another cluster/broker (exit 3)
         └── LeaseError                  single-writer lease
             ├── LeaseHeldError          another writer holds the lease
             ├── LeaseLapsedError        its deadline passed unrenewed: reclaim before writing
@@ -53,6 +56,7 @@ __all__ = [
     "BackendUnavailableError",
     "CatalogueBusyError",
     "CatalogueError",
+    "CatalogueMismatchError",
     "ColdDataError",
     "ConditionFailedError",
     "ConfigError",
@@ -69,10 +73,12 @@ __all__ = [
     "LeaseHeldError",
     "LeaseLapsedError",
     "LeaseLostError",
+    "NotAStoreError",
     "ObjectNotFoundError",
     "OffsetOutOfRangeError",
     "RetryableError",
     "SizeMismatchError",
+    "SpoolTooSmallError",
     "StoreError",
     "StoreInUseError",
     "StoreNotFoundError",
@@ -132,6 +138,12 @@ class StoreError(FatalError):
 
 class StoreNotFoundError(StoreError):
     """A store directory or a file inside it does not exist or cannot be read."""
+
+
+class NotAStoreError(StoreNotFoundError):
+    """The path given as a broker store is not one: it is missing, or it lacks
+    ``commitlog/`` or ``consumequeue/`` (often the parent of the real store). Wrong
+    input, so the CLI exits 3 rather than reporting an empty store."""
 
 
 class UnsupportedStoreError(StoreError):
@@ -205,6 +217,12 @@ class OffsetOutOfRangeError(FatalError):
     """A queue offset outside the range that is stored."""
 
 
+class SpoolTooSmallError(FatalError):
+    """One segment needs more spool space than the state dir's disk has free (less a
+    reserve) or ``tiering.spool_max_bytes`` allows: nothing can be tiered until there is
+    room. Smaller rounds cannot help; the queue is retried each tick."""
+
+
 class DivergedError(FatalError):
     """The hot store no longer agrees with data already committed to cold."""
 
@@ -215,6 +233,11 @@ class CatalogueError(FatalError):
 
 class CatalogueBusyError(CatalogueError):
     """Another process holds the catalogue for writing."""
+
+
+class CatalogueMismatchError(CatalogueError):
+    """The state dir holds no catalogue (read-only open), or one of another cluster or
+    broker: wrong input (a wrong ``--state-dir``, ``--cluster`` or ``--broker``), exit 3."""
 
 
 class LeaseError(FatalError):

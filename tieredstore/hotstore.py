@@ -31,6 +31,7 @@ import numpy as np
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
+    NotAStoreError,
     OffsetOutOfRangeError,
     StoreNotFoundError,
     TruncatedDataError,
@@ -225,6 +226,28 @@ class CommitlogScan:
     record: MessageRecord
 
 
+def _refuse_layout(root: Path, commitlog_dir: Path, consumequeue_dir: Path) -> None:
+    """Refuse a RocksDB consume queue, then a directory that is not a broker store."""
+    try:
+        names = os.listdir(consumequeue_dir)
+    except OSError:
+        names = []
+    if any(_ROCKSDB_MARKERS.match(n) for n in names):
+        raise UnsupportedStoreError(
+            "consume queue is kept in RocksDB (storeType=defaultRocksDB); "
+            "tieredstore reads only the file-based consume queue (storeType=default)",
+            where=str(consumequeue_dir),
+        )
+    missing = [d for d in (commitlog_dir, consumequeue_dir) if not d.is_dir()]
+    if missing:
+        names_text = " and ".join(f"{d.name}/" for d in missing)
+        raise NotAStoreError(
+            f"not a broker store: no {names_text} (give storePathRootDir, the directory "
+            "holding commitlog/ and consumequeue/)",
+            where=str(root),
+        )
+
+
 class HotStore:
     """A broker store directory, read-only.
 
@@ -234,30 +257,21 @@ class HotStore:
             (``storePathCommitLog``); default ``<root>/commitlog``.
 
     Raises:
-        StoreNotFoundError: ``root`` is not a directory.
+        NotAStoreError: ``root`` is not a directory, or it lacks the commitlog or the
+            ``consumequeue`` directory. A broker creates both when it starts, so a
+            directory without them is a wrong path (often the store's parent), never an
+            empty store: treating it as one would report "0 queues" and exit 0.
         UnsupportedStoreError: the consume queue is kept in RocksDB.
     """
 
     def __init__(self, root: Path | str, *, commitlog_dir: Path | str | None = None) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            raise StoreNotFoundError("store directory does not exist", where=str(self.root))
+            raise NotAStoreError("store directory does not exist", where=str(self.root))
         self.commitlog_dir = Path(commitlog_dir) if commitlog_dir else self.root / "commitlog"
         self.consumequeue_dir = self.root / "consumequeue"
         self._listings: dict[Path, tuple[int, MappedFileList]] = {}
-        self._refuse_rocksdb()
-
-    def _refuse_rocksdb(self) -> None:
-        try:
-            names = os.listdir(self.consumequeue_dir)
-        except OSError:
-            return
-        if any(_ROCKSDB_MARKERS.match(n) for n in names):
-            raise UnsupportedStoreError(
-                "consume queue is kept in RocksDB (storeType=defaultRocksDB); "
-                "tieredstore reads only the file-based consume queue (storeType=default)",
-                where=str(self.consumequeue_dir),
-            )
+        _refuse_layout(self.root, self.commitlog_dir, self.consumequeue_dir)
 
     # -- metadata ------------------------------------------------------------------
     def topics(self) -> dict[str, TopicConfig]:

@@ -8,8 +8,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 
-__all__ = ["JsonFormatter", "RedactingFilter", "configure_logging"]
+__all__ = ["JsonFormatter", "RedactingFilter", "before_each_line", "configure_logging"]
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
@@ -67,13 +68,42 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+#: Called before each log line is written (e.g. to end a progress line on the same stream).
+_BEFORE_LINE: list[Callable[[], None]] = []
+
+
+def before_each_line(hook: Callable[[], None]) -> Callable[[], None]:
+    """Call ``hook`` before every log line :func:`configure_logging`'s handler writes.
+
+    A progress display that rewrites one stderr line registers its "end the line" here,
+    so a log line never starts in the middle of it (``…(111.9 MB/s)2026-11-25 … INFO``).
+    Survives a reconfiguration (SIGHUP). Returns the function that unregisters it.
+    """
+    _BEFORE_LINE.append(hook)
+
+    def remove() -> None:
+        if hook in _BEFORE_LINE:
+            _BEFORE_LINE.remove(hook)
+
+    return remove
+
+
+class _LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stderr handler that runs the :func:`before_each_line` hooks first."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for hook in list(_BEFORE_LINE):
+            hook()
+        super().emit(record)
+
+
 def configure_logging(fmt: str = "text", level: str = "info") -> None:
     """Send logs to stderr in ``fmt`` (text | json) at ``level``; replaces handlers.
 
     Every line passes :class:`RedactingFilter`; botocore's request signer never logs
     below INFO (its debug output is the canonical request, credentials and all).
     """
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _LineHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT_FORMAT))
     handler.addFilter(RedactingFilter())
     root = logging.getLogger()

@@ -255,6 +255,11 @@ class SyntheticStore:
         tmp.write_text(json.dumps(state, indent=1))
         os.replace(tmp, self.root / _SPEC_FILE)
 
+    @property
+    def last_store_time(self) -> int:
+        """The store time of the last message written (the spec's start before any)."""
+        return self._last_store_ts
+
     # -- writing -------------------------------------------------------------------
     def append(self, count: int | None = None, *, store_time: int | None = None) -> int:
         """Append the next ``count`` messages of the spec (default: ``spec.messages``).

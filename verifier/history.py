@@ -4,7 +4,10 @@ A nightly job that writes each run to its own folder under one root
 (``--out /var/tmp/verify/$(date +%F)``) gets, in that root, a page with one row per run
 (newest first: when, level, verdict, bytes verified, queues, lag, anomalies, a link to
 the run's ``report.html``) and two bar charts (bytes verified, untiered messages), each
-bar coloured by its run's verdict. A run is any direct subfolder holding a readable
+bar coloured by its run's verdict, with a value axis, the runs' dates and each bar's
+value. The title names the cluster/broker the runs verified. An offsets-level run reads
+no message bytes: it shows "not read (offsets)" (a grey stub in the chart), never
+"0 B verified". A run is any direct subfolder holding a readable
 ``report.json``; runs are ordered by their finish time. A folder whose ``report.json``
 does not read is left out (the page says how many). One self-contained page: inline
 CSS and SVG, no script.
@@ -13,6 +16,7 @@ CSS and SVG, no script.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -35,8 +39,12 @@ DEFAULT_HISTORY_RUNS: Final = 30
 HISTORY_FILE_NAME: Final = "history.html"
 _REPORT: Final = "report.json"
 _VERDICT_COLOURS: Final = {"CLEAN": "#2e7d32", "DIRTY": "#b26a00", "CORRUPT": "#c62828"}
-_CHART_W: Final = 600
-_CHART_H: Final = 80
+#: The charts' drawing box (SVG user units): plot area plus room for the axes' labels.
+_CHART_W: Final = 720
+_CHART_H: Final = 170
+_LEFT: Final = 70  # y-axis labels
+_BOTTOM: Final = 40  # date labels
+_TOP: Final = 16  # value labels above the bars
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +53,8 @@ class RunSummary:
 
     folder: str
     finished_ms: int
+    cluster: str
+    broker: str
     level: str
     verdict: str
     bytes_verified: int
@@ -52,6 +62,12 @@ class RunSummary:
     lag_messages: int
     max_lag_seconds: float | None
     anomalies: int
+
+    @property
+    def reads_bytes(self) -> bool:
+        """Only the content level reads message bytes: an offsets run verifies none, and
+        "0 B verified" would read as "nothing checked"."""
+        return self.level != "offsets"
 
     @classmethod
     def from_report(cls, folder: str, doc: dict[str, Any]) -> RunSummary:
@@ -61,6 +77,8 @@ class RunSummary:
         return cls(
             folder=folder,
             finished_ms=int(doc["finished_ms"]),
+            cluster=str(doc["parameters"]["cluster"]),
+            broker=str(doc["parameters"]["broker"]),
             level=str(doc["parameters"]["level"]),
             verdict=str(doc["verdict"]),
             bytes_verified=int(totals["bytes_compared"]),
@@ -124,7 +142,9 @@ th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; font-siz
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .verdict { color: #fff; font-weight: bold; border-radius: 3px; padding: 0 .4em; }
-svg.chart { width: 100%; max-width: 600px; height: 80px; display: block; }
+svg.chart { width: 100%; max-width: 720px; height: auto; display: block; }
+svg.chart text { font: 11px system-ui, sans-serif; fill: #444; }
+svg.chart line { stroke: #999; stroke-width: 1; }
 """
 
 
@@ -132,39 +152,100 @@ def _e(value: object) -> str:
     return escape("" if value is None else str(value))
 
 
-def _chart(runs: list[RunSummary], value: str, label: str) -> str:
-    values = [float(getattr(r, value)) for r in runs]
-    top = max(values, default=0.0) or 1.0
-    step = _CHART_W / max(len(runs), 1)
-    bars = []
-    for i, (run, v) in enumerate(zip(runs, values, strict=True)):
-        h = max(v / top * (_CHART_H - 2), 1.0)
-        title = f"{iso_time(run.finished_ms)} {run.verdict}: {v:g}"
-        bars.append(
-            f'<rect x="{i * step + 1:.1f}" y="{_CHART_H - h:.1f}" width="{max(step - 2, 1):.1f}"'
-            f' height="{h:.1f}" fill="{_VERDICT_COLOURS.get(run.verdict, "#777")}">'
-            f"<title>{_e(title)}</title></rect>"
-        )
-    return (
-        f'<svg class="chart" viewBox="0 0 {_CHART_W} {_CHART_H}" preserveAspectRatio="none"'
-        f' role="img" aria-label="{_e(label)}">{"".join(bars)}</svg>'
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """One chart: a value per run (None: not measured in that run), and how to say it."""
+
+    label: str
+    values: list[float | None]
+    say: Callable[[float], str]
+    missing: str  # what a run without a value says on hover (its bar is a grey stub)
+    short: str = ""  # ... and over its bar
+
+
+def _bar(i: int, step: float, run: RunSummary, v: float | None, top: float, s: _Series) -> str:
+    plot_h = _CHART_H - _BOTTOM - _TOP
+    x = _LEFT + i * step + 1
+    w = max(step - 2, 1)
+    text = s.missing if v is None else s.say(v)
+    label = s.short if v is None else text
+    h = 2.0 if v is None else max(v / top * plot_h, 1.0)
+    y = _CHART_H - _BOTTOM - h
+    colour = "#bbb" if v is None else _VERDICT_COLOURS.get(run.verdict, "#777")
+    hover = f"{iso_time(run.finished_ms)} {run.verdict} ({run.level}): {text}"
+    bar = (
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{colour}">'
+        f"<title>{_e(hover)}</title></rect>"
     )
+    if step >= 44:  # room to print the value over the bar
+        bar += f'<text x="{x + w / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle">{_e(label)}</text>'
+    return bar
+
+
+def _axes(runs: list[RunSummary], step: float, top: float, s: _Series) -> str:
+    base = _CHART_H - _BOTTOM
+    parts = [
+        f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{base}"/>',
+        f'<line x1="{_LEFT}" y1="{base}" x2="{_CHART_W}" y2="{base}"/>',
+        f'<text x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{_e(s.say(top))}</text>',
+        f'<text x="{_LEFT - 4}" y="{base}" text-anchor="end">0</text>',
+    ]
+    every = max(1, round(70 / step))  # a date label every ~70 units: they never overlap
+    for i, run in enumerate(runs):
+        if i % every == 0 or (i == len(runs) - 1 and (len(runs) - 1) % every >= every / 2):
+            day = iso_time(run.finished_ms)[:10]
+            x = _LEFT + i * step + step / 2
+            parts.append(f'<text x="{x:.1f}" y="{base + 14}" text-anchor="middle">{day}</text>')
+    parts.append(
+        f'<text x="{(_LEFT + _CHART_W) / 2:.0f}" y="{_CHART_H - 6}" text-anchor="middle">'
+        f"run finished (UTC date)</text>"
+    )
+    return "".join(parts)
+
+
+def _chart(runs: list[RunSummary], s: _Series) -> str:
+    """A bar per run (coloured by its verdict), with a value axis, dates and values."""
+    top = max((v for v in s.values if v is not None), default=0.0) or 1.0
+    step = (_CHART_W - _LEFT) / max(len(runs), 1)
+    bars = "".join(
+        _bar(i, step, run, v, top, s) for i, (run, v) in enumerate(zip(runs, s.values, strict=True))
+    )
+    return (
+        f'<svg class="chart" viewBox="0 0 {_CHART_W} {_CHART_H}" role="img"'
+        f' aria-label="{_e(s.label)}">{_axes(runs, step, top, s)}{bars}</svg>'
+    )
+
+
+_NOT_READ: Final = "not read (offsets)"
 
 
 def _row(run: RunSummary) -> str:
     colour = _VERDICT_COLOURS.get(run.verdict, "#777")
     href = quote(run.folder) + "/report.html"
+    verified = human_bytes(run.bytes_verified) if run.reads_bytes else _NOT_READ
     return (
         "<tr>"
-        f"<td>{_e(iso_time(run.finished_ms))}</td>"
+        f"<td>{_e(iso_time(run.finished_ms).replace('T', ' '))}</td>"
         f'<td><a href="{_e(href)}">{_e(run.folder)}</a></td><td>{_e(run.level)}</td>'
         f'<td><span class="verdict" style="background:{colour}">{_e(run.verdict)}</span></td>'
-        f"<td class=num>{_e(human_bytes(run.bytes_verified))}</td>"
+        f"<td class=num>{_e(verified)}</td>"
         f"<td class=num>{run.queues}</td><td class=num>{run.lag_messages}</td>"
         f"<td class=num>{_e(human_seconds(run.max_lag_seconds))}</td>"
         f"<td class=num>{run.anomalies}</td>"
         "</tr>"
     )
+
+
+def _bytes_series(runs: list[RunSummary]) -> _Series:
+    values = [float(r.bytes_verified) if r.reads_bytes else None for r in runs]
+    return _Series(
+        "bytes verified per run", values, lambda v: human_bytes(int(v)), _NOT_READ, "offsets"
+    )
+
+
+def _lag_series(runs: list[RunSummary]) -> _Series:
+    values: list[float | None] = [float(r.lag_messages) for r in runs]
+    return _Series("untiered messages per run", values, lambda v: f"{int(v):,} msgs", "")
 
 
 def render_history(runs: list[RunSummary], *, root: Path, unreadable: int = 0) -> str:
@@ -180,15 +261,17 @@ def render_history(runs: list[RunSummary], *, root: Path, unreadable: int = 0) -
         if unreadable
         else ""
     )
-    title = f"tieredstore verification history: {root.name or root}"
+    brokers = sorted({f"{r.cluster}/{r.broker}" for r in runs})
+    title = f"tieredstore verification history: {', '.join(brokers)}"
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
         f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
-        f"<p>The last {len(runs)} runs, from {_e(iso_time(runs[0].finished_ms))} "
+        f"<p>The last {len(runs)} runs in {_e(root.resolve())}, from "
+        f"{_e(iso_time(runs[0].finished_ms))} "
         f"to {_e(iso_time(runs[-1].finished_ms))}.</p>"
-        f"<h2>Bytes verified</h2>{_chart(runs, 'bytes_verified', 'bytes verified per run')}"
-        f"<h2>Untiered messages (lag)</h2>{_chart(runs, 'lag_messages', 'lag per run')}"
+        f"<h2>Bytes verified</h2>{_chart(runs, _bytes_series(runs))}"
+        f"<h2>Untiered messages (lag)</h2>{_chart(runs, _lag_series(runs))}"
         f'<h2>Runs</h2><table id="runs">{head}{rows}</table>{note}'
         "</body></html>\n"
     )

@@ -50,6 +50,7 @@ from tieredstore.layout import SegmentKind
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
 from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
+from verifier.interrupt import StopOnSignal
 from verifier.metrics_file import write_metrics_file
 from verifier.model import (
     DEFAULT_LAG_ALLOWANCE,
@@ -565,32 +566,34 @@ def _one_line(exc: BaseException) -> str:
 
 
 def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
-    """Run a verification from parsed flags; return the exit code (see module doc)."""
+    """Run a verification from parsed flags; return the exit code (see module doc).
+
+    SIGINT/SIGTERM stop it (Spark's jobs are cancelled, no report is written) with one
+    line and exit 130/143, whatever error the cancelled Spark job raised.
+    """
     job: JobArgs | None = None
-    try:
-        job = JobArgs.from_args(args, now_ms=time.time_ns() // 1_000_000)
-        if not job.options.hot.is_dir():
-            raise StoreNotFoundError(
-                "hot store directory does not exist", where=str(job.options.hot)
-            )
-        if job.metrics_file is not None and not job.metrics_file.parent.is_dir():
-            raise ConfigError(
-                f"bad --metrics-file: directory {job.metrics_file.parent} does not exist"
-            )
-        # Fail fast, before Spark starts, on what the driver can check alone.
-        readers.open_cold(
-            readers.ColdLocation(job.options.cold_url, dict(job.options.storage_options))
-        )
-        with spark_session(
-            job.master, log_file=job.spark_log, log_level=job.spark_log_level
-        ) as spark:
-            result = verify(spark, job.options)
-        paths = _publish(result, job)
-    except (TieredStoreError, PySparkException, Py4JError, OSError) as exc:
-        log = job.spark_log if job is not None else None
-        where = f" (Spark log: {log})" if log is not None and log.exists() else ""
-        print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
-        return EXIT_COULD_NOT_RUN
+    with StopOnSignal() as stop:
+        try:
+            job = JobArgs.from_args(args, now_ms=time.time_ns() // 1_000_000)
+            _check_before_spark(job)
+            stop.defer()  # until the session is up (watch): see StopOnSignal.defer
+            with spark_session(
+                job.master, log_file=job.spark_log, log_level=job.spark_log_level
+            ) as spark:
+                stop.watch(spark.sparkContext)
+                result = verify(spark, job.options)
+            paths = _publish(result, job)
+        except (TieredStoreError, PySparkException, Py4JError, OSError, KeyboardInterrupt) as exc:
+            if stop.signal is not None:
+                name = stop.signal.name
+                print(f"{prog}: interrupted by {name}; no report written", file=sys.stderr)
+                return stop.exit_code()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            log = job.spark_log if job is not None else None
+            where = f" (Spark log: {log})" if log is not None and log.exists() else ""
+            print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
+            return EXIT_COULD_NOT_RUN
     counts = ", ".join(f"{c.value} {n}" for c, n in result.counts().items() if n)
     print(
         f"{result.verdict.value}: {len(result.anomalies)} anomalies"
@@ -598,6 +601,15 @@ def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
         f"report: {paths.html}"
     )
     return result.verdict.exit_code
+
+
+def _check_before_spark(job: JobArgs) -> None:
+    """Fail fast, before Spark starts, on what the driver can check alone."""
+    if not job.options.hot.is_dir():
+        raise StoreNotFoundError("hot store directory does not exist", where=str(job.options.hot))
+    if job.metrics_file is not None and not job.metrics_file.parent.is_dir():
+        raise ConfigError(f"bad --metrics-file: directory {job.metrics_file.parent} does not exist")
+    readers.open_cold(readers.ColdLocation(job.options.cold_url, dict(job.options.storage_options)))
 
 
 def _publish(result: VerificationResult, job: JobArgs) -> ReportPaths:

@@ -31,6 +31,7 @@ one does, else CLEAN. Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run.
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -166,8 +167,12 @@ def parse_lag_allowance(text: str) -> LagAllowance:
     if unit is None:
         if "." in number:
             raise ConfigError(f"bad lag allowance {text!r}: a message count is a whole number")
-        return LagAllowance(LagUnit.MESSAGES, float(int(number)))
-    return LagAllowance(LagUnit.SECONDS, float(number) * _SECONDS_UNITS[unit])
+        value = float(int(number)) if len(number) < 300 else math.inf
+    else:
+        value = float(number) * _SECONDS_UNITS[unit]
+    if not math.isfinite(value):  # hundreds of digits overflow a float: refuse, not "inf"
+        raise ConfigError(f"bad lag allowance {text!r}: too large")
+    return LagAllowance(LagUnit.MESSAGES if unit is None else LagUnit.SECONDS, value)
 
 
 @dataclass(frozen=True)

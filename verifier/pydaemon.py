@@ -16,6 +16,7 @@ imports nothing else before forking (no threads: see ``pyspark.daemon``).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 __all__ = ["installed_copy_first"]
@@ -38,10 +39,20 @@ def installed_copy_first(path: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Run ``pyspark.daemon`` with the installed PySpark first on the path."""
+    """Run ``pyspark.daemon`` with the installed PySpark first on the path.
+
+    The daemon and its workers ignore SIGINT: a Ctrl-C in the terminal reaches the whole
+    process group, but stopping is the driver's job (it cancels the tasks and stops the
+    JVM, which ends the daemon); PySpark's workers would otherwise each print a
+    KeyboardInterrupt traceback.
+    """
     sys.path[:] = installed_copy_first(sys.path)
     from pyspark import daemon
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # pyspark.daemon.worker() gives each forked worker ``signal.default_int_handler`` for
+    # SIGINT; in this process (the daemon and its forks only) that name means "ignore".
+    setattr(signal, "default_int_handler", signal.SIG_IGN)  # noqa: B010
     daemon.manager()
 
 

@@ -33,6 +33,7 @@ from fsspec.spec import AbstractFileSystem
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from tieredstore.backends.posix import is_lock_file
 from tieredstore.digests import DigestAlgorithm
 from tieredstore.errors import (
     ConfigError,
@@ -200,6 +201,8 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
         key = path[cut:]
         parsed = classify_listed(key, prefix)
         if isinstance(parsed, OwnEntry):  # lease, quarantine, config: ours, not segments
+            continue
+        if is_lock_file(key.rsplit("/", 1)[-1]):  # e.g. ._lease.json.lock: the backend's own
             continue
         loss = _read_loss(fs, path, key) if isinstance(parsed, LossKey) else None
         if loss is not None:

@@ -21,6 +21,7 @@ Everything shown comes from the ``report.json`` document, so the two never disag
 
 from __future__ import annotations
 
+import os
 from html import escape
 from typing import Any, Final
 
@@ -52,8 +53,11 @@ table.grid { width: 100%; }
 th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: left; font-size: .9em;
          vertical-align: top; overflow-wrap: break-word; }
 td.wrap { overflow-wrap: anywhere; }
+td.range { white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.span { overflow-wrap: normal; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.nowrap { white-space: nowrap; }
 td.name span { display: block; max-width: 18em; overflow: hidden; text-overflow: ellipsis;
                white-space: nowrap; }
 .status-corrupt { color: #c62828; font-weight: bold; }
@@ -61,7 +65,7 @@ td.name span { display: block; max-width: 18em; overflow: hidden; text-overflow:
 .legend span { display: inline-block; margin-right: 1em; font-size: .85em; }
 .legend i { display: inline-block; width: 1em; height: .8em; margin-right: .3em;
             vertical-align: middle; }
-code { font-size: .85em; word-break: break-all; }
+code { font-size: 1em; font-family: ui-monospace, monospace; word-break: break-all; }
 svg.bar { width: 100%; min-width: 10em; height: 14px; display: block; }
 """
 #: Names longer than this many characters are shortened in the middle.
@@ -141,12 +145,61 @@ def _range(r: dict[str, Any] | None, lo: str = "min", hi: str = "max") -> str:
     return "" if r is None else f"[{r[lo]}, {r[hi]})"
 
 
+def _range_td(text: str) -> str:
+    """A range cell that never wraps inside ``[0, 4936)``; a very long range may break
+    at its space only (each offset stays whole), so the table still fits 1280 px."""
+    return f"<td class=range>{text}</td>" if len(text) <= 18 else f"<td class=span>{text}</td>"
+
+
 def _lag(messages: int, seconds: float | None) -> str:
-    age = human_seconds(seconds)
+    """``228 (1.5 s)``. A negative age (the oldest message is stamped after the
+    checkpoint the lag is measured against: clocks apart) reads as 0, never ``-614 ms``."""
+    age = human_seconds(None if seconds is None else max(seconds, 0.0))
     return f"{messages} ({age})" if age else str(messages)
 
 
+def _lag_td(text: str) -> str:
+    """A lag cell: a short one (``228 (0 ms)``) never wraps; a long one may."""
+    return (
+        f'<td class="num nowrap">{text}</td>' if len(text) <= 14 else f"<td class=num>{text}</td>"
+    )
+
+
+#: Anomalies are listed worst first.
+_SEVERITY_RANK: Final = {"CORRUPT": 0, "DIRTY": 1}
+
+
+def _worst_first(anomalies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        anomalies,
+        key=lambda a: (
+            _SEVERITY_RANK.get(str(a["severity"]).upper(), 2),
+            a["topic"] or "", a["queue_id"] if a["queue_id"] is not None else -1,
+            a["start"] if a["start"] is not None else -1,
+        ),
+    )  # fmt: skip
+
+
+def _reads_bytes(doc: dict[str, Any]) -> bool:
+    """Only the content level reads (and so verifies) message bytes."""
+    return str(doc["parameters"].get("level")) != "offsets"
+
+
+def _totals(doc: dict[str, Any]) -> dict[str, str]:
+    """The totals in the units of the tables beside them; bytes only where read."""
+    shown: dict[str, str] = {}
+    for name, value in doc["totals"].items():
+        if "bytes" in name:
+            if not _reads_bytes(doc):
+                continue
+            shown[name] = human_bytes(int(value))
+        else:
+            shown[name] = f"{value:,}" if isinstance(value, int) else str(value)
+    return shown
+
+
 def _topics_table(doc: dict[str, Any]) -> str:
+    read = _reads_bytes(doc)  # offsets level: no "bytes verified" column (it reads none)
     rows = []
     for t in doc["topics"]:
         statuses = ", ".join(f"{n} {s}" for s, n in t["statuses"].items())
@@ -158,14 +211,15 @@ def _topics_table(doc: dict[str, Any]) -> str:
             f"<td class=num>{t['segments']}</td><td class=num>{t['cold_messages']}</td>"
             f"<td class=num>{_e(human_bytes(t['cold_bytes']))}</td>"
             f"<td class=num>{_e(_lag(t['lag_messages'], t['max_lag_seconds']))}</td>"
-            f"<td class=num>{_e(human_bytes(t['bytes_compared']))}</td>"
-            f"<td class=num>{t['cold_only']}</td><td class=num>{t['anomalies']}</td>"
+            + (f"<td class=num>{_e(human_bytes(t['bytes_compared']))}</td>" if read else "")
+            + f"<td class=num>{t['cold_only']}</td><td class=num>{t['anomalies']}</td>"
             "</tr>"
         )
     head = (
         "<tr><th>topic</th><th>queues</th><th>status</th><th>segments</th>"
         "<th>cold messages</th><th>cold bytes</th><th>lag (oldest)</th>"
-        "<th>bytes verified</th><th>cold only</th><th>anomalies</th></tr>"
+        + ("<th>bytes verified</th>" if read else "")
+        + "<th>cold only</th><th>anomalies</th></tr>"
     )
     return f'<table id="topics" class="grid">{head}{"".join(rows)}</table>'
 
@@ -181,9 +235,9 @@ def _queues_table(doc: dict[str, Any]) -> str:
             "<tr>"
             f"{_name(q['topic'])}<td class=num>{q['queue_id']}</td>"
             f'<td class="status-{_e(q["status"])}">{_e(q["status"])}</td>'
-            f"<td class=wrap>{_range(q['hot'])}</td><td class=wrap>{_range(q['cold'])}</td>"
+            f"{_range_td(_range(q['hot']))}{_range_td(_range(q['cold']))}"
             f"<td class=num>{q['segments']}</td>"
-            f"<td class=num>{_e(_lag(lag['messages'], lag['seconds']))}</td>"
+            f"{_lag_td(_e(_lag(lag['messages'], lag['seconds'])))}"
             f"<td class=num>{q['cold_only']}</td><td class=num>{q['anomalies']}</td>"
             f"<td>{_bar(q, by_queue.get((q['topic'], q['queue_id']), []))}</td>"
             "</tr>"
@@ -209,11 +263,11 @@ def _anomalies_table(doc: dict[str, Any]) -> str:
         "<tr>"
         f"<td>{_e(a['anomaly'])}</td><td>{_e(a['severity'])}</td>"
         f"{_name(a['topic'])}<td class=num>{_e(a['queue_id'])}</td>"
-        f"<td>{_range(a, 'start', 'end') if a['start'] is not None else ''}</td>"
+        f"{_range_td(_range(a, 'start', 'end') if a['start'] is not None else '')}"
         f"<td class=num>{_e(a['count'])}</td>"
         f"<td><code>{_e(a['object_key'])}</code></td><td class=wrap>{_e(a['detail'])}</td>"
         "</tr>"
-        for a in anomalies[:MAX_ANOMALY_ROWS]
+        for a in _worst_first(anomalies)[:MAX_ANOMALY_ROWS]
     ]
     more = len(anomalies) - MAX_ANOMALY_ROWS
     note = f"<p>{more} more anomalies in anomalies.parquet.</p>" if more > 0 else ""
@@ -234,6 +288,10 @@ def _kv_table(table_id: str, items: dict[str, Any]) -> str:
 def _run_parameters(doc: dict[str, Any]) -> dict[str, Any]:
     """The parameters as a reader wants them: times in ISO-8601 UTC, not epoch ms."""
     shown = dict(doc["parameters"])
+    for key in ("hot", "cold", "out", "metadata"):  # local paths as absolute: no guessing
+        value = shown.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            shown[key] = os.path.abspath(value)
     allowance = shown.pop("lag_allowance")
     shown["lag_allowance"] = f"{allowance['value']:g} {allowance['unit']}"
     shown["now (orphan grace reference)"] = iso_time(shown.pop("now_ms"))
@@ -266,7 +324,7 @@ def render_html(
         "<h2>Run</h2>"
         f"{_kv_table('parameters', _run_parameters(doc))}"
         "<h2>Totals</h2>"
-        f"{_kv_table('totals', doc['totals'])}"
+        f"{_kv_table('totals', _totals(doc))}"
         "<h2>Topics</h2>"
         f"{_topics_table(doc)}"
         "<h2>Queues</h2>"

@@ -110,7 +110,7 @@ def test_history_shows_the_last_runs_newest_first(tmp_path: Path) -> None:
     header, *rows = page.rows
     assert header[:4] == ["finished (UTC)", "report", "level", "verdict"]
     assert [r[1] for r in rows] == ["2023-11-16", "2023-11-15"]  # the last 2, newest first
-    assert rows[0] == ["2023-11-16T22:13:20Z", "2023-11-16", "content", "CORRUPT",
+    assert rows[0] == ["2023-11-16 22:13:20Z", "2023-11-16", "content", "CORRUPT",
                        "2.0 MiB", "1", "7", "7.0 s", "1"]  # fmt: skip
     assert rows[1][3] == "DIRTY"
     assert page.links == ["2023-11-16/report.html", "2023-11-15/report.html"]

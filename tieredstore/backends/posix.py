@@ -51,12 +51,22 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 
-__all__ = ["PosixBackend", "posix_root_from_url"]
+__all__ = ["PosixBackend", "is_lock_file", "posix_root_from_url"]
 
 # Our own private files beside objects: temp files and the replace() lock files.
 _TEMP_NAME = re.compile(r"\..+\.(tmp-[0-9a-f]{32}|lock)")
 # Of those, what an interrupted write leaves behind (lock files stay: they are reused).
 _LEFTOVER_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{32}")
+_LOCK_NAME = re.compile(r"\..+\.lock")
+
+
+def is_lock_file(name: str) -> bool:
+    """Whether a file name is one of this backend's ``replace()`` lock files
+    (``.<name>.lock``, kept beside the object and reused): not an object, never garbage.
+    Tools that list a POSIX cold store with another client skip them."""
+    return _LOCK_NAME.fullmatch(name) is not None
+
+
 # Small chunks are coalesced so write_chunks makes one thread hop per MiB, not per chunk.
 _FLUSH_BYTES = 1 << 20
 # "Not an object": the path is missing, or a directory is in the way.

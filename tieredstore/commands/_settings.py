@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tieredstore.config import Settings, check_environment, load_settings
@@ -64,3 +65,26 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def parse_time(text: str) -> int:
+    """argparse type for a store time: epoch milliseconds, or ISO 8601 (no zone = UTC).
+
+    One parser for every command that takes a time (``read --timestamp``, ``export
+    --since``, ``restore --since``), so an operator can paste the same value anywhere.
+    """
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO 8601 time "
+            "(e.g. 1764098400000 or 2026-11-25T19:20:00)"
+        ) from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    ms = int(stamp.timestamp() * 1000)
+    if ms < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is before 1970")
+    return ms

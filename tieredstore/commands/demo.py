@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from tieredstore.commands.synth import recent_start
 from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError
 from tieredstore.synth import SynthSpec, synthesize
@@ -87,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         commitlog_file_size=16 << 20,
         long_topic=True,
         prepared_every=500,
+        # Recent times, so the report's lags and dates read as today's, not 2023's.
+        start_time=recent_start(args.messages, 1, time.time_ns() // 1_000_000),
     )
     synthesize(store, spec)
     _say(f"tiering it into {cold} (catalogue in {state})")

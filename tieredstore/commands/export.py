@@ -13,31 +13,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 
 from tieredstore.backends import backend_options, open_backend, open_cold
 from tieredstore.backends.posix import posix_root_from_url
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.clock import SystemClock
-from tieredstore.commands._settings import add_settings_arguments, positive_int, settings_from_args
+from tieredstore.commands._settings import (
+    add_settings_arguments,
+    parse_time,
+    positive_int,
+    settings_from_args,
+)
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 from tieredstore.export import ExportRequest, export_parquet
-
-
-def _time_ms(text: str) -> int:
-    """Epoch milliseconds, or an ISO 8601 date/time (naive means UTC)."""
-    if text.isdigit():
-        return int(text)
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither epoch milliseconds nor an ISO 8601 date or time"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,8 +36,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--topics", nargs="+", default=[], metavar="GLOB", help="only topics matching a glob"
     )
-    p.add_argument("--since", type=_time_ms, help="segments with messages at or after this")
-    p.add_argument("--until", type=_time_ms, help="segments with messages before this")
+    p.add_argument("--since", type=parse_time, help="segments with messages at or after this")
+    p.add_argument("--until", type=parse_time, help="segments with messages before this")
     p.add_argument(
         "--jobs",
         type=positive_int,

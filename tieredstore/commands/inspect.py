@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from tieredstore.commands.status_view import fit
 from tieredstore.hotstore import HotStore
 
 
@@ -26,6 +27,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{'topic':<40} {'queue':>5} {'hot min':>12} {'hot max':>12}")
     for row in rows:
-        topic = str(row["topic"])[:40]
+        topic = fit(str(row["topic"]), 40)  # a cut name says so; --json has it whole
         print(f"{topic:<40} {row['queue']:>5} {row['min']:>12} {row['max']:>12}")
     return 0

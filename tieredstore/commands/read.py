@@ -18,7 +18,12 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from tieredstore.backends import open_cold
-from tieredstore.commands._settings import add_settings_arguments, positive_int, settings_from_args
+from tieredstore.commands._settings import (
+    add_settings_arguments,
+    parse_time,
+    positive_int,
+    settings_from_args,
+)
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
@@ -38,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--offset", type=_non_negative, help="first queue offset to read")
     where.add_argument(
-        "--timestamp", type=_non_negative, help="start at this store time (epoch ms)"
+        "--timestamp",
+        type=parse_time,
+        help="start at this store time (epoch ms or ISO 8601, no zone = UTC)",
     )
     p.add_argument(
         "--boundary",

@@ -18,36 +18,25 @@ import asyncio
 import logging
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 from tieredstore.backends import open_cold
-from tieredstore.commands._settings import add_settings_arguments, positive_int, settings_from_args
+from tieredstore.commands._settings import (
+    add_settings_arguments,
+    parse_time,
+    positive_int,
+    settings_from_args,
+)
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
-from tieredstore.logs import configure_logging
+from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
 
 log = logging.getLogger("tieredstore.restore")
 
 _CQ_UNIT = 20
-
-
-def parse_time(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (no zone = UTC)."""
-    if text.strip().isdigit():
-        return int(text)
-    try:
-        stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is neither epoch milliseconds nor an ISO-8601 time"
-        ) from exc
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return int(stamp.timestamp() * 1000)
 
 
 def _size(text: str) -> int:
@@ -186,9 +175,11 @@ class _ProgressLine:
         self.shown = True
 
     def close(self) -> None:
+        """End the line (if drawn); also before every log line (``before_each_line``)."""
         if self.shown:
             self.stream.write("\n")
             self.stream.flush()
+            self.shown = False
 
 
 def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
@@ -209,16 +200,20 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
         if args.check:
             from tieredstore.restore.check import check_restored
 
-            result = await check_restored(backend, args.out, batch_bytes=args.batch_bytes)
+            result = await check_restored(
+                backend, args.out, batch_bytes=args.batch_bytes, source=params
+            )
             sys.stdout.write(result.describe() + "\n")
             return 0 if result.ok else 2
         line = _ProgressLine(progress, sys.stderr)
+        unhook = before_each_line(line.close)
         started = time.monotonic()
         try:
             report = await Restorer(
                 backend, params, args.out, batch_bytes=args.batch_bytes, on_progress=line
             ).run()
         finally:
+            unhook()
             line.close()
         _print_report(report, time.monotonic() - started, sys.stdout)
     return 0

@@ -16,7 +16,8 @@ Lifecycle of the long-running mode:
   ``HTTP API listening on http://HOST:PORT`` gives the real port (``http.port = 0``);
 * ``SIGTERM``/``SIGINT``: no new segment starts, segments in flight get
   ``shutdown.deadline`` seconds to commit (else they are abandoned: uncommitted objects
-  are never read), the lease is released, exit 0;
+  are never read), the lease is released, exit 0. ``--once`` stops the same way but
+  exits 130 (SIGINT) or 143 (SIGTERM) with one line saying the pass did not finish;
 * ``SIGHUP``: the config file and environment are read again; the settings that can
   change live are applied, the others are logged as needing a restart
   (:mod:`dispatcher.reload`). A reload that does not validate changes nothing.
@@ -38,10 +39,11 @@ from typing import TYPE_CHECKING
 from tieredstore.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.errors import BackendError, ConfigError, RetryableError
-from tieredstore.logs import configure_logging
+from tieredstore.logs import before_each_line, configure_logging
 
 if TYPE_CHECKING:
     from dispatcher.http import HttpServer
+    from dispatcher.progress import ProgressLine
     from dispatcher.runtime import Runtime
 
 log = logging.getLogger("tieredstore.run")
@@ -139,14 +141,20 @@ class _Stopper:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.requested = False
+        self.signal: signal.Signals | None = None
         self._starting: asyncio.Task[None] | None = None
 
-    def __call__(self) -> None:
-        log.info("stop requested")
+    def __call__(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        log.info("stop requested (%s)", signum.name)
         self.requested = True
+        self.signal = self.signal or signum
         self.rt.dispatcher.stop()
         if self._starting is not None:
             self._starting.cancel()
+
+    def interrupted(self) -> int:
+        """The exit code of a ``--once`` pass a signal stopped: 128 + the signal."""
+        return 128 + int(self.signal or signal.SIGTERM)
 
     async def start(self) -> bool:
         """Start the dispatcher (waiting for the lease if so configured).
@@ -191,9 +199,18 @@ async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settin
 
 async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None]) -> int:
     if not await stopper.start():
-        return 0
-    report = await rt.dispatcher.catch_up()
+        bar_close()
+        return stopper.interrupted()
+    report = await rt.dispatcher.catch_up(shutdown_deadline=rt.settings["shutdown.deadline"])
     bar_close()
+    if report.interrupted:
+        log.warning(
+            "catch-up stopped: %d segments, %d messages, %d bytes committed before the stop",
+            report.segments,
+            report.messages,
+            report.bytes,
+        )
+        return stopper.interrupted()
     log.info(
         "catch-up done: %d segments, %d messages, %d bytes",
         report.segments,
@@ -230,10 +247,23 @@ async def _serve(
     settings: Settings, *, once: bool, progress: bool, load: Callable[[], Settings]
 ) -> int:
     from dispatcher.progress import ProgressLine
-    from dispatcher.runtime import open_runtime
 
     await check_cold_store(settings)
     bar = ProgressLine(enabled=progress)
+    unhook = before_each_line(bar.close)
+    try:
+        return await _serve_runtime(settings, once=once, bar=bar, load=load)
+    finally:
+        unhook()
+        bar.close()
+
+
+async def _serve_runtime(
+    settings: Settings, *, once: bool, bar: ProgressLine, load: Callable[[], Settings]
+) -> int:
+    from dispatcher.runtime import open_runtime
+    from dispatcher.summary import log_summaries
+
     async with open_runtime(settings, on_segment=bar.update) as rt:
         # Everything built so far (imported modules, the runtime) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise
@@ -242,12 +272,16 @@ async def _serve(
         loop = asyncio.get_running_loop()
         stopper = _Stopper(rt)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopper)
+            loop.add_signal_handler(sig, stopper, sig)
+        summaries = asyncio.create_task(
+            log_summaries(rt.metrics, rt.dispatcher.clock, settings["log.summary_interval"])
+        )
         try:
             if once:
                 return await _catch_up(rt, stopper, bar.close)
             return await _run_forever(rt, stopper, load)
         finally:
+            summaries.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
 
@@ -266,4 +300,11 @@ def run(args: argparse.Namespace) -> int:
     settings = load()
     configure_logging(settings["log.format"], settings["log.level"])
     progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
-    return asyncio.run(_serve(settings, once=args.once, progress=progress, load=load))
+    code = asyncio.run(_serve(settings, once=args.once, progress=progress, load=load))
+    if code > 128:  # said last, after the lease is released and the runtime closed
+        print(
+            f"tieredstore run: interrupted by {signal.Signals(code - 128).name} before the "
+            "catch-up finished; committed segments are kept, run again to tier the rest",
+            file=sys.stderr,
+        )
+    return code

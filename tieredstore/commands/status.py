@@ -23,15 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Final, TextIO
 
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.commands.status_view import Layout, fit, render_table, select
 from tieredstore.config import parse_duration
 from tieredstore.errors import ConfigError
 from tieredstore.hotstore import HotStore
@@ -52,18 +54,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--watch", action="store_true", help="refresh in place every --interval until Ctrl-C"
     )
     p.add_argument("--interval", default="2s", help="--watch refresh period (default 2s)")
+    p.add_argument("--topic", metavar="GLOB", help="show only topics matching GLOB (e.g. 'Order*')")
+    p.add_argument(
+        "--problems",
+        action="store_true",
+        help="show only DIVERGED or PAUSED queues, unacknowledged losses and queues with notes",
+    )
 
 
-def _lost_text(s: QueueStatus) -> str:
-    if s.lost_unacknowledged:
-        return f"{s.lost_unacknowledged}!"
-    return str(s.lost_accepted) if s.lost_accepted else "-"
-
-
-def _room_text(s: QueueStatus) -> tuple[str, str]:
-    if s.retention_headroom_bytes is None or s.retention_headroom_seconds is None:
-        return "-", "-"
-    return f"{s.retention_headroom_bytes / 1e6:.1f}", f"{s.retention_headroom_seconds:.0f}"
+def health(statuses: Sequence[QueueStatus]) -> str:
+    """The overall verdict: ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one
+    is PAUSED or could not be read (it has a note), ``NO QUEUES`` when the catalogue has
+    none, ``OK`` otherwise. ``status --json`` gives it as ``health``."""
+    states = Counter(s.state for s in statuses)
+    if not statuses:
+        return "NO QUEUES"
+    if states["DIVERGED"]:
+        return "CRITICAL"
+    if states["PAUSED"] or any(s.note for s in statuses):
+        return "WARNING"
+    return "OK"
 
 
 def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
@@ -75,14 +85,7 @@ def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
     """
     states = Counter(s.state for s in statuses)
     noted = sum(1 for s in statuses if s.note)
-    if not statuses:
-        verdict = "NO QUEUES"
-    elif states["DIVERGED"]:
-        verdict = "CRITICAL"
-    elif states["PAUSED"] or noted:
-        verdict = "WARNING"
-    else:
-        verdict = "OK"
+    verdict = health(statuses)
     counts = ", ".join(f"{states[s]} {s}" for s in _STATES if states[s])
     parts = [f"{iso_time(now_ms)} {verdict}: {len(statuses)} queues"]
     if counts:
@@ -98,26 +101,24 @@ def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
     return "; ".join(parts)
 
 
-def table(statuses: Sequence[QueueStatus]) -> list[str]:
-    """The per-queue table, header first."""
-    head = f"{'topic':<32} {'q':>3} {'state':<8} {'hot min':>9} {'hot max':>9} "
-    head += f"{'cold min':>9} {'cold commit':>11} {'lag msgs':>9} {'lag MB':>8} {'lag s':>7} "
-    head += f"{'room MB':>9} {'room s':>8} {'lost':>7}"
-    lines = [head]
-    for s in statuses:
-        room_mb, room_s = _room_text(s)
-        lines.append(
-            f"{s.topic[:32]:<32} {s.queue:>3} {s.state:<8} {s.hot_min:>9} {s.hot_max:>9} "
-            f"{s.cold_min:>9} {s.cold_commit:>11} {s.lag_messages:>9} "
-            f"{s.lag_bytes / 1e6:>8.2f} {s.lag_seconds:>7.1f} {room_mb:>9} {room_s:>8} "
-            f"{_lost_text(s):>7}" + (f"  {s.note}" if s.note else "")
-        )
-    return lines
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the table shows (filters) and the screen it must fit (:mod:`.status_view`)."""
+
+    topic: str | None = None
+    problems: bool = False
+    layout: Layout = field(default_factory=Layout)
 
 
-def frame(statuses: Sequence[QueueStatus], now_ms: int) -> str:
-    """What one refresh shows: the health line, a blank line, the table."""
-    return "\n".join([health_line(statuses, now_ms), "", *table(statuses)]) + "\n"
+def frame(statuses: Sequence[QueueStatus], now_ms: int, view: View | None = None) -> str:
+    """What one refresh shows: the health line (of every queue), a blank line, the table
+    (of the selected queues, worst first), fitted to the view's screen."""
+    view = view or View()
+    top = health_line(statuses, now_ms)
+    if view.layout.width is not None:
+        top = fit(top, view.layout.width)
+    shown = select(statuses, topic=view.topic, problems=view.problems)
+    return "\n".join([top, "", *render_table(shown, view.layout, reserved=2)]) + "\n"
 
 
 async def watch(
@@ -128,17 +129,22 @@ async def watch(
     interval: float,
     in_place: bool,
     frames: int | None = None,
+    view: Callable[[], View] = View,
 ) -> int:
     """Draw ``snapshot(now_ms)`` every ``interval`` seconds on ``clock``; ``frames`` bounds
     the number of refreshes (None: until cancelled). ``in_place`` clears the screen
     before each frame; otherwise frames follow one another, a blank line apart.
-    Returns how many frames were drawn.
+    ``view`` is asked before each frame (the terminal may have been resized). Returns
+    how many frames were drawn.
     """
     drawn = 0
     while frames is None or drawn < frames:
         now = clock.now_ms()
-        text = frame(snapshot(now), now)
-        out.write(CLEAR + text if in_place else ("\n" if drawn else "") + text)
+        text = frame(snapshot(now), now, view())
+        if in_place:  # no newline after the last line: the screen must not scroll
+            out.write(CLEAR + text.removesuffix("\n"))
+        else:
+            out.write(("\n" if drawn else "") + text)
         out.flush()
         drawn += 1
         if frames is None or drawn < frames:
@@ -179,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
             losses = catalogue.losses()
         return collect(hot, rows, now_ms, losses)
 
+    tty = sys.stdout.isatty()
     if args.watch:
         interval = _interval(args)
         try:
@@ -188,15 +195,31 @@ def run(args: argparse.Namespace) -> int:
                     clock=SystemClock(),
                     out=sys.stdout,
                     interval=interval,
-                    in_place=sys.stdout.isatty(),
+                    in_place=tty,
+                    view=lambda: _view(args, tty=tty, pinned=True),
                 )
             )
         except KeyboardInterrupt:
             return 0  # Ctrl-C is how a watch ends
         return 0
-    statuses = snapshot(time.time_ns() // 1_000_000)
+    now_ms = time.time_ns() // 1_000_000
+    statuses = snapshot(now_ms)
     if args.json:
-        print(json.dumps({"queues": [asdict(s) for s in statuses]}, indent=1))
+        shown = select(statuses, topic=args.topic, problems=args.problems)
+        doc = {
+            "health": health(statuses),
+            "summary": health_line(statuses, now_ms),
+            "queues": [asdict(s) for s in shown],
+        }
+        print(json.dumps(doc, indent=1))
         return 0
-    sys.stdout.write(frame(statuses, time.time_ns() // 1_000_000))
+    sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False)))
     return 0
+
+
+def _view(args: argparse.Namespace, *, tty: bool, pinned: bool) -> View:
+    """Fit a terminal's width (and, for ``--watch``, its height); piped: no limits."""
+    if not tty:
+        return View(args.topic, args.problems)
+    size = shutil.get_terminal_size()
+    return View(args.topic, args.problems, Layout(size.columns, size.lines if pinned else None))

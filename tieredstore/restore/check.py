@@ -30,11 +30,17 @@ from typing import Final
 import numpy as np
 
 from tieredstore.backends.base import Backend
-from tieredstore.errors import StoreError, TieredStoreError
+from tieredstore.errors import ConfigError, StoreError, TieredStoreError
 from tieredstore.formats.record import BLANK_MAGIC_CODE, PHYSICAL_OFFSET_AT
 from tieredstore.formats.vector import gather_be, physical_offset_bytes
 from tieredstore.hotstore import HotStore
-from tieredstore.restore.journal import JOURNAL_NAME, Journal, JournalState, QueueProgress
+from tieredstore.restore.journal import (
+    JOURNAL_NAME,
+    Journal,
+    JournalState,
+    QueueProgress,
+    RestoreParams,
+)
 from tieredstore.restore.plan import QueuePlan, RestoreFilter, TimeWindow, build_plan
 from tieredstore.restore.stream import Chunk, segment_chunks
 
@@ -82,10 +88,44 @@ class CheckResult:
 
 
 def _load(out: Path) -> Journal:
+    if not (out / JOURNAL_NAME).is_file():
+        raise ConfigError(
+            f"nothing to check: no {JOURNAL_NAME} here (give the --out of a restore)",
+            where=str(out),
+        )
     journal = Journal.load(out / JOURNAL_NAME)
     if journal.state is not JournalState.COMPLETE:
         raise StoreError("not a complete restore (resume it first)", where=str(out))
     return journal
+
+
+def _same_cold(recorded: str, given: str) -> bool:
+    """Whether two cold URLs name one store (local paths compared once resolved)."""
+    if recorded.rstrip("/") == given.rstrip("/"):
+        return True
+    local = [
+        u.removeprefix("file://")
+        for u in (recorded, given)
+        if "://" not in u.removeprefix("file://")
+    ]
+    return len(local) == 2 and Path(local[0]).resolve() == Path(local[1]).resolve()
+
+
+def _refuse_other_source(journal: Journal, source: RestoreParams, out: Path) -> None:
+    """A check against another cold store (or broker) would list every record as
+    different; say once what the journal recorded instead."""
+    p = journal.params
+    if _same_cold(p.cold_url, source.cold_url) and (p.cluster, p.broker) == (
+        source.cluster,
+        source.broker,
+    ):
+        return
+    raise ConfigError(
+        f"this store was restored from {p.cold_url} ({p.cluster}/{p.broker}), not from "
+        f"{source.cold_url} ({source.cluster}/{source.broker}); check it against the "
+        "cold store it came from",
+        where=str(out),
+    )
 
 
 def _mask(data: bytes | bytearray, starts: np.ndarray) -> np.ndarray:
@@ -179,13 +219,23 @@ def _count_records(hot: HotStore) -> int:
     return count
 
 
-async def check_restored(backend: Backend, out: Path, *, batch_bytes: int = 8 << 20) -> CheckResult:
+async def check_restored(
+    backend: Backend,
+    out: Path,
+    *,
+    batch_bytes: int = 8 << 20,
+    source: RestoreParams | None = None,
+) -> CheckResult:
     """Compare the restored store in ``out`` with the cold store (module docstring).
 
-    Raises StoreError when ``out`` holds no complete restore; cold-side errors (missing
-    or corrupt objects) propagate as themselves.
+    Raises ConfigError when ``out`` holds no restore journal, or when ``source`` (the
+    cold URL, cluster and broker the caller points at) is not what the journal recorded;
+    StoreError when the restore is not complete. Cold-side errors (missing or corrupt
+    objects) propagate as themselves.
     """
     journal = _load(out)
+    if source is not None:
+        _refuse_other_source(journal, source, out)
     p = journal.params
     plan = await build_plan(
         backend, p.cluster, p.broker, RestoreFilter(p.topics, TimeWindow(p.since, p.until))

@@ -1,0 +1,138 @@
+"""``status --watch`` on a real terminal (tmux), 160 queues, at 80×24 and 160×45: the
+health line and the header stay on screen, no row wraps, worst queues come first.
+
+``UPDATE_SCREENSHOTS=1`` also writes what the 160×45 screen shows into
+``docs/screens/status-watch.txt`` (shown in docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "screens"
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """160 queues (one topic name too long for any screen), tiered, then 10 messages
+    behind on most queues: the status flags."""
+    root = tmp_path_factory.mktemp("screen")
+    store = root / "store"
+    now = time.time_ns() // 1_000_000
+    synthesize(store, SynthSpec(topics=40, queues=4, messages=3200, long_topic=True,
+                                start_time=now - 3200))  # fmt: skip
+    flags = ["--store", str(store), "--cluster", "C", "--broker", "B",
+             "--state-dir", str(root / "state")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tieredstore.cli", "run", "--once", "--cold", str(root / "cold"),
+         *flags], capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    SyntheticStore.open(store).append(1000, store_time=now)
+    return flags
+
+
+@contextlib.contextmanager
+def tmux(width: int, height: int, command: list[str]) -> Iterator[str]:
+    """A private tmux server running ``command`` in a ``width``×``height`` window."""
+    socket = f"ts-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    subprocess.run(
+        ["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-s", "w",
+         "-x", str(width), "-y", str(height), " ".join(command)],
+        check=True, env=env, timeout=30,
+    )  # fmt: skip
+    try:
+        yield socket
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], check=False, timeout=30)
+
+
+def capture(socket: str) -> list[str]:
+    """The screen, with wrapped lines joined (``-J``): a wrapped row shows as too long."""
+    text = subprocess.run(
+        ["tmux", "-L", socket, "capture-pane", "-p", "-J", "-t", "w"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    return [line.rstrip() for line in text.rstrip("\n").split("\n")]
+
+
+def screen_with(socket: str, pattern: str, timeout: float = 90) -> list[str]:
+    """Capture until a frame with ``pattern`` on its first line is drawn (or fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = capture(socket)
+        if lines and re.search(pattern, lines[0]) and len(lines) > 3:
+            return lines
+        assert time.monotonic() < deadline, "\n".join(lines)
+        subprocess.run(["tmux", "-L", socket, "wait-for", "-S", "never"], timeout=5)
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (160, 45)])
+def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
+    sidecar: list[str], width: int, height: int
+) -> None:
+    cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
+           *sidecar]  # fmt: skip
+    with tmux(width, height, cmd) as socket:
+        lines = screen_with(socket, r" OK: 160 queues")
+    assert len(lines) <= height
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    health, blank, header, *rows = lines
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ OK: 160 queues", health) and blank == ""
+    assert header.startswith("topic") and " lag s" in header and " lag msgs" in header
+    assert rows[-1].startswith("… ") and rows[-1].split()[2:4] == ["more", "queues"]
+    shown = rows[:-1]
+    assert len(shown) == height - 4
+    hidden = int(rows[-1].split()[1])
+    assert len(shown) + hidden == 160
+    end = header.index(" lag s") + len(" lag s")  # right-aligned under its title
+    lags = [float(r[end - 7 : end]) for r in shown]
+    assert lags == sorted(lags, reverse=True)  # the oldest lag first
+    if width == 160 and os.environ.get("UPDATE_SCREENSHOTS"):
+        DOCS.mkdir(parents=True, exist_ok=True)
+        (DOCS / "status-watch.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_watch_filters_by_topic_and_long_names_end_in_an_ellipsis(sidecar: list[str]) -> None:
+    cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--topic",
+           "'SynthTopicLong*'", *sidecar]  # fmt: skip
+    with tmux(80, 24, cmd) as socket:
+        lines = screen_with(socket, r" OK: 160 queues")
+    rows = lines[3:]
+    assert len(rows) == 4 and all(r.startswith("SynthTopicLongxx") for r in rows)
+    assert all(r.split()[0].endswith("…") for r in rows)
+
+
+def test_status_json_has_the_overall_health_and_honours_the_filters(sidecar: list[str]) -> None:
+    import json
+
+    def status(*extra: str) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-m", "tieredstore.cli", "status", "--json", *extra, *sidecar],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        doc: dict[str, object] = json.loads(done.stdout)
+        return doc
+
+    everything = status()
+    assert everything["health"] == "OK"
+    assert str(everything["summary"]).split(" ", 1)[1].startswith("OK: 160 queues")
+    assert isinstance(everything["queues"], list) and len(everything["queues"]) == 160
+    assert status("--problems")["queues"] == []
+    assert len(status("--topic", "SynthTopic1")["queues"]) == 4  # type: ignore[arg-type]

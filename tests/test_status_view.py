@@ -1,0 +1,66 @@
+"""The status table's order, filters and fitting (:mod:`tieredstore.commands.status_view`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dispatcher.queue_status import QueueStatus
+from tieredstore.commands.status import View, frame, health
+from tieredstore.commands.status_view import Layout, fit, render_table, select, worst_first
+
+T0 = 1_700_000_000_000
+
+
+def _q(topic: str, queue: int = 0, state: str = "ACTIVE", **kw: object) -> QueueStatus:
+    base = QueueStatus(topic, queue, state, 0, 100, 0, 100, 0, 0, 0.0, "")
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+QUEUES = [
+    _q("Calm", lag_seconds=1.0),
+    _q("Behind", lag_seconds=900.0, lag_messages=10),
+    _q("Paused", state="PAUSED"),
+    _q("Noted", note="cannot read queue"),
+    _q("Diverged", state="DIVERGED"),
+    _q("Lost", lost_unacknowledged=3),
+    _q("AlsoBehind", lag_seconds=900.0, lag_messages=50),
+]
+
+
+def test_worst_queues_come_first() -> None:
+    order = [s.topic for s in worst_first(QUEUES)]
+    assert order == ["Diverged", "Lost", "Paused", "Noted", "AlsoBehind", "Behind", "Calm"]
+
+
+def test_problems_and_topic_filters() -> None:
+    assert [s.topic for s in select(QUEUES, topic=None, problems=True)] == [
+        "Diverged", "Lost", "Paused", "Noted",
+    ]  # fmt: skip
+    assert [s.topic for s in select(QUEUES, topic="*Behind", problems=False)] == [
+        "AlsoBehind", "Behind",
+    ]  # fmt: skip
+    assert select(QUEUES, topic="calm", problems=False) == []  # topic names are case-sensitive
+
+
+def test_health_is_the_overall_verdict() -> None:
+    assert health([]) == "NO QUEUES"
+    assert health(QUEUES[:2]) == "OK"
+    assert health(QUEUES[:3]) == "WARNING"
+    assert health(QUEUES) == "CRITICAL"
+
+
+def test_cut_text_says_so() -> None:
+    assert fit("SynthTopic", 20) == "SynthTopic"
+    assert fit("SynthTopicLongxxxx", 10) == "SynthTopi…"
+    assert len(fit("x" * 200, 40)) == 40
+
+
+def test_rows_fit_the_width_and_the_height_keeps_the_header() -> None:
+    many = [_q("T" + "x" * 150, i, lag_seconds=float(i)) for i in range(50)]
+    lines = frame(many, T0, View(layout=Layout(80, 24))).splitlines()
+    assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
+    assert lines[2].startswith("topic") and lines[3].split()[0].endswith("…")
+    assert lines[-1] == "… 30 more queues (narrow with --topic GLOB or --problems)"
+    assert lines[3].split()[1] == "49"  # the oldest lag first
+    wide = render_table(many[:1], Layout())  # piped: every column, the name whole
+    assert wide[1].startswith("T" + "x" * 150 + " ") and "room MB" in wide[0]
