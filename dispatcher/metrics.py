@@ -20,6 +20,7 @@ class Metrics:
         self._queues(self.registry)
         self._guard(self.registry)
         self._lifecycle(self.registry)
+        self._reads(self.registry)
 
     def _tiering(self, r: CollectorRegistry) -> None:
         """What was tiered, and the cold-store requests it took."""
@@ -178,6 +179,29 @@ class Metrics:
         self.ticks = Counter("tieredstore_ticks", "Dispatcher ticks run", registry=r)
         self.last_tick = Gauge(
             "tieredstore_last_tick_timestamp_seconds", "When the last tick finished", registry=r
+        )
+
+    def _reads(self, r: CollectorRegistry) -> None:
+        """The read service (the broker plugin's and ``/v1/messages``' requests)."""
+        self.read_requests = Counter(
+            "tieredstore_read_requests",
+            "Read API requests by endpoint and outcome (ok, bad_request, out_of_range, "
+            "unavailable, error)",
+            ["endpoint", "outcome"],
+            registry=r,
+        )
+        self.read_bytes = Counter(
+            "tieredstore_read_bytes", "Record bytes served by the read API", registry=r
+        )
+        self.readahead_bytes = Gauge(
+            "tieredstore_readahead_bytes",
+            "Bytes the read-ahead cache holds or is fetching (bounded by reads.cache_bytes)",
+            registry=r,
+        )
+        self.readahead_fetched = Counter(
+            "tieredstore_readahead_fetched_bytes",
+            "Bytes the read-ahead cache fetched from the cold store",
+            registry=r,
         )
 
     def set_guard_mode(self, mode: str) -> None:

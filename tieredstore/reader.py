@@ -101,12 +101,14 @@ from tieredstore.segment import MIN_RECORD_SIZE
 
 if TYPE_CHECKING:  # the backends package pulls in s3fs; decoding must stay light
     from tieredstore.backends.base import Backend
+    from tieredstore.readahead import ReadAhead
 
 __all__ = [
     "BoundaryType",
     "ColdMessage",
     "ColdRange",
     "ColdReader",
+    "Segments",
     "check_units",
     "decode_messages",
 ]
@@ -213,7 +215,7 @@ class ColdMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class _Segments:
+class Segments:
     """One queue's committed segments as listed: manifest keys sorted by start offset."""
 
     starts: tuple[int, ...]
@@ -227,8 +229,10 @@ class ColdReader:
     """Reads one broker's queues from its cold prefix (see the module docstring).
 
     ``cache_manifests`` bounds how many parsed manifests are kept (least recently used
-    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds.
-    Thread-unsafe, loop-safe: many coroutines may share one reader.
+    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds;
+    ``readahead`` (the read service's) serves the segment objects' range reads from
+    fixed-size parts and fetches the next part ahead. Thread-unsafe, loop-safe: many
+    coroutines may share one reader.
     """
 
     def __init__(
@@ -239,6 +243,7 @@ class ColdReader:
         *,
         cache_manifests: int = 4096,
         batch_bytes: int = _BATCH_BYTES,
+        readahead: ReadAhead | None = None,
     ) -> None:
         if cache_manifests < 1 or batch_bytes < 1:
             raise ValueError("cache_manifests and batch_bytes must be positive")
@@ -246,6 +251,7 @@ class ColdReader:
         self.cluster = cluster
         self.broker = broker
         self.batch_bytes = batch_bytes
+        self.readahead = readahead
         self._cache_size = cache_manifests
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
 
@@ -254,7 +260,7 @@ class ColdReader:
         return QueuePath(self.cluster, self.broker, topic, queue_id)
 
     # -- segments ------------------------------------------------------------------
-    async def _segments(self, queue: QueuePath) -> _Segments:
+    async def _segments(self, queue: QueuePath) -> Segments:
         prefix = kind_prefix(queue, SegmentKind.MANIFEST) + "/"
         found: list[tuple[int, str]] = []
         for info in await self.backend.list(prefix):
@@ -266,7 +272,7 @@ class ColdReader:
                 continue
             found.append((key.base_offset, info.key))
         found.sort()
-        return _Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
+        return Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
 
     async def _manifest(self, key: str) -> Manifest:
         cached = self._manifests.get(key)
@@ -291,13 +297,32 @@ class ColdReader:
         segs = await self._segments(self.queue_path(topic, queue_id))
         return await self._range(segs)
 
-    async def _range(self, segs: _Segments) -> ColdRange:
+    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Manifest]:
+        """The queue's segments and the one holding ``offset`` (OffsetOutOfRangeError if
+        none does, as :meth:`read`)."""
+        queue = self.queue_path(topic, queue_id)
+        segs = await self._segments(queue)
+        return segs, await self._segment_for(queue, segs, offset)
+
+    async def following(self, segs: Segments, manifest: Manifest) -> Manifest | None:
+        """The segment that starts where ``manifest`` ends; None at cold commit or a gap."""
+        i = bisect.bisect_right(segs.starts, manifest.end_offset) - 1
+        if segs.starts[i] != manifest.end_offset:
+            return None
+        return await self._manifest(segs.keys[i])
+
+    async def first_manifest(self, topic: str, queue_id: int) -> Manifest | None:
+        """The queue's oldest committed segment's manifest; None if cold holds nothing."""
+        segs = await self._segments(self.queue_path(topic, queue_id))
+        return await self._manifest(segs.keys[0]) if segs else None
+
+    async def _range(self, segs: Segments) -> ColdRange:
         if not segs:
             return ColdRange(0, 0)
         last = await self._manifest(segs.keys[-1])
         return ColdRange(segs.starts[0], last.end_offset)
 
-    async def _segment_for(self, queue: QueuePath, segs: _Segments, offset: int) -> Manifest:
+    async def _segment_for(self, queue: QueuePath, segs: Segments, offset: int) -> Manifest:
         """The committed segment holding ``offset``; OffsetOutOfRangeError if none does."""
         i = bisect.bisect_right(segs.starts, offset) - 1
         if i >= 0:
@@ -369,21 +394,29 @@ class ColdReader:
                     return  # cold commit (or a gap): the read ends here
                 manifest = await self._manifest(segs.keys[i])
 
-    async def _read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
+    async def read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
+        """The CQ units of queue offsets ``[offset, offset + n)`` of one segment, unchecked."""
         rel = (offset - manifest.start_offset) * CQ_UNIT_SIZE
         data = await self._read_object(
             manifest, manifest.consume_queue_key, rel, rel + n * CQ_UNIT_SIZE
         )
         return decode_units(data, where=manifest.consume_queue_key)
 
+    async def read_commit_log(self, manifest: Manifest, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (relative to the object) of a segment's COMMIT_LOG."""
+        return await self._read_object(manifest, manifest.commit_log_key, start, end)
+
     async def _read_object(self, manifest: Manifest, key: str, start: int, end: int) -> bytes:
-        """Range-read an object of a committed segment.
+        """Range-read an object of a committed segment (through the read-ahead, if any).
 
         A missing object under a manifest that is gone too was expired while we read:
         that is an offset out of range, not damage.
         """
         try:
-            return await self.backend.read_exact(key, start, end)
+            if self.readahead is None:
+                return await self.backend.read_exact(key, start, end)
+            ref = manifest.commit_log if key == manifest.commit_log_key else manifest.consume_queue
+            return await self.readahead.read(key, start, end, ref.size)
         except ObjectNotFoundError:
             if await self.backend.exists(manifest.key):
                 raise
@@ -395,7 +428,7 @@ class ColdReader:
 
     async def _read_batch(self, manifest: Manifest, offset: int, n: int) -> list[ColdMessage]:
         """Read ``n`` (or fewer, to stay within ``batch_bytes``) messages of one segment."""
-        units = check_units(manifest, offset, await self._read_units(manifest, offset, n))
+        units = check_units(manifest, offset, await self.read_units(manifest, offset, n))
         sizes = units["size"].astype(np.int64)
         # Keep at least one record, however large: never a stall.
         k = max(int(np.searchsorted(np.cumsum(sizes), self.batch_bytes, side="right")), 1)
@@ -434,7 +467,7 @@ class ColdReader:
             return await self._first_at_or_after(segs, timestamp_ms, rng)
         return max(await self._first_at_or_after(segs, timestamp_ms + 1, rng) - 1, rng.min)
 
-    async def _first_at_or_after(self, segs: _Segments, ts: int, rng: ColdRange) -> int:
+    async def _first_at_or_after(self, segs: Segments, ts: int, rng: ColdRange) -> int:
         """The first offset whose store time is >= ``ts``; cold commit if none is."""
         lo, hi = 0, len(segs)
         while lo < hi:  # first segment whose newest message is at or after ts
@@ -460,7 +493,7 @@ class ColdReader:
 
     async def _store_time(self, manifest: Manifest, offset: int) -> int:
         """The storeTimestamp of one record (one CQ unit and one header read)."""
-        unit = check_units(manifest, offset, await self._read_units(manifest, offset, 1))
+        unit = check_units(manifest, offset, await self.read_units(manifest, offset, 1))
         rel = int(unit["commitlog_offset"][0]) - manifest.cl_base
         # Every record (MIN_RECORD_SIZE > HEAD_PROBE_SIZE) holds the whole head probed.
         head = await self._read_object(
