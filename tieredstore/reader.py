@@ -225,8 +225,10 @@ class Segments:
         return len(self.starts)
 
 
-class ColdReader:
-    """Reads one broker's queues from its cold prefix (see the module docstring).
+class _SegmentIndex:
+    """Which committed segments a queue has and what each holds (manifests, cached).
+
+    The part of :class:`ColdReader` that finds segments; it reads no record.
 
     ``cache_manifests`` bounds how many parsed manifests are kept (least recently used
     first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds;
@@ -358,6 +360,17 @@ class ColdReader:
                     f"queue offset {offset} is in no committed segment: {loss.describe()}",
                     where=loss.key,
                 )
+
+
+class ColdReader(_SegmentIndex):
+    """Reads one broker's queues from its cold prefix (see the module docstring).
+
+    ``cache_manifests`` bounds how many parsed manifests are kept (least recently used
+    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds;
+    ``readahead`` (the read service's) serves the segment objects' range reads from
+    fixed-size parts and fetches the next part ahead. Thread-unsafe, loop-safe: many
+    coroutines may share one reader.
+    """
 
     # -- reading records -----------------------------------------------------------
     async def read(self, topic: str, queue_id: int, offset: int, count: int) -> list[ColdMessage]:
