@@ -15,8 +15,9 @@ Bounds and eviction:
 * parts are kept least-recently-used first out while their bytes exceed
   ``capacity_bytes``; a part being fetched counts at its full length, so memory stays
   bounded even when many queues read ahead at once;
-* the part a read is waiting for is never evicted by that read's own prefetch; with a
-  capacity smaller than two parts read-ahead simply keeps little;
+* the parts a read needs are kept for it even when they alone exceed the capacity (one
+  read's range); a prefetch starts only when its part fits beside what is kept, and
+  never evicts anything;
 * a part whose fetch failed is dropped at once: the next read asks the backend again
   (the error goes to every reader that waited for it, never to a later one);
 * ``capacity_bytes == 0`` turns the cache off: every read goes to the backend as asked.
@@ -94,17 +95,30 @@ class ReadAhead:
             return await self.backend.read_exact(key, start, end)
         first, last = start // self.part_bytes, (end - 1) // self.part_bytes
         tasks = [self._part(key, i, size, prefetch=False) for i in range(first, last + 1)]
-        if (last + 1) * self.part_bytes < size:
-            self._part(key, last + 1, size, prefetch=True)
         self._evict(keep={(key, i) for i in range(first, last + 1)})
+        self._prefetch(key, last + 1, size)
         parts = [await t for t in tasks]
         data = b"".join(parts) if len(parts) > 1 else parts[0]
         base = first * self.part_bytes
         return data[start - base : end - base]
 
+    def _prefetch(self, key: str, index: int, size: int) -> None:
+        """Start fetching part ``index`` if the object has it and it fits the capacity
+        (a prefetch never evicts: what a reader uses now is worth more than a guess)."""
+        lo = index * self.part_bytes
+        if lo >= size:
+            return
+        if (key, index) in self._parts:
+            self._parts.move_to_end((key, index))
+        elif self._bytes + min(self.part_bytes, size - lo) <= self.capacity_bytes:
+            self._part(key, index, size, prefetch=True)
+
     def _part(self, key: str, index: int, size: int, *, prefetch: bool) -> asyncio.Task[bytes]:
         pk = (key, index)
         task = self._parts.get(pk)
+        if task is not None and _failed(task):
+            self._drop(pk)  # failed, its done callback not run yet: fetch again
+            task = None
         if task is not None:
             self._parts.move_to_end(pk)
             if not prefetch:
@@ -132,7 +146,7 @@ class ReadAhead:
     def _settled(self, pk: _PartKey, task: asyncio.Task[bytes]) -> None:
         """Drop a failed part at once (the next read retries), and mark its exception as
         seen: a prefetch nobody awaits must not log "exception was never retrieved"."""
-        if task.cancelled() or task.exception() is not None:
+        if _failed(task):
             if self._parts.get(pk) is task:
                 self._drop(pk)
             if not task.cancelled():
@@ -151,6 +165,12 @@ class ReadAhead:
         del self._parts[pk]
         self._bytes -= self._lengths.pop(pk)
 
+    async def settle(self) -> None:
+        """Wait until no part is being fetched (the background fetches included)."""
+        pending = [t for t in self._parts.values() if not t.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.sleep(0)  # one loop turn: the parts' done callbacks run
+
     async def close(self) -> None:
         """Cancel fetches nobody waits for and forget every part; safe to call twice."""
         tasks = list(self._parts.values())
@@ -159,3 +179,7 @@ class ReadAhead:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _failed(task: asyncio.Task[bytes]) -> bool:
+    return task.done() and (task.cancelled() or task.exception() is not None)
