@@ -30,6 +30,8 @@ CONFIG_ENV = "TIEREDSTORE_CONFIG"
 #: What the operations listener (the one a container opens) serves: no message contents.
 API_PATHS = {"/healthz", "/metrics", "/v1/queues"}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+PLUGIN_CLASS = "io.tieredstore.broker.TieredReadPlugin"
+PLUGIN_POM = REPO / "broker-plugin" / "pom.xml"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -98,6 +100,20 @@ def check_reads_stay_local(settings: Settings, where: str) -> None:
     assert settings["reads.port"] != settings["http.port"]
 
 
+def check_plugin_conf(conf: Mapping[str, str], settings: Settings, where: str) -> None:
+    """The broker loads the read plugin and points it at the sidecar's read API."""
+    assert conf.get("messageStorePlugIn") == PLUGIN_CLASS, f"{where}: no read plugin"
+    host, _, port = conf["tieredstoreReadAddress"].rpartition(":")
+    assert host in LOOPBACK, f"{where}: the plugin reads the sidecar beyond loopback"
+    assert int(port) == settings["reads.port"], f"{where}: the plugin's port is not reads.port"
+
+
+def plugin_rocketmq_version() -> str:
+    found = re.search(r"<rocketmq\.version>([^<]+)<", PLUGIN_POM.read_text())
+    assert found, "broker-plugin/pom.xml pins no rocketmq.version"
+    return found.group(1)
+
+
 def _published_port(spec: object) -> int:
     """The container port of a compose ``ports`` entry ("[ip:]host:container[/proto]")."""
     return int(str(spec).split("/")[0].rsplit(":", 1)[-1])
@@ -110,8 +126,8 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     for name, svc in services.items():
         check_pinned(svc["image"])
         check_envs(svc.get("environment", {}), f"compose service {name}")
-    for name in ("namesrv", "broker"):
-        assert services[name]["image"].startswith("apache/rocketmq:"), name
+    assert services["namesrv"]["image"] == f"apache/rocketmq:{plugin_rocketmq_version()}"
+    assert services["broker"]["build"]["target"] == "broker", "the broker image has the plugin"
 
     sidecar = services["sidecar"]
     settings = settings_from_env(check_envs(sidecar["environment"], "sidecar"))
@@ -142,6 +158,7 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     assert broker_store.source == store.source, "broker and sidecar must share the store volume"
     assert not broker_store.read_only
     assert conf.get("storeType", "default") == "default", "RocksDB consume queues are unsupported"
+    check_plugin_conf(conf, settings, "compose broker.conf")
 
     verifier = services["verifier"]
     assert verifier["build"]["target"] == "verifier"
@@ -201,6 +218,7 @@ def check_k8s(docs: list[Any], tmp_path: Path) -> None:
     assert not mounts[str(settings.state_dir)].get("readOnly", False)
     conf = parse_broker_conf(config_map["data"]["broker.conf"])
     assert (conf["brokerClusterName"], conf["brokerName"]) == (settings.cluster, settings.broker)
+    check_plugin_conf(conf, settings, "k8s broker.conf")
     broker_mounts = {m["mountPath"]: m for m in broker["volumeMounts"]}
     assert broker_mounts[conf["storePathRootDir"]]["name"] == store["name"]
     claims = {c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])}
@@ -335,6 +353,12 @@ def check_dockerfile(stages: dict[str, Stage]) -> None:
         for arg in stages[name].all("RUN"):
             assert not java.search(arg), f"stage {name} installs Java: {arg}"
     assert any(java.search(arg) for arg in stages["verifier"].all("RUN"))
+    broker = stages["broker"]
+    version = plugin_rocketmq_version()
+    assert broker.base == f"apache/rocketmq:{version}", "broker image != the plugin's RocketMQ"
+    copies = broker.all("COPY")
+    assert any(c.startswith("--from=plugin-build") and "tieredstore-broker-plugin.jar" in c
+               and c.endswith(f"/rocketmq-{version}/lib/") for c in copies), copies  # fmt: skip
     env = check_envs(_stage_env(stages, "sidecar"), "Dockerfile sidecar ENV")
     assert stages["sidecar"].last("EXPOSE") == env["TIEREDSTORE_HTTP_PORT"]
     # Not a whole config (no store or cold store): check the two values themselves.
@@ -450,3 +474,14 @@ def test_an_image_exposing_the_read_api_is_caught() -> None:
     text = (DOCKER / "Dockerfile").read_text().replace("EXPOSE 9780", "EXPOSE 9781\nEXPOSE 9780")
     with pytest.raises(AssertionError, match="exposes the read API"):
         check_dockerfile(dockerfile_stages(text))
+
+
+def test_a_broker_without_the_plugin_is_caught(tmp_path: Path) -> None:
+    docs = _load_yaml("k8s-sidecar.yaml")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    cm["data"]["broker.conf"] = cm["data"]["broker.conf"].replace("9781", "9780")
+    with pytest.raises(AssertionError, match=r"the plugin.s port is not reads\.port"):
+        check_k8s(docs, tmp_path)
+    cm["data"]["broker.conf"] = cm["data"]["broker.conf"].replace("messageStorePlugIn", "x")
+    with pytest.raises(AssertionError, match="no read plugin"):
+        check_k8s(docs, tmp_path)
