@@ -50,13 +50,15 @@ final class ColdPulls {
         this.storeConfig = storeConfig;
     }
 
+    /** Serve a pull of {@code offset} from cold, never reading at or past {@code hotMin}
+     * (Long.MAX_VALUE: up to cold commit); null when cold holds nothing from there. */
     GetMessageResult pull(String topic, int queueId, long offset, long hotMin, long maxOffset,
         int maxMsgNums, int maxTotalMsgSize, MessageFilter filter) {
         String key = QueueBackoff.key(topic, queueId);
         long now = System.currentTimeMillis();
         if (backoff.paused(key, now)) {
             counters.pausedPulls.incrementAndGet();
-            return notFoundYet(offset, hotMin, maxOffset);
+            return notFoundYet(offset, Math.min(hotMin, offset), maxOffset);
         }
         ColdRange range;
         try {
@@ -87,7 +89,7 @@ final class ColdPulls {
                 if (result.getMessageCount() > 0 || next > offset) {
                     break;
                 }
-                return notFoundYet(offset, hotMin, maxOffset);
+                return notFoundYet(offset, Math.min(hotMin, offset), maxOffset);
             } catch (SidecarException e) {
                 if (next > offset) {
                     break; // what was scanned stands; the next pull asks again
@@ -123,7 +125,7 @@ final class ColdPulls {
         long pause = backoff.failed(key, System.currentTimeMillis());
         LOG.warn("tieredstore: cold read of {}/{} at offset {} failed, answering 'nothing found yet' "
             + "and pausing the queue's cold reads for {} ms: {}", topic, queueId, offset, pause, e.getMessage());
-        return notFoundYet(offset, hotMin, maxOffset);
+        return notFoundYet(offset, Math.min(hotMin, offset), maxOffset);
     }
 
     /** OFFSET_FOUND_NULL at the requested offset: the consumer asks again, skipping nothing. */

@@ -8,12 +8,14 @@ import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
 import org.apache.rocketmq.common.BoundaryType;
 import org.apache.rocketmq.common.constant.LoggerName;
 import org.apache.rocketmq.common.sysflag.MessageSysFlag;
 import org.apache.rocketmq.logging.org.slf4j.Logger;
 import org.apache.rocketmq.logging.org.slf4j.LoggerFactory;
 import org.apache.rocketmq.store.GetMessageResult;
+import org.apache.rocketmq.store.GetMessageStatus;
 import org.apache.rocketmq.store.MessageFilter;
 import org.apache.rocketmq.store.MessageStore;
 import org.apache.rocketmq.store.exception.ConsumeQueueException;
@@ -90,12 +92,52 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
         int maxMsgNums, int maxTotalMsgSize, MessageFilter messageFilter) {
         long hotMin = next.getMinOffsetInQueue(topic, queueId);
         if (hotMin <= 0 || offset >= hotMin) {
-            return next.getMessage(group, topic, queueId, offset, maxMsgNums, maxTotalMsgSize, messageFilter);
+            GetMessageResult hot = next.getMessage(group, topic, queueId, offset, maxMsgNums,
+                maxTotalMsgSize, messageFilter);
+            return hotGone(hot, topic, queueId, offset) ? coldInstead(hot, topic, queueId, offset, maxMsgNums,
+                maxTotalMsgSize, messageFilter) : hot;
         }
         GetMessageResult cold = pulls.pull(topic, queueId, offset, hotMin, maxOffset(topic, queueId, hotMin),
             maxMsgNums, maxTotalMsgSize, messageFilter);
         return cold != null ? cold
             : next.getMessage(group, topic, queueId, offset, maxMsgNums, maxTotalMsgSize, messageFilter);
+    }
+
+    /**
+     * True when the broker's store answered that the offset's data is gone: the broker
+     * deleted the file between our look at the hot min and its read (OFFSET_TOO_SMALL,
+     * MESSAGE_WAS_REMOVING, OFFSET_FOUND_NULL moving the offset on, or FOUND from a later
+     * offset than asked because the records before it were deleted mid-read). The stock
+     * answer would move the consumer past those offsets; cold may still hold them.
+     */
+    boolean hotGone(GetMessageResult hot, String topic, int queueId, long offset) {
+        if (hot == null) {
+            return false;
+        }
+        GetMessageStatus status = hot.getStatus();
+        if (status == GetMessageStatus.FOUND) {
+            // Found, but not from the offset asked for: filtered out, or skipped because
+            // the file holding it was deleted during the read. Only the latter is a gap.
+            long first = hot.getMessageQueueOffset().isEmpty() ? offset : hot.getMessageQueueOffset().get(0);
+            return first > offset && next.getCommitLogOffsetInQueue(topic, queueId, offset) < next.getMinPhyOffset();
+        }
+        return status == GetMessageStatus.OFFSET_TOO_SMALL
+            || status == GetMessageStatus.MESSAGE_WAS_REMOVING
+            || status == GetMessageStatus.OFFSET_FOUND_NULL && hot.getNextBeginOffset() != offset;
+    }
+
+    /** Serve from cold what the broker just found gone; its own answer if cold does not
+     * hold the offset either. Cold reads up to its commit here (the hot min may not have
+     * been corrected yet); cold holds the same records the broker had. */
+    private GetMessageResult coldInstead(GetMessageResult hot, String topic, int queueId, long offset,
+        int maxMsgNums, int maxTotalMsgSize, MessageFilter messageFilter) {
+        GetMessageResult cold = pulls.pull(topic, queueId, offset, Long.MAX_VALUE,
+            maxOffset(topic, queueId, offset), maxMsgNums, maxTotalMsgSize, messageFilter);
+        if (cold == null) {
+            return hot;
+        }
+        hot.release();
+        return cold;
     }
 
     @Override
@@ -109,12 +151,21 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
         long offset, int maxMsgNums, int maxTotalMsgSize, MessageFilter messageFilter) {
         final long hotMin = next.getMinOffsetInQueue(topic, queueId);
         if (hotMin <= 0 || offset >= hotMin) {
-            return next.getMessageAsync(group, topic, queueId, offset, maxMsgNums, maxTotalMsgSize, messageFilter);
+            return next.getMessageAsync(group, topic, queueId, offset, maxMsgNums, maxTotalMsgSize, messageFilter)
+                .thenCompose(hot -> !hotGone(hot, topic, queueId, offset) ? CompletableFuture.completedFuture(hot)
+                    : offThePullThreads(() -> coldInstead(hot, topic, queueId, offset, maxMsgNums,
+                        maxTotalMsgSize, messageFilter), offset, hotMin, topic, queueId));
         }
-        // Off the broker's pull threads: a slow sidecar must not hold them.
+        return offThePullThreads(() -> getMessage(group, topic, queueId, offset, maxMsgNums,
+            maxTotalMsgSize, messageFilter), offset, hotMin, topic, queueId);
+    }
+
+    /** Run a cold read in the plugin's pool: a slow sidecar must not hold the broker's
+     * pull threads. A full pool answers "nothing found yet". */
+    private CompletableFuture<GetMessageResult> offThePullThreads(Supplier<GetMessageResult> read,
+        long offset, long hotMin, String topic, int queueId) {
         try {
-            return CompletableFuture.supplyAsync(() -> getMessage(group, topic, queueId, offset, maxMsgNums,
-                maxTotalMsgSize, messageFilter), executor);
+            return CompletableFuture.supplyAsync(read, executor);
         } catch (RejectedExecutionException e) {
             counters.pausedPulls.incrementAndGet();
             return CompletableFuture.completedFuture(
