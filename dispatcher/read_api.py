@@ -53,7 +53,13 @@ from tieredstore.errors import (
 )
 from tieredstore.readahead import ReadAhead
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
-from tieredstore.serving import encode_offset, encode_range, encode_records, read_raw
+from tieredstore.serving import (
+    ServingReader,
+    encode_offset,
+    encode_range,
+    encode_records,
+    read_raw,
+)
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_COUNT", "build_read_app", "reader_for"]
 
@@ -64,6 +70,8 @@ DEFAULT_MAX_COUNT: Final = 1000
 DEFAULT_MAX_BYTES: Final = 16 << 20
 _RECORDS_COUNT: Final = 32
 _BINARY: Final = "application/octet-stream"
+#: How long a queue's manifest listing is reused by the read service (seconds).
+LISTING_TTL: Final = 1.0
 
 _Handler = Callable[[web.Request], Awaitable[web.Response]]
 
@@ -122,7 +130,10 @@ def reader_for(rt: Runtime) -> ColdReader:
         on_fetch=metrics.readahead_fetched.inc,
     )
     metrics.readahead_bytes.set_function(lambda: readahead.stats.bytes)
-    return ColdReader(rt.backend, rt.settings.cluster, rt.settings.broker, readahead=readahead)
+    return ServingReader(
+        rt.backend, rt.settings.cluster, rt.settings.broker, readahead=readahead,
+        listing_ttl=LISTING_TTL,
+    )  # fmt: skip
 
 
 class _ReadApi:
@@ -172,7 +183,7 @@ class _ReadApi:
         count = _bounded(request, "maxCount", _RECORDS_COUNT, self.max_count)
         size = _bounded(request, "maxBytes", self.max_bytes, self.max_bytes)
         batch = await read_raw(self.reader, topic, queue, offset, count, size)
-        rng = await self.reader.range(topic, queue)
+        rng = await self.reader.range(topic, queue)  # the listing read_raw just used
         self.rt.metrics.read_bytes.inc(len(batch.records))
         return web.Response(body=encode_records(batch, rng), content_type=_BINARY)
 

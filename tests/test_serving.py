@@ -22,12 +22,14 @@ from dispatcher.lease import LeaseRecord
 from dispatcher.read_api import build_read_app
 from dispatcher.runtime import open_runtime
 from tieredstore.backends import open_backend
+from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.config import Settings
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import lease_key
 from tieredstore.reader import BoundaryType, ColdReader
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.serving import ServingReader, read_raw
+from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
@@ -230,3 +232,31 @@ async def test_a_record_that_does_not_match_its_unit_is_a_500_naming_it(tmp_path
         assert reply.status == 500
         error = (await reply.json())["error"]
         assert "queueOffset" in error and key in error
+
+
+async def test_the_listing_is_reused_and_listed_again_past_its_end(tmp_path: Path) -> None:
+    reset_memory_stores()
+    store = SyntheticStore.create(tmp_path / "store", SynthSpec(topics=1, queues=1, messages=0))
+    store.append(60)
+    settings = settings_for(tmp_path / "store", "memory://listing", tmp_path / "state",
+                            tiering__guard="none")  # fmt: skip
+    await tier(settings)
+    lists: list[str] = []
+    now = [0.0]
+    async with open_backend("memory://listing") as inner:
+        backend = CountingBackend(inner, on_request=lists.append, on_bytes=lambda _op, _n: None)
+        reader = ServingReader(backend, CLUSTER, BROKER, listing_ttl=1.0, clock=lambda: now[0])
+        first = await read_raw(reader, TOPIC, 0, 0, 10, 1 << 20)
+        again = await read_raw(reader, TOPIC, 0, 10, 10, 1 << 20)
+        assert (len(first), len(again), lists.count("list")) == (10, 10, 1)
+        store.append(40)
+        await tier(settings)
+        # Past the cached listing's end: listed again at once, not after the TTL (the
+        # miss also lists the queue's loss records, to name one if it covers the offset).
+        late = await read_raw(reader, TOPIC, 0, 60, 50, 1 << 20)
+        assert (late.offset, len(late), lists.count("list")) == (60, 40, 3)
+        await read_raw(reader, TOPIC, 0, 0, 1, 1 << 20)
+        assert lists.count("list") == 3
+        now[0] = 5.0  # the TTL passed: the next read lists again
+        await read_raw(reader, TOPIC, 0, 0, 1, 1 << 20)
+        assert lists.count("list") == 4

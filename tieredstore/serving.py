@@ -38,21 +38,28 @@ queueOffset and physicalOffset fields) before it is sent.
 from __future__ import annotations
 
 import struct
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from tieredstore.errors import CorruptRecordError
+from tieredstore.errors import CorruptRecordError, OffsetOutOfRangeError
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, Units
+from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
-from tieredstore.reader import ColdRange, ColdReader, check_units
+from tieredstore.reader import ColdRange, ColdReader, Segments, check_units
+
+if TYPE_CHECKING:
+    from tieredstore.backends.base import Backend
 
 __all__ = [
     "OFFSET_MAGIC",
     "RANGE_MAGIC",
     "RECORDS_MAGIC",
     "RawBatch",
+    "ServingReader",
     "encode_offset",
     "encode_range",
     "encode_records",
@@ -69,6 +76,48 @@ _OFFSET: Final = struct.Struct(">4sqqq")
 _TOTAL_SIZE: Final = struct.Struct(">i")
 _OFFSETS_AT: Final = 20
 _OFFSETS: Final = struct.Struct(">qq")
+
+
+class ServingReader(ColdReader):
+    """A :class:`ColdReader` that reuses each queue's manifest listing for ``listing_ttl``
+    seconds (``clock``), so a consumer's pulls do not list the cold store once each.
+
+    A stale listing can only lack the newest segments or hold expired ones: a read
+    past its end lists again at once (:meth:`locate`), and an expired segment is an
+    offset out of range, as it is without the cache.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        cluster: str,
+        broker: str,
+        *,
+        listing_ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(backend, cluster, broker, **kwargs)
+        self.listing_ttl = listing_ttl
+        self._clock = clock
+        self._listings: dict[QueuePath, tuple[float, Segments]] = {}
+
+    async def _segments(self, queue: QueuePath) -> Segments:
+        now = self._clock()
+        cached = self._listings.get(queue)
+        if cached is not None and now - cached[0] < self.listing_ttl:
+            return cached[1]
+        segs = await super()._segments(queue)
+        self._listings[queue] = (now, segs)
+        return segs
+
+    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Manifest]:
+        try:
+            return await super().locate(topic, queue_id, offset)
+        except OffsetOutOfRangeError:
+            if self._listings.pop(self.queue_path(topic, queue_id), None) is None:
+                raise
+            return await super().locate(topic, queue_id, offset)  # listed afresh
 
 
 @dataclass(frozen=True, slots=True)
