@@ -256,6 +256,9 @@ class _SegmentIndex:
         self.readahead = readahead
         self._cache_size = cache_manifests
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+        # Each cached manifest's (COMMIT_LOG, CONSUME_QUEUE) keys: deriving a key
+        # validates every name in it, too slow to repeat on every small read.
+        self._keys: dict[str, tuple[str, str]] = {}
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
@@ -290,9 +293,15 @@ class _SegmentIndex:
             ) from exc
         manifest = read_manifest(data, key)
         self._manifests[key] = manifest
+        self._keys[key] = (manifest.commit_log_key, manifest.consume_queue_key)
         if len(self._manifests) > self._cache_size:
-            self._manifests.popitem(last=False)
+            self._keys.pop(self._manifests.popitem(last=False)[0], None)
         return manifest
+
+    def object_keys(self, manifest: Manifest) -> tuple[str, str]:
+        """The segment's (COMMIT_LOG key, CONSUME_QUEUE key)."""
+        keys = self._keys.get(manifest.key)
+        return keys if keys is not None else (manifest.commit_log_key, manifest.consume_queue_key)
 
     async def range(self, topic: str, queue_id: int) -> ColdRange:
         """The queue's ``[cold min, cold commit)``; ``ColdRange(0, 0)`` if nothing is in cold."""
@@ -410,16 +419,20 @@ class ColdReader(_SegmentIndex):
     async def read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
         """The CQ units of queue offsets ``[offset, offset + n)`` of one segment, unchecked."""
         rel = (offset - manifest.start_offset) * CQ_UNIT_SIZE
+        key = self.object_keys(manifest)[1]
         data = await self._read_object(
-            manifest, manifest.consume_queue_key, rel, rel + n * CQ_UNIT_SIZE
+            manifest, key, rel, rel + n * CQ_UNIT_SIZE, manifest.consume_queue.size
         )
-        return decode_units(data, where=manifest.consume_queue_key)
+        return decode_units(data, where=key)
 
     async def read_commit_log(self, manifest: Manifest, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` (relative to the object) of a segment's COMMIT_LOG."""
-        return await self._read_object(manifest, manifest.commit_log_key, start, end)
+        key, size = self.object_keys(manifest)[0], manifest.commit_log.size
+        return await self._read_object(manifest, key, start, end, size)
 
-    async def _read_object(self, manifest: Manifest, key: str, start: int, end: int) -> bytes:
+    async def _read_object(
+        self, manifest: Manifest, key: str, start: int, end: int, size: int
+    ) -> bytes:
         """Range-read an object of a committed segment (through the read-ahead, if any).
 
         A missing object under a manifest that is gone too was expired while we read:
@@ -428,8 +441,7 @@ class ColdReader(_SegmentIndex):
         try:
             if self.readahead is None:
                 return await self.backend.read_exact(key, start, end)
-            ref = manifest.commit_log if key == manifest.commit_log_key else manifest.consume_queue
-            return await self.readahead.read(key, start, end, ref.size)
+            return await self.readahead.read(key, start, end, size)
         except ObjectNotFoundError:
             if await self.backend.exists(manifest.key):
                 raise
@@ -449,7 +461,7 @@ class ColdReader(_SegmentIndex):
         first = int(units["commitlog_offset"][0])
         end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
         rel = first - manifest.cl_base
-        data = await self._read_object(manifest, manifest.commit_log_key, rel, rel + end - first)
+        data = await self.read_commit_log(manifest, rel, rel + end - first)
         return decode_messages(manifest, offset, units, data, first)
 
     # -- offset by time ------------------------------------------------------------
@@ -509,9 +521,7 @@ class ColdReader(_SegmentIndex):
         unit = check_units(manifest, offset, await self.read_units(manifest, offset, 1))
         rel = int(unit["commitlog_offset"][0]) - manifest.cl_base
         # Every record (MIN_RECORD_SIZE > HEAD_PROBE_SIZE) holds the whole head probed.
-        head = await self._read_object(
-            manifest, manifest.commit_log_key, rel, rel + HEAD_PROBE_SIZE
-        )
+        head = await self.read_commit_log(manifest, rel, rel + HEAD_PROBE_SIZE)
         arr = np.frombuffer(head, dtype=np.uint8)
         return int(store_timestamps(arr, np.zeros(1, dtype=np.int64))[0])
 

@@ -185,7 +185,7 @@ async def _read_records(reader: ColdReader, manifest: Manifest, offset: int, uni
             raise CorruptRecordError(
                 f"record of queue offset {offset + i}: totalSize/queueOffset/physicalOffset "
                 f"fields {fields}, expected {(size, offset + i, cold)}",
-                where=f"{manifest.commit_log_key}@{cold - manifest.cl_base}",
+                where=f"{reader.object_keys(manifest)[0]}@{cold - manifest.cl_base}",
             )
     return data
 

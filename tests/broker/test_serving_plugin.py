@@ -101,6 +101,7 @@ class Served:
     messages: dict[tuple[int, int], ExpectedMessage]
     hot_min: dict[int, int]
     hot_max: dict[int, int]
+    overrides: dict[str, str]
 
     def consume(self, name: str, *args: str, timeout_ms: int = 240_000) -> list[Delivery]:
         """Run ``BrokerTool consume`` (MODE GROUP TOPIC FROM SUB EXPECTED FRESH)."""
@@ -173,6 +174,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             cluster, sidecar, workdir,
             {(m.queue_id, m.queue_offset): m for m in results},
             {q: r.min for q, r in ranges.items()}, {q: r.max for q, r in ranges.items()},
+            overrides,
         )  # fmt: skip
 
 
@@ -256,3 +258,38 @@ def test_reset_offset_by_time_to_a_time_only_cold_holds(served: Served) -> None:
         assert lists[q][: served.hot_max[q] - expected_start[q]] == list(
             range(expected_start[q], served.hot_max[q])
         )
+
+
+def test_the_sidecar_stopped_mid_read_pauses_the_consumer_and_skips_nothing(
+    served: Served,
+) -> None:
+    """Last in the module: it replaces the module's sidecar with a new process."""
+    total = sum(served.hot_max.values())
+    out, log = served.workdir / "push-outage.tsv", served.workdir / "push-outage.log"
+    tool = served.cluster.spawn_tool(
+        "consume", served.cluster.namesrv_addr, "push-slow", "GID_served_outage", TOPIC,
+        "first", "*", str(total), "0", "600000", str(out), log=log,
+    )  # fmt: skip
+    store_log = served.cluster.home / "logs" / "rocketmqlogs" / "store.log"
+    try:
+        wait_until(lambda: out.is_file() and len(out.read_text().splitlines()) >= 40,
+                   timeout=120, what="the first cold deliveries")  # fmt: skip
+        assert served.sidecar.stop() == 0
+        stopped_at = len(out.read_text().splitlines())
+        wait_until(lambda: "tieredstore: cold read of" in store_log.read_text(errors="replace"),
+                   timeout=60, what="the plugin to find the sidecar gone")  # fmt: skip
+        cold_total = sum(served.hot_min.values())
+        assert stopped_at < cold_total, "the consumer finished the cold part too early"
+        with LiveSidecar.start(served.cluster, served.workdir / "tiering",
+                               overrides=served.overrides):  # fmt: skip
+            assert tool.wait(timeout=300) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
+    got = parse_deliveries(out)
+    lists = _by_queue(got)
+    for q in range(QUEUES):  # fresh messages from an earlier test may follow
+        assert lists[q][: served.hot_max[q]] == list(range(served.hot_max[q]))
+        assert len(set(lists[q])) == len(lists[q])
+    _check_as_produced(served, [d for d in got if (d.queue_id, d.queue_offset) in served.messages])

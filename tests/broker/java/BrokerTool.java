@@ -58,7 +58,8 @@
  *
  *   consume NAMESRV MODE GROUP TOPIC FROM SUB EXPECTED FRESH TIMEOUT_MS OUT
  *       Consume TOPIC as a new GROUP with the stock client, MODE push (an orderly push
- *       consumer: deliveries in queue order) or lite (DefaultLitePullConsumer), subscribed
+ *       consumer: deliveries in queue order), push-slow (the same, pulling 8 messages
+ *       every 200 ms) or lite (DefaultLitePullConsumer), subscribed
  *       to SUB ("*" or a tag expression), starting FROM first | last | default (the
  *       client's default, CONSUME_FROM_LAST_OFFSET) | timestamp:MS. With FRESH > 0, once
  *       the consumer holds every queue (its start offsets are decided), send FRESH
@@ -691,8 +692,9 @@ public final class BrokerTool {
             String sub, int expected, int fresh, long timeoutMs, Path outFile) throws Exception {
             try (BufferedWriter w = Files.newBufferedWriter(outFile, StandardCharsets.UTF_8)) {
                 Consume c = new Consume(w);
-                if (mode.equals("push")) {
-                    c.push(namesrv, group, topic, from, sub, expected, fresh, timeoutMs);
+                if (mode.equals("push") || mode.equals("push-slow")) {
+                    c.push(namesrv, group, topic, from, sub, expected, fresh, timeoutMs,
+                        mode.equals("push-slow"));
                 } else if (mode.equals("lite")) {
                     c.lite(namesrv, group, topic, from, sub, expected, timeoutMs);
                 } else {
@@ -702,8 +704,12 @@ public final class BrokerTool {
         }
 
         private void push(String namesrv, String group, String topic, String from, String sub,
-            int expected, int fresh, long timeoutMs) throws Exception {
+            int expected, int fresh, long timeoutMs, boolean slow) throws Exception {
             DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+            if (slow) {
+                consumer.setPullBatchSize(8);
+                consumer.setPullInterval(200);
+            }
             consumer.setNamesrvAddr(namesrv);
             consumer.setInstanceName("tool-consume-" + System.nanoTime());
             ConsumeFromWhere where = where(from);
