@@ -59,7 +59,9 @@
  *   consume NAMESRV MODE GROUP TOPIC FROM SUB EXPECTED FRESH TIMEOUT_MS OUT
  *       Consume TOPIC as a new GROUP with the stock client, MODE push (an orderly push
  *       consumer: deliveries in queue order), push-slow (the same, pulling 8 messages
- *       every 200 ms) or lite (DefaultLitePullConsumer), subscribed
+ *       every 200 ms), push-concurrent (a concurrent listener: it decides its start offsets
+ *       once, at rebalance; an orderly one asks again at its first pull) or lite
+ *       (DefaultLitePullConsumer), subscribed
  *       to SUB ("*" or a tag expression), starting FROM first | last | default (the
  *       client's default, CONSUME_FROM_LAST_OFFSET) | timestamp:MS. With FRESH > 0, once
  *       the consumer holds every queue (its start offsets are decided), send FRESH
@@ -692,9 +694,8 @@ public final class BrokerTool {
             String sub, int expected, int fresh, long timeoutMs, Path outFile) throws Exception {
             try (BufferedWriter w = Files.newBufferedWriter(outFile, StandardCharsets.UTF_8)) {
                 Consume c = new Consume(w);
-                if (mode.equals("push") || mode.equals("push-slow")) {
-                    c.push(namesrv, group, topic, from, sub, expected, fresh, timeoutMs,
-                        mode.equals("push-slow"));
+                if (mode.startsWith("push")) {
+                    c.push(namesrv, group, topic, from, sub, expected, fresh, timeoutMs, mode);
                 } else if (mode.equals("lite")) {
                     c.lite(namesrv, group, topic, from, sub, expected, timeoutMs);
                 } else {
@@ -704,9 +705,9 @@ public final class BrokerTool {
         }
 
         private void push(String namesrv, String group, String topic, String from, String sub,
-            int expected, int fresh, long timeoutMs, boolean slow) throws Exception {
+            int expected, int fresh, long timeoutMs, String mode) throws Exception {
             DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-            if (slow) {
+            if (mode.equals("push-slow")) {
                 consumer.setPullBatchSize(8);
                 consumer.setPullInterval(200);
             }
@@ -720,12 +721,21 @@ public final class BrokerTool {
                 consumer.setConsumeTimestamp(stamp(from));
             }
             consumer.subscribe(topic, sub);
-            consumer.registerMessageListener((MessageListenerOrderly) (msgs, context) -> {
-                for (MessageExt m : msgs) {
-                    record(m);
-                }
-                return ConsumeOrderlyStatus.SUCCESS;
-            });
+            if (mode.equals("push-concurrent")) {
+                consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+                    for (MessageExt m : msgs) {
+                        record(m);
+                    }
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                });
+            } else {
+                consumer.registerMessageListener((MessageListenerOrderly) (msgs, context) -> {
+                    for (MessageExt m : msgs) {
+                        record(m);
+                    }
+                    return ConsumeOrderlyStatus.SUCCESS;
+                });
+            }
             consumer.start();
             try {
                 long deadline = System.currentTimeMillis() + timeoutMs;
