@@ -213,8 +213,8 @@ def test_a_new_group_with_default_settings_starts_where_it_would_without_the_plu
     # messages sent after the consumer started arrive, nothing from cold.
     before = HotStore(served.cluster.store_root)
     maxes = {q: before.queue_range(TOPIC, q).max for q in range(QUEUES)}
-    got = served.consume("push-default", "push-concurrent", "GID_served_default", TOPIC, "default", "*",
-                         "8", "8")  # fmt: skip
+    got = served.consume("push-default", "push-concurrent", "GID_served_default", TOPIC,
+                         "default", "*", "8", "8")  # fmt: skip
     assert len(got) == 8 and all(d.tags == "fresh" for d in got), got
     assert all(d.queue_offset >= maxes[d.queue_id] for d in got)
 
