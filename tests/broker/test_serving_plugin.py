@@ -293,3 +293,22 @@ def test_the_sidecar_stopped_mid_read_pauses_the_consumer_and_skips_nothing(
         assert lists[q][: served.hot_max[q]] == list(range(served.hot_max[q]))
         assert len(set(lists[q])) == len(lists[q])
     _check_as_produced(served, [d for d in got if (d.queue_id, d.queue_offset) in served.messages])
+
+
+def test_control_without_the_plugin_the_broker_answers_as_stock(served: Served) -> None:
+    """The same broker and store, restarted without ``messageStorePlugIn``: a new group
+    from the first offset starts at the hot min (the broker's OFFSET_TOO_SMALL) — what
+    the plugin exists to change. Last: it restarts the module's broker."""
+    cluster = served.cluster
+    cluster.stop_broker()
+    conf = cluster.workdir / "broker.conf"
+    conf.write_text("".join(line + "\n" for line in conf.read_text().splitlines()
+                            if not line.startswith(("messageStorePlugIn=", "tieredstore"))))  # fmt: skip
+    cluster.restart_broker()
+    hot = HotStore(cluster.store_root)
+    ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
+    assert all(r.min > 0 for r in ranges.values())
+    expected = sum(r.max - r.min for r in ranges.values())
+    got = served.consume("push-control", "push", "GID_served_control", TOPIC, "first", "*",
+                         str(expected), "0")  # fmt: skip
+    assert _by_queue(got) == {q: list(range(r.min, r.max)) for q, r in ranges.items()}
