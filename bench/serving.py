@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench._common import (
+from _common import (
     BROKER,
     CLUSTER,
     MIB,
@@ -45,6 +45,7 @@ from bench._common import (
     table,
     vm_hwm,
 )
+
 from tieredstore.backends import open_backend
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import broker_prefix
