@@ -63,6 +63,12 @@ final class ColdPulls {
         ColdRange range;
         try {
             range = ranges.get(topic, queueId, now);
+            if (range.isEmpty() || offset >= range.commit) {
+                // About to give the broker's own answer (it moves the consumer on): never
+                // on a cached range, which may predate the segments that hold the offset.
+                ranges.invalidate(topic, queueId);
+                range = ranges.get(topic, queueId, now);
+            }
         } catch (SidecarException e) {
             return failed(key, topic, queueId, offset, hotMin, maxOffset, e);
         }

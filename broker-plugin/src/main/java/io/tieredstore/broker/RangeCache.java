@@ -7,6 +7,10 @@ import java.util.concurrent.ConcurrentHashMap;
  * shrinks at its start (retention), so a range a second old can only be wrong by what
  * was tiered or expired in that second: a read past a stale commit is answered by the
  * sidecar (404, then the range is refreshed), a read below a stale min likewise.
+ *
+ * <p>An empty range (a queue the sidecar does not tier: system topics, filtered topics)
+ * is kept {@link #EMPTY_TTL_MILLIS}: the broker asks for the min offset of every queue
+ * for its lag metrics, and those queues never get a cold range.
  */
 final class RangeCache {
     private static final class Entry {
@@ -18,6 +22,8 @@ final class RangeCache {
             this.at = at;
         }
     }
+
+    static final long EMPTY_TTL_MILLIS = 30_000;
 
     private final SidecarClient client;
     private final long ttlMillis;
@@ -32,7 +38,7 @@ final class RangeCache {
     ColdRange get(String topic, int queueId, long now) throws SidecarException {
         String key = QueueBackoff.key(topic, queueId);
         Entry e = entries.get(key);
-        if (e != null && now - e.at < ttlMillis) {
+        if (e != null && now - e.at < (e.range.isEmpty() ? Math.max(ttlMillis, EMPTY_TTL_MILLIS) : ttlMillis)) {
             return e.range;
         }
         ColdRange range = client.range(topic, queueId);
