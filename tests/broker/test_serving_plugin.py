@@ -41,6 +41,7 @@ pytestmark = pytest.mark.broker
 TOPIC = "TieredStoreServed"
 QUEUES = 2
 MESSAGES = 2400
+BATCHES = 10
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ def parse_deliveries(path: Path) -> list[Delivery]:
 
 def _plan(n: int, seed: int) -> list[PlannedMessage]:
     """Plain messages: tags TagA/TagB/none, keys, user properties, 1 in 12 bodies over the
-    client's 4 KiB compression threshold (compressible text: stored zlib-compressed)."""
+    client's 4 KiB compression threshold (compressible text: stored zlib-compressed), the
+    first ``BATCHES`` x 8 sent as batches."""
     rng = random.Random(seed)
     plan = []
     for i in range(n):
@@ -83,7 +85,9 @@ def _plan(n: int, seed: int) -> list[PlannedMessage]:
         tags = rng.choice(("TagA", "TagB", None))
         keys = (f"key-{i}",) + ((f"order#{i % 7}",) if i % 3 == 0 else ())
         props = {"i": str(i), **({"note": "ünïcødé"} if i % 5 == 0 else {})}
-        plan.append(PlannedMessage(i, Kind.NORMAL, TOPIC, tags, keys, props, body))
+        # The first BATCHES x 8 go out as batches (send(Collection)), so cold holds some.
+        kind, batch = (Kind.BATCH, i // 8) if i < BATCHES * 8 else (Kind.NORMAL, 0)
+        plan.append(PlannedMessage(i, kind, TOPIC, tags, keys, props, body, batch))
     return plan
 
 
@@ -188,7 +192,12 @@ def _by_queue(deliveries: list[Delivery]) -> dict[int, list[int]]:
 def _check_as_produced(served: Served, deliveries: list[Delivery]) -> None:
     for d in deliveries:
         m = served.messages[(d.queue_id, d.queue_offset)]
-        assert (d.msg_id, d.body_sha256) == (m.msg_id, m.body_sha256), (d.queue_id, d.queue_offset)
+        assert d.body_sha256 == m.body_sha256, (d.queue_id, d.queue_offset)
+        # A 5.x broker appends the batch's own properties, its UNIQ_KEY included, after
+        # each batched message's: consumers see the batch's id (hot or cold alike), not
+        # the per-message ids the producer's SendResult lists.
+        if m.kind is not Kind.BATCH:
+            assert d.msg_id == m.msg_id, (d.queue_id, d.queue_offset)
         assert (d.tags, d.keys) == (m.tags or "", " ".join(m.keys))
         assert {k: d.properties.get(k) for k in m.properties} == dict(m.properties)
 
@@ -203,6 +212,9 @@ def test_a_new_group_from_the_first_offset_reads_cold_then_hot(served: Served) -
     _check_as_produced(served, got)
     compressed = [m for m in served.messages.values() if m.body_length > 4096]
     assert any(m.queue_offset < served.hot_min[m.queue_id] for m in compressed)
+    batched = [m for m in served.messages.values() if m.kind is Kind.BATCH]
+    assert len(batched) == BATCHES * 8
+    assert all(m.queue_offset < served.hot_min[m.queue_id] for m in batched)
 
 
 def test_a_new_group_with_default_settings_starts_where_it_would_without_the_plugin(

@@ -15,6 +15,8 @@
  *       PLAN columns:  index kind topic tags_b64 keys_b64 props_b64 body_b64 arg
  *         kind   normal | delay (arg = delay level) | timer (arg = delay ms)
  *                | tx_commit | tx_rollback (transactional: local transaction outcome)
+ *                | batch (arg = batch id: the lines of one id are sent together with
+ *                  send(Collection), one batch record per message, consecutive offsets)
  *         *_b64  base64 of UTF-8 text (body: of the raw bytes); an empty column means none.
  *                props is "k\u0001v\u0002" repeated, keys is space-separated.
  *       RESULTS columns: index status msgId offsetMsgId brokerName queueId queueOffset
@@ -244,11 +246,13 @@ public final class BrokerTool {
         final int index;
         final String kind;
         final Message message;
+        final long arg;
 
-        Planned(int index, String kind, Message message) {
+        Planned(int index, String kind, Message message, long arg) {
             this.index = index;
             this.kind = kind;
             this.message = message;
+            this.arg = arg;
         }
     }
 
@@ -281,7 +285,28 @@ public final class BrokerTool {
         } else if (kind.equals("timer")) {
             msg.setDelayTimeMs(Long.parseLong(f[7]));
         }
-        return new Planned(index, kind, msg);
+        return new Planned(index, kind, msg, f[7].isEmpty() ? 0 : Long.parseLong(f[7]));
+    }
+
+    /** One send(Collection) for the batch; a batch's SendResult lists its ids with commas
+     * and gives the first offset: split them into one result line per message. */
+    private static void sendBatch(DefaultMQProducer producer, List<Planned> batch,
+        Map<Integer, String> out) throws Exception {
+        List<Message> messages = new ArrayList<>();
+        for (Planned p : batch) {
+            messages.add(p.message);
+        }
+        SendResult r = producer.send(messages);
+        String[] ids = r.getMsgId().split(",");
+        String[] offsetIds = r.getOffsetMsgId().split(",");
+        if (ids.length != batch.size() || offsetIds.length != batch.size()) {
+            throw new IllegalStateException("batch of " + batch.size() + " got ids " + r.getMsgId());
+        }
+        for (int i = 0; i < batch.size(); i++) {
+            out.put(batch.get(i).index, batch.get(i).index + "\t" + r.getSendStatus() + "\t" + ids[i]
+                + "\t" + offsetIds[i] + "\t" + r.getMessageQueue().getBrokerName() + "\t"
+                + r.getMessageQueue().getQueueId() + "\t" + (r.getQueueOffset() + i));
+        }
     }
 
     private static String resultLine(int index, SendResult r) {
@@ -293,12 +318,17 @@ public final class BrokerTool {
     private static void produce(String namesrv, Path plan, Path results) throws Exception {
         List<Planned> plain = new ArrayList<>();
         List<Planned> transactional = new ArrayList<>();
+        Map<Long, List<Planned>> batches = new TreeMap<>();
         for (String line : Files.readAllLines(plan, StandardCharsets.UTF_8)) {
             if (line.isEmpty()) {
                 continue;
             }
             Planned p = parse(line);
-            (p.kind.startsWith("tx_") ? transactional : plain).add(p);
+            if (p.kind.equals("batch")) {
+                batches.computeIfAbsent(p.arg, k -> new ArrayList<>()).add(p);
+            } else {
+                (p.kind.startsWith("tx_") ? transactional : plain).add(p);
+            }
         }
         Map<Integer, String> out = new ConcurrentHashMap<>();
 
@@ -312,6 +342,10 @@ public final class BrokerTool {
         producer.start();
         ExecutorService pool = Executors.newFixedThreadPool(SEND_THREADS);
         try {
+            // Batches first, in id order: they land at the oldest offsets.
+            for (List<Planned> batch : batches.values()) {
+                sendBatch(producer, batch, out);
+            }
             List<Future<?>> futures = new ArrayList<>();
             for (Planned p : plain) {
                 futures.add(pool.submit(() -> {
@@ -361,8 +395,12 @@ public final class BrokerTool {
             }
         }
 
+        int batched = 0;
+        for (List<Planned> batch : batches.values()) {
+            batched += batch.size();
+        }
         try (BufferedWriter w = Files.newBufferedWriter(results, StandardCharsets.UTF_8)) {
-            for (int i = 0; i < plain.size() + transactional.size(); i++) {
+            for (int i = 0; i < plain.size() + transactional.size() + batched; i++) {
                 String line = out.get(i);
                 if (line == null) {
                     throw new IllegalStateException("no send result for plan line " + i);
