@@ -21,6 +21,7 @@ class Metrics:
         self._guard(self.registry)
         self._spool(self.registry)
         self._lifecycle(self.registry)
+        self._reads(self.registry)
 
     def _tiering(self, r: CollectorRegistry) -> None:
         """What was tiered, and the cold-store requests it took."""
@@ -188,6 +189,29 @@ class Metrics:
             "tieredstore_spool_too_small",
             "1 while a segment does not fit the spool alone (state dir disk too small or "
             "tiering.spool_max_bytes too low): nothing is tiered for that queue",
+            registry=r,
+        )
+
+    def _reads(self, r: CollectorRegistry) -> None:
+        """The read service (the broker plugin's and ``/v1/messages``' requests)."""
+        self.read_requests = Counter(
+            "tieredstore_read_requests",
+            "Read API requests by endpoint and outcome (ok, bad_request, out_of_range, "
+            "unavailable, error)",
+            ["endpoint", "outcome"],
+            registry=r,
+        )
+        self.read_bytes = Counter(
+            "tieredstore_read_bytes", "Record bytes served by the read API", registry=r
+        )
+        self.readahead_bytes = Gauge(
+            "tieredstore_readahead_bytes",
+            "Bytes the read-ahead cache holds or is fetching (bounded by reads.cache_bytes)",
+            registry=r,
+        )
+        self.readahead_fetched = Counter(
+            "tieredstore_readahead_fetched_bytes",
+            "Bytes the read-ahead cache fetched from the cold store",
             registry=r,
         )
 

@@ -22,6 +22,7 @@ CASES = [
     pytest.param("tiering_posix.py", [*TINY_STORE, "--cp-runs", "1"], id="tiering_posix"),
     pytest.param("tiering_s3.py", TINY_STORE, id="tiering_s3", marks=pytest.mark.s3),
     pytest.param("restore.py", [*TINY_STORE, "--read-runs", "1"], id="restore"),
+    pytest.param("serving.py", TINY_STORE, id="serving"),
     pytest.param(
         "verify_offsets.py",
         ["--units", "20000", "--queues", "2", "--segment-units", "5000"],

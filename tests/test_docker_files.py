@@ -27,7 +27,11 @@ DOCKER = REPO / "docker"
 SETTING_ENVS = {s.env for s in SETTINGS}
 #: Not a setting, but a variable the config loader reads (the config file's path).
 CONFIG_ENV = "TIEREDSTORE_CONFIG"
-API_PATHS = {"/healthz", "/metrics", "/v1/queues", "/v1/messages"}
+#: What the operations listener (the one a container opens) serves: no message contents.
+API_PATHS = {"/healthz", "/metrics", "/v1/queues"}
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+PLUGIN_CLASS = "io.tieredstore.broker.TieredReadPlugin"
+PLUGIN_POM = REPO / "broker-plugin" / "pom.xml"
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -90,6 +94,31 @@ def mount_at(mounts: list[Mount], target: str) -> Mount:
     return found[0]
 
 
+def check_reads_stay_local(settings: Settings, where: str) -> None:
+    """The read API (message bodies, no auth) binds loopback and is not the metrics port."""
+    assert settings["reads.bind"] in LOOPBACK, f"{where}: the read API binds beyond loopback"
+    assert settings["reads.port"] != settings["http.port"]
+
+
+def check_plugin_conf(conf: Mapping[str, str], settings: Settings, where: str) -> None:
+    """The broker loads the read plugin and points it at the sidecar's read API."""
+    assert conf.get("messageStorePlugIn") == PLUGIN_CLASS, f"{where}: no read plugin"
+    host, _, port = conf["tieredstoreReadAddress"].rpartition(":")
+    assert host in LOOPBACK, f"{where}: the plugin reads the sidecar beyond loopback"
+    assert int(port) == settings["reads.port"], f"{where}: the plugin's port is not reads.port"
+
+
+def plugin_rocketmq_version() -> str:
+    found = re.search(r"<rocketmq\.version>([^<]+)<", PLUGIN_POM.read_text())
+    assert found, "broker-plugin/pom.xml pins no rocketmq.version"
+    return found.group(1)
+
+
+def _published_port(spec: object) -> int:
+    """The container port of a compose ``ports`` entry ("[ip:]host:container[/proto]")."""
+    return int(str(spec).split("/")[0].rsplit(":", 1)[-1])
+
+
 # -- docker-compose.yml ---------------------------------------------------------------
 def check_compose(doc: Mapping[str, Any]) -> None:
     services: Mapping[str, Any] = doc["services"]
@@ -97,8 +126,8 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     for name, svc in services.items():
         check_pinned(svc["image"])
         check_envs(svc.get("environment", {}), f"compose service {name}")
-    for name in ("namesrv", "broker"):
-        assert services[name]["image"].startswith("apache/rocketmq:"), name
+    assert services["namesrv"]["image"] == f"apache/rocketmq:{plugin_rocketmq_version()}"
+    assert services["broker"]["build"]["target"] == "broker", "the broker image has the plugin"
 
     sidecar = services["sidecar"]
     settings = settings_from_env(check_envs(sidecar["environment"], "sidecar"))
@@ -109,7 +138,14 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     assert not state.read_only
     assert sidecar["build"]["target"] == "sidecar"
     assert settings["http.bind"] == "0.0.0.0", "in a container the API must leave loopback"
-    assert any(str(p).endswith(f":{settings['http.port']}") for p in sidecar["ports"])
+    # The sidecar shares the broker's network namespace (as in a pod): the plugin reaches
+    # the read API on loopback, and the broker service publishes the namespace's ports.
+    assert sidecar.get("network_mode") == "service:broker", "the sidecar must join the broker"
+    assert "ports" not in sidecar, "network_mode service: ports are the broker service's"
+    check_reads_stay_local(settings, "compose sidecar")
+    published = {_published_port(p) for svc in services.values() for p in svc.get("ports", [])}
+    assert settings["http.port"] in {_published_port(p) for p in services["broker"]["ports"]}
+    assert settings["reads.port"] not in published, "the read API is published"
     grace = parse_duration(sidecar["stop_grace_period"])
     assert grace > settings["shutdown.deadline"], "SIGKILL would cut the shutdown deadline"
 
@@ -122,6 +158,7 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     assert broker_store.source == store.source, "broker and sidecar must share the store volume"
     assert not broker_store.read_only
     assert conf.get("storeType", "default") == "default", "RocksDB consume queues are unsupported"
+    check_plugin_conf(conf, settings, "compose broker.conf")
 
     verifier = services["verifier"]
     assert verifier["build"]["target"] == "verifier"
@@ -181,13 +218,19 @@ def check_k8s(docs: list[Any], tmp_path: Path) -> None:
     assert not mounts[str(settings.state_dir)].get("readOnly", False)
     conf = parse_broker_conf(config_map["data"]["broker.conf"])
     assert (conf["brokerClusterName"], conf["brokerName"]) == (settings.cluster, settings.broker)
+    check_plugin_conf(conf, settings, "k8s broker.conf")
     broker_mounts = {m["mountPath"]: m for m in broker["volumeMounts"]}
     assert broker_mounts[conf["storePathRootDir"]]["name"] == store["name"]
     claims = {c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])}
     assert store["name"] in claims | set(volumes)
 
     assert settings["http.bind"] == "0.0.0.0"
+    check_reads_stay_local(settings, "k8s ConfigMap")
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+    for c in containers.values():
+        declared = {p["containerPort"] for p in c.get("ports", [])}
+        assert settings["reads.port"] not in declared, f"{c['name']} declares the read API port"
+    check_network_policy(docs, sts, settings)
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         if probe in sidecar:
             get = sidecar[probe]["httpGet"]
@@ -198,6 +241,30 @@ def check_k8s(docs: list[Any], tmp_path: Path) -> None:
     annotations = sts["spec"]["template"]["metadata"]["annotations"]
     assert int(annotations["prometheus.io/port"]) == settings["http.port"]
     assert annotations["prometheus.io/path"] in API_PATHS
+
+
+def check_network_policy(docs: list[Any], sts: Mapping[str, Any], settings: Settings) -> None:
+    """A NetworkPolicy selects the broker pod and admits the metrics port, never the read
+    API's; no Service routes to the read API."""
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert policies, "no NetworkPolicy keeps the pod's other ports closed"
+    selecting = [
+        p for p in policies
+        if p["spec"]["podSelector"].get("matchLabels", {}).items() <= labels.items()
+    ]  # fmt: skip
+    assert selecting, "no NetworkPolicy selects the broker pod"
+    for policy in selecting:
+        assert "Ingress" in policy["spec"]["policyTypes"]
+        for rule in policy["spec"].get("ingress", []):
+            assert "ports" in rule, "an ingress rule without ports admits every port"
+            ports = {p["port"] for p in rule["ports"]}
+            assert settings["reads.port"] not in ports, "the policy admits the read API"
+    admitted = {p["port"] for pol in selecting for r in pol["spec"]["ingress"] for p in r["ports"]}
+    assert settings["http.port"] in admitted
+    for svc in (d for d in docs if d["kind"] == "Service"):
+        targets = {p.get("targetPort", p["port"]) for p in svc["spec"]["ports"]}
+        assert settings["reads.port"] not in targets, "a Service routes to the read API"
 
 
 def test_kubernetes_manifest_is_consistent(tmp_path: Path) -> None:
@@ -286,8 +353,20 @@ def check_dockerfile(stages: dict[str, Stage]) -> None:
         for arg in stages[name].all("RUN"):
             assert not java.search(arg), f"stage {name} installs Java: {arg}"
     assert any(java.search(arg) for arg in stages["verifier"].all("RUN"))
+    broker = stages["broker"]
+    version = plugin_rocketmq_version()
+    assert broker.base == f"apache/rocketmq:{version}", "broker image != the plugin's RocketMQ"
+    copies = broker.all("COPY")
+    assert any(c.startswith("--from=plugin-build") and "tieredstore-broker-plugin.jar" in c
+               and c.endswith(f"/rocketmq-{version}/lib/") for c in copies), copies  # fmt: skip
     env = check_envs(_stage_env(stages, "sidecar"), "Dockerfile sidecar ENV")
     assert stages["sidecar"].last("EXPOSE") == env["TIEREDSTORE_HTTP_PORT"]
+    # Not a whole config (no store or cold store): check the two values themselves.
+    bind = env.get("TIEREDSTORE_READS_BIND", "127.0.0.1")
+    assert bind in LOOPBACK, "Dockerfile sidecar ENV: the read API binds beyond loopback"
+    assert env["TIEREDSTORE_READS_PORT"] != env["TIEREDSTORE_HTTP_PORT"]
+    exposed = {p for arg in stages["sidecar"].all("EXPOSE") for p in arg.split()}
+    assert env["TIEREDSTORE_READS_PORT"] not in exposed, "the image exposes the read API"
     assert env["TIEREDSTORE_STATE_DIR"] in stages["sidecar"].last("VOLUME")
     assert f":{env['TIEREDSTORE_HTTP_PORT']}/healthz" in stages["sidecar"].last("HEALTHCHECK")
     assert '"tieredstore"' in stages["sidecar"].last("ENTRYPOINT")
@@ -355,4 +434,54 @@ def test_a_bad_value_in_the_kubernetes_config_is_caught(tmp_path: Path) -> None:
     cm = next(d for d in docs if d["kind"] == "ConfigMap")
     cm["data"]["sidecar.toml"] = cm["data"]["sidecar.toml"].replace("port = 9780", "port = 97800")
     with pytest.raises(ConfigError, match=r"bad value for http\.port"):
+        check_k8s(docs, tmp_path)
+
+
+def test_a_read_api_bound_beyond_loopback_is_caught() -> None:
+    doc = _compose()
+    doc["services"]["sidecar"]["environment"]["TIEREDSTORE_READS_BIND"] = "0.0.0.0"
+    with pytest.raises(AssertionError, match="read API binds beyond loopback"):
+        check_compose(doc)
+
+
+def test_a_published_read_api_is_caught() -> None:
+    doc = _compose()
+    doc["services"]["broker"]["ports"].append("127.0.0.1:9781:9781")
+    with pytest.raises(AssertionError, match="the read API is published"):
+        check_compose(doc)
+
+
+def test_a_read_api_port_in_kubernetes_is_caught(tmp_path: Path) -> None:
+    docs = _load_yaml("k8s-sidecar.yaml")
+    pod = next(d for d in docs if d["kind"] == "StatefulSet")["spec"]["template"]["spec"]
+    pod["initContainers"][0]["ports"].append({"name": "reads", "containerPort": 9781})
+    with pytest.raises(AssertionError, match="declares the read API port"):
+        check_k8s(docs, tmp_path)
+
+
+def test_a_network_policy_admitting_the_read_api_is_caught(tmp_path: Path) -> None:
+    docs = _load_yaml("k8s-sidecar.yaml")
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    policy["spec"]["ingress"][0]["ports"].append({"protocol": "TCP", "port": 9781})
+    with pytest.raises(AssertionError, match="the policy admits the read API"):
+        check_k8s(docs, tmp_path)
+    del policy["spec"]["ingress"][0]["ports"]
+    with pytest.raises(AssertionError, match="admits every port"):
+        check_k8s(docs, tmp_path)
+
+
+def test_an_image_exposing_the_read_api_is_caught() -> None:
+    text = (DOCKER / "Dockerfile").read_text().replace("EXPOSE 9780", "EXPOSE 9781\nEXPOSE 9780")
+    with pytest.raises(AssertionError, match="exposes the read API"):
+        check_dockerfile(dockerfile_stages(text))
+
+
+def test_a_broker_without_the_plugin_is_caught(tmp_path: Path) -> None:
+    docs = _load_yaml("k8s-sidecar.yaml")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    cm["data"]["broker.conf"] = cm["data"]["broker.conf"].replace("9781", "9780")
+    with pytest.raises(AssertionError, match=r"the plugin.s port is not reads\.port"):
+        check_k8s(docs, tmp_path)
+    cm["data"]["broker.conf"] = cm["data"]["broker.conf"].replace("messageStorePlugIn", "x")
+    with pytest.raises(AssertionError, match="no read plugin"):
         check_k8s(docs, tmp_path)

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.http import build_app
 from dispatcher.lease import LeaseRecord
+from dispatcher.read_api import build_read_app
 from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
@@ -137,6 +138,7 @@ def start_sidecar(tmp_path: Path) -> Iterator[Callable[[], Sidecar]]:
     env.update(
         TIEREDSTORE_HTTP_ENABLED="true",
         TIEREDSTORE_HTTP_PORT="0",
+        TIEREDSTORE_READS_PORT="0",
         TIEREDSTORE_TIERING_GUARD="none",
         TIEREDSTORE_TIERING_SEGMENT_MAX_AGE="10ms",
         TIEREDSTORE_TIERING_SEGMENT_MAX_BYTES="32K",
@@ -166,6 +168,9 @@ def test_the_sidecar_serves_its_api_reloads_and_stops_cleanly(
 ) -> None:
     proc, log, root = start_sidecar()
     base = log.wait_for(r"HTTP API listening on (http://127\.0\.0\.1:\d+)").group(1)
+    reads = log.wait_for(r"read API listening on (http://127\.0\.0\.1:\d+)").group(1)
+    assert reads != base, "message contents never share the health/metrics listener"
+    assert _get(f"{base}/v1/messages?topic=T&queue=0&offset=0")[0] == 404
     hot = HotStore(root / "store")
     queues = _until_tiered(base, hot)
 
@@ -201,7 +206,7 @@ def test_the_sidecar_serves_its_api_reloads_and_stops_cleanly(
 
     # /v1/messages: what `read` returns, checked against the hot store.
     q = hot.queues()[1]
-    status, doc = _get_json(f"{base}/v1/messages?topic={q.topic}&queue={q.queue_id}"
+    status, doc = _get_json(f"{reads}/v1/messages?topic={q.topic}&queue={q.queue_id}"
                             "&offset=4&count=3")  # fmt: skip
     assert status == 200
     assert (doc["offset"], doc["nextOffset"], doc["coldMin"]) == (4, 7, 0)
@@ -211,13 +216,13 @@ def test_the_sidecar_serves_its_api_reloads_and_stops_cleanly(
         assert m["body"] == record.decompressed_body().decode()
         assert m["storeTimestamp"] == record.store_timestamp
     ts = hot.read_message(q.topic, q.queue_id, 9).store_timestamp
-    status, doc = _get_json(f"{base}/v1/messages?topic={q.topic}&queue={q.queue_id}"
+    status, doc = _get_json(f"{reads}/v1/messages?topic={q.topic}&queue={q.queue_id}"
                             f"&timestamp={ts}&boundary=upper")  # fmt: skip
     assert (status, [m["queueOffset"] for m in doc["messages"]]) == (200, [9])
-    status, doc = _get_json(f"{base}/v1/messages?topic={q.topic}&queue={q.queue_id}"
+    status, doc = _get_json(f"{reads}/v1/messages?topic={q.topic}&queue={q.queue_id}"
                             "&offset=99999")  # fmt: skip
     assert status == 404 and "outside what cold holds" in doc["error"]
-    status, doc = _get_json(f"{base}/v1/messages?topic={q.topic}&queue=x&offset=1")
+    status, doc = _get_json(f"{reads}/v1/messages?topic={q.topic}&queue=x&offset=1")
     assert status == 400 and "'queue' is not an integer" in doc["error"]
 
     # More data while running: it is tiered and readable.
@@ -335,7 +340,7 @@ async def test_messages_endpoint_parameters(tmp_path: Path) -> None:
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.catch_up()
-        app = build_app(rt, max_count=50)
+        app = build_read_app(rt, max_count=50)
         async with TestClient(TestServer(app)) as client:
 
             async def get(query: str) -> tuple[int, Any]:
@@ -365,7 +370,7 @@ async def test_messages_endpoint_parameters(tmp_path: Path) -> None:
             reply = await client.post("/v1/messages?topic=SynthTopic0&queue=0&offset=0")
             assert reply.status == 405  # read-only
         # A reply stops at max_bytes of records, however many were asked for.
-        async with TestClient(TestServer(build_app(rt, max_bytes=1))) as client:
+        async with TestClient(TestServer(build_read_app(rt, max_bytes=1))) as client:
             reply = await client.get("/v1/messages?topic=SynthTopic0&queue=0&offset=7&count=5")
             doc = await reply.json()
             assert [m["queueOffset"] for m in doc["messages"]] == [7]

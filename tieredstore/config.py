@@ -359,9 +359,24 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         3600.0,
         "objects without a manifest older than this are garbage",
     ),
-    Setting("http.bind", _str, "127.0.0.1", "HTTP API bind address"),
-    Setting("http.port", _port, 9780, "HTTP API port (0 = any free port)"),
-    Setting("http.enabled", _bool, True, "serve /healthz, /metrics and /v1 on the sidecar"),
+    Setting("http.bind", _str, "127.0.0.1", "health/metrics API bind address"),
+    Setting("http.port", _port, 9780, "health/metrics API port (0 = any free port)"),
+    Setting("http.enabled", _bool, True, "serve /healthz, /metrics and /v1/queues"),
+    Setting("reads.bind", _str, "127.0.0.1", "read API bind address (message bodies: keep local)"),
+    Setting("reads.port", _port, 9781, "read API port (0 = any free port)"),
+    Setting("reads.enabled", _bool, True, "serve /v1/messages and /v1/cold (the broker plugin)"),
+    Setting(
+        "reads.cache_bytes",
+        _non_negative(parse_size),
+        64 << 20,
+        "read-ahead cache of segment parts, evicted by size (0 = no read-ahead)",
+    ),
+    Setting(
+        "reads.part_bytes",
+        _positive(parse_size),
+        1 << 20,
+        "bytes of a segment object fetched per read-ahead part",
+    ),
     Setting("log.format", _choice("text", "json"), "text", "log lines: text | json"),
     Setting("log.level", _choice("debug", "info", "warning", "error"), "info", "log level"),
     Setting(
@@ -522,7 +537,21 @@ def load_settings(
             values[s.key] = s.parse(raw[s.key])
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"bad value for {s.key}: {exc}", where=sources[s.key]) from exc
+    _check_listeners(values, sources)
     return Settings(values, sources)
+
+
+def _check_listeners(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """The read API (message bodies) never shares a listener with the health/metrics one,
+    which a container binds beyond loopback."""
+    if not (values["http.enabled"] and values["reads.enabled"]):
+        return
+    if values["reads.port"] == values["http.port"] != 0:
+        raise ConfigError(
+            f"reads.port and http.port are both {values['http.port']}: the read API needs "
+            "a listener of its own",
+            where=sources["reads.port"],
+        )
 
 
 def check_environment(settings: Settings) -> None:

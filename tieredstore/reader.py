@@ -101,12 +101,14 @@ from tieredstore.segment import MIN_RECORD_SIZE
 
 if TYPE_CHECKING:  # the backends package pulls in s3fs; decoding must stay light
     from tieredstore.backends.base import Backend
+    from tieredstore.readahead import ReadAhead
 
 __all__ = [
     "BoundaryType",
     "ColdMessage",
     "ColdRange",
     "ColdReader",
+    "Segments",
     "check_units",
     "decode_messages",
 ]
@@ -213,7 +215,7 @@ class ColdMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class _Segments:
+class Segments:
     """One queue's committed segments as listed: manifest keys sorted by start offset."""
 
     starts: tuple[int, ...]
@@ -226,7 +228,7 @@ class _Segments:
 Stored = Callable[[str], Awaitable[Manifest | FenceMarker]]
 
 
-async def _at_or_before(stored: Stored, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
+async def _at_or_before(stored: Stored, segs: Segments, i: int) -> tuple[int, Manifest] | None:
     """The last committed segment listed at index ``i`` or before, stepping over fence
     markers (no segment there); None if there is none."""
     while i >= 0:
@@ -237,7 +239,7 @@ async def _at_or_before(stored: Stored, segs: _Segments, i: int) -> tuple[int, M
     return None
 
 
-async def _at_or_after(stored: Stored, segs: _Segments, i: int) -> tuple[int, Manifest] | None:
+async def _at_or_after(stored: Stored, segs: Segments, i: int) -> tuple[int, Manifest] | None:
     """The first committed segment listed at index ``i`` or after (see above)."""
     while i < len(segs):
         found = await stored(segs.keys[i])
@@ -247,12 +249,16 @@ async def _at_or_after(stored: Stored, segs: _Segments, i: int) -> tuple[int, Ma
     return None
 
 
-class ColdReader:
-    """Reads one broker's queues from its cold prefix (see the module docstring).
+class _SegmentIndex:
+    """Which committed segments a queue has and what each holds (manifests, cached).
+
+    The part of :class:`ColdReader` that finds segments; it reads no record.
 
     ``cache_manifests`` bounds how many parsed manifests are kept (least recently used
-    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds.
-    Thread-unsafe, loop-safe: many coroutines may share one reader.
+    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds;
+    ``readahead`` (the read service's) serves the segment objects' range reads from
+    fixed-size parts and fetches the next part ahead. Thread-unsafe, loop-safe: many
+    coroutines may share one reader.
     """
 
     def __init__(
@@ -263,6 +269,7 @@ class ColdReader:
         *,
         cache_manifests: int = 4096,
         batch_bytes: int = _BATCH_BYTES,
+        readahead: ReadAhead | None = None,
     ) -> None:
         if cache_manifests < 1 or batch_bytes < 1:
             raise ValueError("cache_manifests and batch_bytes must be positive")
@@ -270,15 +277,19 @@ class ColdReader:
         self.cluster = cluster
         self.broker = broker
         self.batch_bytes = batch_bytes
+        self.readahead = readahead
         self._cache_size = cache_manifests
         self._manifests: OrderedDict[str, Manifest | FenceMarker] = OrderedDict()
+        # Each cached manifest's (COMMIT_LOG, CONSUME_QUEUE) keys: deriving a key
+        # validates every name in it, too slow to repeat on every small read.
+        self._keys: dict[str, tuple[str, str]] = {}
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
         return QueuePath(self.cluster, self.broker, topic, queue_id)
 
     # -- segments ------------------------------------------------------------------
-    async def _segments(self, queue: QueuePath) -> _Segments:
+    async def _segments(self, queue: QueuePath) -> Segments:
         prefix = kind_prefix(queue, SegmentKind.MANIFEST) + "/"
         found: list[tuple[int, str]] = []
         for info in await self.backend.list(prefix):
@@ -290,7 +301,7 @@ class ColdReader:
                 continue
             found.append((key.base_offset, info.key))
         found.sort()
-        return _Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
+        return Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
 
     async def _stored(self, key: str) -> Manifest | FenceMarker:
         """What is at manifest key ``key``: a segment's manifest or a GC fence marker
@@ -306,25 +317,53 @@ class ColdReader:
             raise OffsetOutOfRangeError(
                 "segment expired while it was being read", where=key
             ) from exc
-        manifest = read_stored(data, key)
-        self._manifests[key] = manifest
+        stored = read_stored(data, key)
+        self._manifests[key] = stored
+        if isinstance(stored, Manifest):
+            self._keys[key] = (stored.commit_log_key, stored.consume_queue_key)
         if len(self._manifests) > self._cache_size:
-            self._manifests.popitem(last=False)
-        return manifest
+            self._keys.pop(self._manifests.popitem(last=False)[0], None)
+        return stored
+
+    def object_keys(self, manifest: Manifest) -> tuple[str, str]:
+        """The segment's (COMMIT_LOG key, CONSUME_QUEUE key)."""
+        keys = self._keys.get(manifest.key)
+        return keys if keys is not None else (manifest.commit_log_key, manifest.consume_queue_key)
 
     async def range(self, topic: str, queue_id: int) -> ColdRange:
         """The queue's ``[cold min, cold commit)``; ``ColdRange(0, 0)`` if nothing is in cold."""
         segs = await self._segments(self.queue_path(topic, queue_id))
         return await self._range(segs)
 
-    async def _range(self, segs: _Segments) -> ColdRange:
+    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Manifest]:
+        """The queue's segments and the one holding ``offset`` (OffsetOutOfRangeError if
+        none does, as :meth:`read`)."""
+        queue = self.queue_path(topic, queue_id)
+        segs = await self._segments(queue)
+        return segs, await self._segment_for(queue, segs, offset)
+
+    async def following(self, segs: Segments, manifest: Manifest) -> Manifest | None:
+        """The segment that starts where ``manifest`` ends; None at cold commit or a gap."""
+        i = bisect.bisect_right(segs.starts, manifest.end_offset) - 1
+        if segs.starts[i] != manifest.end_offset:
+            return None
+        stored = await self._stored(segs.keys[i])
+        return stored if isinstance(stored, Manifest) else None  # a fence marker: no segment
+
+    async def first_manifest(self, topic: str, queue_id: int) -> Manifest | None:
+        """The queue's oldest committed segment's manifest; None if cold holds nothing."""
+        segs = await self._segments(self.queue_path(topic, queue_id))
+        first = await _at_or_after(self._stored, segs, 0)
+        return first[1] if first is not None else None
+
+    async def _range(self, segs: Segments) -> ColdRange:
         first = await _at_or_after(self._stored, segs, 0)
         last = await _at_or_before(self._stored, segs, len(segs) - 1)
         if first is None or last is None:
             return ColdRange(0, 0)
         return ColdRange(first[1].start_offset, last[1].end_offset)
 
-    async def _segment_for(self, queue: QueuePath, segs: _Segments, offset: int) -> Manifest:
+    async def _segment_for(self, queue: QueuePath, segs: Segments, offset: int) -> Manifest:
         """The committed segment holding ``offset``; OffsetOutOfRangeError if none does."""
         found = await _at_or_before(
             self._stored, segs, bisect.bisect_right(segs.starts, offset) - 1
@@ -362,6 +401,17 @@ class ColdReader:
                     f"queue offset {offset} is in no committed segment: {loss.describe()}",
                     where=loss.key,
                 )
+
+
+class ColdReader(_SegmentIndex):
+    """Reads one broker's queues from its cold prefix (see the module docstring).
+
+    ``cache_manifests`` bounds how many parsed manifests are kept (least recently used
+    first out); ``batch_bytes`` bounds the COMMIT_LOG bytes one read batch holds;
+    ``readahead`` (the read service's) serves the segment objects' range reads from
+    fixed-size parts and fetches the next part ahead. Thread-unsafe, loop-safe: many
+    coroutines may share one reader.
+    """
 
     # -- reading records -----------------------------------------------------------
     async def read(self, topic: str, queue_id: int, offset: int, count: int) -> list[ColdMessage]:
@@ -401,21 +451,32 @@ class ColdReader:
                     return  # no segment there: the read ends here
                 manifest = stored
 
-    async def _read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
+    async def read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
+        """The CQ units of queue offsets ``[offset, offset + n)`` of one segment, unchecked."""
         rel = (offset - manifest.start_offset) * CQ_UNIT_SIZE
+        key = self.object_keys(manifest)[1]
         data = await self._read_object(
-            manifest, manifest.consume_queue_key, rel, rel + n * CQ_UNIT_SIZE
+            manifest, key, rel, rel + n * CQ_UNIT_SIZE, manifest.consume_queue.size
         )
-        return decode_units(data, where=manifest.consume_queue_key)
+        return decode_units(data, where=key)
 
-    async def _read_object(self, manifest: Manifest, key: str, start: int, end: int) -> bytes:
-        """Range-read an object of a committed segment.
+    async def read_commit_log(self, manifest: Manifest, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (relative to the object) of a segment's COMMIT_LOG."""
+        key, size = self.object_keys(manifest)[0], manifest.commit_log.size
+        return await self._read_object(manifest, key, start, end, size)
+
+    async def _read_object(
+        self, manifest: Manifest, key: str, start: int, end: int, size: int
+    ) -> bytes:
+        """Range-read an object of a committed segment (through the read-ahead, if any).
 
         A missing object under a manifest that is gone too was expired while we read:
         that is an offset out of range, not damage.
         """
         try:
-            return await self.backend.read_exact(key, start, end)
+            if self.readahead is None:
+                return await self.backend.read_exact(key, start, end)
+            return await self.readahead.read(key, start, end, size)
         except ObjectNotFoundError:
             if await self.backend.exists(manifest.key):
                 raise
@@ -427,7 +488,7 @@ class ColdReader:
 
     async def _read_batch(self, manifest: Manifest, offset: int, n: int) -> list[ColdMessage]:
         """Read ``n`` (or fewer, to stay within ``batch_bytes``) messages of one segment."""
-        units = check_units(manifest, offset, await self._read_units(manifest, offset, n))
+        units = check_units(manifest, offset, await self.read_units(manifest, offset, n))
         sizes = units["size"].astype(np.int64)
         # Keep at least one record, however large: never a stall.
         k = max(int(np.searchsorted(np.cumsum(sizes), self.batch_bytes, side="right")), 1)
@@ -435,7 +496,7 @@ class ColdReader:
         first = int(units["commitlog_offset"][0])
         end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
         rel = first - manifest.cl_base
-        data = await self._read_object(manifest, manifest.commit_log_key, rel, rel + end - first)
+        data = await self.read_commit_log(manifest, rel, rel + end - first)
         return decode_messages(manifest, offset, units, data, first)
 
     # -- offset by time ------------------------------------------------------------
@@ -466,7 +527,7 @@ class ColdReader:
             return await self._first_at_or_after(segs, timestamp_ms, rng)
         return max(await self._first_at_or_after(segs, timestamp_ms + 1, rng) - 1, rng.min)
 
-    async def _first_at_or_after(self, segs: _Segments, ts: int, rng: ColdRange) -> int:
+    async def _first_at_or_after(self, segs: Segments, ts: int, rng: ColdRange) -> int:
         """The first offset whose store time is >= ``ts``; cold commit if none is."""
         lo, hi = 0, len(segs)
         while lo < hi:  # first segment whose newest message is at or after ts
@@ -494,12 +555,10 @@ class ColdReader:
 
     async def _store_time(self, manifest: Manifest, offset: int) -> int:
         """The storeTimestamp of one record (one CQ unit and one header read)."""
-        unit = check_units(manifest, offset, await self._read_units(manifest, offset, 1))
+        unit = check_units(manifest, offset, await self.read_units(manifest, offset, 1))
         rel = int(unit["commitlog_offset"][0]) - manifest.cl_base
         # Every record (MIN_RECORD_SIZE > HEAD_PROBE_SIZE) holds the whole head probed.
-        head = await self._read_object(
-            manifest, manifest.commit_log_key, rel, rel + HEAD_PROBE_SIZE
-        )
+        head = await self.read_commit_log(manifest, rel, rel + HEAD_PROBE_SIZE)
         arr = np.frombuffer(head, dtype=np.uint8)
         return int(store_timestamps(arr, np.zeros(1, dtype=np.int64))[0])
 

@@ -129,10 +129,13 @@ class Toolchain:
     version: str
     lib_dir: Path
     classes_dir: Path
+    #: More jars on every JVM's classpath (the broker read plugin).
+    extra_jars: tuple[Path, ...] = ()
 
     @property
     def classpath(self) -> str:
-        return f"{self.classes_dir}{os.pathsep}{self.lib_dir / '*'}"
+        return os.pathsep.join([str(self.classes_dir), *map(str, self.extra_jars),
+                                str(self.lib_dir / "*")])  # fmt: skip
 
 
 def _resolve_jars(base: Path) -> Path:
@@ -204,6 +207,8 @@ class BrokerSettings:
     #: ``SYNC_FLUSH`` (producers wait for the flush) or ``ASYNC_FLUSH`` (RocketMQ's
     #: default: FlushRealTimeService flushes every 500 ms / thoroughly every 10 s).
     flush_disk_type: str = "SYNC_FLUSH"
+    #: More ``broker.conf`` lines (key, value), applied last (they override the above).
+    extra_conf: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.cq_file_size % 20:
@@ -362,6 +367,7 @@ class LocalCluster:
             "maxIndexNum": "4000",
             "mappedFileSizeTimerLog": str(1 << 20),
         }
+        lines.update(dict(s.extra_conf))
         broker_conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         return namesrv_conf, broker_conf
 

@@ -45,6 +45,8 @@ class LiveSidecar:
             TIEREDSTORE_TIERING_TICK_INTERVAL="200ms",
             TIEREDSTORE_TIERING_INCLUDE_RETRY="true",
             TIEREDSTORE_HTTP_ENABLED="false",
+            # Any free port for the read API (a test that needs a known one overrides it).
+            TIEREDSTORE_READS_PORT="0",
         )
         env.update(overrides or {})
         names = (cluster.settings.cluster, cluster.settings.broker_name)
@@ -100,6 +102,15 @@ class LiveSidecar:
             r"HTTP API listening on (http://\S+)", self.log.read_text(errors="replace")
         )
         return found.group(1) if found else None
+
+    def reads_url(self) -> str:
+        """The read API's URL from the log line it prints on start."""
+        found = re.search(
+            r"read API listening on (http://\S+)", self.log.read_text(errors="replace")
+        )
+        if found is None:
+            raise RuntimeError(f"the sidecar serves no read API: {self.log_tail()}")
+        return found.group(1)
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]

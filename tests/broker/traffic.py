@@ -77,6 +77,8 @@ class Kind(enum.Enum):
     TIMER = "timer"
     TX_COMMIT = "tx_commit"
     TX_ROLLBACK = "tx_rollback"
+    #: Sent with ``send(Collection)``; ``delay`` holds the batch id (BrokerTool produce).
+    BATCH = "batch"
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ def _overrides(guard: str) -> dict[str, str]:
         "TIEREDSTORE_TIERING_INCLUDE_RETRY": "false",
         "TIEREDSTORE_HTTP_ENABLED": "true",
         "TIEREDSTORE_HTTP_PORT": "0",
+        "TIEREDSTORE_READS_PORT": "0",
         "TIEREDSTORE_LEASE_RENEW_INTERVAL": "30s",
     }
 

@@ -11,9 +11,11 @@ Lifecycle of the long-running mode:
 * start: settings are validated and the cold store is probed (one listing of the
   lease key): a bad setting, a missing store, an unwritable state dir or an
   unreachable cold store each end the command with one line and exit 3;
-* the HTTP API (``http.enabled``) starts before the lease is acquired, so ``/healthz``
-  answers 503 "starting" while the sidecar waits for the lease; the log line
-  ``HTTP API listening on http://HOST:PORT`` gives the real port (``http.port = 0``);
+* the HTTP API (``http.enabled``: health, metrics) and the read API (``reads.enabled``:
+  message contents, the broker plugin's reads) start before the lease is acquired, each
+  on its own listener, so ``/healthz`` answers 503 "starting" while the sidecar waits for
+  the lease and a standby sidecar serves reads; the log lines ``HTTP API listening on
+  http://HOST:PORT`` and ``read API listening on http://HOST:PORT`` give the real ports;
 * ``SIGTERM``/``SIGINT``: no new segment starts, segments in flight get
   ``shutdown.deadline`` seconds to commit (else they are abandoned: uncommitted objects
   are never read), the lease is released, exit 0. ``--once`` stops the same way but
@@ -126,13 +128,35 @@ class _Reloader:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
-async def _serve_http(rt: Runtime) -> HttpServer:
+async def _serve_http(rt: Runtime) -> list[HttpServer]:
+    """Start the listeners the settings enable (closed by the caller, also on failure)."""
     from dispatcher.http import HttpServer, build_app
+    from dispatcher.read_api import build_read_app
 
-    server = HttpServer(build_app(rt), bind=rt.settings["http.bind"], port=rt.settings["http.port"])
-    await server.start()
-    log.info("HTTP API listening on %s", server.url)
-    return server
+    servers: list[HttpServer] = []
+    try:
+        if rt.settings["http.enabled"]:
+            ops = HttpServer(
+                build_app(rt), bind=rt.settings["http.bind"], port=rt.settings["http.port"]
+            )
+            await ops.start()
+            servers.append(ops)
+            log.info("HTTP API listening on %s", ops.url)
+        if rt.settings["reads.enabled"]:
+            reads = HttpServer(
+                build_read_app(rt),
+                bind=rt.settings["reads.bind"],
+                port=rt.settings["reads.port"],
+                where="reads.bind/reads.port",
+            )
+            await reads.start()
+            servers.append(reads)
+            log.info("read API listening on %s", reads.url)
+    except BaseException:
+        for server in servers:
+            await server.close()
+        raise
+    return servers
 
 
 class _Stopper:
@@ -181,11 +205,10 @@ class _Stopper:
 async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settings]) -> int:
     loop = asyncio.get_running_loop()
     reloader = _Reloader(rt, load)
-    server: HttpServer | None = None
+    servers: list[HttpServer] = []
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
     try:
-        if rt.settings["http.enabled"]:
-            server = await _serve_http(rt)
+        servers = await _serve_http(rt)
         if await stopper.start():
             await rt.dispatcher.run(shutdown_deadline=rt.settings["shutdown.deadline"])
         log.info("stopped")
@@ -193,7 +216,7 @@ async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settin
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
         await reloader.close()
-        if server is not None:
+        for server in servers:
             await server.close()
 
 

@@ -15,6 +15,8 @@
  *       PLAN columns:  index kind topic tags_b64 keys_b64 props_b64 body_b64 arg
  *         kind   normal | delay (arg = delay level) | timer (arg = delay ms)
  *                | tx_commit | tx_rollback (transactional: local transaction outcome)
+ *                | batch (arg = batch id: the lines of one id are sent together with
+ *                  send(Collection), one batch record per message, consecutive offsets)
  *         *_b64  base64 of UTF-8 text (body: of the raw bytes); an empty column means none.
  *                props is "k\u0001v\u0002" repeated, keys is space-separated.
  *       RESULTS columns: index status msgId offsetMsgId brokerName queueId queueOffset
@@ -56,6 +58,28 @@
  *       none) until EXPECTED distinct messages arrived; write "queueId queueOffset" per
  *       message, then shut down, which commits the group's offsets to the broker.
  *
+ *   consume NAMESRV MODE GROUP TOPIC FROM SUB EXPECTED FRESH TIMEOUT_MS OUT
+ *       Consume TOPIC as a new GROUP with the stock client, MODE push (an orderly push
+ *       consumer: deliveries in queue order), push-slow (the same, pulling 8 messages
+ *       every 200 ms), push-concurrent (a concurrent listener: it decides its start offsets
+ *       once, at rebalance; an orderly one asks again at its first pull) or lite
+ *       (DefaultLitePullConsumer), subscribed
+ *       to SUB ("*" or a tag expression), starting FROM first | last | default (the
+ *       client's default, CONSUME_FROM_LAST_OFFSET) | timestamp:MS. With FRESH > 0, once
+ *       the consumer holds every queue (its start offsets are decided), send FRESH
+ *       messages tagged "fresh". Write one "M" line (as dump) per delivery, duplicates
+ *       included, flushed as it arrives; return once EXPECTED distinct queue offsets
+ *       arrived and nothing more came for two seconds.
+ *
+ *   expire NAMESRV BROKER_ADDR
+ *       Make the broker delete its old commitlog files now, as its own expiry does: set
+ *       fileReservedTime=0 (updateBrokerConfig) and ask for deleteExpiredCommitLog. The
+ *       broker keeps its newest file.
+ *
+ *   reset-by-time NAMESRV GROUP TOPIC TIMESTAMP_MS
+ *       mqadmin resetOffsetByTime: the broker finds each queue's offset for the time
+ *       (getOffsetInQueueByTime) and stores it as GROUP's offset (force).
+ *
  * Exit status 0 on success; any failure prints a stack trace and exits 1.
  */
 
@@ -79,12 +103,15 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.rocketmq.client.QueryResult;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -135,6 +162,17 @@ public final class BrokerTool {
                 case "trickle":
                     trickle(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]),
                         Integer.parseInt(args[5]), args[6], Paths.get(args[7]));
+                    break;
+                case "consume":
+                    Consume.run(args[1], args[2], args[3], args[4], args[5], args[6],
+                        Integer.parseInt(args[7]), Integer.parseInt(args[8]),
+                        Long.parseLong(args[9]), Paths.get(args[10]));
+                    break;
+                case "expire":
+                    expire(args[1], args[2]);
+                    break;
+                case "reset-by-time":
+                    resetByTime(args[1], args[2], args[3], Long.parseLong(args[4]));
                     break;
                 default:
                     throw new IllegalArgumentException("unknown sub-command " + args[0]);
@@ -208,11 +246,13 @@ public final class BrokerTool {
         final int index;
         final String kind;
         final Message message;
+        final long arg;
 
-        Planned(int index, String kind, Message message) {
+        Planned(int index, String kind, Message message, long arg) {
             this.index = index;
             this.kind = kind;
             this.message = message;
+            this.arg = arg;
         }
     }
 
@@ -245,7 +285,28 @@ public final class BrokerTool {
         } else if (kind.equals("timer")) {
             msg.setDelayTimeMs(Long.parseLong(f[7]));
         }
-        return new Planned(index, kind, msg);
+        return new Planned(index, kind, msg, f[7].isEmpty() ? 0 : Long.parseLong(f[7]));
+    }
+
+    /** One send(Collection) for the batch; a batch's SendResult lists its ids with commas
+     * and gives the first offset: split them into one result line per message. */
+    private static void sendBatch(DefaultMQProducer producer, List<Planned> batch,
+        Map<Integer, String> out) throws Exception {
+        List<Message> messages = new ArrayList<>();
+        for (Planned p : batch) {
+            messages.add(p.message);
+        }
+        SendResult r = producer.send(messages);
+        String[] ids = r.getMsgId().split(",");
+        String[] offsetIds = r.getOffsetMsgId().split(",");
+        if (ids.length != batch.size() || offsetIds.length != batch.size()) {
+            throw new IllegalStateException("batch of " + batch.size() + " got ids " + r.getMsgId());
+        }
+        for (int i = 0; i < batch.size(); i++) {
+            out.put(batch.get(i).index, batch.get(i).index + "\t" + r.getSendStatus() + "\t" + ids[i]
+                + "\t" + offsetIds[i] + "\t" + r.getMessageQueue().getBrokerName() + "\t"
+                + r.getMessageQueue().getQueueId() + "\t" + (r.getQueueOffset() + i));
+        }
     }
 
     private static String resultLine(int index, SendResult r) {
@@ -257,12 +318,17 @@ public final class BrokerTool {
     private static void produce(String namesrv, Path plan, Path results) throws Exception {
         List<Planned> plain = new ArrayList<>();
         List<Planned> transactional = new ArrayList<>();
+        Map<Long, List<Planned>> batches = new TreeMap<>();
         for (String line : Files.readAllLines(plan, StandardCharsets.UTF_8)) {
             if (line.isEmpty()) {
                 continue;
             }
             Planned p = parse(line);
-            (p.kind.startsWith("tx_") ? transactional : plain).add(p);
+            if (p.kind.equals("batch")) {
+                batches.computeIfAbsent(p.arg, k -> new ArrayList<>()).add(p);
+            } else {
+                (p.kind.startsWith("tx_") ? transactional : plain).add(p);
+            }
         }
         Map<Integer, String> out = new ConcurrentHashMap<>();
 
@@ -276,6 +342,10 @@ public final class BrokerTool {
         producer.start();
         ExecutorService pool = Executors.newFixedThreadPool(SEND_THREADS);
         try {
+            // Batches first, in id order: they land at the oldest offsets.
+            for (List<Planned> batch : batches.values()) {
+                sendBatch(producer, batch, out);
+            }
             List<Future<?>> futures = new ArrayList<>();
             for (Planned p : plain) {
                 futures.add(pool.submit(() -> {
@@ -325,8 +395,12 @@ public final class BrokerTool {
             }
         }
 
+        int batched = 0;
+        for (List<Planned> batch : batches.values()) {
+            batched += batch.size();
+        }
         try (BufferedWriter w = Files.newBufferedWriter(results, StandardCharsets.UTF_8)) {
-            for (int i = 0; i < plain.size() + transactional.size(); i++) {
+            for (int i = 0; i < plain.size() + transactional.size() + batched; i++) {
                 String line = out.get(i);
                 if (line == null) {
                     throw new IllegalStateException("no send result for plan line " + i);
@@ -580,6 +654,202 @@ public final class BrokerTool {
         }
         synchronized (lines) {
             Files.write(outFile, lines, StandardCharsets.UTF_8);
+        }
+    }
+
+    // -- expire, reset-by-time ----------------------------------------------------------
+    private static void expire(String namesrv, String brokerAddr) throws Exception {
+        DefaultMQAdminExt admin = admin(namesrv);
+        try {
+            java.util.Properties props = new java.util.Properties();
+            props.setProperty("fileReservedTime", "0");
+            admin.updateBrokerConfig(brokerAddr, props);
+            admin.deleteExpiredCommitLogByAddr(brokerAddr);
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    private static void resetByTime(String namesrv, String group, String topic, long timestamp)
+        throws Exception {
+        DefaultMQAdminExt admin = admin(namesrv);
+        try {
+            try {
+                admin.resetOffsetByTimestamp(topic, group, timestamp, true);
+            } catch (org.apache.rocketmq.client.exception.MQClientException e) {
+                if (e.getResponseCode() != org.apache.rocketmq.remoting.protocol.ResponseCode.CONSUMER_NOT_ONLINE) {
+                    throw e;
+                }
+                // As mqadmin resetOffsetByTime does for a group with no consumer online:
+                // searchOffset per queue, then updateConsumeOffset.
+                admin.resetOffsetByTimestampOld(group, topic, timestamp, true);
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    // -- consume --------------------------------------------------------------------------
+    private static final class Consume {
+        private final Set<String> seen = ConcurrentHashMap.newKeySet();
+        private final BufferedWriter out;
+        private volatile long lastDelivery = System.currentTimeMillis();
+
+        private Consume(BufferedWriter out) {
+            this.out = out;
+        }
+
+        private synchronized void record(MessageExt m) {
+            try {
+                out.write(messageLine(m));
+                out.flush();
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+            seen.add(m.getQueueId() + "/" + m.getQueueOffset());
+            lastDelivery = System.currentTimeMillis();
+        }
+
+        private static ConsumeFromWhere where(String from) {
+            if (from.equals("first")) {
+                return ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET;
+            }
+            if (from.equals("last")) {
+                return ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET;
+            }
+            if (from.startsWith("timestamp:")) {
+                return ConsumeFromWhere.CONSUME_FROM_TIMESTAMP;
+            }
+            return null; // the client's default
+        }
+
+        private static String stamp(String from) {
+            long ms = Long.parseLong(from.substring("timestamp:".length()));
+            return org.apache.rocketmq.common.UtilAll.timeMillisToHumanString3(ms);
+        }
+
+        static void run(String namesrv, String mode, String group, String topic, String from,
+            String sub, int expected, int fresh, long timeoutMs, Path outFile) throws Exception {
+            try (BufferedWriter w = Files.newBufferedWriter(outFile, StandardCharsets.UTF_8)) {
+                Consume c = new Consume(w);
+                if (mode.startsWith("push")) {
+                    c.push(namesrv, group, topic, from, sub, expected, fresh, timeoutMs, mode);
+                } else if (mode.equals("lite")) {
+                    c.lite(namesrv, group, topic, from, sub, expected, timeoutMs);
+                } else {
+                    throw new IllegalArgumentException("mode must be push or lite: " + mode);
+                }
+            }
+        }
+
+        private void push(String namesrv, String group, String topic, String from, String sub,
+            int expected, int fresh, long timeoutMs, String mode) throws Exception {
+            DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+            if (mode.equals("push-slow")) {
+                consumer.setPullBatchSize(8);
+                consumer.setPullInterval(200);
+            }
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setInstanceName("tool-consume-" + System.nanoTime());
+            ConsumeFromWhere where = where(from);
+            if (where != null) {
+                consumer.setConsumeFromWhere(where);
+            }
+            if (where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP) {
+                consumer.setConsumeTimestamp(stamp(from));
+            }
+            consumer.subscribe(topic, sub);
+            if (mode.equals("push-concurrent")) {
+                consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+                    for (MessageExt m : msgs) {
+                        record(m);
+                    }
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                });
+            } else {
+                consumer.registerMessageListener((MessageListenerOrderly) (msgs, context) -> {
+                    for (MessageExt m : msgs) {
+                        record(m);
+                    }
+                    return ConsumeOrderlyStatus.SUCCESS;
+                });
+            }
+            consumer.start();
+            try {
+                long deadline = System.currentTimeMillis() + timeoutMs;
+                if (fresh > 0) {
+                    int queues = consumer.fetchSubscribeMessageQueues(topic).size();
+                    while (consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl()
+                        .getProcessQueueTable().size() < queues) {
+                        check(deadline, "the consumer to hold every queue of " + topic);
+                        Thread.sleep(50);
+                    }
+                    sendFresh(namesrv, topic, fresh);
+                }
+                await(expected, deadline);
+            } finally {
+                consumer.shutdown();
+            }
+        }
+
+        private void lite(String namesrv, String group, String topic, String from, String sub,
+            int expected, long timeoutMs) throws Exception {
+            DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setInstanceName("tool-lite-" + System.nanoTime());
+            ConsumeFromWhere where = where(from);
+            if (where != null) {
+                consumer.setConsumeFromWhere(where);
+            }
+            if (where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP) {
+                consumer.setConsumeTimestamp(stamp(from));
+            }
+            consumer.subscribe(topic, sub);
+            consumer.start();
+            try {
+                long deadline = System.currentTimeMillis() + timeoutMs;
+                while (!done(expected)) {
+                    check(deadline, "deliveries");
+                    for (MessageExt m : consumer.poll(200)) {
+                        record(m);
+                    }
+                }
+            } finally {
+                consumer.shutdown();
+            }
+        }
+
+        private boolean done(int expected) {
+            return seen.size() >= expected && System.currentTimeMillis() - lastDelivery > 2000;
+        }
+
+        private void check(long deadline, String what) {
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("timed out waiting for " + what + " ("
+                    + seen.size() + " distinct offsets delivered)");
+            }
+        }
+
+        private void await(int expected, long deadline) throws InterruptedException {
+            while (!done(expected)) {
+                check(deadline, "deliveries");
+                Thread.sleep(100);
+            }
+        }
+
+        private static void sendFresh(String namesrv, String topic, int n) throws Exception {
+            DefaultMQProducer producer = new DefaultMQProducer("tool_fresh_" + System.nanoTime());
+            producer.setNamesrvAddr(namesrv);
+            producer.setInstanceName("tool-fresh-" + System.nanoTime());
+            producer.start();
+            try {
+                for (int i = 0; i < n; i++) {
+                    producer.send(new Message(topic, "fresh",
+                        ("fresh-" + i).getBytes(StandardCharsets.UTF_8)));
+                }
+            } finally {
+                producer.shutdown();
+            }
         }
     }
 }

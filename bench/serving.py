@@ -1,0 +1,172 @@
+"""The read service the broker plugin pulls from: throughput, pull latency, sidecar RSS.
+
+A synthetic store is tiered to a POSIX cold store (``run --once``); then a real
+``tieredstore run`` serves it on its read API and consumer-like clients drain every
+queue from cold min to cold commit with ``GET /v1/cold/records`` (``maxCount`` 32, a
+RocketMQ pull), four queues at a time, each on one keep-alive connection::
+
+    RESULT serving_throughput ratio=<served MiB/s ÷ the objects read raw> target=>=0.8 PASS|FAIL
+    RESULT serving_p99 ratio=<p99 of one pull, ms> target=<=50 PASS|FAIL
+    RESULT serving_rss ratio=<sidecar peak RSS MiB, read-ahead on> target=<256MiB PASS|FAIL
+
+The baseline reads every COMMIT_LOG and CONSUME_QUEUE object of the cold store whole,
+through the same backend, in this process (page cache warm for both). Not measured here:
+a stock consumer through a broker (cold part vs hot part) — see docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import os
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from _common import (
+    BROKER,
+    CLUSTER,
+    MIB,
+    Stopwatch,
+    add_store_arguments,
+    machine,
+    mb_per_s,
+    result_line,
+    run_measured,
+    sidecar_cmd,
+    sidecar_env,
+    store_from_args,
+    table,
+    vm_hwm,
+)
+
+from tieredstore.backends import open_backend
+from tieredstore.hotstore import HotStore
+from tieredstore.layout import broker_prefix
+
+THROUGHPUT_TARGET = 0.8
+P99_TARGET_MS = 50.0
+RSS_TARGET = 256 * MIB
+PULL = 32
+
+
+async def read_raw(cold: str) -> tuple[int, float]:
+    """Read every COMMIT_LOG and CONSUME_QUEUE object whole; return (COMMIT_LOG bytes, s)."""
+    async with open_backend(cold) as backend:
+        keys = [i.key for i in await backend.list(broker_prefix(CLUSTER, BROKER) + "/")]
+        data = [k for k in keys if "/COMMIT_LOG/" in k or "/CONSUME_QUEUE/" in k]
+        t0 = time.perf_counter()
+        total = 0
+        for key in data:
+            blob = await backend.read(key)
+            total += len(blob) if "/COMMIT_LOG/" in key else 0
+        return total, time.perf_counter() - t0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def drain(port: int, topic: str, queue: int) -> tuple[int, list[float]]:
+    """Pull one queue from cold min to cold commit; return (record bytes, latencies s)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    latencies: list[float] = []
+    total = 0
+    try:
+        conn.request("GET", f"/v1/cold/range?topic={topic}&queue={queue}")
+        _magic, offset, commit, _ts = struct.unpack(">4sqqq", conn.getresponse().read())
+        while offset < commit:
+            t0 = time.perf_counter()
+            conn.request("GET", f"/v1/cold/records?topic={topic}&queue={queue}"
+                                f"&offset={offset}&maxCount={PULL}")  # fmt: skip
+            reply = conn.getresponse()
+            body = reply.read()
+            latencies.append(time.perf_counter() - t0)
+            if reply.status != 200:
+                raise RuntimeError(f"{topic}/{queue}@{offset}: HTTP {reply.status} {body[:200]!r}")
+            count = struct.unpack_from(">i", body, 28)[0]
+            total += len(body) - 32 - 20 * count
+            offset += count
+    finally:
+        conn.close()
+    return total, latencies
+
+
+def wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while "read API listening on" not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the sidecar did not start serving: " + log.read_text()[-2000:])
+        time.sleep(0.05)
+
+
+def serve_and_drain(root: Path, cold: str, queues: list[tuple[str, int]]) -> dict[str, float]:
+    port = _free_port()
+    log = root / "serve.log"
+    env = sidecar_env(reads_port=str(port), tiering_guard="none")
+    cmd = sidecar_cmd(root / "store", cold, root / "state", once=False)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+    try:
+        wait_listening(log, proc)
+        with Stopwatch() as sw, ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda q: drain(port, *q), queues))
+        rss = vm_hwm(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    latencies = sorted(x for _, lat in results for x in lat)
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return {"bytes": sum(b for b, _ in results), "seconds": sw.seconds, "p99": p99,
+            "pulls": len(latencies), "rss": rss}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_store_arguments(ap, size="256M")
+    args = ap.parse_args()
+    print(machine())
+    with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-serving-") as tmp:
+        root = Path(tmp)
+        store_from_args(args, root / "store")
+        cold = str(root / "cold")
+        env = sidecar_env(tiering_guard="none")
+        run_measured(
+            sidecar_cmd(root / "store", cold, root / "state"), env=env, log=root / "tier.log"
+        )
+        asyncio.run(read_raw(cold))  # warm the page cache for both sides
+        raw_bytes, raw_seconds = asyncio.run(read_raw(cold))
+        hot = HotStore(root / "store")
+        queues = [(q.topic, q.queue_id) for q in hot.queues()]
+        ours = serve_and_drain(root, cold, queues)
+    raw_rate = mb_per_s(raw_bytes, raw_seconds)
+    our_rate = mb_per_s(int(ours["bytes"]), ours["seconds"])
+    print(table(
+        ["path", "seconds", "MiB", "MiB/s", "pulls", "p99 ms", "RSS MiB"],
+        [["raw backend reads", raw_seconds, raw_bytes / MIB, raw_rate, "", "", ""],
+         ["read API, 32/pull", ours["seconds"], ours["bytes"] / MIB, our_rate, int(ours["pulls"]),
+          ours["p99"] * 1000, ours["rss"] / MIB]],
+    ))  # fmt: skip
+    ratio = our_rate / raw_rate
+    print(
+        result_line(
+            "serving_throughput", ratio, f">={THROUGHPUT_TARGET}", ratio >= THROUGHPUT_TARGET
+        )
+    )
+    p99_ms = ours["p99"] * 1000
+    print(result_line("serving_p99", p99_ms, f"<={P99_TARGET_MS:g}", p99_ms <= P99_TARGET_MS))
+    rss = ours["rss"]
+    print(result_line("serving_rss", rss / MIB, "<256MiB", rss < RSS_TARGET))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

@@ -1,0 +1,327 @@
+"""Stock RocketMQ consumers read tiered messages through the broker read plugin.
+
+One name server and broker (module-scoped) with the plugin jar, built by Maven from
+``broker-plugin/``, on its classpath and ``messageStorePlugIn`` in its ``broker.conf``; a
+real ``tieredstore run`` sidecar tiers its store and serves the read API on loopback.
+Traffic with tags, keys, user properties and bodies the client compresses is produced,
+tiered, then the broker deletes its old commitlog files (its own expiry,
+``fileReservedTime=0`` + ``deleteExpiredCommitLog``) so that hot min moves above 0. Every
+consumer below is the stock Java client (``BrokerTool consume``).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import random
+import socket
+import struct
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.broker.harness import (
+    BrokerSettings,
+    LocalCluster,
+    missing_tools,
+    prepare_toolchain,
+    wait_until,
+)
+from tests.broker.plugin import PLUGIN_CLASS, build_plugin
+from tests.broker.sidecar import LiveSidecar
+from tests.broker.traffic import ExpectedMessage, Kind, PlannedMessage, read_results, write_plan
+from tieredstore.hotstore import HotStore
+
+pytestmark = pytest.mark.broker
+
+TOPIC = "TieredStoreServed"
+QUEUES = 2
+MESSAGES = 2400
+BATCHES = 10
+
+
+@dataclass(frozen=True)
+class Delivery:
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+    store_timestamp: int
+    tags: str
+    keys: str
+    properties: dict[str, str]
+    body_sha256: str
+
+
+def _text(b64: str) -> str:
+    return base64.b64decode(b64).decode() if b64 else ""
+
+
+def parse_deliveries(path: Path) -> list[Delivery]:
+    """BrokerTool's "M" lines (see its ``dump`` and ``consume`` commands), in order."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        _m, _topic, qid, off, msg_id, _omid, ts, tags, keys, props, sha, _len = line.split("\t")
+        pairs = [p.split("\x01", 1) for p in _text(props).split("\x02") if p]
+        out.append(Delivery(int(qid), int(off), msg_id, int(ts), _text(tags), _text(keys),
+                            dict(pairs), sha))  # fmt: skip
+    return out
+
+
+def _plan(n: int, seed: int) -> list[PlannedMessage]:
+    """Plain messages: tags TagA/TagB/none, keys, user properties, 1 in 12 bodies over the
+    client's 4 KiB compression threshold (compressible text: stored zlib-compressed), the
+    first ``BATCHES`` x 8 sent as batches."""
+    rng = random.Random(seed)
+    plan = []
+    for i in range(n):
+        if i % 12 == 5:
+            body = (" ".join(f"word{rng.randrange(50)}" for _ in range(1500))).encode()[:7000]
+        else:
+            body = rng.randbytes(rng.randint(300, 2600))
+        tags = rng.choice(("TagA", "TagB", None))
+        keys = (f"key-{i}",) + ((f"order#{i % 7}",) if i % 3 == 0 else ())
+        props = {"i": str(i), **({"note": "ünïcødé"} if i % 5 == 0 else {})}
+        # The first BATCHES x 8 go out as batches (send(Collection)), so cold holds some.
+        kind, batch = (Kind.BATCH, i // 8) if i < BATCHES * 8 else (Kind.NORMAL, 0)
+        plan.append(PlannedMessage(i, kind, TOPIC, tags, keys, props, body, batch))
+    return plan
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Served:
+    cluster: LocalCluster
+    sidecar: LiveSidecar
+    workdir: Path
+    messages: dict[tuple[int, int], ExpectedMessage]
+    hot_min: dict[int, int]
+    hot_max: dict[int, int]
+    overrides: dict[str, str]
+
+    def consume(self, name: str, *args: str, timeout_ms: int = 240_000) -> list[Delivery]:
+        """Run ``BrokerTool consume`` (MODE GROUP TOPIC FROM SUB EXPECTED FRESH)."""
+        out = self.workdir / f"{name}.tsv"
+        self.cluster.run_tool("consume", self.cluster.namesrv_addr, *args, str(timeout_ms),
+                              str(out), timeout=timeout_ms / 1000 + 60)  # fmt: skip
+        return parse_deliveries(out)
+
+
+def _tiered(sidecar: LiveSidecar, store: Path) -> bool:
+    """The sidecar's cold commit has reached hot max for every queue of TOPIC."""
+    hot = HotStore(store)
+    maxes = [hot.queue_range(TOPIC, q).max for q in range(QUEUES)]
+    return all(maxes) and all(_cold_commit(sidecar, q) == m for q, m in enumerate(maxes))
+
+
+def _cold_commit(sidecar: LiveSidecar, queue: int) -> int:
+    url = f"{sidecar.reads_url()}/v1/cold/range?topic={TOPIC}&queue={queue}"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        _magic, _lo, hi, _ts = struct.unpack(">4sqqq", reply.read())
+    return int(hi)
+
+
+def _old_files_deleted(store: Path) -> bool:
+    hot = HotStore(store)
+    return all(
+        hot.cq_files(TOPIC, q).files
+        and hot.cq_files(TOPIC, q).files[0].base > 0
+        and hot.queue_range(TOPIC, q).min > 0
+        for q in range(QUEUES)
+    )
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    missing = missing_tools()
+    if missing:
+        pytest.skip(f"real-broker tests need {', '.join(missing)} on PATH")
+    jar = build_plugin()
+    toolchain = prepare_toolchain()
+    toolchain = type(toolchain)(toolchain.version, toolchain.lib_dir, toolchain.classes_dir, (jar,))
+    reads_port = _free_port()
+    settings = BrokerSettings(extra_conf=(
+        ("messageStorePlugIn", PLUGIN_CLASS),
+        ("tieredstoreReadAddress", f"127.0.0.1:{reads_port}"),
+        ("tieredstoreBackoffMinMillis", "200"),
+        ("tieredstoreBackoffMaxMillis", "2000"),
+        ("tieredstoreRangeCacheMillis", "300"),
+    ))  # fmt: skip
+    workdir = tmp_path_factory.mktemp("served")
+    cluster = LocalCluster(toolchain, workdir / "rocketmq", settings)
+    (workdir / "tiering").mkdir()
+    overrides = {"TIEREDSTORE_READS_PORT": str(reads_port), "TIEREDSTORE_READS_ENABLED": "true"}
+    with cluster, LiveSidecar.start(cluster, workdir / "tiering", overrides=overrides) as sidecar:
+        cluster.create_topics({TOPIC: QUEUES})
+        plan = _plan(MESSAGES, seed=29)
+        write_plan(plan, workdir / "plan.tsv")
+        cluster.run_tool("produce", cluster.namesrv_addr, str(workdir / "plan.tsv"),
+                         str(workdir / "results.tsv"))  # fmt: skip
+        results = read_results(plan, workdir / "results.tsv")
+        assert all(m.send_status == "SEND_OK" for m in results)
+        store = cluster.store_root
+        wait_until(lambda: _tiered(sidecar, store), timeout=180, what="the sidecar to tier")
+        cluster.run_tool("expire", cluster.namesrv_addr, cluster.broker_addr)
+        wait_until(lambda: _old_files_deleted(store), timeout=120,
+                   what="the broker to delete its old commitlog and CQ files")  # fmt: skip
+        hot = HotStore(store)
+        ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
+        yield Served(
+            cluster, sidecar, workdir,
+            {(m.queue_id, m.queue_offset): m for m in results},
+            {q: r.min for q, r in ranges.items()}, {q: r.max for q, r in ranges.items()},
+            overrides,
+        )  # fmt: skip
+
+
+def _by_queue(deliveries: list[Delivery]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = defaultdict(list)
+    for d in deliveries:
+        out[d.queue_id].append(d.queue_offset)
+    return out
+
+
+def _check_as_produced(served: Served, deliveries: list[Delivery]) -> None:
+    for d in deliveries:
+        m = served.messages[(d.queue_id, d.queue_offset)]
+        assert d.body_sha256 == m.body_sha256, (d.queue_id, d.queue_offset)
+        # A 5.x broker appends the batch's own properties, its UNIQ_KEY included, after
+        # each batched message's: consumers see the batch's id (hot or cold alike), not
+        # the per-message ids the producer's SendResult lists.
+        if m.kind is not Kind.BATCH:
+            assert d.msg_id == m.msg_id, (d.queue_id, d.queue_offset)
+        assert (d.tags, d.keys) == (m.tags or "", " ".join(m.keys))
+        assert {k: d.properties.get(k) for k in m.properties} == dict(m.properties)
+
+
+def test_a_new_group_from_the_first_offset_reads_cold_then_hot(served: Served) -> None:
+    assert all(served.hot_min[q] > 0 for q in range(QUEUES)), "hot min must be above 0"
+    total = sum(served.hot_max.values())
+    got = served.consume("push-first", "push", "GID_served_first", TOPIC, "first", "*",
+                         str(total), "0")  # fmt: skip
+    # Exactly once per queue offset, in order per queue, from 0 through cold into hot.
+    assert _by_queue(got) == {q: list(range(served.hot_max[q])) for q in range(QUEUES)}
+    _check_as_produced(served, got)
+    compressed = [m for m in served.messages.values() if m.body_length > 4096]
+    assert any(m.queue_offset < served.hot_min[m.queue_id] for m in compressed)
+    batched = [m for m in served.messages.values() if m.kind is Kind.BATCH]
+    assert len(batched) == BATCHES * 8
+    assert all(m.queue_offset < served.hot_min[m.queue_id] for m in batched)
+
+
+def test_a_new_group_with_default_settings_starts_where_it_would_without_the_plugin(
+    served: Served,
+) -> None:
+    # Hot min > 0: a stock broker answers the new group's offset query "not found", and
+    # the client's default CONSUME_FROM_LAST_OFFSET starts at the max offset: only
+    # messages sent after the consumer started arrive, nothing from cold.
+    before = HotStore(served.cluster.store_root)
+    maxes = {q: before.queue_range(TOPIC, q).max for q in range(QUEUES)}
+    got = served.consume("push-default", "push-concurrent", "GID_served_default", TOPIC,
+                         "default", "*", "8", "8")  # fmt: skip
+    assert len(got) == 8 and all(d.tags == "fresh" for d in got), got
+    assert all(d.queue_offset >= maxes[d.queue_id] for d in got)
+
+
+def test_a_lite_pull_consumer_and_a_tag_filter(served: Served) -> None:
+    total = sum(served.hot_max.values())
+    got = served.consume("lite-first", "lite", "GID_served_lite", TOPIC, "first", "*",
+                         str(total), "0")  # fmt: skip
+    lists = _by_queue(got)
+    for q in range(QUEUES):  # fresh messages from the test before may follow
+        assert lists[q][: served.hot_max[q]] == list(range(served.hot_max[q]))
+        assert len(set(lists[q])) == len(lists[q])
+    _check_as_produced(served, [d for d in got if (d.queue_id, d.queue_offset) in served.messages])
+
+    tagged = sorted(k for k, m in served.messages.items() if m.tags == "TagA")
+    got = served.consume("push-taga", "push", "GID_served_taga", TOPIC, "first", "TagA",
+                         str(len(tagged)), "0")  # fmt: skip
+    assert sorted((d.queue_id, d.queue_offset) for d in got) == tagged
+    assert all(b > a for q in _by_queue(got).values() for a, b in itertools.pairwise(q))
+    _check_as_produced(served, got)
+
+
+def test_reset_offset_by_time_to_a_time_only_cold_holds(served: Served) -> None:
+    group = "GID_served_default"  # has offsets on the broker (the default-settings test)
+    target = {q: served.hot_min[q] // 3 for q in range(QUEUES)}
+    # The store time of a message is what the broker searches by: take it from a pull.
+    first = parse_deliveries(served.workdir / "push-first.tsv")
+    times = {(d.queue_id, d.queue_offset): d.store_timestamp for d in first}
+    ts = times[(0, target[0])]
+    served.cluster.run_tool("reset-by-time", served.cluster.namesrv_addr, group, TOPIC, str(ts))
+    expected_start = {
+        q: min(o for (qq, o), t in times.items() if qq == q and t >= ts) for q in range(QUEUES)
+    }
+    assert all(expected_start[q] < served.hot_min[q] for q in range(QUEUES))
+    remaining = sum(served.hot_max[q] - expected_start[q] for q in range(QUEUES))
+    got = served.consume("push-reset", "push", group, TOPIC, "default", "*",
+                         str(remaining), "0")  # fmt: skip
+    lists = _by_queue(got)
+    for q in range(QUEUES):
+        assert lists[q][0] == expected_start[q], (q, lists[q][:3])
+        assert lists[q][: served.hot_max[q] - expected_start[q]] == list(
+            range(expected_start[q], served.hot_max[q])
+        )
+
+
+def test_the_sidecar_stopped_mid_read_pauses_the_consumer_and_skips_nothing(
+    served: Served,
+) -> None:
+    """Last in the module: it replaces the module's sidecar with a new process."""
+    total = sum(served.hot_max.values())
+    out, log = served.workdir / "push-outage.tsv", served.workdir / "push-outage.log"
+    tool = served.cluster.spawn_tool(
+        "consume", served.cluster.namesrv_addr, "push-slow", "GID_served_outage", TOPIC,
+        "first", "*", str(total), "0", "600000", str(out), log=log,
+    )  # fmt: skip
+    store_log = served.cluster.home / "logs" / "rocketmqlogs" / "store.log"
+    try:
+        wait_until(lambda: out.is_file() and len(out.read_text().splitlines()) >= 40,
+                   timeout=120, what="the first cold deliveries")  # fmt: skip
+        assert served.sidecar.stop() == 0
+        stopped_at = len(out.read_text().splitlines())
+        wait_until(lambda: "tieredstore: cold read of" in store_log.read_text(errors="replace"),
+                   timeout=60, what="the plugin to find the sidecar gone")  # fmt: skip
+        cold_total = sum(served.hot_min.values())
+        assert stopped_at < cold_total, "the consumer finished the cold part too early"
+        with LiveSidecar.start(served.cluster, served.workdir / "tiering",
+                               overrides=served.overrides):  # fmt: skip
+            assert tool.wait(timeout=300) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.wait()
+    got = parse_deliveries(out)
+    lists = _by_queue(got)
+    for q in range(QUEUES):  # fresh messages from an earlier test may follow
+        assert lists[q][: served.hot_max[q]] == list(range(served.hot_max[q]))
+        assert len(set(lists[q])) == len(lists[q])
+    _check_as_produced(served, [d for d in got if (d.queue_id, d.queue_offset) in served.messages])
+
+
+def test_control_without_the_plugin_the_broker_answers_as_stock(served: Served) -> None:
+    """The same broker and store, restarted without ``messageStorePlugIn``: a new group
+    from the first offset starts at the hot min (the broker's OFFSET_TOO_SMALL) — what
+    the plugin exists to change. Last: it restarts the module's broker."""
+    cluster = served.cluster
+    cluster.stop_broker()
+    conf = cluster.workdir / "broker.conf"
+    kept = [line for line in conf.read_text().splitlines()
+            if not line.startswith(("messageStorePlugIn=", "tieredstore"))]  # fmt: skip
+    conf.write_text("".join(line + "\n" for line in kept))
+    cluster.restart_broker()
+    hot = HotStore(cluster.store_root)
+    ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
+    assert all(r.min > 0 for r in ranges.values())
+    expected = sum(r.max - r.min for r in ranges.values())
+    got = served.consume("push-control", "push", "GID_served_control", TOPIC, "first", "*",
+                         str(expected), "0")  # fmt: skip
+    assert _by_queue(got) == {q: list(range(r.min, r.max)) for q, r in ranges.items()}

@@ -1,0 +1,185 @@
+"""Read-ahead for sequential readers of committed segment objects.
+
+A consumer draining a queue's history asks for the next few records again and again. Each
+pull as its own range request would pay a cold-store round trip per pull; instead
+:class:`ReadAhead` reads objects in fixed-size *parts* (``part_bytes``) and, whenever a
+read touches part ``i`` of an object, starts fetching part ``i + 1`` in the background, so
+the next pull finds it in memory (or already on its way).
+
+Committed segment objects never change (a manifest names them; expiry deletes, it never
+rewrites), so a cached part is never stale. What can happen is that an object is deleted
+while it is cached: a read then still answers from memory, which is what the object held.
+
+Bounds and eviction:
+
+* parts are kept least-recently-used first out while their bytes exceed
+  ``capacity_bytes``; a part being fetched counts at its full length, so memory stays
+  bounded even when many queues read ahead at once;
+* the parts a read needs are kept for it even when they alone exceed the capacity (one
+  read's range); a prefetch starts only when its part fits beside what is kept, and
+  never evicts anything;
+* a part whose fetch failed is dropped at once: the next read asks the backend again
+  (the error goes to every reader that waited for it, never to a later one);
+* ``capacity_bytes == 0`` turns the cache off: every read goes to the backend as asked.
+
+Loop-safe, thread-unsafe: every caller shares the one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tieredstore.backends.base import Backend
+
+__all__ = ["ReadAhead", "ReadAheadStats"]
+
+log = logging.getLogger(__name__)
+
+_PartKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadAheadStats:
+    """What the cache holds now and what it has done since it was built."""
+
+    parts: int
+    bytes: int
+    hits: int
+    misses: int
+    prefetches: int
+
+
+class ReadAhead:
+    """Range reads of immutable objects through a size-bounded cache of parts."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        capacity_bytes: int,
+        part_bytes: int,
+        on_fetch: Callable[[int], None] | None = None,
+    ) -> None:
+        if capacity_bytes < 0 or part_bytes < 1:
+            raise ValueError("capacity_bytes must be >= 0 and part_bytes >= 1")
+        self.backend = backend
+        self.capacity_bytes = capacity_bytes
+        self.part_bytes = part_bytes
+        self._on_fetch = on_fetch
+        self._parts: OrderedDict[_PartKey, asyncio.Task[bytes]] = OrderedDict()
+        self._lengths: dict[_PartKey, int] = {}
+        self._bytes = 0
+        self._hits = self._misses = self._prefetches = 0
+
+    @property
+    def stats(self) -> ReadAheadStats:
+        return ReadAheadStats(
+            len(self._parts), self._bytes, self._hits, self._misses, self._prefetches
+        )
+
+    async def read(self, key: str, start: int, end: int, size: int) -> bytes:
+        """Bytes ``[start, end)`` of ``key``, an object of ``size`` bytes.
+
+        Raises what the backend raises (ObjectNotFoundError for a deleted object, a
+        RetryableError while the store is unreachable); nothing is cached from a failure.
+        """
+        if not 0 <= start < end <= size:
+            raise ValueError(f"range [{start}, {end}) is not inside an object of {size} bytes")
+        if self.capacity_bytes == 0:
+            return await self.backend.read_exact(key, start, end)
+        first, last = start // self.part_bytes, (end - 1) // self.part_bytes
+        tasks = [self._part(key, i, size, prefetch=False) for i in range(first, last + 1)]
+        self._evict(keep={(key, i) for i in range(first, last + 1)})
+        self._prefetch(key, last + 1, size)
+        parts = [await t for t in tasks]
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
+        base = first * self.part_bytes
+        return data[start - base : end - base]
+
+    def _prefetch(self, key: str, index: int, size: int) -> None:
+        """Start fetching part ``index`` if the object has it and it fits the capacity
+        (a prefetch never evicts: what a reader uses now is worth more than a guess)."""
+        lo = index * self.part_bytes
+        if lo >= size:
+            return
+        if (key, index) in self._parts:
+            self._parts.move_to_end((key, index))
+        elif self._bytes + min(self.part_bytes, size - lo) <= self.capacity_bytes:
+            self._part(key, index, size, prefetch=True)
+
+    def _part(self, key: str, index: int, size: int, *, prefetch: bool) -> asyncio.Task[bytes]:
+        pk = (key, index)
+        task = self._parts.get(pk)
+        if task is not None and _failed(task):
+            self._drop(pk)  # failed, its done callback not run yet: fetch again
+            task = None
+        if task is not None:
+            self._parts.move_to_end(pk)
+            if not prefetch:
+                self._hits += 1
+            return task
+        if prefetch:
+            self._prefetches += 1
+        else:
+            self._misses += 1
+        lo = index * self.part_bytes
+        hi = min(lo + self.part_bytes, size)
+        task = asyncio.create_task(self._fetch(key, lo, hi), name=f"read-ahead {key}#{index}")
+        task.add_done_callback(lambda t: self._settled(pk, t))
+        self._parts[pk] = task
+        self._lengths[pk] = hi - lo
+        self._bytes += hi - lo
+        return task
+
+    async def _fetch(self, key: str, lo: int, hi: int) -> bytes:
+        data = await self.backend.read_exact(key, lo, hi)
+        if self._on_fetch is not None:
+            self._on_fetch(len(data))
+        return data
+
+    def _settled(self, pk: _PartKey, task: asyncio.Task[bytes]) -> None:
+        """Drop a failed part at once (the next read retries), and mark its exception as
+        seen: a prefetch nobody awaits must not log "exception was never retrieved"."""
+        if _failed(task):
+            if self._parts.get(pk) is task:
+                self._drop(pk)
+            if not task.cancelled():
+                log.debug("read-ahead of %s part %d failed: %s", *pk, task.exception())
+
+    def _evict(self, keep: set[_PartKey]) -> None:
+        for pk in list(self._parts):
+            if self._bytes <= self.capacity_bytes:
+                return
+            if pk not in keep:
+                self._drop(pk)
+
+    def _drop(self, pk: _PartKey) -> None:
+        # A dropped part still being fetched finishes for whoever awaits it; its bytes
+        # are simply not kept.
+        del self._parts[pk]
+        self._bytes -= self._lengths.pop(pk)
+
+    async def settle(self) -> None:
+        """Wait until no part is being fetched (the background fetches included)."""
+        pending = [t for t in self._parts.values() if not t.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.sleep(0)  # one loop turn: the parts' done callbacks run
+
+    async def close(self) -> None:
+        """Cancel fetches nobody waits for and forget every part; safe to call twice."""
+        tasks = list(self._parts.values())
+        for pk in list(self._parts):
+            self._drop(pk)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _failed(task: asyncio.Task[bytes]) -> bool:
+    return task.done() and (task.cancelled() or task.exception() is not None)
