@@ -27,6 +27,7 @@ tell the operator?* (:class:`FatalError`).
         │   ├── ObjectNotFoundError     an object a manifest or caller needs is absent
         │   ├── CorruptManifestError    manifest JSON that does not validate
         │   ├── CorruptLossRecordError  loss record JSON that does not validate
+        │   ├── CorruptProvenanceError  tiering / init / retention record that does not validate
         │   ├── SizeMismatchError       object size differs from its manifest
         │   └── DigestMismatchError     object digest differs from its manifest
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
@@ -58,6 +59,7 @@ __all__ = [
     "CorruptDataError",
     "CorruptLossRecordError",
     "CorruptManifestError",
+    "CorruptProvenanceError",
     "CorruptRecordError",
     "CorruptUnitError",
     "DigestMismatchError",
@@ -171,6 +173,11 @@ class CorruptManifestError(ColdDataError):
 
 class CorruptLossRecordError(ColdDataError):
     """A loss record (``LOSS/<name>.json``) that is not valid JSON or fails validation."""
+
+
+class CorruptProvenanceError(ColdDataError):
+    """A tiering, init or retention record (tieredstore.provenance) that is not valid JSON
+    or fails validation."""
 
 
 class SizeMismatchError(ColdDataError):

@@ -431,7 +431,7 @@ def queue_summary(
     (unordered). ``lag_messages`` is the untiered hot tail ``hot_max - max(cold_max,
     hot_min)`` (the whole hot range for a queue with no segment).
     """
-    hot_ok = hot.where("error IS NULL").drop("error", "lag_cutoff")
+    hot_ok = hot.where("error IS NULL").drop("error")
     compared = facts.groupBy(*_QUEUE).agg(
         {"units_compared": "sum", "bytes_compared": "sum", "cold_only": "sum"}
     )
@@ -458,5 +458,6 @@ def queue_summary(
             "coalesce(`sum(bytes_compared)`, 0) AS bytes_compared",
             "coalesce(`sum(cold_only)`, 0) AS cold_only",
             "coalesce(`count`, 0) AS pending_objects",
+            "lag_cutoff",
         )
     )

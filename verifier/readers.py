@@ -19,6 +19,7 @@ tasks run (on the broker host with ``local[*]``, or a shared mount on a cluster)
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +39,9 @@ from tieredstore.errors import (
     ConfigError,
     CorruptLossRecordError,
     CorruptManifestError,
+    CorruptProvenanceError,
+    InvalidNameError,
+    ObjectNotFoundError,
     OffsetOutOfRangeError,
     StoreNotFoundError,
     TieredStoreError,
@@ -52,8 +56,18 @@ from tieredstore.layout import (
     SegmentKind,
     broker_prefix,
     classify_listed,
+    parse_queue_record_key,
+    tiering_key,
 )
 from tieredstore.loss import LossRecord, read_loss_record
+from tieredstore.provenance import (
+    QueueInit,
+    RetentionMark,
+    TieringRecord,
+    find_tiered_prefix,
+    read_queue_record,
+    read_tiering_record,
+)
 from tieredstore.segment import digest, read_manifest
 from verifier import schemas
 from verifier.model import LagAllowance, LagUnit, Level
@@ -77,6 +91,7 @@ __all__ = [
     "manifest_frame",
     "objects_frame",
     "open_cold",
+    "require_tiered",
     "segment_facts_frame",
     "tail_timestamp",
 ]
@@ -134,6 +149,9 @@ class ColdListing:
     objects: pa.Table
     unrecognised: tuple[str, ...]
     losses: tuple[LossRecord, ...] = ()
+    tiering: TieringRecord | None = None
+    inits: tuple[QueueInit, ...] = ()
+    retention: tuple[RetentionMark, ...] = ()
 
 
 def _mtime_ms(fs: AbstractFileSystem, path: str, info: Mapping[str, Any]) -> int:
@@ -194,11 +212,14 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
     rows: list[Row] = []
     unrecognised: list[str] = []
     losses: list[LossRecord] = []
+    records = _Provenance(fs, prefix, tiering_key(cluster, broker))
     cut = len(root) + 1 if root else 0
     for path, info in sorted(found.items()):
         key = path[cut:]
         parsed = classify_listed(key, prefix)
-        if isinstance(parsed, OwnEntry):  # lease, quarantine, config: ours, not segments
+        if isinstance(parsed, OwnEntry):  # lease, quarantine, config, provenance: ours
+            if not records.take(path, key):
+                unrecognised.append(key)  # a provenance record that does not validate
             continue
         loss = _read_loss(fs, path, key) if isinstance(parsed, LossKey) else None
         if loss is not None:
@@ -219,7 +240,83 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
             }
         )
     table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
-    return ColdListing(table, tuple(unrecognised), tuple(losses))
+    return ColdListing(
+        table, tuple(unrecognised), tuple(losses), records.tiering, tuple(records.inits),
+        tuple(records.retention),
+    )  # fmt: skip
+
+
+class _Provenance:
+    """The provenance records met in a listing (:mod:`tieredstore.provenance`), read and
+    validated; one that does not validate explains nothing (it is listed as
+    unrecognised, so the offsets it would have explained stay an anomaly)."""
+
+    def __init__(self, fs: AbstractFileSystem, prefix: str, tiering: str) -> None:
+        self.fs, self.prefix, self.tiering_key = fs, prefix, tiering
+        self.tiering: TieringRecord | None = None
+        self.inits: list[QueueInit] = []
+        self.retention: list[RetentionMark] = []
+
+    def take(self, path: str, key: str) -> bool:
+        """Read ``key`` if it is a provenance record; False if it is one that is corrupt."""
+        is_tiering = key == self.tiering_key
+        try:
+            if not is_tiering and parse_queue_record_key(key, self.prefix) is None:
+                return True  # the lease, quarantine, config copies: not ours to read
+            data = self.fs.cat_file(path)
+            if is_tiering:
+                self.tiering = read_tiering_record(data, key)
+                return True
+            rec = read_queue_record(data, key, self.prefix)
+        except FileNotFoundError:
+            return True
+        except (CorruptProvenanceError, InvalidNameError):
+            return False
+        (self.inits if isinstance(rec, QueueInit) else self.retention).append(rec)  # type: ignore[arg-type]
+        return True
+
+
+class _FsRecords:
+    """The driver's sync fsspec filesystem as a :class:`~tieredstore.provenance.RecordSource`."""
+
+    def __init__(self, fs: AbstractFileSystem, root: str) -> None:
+        self.fs, self.root = fs, root
+
+    async def read(self, key: str) -> bytes:
+        try:
+            data: bytes = self.fs.cat_file(ColdLocation.path(self.root, key))
+        except FileNotFoundError as exc:
+            raise ObjectNotFoundError("no such object", where=key) from exc
+        return data
+
+    async def list(self, prefix: str = "") -> list[_Key]:
+        try:
+            found = self.fs.find(ColdLocation.path(self.root, prefix.rstrip("/")))
+        except FileNotFoundError:
+            return []
+        cut = len(self.root) + 1 if self.root else 0
+        return [_Key(str(p)[cut:]) for p in sorted(found)]
+
+
+@dataclass(frozen=True)
+class _Key:
+    key: str
+
+
+def require_tiered(cold: ColdLocation, cluster: str, broker: str) -> TieringRecord:
+    """The broker's tiering record, read on the driver before Spark starts.
+
+    Raises:
+        NotTieredError: none at the prefix (one line: what was looked for, which
+            brokers the cluster has); ConfigError as :func:`open_cold`.
+    """
+    fs, root = open_cold(cold)
+    found = asyncio.run(
+        find_tiered_prefix(_FsRecords(fs, root), cluster, broker, where=cold.url,
+                           require_record=True)
+    )  # fmt: skip
+    assert found is not None  # required
+    return found
 
 
 def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:

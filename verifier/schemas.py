@@ -191,6 +191,7 @@ QUEUE_SUMMARY: Final = StructType(
         _s("bytes_compared", LongType()),
         _s("cold_only", LongType()),
         _s("pending_objects", LongType()),  # unreferenced, younger than the grace
+        _s("lag_cutoff", LongType(), True),  # null: no hot queue
     ]
 )
 
