@@ -50,6 +50,7 @@ __all__ = [
     "gap",
     "hot_not_covered",
     "lost_before_tiering",
+    "manifest_mismatch",
     "missing_object",
     "orphan_object",
     "overlap",
@@ -336,6 +337,13 @@ def record_mismatch(facts: DataFrame) -> DataFrame:
     ``record_fields`` facts)."""
     found = _facts_of(facts, FactKind.CQ_OFFSETS, FactKind.RECORD_FIELDS)
     return _fact_anomalies(found, FindingKind.RECORD_MISMATCH)
+
+
+def manifest_mismatch(facts: DataFrame) -> DataFrame:
+    """``manifest_mismatch``: a manifest's store-time range or message count differs
+    from its records (``manifest_fields`` facts, content level)."""
+    found = _facts_of(facts, FactKind.MANIFEST_FIELDS)
+    return _fact_anomalies(found, FindingKind.MANIFEST_MISMATCH)
 
 
 def content_mismatch(facts: DataFrame) -> DataFrame:

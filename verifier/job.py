@@ -220,6 +220,7 @@ def _anomalies(
         checks.digest_mismatch(run.facts),
         checks.record_mismatch(run.facts),
         checks.content_mismatch(run.facts),
+        checks.manifest_mismatch(run.facts),
         checks.orphan_object(run.objects, run.valid, opts.now_ms, grace_ms),
     ]
     if inputs.catalogue is not None:

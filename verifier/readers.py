@@ -74,6 +74,7 @@ from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (
     FactKind,
     HotSide,
+    ManifestClaims,
     SegmentFacts,
     SegmentGeometry,
     check_segment,
@@ -87,6 +88,7 @@ __all__ = [
     "SegmentTask",
     "hot_queue_frame",
     "list_cold_objects",
+    "loss_detail",
     "losses_frames",
     "manifest_frame",
     "objects_frame",
@@ -344,7 +346,7 @@ def losses_frames(
             "accepted_at_ms": x.accepted_at_ms,
             "writer_id": x.writer_id,
             "lease_epoch": x.lease_epoch,
-            "detail": _loss_detail(x),
+            "detail": loss_detail(x),
         }
         for x in losses
     ]
@@ -371,7 +373,8 @@ def losses_frames(
     )
 
 
-def _loss_detail(x: LossRecord) -> str:
+def loss_detail(x: LossRecord) -> str:
+    """The report text of one accepted loss."""
     when = dt.datetime.fromtimestamp(x.accepted_at_ms / 1000, tz=dt.UTC)
     return (
         f"{x.count} messages the broker deleted before they were tiered; the loss was "
@@ -617,7 +620,10 @@ class _SegmentRun:
             hot_side = self._hot_side(lo, hi) if hi > lo else None
             if hot_side is None and hi > lo:
                 cold_only += hi - lo  # the broker deleted it while we looked
-            found = check_segment(geo, units, cl=cl, hot=hot_side)
+            claims = ManifestClaims(
+                seg["min_store_timestamp"], seg["max_store_timestamp"], seg["message_count"]
+            )
+            found = check_segment(geo, units, cl=cl, hot=hot_side, claims=claims)
             compared, bytes_compared = found.units_compared, found.bytes_compared
             self._add_facts(found)
         return self.out | {
@@ -668,6 +674,7 @@ class _SegmentRun:
             FactKind.RECORD_FIELDS: self.seg["cl_key"],
             FactKind.RECORD_BYTES: self.seg["cl_key"],
             FactKind.CQ_VS_HOT: self.seg["cq_key"],
+            FactKind.MANIFEST_FIELDS: self.seg["manifest_key"],
         }
         for f in found.facts:
             self.facts.append(

@@ -128,6 +128,9 @@ SEGMENT_WORK: Final = StructType(
         _s("hot_present", BooleanType()),
         _s("hot_min", LongType()),
         _s("hot_max", LongType()),
+        _s("min_store_timestamp", LongType()),  # what the manifest claims
+        _s("max_store_timestamp", LongType()),
+        _s("message_count", LongType()),
     ]
 )
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from tieredstore.findings import FindingKind
 from tieredstore.loss import LossRecord
 from tieredstore.provenance import QueueInit, RetentionMark, TieringRecord
+from verifier.readers import loss_detail
 from verifier.result import Anomaly, QueueReport
 
 __all__ = ["Requirements", "Span", "apply_requirements", "merge_spans"]
@@ -77,6 +78,7 @@ class Requirements:
     inits: dict[Queue, QueueInit]
     retained_from: dict[Queue, RetentionMark]
     spans: dict[Queue, list[Span]]
+    losses: dict[Queue, list[LossRecord]]
 
     @classmethod
     def of(
@@ -91,10 +93,15 @@ class Requirements:
             q = (r.topic, r.queue_id)
             if q not in latest or r.first_offset > latest[q].first_offset:
                 latest[q] = r
+        records = list(losses)
         spans: dict[Queue, list[Span]] = {}
-        for s in merge_spans(losses):
+        for s in merge_spans(records):
             spans.setdefault((s.topic, s.queue_id), []).append(s)
-        return cls(tiering, {(i.topic, i.queue_id): i for i in inits}, latest, spans)
+        by_queue: dict[Queue, list[LossRecord]] = {}
+        for x in records:
+            by_queue.setdefault((x.topic, x.queue_id), []).append(x)
+        inits_by_queue = {(i.topic, i.queue_id): i for i in inits}
+        return cls(tiering, inits_by_queue, latest, spans, by_queue)
 
     def covered(self, q: Queue, start: int, end: int) -> bool:
         """Whether one accepted-loss span holds all of ``[start, end)``."""
@@ -140,7 +147,14 @@ def _missing_head(q: QueueReport, req: Requirements, required: int | None) -> li
     if cold_min is None or required is None or cold_min <= required:
         return []
     if req.covered((q.topic, q.queue_id), required, cold_min):
-        return []
+        # Accepted losses at the head: the Spark check leaves out those ending at or
+        # below cold min (history, it assumes); in the required range they are not.
+        return [
+            Anomaly(q.topic, q.queue_id, x.start_offset, FindingKind.LOST_BEFORE_TIERING,
+                    x.end_offset, x.count, x.key, loss_detail(x))
+            for x in req.losses.get((q.topic, q.queue_id), ())
+            if required < x.end_offset <= cold_min
+        ]  # fmt: skip
     detail = (
         f"cold starts at {cold_min} but the queue must be in cold from {required}; no "
         f"retention or loss record explains [{required}, {cold_min})"
