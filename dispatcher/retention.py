@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from dispatcher.lease import Lease
 from dispatcher.lease_guard import hold_lease
 from dispatcher.metrics import Metrics
+from dispatcher.provenance_writer import record_head_removal
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
@@ -387,8 +388,11 @@ async def _finish(
 ) -> QueueRow:
     """Steps 2–5 for a DELETING segment; each is idempotent (a missing object is fine).
 
-    The lease is checked (locally, against its deadline) before every deletion.
+    The lease is checked (locally, against its deadline) before every deletion. The
+    retention record (the queue's new first offset) is created first, so no crash
+    leaves a missing head unexplained.
     """
+    await record_head_removal(backend, lease, segment)
     m = segment.manifest
     for step, key in (
         (DeletionStep.MANIFEST, m.key),

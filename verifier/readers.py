@@ -305,20 +305,22 @@ class _Key:
     key: str
 
 
-def require_tiered(cold: ColdLocation, cluster: str, broker: str) -> TieringRecord:
-    """The broker's tiering record, read on the driver before Spark starts.
+def require_tiered(
+    cold: ColdLocation, cluster: str, broker: str, *, require_record: bool = True
+) -> TieringRecord | None:
+    """The broker's tiering record, read on the driver before Spark starts
+    (:func:`~tieredstore.provenance.find_tiered_prefix` over the driver's filesystem;
+    None only when not ``require_record`` and the prefix holds segments but no record).
 
     Raises:
-        NotTieredError: none at the prefix (one line: what was looked for, which
+        NotTieredError: nothing at the prefix (one line: what was looked for, which
             brokers the cluster has); ConfigError as :func:`open_cold`.
     """
     fs, root = open_cold(cold)
-    found = asyncio.run(
+    return asyncio.run(
         find_tiered_prefix(_FsRecords(fs, root), cluster, broker, where=cold.url,
-                           require_record=True)
+                           require_record=require_record)
     )  # fmt: skip
-    assert found is not None  # required
-    return found
 
 
 def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:

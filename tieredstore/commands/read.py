@@ -21,6 +21,7 @@ from tieredstore.backends import open_cold
 from tieredstore.commands._settings import add_settings_arguments, positive_int, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
+from tieredstore.provenance import find_tiered_prefix
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
 
 
@@ -74,6 +75,10 @@ def _print_text(m: ColdMessage, out: TextIO) -> None:
 
 async def _read(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
     async with open_cold(settings) as backend:
+        await find_tiered_prefix(
+            backend, settings.cluster, settings.broker,
+            where=settings.redacted()["cold.url"], require_record=False,
+        )  # fmt: skip
         reader = ColdReader(backend, settings.cluster, settings.broker)
         offset = args.offset
         if args.timestamp is not None:

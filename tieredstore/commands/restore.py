@@ -27,6 +27,7 @@ from tieredstore.commands._settings import add_settings_arguments, positive_int,
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
 from tieredstore.logs import configure_logging
+from tieredstore.provenance import find_tiered_prefix
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
 
@@ -204,6 +205,11 @@ def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
 async def _restore(settings: Settings, args: argparse.Namespace, progress: bool) -> int:
     params = _params(settings, args)
     async with open_cold(settings) as backend:
+        # Before anything is written: a wrong prefix leaves no --out behind.
+        await find_tiered_prefix(
+            backend, settings.cluster, settings.broker,
+            where=settings.redacted()["cold.url"], require_record=False,
+        )  # fmt: skip
         if args.check:
             from tieredstore.restore.check import check_restored
 
