@@ -75,7 +75,9 @@ def _segment_objects(cold: Path) -> set[str]:
     return {
         p.relative_to(cold).as_posix()
         for p in prefix.rglob("*")
-        if p.is_file() and not p.name.startswith(("_", "."))
+        if p.is_file()
+        and not p.name.startswith(".")
+        and not p.relative_to(prefix).parts[0].startswith("_")  # ours: lease, records, ...
     }
 
 

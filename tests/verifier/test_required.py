@@ -75,6 +75,10 @@ def test_a_deleted_queue_directory_is_hot_not_covered(world: World) -> None:
     assert found(doc) == {("hot_not_covered", Q.topic, Q.queue_id, lo, hi, None)}
     q = queue_doc(doc, Q)
     assert (q["status"], q["required_start"], q["segments"]) == ("corrupt", 0, 0)
+    # In the report it is red with its class, not amber lag.
+    page = (world.out / "report.html").read_text()
+    assert f"hot_not_covered [{lo}, {hi})" in page and f"lag [{lo}, {hi})" not in page
+    assert 'class="status-corrupt" title="hot_not_covered"' in page
 
 
 def test_a_deleted_queue_without_its_init_record_is_still_corrupt(world: World) -> None:
