@@ -57,9 +57,10 @@ def build(hot: HotStore, queue: QueueKey, start: int, end: int, cl_base: int) ->
     )
 
 
-def tiering_record(rules: TopicRules = TopicRules()) -> TieringRecord:
-    """The broker's tiering record a sidecar tiering by ``rules`` would have written."""
-    epoch = RuleEpoch(CREATED_AT_MS, rules, "test-writer", 1)
+def tiering_record(rules: TopicRules | None = None) -> TieringRecord:
+    """The broker's tiering record a sidecar tiering by ``rules`` (default: every topic)
+    would have written."""
+    epoch = RuleEpoch(CREATED_AT_MS, rules or TopicRules(), "test-writer", 1)
     return TieringRecord(CLUSTER, BROKER, (epoch,))
 
 
