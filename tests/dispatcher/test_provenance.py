@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.gc import delete_garbage, scan_garbage
 from dispatcher.lease import Lease
 from dispatcher.provenance_writer import ProvenanceWriter
 from dispatcher.retention import DeletionStep
 from dispatcher.runtime import open_runtime
 from dispatcher.topic_filter import TopicFilter
+from metadata.reconcile import rebuild
 from metadata.rows import QueueRow, QueueState, SegmentRow
 from tests.dispatcher.test_retention_deletion import END, SPEC, H, _settings, _tier
 from tieredstore.backends.memory import MemoryBackend
@@ -144,3 +146,33 @@ async def test_inits_are_written_only_where_hot_proves_the_start(store: Path) ->
     writer._settled = None  # a restart: nothing known in memory
     await writer.ensure_inits([_row("SynthTopic0", 0, lo + 5, lo + 5, lo + 5)], "earliest")
     assert await init_of("SynthTopic0", 0) == first
+
+
+def _records(cold: Path) -> set[str]:
+    prefix = cold / broker_prefix(CLUSTER, BROKER)
+    found = set((prefix / "_queues").rglob("*.json")) | {prefix / "_tiering.json"}
+    return {p.relative_to(cold).as_posix() for p in found}
+
+
+async def test_gc_never_collects_the_records_and_rebuild_starts_queues_from_them(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    clock.set_ms(END + int(2 * H * 1000))
+    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert (await rt.retention.run_pass()).expired
+        records = _records(tmp_path / "cold")
+        assert any("/RETENTION/" in k for k in records)
+        report = await scan_garbage(rt.backend, cluster=CLUSTER, broker=BROKER,
+                                    now_ms=clock.now_ms() + 10**9, grace_s=0)  # fmt: skip
+        assert not report.garbage and not report.findings
+        await delete_garbage(report, backend=rt.backend, lease=rt.dispatcher.lease)
+        assert _records(tmp_path / "cold") == records
+        expected = {(q.topic, q.queue_id): q.cold_min for q in rt.catalogue.queues()}
+        # A catalogue rebuilt from the bucket starts each queue where its records say
+        # (the retention watermark), so every remaining manifest is adopted.
+        rebuilt = await rebuild(rt.backend, tmp_path / "state2", cluster=CLUSTER, broker=BROKER)
+    assert rebuilt.clean, rebuilt
+    assert {(q.topic, q.queue_id): q.init_offset for q in rebuilt.created} == expected
