@@ -94,9 +94,7 @@ class Dispatcher:
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
-        self.provenance = ProvenanceWriter(
-            backend, lease, hot, cluster=writer.cluster, broker=writer.broker
-        )
+        self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer)
         self.discovery = Discovery(
             hot=hot, catalogue=catalogue, metrics=self.metrics, config=config, reminded=reminded
         )
@@ -161,10 +159,7 @@ class Dispatcher:
         report = TickReport()
         await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
         rows = await self.discover()
-        # What must be in cold, in cold, before any of it is: the rules (after a reload
-        # too) and each queue's init record, ahead of its first manifest.
-        await self.provenance.publish_rules(self.config.topic_filter.rules())
-        await self.provenance.ensure_inits(rows, self.config.init_policy)
+        await self.provenance.before_tiering(rows, self.config)
         await self.rounds.new_tick()
         report.new_queues = list(self.discovery.new_queues)
         idle = [r for r in rows if QueueKey(r.topic, r.queue_id) not in self._inflight]

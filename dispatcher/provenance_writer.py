@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from dispatcher.cold_writer import ColdWriter
+from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.lease import Lease
 from metadata.rows import QueueRow, SegmentRow
 from tieredstore.backends.base import Backend
@@ -51,6 +53,19 @@ class ProvenanceWriter:
         self.cluster, self.broker = cluster, broker
         self._rules: TopicRules | None = None  # as last published by this process
         self._settled: set[QueueKey] | None = None  # queues with an init record (or none due)
+
+    @classmethod
+    def for_writer(
+        cls, backend: Backend, lease: Lease, hot: HotStore, writer: ColdWriter
+    ) -> ProvenanceWriter:
+        """The records of the broker ``writer`` writes segments of."""
+        return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker)
+
+    async def before_tiering(self, rows: list[QueueRow], config: DispatcherConfig) -> None:
+        """What must be in cold, in cold, before any of it is: the rules (after a reload
+        too) and each of ``rows``' init record, ahead of its first manifest."""
+        await self.publish_rules(config.topic_filter.rules())
+        await self.ensure_inits(rows, config.init_policy)
 
     async def publish_rules(self, rules: TopicRules) -> None:
         """Make ``rules`` the tiering record's current rules (once per change)."""
