@@ -92,7 +92,7 @@ def check_sources(options: ArchiveOptions) -> None:
         try:
             require_tiered(options.cold, options.cluster, broker, require_record=False)
         except NotTieredError as exc:  # the one check verify, restore, export, read make
-            raise NotTieredError(
+            raise ConfigError(  # the data source's errors are ConfigErrors
                 f"{SOURCE_NAME} data source: {exc.message}", where=options.cold.url
             ) from exc
 
