@@ -598,6 +598,7 @@ def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> in
     (root / "hot" / "commitlog").mkdir(parents=True)
     (root / "hot" / "commitlog" / f"{0:020d}").write_bytes(bytes(8))
     (root / "hot" / "checkpoint").write_bytes(bytes(4096))
+    _records(root / "cold", queues)
     for q in range(queues):
         hot = np.zeros(per_queue, dtype=CQ_UNIT_DTYPE)
         hot["commitlog_offset"] = (np.arange(per_queue, dtype=np.int64) * queues + q) * RECORD
@@ -649,6 +650,30 @@ def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> in
             with path.open("wb") as fh:
                 fh.truncate(cl_size)  # sparse: never read at this level
     return per_queue * queues
+
+
+def _records(cold: Path, queues: int) -> None:
+    """What a sidecar writes besides segments: the tiering record (every topic) and each
+    queue's init record (offset 0), so the verifier has a required range to check."""
+    from tieredstore.layout import QueuePath
+    from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord
+    from tieredstore.topic_rules import TopicRules
+
+    record = TieringRecord(CLUSTER, BROKER, (RuleEpoch(0, TopicRules(), "bench", 1),))
+    inits = [
+        QueueInit.new(
+            QueuePath(CLUSTER, BROKER, "BenchTopic", q),
+            0,
+            "earliest",
+            created_at_ms=0,
+            writer_id="bench",
+            lease_epoch=1,
+        )
+        for q in range(queues)
+    ]
+    for key, data in [(record.key, record.to_json()), *((i.key, i.to_json()) for i in inits)]:
+        (cold / key).parent.mkdir(parents=True, exist_ok=True)
+        (cold / key).write_bytes(data)
 
 
 # -- the verifier's content stage and the archive, on one store --------------------------

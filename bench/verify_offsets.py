@@ -55,7 +55,7 @@ def numpy_baseline(root: Path) -> int:
     checked = 0
     for qdir in sorted((root / "hot" / "consumequeue" / "BenchTopic").iterdir()):
         hot = np.concatenate([np.fromfile(f, dtype=CQ_UNIT_DTYPE) for f in sorted(qdir.iterdir())])
-        for mpath in sorted((root / "cold").rglob("*.json")):
+        for mpath in sorted((root / "cold").rglob("MANIFEST/*.json")):
             if f"/BenchTopic/{qdir.name}/" not in str(mpath):
                 continue
             m = json.loads(mpath.read_text())

@@ -33,6 +33,7 @@ from dispatcher.durability import CommitlogSyncer, DurabilityGuard
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
+from dispatcher.provenance_writer import ProvenanceWriter
 from dispatcher.rounds import Rounds
 from dispatcher.tick_report import TickReport, record_error
 from metadata.catalogue import Catalogue
@@ -93,6 +94,7 @@ class Dispatcher:
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
+        self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer)
         self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
         self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
                                    config=config, reminded=reminded,
@@ -159,6 +161,7 @@ class Dispatcher:
         report = TickReport()
         await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
         rows = await self.discover()
+        await self.provenance.before_tiering(rows, self.config)
         await self.rounds.new_tick()
         report.new_queues = list(self.discovery.new_queues)
         idle = [r for r in rows if QueueKey(r.topic, r.queue_id) not in self._inflight]
@@ -229,6 +232,7 @@ class Dispatcher:
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
         await self.writer.recover()
+        await self.provenance.publish_rules(self.config.topic_filter.rules())
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self._lock:
             for job in self.startup:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from dispatcher.lease import Lease
 from dispatcher.lease_guard import hold_lease
 from dispatcher.metrics import Metrics
+from dispatcher.provenance_writer import record_head_removal
 from metadata.catalogue import Catalogue
 from metadata.reconcile import reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
@@ -408,6 +409,8 @@ async def _finish(
     before the first, the manifest key is read: if it holds another writer's manifest
     (or something unreadable), the segment this row meant is no longer in cold and
     nothing is deleted; the row is dropped (whatever its objects were, GC decides).
+    Otherwise the retention record (the queue's new first offset) is created before
+    anything is deleted, so no crash leaves a missing head unexplained.
     """
     m = segment.manifest
     if await _foreign(backend, m):
@@ -419,6 +422,7 @@ async def _finish(
         return await asyncio.to_thread(
             catalogue.drop_segment, segment.topic, segment.queue_id, segment.start_offset
         )
+    await record_head_removal(backend, lease, segment)
     for step, key in (
         (DeletionStep.MANIFEST, m.key),
         (DeletionStep.CONSUME_QUEUE, m.consume_queue_key),

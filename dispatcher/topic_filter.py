@@ -1,30 +1,18 @@
-"""Which topics the dispatcher tiers: include/exclude globs and system topics."""
+"""Which topics the dispatcher tiers: the core rules (:mod:`tieredstore.topic_rules`)
+built from the settings."""
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Iterable
-from dataclasses import dataclass
-
 from tieredstore.config import Settings
+from tieredstore.topic_rules import TopicRules
 
 __all__ = ["TopicFilter"]
 
 
-@dataclass(frozen=True, slots=True)
-class TopicFilter:
-    """Decides per topic; patterns are shell globs matched case-sensitively.
+class TopicFilter(TopicRules):
+    """:class:`~tieredstore.topic_rules.TopicRules` read from ``tiering.*`` settings."""
 
-    Order: an explicit exclude wins; then ``%RETRY%``/``%DLQ%`` topics need their
-    switch; then system topics are skipped unless explicitly included; then, when an
-    include list is given, only matching topics pass.
-    """
-
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    system: tuple[str, ...] = ()
-    include_retry: bool = False
-    include_dlq: bool = False
+    __slots__ = ()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TopicFilter:
@@ -36,17 +24,8 @@ class TopicFilter:
             include_dlq=bool(settings["tiering.include_dlq"]),
         )
 
-    @staticmethod
-    def _any(topic: str, patterns: Iterable[str]) -> bool:
-        return any(fnmatch.fnmatchcase(topic, p) for p in patterns)
-
-    def accepts(self, topic: str) -> bool:
-        if self._any(topic, self.exclude):
-            return False
-        if topic.startswith("%RETRY%"):
-            return self.include_retry
-        if topic.startswith("%DLQ%"):
-            return self.include_dlq
-        if self._any(topic, self.system):
-            return self._any(topic, self.include)
-        return not self.include or self._any(topic, self.include)
+    def rules(self) -> TopicRules:
+        """The plain rules (what the tiering record stores)."""
+        return TopicRules(
+            self.include, self.exclude, self.system, self.include_retry, self.include_dlq
+        )

@@ -7,7 +7,10 @@ broker's cold prefix:
   exactly (``start == cold_commit``, ``cl_base == cold_cl_end``) and whose objects are
   present with the recorded sizes are committed to the catalogue, in order — the crash
   between manifest write and catalogue commit, healed. A queue the catalogue does not know
-  is created from its first manifest or loss record (init offset = its start).
+  is created from its init record (``_queues/<topic>/<id>/INIT.json``,
+  :mod:`tieredstore.provenance`) at ``max(init offset, the highest retention record's
+  first offset)`` — so a missing head shows as a gap — or, in a store an older sidecar
+  wrote, from its first manifest or loss record (init offset = its start).
 * **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.loss`) are adopted in the
   same order: a loss record that starts at ``cold_commit`` of an ACTIVE or PAUSED queue
   moves the queue past it (:meth:`~metadata.catalogue.Catalogue.accept_loss`) — how a
@@ -52,6 +55,8 @@ from tieredstore.errors import (
     CatalogueError,
     CorruptLossRecordError,
     CorruptManifestError,
+    CorruptProvenanceError,
+    InvalidNameError,
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
@@ -62,9 +67,11 @@ from tieredstore.layout import (
     Unrecognised,
     broker_prefix,
     classify_listed,
+    parse_queue_record_key,
 )
 from tieredstore.loss import LossRecord, read_loss_record
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.provenance import QueueInit, read_queue_record
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend, ObjectInfo
@@ -139,6 +146,7 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
         _check_rows(segments, listing, found)
     queues = [await _heal_stale(catalogue, backend, q, found) for q in queues]
     known = {(q.topic, q.queue_id): q for q in queues}
+    await _rows_from_records(catalogue, backend, listing, prefix, known, entries, found)
     for (topic, queue_id), keys in sorted(entries.items()):
         await _adopt_queue(
             catalogue, backend, listing, known.get((topic, queue_id)), topic, queue_id, keys, found
@@ -374,6 +382,43 @@ async def _adopt_loss(
     return row, True
 
 
+async def _rows_from_records(
+    catalogue: Catalogue,
+    backend: Backend,
+    listing: dict[str, ObjectInfo],
+    prefix: str,
+    known: dict[tuple[str, int], QueueRow],
+    entries: dict[tuple[str, int], list[_Entry]],
+    found: _Findings,
+) -> None:
+    """Create the rows of queues the catalogue lacks from their provenance records (init
+    and retention: where the queue's history starts), adding them to ``known``. A record
+    that does not parse is reported and creates nothing."""
+    starts: dict[tuple[str, int], int] = {}
+    inits: set[tuple[str, int]] = set()
+    for key in listing:
+        try:
+            parsed = parse_queue_record_key(key, prefix)
+            if parsed is None:
+                continue
+            rec = read_queue_record(await backend.read(key), key, prefix)
+        except (InvalidNameError, CorruptProvenanceError) as exc:
+            found.issue(FindingKind.UNRECOGNISED, key, str(exc))
+            continue
+        except ObjectNotFoundError:
+            continue
+        q = (rec.topic, rec.queue_id)
+        offset = rec.init_offset if isinstance(rec, QueueInit) else rec.first_offset
+        starts[q] = max(starts.get(q, 0), offset)
+        inits |= {q} if isinstance(rec, QueueInit) else set()
+    for q in sorted(inits - set(known)):
+        cl_base = await _first_cl_base(backend, listing, entries.get(q, ()))
+        row = await asyncio.to_thread(catalogue.ensure_queue, q[0], q[1], starts[q],
+                                      cl_base=cl_base)  # fmt: skip
+        found.created.append(row)
+        known[q] = row
+
+
 async def _first_cl_base(
     backend: Backend, listing: dict[str, ObjectInfo], keys: Sequence[_Entry]
 ) -> int:
@@ -449,9 +494,10 @@ async def rebuild(
 ) -> ReconcileReport:
     """Build a fresh catalogue in ``state_dir`` from the bucket's manifests alone.
 
-    Every queue with manifests gets a row whose init offset is its first manifest's
-    start (the true init offset is not in the bucket), then every contiguous manifest is
-    adopted. Refuses to overwrite: move an existing catalogue away first.
+    Every queue with an init record gets a row from it (and its retention records), and
+    every other queue with manifests one whose init offset is its first manifest's
+    start; then every contiguous manifest is adopted. Refuses to overwrite: move an
+    existing catalogue away first.
 
     Raises CatalogueError when a catalogue already exists in ``state_dir``, plus
     whatever :meth:`Catalogue.open` and the backend raise.

@@ -29,6 +29,7 @@ tell the operator?* (:class:`FatalError`).
         │   ├── CorruptManifestError    manifest JSON that does not validate
         │   │   └── UnsupportedFormatError  a manifest of a newer format than this version reads
         │   ├── CorruptLossRecordError  loss record JSON that does not validate
+        │   ├── CorruptProvenanceError  tiering / init / retention record that does not validate
         │   ├── SizeMismatchError       object size differs from its manifest
         │   └── DigestMismatchError     object digest differs from its manifest
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
@@ -63,6 +64,7 @@ __all__ = [
     "CorruptDataError",
     "CorruptLossRecordError",
     "CorruptManifestError",
+    "CorruptProvenanceError",
     "CorruptRecordError",
     "CorruptUnitError",
     "DigestMismatchError",
@@ -191,6 +193,11 @@ class UnsupportedFormatError(CorruptManifestError):
 
 class CorruptLossRecordError(ColdDataError):
     """A loss record (``LOSS/<name>.json``) that is not valid JSON or fails validation."""
+
+
+class CorruptProvenanceError(ColdDataError):
+    """A tiering, init or retention record (tieredstore.provenance) that is not valid JSON
+    or fails validation."""
 
 
 class SizeMismatchError(ColdDataError):

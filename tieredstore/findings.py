@@ -18,6 +18,11 @@ has one fixed :class:`Severity`::
     record_mismatch      CORRUPT   cold CQ unit vs cold CL record disagree      verifier
     content_mismatch     CORRUPT   cold differs from hot outside bytes [28, 36) verifier
     cold_ahead_of_hot    CORRUPT   cold offsets at or past the hot max          verifier
+    missing_head         CORRUPT   cold starts above the queue's required       verifier
+                                   start, no retention or loss record explains
+                                   it
+    manifest_mismatch    CORRUPT   a manifest's store times or message count    verifier
+                                   differ from its records
     orphan_object        DIRTY     an object no manifest names, past the grace  verifier, gc
     unrecognised         DIRTY     a key that is not tieredstore's; never       gc
                                    deleted
@@ -27,6 +32,8 @@ has one fixed :class:`Severity`::
                                    it)
     lost_before_tiering  DIRTY     offsets the broker deleted before they were  verifier
                                    tiered, the loss accepted (a loss record)
+    unproven_start       DIRTY     a tiered queue without an init record: where verifier
+                                   its history must start is not on record
 
 CORRUPT means committed data is damaged, missing or wrong; DIRTY means something needs
 the operator's attention while every committed message is intact.
@@ -60,11 +67,14 @@ class FindingKind(enum.Enum):
     RECORD_MISMATCH = "record_mismatch"
     CONTENT_MISMATCH = "content_mismatch"
     COLD_AHEAD_OF_HOT = "cold_ahead_of_hot"
+    MISSING_HEAD = "missing_head"
+    MANIFEST_MISMATCH = "manifest_mismatch"
     ORPHAN_OBJECT = "orphan_object"
     UNRECOGNISED = "unrecognised"
     CATALOGUE_DRIFT = "catalogue_drift"
     NOT_ADOPTED = "not_adopted"
     LOST_BEFORE_TIERING = "lost_before_tiering"
+    UNPROVEN_START = "unproven_start"
 
     @property
     def severity(self) -> Severity:
@@ -83,5 +93,6 @@ _DIRTY = frozenset(
         FindingKind.CATALOGUE_DRIFT,
         FindingKind.NOT_ADOPTED,
         FindingKind.LOST_BEFORE_TIERING,
+        FindingKind.UNPROVEN_START,
     }
 )

@@ -5,6 +5,12 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
     <md5(cluster)[:8]>_<cluster>/                      cluster_dir(cluster)
       <broker>/                                         broker_prefix(cluster, broker)
         _lease.json                                     lease_key(cluster, broker)
+        _tiering.json                                   tiering_key(cluster, broker): the
+                                                        topic rules, with since-when
+        _queues/<topic>/<queueId>/INIT.json             init_key(queue): init offset + policy
+        _queues/<topic>/<queueId>/RETENTION/<name(first)>.json
+                                                        retention_key(queue, first): the
+                                                        first offset after a head deletion
         _quarantine/<topic>/<queueId>/<stamp>/<KIND>/<name>   quarantine_key(...)
         _config/<file>/<stamp>-<digest>                 config_copy_key(...)
         <topic>/<queueId>/                              queue_root(...)
@@ -93,6 +99,8 @@ __all__ = [
     "ObjectKey",
     "OwnEntry",
     "QueuePath",
+    "QueueRecordKey",
+    "QueueRecordKind",
     "SegmentKind",
     "Unrecognised",
     "broker_prefix",
@@ -100,6 +108,7 @@ __all__ = [
     "cluster_dir",
     "config_copy_key",
     "config_prefix",
+    "init_key",
     "is_loss_key",
     "kind_prefix",
     "lease_key",
@@ -111,10 +120,14 @@ __all__ = [
     "parse_config_copy_key",
     "parse_loss_key",
     "parse_object_key",
+    "parse_queue_record_key",
     "quarantine_key",
     "quarantine_loss_key",
     "quarantine_prefix",
+    "queue_record_prefix",
     "queue_root",
+    "retention_key",
+    "tiering_key",
     "validate_name",
     "validate_topic",
 ]
@@ -134,6 +147,10 @@ _RESERVED_PREFIX: Final = "_"
 _LEASE_NAME: Final = "_lease.json"
 _QUARANTINE_DIR: Final = "_quarantine"
 _CONFIG_DIR: Final = "_config"
+_TIERING_NAME: Final = "_tiering.json"
+_QUEUES_DIR: Final = "_queues"
+_INIT_NAME: Final = "INIT.json"
+_RETENTION_DIR: Final = "RETENTION"
 _DIGEST_PREFIX_LEN: Final = 16
 #: The broker's ``config/`` files the sidecar keeps copies of (and ``restore`` puts back).
 CONFIG_FILES: Final = (
@@ -614,3 +631,82 @@ def quarantine_loss_key(loss: LossKey, *, stamp_ms: int) -> str:
     stamp = _validate_offset(stamp_ms, "quarantine stamp")
     name = loss.key.rsplit("/", 1)[1]
     return f"{quarantine_prefix(loss.queue)}/{stamp:013d}/{_LOSS_DIR}/{name}"
+
+
+# -- provenance records: what must be in cold (tieredstore.provenance) --------------------
+
+
+def tiering_key(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_tiering.json``: the broker's tiering record (which
+    topics the sidecar tiers, and since when)."""
+    return f"{broker_prefix(cluster, broker)}/{_TIERING_NAME}"
+
+
+def queue_record_prefix(queue: QueuePath) -> str:
+    """Return ``<cluster_dir>/<broker>/_queues/<topic>/<queueId>``: the queue's records.
+
+    Beside the topic directories (not inside the queue root), so that deleting a queue's
+    data leaves the record of what it had to hold.
+    """
+    return (
+        f"{broker_prefix(queue.cluster, queue.broker)}/{_QUEUES_DIR}/{queue.topic}/{queue.queue_id}"
+    )
+
+
+def init_key(queue: QueuePath) -> str:
+    """Return ``<queue_record_prefix>/INIT.json``: the queue's init record."""
+    return f"{queue_record_prefix(queue)}/{_INIT_NAME}"
+
+
+def retention_key(queue: QueuePath, first_offset: int) -> str:
+    """Return ``<queue_record_prefix>/RETENTION/<name(first)>.json``: the record that
+    retention removed the queue's head up to (not including) ``first_offset``."""
+    name = object_name(_validate_offset(first_offset, "retention first offset"))
+    return f"{queue_record_prefix(queue)}/{_RETENTION_DIR}/{name}{MANIFEST_SUFFIX}"
+
+
+class QueueRecordKind(enum.Enum):
+    """The two kinds of per-queue provenance record."""
+
+    INIT = "INIT"
+    RETENTION = "RETENTION"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecordKey:
+    """A parsed per-queue record key (``offset`` is a retention record's first offset,
+    0 for an init record); ``.key`` and :func:`parse_queue_record_key` invert."""
+
+    queue: QueuePath
+    kind: QueueRecordKind
+    offset: int = 0
+
+    @property
+    def key(self) -> str:
+        if self.kind is QueueRecordKind.INIT:
+            return init_key(self.queue)
+        return retention_key(self.queue, self.offset)
+
+
+def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
+    """Parse a key listed under the broker prefix ``prefix`` (ending with ``/``) as a
+    per-queue record; None when it is not under ``_queues/`` at all.
+
+    Raises:
+        InvalidNameError: under ``_queues/`` but not a key :func:`init_key` or
+            :func:`retention_key` makes.
+    """
+    rest = key[len(prefix) :]
+    if not rest.startswith(_QUEUES_DIR + "/"):
+        return None
+    parts = rest.split("/")
+    head = prefix.rstrip("/").split("/")
+    if len(head) != 2 or len(parts) not in (4, 5):
+        raise InvalidNameError("not a queue record key", where=key)
+    queue = _parse_queue_parts([*head, parts[1], parts[2]], key)
+    if len(parts) == 4 and parts[3] == _INIT_NAME:
+        return QueueRecordKey(queue, QueueRecordKind.INIT)
+    if len(parts) == 5 and parts[3] == _RETENTION_DIR:
+        offset = _parse_name(parts[4], SegmentKind.MANIFEST, key)[0]
+        return QueueRecordKey(queue, QueueRecordKind.RETENTION, offset)
+    raise InvalidNameError("not a queue record key", where=key)

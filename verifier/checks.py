@@ -50,6 +50,7 @@ __all__ = [
     "gap",
     "hot_not_covered",
     "lost_before_tiering",
+    "manifest_mismatch",
     "missing_object",
     "orphan_object",
     "overlap",
@@ -338,6 +339,13 @@ def record_mismatch(facts: DataFrame) -> DataFrame:
     return _fact_anomalies(found, FindingKind.RECORD_MISMATCH)
 
 
+def manifest_mismatch(facts: DataFrame) -> DataFrame:
+    """``manifest_mismatch``: a manifest's store-time range or message count differs
+    from its records (``manifest_fields`` facts, content level)."""
+    found = _facts_of(facts, FactKind.MANIFEST_FIELDS)
+    return _fact_anomalies(found, FindingKind.MANIFEST_MISMATCH)
+
+
 def content_mismatch(facts: DataFrame) -> DataFrame:
     """``content_mismatch``: cold differs from hot (``cq_vs_hot`` and ``record_bytes``)."""
     found = _facts_of(facts, FactKind.CQ_VS_HOT, FactKind.RECORD_BYTES)
@@ -431,7 +439,7 @@ def queue_summary(
     (unordered). ``lag_messages`` is the untiered hot tail ``hot_max - max(cold_max,
     hot_min)`` (the whole hot range for a queue with no segment).
     """
-    hot_ok = hot.where("error IS NULL").drop("error", "lag_cutoff")
+    hot_ok = hot.where("error IS NULL").drop("error")
     compared = facts.groupBy(*_QUEUE).agg(
         {"units_compared": "sum", "bytes_compared": "sum", "cold_only": "sum"}
     )
@@ -458,5 +466,6 @@ def queue_summary(
             "coalesce(`sum(bytes_compared)`, 0) AS bytes_compared",
             "coalesce(`sum(cold_only)`, 0) AS cold_only",
             "coalesce(`count`, 0) AS pending_objects",
+            "lag_cutoff",
         )
     )

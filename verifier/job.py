@@ -36,6 +36,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import parse_duration
 from tieredstore.errors import (
     ConfigError,
@@ -56,14 +57,13 @@ from verifier.model import (
     DEFAULT_LAG_ALLOWANCE,
     DEFAULT_ORPHAN_GRACE_S,
     EXIT_COULD_NOT_RUN,
-    LagAllowance,
-    LagUnit,
     Level,
     VerifyOptions,
     parse_lag_allowance,
 )
 from verifier.report import ReportPaths, write_reports
 from verifier.result import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.scope import Requirements, apply_requirements
 
 __all__ = ["JobArgs", "add_arguments", "main", "run", "spark_session", "verify"]
 
@@ -75,16 +75,12 @@ SPARK_LOG_NAME: Final = "spark.log"
 # -- the run --------------------------------------------------------------------------
 
 
-def _reference_ts(hot: HotStore, allowance: LagAllowance) -> int | None:
-    try:
-        return hot.checkpoint().physic_msg_timestamp
-    except StoreNotFoundError as exc:
-        if allowance.unit is LagUnit.SECONDS:
-            raise ConfigError(
-                f"a lag allowance in seconds needs the hot store's checkpoint ({exc}); "
-                "give one in messages instead (e.g. --lag-allowance 1000)"
-            ) from exc
-        return None
+def _reference_ts(opts: VerifyOptions) -> int:
+    """The time the lag allowance in seconds counts back from: the verifier's clock at
+    the start of the run (``opts.now_ms``, injected). Not the broker's checkpoint: on an
+    idle broker (or one whose checkpoint is stale) that stops moving, and an untiered
+    tail within the allowance of it would pass forever."""
+    return opts.now_ms
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,7 @@ class _Inputs:
     """What the driver reads itself before any Spark work: cheap metadata only."""
 
     hot: HotStore
-    reference_ts: int | None
+    reference_ts: int
     cold: readers.ColdLocation
     listing: readers.ColdListing
     hot_queues: list[QueueKey]
@@ -130,11 +126,14 @@ def _read_inputs(opts: VerifyOptions) -> _Inputs:
     catalogue = None
     if opts.metadata_dir is not None:
         catalogue = read_catalogue(opts.metadata_dir, cluster=opts.cluster, broker=opts.broker)
+    listing = readers.list_cold_objects(cold, opts.cluster, opts.broker)
+    if listing.tiering is None:
+        readers.require_tiered(cold, opts.cluster, opts.broker)  # raises NotTieredError
     return _Inputs(
         hot=hot,
-        reference_ts=_reference_ts(hot, opts.lag_allowance),
+        reference_ts=_reference_ts(opts),
         cold=cold,
-        listing=readers.list_cold_objects(cold, opts.cluster, opts.broker),
+        listing=listing,
         hot_queues=hot.queues(),
         catalogue=catalogue,
     )
@@ -178,7 +177,7 @@ def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
     each): hot queues, manifests, segments. Everything after relates their results."""
     listed = readers.objects_frame(spark, inputs.listing)
     hot_q = readers.hot_queue_frame(
-        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts or 0
+        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts
     ).toArrow()
     _raise_hot_errors(hot_q)  # before the expensive stage: its results would be meaningless
     objects = listed.coalesce(1)  # the listing, already a driver-side table
@@ -222,17 +221,19 @@ def _anomalies(
         checks.digest_mismatch(run.facts),
         checks.record_mismatch(run.facts),
         checks.content_mismatch(run.facts),
+        checks.manifest_mismatch(run.facts),
         checks.orphan_object(run.objects, run.valid, opts.now_ms, grace_ms),
     ]
     if inputs.catalogue is not None:
         cat = _local(spark, inputs.catalogue, schemas.CATALOGUE)
         found.append(checks.catalogue_drift(cat, run.valid, opts.now_ms, grace_ms))
     rows = checks.union_anomalies(*found).collect()
-    return tuple(sorted((Anomaly.from_row(r.asDict()) for r in rows), key=_anomaly_order))
+    return tuple(Anomaly.from_row(r.asDict()) for r in rows)
 
 
 def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueReport, ...]:
-    """QUEUE_SUMMARY, collected in one Spark job; then the lag in seconds (driver)."""
+    """QUEUE_SUMMARY, collected in one Spark job; then the lag in seconds (driver).
+    Unordered, and without the requirement fields (:func:`_required`)."""
     summary = checks.queue_summary(
         run.cold_ranges,
         run.hot,
@@ -246,7 +247,22 @@ def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueRepor
         _with_lag_seconds(inputs.hot, QueueReport.from_row(r.asDict()), inputs.reference_ts)
         for r in summary.collect()
     )
-    return tuple(sorted(queues, key=lambda q: (q.topic, q.queue_id)))
+    return tuple(queues)
+
+
+def _required(
+    inputs: _Inputs, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
+) -> tuple[tuple[QueueReport, ...], tuple[Anomaly, ...]]:
+    """Each queue's required range from the cold store's own records (driver side,
+    :mod:`verifier.scope`), its findings added to the others; both sorted."""
+    listing = inputs.listing
+    assert listing.tiering is not None  # checked by _read_inputs
+    req = Requirements.of(listing.tiering, listing.inits, listing.retention, listing.losses)
+    queues, found = apply_requirements(queues, req)
+    return (
+        tuple(sorted(queues, key=lambda q: (q.topic, q.queue_id))),
+        tuple(sorted((*anomalies, *found), key=_anomaly_order)),
+    )
 
 
 def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
@@ -266,8 +282,9 @@ def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
     inputs = _read_inputs(opts)
     session = _session(spark)
     run = _read(session, opts, inputs)
-    anomalies = _anomalies(session, opts, inputs, run)
-    queues = _queues(opts, inputs, run)
+    queues, anomalies = _required(
+        inputs, _queues(opts, inputs, run), _anomalies(session, opts, inputs, run)
+    )
     return VerificationResult(
         options=opts,
         queues=queues,
@@ -280,14 +297,14 @@ def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
     )
 
 
-def _with_lag_seconds(hot: HotStore, q: QueueReport, reference_ts: int | None) -> QueueReport:
-    """Fill in how much older than the checkpoint time the first untiered record is.
+def _with_lag_seconds(hot: HotStore, q: QueueReport, reference_ts: int) -> QueueReport:
+    """Fill in how much older than the reference time the first untiered record is.
 
     Done on the driver, two small reads per lagging queue, once the tail start is known.
     A record the broker deleted meanwhile, or one that does not read, leaves the lag in
     seconds unknown (None): it is shown, never judged.
     """
-    if reference_ts is None or not q.lag_messages or q.hot_max is None or q.hot_min is None:
+    if not q.lag_messages or q.hot_max is None or q.hot_min is None:
         return q
     tail = q.hot_max - q.lag_messages
     try:
@@ -565,8 +582,11 @@ def _one_line(exc: BaseException) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
-def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
+def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None = None) -> int:
     """Run a verification from parsed flags; return the exit code (see module doc).
+
+    ``clock`` (the system's by default) gives the run's ``now_ms``: the reference of the
+    lag allowance in seconds, the orphan grace and catalogue drift.
 
     SIGINT/SIGTERM stop it (Spark's jobs are cancelled, no report is written) with one
     line and exit 130/143, whatever error the cancelled Spark job raised.
@@ -574,7 +594,7 @@ def run(args: argparse.Namespace, *, prog: str = "verifier") -> int:
     job: JobArgs | None = None
     with StopOnSignal() as stop:
         try:
-            job = JobArgs.from_args(args, now_ms=time.time_ns() // 1_000_000)
+            job = JobArgs.from_args(args, now_ms=(clock or SystemClock()).now_ms())
             _check_before_spark(job)
             stop.defer()  # until the session is up (watch): see StopOnSignal.defer
             with spark_session(
@@ -609,7 +629,13 @@ def _check_before_spark(job: JobArgs) -> None:
         raise StoreNotFoundError("hot store directory does not exist", where=str(job.options.hot))
     if job.metrics_file is not None and not job.metrics_file.parent.is_dir():
         raise ConfigError(f"bad --metrics-file: directory {job.metrics_file.parent} does not exist")
-    readers.open_cold(readers.ColdLocation(job.options.cold_url, dict(job.options.storage_options)))
+    # The cold root, and a tiering record at the broker prefix: a typo'd --broker or a
+    # --cold one level off must not verify nothing and say CLEAN.
+    readers.require_tiered(
+        readers.ColdLocation(job.options.cold_url, dict(job.options.storage_options)),
+        job.options.cluster,
+        job.options.broker,
+    )
 
 
 def _publish(result: VerificationResult, job: JobArgs) -> ReportPaths:
@@ -637,8 +663,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_COULD_NOT_RUN, f"{self.prog}: error: {message}\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> int:
     """``python -m verifier`` / ``spark-submit verifier/__main__.py``."""
     parser = _Parser(prog="verifier", description=__doc__.splitlines()[0] if __doc__ else None)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return run(parser.parse_args(argv), clock=clock)

@@ -17,12 +17,18 @@ its fixed severity (docs/architecture.md, "The verifier")::
     content_mismatch   CORRUPT    cold ≠ hot: CQ unit size/tagsCode, or record bytes
                                   outside [28, 36)
     cold_ahead_of_hot  CORRUPT    cold offsets at or beyond the hot max (hot regression)
+    missing_head       CORRUPT    cold starts above the required start (init record,
+                                  retention records) and no loss record explains it
+    manifest_mismatch  CORRUPT    a manifest's min/max store time or message count
+                                  differs from its records (content level)
     orphan_object      DIRTY      an object no manifest names, older than the grace period
     catalogue_drift    DIRTY      the SQLite catalogue disagrees with the manifests
     lost_before_tiering DIRTY     offsets the broker deleted before they were tiered, the
                                   loss accepted by ``resume --accept-loss`` (a loss
                                   record in cold); unaccepted, the same offsets are
                                   ``hot_not_covered`` or a ``gap`` (CORRUPT)
+    unproven_start     DIRTY      a tiered queue has no init record: its start is not
+                                  on record (a store an older sidecar wrote)
 
 The verdict is CORRUPT if any CORRUPT-class anomaly exists, else DIRTY if any DIRTY-class
 one does, else CLEAN. Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run.
@@ -74,9 +80,12 @@ VERIFIER_KINDS: Final = (
     FindingKind.RECORD_MISMATCH,
     FindingKind.CONTENT_MISMATCH,
     FindingKind.COLD_AHEAD_OF_HOT,
+    FindingKind.MISSING_HEAD,
+    FindingKind.MANIFEST_MISMATCH,
     FindingKind.ORPHAN_OBJECT,
     FindingKind.CATALOGUE_DRIFT,
     FindingKind.LOST_BEFORE_TIERING,
+    FindingKind.UNPROVEN_START,
 )
 
 

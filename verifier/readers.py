@@ -19,6 +19,7 @@ tasks run (on the broker host with ``local[*]``, or a shared mount on a cluster)
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +40,9 @@ from tieredstore.errors import (
     ConfigError,
     CorruptLossRecordError,
     CorruptManifestError,
+    CorruptProvenanceError,
+    InvalidNameError,
+    ObjectNotFoundError,
     OffsetOutOfRangeError,
     StoreNotFoundError,
     TieredStoreError,
@@ -53,15 +57,26 @@ from tieredstore.layout import (
     SegmentKind,
     broker_prefix,
     classify_listed,
+    parse_queue_record_key,
+    tiering_key,
 )
 from tieredstore.loss import LossRecord, read_loss_record
 from tieredstore.manifest import FenceMarker, read_stored
+from tieredstore.provenance import (
+    QueueInit,
+    RetentionMark,
+    TieringRecord,
+    find_tiered_prefix,
+    read_queue_record,
+    read_tiering_record,
+)
 from tieredstore.segment import digest
 from verifier import schemas
 from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (
     FactKind,
     HotSide,
+    ManifestClaims,
     SegmentFacts,
     SegmentGeometry,
     check_segment,
@@ -75,10 +90,12 @@ __all__ = [
     "SegmentTask",
     "hot_queue_frame",
     "list_cold_objects",
+    "loss_detail",
     "losses_frames",
     "manifest_frame",
     "objects_frame",
     "open_cold",
+    "require_tiered",
     "segment_facts_frame",
     "tail_timestamp",
 ]
@@ -136,6 +153,9 @@ class ColdListing:
     objects: pa.Table
     unrecognised: tuple[str, ...]
     losses: tuple[LossRecord, ...] = ()
+    tiering: TieringRecord | None = None
+    inits: tuple[QueueInit, ...] = ()
+    retention: tuple[RetentionMark, ...] = ()
 
 
 def _mtime_ms(fs: AbstractFileSystem, path: str, info: Mapping[str, Any]) -> int:
@@ -196,11 +216,14 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
     rows: list[Row] = []
     unrecognised: list[str] = []
     losses: list[LossRecord] = []
+    records = _Provenance(fs, prefix, tiering_key(cluster, broker))
     cut = len(root) + 1 if root else 0
     for path, info in sorted(found.items()):
         key = path[cut:]
         parsed = classify_listed(key, prefix)
-        if isinstance(parsed, OwnEntry):  # lease, quarantine, config: ours, not segments
+        if isinstance(parsed, OwnEntry):  # lease, quarantine, config, provenance: ours
+            if not records.take(path, key):
+                unrecognised.append(key)  # a provenance record that does not validate
             continue
         if is_lock_file(key.rsplit("/", 1)[-1]):  # e.g. ._lease.json.lock: the backend's own
             continue
@@ -223,7 +246,85 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
             }
         )
     table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
-    return ColdListing(table, tuple(unrecognised), tuple(losses))
+    return ColdListing(
+        table, tuple(unrecognised), tuple(losses), records.tiering, tuple(records.inits),
+        tuple(records.retention),
+    )  # fmt: skip
+
+
+class _Provenance:
+    """The provenance records met in a listing (:mod:`tieredstore.provenance`), read and
+    validated; one that does not validate explains nothing (it is listed as
+    unrecognised, so the offsets it would have explained stay an anomaly)."""
+
+    def __init__(self, fs: AbstractFileSystem, prefix: str, tiering: str) -> None:
+        self.fs, self.prefix, self.tiering_key = fs, prefix, tiering
+        self.tiering: TieringRecord | None = None
+        self.inits: list[QueueInit] = []
+        self.retention: list[RetentionMark] = []
+
+    def take(self, path: str, key: str) -> bool:
+        """Read ``key`` if it is a provenance record; False if it is one that is corrupt."""
+        is_tiering = key == self.tiering_key
+        try:
+            if not is_tiering and parse_queue_record_key(key, self.prefix) is None:
+                return True  # the lease, quarantine, config copies: not ours to read
+            data = self.fs.cat_file(path)
+            if is_tiering:
+                self.tiering = read_tiering_record(data, key)
+                return True
+            rec = read_queue_record(data, key, self.prefix)
+        except FileNotFoundError:
+            return True
+        except (CorruptProvenanceError, InvalidNameError):
+            return False
+        (self.inits if isinstance(rec, QueueInit) else self.retention).append(rec)  # type: ignore[arg-type]
+        return True
+
+
+class _FsRecords:
+    """The driver's sync fsspec filesystem as a :class:`~tieredstore.provenance.RecordSource`."""
+
+    def __init__(self, fs: AbstractFileSystem, root: str) -> None:
+        self.fs, self.root = fs, root
+
+    async def read(self, key: str) -> bytes:
+        try:
+            data: bytes = self.fs.cat_file(ColdLocation.path(self.root, key))
+        except FileNotFoundError as exc:
+            raise ObjectNotFoundError("no such object", where=key) from exc
+        return data
+
+    async def list(self, prefix: str = "") -> list[_Key]:
+        try:
+            found = self.fs.find(ColdLocation.path(self.root, prefix.rstrip("/")))
+        except FileNotFoundError:
+            return []
+        cut = len(self.root) + 1 if self.root else 0
+        return [_Key(str(p)[cut:]) for p in sorted(found)]
+
+
+@dataclass(frozen=True)
+class _Key:
+    key: str
+
+
+def require_tiered(
+    cold: ColdLocation, cluster: str, broker: str, *, require_record: bool = True
+) -> TieringRecord | None:
+    """The broker's tiering record, read on the driver before Spark starts
+    (:func:`~tieredstore.provenance.find_tiered_prefix` over the driver's filesystem;
+    None only when not ``require_record`` and the prefix holds segments but no record).
+
+    Raises:
+        NotTieredError: nothing at the prefix (one line: what was looked for, which
+            brokers the cluster has); ConfigError as :func:`open_cold`.
+    """
+    fs, root = open_cold(cold)
+    return asyncio.run(
+        find_tiered_prefix(_FsRecords(fs, root), cluster, broker, where=cold.url,
+                           require_record=require_record)
+    )  # fmt: skip
 
 
 def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:
@@ -251,7 +352,7 @@ def losses_frames(
             "accepted_at_ms": x.accepted_at_ms,
             "writer_id": x.writer_id,
             "lease_epoch": x.lease_epoch,
-            "detail": _loss_detail(x),
+            "detail": loss_detail(x),
         }
         for x in losses
     ]
@@ -278,7 +379,8 @@ def losses_frames(
     )
 
 
-def _loss_detail(x: LossRecord) -> str:
+def loss_detail(x: LossRecord) -> str:
+    """The report text of one accepted loss."""
     when = dt.datetime.fromtimestamp(x.accepted_at_ms / 1000, tz=dt.UTC)
     return (
         f"{x.count} messages the broker deleted before they were tiered; the loss was "
@@ -526,7 +628,10 @@ class _SegmentRun:
             hot_side = self._hot_side(lo, hi) if hi > lo else None
             if hot_side is None and hi > lo:
                 cold_only += hi - lo  # the broker deleted it while we looked
-            found = check_segment(geo, units, cl=cl, hot=hot_side)
+            claims = ManifestClaims(
+                seg["min_store_timestamp"], seg["max_store_timestamp"], seg["message_count"]
+            )
+            found = check_segment(geo, units, cl=cl, hot=hot_side, claims=claims)
             compared, bytes_compared = found.units_compared, found.bytes_compared
             self._add_facts(found)
         return self.out | {
@@ -577,6 +682,7 @@ class _SegmentRun:
             FactKind.RECORD_FIELDS: self.seg["cl_key"],
             FactKind.RECORD_BYTES: self.seg["cl_key"],
             FactKind.CQ_VS_HOT: self.seg["cq_key"],
+            FactKind.MANIFEST_FIELDS: self.seg["manifest_key"],
         }
         for f in found.facts:
             self.facts.append(

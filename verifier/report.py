@@ -3,22 +3,26 @@
 ``report.json`` (format version 1) is the machine-readable verdict::
 
     {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2,
-     "parameters": {...}, "reference_ts": <checkpoint physicMsgTimestamp or null>,
+     "parameters": {...}, "reference_ts": <the verifier's clock at the start (epoch ms)>,
      "totals": {...}, "anomaly_counts": {"gap": 0, ...},
      "topics": [{"topic", "queues", "status", "statuses": {status: count}, "segments",
                  "cold_messages", "cold_bytes", "lag_messages", "max_lag_seconds",
                  "bytes_compared", "cold_only", "anomalies"}],
      "queues": [{"topic", "queue_id", "status", "hot": {"min", "max"} | null,
-                 "cold": {"min", "max"} | null, "init_offset", "scope": {"start", "end"},
+                 "cold": {"min", "max"} | null, "init_offset" (the init record's),
+                 "required_start", "required_because", "tiering": {"tiered", "rule"},
+                 "scope": {"start", "end"},
                  "segments", "lag": {"messages", "seconds"}, "cold_only", ...}],
      "anomalies": [{"anomaly", "severity", "topic", "queue_id", "start", "end", "count",
                     "object_key", "detail"}],
      "unrecognised_objects": [...]}
 
 Queue ``status``: ``corrupt`` / ``dirty`` (it has anomalies of that severity), ``ok``,
-``untiered`` (hot only: nothing of it in cold) or ``cold_only`` (the broker has no such
-queue any more). A topic's ``status`` is the worst of its queues' (in that order:
-corrupt, dirty, untiered, cold_only, ok). ``anomalies.parquet`` holds the same anomaly
+``untiered`` (hot only: nothing of it in cold, all of it within the lag allowance),
+``excluded`` (hot only, its topic excluded by the recorded topic rules, named in
+``tiering.rule``) or ``cold_only`` (the broker has no such queue any more). A topic's
+``status`` is the worst of its queues' (in that order: corrupt, dirty, untiered,
+excluded, cold_only, ok). ``anomalies.parquet`` holds the same anomaly
 rows (ANOMALIES schema). ``verify.prom`` is the verdict for Prometheus
 (:mod:`verifier.metrics_file`).
 """
@@ -53,7 +57,7 @@ __all__ = [
 
 REPORT_FORMAT_VERSION: Final = 1
 #: Queue statuses, worst first: a topic shows the worst of its queues'.
-STATUS_ORDER: Final = ("corrupt", "dirty", "untiered", "cold_only", "ok")
+STATUS_ORDER: Final = ("corrupt", "dirty", "untiered", "excluded", "cold_only", "ok")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +75,15 @@ def _redact(url: str) -> str:
 
 
 def queue_status(q: QueueReport, anomalies: list[Anomaly]) -> str:
-    """``corrupt`` / ``dirty`` / ``ok`` / ``untiered`` / ``cold_only`` (module doc)."""
+    """``corrupt`` / ``dirty`` / ``ok`` / ``untiered`` / ``excluded`` / ``cold_only``
+    (module doc)."""
     severities = {a.anomaly.severity for a in anomalies}
     if Severity.CORRUPT in severities:
         return "corrupt"
     if Severity.DIRTY in severities:
         return "dirty"
     if q.cold_min is None:
-        return "untiered"
+        return "untiered" if q.tiered else "excluded"
     if not q.hot_present:
         return "cold_only"
     return "ok"
@@ -106,7 +111,10 @@ def _queue_doc(q: QueueReport, anomalies: list[Anomaly]) -> dict[str, Any]:
         "status": queue_status(q, anomalies),
         "hot": {"min": q.hot_min, "max": q.hot_max} if q.hot_present else None,
         "cold": {"min": q.cold_min, "max": q.cold_max} if q.cold_min is not None else None,
-        "init_offset": q.cold_min,
+        "init_offset": q.init_offset,
+        "required_start": q.required_start,
+        "required_because": q.required_because,
+        "tiering": {"tiered": q.tiered, "rule": q.tiering_rule},
         "scope": {"start": scope[0], "end": scope[1]} if scope else None,
         "segments": q.segments,
         "cold_messages": q.cold_messages,

@@ -13,8 +13,11 @@ lowest to the highest offset either side knows::
     grey   hot, not in scope (hot offsets below the first segment)
     teal   cold only (tiered, since deleted from hot)
     green  in cold and in hot (verified)
-    amber  lag (untiered, within the allowance)
+    amber  lag (untiered, within the allowance) — never under an anomaly: hot data that
+           should be tiered and is not (``hot_not_covered``) is red, not lag
     red    an anomaly's range (drawn last, at least 2 px wide)
+
+A queue's status cell names its anomaly classes on hover (``title``).
 
 Everything shown comes from the ``report.json`` document, so the two never disagree.
 """
@@ -126,9 +129,12 @@ def _bar(q: dict[str, Any], anomalies: list[dict[str, Any]]) -> str:
             parts.append(_rect(x(cold["min"]), x(cold["max"]), _COLOURS["cold_only"],
                                f"cold only [{cold['min']}, {cold['max']})"))  # fmt: skip
     if hot and q["lag"]["messages"]:
-        tail = hot["max"] - q["lag"]["messages"]
-        parts.append(_rect(x(tail), x(hot["max"]), _COLOURS["lag"],
-                           f"lag [{tail}, {hot['max']})"))  # fmt: skip
+        # Only what is within the allowance is lag: untiered data past it is an anomaly.
+        owed = [a["end"] for a in anomalies if a["anomaly"] == "hot_not_covered"]
+        tail = max([hot["max"] - q["lag"]["messages"], *owed])
+        if tail < hot["max"]:
+            parts.append(_rect(x(tail), x(hot["max"]), _COLOURS["lag"],
+                               f"lag [{tail}, {hot['max']})"))  # fmt: skip
     for a in anomalies:
         if a["start"] is not None and a["end"] is not None:
             parts.append(_rect(x(a["start"]), x(a["end"]), _COLOURS["anomaly"],
@@ -231,10 +237,14 @@ def _queues_table(doc: dict[str, Any]) -> str:
     rows = []
     for q in doc["queues"]:
         lag = q["lag"]
+        found = by_queue.get((q["topic"], q["queue_id"]), [])
+        rule = (q.get("tiering") or {}).get("rule") or ""
+        classes = ", ".join(sorted({a["anomaly"] for a in found})) or rule
         rows.append(
             "<tr>"
             f"{_name(q['topic'])}<td class=num>{q['queue_id']}</td>"
-            f'<td class="status-{_e(q["status"])}">{_e(q["status"])}</td>'
+            f'<td class="status-{_e(q["status"])}" title="{_e(classes)}">'
+            f"{_e(q['status'])}</td>"
             f"{_range_td(_range(q['hot']))}{_range_td(_range(q['cold']))}"
             f"<td class=num>{q['segments']}</td>"
             f"{_lag_td(_e(_lag(lag['messages'], lag['seconds'])))}"

@@ -73,12 +73,24 @@ class QueueReport:
     bytes_compared: int
     cold_only: int
     pending_objects: int
+    #: The first hot offset allowed to be untiered (None: no hot queue).
+    lag_cutoff: int | None = None
+    #: Whether the queue must be in cold: its topic passes the recorded topic rules (or
+    #: it has segments anyway); ``tiering_rule`` names the rule that decided.
+    tiered: bool = True
+    tiering_rule: str | None = None
+    #: Where the queue's cold history must start (None: not on record), and why.
+    required_start: int | None = None
+    required_because: str | None = None
+    #: The init record's offset (None: the queue has none).
+    init_offset: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueReport:
-        """Build from a QUEUE_SUMMARY row; ``lag_seconds`` is filled in later (None)."""
-        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls)}
-        return cls(**values)
+        """Build from a QUEUE_SUMMARY row; ``lag_seconds`` and the requirement fields
+        (:mod:`verifier.scope`) are filled in later."""
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
+        return cls(**values | {"lag_seconds": None})
 
     @property
     def scope(self) -> tuple[int, int] | None:
@@ -106,8 +118,8 @@ class Totals:
 
 @dataclass(frozen=True)
 class VerificationResult:
-    """Everything a run found. ``reference_ts`` is the hot checkpoint's
-    physicMsgTimestamp (the lag reference), None when the store has no checkpoint."""
+    """Everything a run found. ``reference_ts`` is the time lag is measured from: the
+    verifier's clock when the run started (``options.now_ms``)."""
 
     options: VerifyOptions
     queues: tuple[QueueReport, ...]

@@ -128,6 +128,9 @@ SEGMENT_WORK: Final = StructType(
         _s("hot_present", BooleanType()),
         _s("hot_min", LongType()),
         _s("hot_max", LongType()),
+        _s("min_store_timestamp", LongType()),  # what the manifest claims
+        _s("max_store_timestamp", LongType()),
+        _s("message_count", LongType()),
     ]
 )
 
@@ -191,6 +194,7 @@ QUEUE_SUMMARY: Final = StructType(
         _s("bytes_compared", LongType()),
         _s("cold_only", LongType()),
         _s("pending_objects", LongType()),  # unreferenced, younger than the grace
+        _s("lag_cutoff", LongType(), True),  # null: no hot queue
     ]
 )
 

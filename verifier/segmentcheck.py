@@ -17,6 +17,8 @@ fact kind          finding                                                      
                                                                                 mismatch
 ``record_bytes``   cold record ≠ hot record outside bytes [28, 36)              content
                    (content level)                                              mismatch
+``manifest_fields`` the manifest's min/max store time or message count ≠ what   manifest
+                   the records say (content level; every record readable)       mismatch
 =================  ===========================================================  ===========
 
 Only offsets in ``[max(start, hot_min), min(end, hot_max))`` are compared with hot: below
@@ -38,7 +40,11 @@ from tieredstore.formats.record import (
     PHYSICAL_OFFSET_AT,
     PHYSICAL_OFFSET_SLICE,
     QUEUE_OFFSET_AT,
+    STORE_TIMESTAMP_AT_V4,
+    STORE_TIMESTAMP_AT_V6,
+    SYS_FLAG_AT,
     TOTAL_SIZE_AT,
+    SysFlag,
 )
 from tieredstore.formats.vector import differing_bytes, gather_be
 from tieredstore.hotread import gather
@@ -47,6 +53,7 @@ from verifier.ranges import OffsetRange, mask_to_ranges
 __all__ = [
     "FactKind",
     "HotSide",
+    "ManifestClaims",
     "SegmentFact",
     "SegmentFacts",
     "SegmentGeometry",
@@ -67,7 +74,18 @@ class FactKind(enum.Enum):
     RECORD_FIELDS = "record_fields"
     CQ_VS_HOT = "cq_vs_hot"
     RECORD_BYTES = "record_bytes"
+    MANIFEST_FIELDS = "manifest_fields"
     OBJECT_UNREADABLE = "object_unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestClaims:
+    """What a manifest says of its records: retention, ``restore --since`` and offset by
+    time trust these, so the content level checks them against the records."""
+
+    min_store_timestamp: int
+    max_store_timestamp: int
+    message_count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,12 +253,41 @@ def _check_hot(
     return facts, int(c_size[sel].sum())
 
 
+def _check_claims(
+    geo: SegmentGeometry,
+    cl: npt.NDArray[np.uint8],
+    offs: Int64s,
+    readable: Bools,
+    claims: ManifestClaims,
+) -> list[SegmentFact]:
+    """The manifest's store-time range and message count against the records (only when
+    every record is readable: otherwise record_mismatch already says so)."""
+    if not readable.all():
+        return []
+    at = offs - geo.cl_base
+    # The store time follows the born host, IPv4 or IPv6 (sysFlag BORNHOST_V6).
+    v6 = (gather_be(cl, at + SYS_FLAG_AT, 4) & int(SysFlag.BORNHOST_V6)) != 0
+    ts_at = at + np.where(v6, STORE_TIMESTAMP_AT_V6, STORE_TIMESTAMP_AT_V4)
+    ts = gather_be(cl, ts_at, 8)
+    found = (int(ts.min()), int(ts.max()), int(offs.shape[0])) if ts.size else (0, 0, 0)
+    claimed = (claims.min_store_timestamp, claims.max_store_timestamp, claims.message_count)
+    if found == claimed:
+        return []
+    detail = (
+        f"manifest says store times [{claimed[0]}, {claimed[1]}] and {claimed[2]} messages; "
+        f"the records say [{found[0]}, {found[1]}] and {found[2]}"
+    )
+    whole = np.ones(geo.end - geo.start, dtype=np.bool_)
+    return _facts(FactKind.MANIFEST_FIELDS, whole, geo.start, detail)
+
+
 def check_segment(
     geo: SegmentGeometry,
     units: Units,
     *,
     cl: bytes | memoryview | None = None,
     hot: HotSide | None = None,
+    claims: ManifestClaims | None = None,
 ) -> SegmentFacts:
     """Check one segment's cold CQ ``units`` (and, given, its commitlog object ``cl``)
     against its manifest geometry and against the ``hot`` side.
@@ -265,6 +312,8 @@ def check_segment(
         arr = np.frombuffer(cl, dtype=np.uint8)
         field_facts, readable = _check_fields(geo, arr, offs, sizes)
         facts += field_facts
+        if claims is not None:
+            facts += _check_claims(geo, arr, offs, readable, claims)
     compared = bytes_compared = 0
     if hot is not None and hot.units.shape[0]:
         hot_facts, bytes_compared = _check_hot(geo, units, hot, cl, readable)

@@ -212,8 +212,9 @@ BAD_OPTIONS = [
     ({"cluster": ""}, "tieredstore data source: option 'cluster' is required"),
     ({"cluster": "NoSuchCluster"}, "tieredstore data source: no cluster 'NoSuchCluster' in the "
      "cold store (clusters there: DefaultCluster)"),
-    ({"broker": "broker-c"}, "tieredstore data source: no broker 'broker-c' in cluster "
-     "'DefaultCluster' (brokers there: broker-a, broker-b)"),
+    ({"broker": "broker-c"}, "tieredstore data source: nothing tiered for broker 'broker-c' "
+     "of cluster 'DefaultCluster': looked for 212d6b50_DefaultCluster/broker-c/_tiering.json "
+     "(brokers tiered in that cluster there: broker-a, broker-b)"),
     ({"broker": "a/b"}, "tieredstore data source: broker name 'a/b' contains '/'"),
     ({"cold": "memory://x"}, "tieredstore data source: cannot read memory://x: memory:// lives "
      "in one process"),

@@ -18,12 +18,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tieredstore.cli import main as cli_main
+from tieredstore.clock import Clock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hotstore import QueueKey
 from tieredstore.segment import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
 from tieredstore.testing.settings import BROKER, CLUSTER
+from verifier.job import main as job_main
 
 SPEC = SynthSpec(
     topics=3,
@@ -53,26 +55,28 @@ class World:
     def path(self, key: str) -> Path:
         return self.cold / key
 
-    def verify(self, *flags: str) -> tuple[int, dict[str, Any]]:
-        """Run ``tieredstore verify`` in-process; return the exit code and report.json."""
-        code = cli_main(
-            [
-                "verify",
-                "--hot",
-                str(self.hot),
-                "--cold",
-                str(self.cold),
-                "--cluster",
-                CLUSTER,
-                "--broker",
-                BROKER,
-                "--out",
-                str(self.out),
-                "--lag-allowance",
-                "0",
-                *flags,
-            ]
-        )
+    def verify(self, *flags: str, clock: Clock | None = None) -> tuple[int, dict[str, Any]]:
+        """Run ``tieredstore verify`` in-process; return the exit code and report.json.
+
+        With ``clock``, the run's time comes from it (``python -m verifier``'s entry point
+        with the clock injected: the same job and flags).
+        """
+        argv = [
+            "--hot",
+            str(self.hot),
+            "--cold",
+            str(self.cold),
+            "--cluster",
+            CLUSTER,
+            "--broker",
+            BROKER,
+            "--out",
+            str(self.out),
+            "--lag-allowance",
+            "0",
+            *flags,
+        ]
+        code = cli_main(["verify", *argv]) if clock is None else job_main(argv, clock=clock)
         report = self.out / "report.json"
         doc = json.loads(report.read_text()) if report.exists() else {}
         return code, doc

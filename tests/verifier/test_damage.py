@@ -13,6 +13,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.synth import generate_messages
@@ -269,23 +270,42 @@ def test_untiered_tail_within_the_allowance_is_lag(world: World) -> None:
     assert lag["seconds"] > 0  # the tail is older than the checkpoint time
 
 
-def test_a_seconds_allowance_counts_back_from_the_checkpoint(world: World) -> None:
-    cold_max = _drop_last_segments(world, 2)
-    _, hot_max = hot_range(world)
-    # Store times of the queue's records, from the generator that wrote them.
-    times = [
+def _store_times(q: QueueKey = Q) -> list[int]:
+    """Store times of the queue's records, from the generator that wrote them."""
+    return [
         p.store_timestamp
         for p in generate_messages(SPEC)
-        if (p.topic, p.queue_id) == (Q.topic, Q.queue_id)
+        if (p.topic, p.queue_id) == (q.topic, q.queue_id)
     ]
-    checkpoint = SPEC.start_time + (SPEC.messages - 1) * SPEC.interval_ms
+
+
+def test_a_seconds_allowance_counts_back_from_the_verifiers_clock(world: World) -> None:
+    cold_max = _drop_last_segments(world, 2)
+    _, hot_max = hot_range(world)
+    times = _store_times()
+    now = times[-1] + 300  # the verifier's clock, a little after the newest record
     allowance_ms = 500
-    cutoff = int(np.searchsorted(np.array(times), checkpoint - allowance_ms, side="left"))
+    cutoff = int(np.searchsorted(np.array(times), now - allowance_ms, side="left"))
     assert cold_max < cutoff < hot_max  # the test means something
-    code, doc = world.verify("--lag-allowance", f"{allowance_ms}ms")
+    code, doc = world.verify("--lag-allowance", f"{allowance_ms}ms", clock=VirtualClock(now))
     assert code == 2
     assert found(doc) == {("hot_not_covered", Q.topic, Q.queue_id, cold_max, cutoff, None)}
-    assert doc["reference_ts"] == checkpoint
+    assert doc["reference_ts"] == now
+
+
+def test_an_idle_brokers_old_untiered_tail_is_not_lag(world: World) -> None:
+    # The broker took its last message a day ago and nothing since: its checkpoint
+    # stopped there. The untiered tail is a day old, far beyond a 5-minute allowance,
+    # however close its records are to the (frozen) checkpoint time.
+    cold_max = _drop_last_segments(world, 2)
+    _, hot_max = hot_range(world)
+    a_day_later = _store_times()[-1] + 86_400_000
+    code, doc = world.verify("--lag-allowance", "5m", clock=VirtualClock(a_day_later))
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {("hot_not_covered", Q.topic, Q.queue_id, cold_max, hot_max, None)}
+    # Within the allowance of the verifier's clock, the same tail is lag.
+    code, doc = world.verify("--lag-allowance", "5m", clock=VirtualClock(_store_times()[-1]))
+    assert (code, doc["verdict"]) == (0, "CLEAN")
 
 
 def test_corrupt_manifest_is_reported_with_the_hole_it_leaves(world: World) -> None:
@@ -380,6 +400,8 @@ def _work_row(world: World) -> dict[str, Any]:
         "cq_size": m.consume_queue.size, "cq_digest": m.consume_queue.digest,
         "cl_listed_size": m.commit_log.size, "cq_listed_size": m.consume_queue.size,
         "hot_present": True, "hot_min": 0, "hot_max": m.end_offset,
+        "min_store_timestamp": m.min_store_timestamp,
+        "max_store_timestamp": m.max_store_timestamp, "message_count": m.message_count,
     }  # fmt: skip
 
 

@@ -17,7 +17,8 @@ from pyspark.sql import SparkSession
 
 from tieredstore.cli import main as cli_main
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hotstore import QueueKey
+from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.layout import broker_prefix
 from tieredstore.testing.coldimage import write_fs
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
@@ -75,7 +76,8 @@ def _fs(bucket: S3Bucket) -> Any:
 def test_clean_on_s3(s3_world: S3Bucket, pristine: World, tmp_path: Path) -> None:
     code, doc = _verify(s3_world, pristine, tmp_path, "--level", "content")
     assert (code, doc["verdict"], doc["anomalies"]) == (0, "CLEAN", [])
-    assert doc["totals"]["objects"] == len(pristine.image.objects)
+    segments = sum(len(ms) for ms in pristine.image.manifests.values())
+    assert doc["totals"]["objects"] == 3 * segments  # the records are not segment objects
     assert doc["parameters"]["cold"] == s3_world.url
 
 
@@ -118,3 +120,41 @@ def test_a_missing_bucket_cannot_run(s3_bucket: S3Bucket, pristine: World, tmp_p
     )  # fmt: skip
     assert code == 3
     assert not (tmp_path / "report.json").exists()
+
+
+def test_a_deleted_queue_on_s3_is_hot_not_covered(
+    s3_world: S3Bucket, pristine: World, tmp_path: Path
+) -> None:
+    fs = _fs(s3_world)
+    fs.rm(
+        f"{s3_world.name}/{broker_prefix(CLUSTER, BROKER)}/{Q.topic}/{Q.queue_id}", recursive=True
+    )
+    rng = HotStore(pristine.hot).queue_range(Q.topic, Q.queue_id)
+    code, doc = _verify(s3_world, pristine, tmp_path)
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {("hot_not_covered", Q.topic, Q.queue_id, rng.min, rng.max, None)}
+
+
+def test_a_missing_head_on_s3(s3_world: S3Bucket, pristine: World, tmp_path: Path) -> None:
+    fs = _fs(s3_world)
+    first, second = pristine.manifests(Q)[:2]
+    fs.rm([f"{s3_world.name}/{k}" for k in (first.key, first.commit_log_key,
+                                            first.consume_queue_key)])  # fmt: skip
+    code, doc = _verify(s3_world, pristine, tmp_path)
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {("missing_head", Q.topic, Q.queue_id, 0, second.start_offset, None)}
+
+
+def test_a_broker_never_tiered_on_s3_is_refused(
+    s3_world: S3Bucket, pristine: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli_main(
+        [
+            "verify", "--hot", str(pristine.hot), "--cold", s3_world.url,
+            "--cluster", CLUSTER, "--broker", "broker-typo", "--out", str(tmp_path),
+            "--endpoint-url", s3_world.endpoint_url, "--region", REGION,
+            "--storage-option", f"key={ACCESS_KEY}", "--storage-option", f"secret={SECRET_KEY}",
+        ]
+    )  # fmt: skip
+    assert code == 3 and not (tmp_path / "verify.prom").exists()
+    assert f"brokers tiered in that cluster there: {BROKER}" in capsys.readouterr().err

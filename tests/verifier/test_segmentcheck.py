@@ -88,6 +88,7 @@ def test_verdict_is_the_worst_severity() -> None:
         FindingKind.ORPHAN_OBJECT,
         FindingKind.CATALOGUE_DRIFT,
         FindingKind.LOST_BEFORE_TIERING,
+        FindingKind.UNPROVEN_START,
     }
     # gc's and reconcile's own kinds share the vocabulary and its severities
     assert FindingKind.UNRECOGNISED.severity is Severity.DIRTY

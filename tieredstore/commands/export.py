@@ -27,6 +27,7 @@ from tieredstore.commands._settings import (
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 from tieredstore.export import ExportRequest, export_parquet
+from tieredstore.provenance import find_tiered_prefix
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +61,10 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
         open_cold(settings) as cold,
         open_backend(args.out, options=options, retry=RetryPolicy()) as out,
     ):
+        await find_tiered_prefix(
+            cold, settings.cluster, settings.broker,
+            where=settings.redacted()["cold.url"], require_record=False,
+        )  # fmt: skip
         report = await export_parquet(cold, out, request, clock=SystemClock(), jobs=args.jobs)
     print(
         f"exported {report.exported} segments ({report.rows} rows, {report.files} files, "

@@ -26,6 +26,7 @@ from tieredstore.commands._settings import (
 )
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
+from tieredstore.provenance import find_tiered_prefix
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
 
 
@@ -81,6 +82,10 @@ def _print_text(m: ColdMessage, out: TextIO) -> None:
 
 async def _read(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
     async with open_cold(settings) as backend:
+        await find_tiered_prefix(
+            backend, settings.cluster, settings.broker,
+            where=settings.redacted()["cold.url"], require_record=False,
+        )  # fmt: skip
         reader = ColdReader(backend, settings.cluster, settings.broker)
         offset = args.offset
         if args.timestamp is not None:

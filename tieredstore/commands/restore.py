@@ -31,6 +31,7 @@ from tieredstore.commands._settings import (
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
 from tieredstore.logs import before_each_line, configure_logging
+from tieredstore.provenance import find_tiered_prefix
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
 
@@ -197,6 +198,11 @@ def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
 async def _restore(settings: Settings, args: argparse.Namespace, progress: bool) -> int:
     params = _params(settings, args)
     async with open_cold(settings) as backend:
+        # Before anything is written: a wrong prefix leaves no --out behind.
+        await find_tiered_prefix(
+            backend, settings.cluster, settings.broker,
+            where=settings.redacted()["cold.url"], require_record=False,
+        )  # fmt: skip
         if args.check:
             from tieredstore.restore.check import check_restored
 

@@ -18,8 +18,10 @@ import fsspec
 
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import QueuePath
+from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord
 from tieredstore.segment import Manifest, Segment, build_segment
 from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.topic_rules import TopicRules
 
 CREATED_AT_MS = 1_700_000_000_000
 
@@ -55,12 +57,38 @@ def build(hot: HotStore, queue: QueueKey, start: int, end: int, cl_base: int) ->
     )
 
 
-def tier(hot_root: Path, *, segment_messages: int) -> ColdImage:
-    """Tier every queue of the hot store from hot min to hot max."""
+def tiering_record(rules: TopicRules | None = None) -> TieringRecord:
+    """The broker's tiering record a sidecar tiering by ``rules`` (default: every topic)
+    would have written."""
+    epoch = RuleEpoch(CREATED_AT_MS, rules or TopicRules(), "test-writer", 1)
+    return TieringRecord(CLUSTER, BROKER, (epoch,))
+
+
+def init_record(queue: QueueKey, init_offset: int, policy: str = "earliest") -> QueueInit:
+    """The init record of ``queue`` as the sidecar writes it when it initialises it."""
+    return QueueInit.new(
+        QueuePath(CLUSTER, BROKER, queue.topic, queue.queue_id), init_offset, policy,
+        created_at_ms=CREATED_AT_MS, writer_id="test-writer", lease_epoch=1,
+    )  # fmt: skip
+
+
+def tier(hot_root: Path, *, segment_messages: int, records: bool = True) -> ColdImage:
+    """Tier every queue of the hot store from hot min to hot max.
+
+    With ``records`` (the default) the image also holds what a sidecar writes besides
+    segments: the broker's tiering record (every topic) and each queue's init record
+    (``earliest``, at the hot min); without, it is a store an older sidecar wrote.
+    """
     hot = HotStore(hot_root)
     image = ColdImage()
+    if records:
+        rec = tiering_record()
+        image.objects[rec.key] = rec.to_json()
     for q in hot.queues():
         rng = hot.queue_range(q.topic, q.queue_id)
+        if records:
+            init = init_record(q, rng.min)
+            image.objects[init.key] = init.to_json()
         cl_base = 0
         for start in range(rng.min, rng.max, segment_messages):
             segment = build(hot, q, start, min(start + segment_messages, rng.max), cl_base)

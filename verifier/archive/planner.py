@@ -36,9 +36,10 @@ from tieredstore.layout import (
     validate_topic,
 )
 from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
+from tieredstore.provenance import NotTieredError
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions
 from verifier.archive.pruning import Pruning
-from verifier.readers import ColdLocation, open_cold
+from verifier.readers import ColdLocation, open_cold, require_tiered
 
 __all__ = ["SegmentPartition", "check_sources", "plan"]
 
@@ -87,13 +88,13 @@ def check_sources(options: ArchiveOptions) -> None:
             f"(clusters there: {', '.join(clusters) or 'none'})",
             where=options.cold.url,
         )
-    missing = [b for b in options.brokers if b not in brokers]
-    if missing:
-        raise ConfigError(
-            f"{SOURCE_NAME} data source: no broker {missing[0]!r} in cluster "
-            f"{options.cluster!r} (brokers there: {', '.join(brokers)})",
-            where=options.cold.url,
-        )
+    for broker in options.brokers:
+        try:
+            require_tiered(options.cold, options.cluster, broker, require_record=False)
+        except NotTieredError as exc:  # the one check verify, restore, export, read make
+            raise ConfigError(  # the data source's errors are ConfigErrors
+                f"{SOURCE_NAME} data source: {exc.message}", where=options.cold.url
+            ) from exc
 
 
 def _manifest_keys(

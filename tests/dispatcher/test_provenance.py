@@ -1,0 +1,178 @@
+"""The sidecar writes what must be in cold into cold: the tiering record (its topic rules,
+since when), an init record per queue before its first manifest, and a retention record
+before retention deletes a head (tieredstore.provenance, dispatcher.provenance_writer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dispatcher.gc import delete_garbage, scan_garbage
+from dispatcher.lease import Lease
+from dispatcher.provenance_writer import ProvenanceWriter
+from dispatcher.retention import DeletionStep
+from dispatcher.runtime import open_runtime
+from dispatcher.topic_filter import TopicFilter
+from metadata.reconcile import rebuild
+from metadata.rows import QueueRow, QueueState, SegmentRow
+from tests.dispatcher.test_retention_deletion import END, SPEC, H, _settings, _tier
+from tieredstore.backends.memory import MemoryBackend
+from tieredstore.clock import VirtualClock
+from tieredstore.hotstore import HotStore
+from tieredstore.layout import (
+    QueuePath,
+    broker_prefix,
+    init_key,
+    lease_key,
+    retention_key,
+    tiering_key,
+)
+from tieredstore.provenance import QueueInit, read_queue_record, read_tiering_record
+from tieredstore.synth import synthesize
+from tieredstore.testing.settings import BROKER, CLUSTER
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    synthesize(tmp_path / "store", SPEC)
+    return tmp_path / "store"
+
+
+def _parse_init(data: bytes, key: str) -> QueueInit:
+    rec = read_queue_record(data, key, broker_prefix(CLUSTER, BROKER) + "/")
+    assert isinstance(rec, QueueInit)
+    return rec
+
+
+def _init(cold: Path, topic: str, queue_id: int) -> QueueInit:
+    key = init_key(QueuePath(CLUSTER, BROKER, topic, queue_id))
+    return _parse_init((cold / key).read_bytes(), key)
+
+
+async def test_the_sidecar_records_its_rules_and_every_queues_init(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((cold / key).read_bytes(), key)
+    assert [e.rules for e in record.history] == [
+        TopicFilter.from_settings(_settings(tmp_path)).rules()
+    ]
+    assert record.current.since_ms == END and record.current.lease_epoch == 1
+    hot = HotStore(store)
+    for q in hot.queues():
+        init = _init(cold, q.topic, q.queue_id)
+        assert (init.init_offset, init.policy) == (hot.queue_range(q.topic, q.queue_id).min,
+                                                   "earliest")  # fmt: skip
+
+
+async def test_a_reload_with_other_rules_adds_an_entry_since_then(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    later = END + 60_000
+    clock.set_ms(later)
+    settings = _settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
+    async with open_runtime(settings, clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        await rt.dispatcher.tick()
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((tmp_path / "cold" / key).read_bytes(), key)
+    assert [(e.since_ms, e.rules.exclude) for e in record.history] == [
+        (END, ()), (later, ("SynthTopic1",))
+    ]  # fmt: skip
+    assert record.decide("SynthTopic1").tiered is False
+    assert "exclude_topics 'SynthTopic1'" in record.decide("SynthTopic1").rule
+
+
+async def test_retention_records_the_new_first_offset_before_the_manifest_goes(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    seen: list[tuple[DeletionStep, bool, bool]] = []
+
+    def observe(seg: SegmentRow, step: DeletionStep) -> None:
+        q = QueuePath(CLUSTER, BROKER, seg.topic, seg.queue_id)
+        mark = cold / retention_key(q, seg.end_offset)
+        seen.append((step, mark.exists(), (cold / seg.manifest.key).exists()))
+
+    clock.set_ms(END + int(2 * H * 1000))
+    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=observe) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert (await rt.retention.run_pass()).expired
+    # The record is there from the first deletion on; never a manifest gone without it.
+    assert seen[:2] == [(DeletionStep.MARKED, False, True), (DeletionStep.MANIFEST, True, False)]
+    assert all(mark for step, mark, _ in seen if step is not DeletionStep.MARKED)
+
+
+async def _writer(hot: HotStore, clock: VirtualClock) -> tuple[ProvenanceWriter, MemoryBackend]:
+    backend = MemoryBackend.from_url("memory://provenance-" + str(id(clock)))
+    lease = Lease(backend, lease_key(CLUSTER, BROKER), clock)
+    await lease.acquire(wait=False)
+    return ProvenanceWriter(backend, lease, hot, cluster=CLUSTER, broker=BROKER), backend
+
+
+def _row(topic: str, queue_id: int, init: int, cold_min: int, commit: int) -> QueueRow:
+    return QueueRow(topic, queue_id, init, cold_min, commit, 0, 0, QueueState.ACTIVE, 0)
+
+
+async def test_inits_are_written_only_where_hot_proves_the_start(store: Path) -> None:
+    hot = HotStore(store)
+    writer, backend = await _writer(hot, VirtualClock(start_ms=END))
+    lo = hot.queue_range("SynthTopic0", 0).min
+    rows = [
+        _row("SynthTopic0", 0, lo, lo, lo),  # new: nothing tiered yet
+        _row("SynthTopic1", 0, 0, 0, 40),  # tiered by an older sidecar, head intact
+        _row("SynthTopic1", 1, 0, 30, 40),  # its head removed: retention left no record
+    ]
+    await writer.ensure_inits(rows, "latest")
+
+    async def init_of(topic: str, queue_id: int) -> QueueInit:
+        key = init_key(QueuePath(CLUSTER, BROKER, topic, queue_id))
+        return _parse_init(await backend.read(key), key)
+
+    first = await init_of("SynthTopic0", 0)
+    assert (first.init_offset, first.policy) == (lo, "latest")
+    adopted = await init_of("SynthTopic1", 0)
+    assert (adopted.init_offset, adopted.policy) == (0, "adopted")
+    assert not await backend.exists(init_key(QueuePath(CLUSTER, BROKER, "SynthTopic1", 1)))
+    # Create-if-absent: a later process's call never replaces the first record.
+    writer._settled = None  # a restart: nothing known in memory
+    await writer.ensure_inits([_row("SynthTopic0", 0, lo + 5, lo + 5, lo + 5)], "earliest")
+    assert await init_of("SynthTopic0", 0) == first
+
+
+def _records(cold: Path) -> set[str]:
+    prefix = cold / broker_prefix(CLUSTER, BROKER)
+    found = set((prefix / "_queues").rglob("*.json")) | {prefix / "_tiering.json"}
+    return {p.relative_to(cold).as_posix() for p in found}
+
+
+async def test_gc_never_collects_the_records_and_rebuild_starts_queues_from_them(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    clock.set_ms(END + int(2 * H * 1000))
+    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert (await rt.retention.run_pass()).expired
+        records = _records(tmp_path / "cold")
+        assert any("/RETENTION/" in k for k in records)
+        report = await scan_garbage(rt.backend, cluster=CLUSTER, broker=BROKER,
+                                    now_ms=clock.now_ms() + 10**9, grace_s=0)  # fmt: skip
+        assert not report.garbage and not report.findings
+        await delete_garbage(report, backend=rt.backend, lease=rt.dispatcher.lease)
+        assert _records(tmp_path / "cold") == records
+        expected = {(q.topic, q.queue_id): q.cold_min for q in rt.catalogue.queues()}
+        # A catalogue rebuilt from the bucket starts each queue where its records say
+        # (the retention watermark), so every remaining manifest is adopted.
+        rebuilt = await rebuild(rt.backend, tmp_path / "state2", cluster=CLUSTER, broker=BROKER)
+    assert rebuilt.clean, rebuilt
+    assert {(q.topic, q.queue_id): q.init_offset for q in rebuilt.created} == expected
