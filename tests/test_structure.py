@@ -2,6 +2,11 @@
 classes in the product code (``tieredstore``, ``metadata``, ``dispatcher``, ``verifier``).
 
 Tests and benchmarks are exempt; a fixture or a scenario may read better whole.
+
+The class limit is a prompt to split by concern, never a count to split by. A class
+that is one concern and reads best whole is a *named exception* below, with its own
+limit and the reason, reviewed like any other change; an exception that is no longer
+needed fails the test, so the list stays true.
 """
 
 from __future__ import annotations
@@ -15,6 +20,16 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("tieredstore", "metadata", "dispatcher", "verifier")
 MAX_FUNCTION_LINES = 60
 MAX_CLASS_LINES = 260  # "about 250"
+
+#: "path Class" -> (its own limit, why it is one concern that reads best whole).
+CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
+    "dispatcher/dispatcher.py Dispatcher": (
+        300,
+        "the sidecar's lifecycle state machine: start, tick, catch-up, drain and stop "
+        "share its state and its transitions; the steps it composes already live in "
+        "discovery, rounds, committer, provenance writer and background",
+    ),
+}
 
 
 def _sizes() -> list[tuple[str, str, int, int]]:
@@ -31,6 +46,8 @@ def _sizes() -> list[tuple[str, str, int, int]]:
                 else:
                     continue
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if kind == "class" and f"{rel} {node.name}" in CLASS_EXCEPTIONS:
+                    limit = CLASS_EXCEPTIONS[f"{rel} {node.name}"][0]
                 out.append((kind, f"{rel}:{node.lineno} {node.name}", lines, limit))
     return out
 
@@ -45,3 +62,17 @@ def test_the_packages_are_parsed() -> None:
 def test_no_function_or_class_is_over_its_limit(kind: str) -> None:
     over = [f"{where}: {n} lines" for k, where, n, limit in _sizes() if k == kind and n > limit]
     assert not over, f"{kind}s over the limit (split them by concern): {over}"
+
+
+def test_every_named_exception_is_still_needed_and_says_why() -> None:
+    classes = {
+        where.split(":")[0] + " " + where.split(" ", 1)[1]: n
+        for kind, where, n, _limit in _sizes()
+        if kind == "class"
+    }
+    for name, (limit, why) in CLASS_EXCEPTIONS.items():
+        assert name in classes, f"named exception {name!r}: no such class"
+        assert classes[name] > MAX_CLASS_LINES, (
+            f"{name} is {classes[name]} lines, within the general limit: drop its exception"
+        )
+        assert limit > MAX_CLASS_LINES and len(why) > 40, f"{name}: give a limit and a reason"
