@@ -70,7 +70,7 @@ from tieredstore.errors import (
     StoreNotFoundError,
 )
 from tieredstore.hotstore import HotRange, HotStore, QueueKey
-from tieredstore.manifest import Manifest, read_stored
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = [
     "Decision",
@@ -413,7 +413,8 @@ async def _finish(
     anything is deleted, so no crash leaves a missing head unexplained.
     """
     m = segment.manifest
-    if await _foreign(backend, m):
+    holds = await _key_holds(backend, m)
+    if holds is _KeyHolds.FOREIGN:
         log.warning(
             "not deleting segment %s: its manifest key holds another writer's manifest "
             "now; the catalogue's row is dropped, the cold store left as it is",
@@ -428,8 +429,11 @@ async def _finish(
         (DeletionStep.CONSUME_QUEUE, m.consume_queue_key),
         (DeletionStep.COMMIT_LOG, m.commit_log_key),
     ):
-        lease.check()
-        await backend.delete(key)
+        # A fence marker GC put there after an interrupted deletion stays: deleting it
+        # would let a stale writer create a manifest at this start again.
+        if not (step is DeletionStep.MANIFEST and holds is _KeyHolds.FENCED):
+            lease.check()
+            await backend.delete(key)
         on_step(segment, step)
     row = await asyncio.to_thread(
         catalogue.drop_segment, segment.topic, segment.queue_id, segment.start_offset
@@ -438,17 +442,31 @@ async def _finish(
     return row
 
 
-async def _foreign(backend: Backend, manifest: Manifest) -> bool:
-    """Whether ``manifest``'s key holds something else than ``manifest``: another
-    manifest, or bytes that do not parse. Absent or a fence marker is not foreign (the
-    manifest is already gone: an interrupted deletion)."""
+class _KeyHolds(enum.Enum):
+    """What a segment's manifest key holds right before retention acts on it."""
+
+    OURS = "ours"  # the manifest the catalogue decided about
+    GONE = "gone"  # nothing: an interrupted deletion already removed it
+    FENCED = "fenced"  # a GC fence marker, put there after an interrupted deletion
+    FOREIGN = "foreign"  # another writer's manifest, or bytes that do not parse
+
+
+async def _key_holds(backend: Backend, manifest: Manifest) -> _KeyHolds:
+    """What ``manifest``'s key holds now (see :class:`_KeyHolds`)."""
     try:
         stored = read_stored(await backend.read(manifest.key), manifest.key)
     except ObjectNotFoundError:
-        return False
+        return _KeyHolds.GONE
     except CorruptManifestError:
-        return True
-    return isinstance(stored, Manifest) and stored != manifest
+        return _KeyHolds.FOREIGN
+    if isinstance(stored, FenceMarker):
+        return _KeyHolds.FENCED
+    return _KeyHolds.OURS if stored == manifest else _KeyHolds.FOREIGN
+
+
+async def _foreign(backend: Backend, manifest: Manifest) -> bool:
+    """Whether ``manifest``'s key holds another writer's manifest or unreadable bytes."""
+    return await _key_holds(backend, manifest) is _KeyHolds.FOREIGN
 
 
 async def destroy_queue(decision: DestroyQueue, *, catalogue: Catalogue, lease: Lease) -> QueueRow:

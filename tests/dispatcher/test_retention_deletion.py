@@ -24,6 +24,7 @@ from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
+from tieredstore.manifest import FenceMarker
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
@@ -182,6 +183,41 @@ async def test_a_crash_after_any_step_is_finished_on_restart(
         for row in rt.catalogue.queues():
             assert len(rt.catalogue.segments(row.topic, row.queue_id)) == 1
     assert len(_segment_objects(cold)) == 3 * 4  # one whole segment per queue, no leftovers
+
+
+async def test_a_fence_marker_put_after_an_interrupted_deletion_stays(
+    store: Path, tmp_path: Path
+) -> None:
+    """Retention crashed after deleting a manifest; GC then fenced that start (its
+    objects were orphans). Finishing the deletion must not delete the marker: that
+    would let a stale writer of an older epoch create a manifest there again."""
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    victim: list[SegmentRow] = []
+
+    def crash(seg: SegmentRow, step: DeletionStep) -> None:
+        if step is DeletionStep.MANIFEST:
+            victim.append(seg)
+            raise CrashError("after the manifest")
+
+    clock.set_ms(END + int(2 * H * 1000))
+    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=crash) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        with pytest.raises(CrashError):
+            await rt.retention.run_pass()
+    (seg,) = victim
+    m = seg.manifest
+    marker = FenceMarker(m.cluster, m.broker, m.topic, m.queue_id, m.start_offset,
+                         lease_epoch=m.lease_epoch, writer_id="gc@h", created_at_ms=1)  # fmt: skip
+    (cold / m.key).write_bytes(marker.to_json())
+    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)  # finishes the deletion
+        rows = rt.catalogue.segments(seg.topic, seg.queue_id)
+        assert seg.start_offset not in {s.start_offset for s in rows}
+    assert (cold / m.key).read_bytes() == marker.to_json()
+    assert not (cold / m.commit_log_key).exists()
+    assert not (cold / m.consume_queue_key).exists()
 
 
 async def test_a_failed_backend_delete_is_finished_by_the_next_pass(
