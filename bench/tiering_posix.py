@@ -24,6 +24,11 @@ the sidecar. Last lines::
 ``--target 0.3`` with ``--topics 16 --queues 64 --body-min 100 --body-max 100`` is the
 small-record case (1,024 queues, ≥ 0.3× cp).
     RESULT tiering_posix_rss ratio=<peak RSS MiB> target=<256MiB PASS|FAIL
+
+**fsyncs per segment**: one more sidecar run, untimed, under ``strace -f -c`` counts the
+``fsync`` and ``fdatasync`` calls of the whole process (the broker-store sync of the
+durability guard included); printed per segment. Without ``strace`` on the machine the
+line says so (``--no-fsync-count`` skips it).
 """
 
 from __future__ import annotations
@@ -121,6 +126,35 @@ def time_sidecar(
     return best[0], best[1], best[2], peak
 
 
+def count_fsyncs(
+    args: argparse.Namespace, store: StoreSummary, root: Path, env: dict[str, str]
+) -> int | None:
+    """fsync + fdatasync calls of one untimed ``run --once`` under strace; None without
+    strace (not installed, or not allowed to trace here)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    cold, state, out = root / "cold-strace", root / "state-strace", root / "strace.txt"
+    cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(out)]
+    try:
+        run_measured(
+            [*cmd, *sidecar_cmd(store.root, str(cold), state, *args.sidecar_arg)],
+            env=env,
+            log=root / "sidecar-strace.log",
+        )
+    except RuntimeError:
+        return None
+    finally:
+        remove_settled(cold)
+        remove_settled(state)
+    calls = 0
+    for line in out.read_text().splitlines():
+        fields = line.split()
+        if fields and fields[-1] in ("fsync", "fdatasync"):
+            calls += int(fields[3])  # % time, seconds, usecs/call, calls, [errors,] syscall
+    return calls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_store_arguments(ap, size="2G")
@@ -135,6 +169,7 @@ def main() -> None:
         help="ratio to pass (0.5; the 100-byte-body, 1,024-queue case's is 0.3)",
     )
     ap.add_argument("--sidecar-arg", action="append", default=[], help="extra sidecar flag")
+    ap.add_argument("--no-fsync-count", action="store_true", help="skip the untimed strace run")
     add_sidecar_env_argument(ap)
     args = ap.parse_args()
     print(machine())
@@ -146,6 +181,7 @@ def main() -> None:
         cp_bare, cp_durable = time_cp(store.commitlog_dir, root / "cp-copy", args.cp_runs)
 
         run, (segments, messages, tiered), written, peak_rss = time_sidecar(args, store, root, env)
+        fsyncs = None if args.no_fsync_count else count_fsyncs(args, store, root, env)
 
     ours = mb_per_s(tiered, run.seconds)
     cp_rate = mb_per_s(store.commitlog_bytes, cp_durable)
@@ -172,6 +208,12 @@ def main() -> None:
         f"sidecar: {segments} segments, {messages:,} messages, {written / MIB:,.0f} MiB in "
         f"cold (with consume queues and manifests); ratio vs bare cp -r {ours / bare_rate:.2f}"
     )
+    if fsyncs is None:
+        print("POSIX fsyncs per segment: not counted (strace not on this machine, or skipped)")
+    else:
+        per = fsyncs / segments if segments else 0.0
+        print(f"POSIX fsyncs: {fsyncs:,} for {segments} segments = {per:.2f} per segment "
+              "(strace, one more untimed run, the guard's fdatasyncs included)")  # fmt: skip
     if messages != store.messages:
         raise RuntimeError(f"tiered {messages} messages, the store has {store.messages}")
     print(f"sidecar CPU per GiB tiered: {run.cpu_seconds / (tiered / GIB):.2f} s (target <= 2)")
