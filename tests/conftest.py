@@ -12,9 +12,14 @@ pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_spark"]
 _THIRD_PARTY = ("aiobotocore", "botocore", "botocore.auth", "s3fs", "fsspec", "urllib3", "py4j")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Keep every real-broker test on one xdist worker (``make test`` runs two with
-    ``--dist loadgroup``): one broker JVM at a time on a small machine."""
+    ``--dist loadgroup``): one broker JVM at a time on a small machine.
+
+    ``tryfirst``: xdist turns the ``xdist_group`` mark into the test's group in its own
+    ``pytest_collection_modifyitems``; a mark added after that is ignored, silently
+    (tests/test_xdist_groups.py)."""
     for item in items:
         if item.get_closest_marker("broker") is not None:
             item.add_marker(pytest.mark.xdist_group("rocketmq"))
