@@ -179,7 +179,7 @@ def test_topics_and_time_select_segments(archive: Archive, tmp_path: Path) -> No
         (["--format", "csv"], "argument --format: invalid choice: 'csv'"),
         (["--format", "parquet", "--jobs", "0"], "argument --jobs: must be >= 1, got 0"),
         (["--format", "parquet", "--since", "yesterday"], "argument --since: 'yesterday' is "
-         "neither epoch milliseconds nor an ISO 8601 date or time"),
+         "neither epoch milliseconds nor an ISO 8601 time"),
         (["--format", "parquet", "--since", "2024-01-02", "--until", "2024-01-01"],
          "tieredstore export: --since 1704153600000 is not before --until 1704067200000"),
         (["--format", "parquet", "--cold", "/nonexistent/cold"], "tieredstore export: cold "
