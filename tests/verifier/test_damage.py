@@ -385,8 +385,7 @@ def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession
     with pytest.raises(PySparkException) as info:
         facts.collect()
     assert _one_line(info.value) == (
-        "Spark job failed: NotAStoreError: store directory does not exist "
-        f"({world.hot / 'absent'})"
+        f"Spark job failed: NotAStoreError: store directory does not exist ({world.hot / 'absent'})"
     )
 
 
