@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher.adoption import adopt_or_quarantine
@@ -78,6 +79,7 @@ class SegmentCommitter:
         lock: asyncio.Lock,
         reminded: Reminded,
         stopped: Stopped | None = None,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.catalogue = catalogue
         self.lease = lease
@@ -86,6 +88,7 @@ class SegmentCommitter:
         self._lock = lock
         self._reminded = reminded
         self.stopped: Stopped = {} if stopped is None else stopped
+        self._on_stop = on_stop  # told after a queue joined ``stopped``
         self._group = GroupCommit(catalogue, lock)
 
     async def commit(self, row: QueueRow, plan: SegmentPlan, spooled: Spooled) -> CommitResult:
@@ -140,6 +143,8 @@ class SegmentCommitter:
             row.topic, row.queue_id, key,
         )  # fmt: skip
         self.stopped[QueueKey(row.topic, row.queue_id)] = key
+        if self._on_stop is not None:
+            self._on_stop()
         self.metrics.set_queue_state(row.topic, row.queue_id, "STOPPED")
         self.metrics.errors.labels("UnsupportedFormatError").inc()
 

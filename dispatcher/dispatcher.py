@@ -23,7 +23,9 @@ import enum
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
+from dispatcher import stopped_file
 from dispatcher.background import Periodic, renew_until, run_periodic, sleep_until, wait_at_most
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
@@ -78,6 +80,7 @@ class Dispatcher:
         on_segment: Callable[[SegmentPlan], None] | None = None,
         periodic: Sequence[Periodic] = (),
         startup: Sequence[Callable[[], Awaitable[object]]] = (),
+        stopped_path: Path | None = None,
     ) -> None:
         self.hot = hot
         self.backend = backend
@@ -96,6 +99,7 @@ class Dispatcher:
         reminded: Reminded = set()  # stopped queues already explained to the operator
         self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer)
         self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
+        self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)
         self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
                                    config=config, reminded=reminded,
                                    stopped=self.stopped)  # fmt: skip
@@ -107,6 +111,7 @@ class Dispatcher:
             lock=self._lock,
             reminded=reminded,
             stopped=self.stopped,
+            on_stop=self._save_stopped,
         )
         self.rounds = Rounds(
             hot=hot,
@@ -229,6 +234,7 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
+        self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
         await self.writer.recover()
@@ -238,6 +244,11 @@ class Dispatcher:
             for job in self.startup:
                 await job()
         self.state = DispatcherState.RUNNING
+
+    def _save_stopped(self) -> None:
+        """Write :attr:`stopped` where ``tieredstore status`` reads it (a small file)."""
+        if self._stopped_path is not None:
+            stopped_file.save(self._stopped_path, self.stopped)
 
     async def _renew_loop(self) -> None:
         interval = self.config.lease_renew_interval

@@ -18,6 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dispatcher import stopped_file
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.config_backup import ConfigBackup
 from dispatcher.dispatcher import Dispatcher, DispatcherConfig, Periodic
@@ -182,6 +183,7 @@ def _assemble(
         on_segment=on_segment,
         periodic=periodic,
         startup=startup,
+        stopped_path=settings.state_dir / stopped_file.FILE_NAME,
     )
     return Runtime(
         settings,

@@ -45,3 +45,31 @@ async def test_parked_waits_for_a_task_busy_in_a_thread() -> None:
     assert clock.sleepers == 1
     await clock.advance(10)
     assert await asyncio.wait_for(task, 10) == 10_000
+
+
+async def test_parked_or_done_waits_for_that_task_not_for_others() -> None:
+    # A test moving time for one task must not move it while that task is in a thread
+    # (a lease swap): its deadline would count from a time already gone.
+    clock = VirtualClock(start_ms=0)
+    gate = threading.Event()
+
+    async def other() -> None:
+        await clock.sleep(100)
+
+    async def poll() -> None:
+        await asyncio.to_thread(gate.wait)
+        await clock.sleep(10)
+
+    sleeping = asyncio.create_task(other())
+    task = asyncio.create_task(poll())
+    await clock.settle()
+    assert clock.sleepers == 1  # the other task, not ours
+    waiting = asyncio.create_task(clock.parked_or_done(task))
+    await clock.settle()
+    assert not waiting.done()
+    gate.set()
+    await asyncio.wait_for(waiting, 10)
+    await clock.advance(10)
+    await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(clock.parked_or_done(task), 10)  # done counts too
+    sleeping.cancel()

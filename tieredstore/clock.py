@@ -11,7 +11,7 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Clock", "SystemClock", "VirtualClock"]
 
@@ -59,7 +59,8 @@ class VirtualClock:
     def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
         self._now = start_ms
         self._seq = itertools.count()
-        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        # (deadline, sequence, wake-up future, the task that sleeps)
+        self._sleepers: list[tuple[int, int, asyncio.Future[None], asyncio.Task[Any] | None]] = []
         self._new_sleeper = asyncio.Event()
 
     def now_ms(self) -> int:
@@ -75,14 +76,15 @@ class VirtualClock:
             await asyncio.sleep(0)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
+        sleeper = (deadline, next(self._seq), fut, asyncio.current_task())
+        heapq.heappush(self._sleepers, sleeper)
         self._new_sleeper.set()
         await fut
 
     @property
     def sleepers(self) -> int:
         """How many tasks are parked in :meth:`sleep`."""
-        return sum(1 for _, _, f in self._sleepers if not f.done())
+        return sum(1 for _, _, f, _ in self._sleepers if not f.done())
 
     async def parked(self, count: int = 1) -> None:
         """Return once at least ``count`` tasks are parked in :meth:`sleep` (waits as long
@@ -90,6 +92,20 @@ class VirtualClock:
         while self.sleepers < count:
             self._new_sleeper.clear()
             await self._new_sleeper.wait()
+
+    async def parked_or_done(self, task: asyncio.Task[Any]) -> None:
+        """Return once ``task`` itself is parked in :meth:`sleep`, or is done (waits as
+        long as it takes: bound it with ``asyncio.wait_for``). Unlike :meth:`parked`, other
+        tasks' sleeps do not count: a test advancing time for one task waits for it."""
+        while not task.done() and not any(
+            t is task and not f.done() for _, _, f, t in self._sleepers
+        ):
+            self._new_sleeper.clear()
+            woken = asyncio.ensure_future(self._new_sleeper.wait())
+            try:
+                await asyncio.wait({woken, task}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
 
     async def settle(self) -> None:
         """Let every runnable task run until all are parked (or done)."""
@@ -101,7 +117,7 @@ class VirtualClock:
         target = self._now + int(seconds * 1000)
         await self.settle()
         while self._sleepers and self._sleepers[0][0] <= target:
-            deadline, _, fut = heapq.heappop(self._sleepers)
+            deadline, _, fut, _ = heapq.heappop(self._sleepers)
             self._now = max(self._now, deadline)
             if not fut.done():
                 fut.set_result(None)

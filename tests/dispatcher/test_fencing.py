@@ -160,12 +160,21 @@ async def first_done(parked: Coroutine[Any, Any, None], task: asyncio.Task[None]
 
 async def take_over(b: Runtime, clock: VirtualClock) -> None:
     """B starts beside A and watches A's lease record; A renews nothing while stalled,
-    so B takes over once the record stayed unchanged for the lease time on B's clock."""
+    so B takes over once the record stayed unchanged for the lease time on B's clock.
+
+    Time moves only while B sleeps between its looks at the record, never while B's
+    read or swap is in flight: a swap sent at T gives B a deadline counted from T, and
+    time moved past it meanwhile would lapse B's new lease before it wrote anything."""
     starting = asyncio.create_task(b.dispatcher.start(wait_for_lease=False))
 
+    def watching() -> bool:
+        return b.dispatcher.lease.state is not LeaseState.HELD and not starting.done()
+
     async def until_held() -> None:  # then no further: B's own deadline runs on it
-        while b.dispatcher.lease.state is not LeaseState.HELD and not starting.done():
-            await clock.advance(1)
+        while watching():
+            await clock.parked_or_done(starting)
+            if watching():
+                await clock.advance(1)
 
     await asyncio.wait_for(until_held(), WAIT_S)
     await asyncio.wait_for(starting, WAIT_S)

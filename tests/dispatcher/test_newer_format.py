@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher import stopped_file
 from dispatcher.queue_status import collect, mark_stopped
 from dispatcher.runtime import open_runtime
+from tieredstore.cli import main
+from tieredstore.errors import ConfigError
 from tieredstore.layout import QueuePath, SegmentKind, object_key
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
@@ -71,3 +74,41 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
         assert creates == 1  # one attempt, not one per tick
     assert _data_objects(cold, 0) == []  # the attempt's own objects were deleted
     assert (cold / key).read_bytes() == json.dumps(newer).encode()  # never touched
+
+
+async def test_status_shows_a_stopped_queue_until_the_next_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``tieredstore status`` reads the state dir, not the sidecar: the stopped queue is
+    written there when it stops, and a restart empties it (it tries the queue once more)."""
+    store = synthesize(tmp_path / "store", SPEC).root
+    cold, state = tmp_path / "cold", tmp_path / "state"
+    settings = settings_for(store, str(cold), state, tiering__guard="none")
+    key = object_key(QueuePath(CLUSTER, BROKER, TOPIC, 1), SegmentKind.MANIFEST, 0)
+    (cold / key).parent.mkdir(parents=True)
+    (cold / key).write_text(json.dumps({"format_version": 3, "segment": {"start": 0}}))
+    flags = ["--store", str(store), "--state-dir", str(state), "--cluster", CLUSTER,
+             "--broker", BROKER]  # fmt: skip
+
+    def status() -> list[tuple[int, str, str]]:
+        capsys.readouterr()
+        assert main(["status", "--json", *flags]) == 0
+        queues = json.loads(capsys.readouterr().out)["queues"]
+        return [(q["queue"], q["state"], q["note"]) for q in queues]
+
+    async with open_runtime(settings) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        await rt.dispatcher.catch_up()
+        assert status()[1] == (1, "STOPPED", f"newer-format manifest at {key}")
+    assert [s[:2] for s in status()] == [(0, "ACTIVE"), (1, "STOPPED")]  # sidecar gone
+    async with open_runtime(settings) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)  # one more try from here
+        assert [s[:2] for s in status()] == [(0, "ACTIVE"), (1, "ACTIVE")]
+
+
+def test_a_damaged_stopped_queues_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / stopped_file.FILE_NAME
+    path.write_text('{"queues": [{"topic": "T"}]}')
+    with pytest.raises(ConfigError, match=r"^not a stopped-queues file \(.*stopped-queues.json\)"):
+        stopped_file.load(path)
+    assert stopped_file.load(tmp_path / "absent.json") == {}

@@ -166,7 +166,8 @@ def _interval(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dispatcher.queue_status import collect
+    from dispatcher import stopped_file
+    from dispatcher.queue_status import collect, mark_stopped
     from metadata.catalogue import Catalogue
 
     # status never touches the cold store, so a cold URL is not required here.
@@ -183,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         ) as catalogue:
             rows = catalogue.queues()
             losses = catalogue.losses()
-        return collect(hot, rows, now_ms, losses)
+        stopped = stopped_file.load(settings.state_dir / stopped_file.FILE_NAME)
+        return mark_stopped(collect(hot, rows, now_ms, losses), stopped)
 
     tty = sys.stdout.isatty()
     if args.watch:
