@@ -51,7 +51,10 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 def tmux(width: int, height: int, command: list[str]) -> Iterator[str]:
     """A private tmux server running ``command`` in a ``width``×``height`` window."""
     socket = f"ts-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "TERM": "xterm-256color"}
+    # Not LINES or COLUMNS (pytest-xdist's workers set them to 24 and 80): the command
+    # would take them for the terminal's size (shutil.get_terminal_size reads them first).
+    env = {k: v for k, v in os.environ.items() if k not in ("LINES", "COLUMNS")}
+    env["TERM"] = "xterm-256color"
     subprocess.run(
         ["tmux", "-L", socket, "-f", "/dev/null", "new-session", "-d", "-s", "w",
          "-x", str(width), "-y", str(height), " ".join(command)],
@@ -94,8 +97,12 @@ def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
            *sidecar]  # fmt: skip
     with tmux(width, height, cmd) as socket:
+        # Whole, and drawn for this window: the first frame may have been measured
+        # before tmux gave the pane its size (the next one measures again).
         lines = screen_with(
-            socket, r" OK: 160 queues", lambda s: re.match(r"… \d+ more queues", s[-1]) is not None
+            socket,
+            r" OK: 160 queues",
+            lambda s: len(s) == height and re.match(r"… \d+ more queues", s[-1]) is not None,
         )
     assert len(lines) <= height
     assert all(len(line) <= width for line in lines), max(lines, key=len)

@@ -90,20 +90,20 @@ async def test_status_shows_a_stopped_queue_until_the_next_start(
     flags = ["--store", str(store), "--state-dir", str(state), "--cluster", CLUSTER,
              "--broker", BROKER]  # fmt: skip
 
-    def status() -> list[tuple[int, str, str]]:
+    def status() -> dict[int, tuple[str, str]]:
         capsys.readouterr()
         assert main(["status", "--json", *flags]) == 0
         queues = json.loads(capsys.readouterr().out)["queues"]
-        return [(q["queue"], q["state"], q["note"]) for q in queues]
+        return {q["queue"]: (q["state"], q["note"]) for q in queues}
 
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.catch_up()
-        assert status()[1] == (1, "STOPPED", f"newer-format manifest at {key}")
-    assert [s[:2] for s in status()] == [(0, "ACTIVE"), (1, "STOPPED")]  # sidecar gone
+        assert status()[1] == ("STOPPED", f"newer-format manifest at {key}")
+    assert {q: s[0] for q, s in status().items()} == {0: "ACTIVE", 1: "STOPPED"}  # sidecar gone
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)  # one more try from here
-        assert [s[:2] for s in status()] == [(0, "ACTIVE"), (1, "ACTIVE")]
+        assert {q: s[0] for q, s in status().items()} == {0: "ACTIVE", 1: "ACTIVE"}
 
 
 def test_a_damaged_stopped_queues_file_is_one_line(tmp_path: Path) -> None:
