@@ -265,7 +265,7 @@ class ColdWriter:
         rng = await asyncio.to_thread(hot.queue_range, row.topic, row.queue_id)
         if not rng.min <= last < rng.max:
             return True  # also right after an accepted loss: ``last`` is in no segment
-        seg = self.catalogue.segment_at(row.topic, row.queue_id, last)
+        seg = self.catalogue.segments.at(row.topic, row.queue_id, last)
         unit = (await asyncio.to_thread(hot.read_units, row.topic, row.queue_id, last, last + 1))[0]
         size = int(unit["size"])
         hot_bytes = await asyncio.to_thread(

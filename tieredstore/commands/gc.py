@@ -50,8 +50,8 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
         cold_url=settings.cold_url,
     ) as catalogue:
         keys: set[str] = set()
-        for row in catalogue.queues():
-            for seg in catalogue.segments(row.topic, row.queue_id):
+        for row in catalogue.queues.all():
+            for seg in catalogue.segments.of(row.topic, row.queue_id):
                 m = seg.manifest
                 keys.update((m.key, m.commit_log_key, m.consume_queue_key))
     return frozenset(keys)

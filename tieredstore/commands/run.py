@@ -256,7 +256,7 @@ def _stopped_queues(rt: Runtime) -> int:
     from metadata.rows import QueueState
 
     fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
-    stopped = [r for r in rt.catalogue.queues() if r.state in fix]
+    stopped = [r for r in rt.catalogue.queues.all() if r.state in fix]
     for row in stopped:
         extra = " --accept-loss" if row.state is QueueState.PAUSED else ""
         log.error(

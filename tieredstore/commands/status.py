@@ -181,8 +181,8 @@ def run(args: argparse.Namespace) -> int:
             read_only=True,
             cold_url=args.cold,  # checked when given (status never needs it)
         ) as catalogue:
-            rows = catalogue.queues()
-            losses = catalogue.losses()
+            rows = catalogue.queues.all()
+            losses = catalogue.queues.losses()
         return collect(hot, rows, now_ms, losses)
 
     tty = sys.stdout.isatty()
