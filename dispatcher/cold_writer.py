@@ -45,8 +45,14 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import QueuePath, SegmentKind, new_attempt, object_key, object_name
-from tieredstore.manifest import FenceMarker, read_stored
-from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
+from tieredstore.manifest import (
+    DIGEST_ALGORITHM,
+    FORMAT_VERSION,
+    FenceMarker,
+    Manifest,
+    ObjectRef,
+    read_stored,
+)
 
 __all__ = ["ColdWriter", "ManifestOutcome"]
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from tieredstore.digests import WRITTEN, DigestAlgorithm, digest
+from tieredstore.digests import WRITTEN, DigestAlgorithm
 from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import (
@@ -54,7 +54,6 @@ __all__ = [
     "FenceMarker",
     "Manifest",
     "ObjectRef",
-    "digest",
     "read_manifest",
     "read_stored",
 ]
