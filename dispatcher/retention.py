@@ -121,9 +121,9 @@ class RetentionPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> RetentionPolicy:
         """``retention.default`` and ``retention.topics`` (seconds) as a policy."""
-        per_topic: Mapping[str, float] = settings["retention.topics"]
+        per_topic: Mapping[str, float] = settings.retention.topics
         return cls(
-            default_ms=round(settings["retention.default"] * 1000),
+            default_ms=round(settings.retention.default * 1000),
             per_topic_ms={topic: round(s * 1000) for topic, s in per_topic.items()},
         )
 

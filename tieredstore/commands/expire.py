@@ -126,7 +126,7 @@ def _print(decisions: Sequence[Decision], *, dry_run: bool, now_ms: int) -> None
 def run(args: argparse.Namespace) -> int:
     _check_flags(args)
     settings = settings_from_args(args, extra={"retention.default": args.retention})
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     now_ms = SystemClock().now_ms() if args.now is None else args.now
     if args.dry_run:
         decisions = _plan_only(settings, args, now_ms)

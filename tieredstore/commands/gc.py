@@ -76,7 +76,7 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
                 cluster=settings.cluster,
                 broker=settings.broker,
                 now_ms=clock.now_ms(),
-                grace_s=settings["gc.grace"],
+                grace_s=settings.gc.grace,
                 protected=protected,
             )
             deleted = 0 if dry_run else await delete_garbage(report, backend=backend, lease=lease)
@@ -88,7 +88,7 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
 def run(args: argparse.Namespace) -> int:
     # GC reads no broker store: the store directory need not be reachable from here.
     settings = settings_from_args(args, extra={"gc.grace": args.grace}, check=False)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     report, deleted = asyncio.run(_gc(settings, dry_run=args.dry_run))
     verb = "would delete" if args.dry_run else "deleted"
     for item in report.garbage:

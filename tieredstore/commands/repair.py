@@ -76,7 +76,7 @@ async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     if args.dry_run:
         plan = asyncio.run(_plan_only(settings, args.topic, args.queue))
         print("\n".join(["dry run: nothing changed", *plan.describe()]))
