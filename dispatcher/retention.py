@@ -564,12 +564,12 @@ class Retention:
     def __init__(
         self,
         *,
+        policy: RetentionPolicy,
+        catalogue: Catalogue,
         hot: HotStore,
         backend: Backend,
-        catalogue: Catalogue,
         lease: Lease,
         clock: Clock,
-        policy: RetentionPolicy,
         metrics: Metrics | None = None,
         on_step: StepHook | None = None,
     ) -> None:

@@ -29,17 +29,14 @@ Methods are synchronous (SQLite is local and fast); async code calls them throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Self
+from typing import Self, Unpack
 
-from metadata.database import DB_NAME, LOCK_NAME, CatalogueDatabase, CatalogueState
+from metadata.database import DB_NAME, LOCK_NAME, CatalogueDatabase, CatalogueState, OpenOptions
 from metadata.queue_table import QueueTable
 from metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
-from metadata.schema import MIGRATIONS, Migration
 from metadata.segment_table import SegmentTable
-from tieredstore.clock import Clock
+from tieredstore.config import Settings
 
 __all__ = [
     "DB_NAME",
@@ -71,29 +68,24 @@ class Catalogue:
         self.segments = SegmentTable(db)
 
     @classmethod
-    def open(
-        cls,
-        state_dir: Path | str,
-        *,
-        cluster: str,
-        broker: str,
-        read_only: bool = False,
-        clock: Clock | None = None,
-        cold_url: str | None = None,
-        migrations: Sequence[Migration] = MIGRATIONS,
-    ) -> Self:
+    def open(cls, state_dir: Path | str, **options: Unpack[OpenOptions]) -> Self:
         """Open the catalogue in ``state_dir``: :meth:`CatalogueDatabase.open
-        <metadata.database.CatalogueDatabase.open>` says how, and what it raises."""
-        db = CatalogueDatabase.open(
-            state_dir,
-            cluster=cluster,
-            broker=broker,
-            read_only=read_only,
-            clock=clock,
-            cold_url=cold_url,
-            migrations=migrations,
+        <metadata.database.CatalogueDatabase.open>` says how, with which options, and
+        what it raises."""
+        return cls(CatalogueDatabase.open(state_dir, **options))
+
+    @classmethod
+    def read_only_for(cls, settings: Settings) -> Self:
+        """Open, read-only, the catalogue ``settings`` name (state directory, cluster,
+        broker, checked against their cold store): what a command beside a running
+        sidecar reads."""
+        return cls.open(
+            settings.state_dir,
+            cluster=settings.cluster,
+            broker=settings.broker,
+            read_only=True,
+            cold_url=settings.cold_url,
         )
-        return cls(db)
 
     @property
     def path(self) -> Path:
@@ -122,12 +114,7 @@ class Catalogue:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- lease mirror ----------------------------------------------------------------

@@ -21,8 +21,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Required, Self, TypedDict
 
 from metadata.lock import WriterLock
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
@@ -42,6 +41,7 @@ __all__ = [
     "SEGMENT_COLUMNS",
     "CatalogueDatabase",
     "CatalogueState",
+    "OpenOptions",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,17 @@ SEGMENT_COLUMNS: Final = (
 LOSS_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, accepted_at_ms, writer_id, lease_epoch, record_key"
 )
+
+
+class OpenOptions(TypedDict, total=False):
+    """The options of :meth:`CatalogueDatabase.open` after the state directory."""
+
+    cluster: Required[str]
+    broker: Required[str]
+    read_only: bool
+    clock: Clock | None
+    cold_url: str | None
+    migrations: Sequence[Migration]
 
 
 class CatalogueState(enum.Enum):
@@ -173,12 +184,7 @@ class CatalogueDatabase:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_identity(self, *, read_only: bool, migrations: Sequence[Migration]) -> None:

@@ -75,13 +75,7 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
     from metadata.catalogue import Catalogue
     from tieredstore.hotstore import HotStore, QueueKey
 
-    with Catalogue.open(
-        settings.state_dir,
-        cluster=settings.cluster,
-        broker=settings.broker,
-        read_only=True,
-        cold_url=settings.cold_url,
-    ) as catalogue:
+    with Catalogue.read_only_for(settings) as catalogue:
         snaps: Sequence[QueueSnapshot] = snapshot_catalogue(catalogue)
     hot = read_hot_view(
         HotStore(settings.store_path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]

@@ -42,13 +42,7 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
 
     if not (settings.state_dir / DB_NAME).exists():
         return frozenset()
-    with Catalogue.open(
-        settings.state_dir,
-        cluster=settings.cluster,
-        broker=settings.broker,
-        read_only=True,
-        cold_url=settings.cold_url,
-    ) as catalogue:
+    with Catalogue.read_only_for(settings) as catalogue:
         keys: set[str] = set()
         for row in catalogue.queues.all():
             for seg in catalogue.segments.of(row.topic, row.queue_id):
