@@ -33,10 +33,11 @@ from typing import Any
 import numpy as np
 
 from tieredstore.config import parse_size
+from tieredstore.digests import digest
 from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
 from tieredstore.layout import object_name
-from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef, digest
+from tieredstore.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import AWS_ENV as MOTO_ENV
 

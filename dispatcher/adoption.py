@@ -68,7 +68,7 @@ async def adopt_or_quarantine(
     if check.agreement.kept:
         async with lock:
             await writer.recover()
-            fresh = await asyncio.to_thread(catalogue.queue, row.topic, row.queue_id) or row
+            fresh = await asyncio.to_thread(catalogue.queues.get, row.topic, row.queue_id) or row
         if fresh.cold_commit > stored.start_offset:
             log.warning(
                 "queue %s: adopted the segment another writer (%s, epoch %d) committed at "

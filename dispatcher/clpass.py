@@ -12,8 +12,8 @@ The pass instead takes the segments planned for many queues at once (each a
    than ``gap_bytes`` between due records, so a lone due queue is not read through
    everyone else's data);
 3. per window, with numpy over all its records at once: checks every record against its
-   unit (length >= :data:`~tieredstore.segment.MIN_RECORD_SIZE`, magic, totalSize ==
-   unit size, queueOffset field == queue offset), reads the store timestamps, and
+   unit (:class:`~tieredstore.segment.RecordHeads`: length, magic, totalSize,
+   queueOffset), reads the store timestamps, and
    rewrites bytes [28, 36) to each record's cold offset (the segment's ``cl_base`` plus
    its position in the segment);
 4. groups the window's records by segment with one ``pyarrow`` ``take`` (a memcpy per
@@ -61,17 +61,12 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.arrownp import gather_ranges
 from tieredstore.formats.record import (
-    MAGIC_AT,
-    MAGIC_CODE_V1,
-    MAGIC_CODE_V2,
     PHYSICAL_OFFSET_AT,
-    QUEUE_OFFSET_AT,
-    TOTAL_SIZE_AT,
 )
-from tieredstore.formats.vector import gather_be, scatter_be_i64, store_timestamps
+from tieredstore.formats.vector import scatter_be_i64, store_timestamps
 from tieredstore.hotread import read_span
 from tieredstore.hotstore import HotStore, MappedFileList
-from tieredstore.segment import MIN_RECORD_SIZE
+from tieredstore.segment import RecordHeads
 
 __all__ = ["GatherJob", "Spooled", "gather_segments"]
 
@@ -378,32 +373,17 @@ class _Spool:
 def _check(
     win: npt.NDArray[np.uint8], rel: I64, rec: _Records, sel: slice, jobs: Sequence[GatherJob]
 ) -> tuple[npt.NDArray[np.bool_], dict[int, TieredStoreError]]:
-    """Check the window's records against their units; return the bad mask and errors."""
-    size = rec.size[sel]
-    short = size < MIN_RECORD_SIZE
-    safe = np.where(short, 0, rel)  # never read past a too-short record's bytes
-    magic = gather_be(win, safe + MAGIC_AT, 4)
-    total = gather_be(win, safe + TOTAL_SIZE_AT, 4)
-    qoff = gather_be(win, safe + QUEUE_OFFSET_AT, 8)
+    """Check the window's records against their units (:class:`RecordHeads`); return the
+    bad mask and, per failed job, the error of its first bad record."""
     expect = rec.queue_offset[sel]
-    bad = short | ((magic != MAGIC_CODE_V1) & (magic != MAGIC_CODE_V2))
-    bad |= (total != size) | (qoff != expect)
+    heads = RecordHeads.check(win, rel, rec.size[sel], expect)
     errors: dict[int, TieredStoreError] = {}
-    for k in np.flatnonzero(bad).tolist():
+    for k in np.flatnonzero(heads.bad).tolist():
         job = int(rec.job[sel][k])
-        if job in errors:
-            continue
-        where = f"hot record of {jobs[job].plan.queue} at queue offset {int(expect[k])}"
-        if short[k]:
-            why = f"CQ unit says {int(size[k])} bytes (minimum {MIN_RECORD_SIZE})"
-        elif magic[k] not in (MAGIC_CODE_V1, MAGIC_CODE_V2):
-            why = f"unknown magic code {int(magic[k]):#x}"
-        elif total[k] != size[k]:
-            why = f"record is {int(total[k])} bytes, its CQ unit says {int(size[k])}"
-        else:
-            why = f"queueOffset field is {int(qoff[k])}, expected {int(expect[k])}"
-        errors[job] = CorruptRecordError(why, where=where)
-    return bad, errors
+        if job not in errors:
+            where = f"hot record of {jobs[job].plan.queue} at queue offset {int(expect[k])}"
+            errors[job] = CorruptRecordError(heads.fault(k), where=where)
+    return heads.bad, errors
 
 
 def _by_job(job: I64) -> I64:

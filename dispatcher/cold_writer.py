@@ -45,8 +45,14 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import QueuePath, SegmentKind, new_attempt, object_key, object_name
-from tieredstore.manifest import FenceMarker, read_stored
-from tieredstore.segment import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
+from tieredstore.manifest import (
+    DIGEST_ALGORITHM,
+    FORMAT_VERSION,
+    FenceMarker,
+    Manifest,
+    ObjectRef,
+    read_stored,
+)
 
 __all__ = ["ColdWriter", "ManifestOutcome"]
 
@@ -265,7 +271,7 @@ class ColdWriter:
         rng = await asyncio.to_thread(hot.queue_range, row.topic, row.queue_id)
         if not rng.min <= last < rng.max:
             return True  # also right after an accepted loss: ``last`` is in no segment
-        seg = self.catalogue.segment_at(row.topic, row.queue_id, last)
+        seg = self.catalogue.segments.at(row.topic, row.queue_id, last)
         unit = (await asyncio.to_thread(hot.read_units, row.topic, row.queue_id, last, last + 1))[0]
         size = int(unit["size"])
         hot_bytes = await asyncio.to_thread(

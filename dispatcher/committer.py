@@ -157,7 +157,7 @@ class SegmentCommitter:
         )  # fmt: skip
         self._reminded.add((QueueKey(row.topic, row.queue_id), QueueState.DIVERGED))
         async with self._lock:
-            self.catalogue.set_state(row.topic, row.queue_id, QueueState.DIVERGED)
+            self.catalogue.queues.set_state(row.topic, row.queue_id, QueueState.DIVERGED)
         self.metrics.set_queue_state(row.topic, row.queue_id, "DIVERGED")
         self.metrics.errors.labels("DivergedError").inc()
 
@@ -178,5 +178,5 @@ class SegmentCommitter:
         self.metrics.hot_data_lost.labels(lost.queue.topic, str(lost.queue.queue_id)).inc(
             lost.end - lost.start
         )
-        self.catalogue.set_state(lost.queue.topic, lost.queue.queue_id, QueueState.PAUSED)
+        self.catalogue.queues.set_state(lost.queue.topic, lost.queue.queue_id, QueueState.PAUSED)
         self.metrics.set_queue_state(lost.queue.topic, lost.queue.queue_id, "PAUSED")

@@ -72,7 +72,7 @@ class Discovery:
         for key in keys:
             if not self.config.topic_filter.accepts(key.topic) or key.topic in self._refused:
                 continue
-            row = self.catalogue.queue(key.topic, key.queue_id)
+            row = self.catalogue.queues.get(key.topic, key.queue_id)
             if row is not None:
                 known[key] = row
             elif self._nameable(key):
@@ -113,7 +113,7 @@ class Discovery:
         if not fresh:
             return {}
         inits = await asyncio.to_thread(lambda: [self._init_offset(k) for k in fresh])
-        created = self.catalogue.ensure_queues(
+        created = self.catalogue.queues.ensure_many(
             [(k.topic, k.queue_id, init) for k, init in zip(fresh, inits, strict=True)]
         )
         for key, init in zip(fresh, inits, strict=True):
@@ -154,7 +154,7 @@ class Discovery:
     async def _update_losses(self) -> None:
         """Set the accepted-loss gauge of every queue with a loss record."""
         totals: dict[tuple[str, int], int] = {}
-        for loss in await asyncio.to_thread(self.catalogue.losses):
+        for loss in await asyncio.to_thread(self.catalogue.queues.losses):
             key = (loss.topic, loss.queue_id)
             totals[key] = totals.get(key, 0) + loss.count
         for (topic, queue_id), count in totals.items():

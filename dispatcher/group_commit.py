@@ -6,7 +6,7 @@ FULL``), a millisecond or more. Committed one by one on the event loop, a round 
 thousand small segments spent seconds there with every other upload waiting behind it.
 :class:`GroupCommit` instead queues each request and lets one flush at a time commit
 everything queued in **one** transaction, in a thread
-(:meth:`~metadata.segment_commits.SegmentCommits.commit_segments`), while the next requests
+(:meth:`~metadata.segment_table.SegmentTable.commit_many`), while the next requests
 queue up behind it. Each caller still returns only once its row is durable, with its
 own outcome: a segment the catalogue refuses fails alone.
 """
@@ -45,7 +45,7 @@ class GroupCommit:
 
         Raises:
             CatalogueError: the catalogue refused this segment (see
-                :meth:`~metadata.segment_commits.SegmentCommits.commit_segment`), or the
+                :meth:`~metadata.segment_table.SegmentTable.commit`), or the
                 database failed (then no segment of the group is committed).
         """
         done: asyncio.Future[QueueRow] = asyncio.get_running_loop().create_future()
@@ -77,7 +77,7 @@ class GroupCommit:
                 try:
                     async with self._lock:
                         outcomes = await asyncio.to_thread(
-                            self.catalogue.commit_segments, [m for m, _ in group]
+                            self.catalogue.segments.commit_many, [m for m, _ in group]
                         )
                 except Exception as exc:  # the transaction failed: every one of them
                     for _, done in group:

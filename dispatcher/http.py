@@ -93,8 +93,8 @@ class _Api:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def queues(self, _request: web.Request) -> web.Response:
-        rows = self.rt.catalogue.queues()
-        losses = self.rt.catalogue.losses()
+        rows = self.rt.catalogue.queues.all()
+        losses = self.rt.catalogue.queues.losses()
         statuses = await asyncio.to_thread(collect, self.rt.hot, rows, self.clock.now_ms(), losses)
         statuses = mark_stopped(statuses, self.rt.dispatcher.stopped)
         return web.json_response({"queues": [asdict(s) for s in statuses]})

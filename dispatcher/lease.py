@@ -56,6 +56,7 @@ import logging
 import socket
 import uuid
 from dataclasses import asdict, dataclass
+from typing import TypedDict, Unpack
 
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
@@ -72,6 +73,7 @@ from tieredstore.errors import (
 __all__ = [
     "Lease",
     "LeaseObject",
+    "LeaseOptions",
     "LeaseRecord",
     "LeaseState",
     "LeaseWatch",
@@ -327,27 +329,21 @@ class LeaseObject:
         )
 
 
+class LeaseOptions(TypedDict, total=False):
+    """The keyword options of :class:`LeaseObject` (and so of :class:`Lease`)."""
+
+    renew_interval: float
+    owner: str | None
+    allow_unconditional_writes: bool
+
+
 class Lease(LeaseObject):
     """This process's view of the broker's writer lease."""
 
     def __init__(
-        self,
-        backend: Backend,
-        key: str,
-        clock: Clock,
-        *,
-        renew_interval: float = 10.0,
-        owner: str | None = None,
-        allow_unconditional_writes: bool = False,
+        self, backend: Backend, key: str, clock: Clock, **options: Unpack[LeaseOptions]
     ) -> None:
-        super().__init__(
-            backend,
-            key,
-            clock,
-            renew_interval=renew_interval,
-            owner=owner,
-            allow_unconditional_writes=allow_unconditional_writes,
-        )
+        super().__init__(backend, key, clock, **options)
         self.state = LeaseState.NOT_HELD
         self.epoch = 0
         self.renewals = 0  # of the record last written (LeaseRecord.renewals)

@@ -125,8 +125,8 @@ def reader_for(rt: Runtime) -> ColdReader:
     metrics = rt.metrics
     readahead = ReadAhead(
         rt.backend,
-        capacity_bytes=rt.settings["reads.cache_bytes"],
-        part_bytes=rt.settings["reads.part_bytes"],
+        capacity_bytes=rt.settings.reads.cache_bytes,
+        part_bytes=rt.settings.reads.part_bytes,
         on_fetch=metrics.readahead_fetched.inc,
     )
     metrics.readahead_bytes.set_function(lambda: readahead.stats.bytes)

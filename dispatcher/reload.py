@@ -67,12 +67,12 @@ class ReloadPlan:
 
 def plan_reload(running: Settings, new: Settings) -> ReloadPlan:
     """Split the keys that differ between ``running`` and ``new`` (in SETTINGS order)."""
-    differ = [s.key for s in SETTINGS if running[s.key] != new[s.key]]
+    differ = [s.key for s in SETTINGS if running.values[s.key] != new.values[s.key]]
     applied = tuple(k for k in differ if k in LIVE_KEYS)
     values = dict(running.values)
     sources = dict(running.sources)
     for key in applied:
-        values[key] = new[key]
+        values[key] = new.values[key]
         sources[key] = new.sources.get(key, "reload")
     return ReloadPlan(
         Settings(values, sources),
@@ -90,7 +90,7 @@ def apply_reload(rt: Runtime, new: Settings) -> ReloadPlan:
     if plan.applied:
         rt.dispatcher.config = dispatcher_config(plan.settings)
         rt.retention.policy = RetentionPolicy.from_settings(plan.settings)
-        rt.upload_limit.set_rate(plan.settings["tiering.max_bytes_per_second"])
+        rt.upload_limit.set_rate(plan.settings.tiering.max_bytes_per_second)
         rt.metrics.upload_rate_limit.set(rt.upload_limit.rate)
         rt.settings = plan.settings
     return plan

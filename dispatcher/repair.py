@@ -184,12 +184,12 @@ async def plan_repair(
         DivergedError: the hot store ends below the cold data that would remain, so
             truncation cannot help (the broker lost data cold already expired).
     """
-    row = await asyncio.to_thread(catalogue.queue, topic, queue_id)
+    row = await asyncio.to_thread(catalogue.queues.get, topic, queue_id)
     if row is None:
         raise ConfigError(f"the catalogue has no queue {topic}/{queue_id}")
     if row.state is not QueueState.DIVERGED:
         raise ConfigError(f"queue {row} is {row.state.value}, not DIVERGED: nothing to repair")
-    segments = await asyncio.to_thread(catalogue.segments, topic, queue_id)
+    segments = await asyncio.to_thread(catalogue.segments.of, topic, queue_id)
     if any(s.status is SegmentStatus.DELETING for s in segments):
         raise CatalogueError(
             "a segment of the queue is still being deleted; finish the expiry first "
@@ -347,8 +347,8 @@ async def execute_repair(
         moved += await _quarantine_loss(key, backend=backend, lease=lease, stamp=stamp)
     await hold_lease(lease)
     topic, queue_id = plan.row.topic, plan.row.queue_id
-    await asyncio.to_thread(catalogue.truncate_queue, topic, queue_id, plan.cut)
-    row = await asyncio.to_thread(catalogue.set_state, topic, queue_id, QueueState.ACTIVE)
+    await asyncio.to_thread(catalogue.segments.truncate, topic, queue_id, plan.cut)
+    row = await asyncio.to_thread(catalogue.queues.set_state, topic, queue_id, QueueState.ACTIVE)
     return RepairReport(plan, stamp, tuple(moved), row)
 
 

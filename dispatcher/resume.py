@@ -11,7 +11,7 @@ left to decide is whether tiering may continue after them. ``tieredstore resume 
 2. **Record** the loss in the cold store itself, holding the lease: one
    :class:`~tieredstore.loss.LossRecord` at ``<queue>/LOSS/<name(start)>.json``
    (create-if-absent) with the range, the time, the writer id and the lease epoch.
-3. **Accept** it in the catalogue (:meth:`~metadata.catalogue.Catalogue.accept_loss`):
+3. **Accept** it in the catalogue (:meth:`~metadata.queue_table.QueueTable.accept_loss`):
    ``cold_commit`` moves to the loss's end and the queue is ACTIVE again; the sidecar
    tiers from hot min on its next tick.
 
@@ -90,7 +90,7 @@ async def plan_resume(
     Raises ConfigError for an unknown queue or one that is not PAUSED (a DIVERGED queue
     needs ``tieredstore repair``).
     """
-    row = await asyncio.to_thread(catalogue.queue, topic, queue_id)
+    row = await asyncio.to_thread(catalogue.queues.get, topic, queue_id)
     if row is None:
         raise ConfigError(f"the catalogue has no queue {topic}/{queue_id}")
     if row.state is QueueState.DIVERGED:
@@ -124,7 +124,7 @@ async def execute_resume(
     if plan.loss is None:
         await hold_lease(lease)
         row = await asyncio.to_thread(
-            catalogue.set_state, row.topic, row.queue_id, QueueState.ACTIVE
+            catalogue.queues.set_state, row.topic, row.queue_id, QueueState.ACTIVE
         )
         log.warning("queue %s resumed at offset %d (nothing was lost)", row, row.cold_commit)
         return ResumeReport(plan, (), row)
@@ -143,7 +143,7 @@ async def execute_resume(
             break
         record = await _record_one(queue, row, rng.min, backend=backend, lease=lease, clock=clock)
         await hold_lease(lease)
-        row = await asyncio.to_thread(catalogue.accept_loss, record)
+        row = await asyncio.to_thread(catalogue.queues.accept_loss, record)
         records.append(record)
         log.warning("queue %s resumed: %s", row, record.describe())
     else:
@@ -154,7 +154,7 @@ async def execute_resume(
         )
     if row.state is not QueueState.ACTIVE:  # hot min came back to cold commit: no loss left
         row = await asyncio.to_thread(
-            catalogue.set_state, row.topic, row.queue_id, QueueState.ACTIVE
+            catalogue.queues.set_state, row.topic, row.queue_id, QueueState.ACTIVE
         )
     return ResumeReport(plan, tuple(records), row)
 

@@ -121,9 +121,9 @@ class RetentionPolicy:
     @classmethod
     def from_settings(cls, settings: Settings) -> RetentionPolicy:
         """``retention.default`` and ``retention.topics`` (seconds) as a policy."""
-        per_topic: Mapping[str, float] = settings["retention.topics"]
+        per_topic: Mapping[str, float] = settings.retention.topics
         return cls(
-            default_ms=round(settings["retention.default"] * 1000),
+            default_ms=round(settings.retention.default * 1000),
             per_topic_ms={topic: round(s * 1000) for topic, s in per_topic.items()},
         )
 
@@ -315,8 +315,8 @@ def plan_purge(
 def snapshot_catalogue(catalogue: Catalogue) -> tuple[QueueSnapshot, ...]:
     """Every queue and its segments (blocking: call it through ``asyncio.to_thread``)."""
     return tuple(
-        QueueSnapshot(row, tuple(catalogue.segments(row.topic, row.queue_id)))
-        for row in catalogue.queues()
+        QueueSnapshot(row, tuple(catalogue.segments.of(row.topic, row.queue_id)))
+        for row in catalogue.queues.all()
     )
 
 
@@ -389,7 +389,7 @@ async def delete_segment(
             where=segment.manifest.key,
         )
     marked = await asyncio.to_thread(
-        catalogue.mark_deleting, segment.topic, segment.queue_id, segment.start_offset
+        catalogue.segments.mark_deleting, segment.topic, segment.queue_id, segment.start_offset
     )
     on_step(marked, DeletionStep.MARKED)
     return await _finish(marked, catalogue=catalogue, backend=backend, lease=lease, on_step=on_step)
@@ -421,7 +421,7 @@ async def _finish(
             segment,
         )
         return await asyncio.to_thread(
-            catalogue.drop_segment, segment.topic, segment.queue_id, segment.start_offset
+            catalogue.segments.drop, segment.topic, segment.queue_id, segment.start_offset
         )
     await record_head_removal(backend, lease, segment)
     for step, key in (
@@ -436,7 +436,7 @@ async def _finish(
             await backend.delete(key)
         on_step(segment, step)
     row = await asyncio.to_thread(
-        catalogue.drop_segment, segment.topic, segment.queue_id, segment.start_offset
+        catalogue.segments.drop, segment.topic, segment.queue_id, segment.start_offset
     )
     on_step(segment, DeletionStep.DROPPED)
     return row
@@ -472,14 +472,14 @@ async def _foreign(backend: Backend, manifest: Manifest) -> bool:
 async def destroy_queue(decision: DestroyQueue, *, catalogue: Catalogue, lease: Lease) -> QueueRow:
     """Mark a queue DELETED. Refuses (CatalogueError) while it still has any segment."""
     await hold_lease(lease)
-    left = await asyncio.to_thread(catalogue.segments, decision.topic, decision.queue_id)
+    left = await asyncio.to_thread(catalogue.segments.of, decision.topic, decision.queue_id)
     if left:
         raise CatalogueError(
             f"queue still has {len(left)} segments (first {left[0]}); it is not destroyed",
             where=f"{catalogue.path} queue {decision.topic}/{decision.queue_id}",
         )
     return await asyncio.to_thread(
-        catalogue.set_state, decision.topic, decision.queue_id, QueueState.DELETED
+        catalogue.queues.set_state, decision.topic, decision.queue_id, QueueState.DELETED
     )
 
 
@@ -564,12 +564,12 @@ class Retention:
     def __init__(
         self,
         *,
+        policy: RetentionPolicy,
+        catalogue: Catalogue,
         hot: HotStore,
         backend: Backend,
-        catalogue: Catalogue,
         lease: Lease,
         clock: Clock,
-        policy: RetentionPolicy,
         metrics: Metrics | None = None,
         on_step: StepHook | None = None,
     ) -> None:

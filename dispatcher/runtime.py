@@ -48,19 +48,19 @@ log = logging.getLogger(__name__)
 def dispatcher_config(settings: Settings) -> DispatcherConfig:
     return DispatcherConfig(
         limits=Limits(
-            max_bytes=settings["tiering.segment_max_bytes"],
-            max_messages=settings["tiering.segment_max_messages"],
-            max_age_ms=int(settings["tiering.segment_max_age"] * 1000),
+            max_bytes=settings.tiering.segment_max_bytes,
+            max_messages=settings.tiering.segment_max_messages,
+            max_age_ms=int(settings.tiering.segment_max_age * 1000),
         ),
-        tick_interval=settings["tiering.tick_interval"],
-        concurrency=settings["tiering.concurrency"],
-        read_batch_bytes=settings["tiering.read_batch_bytes"],
-        init_policy=settings["tiering.init_policy"],
-        guard=GuardMode(settings["tiering.guard"]),
+        tick_interval=settings.tiering.tick_interval,
+        concurrency=settings.tiering.concurrency,
+        read_batch_bytes=settings.tiering.read_batch_bytes,
+        init_policy=settings.tiering.init_policy,
+        guard=GuardMode(settings.tiering.guard),
         topic_filter=TopicFilter.from_settings(settings),
-        lease_renew_interval=settings["lease.renew_interval"],
+        lease_renew_interval=settings.lease.renew_interval,
         spool_dir=settings.state_dir / "spool",
-        spool_max_bytes=settings["tiering.spool_max_bytes"],
+        spool_max_bytes=settings.tiering.spool_max_bytes,
     )
 
 
@@ -115,7 +115,7 @@ async def open_runtime(
     clock = clock or SystemClock()
     metrics = metrics or Metrics()
     policy = retry or RetryPolicy()
-    upload_limit = TokenBucket(clock, settings["tiering.max_bytes_per_second"])
+    upload_limit = TokenBucket(clock, settings.tiering.max_bytes_per_second)
     metrics.upload_rate_limit.set(upload_limit.rate)
     async with AsyncExitStack() as stack:
         backend = await _backend(settings, stack, backend, metrics, policy, clock)
@@ -133,8 +133,8 @@ def lease_for(settings: Settings, backend: Backend, clock: Clock) -> Lease:
         backend,
         lease_key(settings.cluster, settings.broker),
         clock,
-        renew_interval=settings["lease.renew_interval"],
-        allow_unconditional_writes=settings["cold.allow_unconditional_writes"],
+        renew_interval=settings.lease.renew_interval,
+        allow_unconditional_writes=settings.cold.allow_unconditional_writes,
     )
 
 
@@ -151,7 +151,7 @@ def _assemble(
 ) -> Runtime:
     """Build the hot store, catalogue (closed with ``stack``), lease, writer, jobs and
     dispatcher of :func:`open_runtime`."""
-    commitlog_dir = settings["store.commitlog_dir"] or None
+    commitlog_dir = settings.store.commitlog_dir or None
     hot = HotStore(
         settings.store_path, commitlog_dir=Path(commitlog_dir) if commitlog_dir else None
     )
@@ -239,7 +239,7 @@ def _cold_writer(
         broker=settings.broker,
         writer_id=lease.owner,
         clock=clock,
-        batch_bytes=settings["tiering.read_batch_bytes"],
+        batch_bytes=settings.tiering.read_batch_bytes,
         retry=policy,
         on_retry=lambda op: metrics.retries.labels(op).inc(),
     )
@@ -249,12 +249,10 @@ def _jobs(
     settings: Settings, retention: Retention, backup: ConfigBackup | None
 ) -> tuple[list[Periodic], list[Callable[[], Awaitable[object]]]]:
     """The dispatcher's periodic jobs and the jobs it runs once at start."""
-    periodic = [Periodic("retention", settings["retention.interval"], retention.run_pass)]
+    periodic = [Periodic("retention", settings.retention.interval, retention.run_pass)]
     startup: list[Callable[[], Awaitable[object]]] = [retention.resume]
     if backup is not None:
-        periodic.append(
-            Periodic("config backup", settings["config_backup.interval"], backup.run_pass)
-        )
+        periodic.append(Periodic("config backup", settings.config_backup.interval, backup.run_pass))
         startup.append(backup.run_pass_logged)
     return periodic, startup
 
@@ -263,9 +261,9 @@ def _config_backup(
     settings: Settings, backend: Backend, lease: Lease, clock: Clock
 ) -> ConfigBackup | None:
     """The config backup job (None when ``config_backup.enabled`` is false)."""
-    if not settings["config_backup.enabled"]:
+    if not settings.config_backup.enabled:
         return None
-    config_dir = settings["store.config_dir"] or settings.store_path / "config"
+    config_dir = settings.store.config_dir or settings.store_path / "config"
     return ConfigBackup(
         config_dir=Path(config_dir),
         backend=backend,
@@ -273,5 +271,5 @@ def _config_backup(
         clock=clock,
         cluster=settings.cluster,
         broker=settings.broker,
-        history=settings["config_backup.history"],
+        history=settings.config_backup.history,
     )

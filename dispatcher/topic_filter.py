@@ -17,11 +17,11 @@ class TopicFilter(TopicRules):
     @classmethod
     def from_settings(cls, settings: Settings) -> TopicFilter:
         return cls(
-            include=tuple(settings["tiering.include_topics"]),
-            exclude=tuple(settings["tiering.exclude_topics"]),
-            system=tuple(settings["tiering.system_topics"]),
-            include_retry=bool(settings["tiering.include_retry"]),
-            include_dlq=bool(settings["tiering.include_dlq"]),
+            include=tuple(settings.tiering.include_topics),
+            exclude=tuple(settings.tiering.exclude_topics),
+            system=tuple(settings.tiering.system_topics),
+            include_retry=bool(settings.tiering.include_retry),
+            include_dlq=bool(settings.tiering.include_dlq),
         )
 
     def rules(self) -> TopicRules:

@@ -7,15 +7,15 @@ manifests the catalogue missed and :func:`rebuild` recreates it from manifests a
 
 Rules it enforces:
 
-* **Eager initialisation.** :meth:`~Catalogue.ensure_queue` creates a queue row with its
+* **Eager initialisation.** ``catalogue.queues.ensure`` creates a queue row with its
   init offset, ``cold_min = cold_commit = init``, ``cq_base = init * 20`` and its cold
   commitlog base in one transaction; the schema refuses a row without them.
-* **Contiguity.** :meth:`~Catalogue.commit_segment` accepts only the segment that starts
+* **Contiguity.** ``catalogue.segments.commit`` accepts only the segment that starts
   at ``(cold_commit, cold_cl_end)`` — no gap, no overlap — of an ACTIVE queue; the same
   manifest committed twice is a no-op (a retry after a crash).
 * **Prefix expiry.** Only the oldest COMMITTED segment may be marked DELETING, and only
   the oldest segment, once DELETING, may be dropped; ``cold_min`` follows.
-* **Accepted losses.** :meth:`~Catalogue.accept_loss` records offsets the broker deleted
+* **Accepted losses.** ``catalogue.queues.accept_loss`` records offsets the broker deleted
   before they were tiered (a :class:`~tieredstore.loss.LossRecord` already written to the
   bucket by ``resume``) and moves ``cold_commit`` past them: the only way a queue's
   committed range may hold offsets no segment covers.
@@ -29,11 +29,14 @@ Methods are synchronous (SQLite is local and fast); async code calls them throug
 
 from __future__ import annotations
 
-from metadata.database import DB_NAME, LOCK_NAME, CatalogueState
+from pathlib import Path
+from typing import Self, Unpack
+
+from metadata.database import DB_NAME, LOCK_NAME, CatalogueDatabase, CatalogueState, OpenOptions
 from metadata.queue_table import QueueTable
 from metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
-from metadata.segment_commits import SegmentCommits
 from metadata.segment_table import SegmentTable
+from tieredstore.config import Settings
 
 __all__ = [
     "DB_NAME",
@@ -48,27 +51,82 @@ __all__ = [
 ]
 
 
-class Catalogue(QueueTable, SegmentTable, SegmentCommits):
+class Catalogue:
     """The catalogue of one (cluster, broker). Open with :meth:`open`; a context manager.
 
-    One class for callers, built from one concern per module: the database and its
-    lifecycle (:mod:`metadata.database`), queues and accepted losses
-    (:mod:`metadata.queue_table`), segments (:mod:`metadata.segment_table`) and their
-    commits (:mod:`metadata.segment_commits`), and here the mirror of the bucket's
+    Composed of one object per concern over one database (:mod:`metadata.database`,
+    ``catalogue.db``): ``catalogue.queues`` (queues and accepted losses,
+    :mod:`metadata.queue_table`), ``catalogue.segments`` (segment lookups, commits, expiry
+    and truncation, :mod:`metadata.segment_table`), and here the mirror of the bucket's
     lease. Every method raises :class:`CatalogueError` on a closed catalogue, on a write
     to a read-only one, and on any database failure.
     """
 
+    def __init__(self, db: CatalogueDatabase) -> None:
+        self.db = db
+        self.queues = QueueTable(db)
+        self.segments = SegmentTable(db)
+
+    @classmethod
+    def open(cls, state_dir: Path | str, **options: Unpack[OpenOptions]) -> Self:
+        """Open the catalogue in ``state_dir``: :meth:`CatalogueDatabase.open
+        <metadata.database.CatalogueDatabase.open>` says how, with which options, and
+        what it raises."""
+        return cls(CatalogueDatabase.open(state_dir, **options))
+
+    @classmethod
+    def read_only_for(cls, settings: Settings) -> Self:
+        """Open, read-only, the catalogue ``settings`` name (state directory, cluster,
+        broker, checked against their cold store): what a command beside a running
+        sidecar reads."""
+        return cls.open(
+            settings.state_dir,
+            cluster=settings.cluster,
+            broker=settings.broker,
+            read_only=True,
+            cold_url=settings.cold_url,
+        )
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    @property
+    def cluster(self) -> str:
+        return self.db.cluster
+
+    @property
+    def broker(self) -> str:
+        return self.db.broker
+
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
+
+    @property
+    def state(self) -> CatalogueState:
+        return self.db.state
+
+    def close(self) -> None:
+        """Close the database and release the writer lock. Safe to call twice."""
+        self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- lease mirror ----------------------------------------------------------------
     def record_lease(self, owner: str, epoch: int, expires_at_ms: int) -> LeaseRow:
         """Mirror the bucket's lease (informational: ``status`` shows it)."""
-        with self._transaction() as conn:
+        with self.db.transaction() as conn:
             conn.execute(
                 "INSERT INTO leases (broker, owner, epoch, expires_at_ms, updated_at_ms) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (broker) DO UPDATE SET owner = "
                 "excluded.owner, epoch = excluded.epoch, expires_at_ms = "
                 "excluded.expires_at_ms, updated_at_ms = excluded.updated_at_ms",
-                (self.broker, owner, epoch, expires_at_ms, self._clock.now_ms()),
+                (self.broker, owner, epoch, expires_at_ms, self.db.clock.now_ms()),
             )
         lease = self.lease()
         assert lease is not None
@@ -76,7 +134,7 @@ class Catalogue(QueueTable, SegmentTable, SegmentCommits):
 
     def lease(self) -> LeaseRow | None:
         """The mirrored lease, or None if no writer has recorded one."""
-        rows = self._rows(
+        rows = self.db.rows(
             "SELECT broker, owner, epoch, expires_at_ms, updated_at_ms FROM leases "
             "WHERE broker = ?",
             (self.broker,),

@@ -3,9 +3,10 @@
 :class:`CatalogueDatabase` opens ``catalogue.sqlite3`` in the sidecar's state directory
 (WAL, ``synchronous=FULL``, foreign keys on), migrates its schema, takes the writer lock
 (``catalogue.lock``), checks the (cluster, broker) and the cold store it belongs to, and
-gives the tables above it (:mod:`metadata.queue_table`, :mod:`metadata.segment_table`)
-one transaction helper, one error translation and the row converters. It has no
-operations of its own: :class:`metadata.catalogue.Catalogue` is what callers open.
+gives the tables composed over it (:mod:`metadata.queue_table`,
+:mod:`metadata.segment_table`) one transaction helper, one error translation and the row
+converters. It has no operations of its own: :class:`metadata.catalogue.Catalogue` is what
+callers open.
 
 Every method raises :class:`CatalogueError` on a closed catalogue, on a write to a
 read-only one, and (translated, ``from`` the sqlite3 error) on any database failure.
@@ -20,8 +21,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Required, Self, TypedDict
 
 from metadata.lock import WriterLock
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
@@ -33,7 +33,16 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import broker_prefix, object_name
 from tieredstore.manifest import Manifest, ObjectRef
 
-__all__ = ["DB_NAME", "LOCK_NAME", "CatalogueDatabase", "CatalogueState"]
+__all__ = [
+    "DB_NAME",
+    "LOCK_NAME",
+    "LOSS_COLUMNS",
+    "QUEUE_COLUMNS",
+    "SEGMENT_COLUMNS",
+    "CatalogueDatabase",
+    "CatalogueState",
+    "OpenOptions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +53,30 @@ DB_NAME: Final = "catalogue.sqlite3"
 LOCK_NAME: Final = "catalogue.lock"
 _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
-_QUEUE_COLUMNS: Final = (
+QUEUE_COLUMNS: Final = (
     "topic, queue_id, init_offset, cold_min, cold_commit, cold_cl_end, cq_base, state, "
     "updated_at_ms"
 )
-_SEGMENT_COLUMNS: Final = (
+SEGMENT_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, cl_size, cl_digest, "
     "cq_size, cq_digest, digest_algorithm, min_store_timestamp, max_store_timestamp, "
     "status, format_version, writer_id, lease_epoch, created_at_ms, manifest_key, attempt"
 )
 
-_LOSS_COLUMNS: Final = (
+LOSS_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, accepted_at_ms, writer_id, lease_epoch, record_key"
 )
+
+
+class OpenOptions(TypedDict, total=False):
+    """The options of :meth:`CatalogueDatabase.open` after the state directory."""
+
+    cluster: Required[str]
+    broker: Required[str]
+    read_only: bool
+    clock: Clock | None
+    cold_url: str | None
+    migrations: Sequence[Migration]
 
 
 class CatalogueState(enum.Enum):
@@ -82,8 +102,8 @@ class CatalogueDatabase:
         self.broker = broker
         self.read_only = lock is None
         self.state = CatalogueState.OPEN
+        self.clock = clock
         self._conn = conn
-        self._clock = clock
         self._lock = lock
         self._mutex = threading.RLock()
 
@@ -164,12 +184,7 @@ class CatalogueDatabase:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _check_identity(self, *, read_only: bool, migrations: Sequence[Migration]) -> None:
@@ -183,13 +198,13 @@ class CatalogueDatabase:
                 + ("; upgrade tieredstore" if newer else "; open it for writing once to migrate"),
                 where=str(self.path),
             )
-        with self._transaction(write=not read_only) as conn:
+        with self.transaction(write=not read_only) as conn:
             row = conn.execute("SELECT cluster, broker FROM identity").fetchone()
             if row is None and not read_only:
                 conn.execute(
                     "INSERT INTO identity (singleton, cluster, broker, created_at_ms) "
                     "VALUES (1, ?, ?, ?)",
-                    (self.cluster, self.broker, self._clock.now_ms()),
+                    (self.cluster, self.broker, self.clock.now_ms()),
                 )
                 return
         if row is None or tuple(row) != (self.cluster, self.broker):
@@ -201,30 +216,30 @@ class CatalogueDatabase:
             )
 
     def _scalar_version(self) -> int:
-        with self._guard():
-            return schema_version(self._conn)
+        with self.guard() as conn:
+            return schema_version(conn)
 
     # -- plumbing --------------------------------------------------------------------
     @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        """Serialise access, refuse a closed catalogue, translate sqlite3 errors."""
+    def guard(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for reads outside a transaction: serialise access, refuse a
+        closed catalogue, translate sqlite3 errors."""
         with self._mutex:
             if self.state is CatalogueState.CLOSED:
                 raise CatalogueError("catalogue is closed", where=str(self.path))
             try:
-                yield
+                yield self._conn
             except sqlite3.Error as exc:
                 raise CatalogueError(
                     f"catalogue database error: {exc}", where=str(self.path)
                 ) from exc
 
     @contextlib.contextmanager
-    def _transaction(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
         """One transaction: IMMEDIATE (takes SQLite's write lock) for writes."""
         if write and self.read_only:
             raise CatalogueError("catalogue is open read-only", where=str(self.path))
-        with self._guard():
-            conn = self._conn
+        with self.guard() as conn:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield conn
@@ -234,11 +249,11 @@ class CatalogueDatabase:
                 raise
             conn.execute("COMMIT")
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._guard():
-            return [tuple(r) for r in self._conn.execute(sql, params).fetchall()]
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.guard() as conn:
+            return [tuple(r) for r in conn.execute(sql, params).fetchall()]
 
-    def _require_ours(self, what: str, cluster: str, broker: str, where: str) -> None:
+    def require_ours(self, what: str, cluster: str, broker: str, where: str) -> None:
         """Refuse a record (manifest, loss record) of another cluster or broker."""
         if (cluster, broker) != (self.cluster, self.broker):
             raise CatalogueError(
@@ -247,10 +262,11 @@ class CatalogueDatabase:
                 where=where,
             )
 
-    def _where(self, topic: str, queue_id: int) -> str:
+    def queue_where(self, topic: str, queue_id: int) -> str:
+        """Where an error about the queue happened, for its message."""
         return f"{self.path} queue {topic}/{queue_id}"
 
-    def _segment_row(self, r: Sequence[Any]) -> SegmentRow:
+    def segment_row(self, r: Sequence[Any]) -> SegmentRow:
         (topic, qid, start, end, cl_base, cl_end, cl_size, cl_digest, cq_size, cq_digest,
          algorithm, ts_min, ts_max, status, version, writer, epoch, created, _key,
          attempt) = r  # fmt: skip
@@ -277,44 +293,44 @@ class CatalogueDatabase:
         return SegmentRow(manifest, SegmentStatus(status))
 
     @staticmethod
-    def _queue_row(r: Sequence[Any]) -> QueueRow:
+    def queue_row(r: Sequence[Any]) -> QueueRow:
         topic, qid, init, cold_min, cold_commit, cl_end, cq_base, state, updated = r
         return QueueRow(
             topic, qid, init, cold_min, cold_commit, cl_end, cq_base, QueueState(state), updated
         )
 
     @classmethod
-    def _fetch_queue(cls, conn: sqlite3.Connection, topic: str, queue_id: int) -> QueueRow | None:
+    def fetch_queue(cls, conn: sqlite3.Connection, topic: str, queue_id: int) -> QueueRow | None:
         r = conn.execute(
-            f"SELECT {_QUEUE_COLUMNS} FROM queues WHERE topic = ? AND queue_id = ?",
+            f"SELECT {QUEUE_COLUMNS} FROM queues WHERE topic = ? AND queue_id = ?",
             (topic, queue_id),
         ).fetchone()
-        return None if r is None else cls._queue_row(r)
+        return None if r is None else cls.queue_row(r)
 
-    def _require_queue(self, conn: sqlite3.Connection, topic: str, queue_id: int) -> QueueRow:
-        row = self._fetch_queue(conn, topic, queue_id)
+    def require_queue(self, conn: sqlite3.Connection, topic: str, queue_id: int) -> QueueRow:
+        row = self.fetch_queue(conn, topic, queue_id)
         if row is None:
-            raise CatalogueError("unknown queue", where=self._where(topic, queue_id))
+            raise CatalogueError("unknown queue", where=self.queue_where(topic, queue_id))
         return row
 
-    def _fetch_segments(
+    def fetch_segments(
         self, conn: sqlite3.Connection, topic: str, queue_id: int, where: str = "", *params: Any
     ) -> list[SegmentRow]:
         sql = (
-            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE topic = ? AND queue_id = ? {where} "
+            f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE topic = ? AND queue_id = ? {where} "
             "ORDER BY start_offset"
         )
         rows = conn.execute(sql, (topic, queue_id, *params)).fetchall()
-        return [self._segment_row(r) for r in rows]
+        return [self.segment_row(r) for r in rows]
 
-    def _set_queue(self, conn: sqlite3.Connection, row: QueueRow, **changes: Any) -> QueueRow:
+    def set_queue(self, conn: sqlite3.Connection, row: QueueRow, **changes: Any) -> QueueRow:
         assigned = ", ".join(f"{name} = ?" for name in changes)
         values = [v.value if isinstance(v, enum.Enum) else v for v in changes.values()]
         conn.execute(
             f"UPDATE queues SET {assigned}, updated_at_ms = ? WHERE topic = ? AND queue_id = ?",
-            (*values, self._clock.now_ms(), row.topic, row.queue_id),
+            (*values, self.clock.now_ms(), row.topic, row.queue_id),
         )
-        return self._require_queue(conn, row.topic, row.queue_id)
+        return self.require_queue(conn, row.topic, row.queue_id)
 
 
 def _connect(target: str, *, uri: bool) -> sqlite3.Connection:
@@ -379,7 +395,7 @@ def _check_cold_url(db: CatalogueDatabase, url: str) -> None:
     while the new store holds nothing, then calls its queues DIVERGED and sends the
     operator to ``repair``: the wrong cure for a wrong setting.
     """
-    with db._transaction(write=not db.read_only) as conn:
+    with db.transaction(write=not db.read_only) as conn:
         (recorded,) = conn.execute("SELECT cold_url FROM identity").fetchone()
         if recorded == "" and not db.read_only:
             conn.execute("UPDATE identity SET cold_url = ?", (url,))

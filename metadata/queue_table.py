@@ -1,10 +1,11 @@
 """The catalogue's queues table and the losses accepted on them.
 
-A queue row is created eagerly (:meth:`QueueTable.ensure_queue`) with its init offset and
-cold commitlog base in one transaction; its state changes only through
+A queue row is created eagerly (:meth:`QueueTable.ensure`) with its init offset and cold
+commitlog base in one transaction; its state changes only through
 :meth:`~QueueTable.set_state` and :meth:`~QueueTable.accept_loss`, which records an
 accepted loss (a :class:`~tieredstore.loss.LossRecord` already in the bucket) and moves
-``cold_commit`` past it. Part of :class:`metadata.catalogue.Catalogue`.
+``cold_commit`` past it. Callers reach it as ``catalogue.queues``
+(:class:`metadata.catalogue.Catalogue`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from metadata.database import _LOSS_COLUMNS, _QUEUE_COLUMNS, CatalogueDatabase
+from metadata.database import LOSS_COLUMNS, QUEUE_COLUMNS, CatalogueDatabase
 from metadata.rows import QueueRow, QueueState
 from tieredstore.errors import CatalogueError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
@@ -25,13 +26,15 @@ __all__ = ["QueueTable"]
 log = logging.getLogger(__name__)
 
 
-class QueueTable(CatalogueDatabase):
-    """Queues and accepted losses (see the module docstring)."""
+class QueueTable:
+    """Queues and accepted losses (see the module docstring), over the catalogue's
+    database."""
+
+    def __init__(self, db: CatalogueDatabase) -> None:
+        self._db = db
 
     # -- queues ----------------------------------------------------------------------
-    def ensure_queue(
-        self, topic: str, queue_id: int, init_offset: int, *, cl_base: int = 0
-    ) -> QueueRow:
+    def ensure(self, topic: str, queue_id: int, init_offset: int, *, cl_base: int = 0) -> QueueRow:
         """Return the queue's row, creating it (eagerly initialised) if it is new.
 
         A new row gets, in one transaction: ``init_offset``, ``cold_min = cold_commit =
@@ -43,39 +46,39 @@ class QueueTable(CatalogueDatabase):
         Raises InvalidNameError for a topic the cold store cannot hold and CatalogueError
         for a negative offset.
         """
-        return self.ensure_queues([(topic, queue_id, init_offset)], cl_base=cl_base)[0]
+        return self.ensure_many([(topic, queue_id, init_offset)], cl_base=cl_base)[0]
 
-    def ensure_queues(
+    def ensure_many(
         self, queues: Sequence[tuple[str, int, int]], *, cl_base: int = 0
     ) -> list[QueueRow]:
-        """:meth:`ensure_queue` for many ``(topic, queue_id, init_offset)`` at once, in
+        """:meth:`ensure` for many ``(topic, queue_id, init_offset)`` at once, in
         one transaction (a broker's first start may bring thousands of queues: one
         commit, not one each); rows in the order given.
 
         Every name and offset is checked before anything is written: one bad entry
-        raises (as :meth:`ensure_queue` does) and creates no row at all.
+        raises (as :meth:`ensure` does) and creates no row at all.
         """
         for topic, queue_id, init_offset in queues:
-            QueuePath(self.cluster, self.broker, topic, queue_id)  # validates the names
+            QueuePath(self._db.cluster, self._db.broker, topic, queue_id)  # validates the names
             if init_offset < 0 or cl_base < 0:
                 raise CatalogueError(
                     f"init offset {init_offset} / commitlog base {cl_base} must be >= 0",
-                    where=self._where(topic, queue_id),
+                    where=self._db.queue_where(topic, queue_id),
                 )
         rows: list[QueueRow] = []
         created: list[QueueRow] = []
-        with self._transaction() as conn:
+        with self._db.transaction() as conn:
             for topic, queue_id, init_offset in queues:
-                existing = self._fetch_queue(conn, topic, queue_id)
+                existing = self._db.fetch_queue(conn, topic, queue_id)
                 if existing is not None:
                     rows.append(existing)
                     continue
                 conn.execute(
-                    f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO queues ({QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (topic, queue_id, init_offset, init_offset, init_offset, cl_base,
-                     init_offset * CQ_UNIT_SIZE, QueueState.ACTIVE.value, self._clock.now_ms()),
+                     init_offset * CQ_UNIT_SIZE, QueueState.ACTIVE.value, self._db.clock.now_ms()),
                 )  # fmt: skip
-                row = self._require_queue(conn, topic, queue_id)
+                row = self._db.require_queue(conn, topic, queue_id)
                 rows.append(row)
                 created.append(row)
         for row in created:
@@ -83,26 +86,26 @@ class QueueTable(CatalogueDatabase):
             log.debug("queue %s initialised at offset %d", row, row.init_offset)
         return rows
 
-    def queue(self, topic: str, queue_id: int) -> QueueRow | None:
+    def get(self, topic: str, queue_id: int) -> QueueRow | None:
         """Return the queue's row, or None if the catalogue has never seen it."""
-        with self._guard():
-            return self._fetch_queue(self._conn, topic, queue_id)
+        with self._db.guard() as conn:
+            return self._db.fetch_queue(conn, topic, queue_id)
 
-    def queues(self) -> list[QueueRow]:
+    def all(self) -> list[QueueRow]:
         """Every queue, ordered by (topic, queue id)."""
-        rows = self._rows(f"SELECT {_QUEUE_COLUMNS} FROM queues ORDER BY topic, queue_id")
-        return [self._queue_row(r) for r in rows]
+        rows = self._db.rows(f"SELECT {QUEUE_COLUMNS} FROM queues ORDER BY topic, queue_id")
+        return [self._db.queue_row(r) for r in rows]
 
     def set_state(self, topic: str, queue_id: int, state: QueueState) -> QueueRow:
         """Set a queue's state; return the updated row. Unknown queue: CatalogueError."""
-        with self._transaction() as conn:
-            row = self._require_queue(conn, topic, queue_id)
-            return self._set_queue(conn, row, state=state)
+        with self._db.transaction() as conn:
+            row = self._db.require_queue(conn, topic, queue_id)
+            return self._db.set_queue(conn, row, state=state)
 
     # -- losses ----------------------------------------------------------------------
     def _loss_row(self, r: Sequence[Any]) -> LossRecord:
         topic, qid, start, end, accepted, writer, epoch, _key = r
-        queue = QueuePath(self.cluster, self.broker, topic, qid)
+        queue = QueuePath(self._db.cluster, self._db.broker, topic, qid)
         return LossRecord.new(
             queue, start, end, accepted_at_ms=accepted, writer_id=writer, lease_epoch=epoch
         )
@@ -113,8 +116,8 @@ class QueueTable(CatalogueDatabase):
         params: tuple[object, ...] = ()
         if topic is not None:
             where, params = "WHERE topic = ? AND queue_id = ?", (topic, queue_id)
-        rows = self._rows(
-            f"SELECT {_LOSS_COLUMNS} FROM losses {where} ORDER BY topic, queue_id, start_offset",
+        rows = self._db.rows(
+            f"SELECT {LOSS_COLUMNS} FROM losses {where} ORDER BY topic, queue_id, start_offset",
             params,
         )
         return [self._loss_row(r) for r in rows]
@@ -131,12 +134,12 @@ class QueueTable(CatalogueDatabase):
                 DIVERGED or DELETED; a loss that does not start at ``cold_commit``; a
                 different loss already recorded at the same start.
         """
-        where = self._where(record.topic, record.queue_id)
-        self._require_ours("loss record", record.cluster, record.broker, where)
-        with self._transaction() as conn:
-            row = self._require_queue(conn, record.topic, record.queue_id)
+        where = self._db.queue_where(record.topic, record.queue_id)
+        self._db.require_ours("loss record", record.cluster, record.broker, where)
+        with self._db.transaction() as conn:
+            row = self._db.require_queue(conn, record.topic, record.queue_id)
             same = conn.execute(
-                f"SELECT {_LOSS_COLUMNS} FROM losses WHERE topic = ? AND queue_id = ? "
+                f"SELECT {LOSS_COLUMNS} FROM losses WHERE topic = ? AND queue_id = ? "
                 "AND start_offset = ?",
                 (record.topic, record.queue_id, record.start_offset),
             ).fetchone()
@@ -159,12 +162,12 @@ class QueueTable(CatalogueDatabase):
                     where=where,
                 )
             conn.execute(
-                f"INSERT INTO losses ({_LOSS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO losses ({LOSS_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (record.topic, record.queue_id, record.start_offset, record.end_offset,
                  record.accepted_at_ms, record.writer_id, record.lease_epoch, record.key),
             )  # fmt: skip
             empty = row.cold_min == row.cold_commit
-            return self._set_queue(
+            return self._db.set_queue(
                 conn,
                 row,
                 cold_min=record.end_offset if empty else row.cold_min,

@@ -13,7 +13,7 @@ broker's cold prefix:
   wrote, from its first manifest or loss record (init offset = its start).
 * **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.loss`) are adopted in the
   same order: a loss record that starts at ``cold_commit`` of an ACTIVE or PAUSED queue
-  moves the queue past it (:meth:`~metadata.catalogue.Catalogue.accept_loss`) — how a
+  moves the queue past it (:meth:`~metadata.queue_table.QueueTable.accept_loss`) — how a
   rebuilt catalogue keeps a loss ``resume`` accepted, and how a ``resume`` interrupted
   between writing the record and updating the catalogue is finished.
 * **Reported, never dropped**: catalogue segments whose manifest or objects are missing or
@@ -140,9 +140,9 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
     listing = {info.key: info for info in await backend.list(prefix)}
     entries, unrecognised = _index(listing.values(), prefix)
     found = _Findings()
-    queues = await asyncio.to_thread(catalogue.queues)
+    queues = await asyncio.to_thread(catalogue.queues.all)
     for row in queues:
-        segments = await asyncio.to_thread(catalogue.segments, row.topic, row.queue_id)
+        segments = await asyncio.to_thread(catalogue.segments.of, row.topic, row.queue_id)
         _check_rows(segments, listing, found)
     queues = [await _heal_stale(catalogue, backend, q, found) for q in queues]
     known = {(q.topic, q.queue_id): q for q in queues}
@@ -222,7 +222,7 @@ async def _heal_stale(
     (see the module docstring); return the queue's row."""
     segments = [
         s
-        for s in await asyncio.to_thread(catalogue.segments, row.topic, row.queue_id)
+        for s in await asyncio.to_thread(catalogue.segments.of, row.topic, row.queue_id)
         if s.status is SegmentStatus.COMMITTED
     ]
     if not segments:
@@ -244,9 +244,9 @@ async def _heal_stale(
                 f"{seg.start_offset} and follows the cold store from there",
             )
             await asyncio.to_thread(
-                catalogue.truncate_queue, row.topic, row.queue_id, seg.start_offset
+                catalogue.segments.truncate, row.topic, row.queue_id, seg.start_offset
             )
-            return await asyncio.to_thread(catalogue.queue, row.topic, row.queue_id) or row
+            return await asyncio.to_thread(catalogue.queues.get, row.topic, row.queue_id) or row
     return row
 
 
@@ -271,8 +271,8 @@ async def _adopt_queue(
     """Adopt one queue's manifests and loss records that continue the catalogue, in order."""
     known: set[tuple[bool, int]] = set()  # (is a manifest, start) the catalogue holds
     if row is not None:
-        segments = await asyncio.to_thread(catalogue.segments, topic, queue_id)
-        losses = await asyncio.to_thread(catalogue.losses, topic, queue_id)
+        segments = await asyncio.to_thread(catalogue.segments.of, topic, queue_id)
+        losses = await asyncio.to_thread(catalogue.queues.losses, topic, queue_id)
         known = {(True, s.start_offset) for s in segments}
         known |= {(False, x.start_offset) for x in losses}
     blocked = ""
@@ -321,7 +321,7 @@ async def _adopt_manifest(
         return row, False
     if row is None:
         row = await asyncio.to_thread(
-            catalogue.ensure_queue, key.topic, key.queue_id, manifest.start_offset,
+            catalogue.queues.ensure, key.topic, key.queue_id, manifest.start_offset,
             cl_base=manifest.cl_base,
         )  # fmt: skip
         found.created.append(row)
@@ -330,9 +330,9 @@ async def _adopt_manifest(
         kind = FindingKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else FindingKind.GAP
         found.issue(kind, key.key, problem)
         return row, False
-    adopted = await asyncio.to_thread(catalogue.commit_segment, manifest)
+    adopted = await asyncio.to_thread(catalogue.segments.commit, manifest)
     found.adopted.append(adopted)
-    return await asyncio.to_thread(catalogue.queue, key.topic, key.queue_id) or row, True
+    return await asyncio.to_thread(catalogue.queues.get, key.topic, key.queue_id) or row, True
 
 
 async def _adopt_loss(
@@ -357,7 +357,7 @@ async def _adopt_loss(
     if row is None:
         cl_base = await _first_cl_base(backend, listing, keys)
         row = await asyncio.to_thread(
-            catalogue.ensure_queue, record.topic, record.queue_id, record.start_offset,
+            catalogue.queues.ensure, record.topic, record.queue_id, record.start_offset,
             cl_base=cl_base,
         )  # fmt: skip
         found.created.append(row)
@@ -373,7 +373,7 @@ async def _adopt_loss(
         )
         return row, False
     was = row.state
-    row = await asyncio.to_thread(catalogue.accept_loss, record)
+    row = await asyncio.to_thread(catalogue.queues.accept_loss, record)
     found.accepted.append(record)
     if was is QueueState.PAUSED:
         log.warning(
@@ -413,7 +413,7 @@ async def _rows_from_records(
         inits |= {q} if isinstance(rec, QueueInit) else set()
     for q in sorted(inits - set(known)):
         cl_base = await _first_cl_base(backend, listing, entries.get(q, ()))
-        row = await asyncio.to_thread(catalogue.ensure_queue, q[0], q[1], starts[q],
+        row = await asyncio.to_thread(catalogue.queues.ensure, q[0], q[1], starts[q],
                                       cl_base=cl_base)  # fmt: skip
         found.created.append(row)
         known[q] = row

@@ -1,67 +1,173 @@
-"""The catalogue's segments table: lookups, expiry and the truncation repair needs.
+"""The catalogue's segments table: lookups, commits, expiry and the truncation repair needs.
 
-Rules: only the oldest COMMITTED segment may be marked DELETING, and only the oldest
-DELETING one dropped, ``cold_min`` following; :meth:`~SegmentTable.truncate_queue`
-forgets a suffix for ``repair``. Commits are :mod:`metadata.segment_commits`. Part of
-:class:`metadata.catalogue.Catalogue`.
+Rules:
+
+* :meth:`~SegmentTable.commit` accepts only the segment that starts at ``(cold_commit,
+  cold_cl_end)`` of an ACTIVE queue (the same manifest twice is a no-op), and moves the
+  queue's ``cold_commit`` to its end. :meth:`~SegmentTable.commit_many` applies the same
+  rules to many segments in one transaction (one fsync), a savepoint per segment, so a
+  refused one fails alone.
+* Only the oldest COMMITTED segment may be marked DELETING, and only the oldest DELETING
+  one dropped, ``cold_min`` following.
+* :meth:`~SegmentTable.truncate` forgets a suffix for ``repair``.
+
+Callers reach it as ``catalogue.segments`` (:class:`metadata.catalogue.Catalogue`).
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
-from metadata.database import CatalogueDatabase
-from metadata.rows import QueueRow, SegmentRow, SegmentStatus
+from metadata.database import SEGMENT_COLUMNS, CatalogueDatabase
+from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.errors import CatalogueError, OffsetOutOfRangeError
+from tieredstore.manifest import Manifest
 
 __all__ = ["SegmentTable"]
 
 log = logging.getLogger(__name__)
 
 
-class SegmentTable(CatalogueDatabase):
-    """Committed and expiring segments (see the module docstring)."""
+class SegmentTable:
+    """Committed and expiring segments (see the module docstring), over the catalogue's
+    database."""
 
-    # -- segments --------------------------------------------------------------------
-    def segments(self, topic: str, queue_id: int) -> list[SegmentRow]:
+    def __init__(self, db: CatalogueDatabase) -> None:
+        self._db = db
+
+    # -- lookups ---------------------------------------------------------------------
+    def of(self, topic: str, queue_id: int) -> list[SegmentRow]:
         """The queue's segments (COMMITTED and DELETING), ordered by start offset."""
-        with self._guard():
-            return self._fetch_segments(self._conn, topic, queue_id)
+        with self._db.guard() as conn:
+            return self._db.fetch_segments(conn, topic, queue_id)
 
-    def segment_at(self, topic: str, queue_id: int, offset: int) -> SegmentRow:
+    def at(self, topic: str, queue_id: int, offset: int) -> SegmentRow:
         """Return the COMMITTED segment holding queue offset ``offset``.
 
         Raises OffsetOutOfRangeError when no committed segment holds it (not tiered yet,
         expired, being deleted, or an unknown queue), naming the queue's cold range.
         """
-        with self._guard():
-            found = self._fetch_segments(
-                self._conn, topic, queue_id,
+        with self._db.guard() as conn:
+            found = self._db.fetch_segments(
+                conn, topic, queue_id,
                 "AND start_offset <= ? AND end_offset > ? AND status = ?",
                 offset, offset, SegmentStatus.COMMITTED.value,
             )  # fmt: skip
-            row = self._fetch_queue(self._conn, topic, queue_id)
+            row = self._db.fetch_queue(conn, topic, queue_id)
         if found:
             return found[0]
         span = "unknown queue" if row is None else f"cold holds [{row.cold_min}, {row.cold_commit})"
         raise OffsetOutOfRangeError(
             f"queue offset {offset} is in no committed segment ({span})",
-            where=self._where(topic, queue_id),
+            where=self._db.queue_where(topic, queue_id),
         )
 
+    # -- commits ---------------------------------------------------------------------
+    def commit(self, manifest: Manifest) -> SegmentRow:
+        """Record a segment whose manifest is written, and advance the queue past it.
+
+        In one transaction: insert the segment, set ``cold_commit = end`` and
+        ``cold_cl_end = cl_end``. Committing the very same manifest again returns the
+        existing row (a retry after a crash between manifest write and catalogue commit).
+
+        Raises:
+            CatalogueError: another cluster/broker's manifest; an unknown queue; a queue
+                not ACTIVE; a different segment already at this start; or a segment that
+                does not continue the queue exactly (``start != cold_commit`` or
+                ``cl_base != cold_cl_end``: a gap or an overlap).
+        """
+        with self._db.transaction() as conn:
+            return self._commit_one(conn, manifest)[0]
+
+    def commit_many(
+        self, manifests: Sequence[Manifest]
+    ) -> list[tuple[SegmentRow, QueueRow] | CatalogueError]:
+        """:meth:`commit` of many segments in **one** transaction (one fsync: a
+        group commit), in order; per manifest, its row and its queue's row after it, or
+        the CatalogueError that refused it (a refused one changes nothing; the others
+        are committed all the same).
+
+        Raises:
+            CatalogueError: the database failed (then none of them is committed).
+        """
+        out: list[tuple[SegmentRow, QueueRow] | CatalogueError] = []
+        with self._db.transaction() as conn:
+            for i, manifest in enumerate(manifests):
+                conn.execute(f"SAVEPOINT s{i}")
+                try:
+                    out.append(self._commit_one(conn, manifest))
+                except CatalogueError as exc:
+                    conn.execute(f"ROLLBACK TO s{i}")
+                    out.append(exc)
+                conn.execute(f"RELEASE s{i}")
+        return out
+
+    def _commit_one(
+        self, conn: sqlite3.Connection, manifest: Manifest
+    ) -> tuple[SegmentRow, QueueRow]:
+        """The checks and writes of :meth:`commit`, in the open transaction;
+        the segment's row and its queue's row after it."""
+        where = self._db.queue_where(manifest.topic, manifest.queue_id)
+        self._db.require_ours("manifest", manifest.cluster, manifest.broker, where)
+        row = self._db.require_queue(conn, manifest.topic, manifest.queue_id)
+        same_start = self._db.fetch_segments(
+            conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+        )
+        if same_start and same_start[0].manifest == manifest:
+            return same_start[0], row
+        if same_start:
+            raise CatalogueError(
+                f"a different segment {same_start[0]} is already committed at offset "
+                f"{manifest.start_offset}",
+                where=where,
+            )
+        self._check_continues(row, manifest, where)
+        conn.execute(
+            f"INSERT INTO segments ({SEGMENT_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _segment_values(manifest, SegmentStatus.COMMITTED),
+        )
+        queue = self._db.set_queue(
+            conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end
+        )
+        seg = self._db.fetch_segments(
+            conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
+        )[0]
+        return seg, queue
+
+    @staticmethod
+    def _check_continues(row: QueueRow, manifest: Manifest, where: str) -> None:
+        if row.state is not QueueState.ACTIVE:
+            raise CatalogueError(f"queue is {row.state.value}; commits are refused", where=where)
+        seg = f"segment [{manifest.start_offset}, {manifest.end_offset})"
+        if manifest.start_offset != row.cold_commit:
+            kind = "leaves a gap after" if manifest.start_offset > row.cold_commit else "overlaps"
+            raise CatalogueError(
+                f"{seg} {kind} the cold commit offset {row.cold_commit}", where=where
+            )
+        if manifest.cl_base != row.cold_cl_end:
+            raise CatalogueError(
+                f"{seg} starts at cold commitlog offset {manifest.cl_base}, the queue's cold "
+                f"commitlog ends at {row.cold_cl_end}",
+                where=where,
+            )
+
+    # -- expiry ----------------------------------------------------------------------
     def mark_deleting(self, topic: str, queue_id: int, start_offset: int) -> SegmentRow:
         """Mark the segment at ``start_offset`` DELETING (expiry step 1); idempotent.
 
         Only a prefix of a queue's segments expires, so every segment before it must be
-        DELETING already. Readers stop seeing it at once (:meth:`segment_at`).
+        DELETING already. Readers stop seeing it at once (:meth:`at`).
         """
-        where = self._where(topic, queue_id)
-        with self._transaction() as conn:
+        where = self._db.queue_where(topic, queue_id)
+        with self._db.transaction() as conn:
             seg = self._require_segment(conn, topic, queue_id, start_offset)
             if seg.status is SegmentStatus.DELETING:
                 return seg
-            older = self._fetch_segments(
+            older = self._db.fetch_segments(
                 conn, topic, queue_id, "AND start_offset < ? AND status = ?",
                 start_offset, SegmentStatus.COMMITTED.value,
             )  # fmt: skip
@@ -78,54 +184,56 @@ class SegmentTable(CatalogueDatabase):
             )
             return self._require_segment(conn, topic, queue_id, start_offset)
 
-    def drop_segment(self, topic: str, queue_id: int, start_offset: int) -> QueueRow:
+    def drop(self, topic: str, queue_id: int, start_offset: int) -> QueueRow:
         """Remove a DELETING segment's row (expiry's last step); return the queue row.
 
         It must be the queue's oldest segment. ``cold_min`` moves to the next segment's
         start, or to ``cold_commit`` when none remains.
         """
-        where = self._where(topic, queue_id)
-        with self._transaction() as conn:
+        where = self._db.queue_where(topic, queue_id)
+        with self._db.transaction() as conn:
             seg = self._require_segment(conn, topic, queue_id, start_offset)
             if seg.status is not SegmentStatus.DELETING:
                 raise CatalogueError(f"{seg} is not DELETING; mark it first", where=where)
-            first = self._fetch_segments(conn, topic, queue_id)[0]
+            first = self._db.fetch_segments(conn, topic, queue_id)[0]
             if first.start_offset != start_offset:
                 raise CatalogueError(f"{seg} is not the oldest segment ({first} is)", where=where)
             conn.execute(
                 "DELETE FROM segments WHERE topic = ? AND queue_id = ? AND start_offset = ?",
                 (topic, queue_id, start_offset),
             )
-            rest = self._fetch_segments(conn, topic, queue_id)
-            row = self._require_queue(conn, topic, queue_id)
+            rest = self._db.fetch_segments(conn, topic, queue_id)
+            row = self._db.require_queue(conn, topic, queue_id)
             cold_min = rest[0].start_offset if rest else row.cold_commit
-            return self._set_queue(conn, row, cold_min=cold_min)
+            return self._db.set_queue(conn, row, cold_min=cold_min)
 
+    # -- repair ----------------------------------------------------------------------
     def _require_segment(
         self, conn: sqlite3.Connection, topic: str, queue_id: int, start_offset: int
     ) -> SegmentRow:
-        self._require_queue(conn, topic, queue_id)
-        found = self._fetch_segments(conn, topic, queue_id, "AND start_offset = ?", start_offset)
+        self._db.require_queue(conn, topic, queue_id)
+        found = self._db.fetch_segments(conn, topic, queue_id, "AND start_offset = ?", start_offset)
         if not found:
             raise CatalogueError(
-                f"no segment starts at offset {start_offset}", where=self._where(topic, queue_id)
+                f"no segment starts at offset {start_offset}",
+                where=self._db.queue_where(topic, queue_id),
             )
         return found[0]
 
     def _truncation(
         self, conn: sqlite3.Connection, row: QueueRow, to_offset: int
     ) -> list[SegmentRow]:
-        """The segment rows :meth:`truncate_queue` drops; raises CatalogueError where it
+        """The segment rows :meth:`truncate` drops; raises CatalogueError where it
         must refuse (see there)."""
         topic, queue_id = row.topic, row.queue_id
-        where = self._where(topic, queue_id)
+        where = self._db.queue_where(topic, queue_id)
         if not row.init_offset <= to_offset <= row.cold_commit:
             raise CatalogueError(
                 f"cannot truncate to {to_offset}: outside [init {row.init_offset}, "
                 f"cold commit {row.cold_commit}]",
                 where=where,
             )
-        straddling = self._fetch_segments(
+        straddling = self._db.fetch_segments(
             conn, topic, queue_id, "AND start_offset < ? AND end_offset > ?",
             to_offset, to_offset,
         )  # fmt: skip
@@ -144,7 +252,7 @@ class SegmentTable(CatalogueDatabase):
                 f"[{inside[0]}, {inside[1]})",
                 where=where,
             )
-        dropped = self._fetch_segments(conn, topic, queue_id, "AND start_offset >= ?", to_offset)
+        dropped = self._db.fetch_segments(conn, topic, queue_id, "AND start_offset >= ?", to_offset)
         deleting = [s for s in dropped if s.status is SegmentStatus.DELETING]
         if deleting:
             raise CatalogueError(
@@ -153,7 +261,7 @@ class SegmentTable(CatalogueDatabase):
             )
         return dropped
 
-    def truncate_queue(self, topic: str, queue_id: int, to_offset: int) -> list[SegmentRow]:
+    def truncate(self, topic: str, queue_id: int, to_offset: int) -> list[SegmentRow]:
         """Forget the segments at and after ``to_offset`` (repair); return them.
 
         For ``tieredstore repair`` after the divergent objects are quarantined: drops every
@@ -169,8 +277,8 @@ class SegmentTable(CatalogueDatabase):
         init offset, inside a segment or an accepted loss rather than at a boundary, or
         when a segment to drop is DELETING (finish the expiry first).
         """
-        with self._transaction() as conn:
-            row = self._require_queue(conn, topic, queue_id)
+        with self._db.transaction() as conn:
+            row = self._db.require_queue(conn, topic, queue_id)
             dropped = self._truncation(conn, row, to_offset)
             conn.execute(
                 "DELETE FROM segments WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
@@ -180,7 +288,7 @@ class SegmentTable(CatalogueDatabase):
                 "DELETE FROM losses WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
                 (topic, queue_id, to_offset),
             )
-            self._set_queue(
+            self._db.set_queue(
                 conn,
                 row,
                 cold_min=min(row.cold_min, to_offset),
@@ -191,3 +299,12 @@ class SegmentTable(CatalogueDatabase):
             log.warning("queue %s/%d truncated to %d: %d segment rows dropped",
                         topic, queue_id, to_offset, len(dropped))  # fmt: skip
         return dropped
+
+
+def _segment_values(m: Manifest, status: SegmentStatus) -> tuple[Any, ...]:
+    return (
+        m.topic, m.queue_id, m.start_offset, m.end_offset, m.cl_base, m.cl_end,
+        m.commit_log.size, m.commit_log.digest, m.consume_queue.size, m.consume_queue.digest,
+        m.digest_algorithm, m.min_store_timestamp, m.max_store_timestamp, status.value,
+        m.format_version, m.writer_id, m.lease_epoch, m.created_at_ms, m.key, m.attempt,
+    )  # fmt: skip

@@ -116,6 +116,6 @@ def test_rebuild_metadata_from_the_cold_store(tmp_path: Path) -> None:
 
     def rows(state: Path) -> list[tuple[str, int, int, int]]:
         with Catalogue.open(state, cluster="C", broker="B", read_only=True) as cat:
-            return [(r.topic, r.queue_id, r.cold_min, r.cold_commit) for r in cat.queues()]
+            return [(r.topic, r.queue_id, r.cold_min, r.cold_commit) for r in cat.queues.all()]
 
     assert rows(tmp_path / "rebuilt") == rows(tmp_path / "state")

@@ -60,7 +60,7 @@ async def test_a_v2_cold_store_reads_rebuilds_tiers_on_and_verifies(
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.catch_up()
         # ... and GC fences an abandoned upload's segment start in it.
-        seg = rt.catalogue.segments("SynthTopic0", 0)[-1].manifest
+        seg = rt.catalogue.segments.of("SynthTopic0", 0)[-1].manifest
         for key in (seg.commit_log_key, seg.consume_queue_key):
             orphan = key.rsplit(".", 1)[0] + ".00000000000000aa"
             shutil.copy(cold / key, cold / orphan)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.config import (
+    SECTIONS,
     SETTINGS,
     check_environment,
     load_settings,
@@ -105,15 +108,15 @@ def test_defaults_and_precedence(tmp_path: Path) -> None:
     )
     env = {"TIEREDSTORE_STORE_PATH": "/from/env", "TIEREDSTORE_TIERING_CONCURRENCY": "7"}
     s = load_settings(cfg, env=env, overrides={"cold.url": "s3://bucket/p", "cold.broker": None})
-    assert s["store.path"] == "/from/env"
+    assert s.store.path == "/from/env"
     assert s.sources["store.path"] == "env TIEREDSTORE_STORE_PATH"
     assert s.cold_url == "s3://bucket/p"
     assert s.sources["cold.url"] == "flag"
     assert s.broker == "B"
-    assert s["tiering.segment_max_bytes"] == 1 << 20
-    assert s["tiering.segment_max_age"] == 120.0
-    assert s["tiering.concurrency"] == 7
-    assert s["lease.renew_interval"] == 10.0
+    assert s.tiering.segment_max_bytes == 1 << 20
+    assert s.tiering.segment_max_age == 120.0
+    assert s.tiering.concurrency == 7
+    assert s.lease.renew_interval == 10.0
     assert s.retention_for("TopicA") == 3600.0
     assert s.retention_for("Other") == 72 * 3600.0
 
@@ -225,7 +228,7 @@ def test_example_sidecar_toml_sets_every_key_to_a_valid_value() -> None:
     settings = load_settings(example, env={})
     for s in SETTINGS:
         if not s.required:  # the example shows the defaults
-            assert _normalise(settings[s.key]) == _normalise(s.default), s.key
+            assert _normalise(settings.values[s.key]) == _normalise(s.default), s.key
 
 
 def _toml_literal(value: object) -> str:
@@ -322,3 +325,29 @@ def test_start_refuses_an_unreachable_cold_store(
     assert err.startswith("tieredstore run: cold store is unreachable: ")
     assert err.rstrip().endswith("(cold.url=s3://bucket/prefix)")
     assert list((tmp_path / "state").iterdir()) == [], "nothing started"
+
+
+def test_every_key_has_a_typed_field_and_every_field_a_key() -> None:
+    """The typed sections (``settings.tiering.concurrency``) and :data:`SETTINGS` agree
+    key for key, so mypy sees every use of a setting and none is left out."""
+    typed = {
+        f"{name}.{f.name}"
+        for name, section in SECTIONS.items()
+        for f in dataclasses.fields(section)
+    }
+    assert typed == {s.key for s in SETTINGS}
+    for name, section in SECTIONS.items():
+        assert name == section.SECTION
+
+
+def test_typed_fields_hold_the_parsed_values_with_their_declared_types() -> None:
+    settings = load_settings(DOCS / "sidecar.toml", env={})
+    for name, section in SECTIONS.items():
+        hints = typing.get_type_hints(section)
+        typed = getattr(settings, name)
+        assert isinstance(typed, section)
+        for f in dataclasses.fields(section):
+            value = getattr(typed, f.name)
+            assert value == settings.values[f"{name}.{f.name}"]
+            expected = typing.get_origin(hints[f.name]) or hints[f.name]
+            assert isinstance(value, expected), f"{name}.{f.name}: {value!r}"

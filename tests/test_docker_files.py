@@ -96,8 +96,8 @@ def mount_at(mounts: list[Mount], target: str) -> Mount:
 
 def check_reads_stay_local(settings: Settings, where: str) -> None:
     """The read API (message bodies, no auth) binds loopback and is not the metrics port."""
-    assert settings["reads.bind"] in LOOPBACK, f"{where}: the read API binds beyond loopback"
-    assert settings["reads.port"] != settings["http.port"]
+    assert settings.reads.bind in LOOPBACK, f"{where}: the read API binds beyond loopback"
+    assert settings.reads.port != settings.http.port
 
 
 def check_plugin_conf(conf: Mapping[str, str], settings: Settings, where: str) -> None:
@@ -105,7 +105,7 @@ def check_plugin_conf(conf: Mapping[str, str], settings: Settings, where: str) -
     assert conf.get("messageStorePlugIn") == PLUGIN_CLASS, f"{where}: no read plugin"
     host, _, port = conf["tieredstoreReadAddress"].rpartition(":")
     assert host in LOOPBACK, f"{where}: the plugin reads the sidecar beyond loopback"
-    assert int(port) == settings["reads.port"], f"{where}: the plugin's port is not reads.port"
+    assert int(port) == settings.reads.port, f"{where}: the plugin's port is not reads.port"
 
 
 def plugin_rocketmq_version() -> str:
@@ -137,17 +137,17 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     state = mount_at(mounts, str(settings.state_dir))
     assert not state.read_only
     assert sidecar["build"]["target"] == "sidecar"
-    assert settings["http.bind"] == "0.0.0.0", "in a container the API must leave loopback"
+    assert settings.http.bind == "0.0.0.0", "in a container the API must leave loopback"
     # The sidecar shares the broker's network namespace (as in a pod): the plugin reaches
     # the read API on loopback, and the broker service publishes the namespace's ports.
     assert sidecar.get("network_mode") == "service:broker", "the sidecar must join the broker"
     assert "ports" not in sidecar, "network_mode service: ports are the broker service's"
     check_reads_stay_local(settings, "compose sidecar")
     published = {_published_port(p) for svc in services.values() for p in svc.get("ports", [])}
-    assert settings["http.port"] in {_published_port(p) for p in services["broker"]["ports"]}
-    assert settings["reads.port"] not in published, "the read API is published"
+    assert settings.http.port in {_published_port(p) for p in services["broker"]["ports"]}
+    assert settings.reads.port not in published, "the read API is published"
     grace = parse_duration(sidecar["stop_grace_period"])
-    assert grace > settings["shutdown.deadline"], "SIGKILL would cut the shutdown deadline"
+    assert grace > settings.shutdown.deadline, "SIGKILL would cut the shutdown deadline"
 
     broker = services["broker"]
     conf_mount = next(m for m in compose_mounts(broker) if m.target.endswith("broker.conf"))
@@ -170,7 +170,7 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     assert hot.source == store.source and hot.read_only
     assert flags["--cold"] == settings.cold_url
     assert (flags["--cluster"], flags["--broker"]) == (settings.cluster, settings.broker)
-    assert flags["--endpoint-url"] == settings["cold.endpoint_url"]
+    assert flags["--endpoint-url"] == settings.cold.endpoint_url
 
 
 def test_compose_file_is_consistent() -> None:
@@ -224,22 +224,22 @@ def check_k8s(docs: list[Any], tmp_path: Path) -> None:
     claims = {c["metadata"]["name"] for c in sts["spec"].get("volumeClaimTemplates", [])}
     assert store["name"] in claims | set(volumes)
 
-    assert settings["http.bind"] == "0.0.0.0"
+    assert settings.http.bind == "0.0.0.0"
     check_reads_stay_local(settings, "k8s ConfigMap")
     ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
     for c in containers.values():
         declared = {p["containerPort"] for p in c.get("ports", [])}
-        assert settings["reads.port"] not in declared, f"{c['name']} declares the read API port"
+        assert settings.reads.port not in declared, f"{c['name']} declares the read API port"
     check_network_policy(docs, sts, settings)
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         if probe in sidecar:
             get = sidecar[probe]["httpGet"]
             assert get["path"] in API_PATHS
-            assert ports.get(get["port"], get["port"]) == settings["http.port"]
-    assert pod["terminationGracePeriodSeconds"] > settings["shutdown.deadline"]
+            assert ports.get(get["port"], get["port"]) == settings.http.port
+    assert pod["terminationGracePeriodSeconds"] > settings.shutdown.deadline
     assert sidecar["securityContext"]["runAsNonRoot"] is True
     annotations = sts["spec"]["template"]["metadata"]["annotations"]
-    assert int(annotations["prometheus.io/port"]) == settings["http.port"]
+    assert int(annotations["prometheus.io/port"]) == settings.http.port
     assert annotations["prometheus.io/path"] in API_PATHS
 
 
@@ -259,12 +259,12 @@ def check_network_policy(docs: list[Any], sts: Mapping[str, Any], settings: Sett
         for rule in policy["spec"].get("ingress", []):
             assert "ports" in rule, "an ingress rule without ports admits every port"
             ports = {p["port"] for p in rule["ports"]}
-            assert settings["reads.port"] not in ports, "the policy admits the read API"
+            assert settings.reads.port not in ports, "the policy admits the read API"
     admitted = {p["port"] for pol in selecting for r in pol["spec"]["ingress"] for p in r["ports"]}
-    assert settings["http.port"] in admitted
+    assert settings.http.port in admitted
     for svc in (d for d in docs if d["kind"] == "Service"):
         targets = {p.get("targetPort", p["port"]) for p in svc["spec"]["ports"]}
-        assert settings["reads.port"] not in targets, "a Service routes to the read API"
+        assert settings.reads.port not in targets, "a Service routes to the read API"
 
 
 def test_kubernetes_manifest_is_consistent(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ def test_binds_to_loopback_by_default() -> None:
     defaults = {s.key: s.default for s in SETTINGS}
     assert defaults["http.bind"] == defaults["reads.bind"] == "127.0.0.1"
     settings = load_settings(env={}, overrides=_REQUIRED)
-    assert settings["http.bind"] == settings["reads.bind"] == "127.0.0.1"
-    assert settings["reads.port"] != settings["http.port"]
+    assert settings.http.bind == settings.reads.bind == "127.0.0.1"
+    assert settings.reads.port != settings.http.port
 
 
 _REQUIRED = {"store.path": "/s", "cold.url": "memory://x", "cold.cluster": "C",

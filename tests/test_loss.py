@@ -103,31 +103,31 @@ def _catalogue(tmp_path: Path) -> Catalogue:
 
 def test_accepting_a_loss_moves_the_queue_past_it(tmp_path: Path) -> None:
     with _catalogue(tmp_path) as cat:
-        cat.ensure_queue("TopicA", 3, 300)
-        cat.set_state("TopicA", 3, QueueState.PAUSED)
-        row = cat.accept_loss(_record())
+        cat.queues.ensure("TopicA", 3, 300)
+        cat.queues.set_state("TopicA", 3, QueueState.PAUSED)
+        row = cat.queues.accept_loss(_record())
         assert (row.cold_min, row.cold_commit, row.state) == (596, 596, QueueState.ACTIVE)
-        assert cat.losses() == [_record()] == cat.losses("TopicA", 3)
-        assert cat.accept_loss(_record()) == row  # the same record again: a no-op
+        assert cat.queues.losses() == [_record()] == cat.queues.losses("TopicA", 3)
+        assert cat.queues.accept_loss(_record()) == row  # the same record again: a no-op
         with pytest.raises(CatalogueError, match="a different loss"):
-            cat.accept_loss(_record(accepted_at_ms=5))
+            cat.queues.accept_loss(_record(accepted_at_ms=5))
         with pytest.raises(CatalogueError, match="does not start at the cold commit offset 596"):
-            cat.accept_loss(_record(600, 700))
-        cat.set_state("TopicA", 3, QueueState.DIVERGED)
+            cat.queues.accept_loss(_record(600, 700))
+        cat.queues.set_state("TopicA", 3, QueueState.DIVERGED)
         with pytest.raises(CatalogueError, match="DIVERGED; a loss cannot be accepted"):
-            cat.accept_loss(_record(596, 700))
+            cat.queues.accept_loss(_record(596, 700))
 
 
 def test_truncation_forgets_losses_at_and_after_the_cut_and_never_splits_one(
     tmp_path: Path,
 ) -> None:
     with _catalogue(tmp_path) as cat:
-        cat.ensure_queue("TopicA", 3, 300)
-        cat.accept_loss(_record(300, 400))
-        cat.accept_loss(_record(400, 500))
+        cat.queues.ensure("TopicA", 3, 300)
+        cat.queues.accept_loss(_record(300, 400))
+        cat.queues.accept_loss(_record(400, 500))
         with pytest.raises(CatalogueError, match=r"inside the accepted loss \[400, 500\)"):
-            cat.truncate_queue("TopicA", 3, 450)
-        cat.truncate_queue("TopicA", 3, 400)
-        assert cat.losses() == [_record(300, 400)]
-        row = cat.queue("TopicA", 3)
+            cat.segments.truncate("TopicA", 3, 450)
+        cat.segments.truncate("TopicA", 3, 400)
+        assert cat.queues.losses() == [_record(300, 400)]
+        row = cat.queues.get("TopicA", 3)
         assert row is not None and row.cold_commit == 400

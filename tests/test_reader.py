@@ -37,8 +37,8 @@ from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
 from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
-from tieredstore.segment import build_segment
 from tieredstore.synth import SynthSpec, generate_messages, synthesize
+from tieredstore.testing.oracle import build_segment
 from tieredstore.testing.segments import upload
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

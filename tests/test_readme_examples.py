@@ -70,8 +70,7 @@ def sidecar_toml(tmp: Path) -> str:
     text = (REPO / "docs" / "sidecar.toml").read_text()
     text = re.sub(r'(?m)^path = ".*?"', f'path = "{tmp / "store"}"', text, count=1)
     text = re.sub(r'(?m)^url = ".*?"', f'url = "{tmp / "cold"}"', text, count=1)
-    text = re.sub(r'(?m)^dir = ".*?"', f'dir = "{tmp / "state"}"', text, count=1)
-    return text
+    return re.sub(r'(?m)^dir = ".*?"', f'dir = "{tmp / "state"}"', text, count=1)
 
 
 def test_the_readme_has_the_examples_this_file_runs() -> None:

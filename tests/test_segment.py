@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tieredstore.digests import digest
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
@@ -20,16 +21,14 @@ from tieredstore.errors import (
 from tieredstore.formats.consumequeue import decode_units, encode_units, make_units
 from tieredstore.formats.record import HostPort, MessageRecord, decode_record
 from tieredstore.layout import QueuePath
-from tieredstore.manifest import digest
 from tieredstore.segment import (
     Segment,
-    SegmentBuilder,
-    build_segment,
     parse_cq_object,
     verify_objects,
     verify_record_pointers,
     verify_segment,
 )
+from tieredstore.testing.oracle import SegmentBuilder, build_segment
 from tieredstore.testing.segments import ATTEMPT, T0, WRITER, HotBatch, chain, hot_batch, segment_of
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "TopicTest", 2)
@@ -186,7 +185,7 @@ def _patched(record: bytes, at: int, fmt: str, value: int) -> bytes:
 @pytest.mark.parametrize(
     ("patch", "complaint"),
     [
-        ((20, ">q", 99), "queueOffset field 99 != queue offset 1"),
+        ((20, ">q", 99), "queueOffset field 99, expected 1"),
         ((0, ">i", 1), "totalSize field 1"),
         ((4, ">i", 0x12345678), "bad magic code 0x12345678"),
     ],
@@ -293,7 +292,7 @@ def test_unit_sizes_must_cover_the_commit_log(seg: Segment) -> None:
         (20, ">q", 1234, "queueOffset field 1234, expected 5"),
         (28, ">q", 0, "physicalOffset field 0, expected"),
         (0, ">i", 7, "totalSize field 7"),
-        (4, ">i", 0, "bad magic code 0x00000000 at queue offset 5"),
+        (4, ">i", 0, "queue offset 5: bad magic code 0x00000000"),
     ],
 )
 def test_record_disagreeing_with_its_unit_is_corrupt_record(

@@ -21,15 +21,28 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self
 
 from tieredstore.errors import ConfigError
 
 __all__ = [
+    "SECTIONS",
     "SETTINGS",
+    "ColdSettings",
+    "ConfigBackupSettings",
+    "GcSettings",
+    "HttpSettings",
     "InitPolicy",
+    "LeaseSettings",
+    "LogSettings",
+    "ReadsSettings",
+    "RetentionSettings",
     "Setting",
     "Settings",
+    "ShutdownSettings",
+    "StateSettings",
+    "StoreSettings",
+    "TieringSettings",
     "check_environment",
     "load_settings",
     "parse_duration",
@@ -396,6 +409,172 @@ SETTINGS: Final[tuple[Setting, ...]] = (
 _BY_KEY: Final = {s.key: s for s in SETTINGS}
 
 
+# -- typed sections: one frozen dataclass per [section], a field per key of SETTINGS -----
+# (tests/test_config.py checks the two agree, key for key; mypy sees every use).
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    """A ``[section]`` of :data:`SETTINGS` as typed fields, built from validated values."""
+
+    SECTION: ClassVar[str]
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> Self:
+        prefix = cls.SECTION + "."
+        fields = {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
+        return cls(**fields)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings(_Section):
+    """``[store]``: the broker store."""
+
+    SECTION: ClassVar[str] = "store"
+    path: str
+    commitlog_dir: str
+    config_dir: str
+
+
+@dataclass(frozen=True, slots=True)
+class ColdSettings(_Section):
+    """``[cold]``: the cold store."""
+
+    SECTION: ClassVar[str] = "cold"
+    url: str
+    cluster: str
+    broker: str
+    endpoint_url: str
+    region: str
+    multipart_threshold: int
+    allow_unconditional_writes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StateSettings(_Section):
+    """``[state]``: the sidecar's state directory."""
+
+    SECTION: ClassVar[str] = "state"
+    dir: str
+
+
+@dataclass(frozen=True, slots=True)
+class TieringSettings(_Section):
+    """``[tiering]``: what is tiered, when and how fast."""
+
+    SECTION: ClassVar[str] = "tiering"
+    segment_max_bytes: int
+    segment_max_messages: int
+    segment_max_age: float
+    tick_interval: float
+    concurrency: int
+    spool_max_bytes: int
+    read_batch_bytes: int
+    max_bytes_per_second: int
+    init_policy: str
+    guard: str
+    guard_age: float
+    include_topics: tuple[str, ...]
+    exclude_topics: tuple[str, ...]
+    system_topics: tuple[str, ...]
+    include_retry: bool
+    include_dlq: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings(_Section):
+    """``[lease]``: the writer lease."""
+
+    SECTION: ClassVar[str] = "lease"
+    renew_interval: float
+    wait: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionSettings(_Section):
+    """``[retention]``: how long cold data is kept."""
+
+    SECTION: ClassVar[str] = "retention"
+    default: float
+    topics: Mapping[str, float]
+    interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigBackupSettings(_Section):
+    """``[config_backup]``: copies of the broker's config files."""
+
+    SECTION: ClassVar[str] = "config_backup"
+    enabled: bool
+    interval: float
+    history: int
+
+
+@dataclass(frozen=True, slots=True)
+class GcSettings(_Section):
+    """``[gc]``: garbage collection of unreferenced objects."""
+
+    SECTION: ClassVar[str] = "gc"
+    grace: float
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings(_Section):
+    """``[http]``: the health/metrics API."""
+
+    SECTION: ClassVar[str] = "http"
+    bind: str
+    port: int
+    enabled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadsSettings(_Section):
+    """``[reads]``: the read API."""
+
+    SECTION: ClassVar[str] = "reads"
+    bind: str
+    port: int
+    enabled: bool
+    cache_bytes: int
+    part_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings(_Section):
+    """``[log]``: logging."""
+
+    SECTION: ClassVar[str] = "log"
+    format: str
+    level: str
+    summary_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownSettings(_Section):
+    """``[shutdown]``: stopping."""
+
+    SECTION: ClassVar[str] = "shutdown"
+    deadline: float
+
+
+#: The typed section classes, by section name (the attribute of :class:`Settings`).
+SECTIONS: Final[Mapping[str, type[_Section]]] = {
+    "store": StoreSettings,
+    "cold": ColdSettings,
+    "state": StateSettings,
+    "tiering": TieringSettings,
+    "lease": LeaseSettings,
+    "retention": RetentionSettings,
+    "config_backup": ConfigBackupSettings,
+    "gc": GcSettings,
+    "http": HttpSettings,
+    "reads": ReadsSettings,
+    "log": LogSettings,
+    "shutdown": ShutdownSettings,
+}
+
+
 class InitPolicy:
     """Parsed ``tiering.init_policy``: ``earliest``, ``latest`` or a timestamp."""
 
@@ -414,13 +593,30 @@ class InitPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Validated settings. ``values`` maps every key of :data:`SETTINGS` to its value."""
+    """Validated settings, a typed attribute per section (``settings.tiering.concurrency``).
+
+    ``values`` maps every key of :data:`SETTINGS` to its value (for code that goes over
+    every key: reload, the redacted log line); ``sources`` says where each came from.
+    """
 
     values: Mapping[str, Any]
     sources: Mapping[str, str] = field(default_factory=dict)
+    store: StoreSettings = field(init=False, compare=False, repr=False)
+    cold: ColdSettings = field(init=False, compare=False, repr=False)
+    state: StateSettings = field(init=False, compare=False, repr=False)
+    tiering: TieringSettings = field(init=False, compare=False, repr=False)
+    lease: LeaseSettings = field(init=False, compare=False, repr=False)
+    retention: RetentionSettings = field(init=False, compare=False, repr=False)
+    config_backup: ConfigBackupSettings = field(init=False, compare=False, repr=False)
+    gc: GcSettings = field(init=False, compare=False, repr=False)
+    http: HttpSettings = field(init=False, compare=False, repr=False)
+    reads: ReadsSettings = field(init=False, compare=False, repr=False)
+    log: LogSettings = field(init=False, compare=False, repr=False)
+    shutdown: ShutdownSettings = field(init=False, compare=False, repr=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+    def __post_init__(self) -> None:
+        for name, section in SECTIONS.items():
+            object.__setattr__(self, name, section.of(self.values))
 
     # Typed accessors for the keys code reads most.
     @property
@@ -449,8 +645,7 @@ class Settings:
 
     def retention_for(self, topic: str) -> float:
         """Retention in seconds for ``topic`` (per-topic override or the default)."""
-        per_topic: Mapping[str, float] = self.values["retention.topics"]
-        return float(per_topic.get(topic, self.values["retention.default"]))
+        return float(self.retention.topics.get(topic, self.retention.default))
 
     def deprecations(self) -> list[str]:
         """One line per deprecated key set anywhere but by default (for the log)."""
@@ -463,9 +658,12 @@ class Settings:
 
     def redacted(self) -> dict[str, Any]:
         """All values, safe to log (no credentials are settings; URLs lose userinfo)."""
-        out = dict(self.values)
-        out["cold.url"] = re.sub(r"//[^/@]*@", "//***@", str(out["cold.url"]))
-        return out
+        return {**self.values, "cold.url": self.cold_url_redacted}
+
+    @property
+    def cold_url_redacted(self) -> str:
+        """``cold.url`` safe to log and show: without userinfo."""
+        return re.sub(r"//[^/@]*@", "//***@", self.cold.url)
 
 
 def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:

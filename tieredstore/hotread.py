@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import mmap
 import os
-from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
@@ -83,12 +82,7 @@ class HotCommitlog:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -99,6 +99,7 @@ __all__ = [
     "ObjectKey",
     "OwnEntry",
     "QueuePath",
+    "QueueRecord",
     "QueueRecordKey",
     "QueueRecordKind",
     "SegmentKind",
@@ -288,6 +289,15 @@ class QueuePath:
         validate_topic(self.topic)
         _validate_queue_id(self.queue_id)
 
+    @classmethod
+    def problem(cls, cluster: str, broker: str, topic: str, queue_id: int) -> str:
+        """Why these parts make no queue path (the InvalidNameError's message), or ``""``."""
+        try:
+            cls(cluster, broker, topic, queue_id)
+        except InvalidNameError as exc:
+            return exc.message
+        return ""
+
     @property
     def root(self) -> str:
         """``<cluster_dir>/<broker>/<topic>/<queueId>`` (no trailing slash)."""
@@ -295,6 +305,23 @@ class QueuePath:
 
     def __str__(self) -> str:
         return f"{self.topic}/{self.queue_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    """What every record about one queue starts with (a manifest, a loss record, a
+    provenance record): its format version and its queue's names."""
+
+    format_version: int
+    cluster: str
+    broker: str
+    topic: str
+    queue_id: int
+
+    @property
+    def queue(self) -> QueuePath:
+        """The queue the record is about (validates the names)."""
+        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
 
 
 def queue_root(cluster: str, broker: str, topic: str, queue_id: int) -> str:

@@ -23,7 +23,7 @@ simply be run again). It is the backend's atomic create (S3 ``If-None-Match: *``
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, get_type_hints
 
 from tieredstore.errors import (
     ConditionFailedError,
@@ -31,7 +31,14 @@ from tieredstore.errors import (
     InvalidNameError,
     ObjectNotFoundError,
 )
-from tieredstore.layout import MAX_OFFSET, QueuePath, loss_key, loss_prefix, parse_loss_key
+from tieredstore.layout import (
+    MAX_OFFSET,
+    QueuePath,
+    QueueRecord,
+    loss_key,
+    loss_prefix,
+    parse_loss_key,
+)
 from tieredstore.strictjson import canonical, parse_object
 
 if TYPE_CHECKING:  # the backends package imports every backend (s3fs, aiohttp: 0.2 s);
@@ -48,22 +55,9 @@ __all__ = [
 
 LOSS_FORMAT_VERSION: Final = 1
 
-_FIELDS: Final[dict[str, type]] = {
-    "format_version": int,
-    "cluster": str,
-    "broker": str,
-    "topic": str,
-    "queue_id": int,
-    "start_offset": int,
-    "end_offset": int,
-    "accepted_at_ms": int,
-    "writer_id": str,
-    "lease_epoch": int,
-}
-
 
 @dataclass(frozen=True, slots=True)
-class LossRecord:
+class LossRecord(QueueRecord):
     """Queue offsets ``[start_offset, end_offset)`` of one queue were lost before tiering.
 
     Invariants (checked on construction; :class:`CorruptLossRecordError` otherwise):
@@ -71,11 +65,6 @@ class LossRecord:
     ``lease_epoch >= 1``.
     """
 
-    format_version: int
-    cluster: str
-    broker: str
-    topic: str
-    queue_id: int
     start_offset: int
     end_offset: int
     accepted_at_ms: int
@@ -83,8 +72,7 @@ class LossRecord:
     lease_epoch: int
 
     def __post_init__(self) -> None:
-        problem = self._problem()
-        if problem:
+        if problem := self._problem():
             where = f"loss record of {self.topic}/{self.queue_id} at offset {self.start_offset}"
             raise CorruptLossRecordError(problem, where=where)
 
@@ -94,10 +82,12 @@ class LossRecord:
                 f"unsupported format_version {self.format_version} "
                 f"(this tieredstore reads {LOSS_FORMAT_VERSION})"
             )
-        try:
-            QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
-        except InvalidNameError as exc:
-            return exc.message
+        return (
+            QueuePath.problem(self.cluster, self.broker, self.topic, self.queue_id)
+            or self._span_problem()
+        )
+
+    def _span_problem(self) -> str:
         if not 0 <= self.start_offset < self.end_offset <= MAX_OFFSET:
             return f"offsets [{self.start_offset}, {self.end_offset}) are not a non-empty range"
         if self.accepted_at_ms < 0:
@@ -124,10 +114,6 @@ class LossRecord:
             LOSS_FORMAT_VERSION, queue.cluster, queue.broker, queue.topic, queue.queue_id,
             start, end, accepted_at_ms, writer_id, lease_epoch,
         )  # fmt: skip
-
-    @property
-    def queue(self) -> QueuePath:
-        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
 
     @property
     def count(self) -> int:
@@ -161,6 +147,10 @@ class LossRecord:
             return cls(**values)
         except CorruptLossRecordError as exc:
             raise CorruptLossRecordError(exc.message, where=where) from exc
+
+
+#: Each field of a loss record and its type (all scalars), as the JSON holds them.
+_FIELDS: Final[dict[str, type]] = get_type_hints(LossRecord)
 
 
 def read_loss_record(data: bytes, key: str) -> LossRecord:

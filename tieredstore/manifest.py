@@ -33,12 +33,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from tieredstore.digests import WRITTEN, DigestAlgorithm, digest
+from tieredstore.digests import WRITTEN, DigestAlgorithm
 from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.layout import (
     MAX_OFFSET,
     QueuePath,
+    QueueRecord,
     SegmentKind,
     object_key,
     object_name,
@@ -54,7 +55,6 @@ __all__ = [
     "FenceMarker",
     "Manifest",
     "ObjectRef",
-    "digest",
     "read_manifest",
     "read_stored",
 ]
@@ -80,7 +80,7 @@ class ObjectRef:
 
 
 @dataclass(frozen=True, slots=True)
-class Manifest:
+class Manifest(QueueRecord):
     """The commit point of one segment: what it covers and how to check its objects.
 
     Invariants (checked on construction; :class:`CorruptManifestError` otherwise):
@@ -94,11 +94,6 @@ class Manifest:
     ``writer_id``, ``created_at_ms >= 0``.
     """
 
-    format_version: int
-    cluster: str
-    broker: str
-    topic: str
-    queue_id: int
     start_offset: int
     end_offset: int
     cl_base: int
@@ -126,11 +121,12 @@ class Manifest:
                 f"unsupported format_version {self.format_version} "
                 f"(this tieredstore reads {sorted(READABLE_VERSIONS)})"
             )
-        try:
-            QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
-        except InvalidNameError as exc:
-            return exc.message
-        return self._range_problem() or self._object_problem() or self._provenance_problem()
+        return (
+            QueuePath.problem(self.cluster, self.broker, self.topic, self.queue_id)
+            or self._range_problem()
+            or self._object_problem()
+            or self._provenance_problem()
+        )
 
     def _range_problem(self) -> str:
         count = self.end_offset - self.start_offset
@@ -190,10 +186,6 @@ class Manifest:
         return ""
 
     # -- derived views ---------------------------------------------------------------
-    @property
-    def queue(self) -> QueuePath:
-        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
-
     @property
     def algorithm(self) -> DigestAlgorithm:
         """The digest algorithm of both data objects (one a manifest may name: a

@@ -46,6 +46,7 @@ from tieredstore.errors import (
 from tieredstore.layout import (
     MAX_OFFSET,
     QueuePath,
+    QueueRecord,
     QueueRecordKind,
     SegmentKind,
     broker_prefix,
@@ -252,19 +253,23 @@ _QUEUE_FIELDS: Final[dict[str, type]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class QueueInit:
+class _QueueRecord(QueueRecord):
+    """What every per-queue provenance record holds: its format, its queue, its writer."""
+
+    writer_id: str
+    lease_epoch: int
+
+    def to_json(self) -> bytes:
+        return canonical(asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInit(_QueueRecord):
     """Queue ``topic/queue_id`` is tiered from ``init_offset``, chosen by ``policy``
     (``earliest``, ``latest``, ``timestamp:<ms>``, or ``adopted``: written for a queue
     an older sidecar initialised, from its catalogue, while hot still held the offset).
     """
 
-    format_version: int
-    cluster: str
-    broker: str
-    topic: str
-    queue_id: int
-    writer_id: str
-    lease_epoch: int
     init_offset: int
     policy: str
     created_at_ms: int
@@ -279,15 +284,8 @@ class QueueInit:
         _check(ok, f"unknown policy {self.policy!r}", where)
 
     @property
-    def queue(self) -> QueuePath:
-        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
-
-    @property
     def key(self) -> str:
         return init_key(self.queue)
-
-    def to_json(self) -> bytes:
-        return canonical(asdict(self))
 
     @classmethod
     def new(cls, queue: QueuePath, init_offset: int, policy: str, *, created_at_ms: int,
@@ -299,18 +297,11 @@ class QueueInit:
 
 
 @dataclass(frozen=True, slots=True)
-class RetentionMark:
+class RetentionMark(_QueueRecord):
     """Retention removed the queue's head below ``first_offset`` (the expired segment's
     end): the segment ``expired_manifest`` with store times up to
     ``max_store_timestamp``, decided at ``deleted_at_ms``."""
 
-    format_version: int
-    cluster: str
-    broker: str
-    topic: str
-    queue_id: int
-    writer_id: str
-    lease_epoch: int
     first_offset: int
     expired_manifest: str
     max_store_timestamp: int
@@ -323,18 +314,11 @@ class RetentionMark:
         _check(self.deleted_at_ms >= 0, "deleted_at_ms < 0", where)
 
     @property
-    def queue(self) -> QueuePath:
-        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
-
-    @property
     def key(self) -> str:
         return retention_key(self.queue, self.first_offset)
 
-    def to_json(self) -> bytes:
-        return canonical(asdict(self))
 
-
-def _check_queue_fields(rec: QueueInit | RetentionMark, where: str) -> None:
+def _check_queue_fields(rec: _QueueRecord, where: str) -> None:
     _check(rec.format_version == PROVENANCE_FORMAT_VERSION,
            f"unsupported format_version {rec.format_version}", where)  # fmt: skip
     try:

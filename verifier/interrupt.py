@@ -14,7 +14,7 @@ import contextlib
 import logging
 import signal
 import threading
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Protocol
 
 __all__ = ["StopOnSignal"]
@@ -43,12 +43,7 @@ class StopOnSignal:
             self._arm()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 

@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from tieredstore.backends.posix import is_lock_file
-from tieredstore.digests import DigestAlgorithm
+from tieredstore.digests import DigestAlgorithm, digest
 from tieredstore.errors import (
     ConfigError,
     CorruptLossRecordError,
@@ -70,7 +70,6 @@ from tieredstore.provenance import (
     read_queue_record,
     read_tiering_record,
 )
-from tieredstore.segment import digest
 from verifier import schemas
 from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (

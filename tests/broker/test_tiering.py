@@ -30,7 +30,7 @@ def _caught_up(run: BrokerRun) -> bool:
     with Catalogue.open(
         run.sidecar.state, cluster=run.sidecar.cluster, broker=run.sidecar.broker, read_only=True
     ) as cat:
-        rows = {(r.topic, r.queue_id): r.cold_commit for r in cat.queues()}
+        rows = {(r.topic, r.queue_id): r.cold_commit for r in cat.queues.all()}
     wanted = [q for q in hot.queues() if FILTER.accepts(q.topic)]
     return bool(wanted) and all(
         rows.get((q.topic, q.queue_id)) == hot.queue_range(q.topic, q.queue_id).max for q in wanted

@@ -76,7 +76,7 @@ def _rows(sidecar: LiveSidecar) -> dict[int, QueueRow]:
     with Catalogue.open(
         sidecar.state, cluster=sidecar.cluster, broker=sidecar.broker, read_only=True
     ) as cat:
-        return {r.queue_id: r for r in cat.queues() if r.topic == TOPIC}
+        return {r.queue_id: r for r in cat.queues.all() if r.topic == TOPIC}
 
 
 def _hot_max(cluster: LocalCluster) -> dict[int, int]:

@@ -40,8 +40,8 @@ async def _leave_behind(tmp_path: Path, damage: str) -> Manifest:
     async with open_runtime(_settings(tmp_path)) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.catch_up()
-        last = rt.catalogue.segments(TOPIC, 0)[-1].manifest
-        rt.catalogue.truncate_queue(TOPIC, 0, last.start_offset)
+        last = rt.catalogue.segments.of(TOPIC, 0)[-1].manifest
+        rt.catalogue.segments.truncate(TOPIC, 0, last.start_offset)
         cold = tmp_path / "cold"
         if damage == "deleted":
             (cold / last.commit_log_key).unlink()
@@ -63,11 +63,11 @@ async def test_a_frontier_manifest_that_does_not_check_out_is_quarantined(
         # start() without reconcile's adoption (it refuses a manifest whose objects are
         # missing, and never reads digests): the commit path meets the manifest itself.
         await rt.dispatcher.lease.acquire(wait=False)
-        row = rt.catalogue.queue(TOPIC, 0)
+        row = rt.catalogue.queues.get(TOPIC, 0)
         assert row is not None and row.cold_commit == left.start_offset
         rows = await rt.dispatcher.discover()
         await asyncio.wait_for(rt.dispatcher.tier_queues(rows, flush=True), 60)
-        fresh = rt.catalogue.segments(TOPIC, 0)[-1].manifest
+        fresh = rt.catalogue.segments.of(TOPIC, 0)[-1].manifest
         assert fresh.start_offset == left.start_offset and fresh != left
         await assert_cold_matches_hot(rt.backend, HotStore(tmp_path / "store"), CLUSTER, BROKER)
         await rt.dispatcher.lease.release()

@@ -71,5 +71,5 @@ async def test_catch_up_longer_than_the_lease_renews_it(tmp_path: Path) -> None:
         assert rt.dispatcher.lease.epoch == epoch
         await rt.dispatcher.lease.ensure_held()
         hot = HotStore(store.root)
-        for q in rt.catalogue.queues():
+        for q in rt.catalogue.queues.all():
             assert q.cold_commit == hot.queue_range(q.topic, q.queue_id).max

@@ -25,7 +25,7 @@ async def _once(
     async with open_runtime(settings_for(store, str(cold), state)) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         report = await rt.dispatcher.catch_up()
-        states = {str(q): q.state for q in rt.catalogue.queues()}
+        states = {str(q): q.state for q in rt.catalogue.queues.all()}
         return report.messages, [str(q) for q in report.diverged], states
 
 

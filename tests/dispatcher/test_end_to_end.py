@@ -90,13 +90,13 @@ async def test_catalogue_behind_cold_adopts_and_never_rewrites(store: Path, tmp_
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.catch_up()
         before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cold.rglob("*") if p.is_file()}
-        row = rt.catalogue.queues()[0]
-        second = rt.catalogue.segments(row.topic, row.queue_id)[1]
+        row = rt.catalogue.queues.all()[0]
+        second = rt.catalogue.segments.of(row.topic, row.queue_id)[1]
         # The catalogue loses its newest rows (e.g. restored from an old backup).
-        rt.catalogue.truncate_queue(row.topic, row.queue_id, second.start_offset)
+        rt.catalogue.segments.truncate(row.topic, row.queue_id, second.start_offset)
         report = await rt.dispatcher.catch_up()
         assert report.segments == 0
-        fresh = rt.catalogue.queue(row.topic, row.queue_id)
+        fresh = rt.catalogue.queues.get(row.topic, row.queue_id)
         assert fresh is not None
         assert fresh.cold_commit == row.cold_commit  # adopted back from cold
     after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in cold.rglob("*") if p.is_file()}

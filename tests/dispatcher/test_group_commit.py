@@ -36,14 +36,14 @@ def test_concurrent_commits_share_one_transaction(tmp_path: Path) -> None:
 
     with _open(tmp_path) as catalogue:
         for q in range(QUEUES):
-            catalogue.ensure_queue("T", q, 0)
+            catalogue.queues.ensure("T", q, 0)
         commits, groups = asyncio.run(go(catalogue))
         assert commits == [2] * QUEUES + [5] * QUEUES
         assert groups == 2  # 80 segments, two transactions
         for q in range(QUEUES):
-            row = catalogue.queue("T", q)
+            row = catalogue.queues.get("T", q)
             assert row is not None and row.cold_commit == 5
-            assert len(catalogue.segments("T", q)) == 2
+            assert len(catalogue.segments.of("T", q)) == 2
 
 
 def test_a_refused_segment_fails_alone(tmp_path: Path) -> None:
@@ -57,19 +57,19 @@ def test_a_refused_segment_fails_alone(tmp_path: Path) -> None:
         )
 
     with _open(tmp_path) as catalogue:
-        catalogue.ensure_queue("T", 0, 0)
-        catalogue.ensure_queue("T", 1, 0)
+        catalogue.queues.ensure("T", 0, 0)
+        catalogue.queues.ensure("T", 1, 0)
         ok, refused = asyncio.run(go(catalogue))
         assert isinstance(refused, CatalogueError) and "leaves a gap" in str(refused)
         assert not isinstance(ok, BaseException)
-        assert [s.manifest for s in catalogue.segments("T", 0)] == [good]
-        assert catalogue.segments("T", 1) == []
+        assert [s.manifest for s in catalogue.segments.of("T", 0)] == [good]
+        assert catalogue.segments.of("T", 1) == []
 
 
 def test_a_failed_transaction_fails_the_whole_group(tmp_path: Path) -> None:
     manifest = chain(QueuePath(CLUSTER, BROKER, "T", 0), [2])[0].manifest
     catalogue = _open(tmp_path)
-    catalogue.ensure_queue("T", 0, 0)
+    catalogue.queues.ensure("T", 0, 0)
     catalogue.close()  # a closed catalogue refuses every transaction
 
     async def go() -> None:
@@ -109,7 +109,7 @@ def test_a_cancelled_flush_leaves_no_caller_waiting(tmp_path: Path, started: boo
             flushing.cancel()
             outcomes: list[object] = list(await asyncio.gather(*callers, return_exceptions=True))
         # A later commit starts a new flush and is served.
-        catalogue.ensure_queue("T", 0, 0)
+        catalogue.queues.ensure("T", 0, 0)
         row = await group.commit(manifests[0])
         assert row.cold_commit == 2
         return outcomes

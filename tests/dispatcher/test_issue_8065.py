@@ -102,9 +102,9 @@ async def _check_no_hole(rt: Runtime) -> None:
     """The bucket's committed segments are contiguous per queue (read_cold asserts it) and
     agree with the catalogue; no queue row is destroyed."""
     cold = await read_cold(rt.backend, CLUSTER, BROKER)
-    for row in rt.catalogue.queues():
+    for row in rt.catalogue.queues.all():
         assert row.state is QueueState.ACTIVE, f"{row} is {row.state}"
-        segments = rt.catalogue.segments(row.topic, row.queue_id)
+        segments = rt.catalogue.segments.of(row.topic, row.queue_id)
         if row.cold_commit == row.init_offset:
             continue
         assert segments, f"{row}: every segment of a live queue is gone"
@@ -150,10 +150,10 @@ async def _run(tmp_path: Path, batches: tuple[float, ...], order: str, retention
             await _check_no_hole(rt)
         hot = rt.hot
         for key in hot.queues():
-            row = rt.catalogue.queue(key.topic, key.queue_id)
+            row = rt.catalogue.queues.get(key.topic, key.queue_id)
             assert row is not None
             assert row.cold_commit == hot.queue_range(key.topic, key.queue_id).max
-            segments = rt.catalogue.segments(key.topic, key.queue_id)
+            segments = rt.catalogue.segments.of(key.topic, key.queue_id)
             out.final[key] = [(s.start_offset, s.end_offset) for s in segments]
         if not out.expired:
             await assert_cold_matches_hot(rt.backend, hot, CLUSTER, BROKER)

@@ -104,7 +104,7 @@ async def test_lag_gauges_rise_with_the_store_while_every_backend_call_fails(
         await rt.dispatcher.catch_up()
         registry = rt.metrics.registry
         assert _gauge(registry, "tieredstore_queue_lag_messages", 0) == 0
-        commits = {row.queue_id: row.cold_commit for row in rt.catalogue.queues()}
+        commits = {row.queue_id: row.cold_commit for row in rt.catalogue.queues.all()}
         assert sorted(commits) == [0, 1]
 
         backend.down = True

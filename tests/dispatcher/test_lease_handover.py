@@ -7,7 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tieredstore.segment import Manifest
+from tieredstore.manifest import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 

@@ -27,7 +27,7 @@ async def test_cold_catches_up_while_the_store_grows(tmp_path: Path) -> None:
     async with open_runtime(settings, on_segment=on_segment) as rt:
 
         def caught_up() -> bool:
-            rows = {(r.topic, r.queue_id): r.cold_commit for r in rt.catalogue.queues()}
+            rows = {(r.topic, r.queue_id): r.cold_commit for r in rt.catalogue.queues.all()}
             return len(rows) == 4 and all(
                 rows.get((q.topic, q.queue_id)) == hot.queue_range(q.topic, q.queue_id).max
                 for q in hot.queues()

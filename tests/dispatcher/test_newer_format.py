@@ -63,10 +63,10 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
         gauge = rt.dispatcher.metrics.queue_state
         assert gauge.labels(TOPIC, "0", "STOPPED")._value.get() == 1
         assert gauge.labels(TOPIC, "0", "ACTIVE")._value.get() == 0
-        stopped_row, other = rt.catalogue.queue(TOPIC, 0), rt.catalogue.queue(TOPIC, 1)
+        stopped_row, other = rt.catalogue.queues.get(TOPIC, 0), rt.catalogue.queues.get(TOPIC, 1)
         assert other is not None and other.cold_commit > 0  # the other queue tiers on
         assert stopped_row is not None and stopped_row.cold_commit == 0
-        rows = rt.catalogue.queues()
+        rows = rt.catalogue.queues.all()
         statuses = mark_stopped(collect(rt.hot, rows, 0), rt.dispatcher.stopped)
         assert [(s.queue, s.state) for s in statuses] == [(0, "STOPPED"), (1, "ACTIVE")]
         assert key in statuses[0].note  # the HTTP API's /queues

@@ -170,7 +170,7 @@ async def test_gc_never_collects_the_records_and_rebuild_starts_queues_from_them
         assert not report.garbage and not report.findings
         await delete_garbage(report, backend=rt.backend, lease=rt.dispatcher.lease)
         assert _records(tmp_path / "cold") == records
-        expected = {(q.topic, q.queue_id): q.cold_min for q in rt.catalogue.queues()}
+        expected = {(q.topic, q.queue_id): q.cold_min for q in rt.catalogue.queues.all()}
         # A catalogue rebuilt from the bucket starts each queue where its records say
         # (the retention watermark), so every remaining manifest is adopted.
         rebuilt = await rebuild(rt.backend, tmp_path / "state2", cluster=CLUSTER, broker=BROKER)

@@ -32,10 +32,10 @@ def test_plan_splits_live_changes_from_restart_ones(tmp_path: Path) -> None:
     assert plan.applied == ("tiering.segment_max_bytes", "log.level")
     assert plan.needs_restart == ("cold.url", "tiering.concurrency")
     # Applied keys take the new value; the others keep the running one.
-    assert plan.settings["tiering.segment_max_bytes"] == 1 << 20
-    assert plan.settings["log.level"] == "debug"
+    assert plan.settings.tiering.segment_max_bytes == 1 << 20
+    assert plan.settings.log.level == "debug"
     assert plan.settings.cold_url == "memory://a"
-    assert plan.settings["tiering.concurrency"] == 4
+    assert plan.settings.tiering.concurrency == 4
 
 
 async def test_apply_swaps_the_dispatcher_config_and_retention_policy(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(tmp_pat
     async with open_runtime(_settings(tmp_path)) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         for qid in (0, 1):
-            segments = rt.catalogue.segments(TOPIC, qid)
+            segments = rt.catalogue.segments.of(TOPIC, qid)
             plan = await plan_repair(
                 hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=qid
             )
@@ -199,7 +199,7 @@ async def test_a_crash_anywhere_in_repair_is_finished_by_repairing_again(
         async with open_runtime(_settings(tmp_path), backend=crashing) as rt:
             with pytest.raises(CrashError):
                 await _repair(rt, 0)
-            assert rt.catalogue.queue(TOPIC, 0).state is QueueState.DIVERGED  # type: ignore[union-attr]
+            assert rt.catalogue.queues.get(TOPIC, 0).state is QueueState.DIVERGED  # type: ignore[union-attr]
             # The bucket's committed segments are still a contiguous prefix, each whole.
             view = await read_cold(inner, CLUSTER, BROKER)
             for m in view[next(q for q in view if q.queue_id == 0)].manifests:
@@ -220,14 +220,14 @@ async def test_a_committed_manifest_the_catalogue_never_adopted_is_quarantined(
 ) -> None:
     await _diverge(tmp_path)
     async with open_runtime(_settings(tmp_path)) as rt:
-        row = rt.catalogue.queue(TOPIC, 0)
+        row = rt.catalogue.queues.get(TOPIC, 0)
         assert row is not None
         # A writer committed one more segment but crashed before its catalogue caught up.
         queue = QueuePath(CLUSTER, BROKER, TOPIC, 0)
         seg = segment_of(queue, hot_batch(TOPIC, 0, row.cold_commit, 3), cl_base=row.cold_cl_end)
         stray = await upload(rt.backend, seg)
         await rt.dispatcher.start(wait_for_lease=False)  # reconcile does not adopt it: DIVERGED
-        assert rt.catalogue.queue(TOPIC, 0) == row
+        assert rt.catalogue.queues.get(TOPIC, 0) == row
         plan = await plan_repair(
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=0
         )

@@ -233,8 +233,8 @@ def test_a_resume_interrupted_after_the_record_is_finished_on_start(lost: Lost) 
     # The sidecar's start-up reconciliation adopts the record: the queue resumes.
     assert main(["run", "--once", *lost.args()]) == 0
     with Catalogue.open(lost.state, cluster=CLUSTER, broker=BROKER, read_only=True) as cat:
-        assert cat.losses() == [record]
-        row = cat.queue(TOPIC, 0)
+        assert cat.queues.losses() == [record]
+        row = cat.queues.get(TOPIC, 0)
         assert row is not None and row.state is QueueState.ACTIVE
 
 
@@ -243,18 +243,18 @@ def test_a_rebuilt_catalogue_keeps_the_accepted_loss(lost: Lost, tmp_path: Path)
     assert main(["resume", "--topic", TOPIC, "--queue", "0", "--accept-loss", *lost.args()]) == 0
     assert main(["run", "--once", *lost.args()]) == 0
     with Catalogue.open(lost.state, cluster=CLUSTER, broker=BROKER, read_only=True) as cat:
-        before = (cat.queue(TOPIC, 0), cat.losses(), cat.segments(TOPIC, 0))
+        before = (cat.queues.get(TOPIC, 0), cat.queues.losses(), cat.segments.of(TOPIC, 0))
     report = asyncio.run(_rebuild(lost, tmp_path / "rebuilt"))
     assert report.clean, report.issues
     assert [(x.start_offset, x.end_offset) for x in report.accepted] == [(lost.start, lost.end)]
     with Catalogue.open(tmp_path / "rebuilt", cluster=CLUSTER, broker=BROKER) as cat:
-        row = cat.queue(TOPIC, 0)
+        row = cat.queues.get(TOPIC, 0)
         assert row is not None and before[0] is not None
         assert (row.cold_commit, row.cold_cl_end, row.state) == (
             before[0].cold_commit, before[0].cold_cl_end, QueueState.ACTIVE,
         )  # fmt: skip
-        assert cat.losses() == before[1]
-        assert cat.segments(TOPIC, 0) == before[2]
+        assert cat.queues.losses() == before[1]
+        assert cat.segments.of(TOPIC, 0) == before[2]
 
 
 async def _rebuild(lost: Lost, state: Path) -> ReconcileReport:
@@ -286,5 +286,5 @@ def test_repair_quarantines_a_loss_record_at_or_after_its_cut(
     moved = list(cold.rglob("_quarantine/*/*/*/LOSS/*.json"))
     assert [LossRecord.from_json(p.read_bytes(), where=str(p)).end_offset for p in moved] == [end]
     with Catalogue.open(state, cluster=CLUSTER, broker=BROKER, read_only=True) as cat:
-        assert cat.losses() == []
+        assert cat.queues.losses() == []
     assert main(["run", "--once", *where]) == 0  # re-tiered from the cut, no loss left

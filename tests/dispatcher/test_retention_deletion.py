@@ -67,8 +67,8 @@ async def _tier(tmp_path: Path, clock: VirtualClock) -> None:
     async with open_runtime(_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         assert not (await rt.dispatcher.catch_up()).errors
-        for q in rt.catalogue.queues():
-            assert len(rt.catalogue.segments(q.topic, q.queue_id)) >= 3
+        for q in rt.catalogue.queues.all():
+            assert len(rt.catalogue.segments.of(q.topic, q.queue_id)) >= 3
 
 
 def _segment_objects(cold: Path) -> set[str]:
@@ -89,11 +89,11 @@ def _refs(seg: SegmentRow) -> tuple[str, str, str]:
 
 async def _assert_readers_see_whole_segments(rt: Runtime) -> None:
     """A catalogue reader and a manifest reader both see only whole segments."""
-    for row in rt.catalogue.queues():
-        for seg in rt.catalogue.segments(row.topic, row.queue_id):
+    for row in rt.catalogue.queues.all():
+        for seg in rt.catalogue.segments.of(row.topic, row.queue_id):
             if seg.status is SegmentStatus.DELETING:
                 with pytest.raises(OffsetOutOfRangeError):
-                    rt.catalogue.segment_at(row.topic, row.queue_id, seg.start_offset)
+                    rt.catalogue.segments.at(row.topic, row.queue_id, seg.start_offset)
     # Every manifest in the bucket has both objects, verified byte for byte.
     await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER, expect_full=False)
 
@@ -110,7 +110,7 @@ async def test_each_segment_is_deleted_in_the_fixed_order(store: Path, tmp_path:
         with Catalogue.open(
             tmp_path / "state", cluster=CLUSTER, broker=BROKER, read_only=True
         ) as c:
-            rows = {s.start_offset: s for s in c.segments(seg.topic, seg.queue_id)}
+            rows = {s.start_offset: s for s in c.segments.of(seg.topic, seg.queue_id)}
         status = rows[seg.start_offset].status.value if seg.start_offset in rows else "gone"
         seen.append((str(seg), step, exists, status))
 
@@ -132,8 +132,8 @@ async def test_each_segment_is_deleted_in_the_fixed_order(store: Path, tmp_path:
         assert len(seen) == 5 * len(expired)
         assert rt.metrics.expired_segments._value.get() == len(expired)
         # Rule 3: every queue keeps exactly its newest segment; cold_min follows.
-        for row in rt.catalogue.queues():
-            (kept,) = rt.catalogue.segments(row.topic, row.queue_id)
+        for row in rt.catalogue.queues.all():
+            (kept,) = rt.catalogue.segments.of(row.topic, row.queue_id)
             assert row.cold_min == kept.start_offset and row.cold_commit == kept.end_offset
         await _assert_readers_see_whole_segments(rt)
         cold_view = await read_cold(rt.backend, CLUSTER, BROKER)
@@ -167,11 +167,11 @@ async def test_a_crash_after_any_step_is_finished_on_restart(
         # Readers never see a half-deleted segment, whatever step the crash followed.
         await _assert_readers_see_whole_segments(rt)
         with pytest.raises(OffsetOutOfRangeError):
-            rt.catalogue.segment_at(seg.topic, seg.queue_id, seg.start_offset)
+            rt.catalogue.segments.at(seg.topic, seg.queue_id, seg.start_offset)
     # Restart: start() finishes the interrupted deletion before anything else.
     async with open_runtime(_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
-        rows = rt.catalogue.segments(seg.topic, seg.queue_id)
+        rows = rt.catalogue.segments.of(seg.topic, seg.queue_id)
         assert all(s.status is SegmentStatus.COMMITTED for s in rows)
         assert seg.start_offset not in {s.start_offset for s in rows}
         assert not any((cold / key).exists() for key in _refs(seg))
@@ -180,8 +180,8 @@ async def test_a_crash_after_any_step_is_finished_on_restart(
         report = await rt.retention.run_pass()
         done = {str(d.segment) for d in report.expired} | {str(seg)}
         assert done == {str(d.segment) for d in planned if isinstance(d, ExpireSegment)}
-        for row in rt.catalogue.queues():
-            assert len(rt.catalogue.segments(row.topic, row.queue_id)) == 1
+        for row in rt.catalogue.queues.all():
+            assert len(rt.catalogue.segments.of(row.topic, row.queue_id)) == 1
     assert len(_segment_objects(cold)) == 3 * 4  # one whole segment per queue, no leftovers
 
 
@@ -213,7 +213,7 @@ async def test_a_fence_marker_put_after_an_interrupted_deletion_stays(
     (cold / m.key).write_bytes(marker.to_json())
     async with open_runtime(_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)  # finishes the deletion
-        rows = rt.catalogue.segments(seg.topic, seg.queue_id)
+        rows = rt.catalogue.segments.of(seg.topic, seg.queue_id)
         assert seg.start_offset not in {s.start_offset for s in rows}
     assert (cold / m.key).read_bytes() == marker.to_json()
     assert not (cold / m.commit_log_key).exists()
@@ -239,8 +239,8 @@ async def test_a_failed_backend_delete_is_finished_by_the_next_pass(
             await rt.retention.run_pass()
         second = await rt.retention.run_pass()
         assert len(second.resumed) == 1
-        for row in rt.catalogue.queues():
-            assert len(rt.catalogue.segments(row.topic, row.queue_id)) == 1
+        for row in rt.catalogue.queues.all():
+            assert len(rt.catalogue.segments.of(row.topic, row.queue_id)) == 1
 
 
 # -- the sidecar runs it ------------------------------------------------------------------
@@ -283,14 +283,14 @@ async def test_a_deleted_topic_keeps_its_cold_data_until_retention_passes(
             ("SynthTopic0", 0),
             ("SynthTopic0", 1),
         }
-        states = {(q.topic, q.queue_id): q for q in rt.catalogue.queues()}
+        states = {(q.topic, q.queue_id): q for q in rt.catalogue.queues.all()}
         for qid in (0, 1):
             gone = states[("SynthTopic0", qid)]
             assert gone.state is QueueState.DELETED
-            assert rt.catalogue.segments("SynthTopic0", qid) == []
+            assert rt.catalogue.segments.of("SynthTopic0", qid) == []
             live = states[("SynthTopic1", qid)]
             assert live.state is QueueState.ACTIVE
-            assert len(rt.catalogue.segments("SynthTopic1", qid)) == 1  # newest kept
+            assert len(rt.catalogue.segments.of("SynthTopic1", qid)) == 1  # newest kept
         # A DELETED queue stays DELETED and is not planned again.
         assert (await rt.retention.run_pass()).decisions == ()
         assert (await rt.dispatcher.tick()).segments == 0
@@ -307,9 +307,9 @@ async def test_a_topic_still_in_topics_json_is_not_destroyed(store: Path, tmp_pa
         await advance(rt, clock, 5 * H)
         report = await rt.retention.run_pass()
         assert not report.destroyed
-        for q in rt.catalogue.queues():
+        for q in rt.catalogue.queues.all():
             assert q.state is QueueState.ACTIVE
-            assert len(rt.catalogue.segments(q.topic, q.queue_id)) == 1
+            assert len(rt.catalogue.segments.of(q.topic, q.queue_id)) == 1
 
 
 # -- the command --------------------------------------------------------------------------
@@ -321,8 +321,8 @@ def _catalogue_view(tmp_path: Path) -> list[tuple[str, list[str]]]:
     with Catalogue.open(tmp_path / "state", cluster=CLUSTER, broker=BROKER, read_only=True) as c:
         return [
             (f"{q} {q.state.value} [{q.cold_min}, {q.cold_commit})",
-             [f"{s} {s.status.value}" for s in c.segments(q.topic, q.queue_id)])
-            for q in c.queues()
+             [f"{s} {s.status.value}" for s in c.segments.of(q.topic, q.queue_id)])
+            for q in c.queues.all()
         ]  # fmt: skip
 
 

@@ -146,7 +146,7 @@ async def _check(rt: Runtime, world: World) -> None:
     cutoff = world.clock.now_ms() - RETENTION_S * 1000
     for key in rt.hot.queues():
         rng = rt.hot.queue_range(key.topic, key.queue_id)
-        row = rt.catalogue.queue(key.topic, key.queue_id)
+        row = rt.catalogue.queues.get(key.topic, key.queue_id)
         q = cold.get(key)
         if q is None:
             assert not world.tiered[key], f"{key}: tiered once, now has no segment at all"
@@ -154,7 +154,7 @@ async def _check(rt: Runtime, world: World) -> None:
             continue
         assert row is not None and row.state is QueueState.ACTIVE
         assert (row.cold_min, row.cold_commit) == (q.start, q.end), f"{key}: catalogue drift"
-        segs = rt.catalogue.segments(key.topic, key.queue_id)
+        segs = rt.catalogue.segments.of(key.topic, key.queue_id)
         assert all(s.status is SegmentStatus.COMMITTED for s in segs)
         assert q.end <= rng.max
         if q.start > 0:  # what is gone from cold was older than retention

@@ -273,7 +273,7 @@ async def test_a_new_queue_is_born_initialised_and_nothing_expires_it(tmp_path: 
         await rt.dispatcher.start(wait_for_lease=False)
         report = await rt.dispatcher.tick()  # messages are 1 s old: group commit waits
         assert report.segments == 0 and len(report.new_queues) == 2
-        for row in rt.catalogue.queues():
+        for row in rt.catalogue.queues.all():
             assert row.cq_base == row.init_offset * 20 == 0
             assert (row.cold_min, row.cold_commit, row.cold_cl_end) == (0, 0, 0)
             assert row.state is QueueState.ACTIVE
@@ -282,13 +282,13 @@ async def test_a_new_queue_is_born_initialised_and_nothing_expires_it(tmp_path: 
         assert [k for k in keys if "/_queues/" not in k and "_tiering" not in k] == []
         await advance(rt, clock, 3600)  # every message is far older than 1 ms now
         assert (await rt.retention.run_pass()).decisions == ()
-        assert {r.state for r in rt.catalogue.queues()} == {QueueState.ACTIVE}
+        assert {r.state for r in rt.catalogue.queues.all()} == {QueueState.ACTIVE}
         assert (await rt.dispatcher.tick()).messages == 50
 
 
 def test_only_the_catalogue_creates_queue_rows_and_always_with_their_cq_base() -> None:
     """Eager init cannot be bypassed: one INSERT INTO queues in the whole code base, in
-    Catalogue.ensure_queue (metadata/queue_table.py), and the schema refuses a row
+    Catalogue.queues.ensure (metadata/queue_table.py), and the schema refuses a row
     without cq_base = init * 20 (tests/metadata/test_catalogue.py checks the schema)."""
     insert = re.compile(r"INSERT\s+(?:OR\s+\w+\s+)?INTO\s+queues\b", re.IGNORECASE)
     hits = [
@@ -300,5 +300,5 @@ def test_only_the_catalogue_creates_queue_rows_and_always_with_their_cq_base() -
     ]
     assert [h[0] for h in hits] == ["metadata/queue_table.py"], hits
     source = (REPO / "metadata" / "queue_table.py").read_text()
-    body = source[source.index("def ensure_queue") : source.index("def queue(")]
+    body = source[source.index("def ensure_many") : source.index("def get(")]
     assert "init_offset * CQ_UNIT_SIZE" in body and "INSERT INTO queues" in body

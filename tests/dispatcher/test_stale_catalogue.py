@@ -114,7 +114,7 @@ async def test_expire_repair_and_gc_from_a_stale_state_dir_leave_b_s_segments(
     settings = _settings(tmp_path, "sa-repair")
     async with open_runtime(settings) as rt:  # no start(): the stale catalogue as it is
         await rt.dispatcher.lease.acquire(wait=False)
-        rt.catalogue.set_state(TOPIC, 0, QueueState.DIVERGED)
+        rt.catalogue.queues.set_state(TOPIC, 0, QueueState.DIVERGED)
         plan = await plan_repair(
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=0
         )
@@ -143,17 +143,17 @@ async def test_retention_reads_the_manifest_key_before_each_delete(tmp_path: Pat
     _, fresh = await _tier_diverge_repair(tmp_path)
     async with open_runtime(_settings(tmp_path, "sa")) as rt:  # A's stale catalogue
         await rt.dispatcher.lease.acquire(wait=False)
-        segments = rt.catalogue.segments(TOPIC, 0)
+        segments = rt.catalogue.segments.of(TOPIC, 0)
         stale = next(s for s in segments if s.manifest.key in fresh)
         if stale is not segments[0]:  # only the oldest may be marked; drop what is older
             for older in segments[: segments.index(stale)]:
-                rt.catalogue.mark_deleting(TOPIC, 0, older.start_offset)
-                rt.catalogue.drop_segment(TOPIC, 0, older.start_offset)
+                rt.catalogue.segments.mark_deleting(TOPIC, 0, older.start_offset)
+                rt.catalogue.segments.drop(TOPIC, 0, older.start_offset)
         with pytest.raises(CatalogueError, match="nothing deleted"):
             await delete_segment(
                 stale, catalogue=rt.catalogue, backend=rt.backend, lease=rt.dispatcher.lease
             )
         _assert_survive(tmp_path, fresh)
         # The reconcile it ran made the catalogue follow cold: B's manifest is its row now.
-        assert rt.catalogue.segments(TOPIC, 0)[-1].manifest.to_json() in fresh.values()
+        assert rt.catalogue.segments.of(TOPIC, 0)[-1].manifest.to_json() in fresh.values()
         await rt.dispatcher.lease.release()

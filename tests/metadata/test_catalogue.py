@@ -28,10 +28,10 @@ def manifests() -> list[Manifest]:
 
 
 def _committed(catalogue: Catalogue, manifests: list[Manifest], n: int) -> QueueRow:
-    catalogue.ensure_queue(TOPIC, 0, 0)
+    catalogue.queues.ensure(TOPIC, 0, 0)
     for m in manifests[:n]:
-        catalogue.commit_segment(m)
-    row = catalogue.queue(TOPIC, 0)
+        catalogue.segments.commit(m)
+    row = catalogue.queues.get(TOPIC, 0)
     assert row is not None
     return row
 
@@ -44,7 +44,7 @@ def test_open_creates_the_state_dir_and_database(tmp_path: Path, clock: VirtualC
     with Catalogue.open(state, cluster=CLUSTER, broker=BROKER, clock=clock) as cat:
         assert cat.state is CatalogueState.OPEN
         assert (state / DB_NAME).is_file()
-        assert cat.queues() == []
+        assert cat.queues.all() == []
     assert cat.state.value == CatalogueState.CLOSED.value
 
 
@@ -54,9 +54,9 @@ def test_database_is_wal_with_foreign_keys(catalogue: Catalogue, state_dir: Path
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         raw.close()
-    with catalogue._guard():  # the catalogue's own connection settings
-        assert catalogue._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-        assert catalogue._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    with catalogue.db.guard() as conn:  # the catalogue's own connection settings
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 @pytest.mark.parametrize(("cluster", "broker"), [("OtherCluster", BROKER), (CLUSTER, "broker-b")])
@@ -81,23 +81,23 @@ def test_close_twice_is_safe_and_closed_refuses_work(catalogue: Catalogue) -> No
     catalogue.close()
     catalogue.close()
     with pytest.raises(CatalogueError, match="closed"):
-        catalogue.queues()
+        catalogue.queues.all()
     with pytest.raises(CatalogueError, match="closed"):
-        catalogue.ensure_queue(TOPIC, 0, 0)
+        catalogue.queues.ensure(TOPIC, 0, 0)
 
 
 def test_read_only(catalogue: Catalogue, state_dir: Path, manifests: list[Manifest]) -> None:
     _committed(catalogue, manifests, 2)
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, read_only=True) as reader:
         assert reader.read_only
-        assert reader.queues() == catalogue.queues()
-        assert reader.segments(TOPIC, 0) == catalogue.segments(TOPIC, 0)
+        assert reader.queues.all() == catalogue.queues.all()
+        assert reader.segments.of(TOPIC, 0) == catalogue.segments.of(TOPIC, 0)
         with pytest.raises(CatalogueError, match="read-only"):
-            reader.ensure_queue(TOPIC, 1, 0)
+            reader.queues.ensure(TOPIC, 1, 0)
         with pytest.raises(CatalogueError, match="read-only"):
-            reader.commit_segment(manifests[2])
-        catalogue.commit_segment(manifests[2])  # the writer goes on beside the reader
-        assert reader.segments(TOPIC, 0)[-1].manifest == manifests[2]
+            reader.segments.commit(manifests[2])
+        catalogue.segments.commit(manifests[2])  # the writer goes on beside the reader
+        assert reader.segments.of(TOPIC, 0)[-1].manifest == manifests[2]
 
 
 def test_read_only_needs_an_existing_catalogue(tmp_path: Path) -> None:
@@ -110,17 +110,17 @@ def test_everything_survives_reopening(
 ) -> None:
     _committed(catalogue, manifests, 3)
     catalogue.record_lease("owner-1", 4, 123)
-    before = (catalogue.queues(), catalogue.segments(TOPIC, 0), catalogue.lease())
+    before = (catalogue.queues.all(), catalogue.segments.of(TOPIC, 0), catalogue.lease())
     catalogue.close()
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, clock=clock) as again:
-        assert (again.queues(), again.segments(TOPIC, 0), again.lease()) == before
+        assert (again.queues.all(), again.segments.of(TOPIC, 0), again.lease()) == before
 
 
 def test_orphan_wal_without_database_is_removed(state_dir: Path, clock: VirtualClock) -> None:
     state_dir.mkdir(parents=True)
     (state_dir / f"{DB_NAME}-wal").write_bytes(b"stale pages of a deleted database")
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, clock=clock) as cat:
-        assert cat.queues() == []
+        assert cat.queues.all() == []
 
 
 # -- queues: eager initialisation --------------------------------------------------------
@@ -129,7 +129,7 @@ def test_orphan_wal_without_database_is_removed(state_dir: Path, clock: VirtualC
 def test_ensure_queue_initialises_everything_at_once(
     catalogue: Catalogue, clock: VirtualClock
 ) -> None:
-    row = catalogue.ensure_queue("%RETRY%group", 3, 1234)
+    row = catalogue.queues.ensure("%RETRY%group", 3, 1234)
     assert row == QueueRow(
         topic="%RETRY%group",
         queue_id=3,
@@ -141,54 +141,54 @@ def test_ensure_queue_initialises_everything_at_once(
         state=QueueState.ACTIVE,
         updated_at_ms=clock.now_ms(),
     )
-    assert catalogue.queue("%RETRY%group", 3) == row
+    assert catalogue.queues.get("%RETRY%group", 3) == row
 
 
 def test_ensure_queue_is_idempotent_and_first_init_wins(
     catalogue: Catalogue, clock: VirtualClock
 ) -> None:
-    first = catalogue.ensure_queue(TOPIC, 0, 10)
+    first = catalogue.queues.ensure(TOPIC, 0, 10)
     clock.set_ms(clock.now_ms() + 5000)
-    assert catalogue.ensure_queue(TOPIC, 0, 999) == first
-    assert catalogue.queues() == [first]
+    assert catalogue.queues.ensure(TOPIC, 0, 999) == first
+    assert catalogue.queues.all() == [first]
 
 
 def test_ensure_queue_refuses_bad_input(catalogue: Catalogue) -> None:
     with pytest.raises(InvalidNameError):
-        catalogue.ensure_queue("../etc", 0, 0)
+        catalogue.queues.ensure("../etc", 0, 0)
     with pytest.raises(InvalidNameError, match="reserved"):
-        catalogue.ensure_queue("_quarantine", 0, 0)
+        catalogue.queues.ensure("_quarantine", 0, 0)
     with pytest.raises(CatalogueError, match="must be >= 0"):
-        catalogue.ensure_queue(TOPIC, 0, -1)
-    assert catalogue.queues() == []
+        catalogue.queues.ensure(TOPIC, 0, -1)
+    assert catalogue.queues.all() == []
 
 
 def test_ensure_queues_creates_many_in_order_in_one_transaction(catalogue: Catalogue) -> None:
-    existing = catalogue.ensure_queue(TOPIC, 1, 10)
-    rows = catalogue.ensure_queues([(TOPIC, 2, 5), (TOPIC, 1, 999), ("%RETRY%g", 0, 0)])
+    existing = catalogue.queues.ensure(TOPIC, 1, 10)
+    rows = catalogue.queues.ensure_many([(TOPIC, 2, 5), (TOPIC, 1, 999), ("%RETRY%g", 0, 0)])
     assert [(r.topic, r.queue_id, r.init_offset) for r in rows] == [
         (TOPIC, 2, 5), (TOPIC, 1, 10), ("%RETRY%g", 0, 0),
     ]  # fmt: skip
     assert rows[1] == existing  # first initialisation wins
     assert rows[0].cq_base == 5 * 20 and rows[0].cold_commit == 5
-    assert sorted(catalogue.queues(), key=lambda r: (r.topic, r.queue_id)) == sorted(
+    assert sorted(catalogue.queues.all(), key=lambda r: (r.topic, r.queue_id)) == sorted(
         rows, key=lambda r: (r.topic, r.queue_id)
     )
 
 
 def test_ensure_queues_with_one_bad_entry_creates_none(catalogue: Catalogue) -> None:
     with pytest.raises(InvalidNameError):
-        catalogue.ensure_queues([(TOPIC, 0, 0), ("../etc", 0, 0)])
+        catalogue.queues.ensure_many([(TOPIC, 0, 0), ("../etc", 0, 0)])
     with pytest.raises(CatalogueError, match="must be >= 0"):
-        catalogue.ensure_queues([(TOPIC, 0, 0), (TOPIC, 1, -1)])
-    assert catalogue.queues() == []
+        catalogue.queues.ensure_many([(TOPIC, 0, 0), (TOPIC, 1, -1)])
+    assert catalogue.queues.all() == []
 
 
 def test_queue_unknown_is_none_and_queues_are_ordered(catalogue: Catalogue) -> None:
-    assert catalogue.queue(TOPIC, 0) is None
+    assert catalogue.queues.get(TOPIC, 0) is None
     for topic, qid in [("b", 1), ("a", 2), ("b", 0), ("a", 10)]:
-        catalogue.ensure_queue(topic, qid, 0)
-    assert [(q.topic, q.queue_id) for q in catalogue.queues()] == [
+        catalogue.queues.ensure(topic, qid, 0)
+    assert [(q.topic, q.queue_id) for q in catalogue.queues.all()] == [
         ("a", 2), ("a", 10), ("b", 0), ("b", 1),
     ]  # fmt: skip
 
@@ -221,7 +221,7 @@ RAW_BREAKS = [
 def test_schema_refuses_rows_that_break_invariants(
     catalogue: Catalogue, state_dir: Path, sql: str, reason: str
 ) -> None:
-    catalogue.ensure_queue("t", 0, 10)
+    catalogue.queues.ensure("t", 0, 10)
     catalogue.close()
     raw = sqlite3.connect(state_dir / DB_NAME)
     try:
@@ -236,23 +236,23 @@ def test_schema_refuses_rows_that_break_invariants(
 
 
 def test_commit_advances_the_queue(catalogue: Catalogue, manifests: list[Manifest]) -> None:
-    catalogue.ensure_queue(TOPIC, 0, 0)
-    seg = catalogue.commit_segment(manifests[0])
+    catalogue.queues.ensure(TOPIC, 0, 0)
+    seg = catalogue.segments.commit(manifests[0])
     assert seg.manifest == manifests[0]
     assert seg.status is SegmentStatus.COMMITTED
-    catalogue.commit_segment(manifests[1])
-    row = catalogue.queue(TOPIC, 0)
+    catalogue.segments.commit(manifests[1])
+    row = catalogue.queues.get(TOPIC, 0)
     assert row is not None
     assert (row.cold_min, row.cold_commit, row.cold_cl_end) == (0, 7, manifests[1].cl_end)
-    assert [s.manifest for s in catalogue.segments(TOPIC, 0)] == manifests[:2]
+    assert [s.manifest for s in catalogue.segments.of(TOPIC, 0)] == manifests[:2]
 
 
 def test_same_manifest_twice_is_a_no_op(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     row = _committed(catalogue, manifests, 2)
-    again = catalogue.commit_segment(manifests[0])
+    again = catalogue.segments.commit(manifests[0])
     assert again.manifest == manifests[0]
-    assert catalogue.queue(TOPIC, 0) == row
-    assert len(catalogue.segments(TOPIC, 0)) == 2
+    assert catalogue.queues.get(TOPIC, 0) == row
+    assert len(catalogue.segments.of(TOPIC, 0)) == 2
 
 
 def test_a_different_segment_at_a_committed_start_is_refused(
@@ -261,7 +261,7 @@ def test_a_different_segment_at_a_committed_start_is_refused(
     _committed(catalogue, manifests, 2)
     other = dataclasses.replace(manifests[1], lease_epoch=2)
     with pytest.raises(CatalogueError, match=r"different segment .* already committed at offset 3"):
-        catalogue.commit_segment(other)
+        catalogue.segments.commit(other)
 
 
 def test_gaps_and_overlaps_are_refused(catalogue: Catalogue, manifests: list[Manifest]) -> None:
@@ -269,10 +269,10 @@ def test_gaps_and_overlaps_are_refused(catalogue: Catalogue, manifests: list[Man
     with pytest.raises(
         CatalogueError, match=r"\[7, 9\) leaves a gap after the cold commit offset 3"
     ):
-        catalogue.commit_segment(manifests[2])
+        catalogue.segments.commit(manifests[2])
     shifted = chain(QUEUE, [2, 4])[1].manifest  # [2, 6): overlaps [0, 3)
     with pytest.raises(CatalogueError, match=r"\[2, 6\) overlaps the cold commit offset 3"):
-        catalogue.commit_segment(shifted)
+        catalogue.segments.commit(shifted)
     wrong_cl = chain(QUEUE, [3, 4])[1].manifest
     wrong_cl = dataclasses.replace(
         wrong_cl, cl_base=wrong_cl.cl_base + 1, cl_end=wrong_cl.cl_end + 1,
@@ -281,8 +281,8 @@ def test_gaps_and_overlaps_are_refused(catalogue: Catalogue, manifests: list[Man
         ),
     )  # fmt: skip
     with pytest.raises(CatalogueError, match="cold commitlog offset"):
-        catalogue.commit_segment(wrong_cl)
-    row = catalogue.queue(TOPIC, 0)
+        catalogue.segments.commit(wrong_cl)
+    row = catalogue.queues.get(TOPIC, 0)
     assert row is not None and row.cold_commit == 3
 
 
@@ -290,26 +290,26 @@ def test_commit_needs_a_known_active_queue_of_this_catalogue(
     catalogue: Catalogue, manifests: list[Manifest]
 ) -> None:
     with pytest.raises(CatalogueError, match="unknown queue"):
-        catalogue.commit_segment(manifests[0])
-    catalogue.ensure_queue(TOPIC, 0, 0)
+        catalogue.segments.commit(manifests[0])
+    catalogue.queues.ensure(TOPIC, 0, 0)
     for state in (QueueState.PAUSED, QueueState.DIVERGED, QueueState.DELETED):
-        catalogue.set_state(TOPIC, 0, state)
+        catalogue.queues.set_state(TOPIC, 0, state)
         with pytest.raises(CatalogueError, match=f"queue is {state.value}"):
-            catalogue.commit_segment(manifests[0])
-    catalogue.set_state(TOPIC, 0, QueueState.ACTIVE)
+            catalogue.segments.commit(manifests[0])
+    catalogue.queues.set_state(TOPIC, 0, QueueState.ACTIVE)
     foreign = chain(QueuePath("OtherCluster", BROKER, TOPIC, 0), [3])[0].manifest
     with pytest.raises(CatalogueError, match="does not belong"):
-        catalogue.commit_segment(foreign)
-    catalogue.commit_segment(manifests[0])
+        catalogue.segments.commit(foreign)
+    catalogue.segments.commit(manifests[0])
 
 
 def test_commit_segments_commits_a_group_and_refuses_only_the_bad_ones(
     catalogue: Catalogue, manifests: list[Manifest]
 ) -> None:
-    catalogue.ensure_queue(TOPIC, 0, 0)
+    catalogue.queues.ensure(TOPIC, 0, 0)
     foreign = chain(QueuePath("OtherCluster", BROKER, TOPIC, 0), [3])[0].manifest
     # In order: [0,3); a gap ([7,9) before [3,7)); a foreign one; [3,7); [0,3) again.
-    out = catalogue.commit_segments(
+    out = catalogue.segments.commit_many(
         [manifests[0], manifests[2], foreign, manifests[1], manifests[0]]
     )
     assert isinstance(out[1], CatalogueError) and "leaves a gap" in str(out[1])
@@ -321,22 +321,22 @@ def test_commit_segments_commits_a_group_and_refuses_only_the_bad_ones(
         manifests[0], manifests[1], manifests[0],
     )  # fmt: skip
     assert (row0.cold_commit, row1.cold_commit) == (3, 7)  # each queue row as of its commit
-    assert [s.manifest for s in catalogue.segments(TOPIC, 0)] == manifests[:2]
-    assert catalogue.commit_segments([]) == []
+    assert [s.manifest for s in catalogue.segments.of(TOPIC, 0)] == manifests[:2]
+    assert catalogue.segments.commit_many([]) == []
 
 
 def test_segment_at(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     _committed(catalogue, manifests, 3)
-    assert catalogue.segment_at(TOPIC, 0, 0).manifest == manifests[0]
-    assert catalogue.segment_at(TOPIC, 0, 6).manifest == manifests[1]
-    assert catalogue.segment_at(TOPIC, 0, 8).manifest == manifests[2]
+    assert catalogue.segments.at(TOPIC, 0, 0).manifest == manifests[0]
+    assert catalogue.segments.at(TOPIC, 0, 6).manifest == manifests[1]
+    assert catalogue.segments.at(TOPIC, 0, 8).manifest == manifests[2]
     with pytest.raises(OffsetOutOfRangeError, match=r"cold holds \[0, 9\)"):
-        catalogue.segment_at(TOPIC, 0, 9)
+        catalogue.segments.at(TOPIC, 0, 9)
     with pytest.raises(OffsetOutOfRangeError, match="unknown queue"):
-        catalogue.segment_at(TOPIC, 1, 0)
-    catalogue.mark_deleting(TOPIC, 0, 0)
+        catalogue.segments.at(TOPIC, 1, 0)
+    catalogue.segments.mark_deleting(TOPIC, 0, 0)
     with pytest.raises(OffsetOutOfRangeError):  # readers never see a deleting segment
-        catalogue.segment_at(TOPIC, 0, 1)
+        catalogue.segments.at(TOPIC, 0, 1)
 
 
 # -- expiry ----------------------------------------------------------------------------
@@ -345,34 +345,34 @@ def test_segment_at(catalogue: Catalogue, manifests: list[Manifest]) -> None:
 def test_only_a_prefix_expires(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     _committed(catalogue, manifests, 3)
     with pytest.raises(CatalogueError, match="only a prefix"):
-        catalogue.mark_deleting(TOPIC, 0, 3)
-    seg = catalogue.mark_deleting(TOPIC, 0, 0)
+        catalogue.segments.mark_deleting(TOPIC, 0, 3)
+    seg = catalogue.segments.mark_deleting(TOPIC, 0, 0)
     assert seg.status is SegmentStatus.DELETING
-    assert catalogue.mark_deleting(TOPIC, 0, 0) == seg  # idempotent
-    assert catalogue.mark_deleting(TOPIC, 0, 3).status is SegmentStatus.DELETING
+    assert catalogue.segments.mark_deleting(TOPIC, 0, 0) == seg  # idempotent
+    assert catalogue.segments.mark_deleting(TOPIC, 0, 3).status is SegmentStatus.DELETING
     with pytest.raises(CatalogueError, match="no segment starts at offset 4"):
-        catalogue.mark_deleting(TOPIC, 0, 4)
+        catalogue.segments.mark_deleting(TOPIC, 0, 4)
 
 
 def test_drop_moves_cold_min(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     _committed(catalogue, manifests, 3)
     with pytest.raises(CatalogueError, match="not DELETING"):
-        catalogue.drop_segment(TOPIC, 0, 0)
-    catalogue.mark_deleting(TOPIC, 0, 0)
-    catalogue.mark_deleting(TOPIC, 0, 3)
+        catalogue.segments.drop(TOPIC, 0, 0)
+    catalogue.segments.mark_deleting(TOPIC, 0, 0)
+    catalogue.segments.mark_deleting(TOPIC, 0, 3)
     with pytest.raises(CatalogueError, match="not the oldest"):
-        catalogue.drop_segment(TOPIC, 0, 3)
-    row = catalogue.drop_segment(TOPIC, 0, 0)
+        catalogue.segments.drop(TOPIC, 0, 3)
+    row = catalogue.segments.drop(TOPIC, 0, 0)
     assert (row.cold_min, row.cold_commit) == (3, 9)
-    row = catalogue.drop_segment(TOPIC, 0, 3)
+    row = catalogue.segments.drop(TOPIC, 0, 3)
     assert (row.cold_min, row.cold_commit) == (7, 9)
-    catalogue.mark_deleting(TOPIC, 0, 7)
-    row = catalogue.drop_segment(TOPIC, 0, 7)
+    catalogue.segments.mark_deleting(TOPIC, 0, 7)
+    row = catalogue.segments.drop(TOPIC, 0, 7)
     assert (row.cold_min, row.cold_commit, row.cold_cl_end) == (9, 9, manifests[2].cl_end)
-    assert catalogue.segments(TOPIC, 0) == []
+    assert catalogue.segments.of(TOPIC, 0) == []
     # the queue continues where it was: nothing is re-tiered, the address space goes on
     nxt = chain(QUEUE, [3, 4, 2, 5])[3].manifest
-    catalogue.commit_segment(nxt)
+    catalogue.segments.commit(nxt)
 
 
 # -- repair ----------------------------------------------------------------------------
@@ -380,45 +380,45 @@ def test_drop_moves_cold_min(catalogue: Catalogue, manifests: list[Manifest]) ->
 
 def test_truncate_drops_the_tail(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     _committed(catalogue, manifests, 3)
-    dropped = catalogue.truncate_queue(TOPIC, 0, 3)
+    dropped = catalogue.segments.truncate(TOPIC, 0, 3)
     assert [s.manifest for s in dropped] == manifests[1:]
-    row = catalogue.queue(TOPIC, 0)
+    row = catalogue.queues.get(TOPIC, 0)
     assert row is not None
     assert (row.cold_min, row.cold_commit, row.cold_cl_end) == (0, 3, manifests[0].cl_end)
-    catalogue.commit_segment(manifests[1])  # tiering resumes from the truncation point
-    assert catalogue.truncate_queue(TOPIC, 0, 7) == []
+    catalogue.segments.commit(manifests[1])  # tiering resumes from the truncation point
+    assert catalogue.segments.truncate(TOPIC, 0, 7) == []
 
 
 def test_truncate_refusals(catalogue: Catalogue, manifests: list[Manifest]) -> None:
     row = _committed(catalogue, manifests, 3)
     with pytest.raises(CatalogueError, match="inside segment"):
-        catalogue.truncate_queue(TOPIC, 0, 5)
+        catalogue.segments.truncate(TOPIC, 0, 5)
     with pytest.raises(CatalogueError, match="outside"):
-        catalogue.truncate_queue(TOPIC, 0, 10)
-    catalogue.mark_deleting(TOPIC, 0, 0)
+        catalogue.segments.truncate(TOPIC, 0, 10)
+    catalogue.segments.mark_deleting(TOPIC, 0, 0)
     with pytest.raises(CatalogueError, match="being deleted"):
-        catalogue.truncate_queue(TOPIC, 0, 0)
-    assert catalogue.queue(TOPIC, 0) == row
-    assert len(catalogue.segments(TOPIC, 0)) == 3
+        catalogue.segments.truncate(TOPIC, 0, 0)
+    assert catalogue.queues.get(TOPIC, 0) == row
+    assert len(catalogue.segments.of(TOPIC, 0)) == 3
 
 
 def test_truncate_below_init_is_refused(catalogue: Catalogue) -> None:
-    catalogue.ensure_queue(TOPIC, 1, 50)
+    catalogue.queues.ensure(TOPIC, 1, 50)
     with pytest.raises(CatalogueError, match="outside"):
-        catalogue.truncate_queue(TOPIC, 1, 49)
+        catalogue.segments.truncate(TOPIC, 1, 49)
 
 
 # -- state and lease -------------------------------------------------------------------
 
 
 def test_set_state(catalogue: Catalogue, clock: VirtualClock) -> None:
-    catalogue.ensure_queue(TOPIC, 0, 0)
+    catalogue.queues.ensure(TOPIC, 0, 0)
     clock.set_ms(clock.now_ms() + 1)
-    row = catalogue.set_state(TOPIC, 0, QueueState.DIVERGED)
+    row = catalogue.queues.set_state(TOPIC, 0, QueueState.DIVERGED)
     assert row.state is QueueState.DIVERGED
     assert row.updated_at_ms == clock.now_ms()
     with pytest.raises(CatalogueError, match="unknown queue"):
-        catalogue.set_state(TOPIC, 9, QueueState.PAUSED)
+        catalogue.queues.set_state(TOPIC, 9, QueueState.PAUSED)
 
 
 def test_lease_mirror(catalogue: Catalogue, clock: VirtualClock) -> None:

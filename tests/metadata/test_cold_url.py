@@ -56,15 +56,15 @@ def test_a_catalogue_without_a_url_adopts_the_current_one_once(
 ) -> None:
     state, clock = tmp_path / "state", VirtualClock()
     with _open(state, None, clock=clock, migrations=MIGRATIONS[:3]) as old:  # 0.2: schema v3
-        row = old.ensure_queue("T", 0, 7)
+        row = old.queues.ensure("T", 0, 7)
     with _open(state, "memory://first", read_only=True, clock=clock, migrations=MIGRATIONS[:3]):
         pass  # read-only: no check, nothing recorded
     with _open(state, None) as migrated:  # migrated, still no URL: not adopted without one
-        assert migrated.queues() == [row]
+        assert migrated.queues.all() == [row]
     with _open(state, "memory://first", read_only=True):
         pass  # nothing recorded yet: a reader adopts nothing and refuses nothing
     with _open(state, "memory://first") as adopted:
-        assert adopted.queues() == [row]
+        assert adopted.queues.all() == [row]
     with pytest.raises(ConfigError, match="caches cold store memory://first, not memory://second"):
         _open(state, "memory://second")
 

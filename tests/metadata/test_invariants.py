@@ -1,7 +1,7 @@
 """Random sequences of catalogue operations never break its invariants.
 
-The machine performs ensure_queue / commit_segment (valid, gapped, overlapping, repeated)
-/ mark_deleting / drop_segment / set_state / truncate_queue in any order, checks each
+The machine performs queues.ensure / segments.commit (valid, gapped, overlapping,
+repeated) / mark_deleting / drop / set_state / truncate in any order, checks each
 operation is accepted exactly when the rules allow it, and after every step checks, per
 queue: ``cq_base == init * 20``, ``init <= cold_min <= cold_commit``, segments contiguous
 in queue offsets and in the cold commitlog, ``cold_min`` / ``cold_commit`` /
@@ -79,7 +79,7 @@ class CatalogueMachine(RuleBasedStateMachine):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _row(self, key: tuple[str, int]) -> QueueRow | None:
-        return self.cat.queue(*key)
+        return self.cat.queues.get(*key)
 
     @initialize(key=queues, init=st.integers(0, 50))
     def first_queue(self, key: tuple[str, int], init: int) -> None:
@@ -88,7 +88,7 @@ class CatalogueMachine(RuleBasedStateMachine):
     @rule(key=queues, init=st.integers(0, 50))
     def ensure(self, key: tuple[str, int], init: int) -> None:
         before = self._row(key)
-        row = self.cat.ensure_queue(*key, init)
+        row = self.cat.queues.ensure(*key, init)
         assert row == (before or row)
         if before is None:
             assert (row.init_offset, row.cold_min, row.cold_commit) == (init, init, init)
@@ -107,7 +107,7 @@ class CatalogueMachine(RuleBasedStateMachine):
         m = _manifest(*key, row.cold_commit + shift, count, row.cold_cl_end + cl_shift, avg)
         allowed = row.state is QueueState.ACTIVE and shift == 0 and cl_shift == 0
         try:
-            self.cat.commit_segment(m)
+            self.cat.segments.commit(m)
         except CatalogueError:
             assert not allowed
             assert self._row(key) == row
@@ -122,20 +122,20 @@ class CatalogueMachine(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.last)))
         m = self.last[key]
         row = self._row(key)
-        if not any(s.manifest == m for s in self.cat.segments(*key)):
+        if not any(s.manifest == m for s in self.cat.segments.of(*key)):
             return  # expired or truncated since
-        assert self.cat.commit_segment(m).manifest == m
+        assert self.cat.segments.commit(m).manifest == m
         assert self._row(key) == row
 
     @rule(key=queues, data=st.data())
     def mark_deleting(self, key: tuple[str, int], data: st.DataObject) -> None:
-        segs = self.cat.segments(*key)
+        segs = self.cat.segments.of(*key)
         if not segs:
             return
         i = data.draw(st.integers(0, len(segs) - 1))
         allowed = all(s.status is SegmentStatus.DELETING for s in segs[:i])
         try:
-            self.cat.mark_deleting(*key, segs[i].start_offset)
+            self.cat.segments.mark_deleting(*key, segs[i].start_offset)
         except CatalogueError:
             assert not allowed
             return
@@ -143,13 +143,13 @@ class CatalogueMachine(RuleBasedStateMachine):
 
     @rule(key=queues, data=st.data())
     def drop(self, key: tuple[str, int], data: st.DataObject) -> None:
-        segs = self.cat.segments(*key)
+        segs = self.cat.segments.of(*key)
         if not segs:
             return
         i = data.draw(st.integers(0, len(segs) - 1))
         allowed = i == 0 and segs[0].status is SegmentStatus.DELETING
         try:
-            self.cat.drop_segment(*key, segs[i].start_offset)
+            self.cat.segments.drop(*key, segs[i].start_offset)
         except CatalogueError:
             assert not allowed
             return
@@ -159,7 +159,7 @@ class CatalogueMachine(RuleBasedStateMachine):
     @rule(key=queues, state=st.sampled_from([QueueState.ACTIVE] * 3 + list(QueueState)))
     def set_state(self, key: tuple[str, int], state: QueueState) -> None:
         if self._row(key) is not None:
-            assert self.cat.set_state(*key, state).state is state
+            assert self.cat.queues.set_state(*key, state).state is state
 
     @rule(key=queues, data=st.data())
     def truncate(self, key: tuple[str, int], data: st.DataObject) -> None:
@@ -167,13 +167,13 @@ class CatalogueMachine(RuleBasedStateMachine):
         if row is None:
             return
         to = data.draw(st.integers(row.init_offset, row.cold_commit))
-        segs = self.cat.segments(*key)
+        segs = self.cat.segments.of(*key)
         tail = [s for s in segs if s.start_offset >= to]
         allowed = not any(s.start_offset < to < s.end_offset for s in segs) and not any(
             s.status is SegmentStatus.DELETING for s in tail
         )
         try:
-            dropped = self.cat.truncate_queue(*key, to)
+            dropped = self.cat.segments.truncate(*key, to)
         except CatalogueError:
             assert not allowed
             return
@@ -183,8 +183,8 @@ class CatalogueMachine(RuleBasedStateMachine):
 
     @invariant()
     def queues_are_consistent(self) -> None:
-        for row in self.cat.queues():
-            segs = self.cat.segments(row.topic, row.queue_id)
+        for row in self.cat.queues.all():
+            segs = self.cat.segments.of(row.topic, row.queue_id)
             assert row.cq_base == row.init_offset * 20
             assert row.init_offset <= row.cold_min <= row.cold_commit
             for a, b in itertools.pairwise(segs):

@@ -19,7 +19,7 @@ HOLDER = textwrap.dedent(
     import sys
     from metadata.catalogue import Catalogue
     with Catalogue.open(sys.argv[1], cluster=sys.argv[2], broker=sys.argv[3]) as cat:
-        cat.ensure_queue("T", 0, 5)
+        cat.queues.ensure("T", 0, 5)
         print("ready", flush=True)
         sys.stdin.read()  # hold the catalogue until the test closes our stdin
     """
@@ -56,7 +56,7 @@ def test_second_writer_is_refused_naming_the_holder(
 
 def test_readers_open_beside_the_writer(holder: subprocess.Popen[str], state_dir: Path) -> None:
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, read_only=True) as reader:
-        assert [(q.topic, q.init_offset) for q in reader.queues()] == [("T", 5)]
+        assert [(q.topic, q.init_offset) for q in reader.queues.all()] == [("T", 5)]
 
 
 def test_lock_is_free_once_the_holder_exits(holder: subprocess.Popen[str], state_dir: Path) -> None:
@@ -64,7 +64,7 @@ def test_lock_is_free_once_the_holder_exits(holder: subprocess.Popen[str], state
     holder.stdin.close()
     assert holder.wait() == 0
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER) as cat:
-        assert cat.queue("T", 0) is not None
+        assert cat.queues.get("T", 0) is not None
 
 
 def test_lock_is_free_after_the_holder_is_killed(
@@ -73,7 +73,7 @@ def test_lock_is_free_after_the_holder_is_killed(
     holder.kill()
     holder.wait()
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER) as cat:
-        assert cat.queue("T", 0) is not None  # committed data survived kill -9
+        assert cat.queues.get("T", 0) is not None  # committed data survived kill -9
 
 
 def test_second_writer_in_the_same_process_is_refused(state_dir: Path) -> None:

@@ -47,9 +47,9 @@ async def backend() -> AsyncIterator[MemoryBackend]:
 async def _tier(catalogue: Catalogue, backend: MemoryBackend, segments: list[Segment]) -> None:
     """What the dispatcher does per segment: objects, manifest, then the catalogue."""
     first = segments[0].manifest
-    catalogue.ensure_queue(first.topic, first.queue_id, first.start_offset)
+    catalogue.queues.ensure(first.topic, first.queue_id, first.start_offset)
     for seg in segments:
-        catalogue.commit_segment(await upload(backend, seg))
+        catalogue.segments.commit(await upload(backend, seg))
 
 
 async def _synthetic_store(catalogue: Catalogue, backend: MemoryBackend) -> None:
@@ -59,8 +59,8 @@ async def _synthetic_store(catalogue: Catalogue, backend: MemoryBackend) -> None
 
 
 def _snapshot(cat: Catalogue) -> tuple[list[QueueRow], list[list[SegmentRow]]]:
-    queues = cat.queues()
-    return queues, [cat.segments(q.topic, q.queue_id) for q in queues]
+    queues = cat.queues.all()
+    return queues, [cat.segments.of(q.topic, q.queue_id) for q in queues]
 
 
 def _delete_database(state_dir: Path) -> None:
@@ -100,22 +100,22 @@ async def test_rebuild_after_expiry_starts_at_the_first_manifest(
     segments = chain(Q0, [4, 3, 5])
     await _tier(catalogue, backend, segments)
     expired = segments[0].manifest
-    catalogue.mark_deleting(Q0.topic, 0, 0)  # expiry, in its order
+    catalogue.segments.mark_deleting(Q0.topic, 0, 0)  # expiry, in its order
     for key in (expired.key, expired.consume_queue_key, expired.commit_log_key):
         await backend.delete(key)
-    catalogue.drop_segment(Q0.topic, 0, 0)
-    before = catalogue.segments(Q0.topic, 0)
+    catalogue.segments.drop(Q0.topic, 0, 0)
+    before = catalogue.segments.of(Q0.topic, 0)
     catalogue.close()
     _delete_database(state_dir)
 
     assert (await rebuild(backend, state_dir, cluster=CLUSTER, broker=BROKER, clock=clock)).clean
 
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, clock=clock) as rebuilt:
-        row = rebuilt.queue(Q0.topic, 0)
+        row = rebuilt.queues.get(Q0.topic, 0)
         assert row is not None
         assert (row.init_offset, row.cold_min, row.cq_base) == (4, 4, 80)
         assert (row.cold_commit, row.cold_cl_end) == (12, segments[2].manifest.cl_end)
-        assert rebuilt.segments(Q0.topic, 0) == before
+        assert rebuilt.segments.of(Q0.topic, 0) == before
 
 
 async def test_rebuild_refuses_to_overwrite(
@@ -152,7 +152,7 @@ async def test_a_manifest_the_catalogue_missed_is_adopted_once(
 
     assert report.clean
     assert [s.manifest for s in report.adopted] == [missed]
-    row = catalogue.queue(Q0.topic, 0)
+    row = catalogue.queues.get(Q0.topic, 0)
     assert row is not None and (row.cold_commit, row.cold_cl_end) == (12, missed.cl_end)
     assert (await reconcile(catalogue, backend)) == ReconcileReport()
 
@@ -168,7 +168,7 @@ async def test_a_queue_the_catalogue_never_saw_is_created(
     assert [(q.topic, q.queue_id, q.init_offset, q.cq_base) for q in report.created] == [
         ("TopicTest", 1, 40, 800)
     ]
-    assert [s.start_offset for s in catalogue.segments(Q1.topic, 1)] == [40, 43]
+    assert [s.start_offset for s in catalogue.segments.of(Q1.topic, 1)] == [40, 43]
 
 
 async def test_uncommitted_objects_are_not_adopted(
@@ -180,7 +180,7 @@ async def test_uncommitted_objects_are_not_adopted(
     await backend.write(m.commit_log_key, segments[1].commit_log)
     await backend.write(m.consume_queue_key, segments[1].consume_queue)
     assert (await reconcile(catalogue, backend)) == ReconcileReport()
-    assert len(catalogue.segments(Q0.topic, 0)) == 1
+    assert len(catalogue.segments.of(Q0.topic, 0)) == 1
 
 
 async def test_our_own_files_are_ignored_and_foreign_keys_listed(
@@ -206,7 +206,7 @@ async def test_missing_objects_are_reported_and_rows_kept(
     catalogue: Catalogue, backend: MemoryBackend
 ) -> None:
     await _synthetic_store(catalogue, backend)
-    m0, m1 = (s.manifest for s in catalogue.segments(Q0.topic, 0)[:2])
+    m0, m1 = (s.manifest for s in catalogue.segments.of(Q0.topic, 0)[:2])
     await backend.delete(m0.key)
     await backend.delete(m1.commit_log_key)
     before = _snapshot(catalogue)
@@ -225,7 +225,7 @@ async def test_deleting_segments_may_lack_objects(
     catalogue: Catalogue, backend: MemoryBackend
 ) -> None:
     await _tier(catalogue, backend, chain(Q0, [4, 3]))
-    first = catalogue.mark_deleting(Q0.topic, 0, 0).manifest
+    first = catalogue.segments.mark_deleting(Q0.topic, 0, 0).manifest
     await backend.delete(first.key)  # expiry interrupted after its first delete
     assert (await reconcile(catalogue, backend)).clean
 
@@ -255,7 +255,7 @@ async def test_corrupt_manifest_blocks_adoption_of_what_follows(
         (FindingKind.CORRUPT_MANIFEST, bad.key),
         (FindingKind.NOT_ADOPTED, after.key),
     ]
-    row = catalogue.queue(Q0.topic, 0)
+    row = catalogue.queues.get(Q0.topic, 0)
     assert row is not None and row.cold_commit == 4
 
 
@@ -288,7 +288,7 @@ async def test_manifest_with_missing_object_is_not_adopted(
     await backend.delete(m.commit_log_key)
     report = await reconcile(catalogue, backend)
     assert _kinds(report) == [(FindingKind.MISSING_OBJECT, m.commit_log_key)]
-    assert len(catalogue.segments(Q0.topic, 0)) == 1
+    assert len(catalogue.segments.of(Q0.topic, 0)) == 1
 
 
 async def test_manifests_of_a_paused_queue_are_not_adopted(
@@ -297,7 +297,7 @@ async def test_manifests_of_a_paused_queue_are_not_adopted(
     segments = chain(Q0, [4, 3])
     await _tier(catalogue, backend, segments[:1])
     m = await upload(backend, segments[1])
-    catalogue.set_state(Q0.topic, 0, QueueState.PAUSED)
+    catalogue.queues.set_state(Q0.topic, 0, QueueState.PAUSED)
     report = await reconcile(catalogue, backend)
     assert _kinds(report) == [(FindingKind.NOT_ADOPTED, m.key)]
     assert "is PAUSED" in report.issues[0].detail

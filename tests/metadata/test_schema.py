@@ -43,12 +43,12 @@ def test_an_old_catalogue_is_migrated_once_keeping_its_data(
     state_dir: Path, clock: VirtualClock
 ) -> None:
     with _open(state_dir, clock, MIGRATIONS) as old:
-        row = old.ensure_queue("T", 0, 7)
+        row = old.queues.ensure("T", 0, 7)
     with _open(state_dir, clock, (*MIGRATIONS, PROBE)) as new:
-        assert new.queues() == [row]
-        with new._guard():
-            assert schema_version(new._conn) == NEXT
-            new._conn.execute("INSERT INTO probe VALUES (1)")
+        assert new.queues.all() == [row]
+        with new.db.guard() as conn:
+            assert schema_version(conn) == NEXT
+            conn.execute("INSERT INTO probe VALUES (1)")
     # reopening does not run the probe again (its CREATE TABLE would fail)
     _open(state_dir, clock, (*MIGRATIONS, PROBE)).close()
     assert [v for v, _ in _versions(state_dir)] == [*range(1, NEXT + 1)]
@@ -68,7 +68,7 @@ def test_a_0_1_catalogue_keeps_its_segments_readable(state_dir: Path, clock: Vir
         )
     raw.close()
     with _open(state_dir, clock, MIGRATIONS) as cat:
-        (seg,) = cat.segments("T", 0)
+        (seg,) = cat.segments.of("T", 0)
     assert seg.manifest.format_version == 1
     assert seg.manifest.attempt == ""
     assert seg.manifest.commit_log_key.endswith(f"/T/0/COMMIT_LOG/{object_name(0)}")
@@ -103,9 +103,9 @@ def test_a_failing_migration_rolls_back_whole(state_dir: Path, clock: VirtualClo
     bad = Migration(NEXT, "half good", ("CREATE TABLE half (x INTEGER)", "SELECT * FROM nowhere"))
     with pytest.raises(CatalogueError, match=rf"migration to schema v{NEXT} \(half good\) failed"):
         _open(state_dir, clock, (*MIGRATIONS, bad))
-    with _open(state_dir, clock, MIGRATIONS) as cat, cat._guard():
-        assert schema_version(cat._conn) == LATEST_VERSION
-        tables = {r[0] for r in cat._conn.execute("SELECT name FROM sqlite_master")}
+    with _open(state_dir, clock, MIGRATIONS) as cat, cat.db.guard() as conn:
+        assert schema_version(conn) == LATEST_VERSION
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "half" not in tables
 
 

@@ -21,7 +21,7 @@ from tieredstore.cli import main as cli_main
 from tieredstore.clock import Clock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hotstore import QueueKey
-from tieredstore.segment import Manifest
+from tieredstore.manifest import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
 from tieredstore.testing.settings import BROKER, CLUSTER

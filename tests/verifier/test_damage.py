@@ -326,10 +326,10 @@ def _catalogue(world: World, state: Path, *, skip: str) -> None:
 
     with Catalogue.open(state, cluster=CLUSTER, broker=BROKER) as cat:
         for q, ms in world.image.manifests.items():
-            cat.ensure_queue(q.topic, q.queue_id, ms[0].start_offset)
+            cat.queues.ensure(q.topic, q.queue_id, ms[0].start_offset)
             for m in ms:
                 if m.key != skip:
-                    cat.commit_segment(m)
+                    cat.segments.commit(m)
 
 
 def test_catalogue_agreeing_with_manifests_is_clean(world: World, tmp_path: Path) -> None:

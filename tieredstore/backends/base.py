@@ -57,9 +57,59 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tieredstore.errors import BackendError, BackendUnavailableError, ObjectNotFoundError
+from tieredstore.backends.keys import check_key
+from tieredstore.errors import (
+    BackendError,
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ObjectNotFoundError,
+    TieredStoreError,
+)
 
-__all__ = ["Backend", "ObjectInfo", "Versioned", "content_version"]
+__all__ = [
+    "Backend",
+    "ObjectInfo",
+    "Versioned",
+    "check_open",
+    "content_version",
+    "failure_error",
+    "usable_key",
+]
+
+
+def check_open(closed: bool, where: str) -> None:
+    """Refuse an operation on a closed backend (``where``: its URL) with BackendError."""
+    if closed:
+        raise BackendError("backend is closed", where=where)
+
+
+def failure_error(
+    exc: BaseException,
+    op: str,
+    where: str,
+    *,
+    timeouts: tuple[type[BaseException], ...],
+    unavailable: tuple[type[BaseException], ...],
+) -> TieredStoreError | None:
+    """Our error for a failed ``op`` on ``where`` that timed out (one of ``timeouts``),
+    found the backend unreachable (``unavailable``) or the object missing; None for any
+    other failure, which the backend maps itself."""
+    text = f"{op} failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, timeouts):
+        return BackendTimeoutError(text, where=where)
+    if isinstance(exc, unavailable):
+        return BackendUnavailableError(text, where=where)
+    if isinstance(exc, FileNotFoundError):
+        return ObjectNotFoundError("no such object", where=where)
+    return None
+
+
+def usable_key(key: str, where: str, *, closed: bool) -> str:
+    """``key``, once it is a valid key (:func:`~tieredstore.backends.keys.check_key`) of
+    an open backend (:func:`check_open`); BackendError otherwise."""
+    check_key(key, where)
+    check_open(closed, where)
+    return key
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,9 +109,9 @@ def open_backend(
 def backend_options(settings: Settings) -> BackendOptions:
     """Backend options from settings (credentials come from the AWS chain, never config)."""
     return BackendOptions(
-        endpoint_url=settings["cold.endpoint_url"] or None,
-        region=settings["cold.region"] or None,
-        multipart_threshold=settings["cold.multipart_threshold"],
+        endpoint_url=settings.cold.endpoint_url or None,
+        region=settings.cold.region or None,
+        multipart_threshold=settings.cold.multipart_threshold,
     )
 
 

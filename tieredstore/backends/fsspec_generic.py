@@ -46,12 +46,18 @@ import fsspec
 from fsspec.asyn import AsyncFileSystem
 from fsspec.core import split_protocol
 
-from tieredstore.backends.base import Backend, ObjectInfo, Versioned, content_version
-from tieredstore.backends.keys import check_key, check_prefix, check_range
+from tieredstore.backends.base import (
+    Backend,
+    ObjectInfo,
+    Versioned,
+    check_open,
+    content_version,
+    failure_error,
+    usable_key,
+)
+from tieredstore.backends.keys import check_prefix, check_range
 from tieredstore.errors import (
     BackendError,
-    BackendTimeoutError,
-    BackendUnavailableError,
     ConditionFailedError,
     ConfigError,
     ObjectNotFoundError,
@@ -166,7 +172,7 @@ class FsspecBackend(Backend):
 
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         check_prefix(prefix, self.url)
-        self._check_open()
+        check_open(self._state is _State.CLOSED, self.url)
         head = prefix.rpartition("/")[0]
         base = f"{self._root}/{head}" if head else self._root
         try:
@@ -197,13 +203,7 @@ class FsspecBackend(Backend):
         return await asyncio.to_thread(getattr(self._fs, method), *args, **kwargs)
 
     def _path(self, key: str) -> str:
-        check_key(key, self.url)
-        self._check_open()
-        return f"{self._root}/{key}"
-
-    def _check_open(self) -> None:
-        if self._state is _State.CLOSED:
-            raise BackendError("backend is closed", where=self.url)
+        return f"{self._root}/{usable_key(key, self.url, closed=self._state is _State.CLOSED)}"
 
     @contextmanager
     def _errors(self, op: str, path: str) -> Iterator[None]:
@@ -216,14 +216,8 @@ class FsspecBackend(Backend):
 
 
 def _translate(exc: Exception, op: str, where: str) -> TieredStoreError:
-    text = f"{op} failed: {type(exc).__name__}: {exc}"
-    if isinstance(exc, FileNotFoundError):
-        return ObjectNotFoundError("no such object", where=where)
-    if isinstance(exc, TimeoutError):
-        return BackendTimeoutError(text, where=where)
-    if isinstance(exc, ConnectionError):
-        return BackendUnavailableError(text, where=where)
-    return BackendError(text, where=where)
+    known = failure_error(exc, op, where, timeouts=(TimeoutError,), unavailable=(ConnectionError,))
+    return known or BackendError(f"{op} failed: {type(exc).__name__}: {exc}", where=where)
 
 
 def _mtime(info: Mapping[str, Any], where: str) -> float:

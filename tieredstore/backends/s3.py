@@ -62,7 +62,14 @@ import aiohttp
 import botocore.exceptions
 import s3fs
 
-from tieredstore.backends.base import Backend, ObjectInfo, Versioned
+from tieredstore.backends.base import (
+    Backend,
+    ObjectInfo,
+    Versioned,
+    check_open,
+    failure_error,
+    usable_key,
+)
 from tieredstore.backends.keys import check_key, check_prefix, check_range
 from tieredstore.backends.options import BackendOptions
 from tieredstore.errors import (
@@ -173,7 +180,7 @@ class S3Backend(Backend):
         self.on_request: Callable[[str], None] | None = None
 
     async def __aenter__(self) -> Self:
-        self._check_open()
+        check_open(self._state is _State.CLOSED, self.url)
         with self._s3_errors("connect", f"{self.bucket}/{self._prefix}"):
             await self._fs.set_session()
         return self
@@ -314,7 +321,7 @@ class S3Backend(Backend):
 
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         check_prefix(prefix, self.url)
-        self._check_open()
+        check_open(self._state is _State.CLOSED, self.url)
         where = f"{self.bucket}/{self._prefix}{prefix}"
         found: builtins.list[ObjectInfo] = []
         token: dict[str, str] = {}
@@ -341,7 +348,7 @@ class S3Backend(Backend):
         listed as ``<key>`` + :data:`UPLOAD_MARK` + ``<upload id>``, with the bytes of
         its parts and the time it was initiated."""
         check_prefix(prefix, self.url)
-        self._check_open()
+        check_open(self._state is _State.CLOSED, self.url)
         where = f"{self.bucket}/{self._prefix}{prefix}"
         found: builtins.list[ObjectInfo] = []
         marker: dict[str, str] = {}
@@ -396,13 +403,8 @@ class S3Backend(Backend):
         return str(reply.get("ETag", ""))
 
     def _path(self, key: str) -> str:
-        check_key(key, self.url)
-        self._check_open()
-        return f"{self.bucket}/{self._prefix}{key}"
-
-    def _check_open(self) -> None:
-        if self._state is _State.CLOSED:
-            raise BackendError("backend is closed", where=self.url)
+        checked = usable_key(key, self.url, closed=self._state is _State.CLOSED)
+        return f"{self.bucket}/{self._prefix}{checked}"
 
     @contextmanager
     def _s3_errors(self, op: str, path: str) -> Iterator[None]:
@@ -519,13 +521,10 @@ def translate_s3_error(exc: BaseException, op: str, where: str) -> TieredStoreEr
     failure = _client_failure(exc)
     if failure is not None:
         return _from_reply(failure, op, where)
+    known = failure_error(exc, op, where, timeouts=_TIMEOUTS, unavailable=_UNAVAILABLE)
+    if known is not None:
+        return known
     text = f"{op} failed: {type(exc).__name__}: {exc}"
-    if isinstance(exc, _TIMEOUTS):
-        return BackendTimeoutError(text, where=where)
-    if isinstance(exc, _UNAVAILABLE):
-        return BackendUnavailableError(text, where=where)
-    if isinstance(exc, FileNotFoundError):
-        return ObjectNotFoundError("no such object", where=where)
     if isinstance(exc, OSError) and exc.errno == errno.EBUSY:
         return ThrottledError(text, where=where)  # s3fs's rendering of SlowDown/503
     return BackendError(text, where=where)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -88,3 +89,9 @@ def parse_time(text: str) -> int:
     if ms < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is before 1970")
     return ms
+
+
+def print_dry_run(plan: Sequence[str]) -> int:
+    """Print what a ``--dry-run`` would do (``plan``: its lines); exit status 0."""
+    print("\n".join(["dry run: nothing changed", *plan]))
+    return 0

@@ -75,13 +75,7 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
     from metadata.catalogue import Catalogue
     from tieredstore.hotstore import HotStore, QueueKey
 
-    with Catalogue.open(
-        settings.state_dir,
-        cluster=settings.cluster,
-        broker=settings.broker,
-        read_only=True,
-        cold_url=settings.cold_url,
-    ) as catalogue:
+    with Catalogue.read_only_for(settings) as catalogue:
         snaps: Sequence[QueueSnapshot] = snapshot_catalogue(catalogue)
     hot = read_hot_view(
         HotStore(settings.store_path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
@@ -126,7 +120,7 @@ def _print(decisions: Sequence[Decision], *, dry_run: bool, now_ms: int) -> None
 def run(args: argparse.Namespace) -> int:
     _check_flags(args)
     settings = settings_from_args(args, extra={"retention.default": args.retention})
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     now_ms = SystemClock().now_ms() if args.now is None else args.now
     if args.dry_run:
         decisions = _plan_only(settings, args, now_ms)

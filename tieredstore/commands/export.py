@@ -63,7 +63,7 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
     ):
         await find_tiered_prefix(
             cold, settings.cluster, settings.broker,
-            where=settings.redacted()["cold.url"], require_record=False,
+            where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
         report = await export_parquet(cold, out, request, clock=SystemClock(), jobs=args.jobs)
     print(

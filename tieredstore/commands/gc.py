@@ -42,16 +42,10 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
 
     if not (settings.state_dir / DB_NAME).exists():
         return frozenset()
-    with Catalogue.open(
-        settings.state_dir,
-        cluster=settings.cluster,
-        broker=settings.broker,
-        read_only=True,
-        cold_url=settings.cold_url,
-    ) as catalogue:
+    with Catalogue.read_only_for(settings) as catalogue:
         keys: set[str] = set()
-        for row in catalogue.queues():
-            for seg in catalogue.segments(row.topic, row.queue_id):
+        for row in catalogue.queues.all():
+            for seg in catalogue.segments.of(row.topic, row.queue_id):
                 m = seg.manifest
                 keys.update((m.key, m.commit_log_key, m.consume_queue_key))
     return frozenset(keys)
@@ -76,7 +70,7 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
                 cluster=settings.cluster,
                 broker=settings.broker,
                 now_ms=clock.now_ms(),
-                grace_s=settings["gc.grace"],
+                grace_s=settings.gc.grace,
                 protected=protected,
             )
             deleted = 0 if dry_run else await delete_garbage(report, backend=backend, lease=lease)
@@ -88,7 +82,7 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
 def run(args: argparse.Namespace) -> int:
     # GC reads no broker store: the store directory need not be reachable from here.
     settings = settings_from_args(args, extra={"gc.grace": args.grace}, check=False)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     report, deleted = asyncio.run(_gc(settings, dry_run=args.dry_run))
     verb = "would delete" if args.dry_run else "deleted"
     for item in report.garbage:

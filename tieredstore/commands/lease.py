@@ -65,7 +65,7 @@ async def _break(settings: Settings) -> str:
 def run(args: argparse.Namespace) -> int:
     # Only the cold store is used: neither the broker's store nor the state directory.
     settings = settings_from_args(args, extra={"store.path": ".", "state.dir": "."}, check=False)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     if args.action == "show":
         for line in asyncio.run(_show(settings)):
             print(line)

@@ -84,7 +84,7 @@ async def _read(settings: Settings, args: argparse.Namespace, out: TextIO) -> in
     async with open_cold(settings) as backend:
         await find_tiered_prefix(
             backend, settings.cluster, settings.broker,
-            where=settings.redacted()["cold.url"], require_record=False,
+            where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
         reader = ColdReader(backend, settings.cluster, settings.broker)
         offset = args.offset

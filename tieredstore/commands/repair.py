@@ -16,7 +16,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING
 
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.commands._settings import add_settings_arguments, print_dry_run, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.logs import configure_logging
 
@@ -39,13 +39,7 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPla
 
     backend = open_cold(settings)
     async with backend:
-        with Catalogue.open(
-            settings.state_dir,
-            cluster=settings.cluster,
-            broker=settings.broker,
-            read_only=True,
-            cold_url=settings.cold_url,
-        ) as catalogue:
+        with Catalogue.read_only_for(settings) as catalogue:
             return await plan_repair(
                 hot=HotStore(settings.store_path),
                 backend=backend,
@@ -76,11 +70,9 @@ async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     if args.dry_run:
-        plan = asyncio.run(_plan_only(settings, args.topic, args.queue))
-        print("\n".join(["dry run: nothing changed", *plan.describe()]))
-        return 0
+        return print_dry_run(asyncio.run(_plan_only(settings, args.topic, args.queue)).describe())
     report = asyncio.run(_repair(settings, args.topic, args.queue))
     print("\n".join(report.plan.describe()))
     for original, copy in report.moved:

@@ -135,7 +135,7 @@ def _params(settings: Settings, args: argparse.Namespace) -> RestoreParams:
         raise ConfigError(f"--since {args.since} is after --until {args.until}")
     cq = -(-args.consume_queue_file_size // _CQ_UNIT) * _CQ_UNIT  # the broker rounds up
     return RestoreParams(
-        cold_url=settings.redacted()["cold.url"],
+        cold_url=settings.cold_url_redacted,
         cluster=settings.cluster,
         broker=settings.broker,
         topics=tuple(args.topics),
@@ -201,7 +201,7 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
         # Before anything is written: a wrong prefix leaves no --out behind.
         await find_tiered_prefix(
             backend, settings.cluster, settings.broker,
-            where=settings.redacted()["cold.url"], require_record=False,
+            where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
         if args.check:
             from tieredstore.restore.check import check_restored
@@ -228,6 +228,6 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
 def run(args: argparse.Namespace) -> int:
     # restore needs only the cold store: no broker store, no state dir.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     return asyncio.run(_restore(settings, args, progress))

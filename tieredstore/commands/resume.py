@@ -17,7 +17,7 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING
 
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.commands._settings import add_settings_arguments, print_dry_run, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.logs import configure_logging
 
@@ -42,13 +42,7 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> ResumePla
     from metadata.catalogue import Catalogue
     from tieredstore.hotstore import HotStore
 
-    with Catalogue.open(
-        settings.state_dir,
-        cluster=settings.cluster,
-        broker=settings.broker,
-        read_only=True,
-        cold_url=settings.cold_url,
-    ) as catalogue:
+    with Catalogue.read_only_for(settings) as catalogue:
         return await plan_resume(
             hot=HotStore(settings.store_path), catalogue=catalogue, topic=topic, queue_id=queue_id
         )
@@ -75,11 +69,9 @@ async def _resume(settings: Settings, topic: str, queue_id: int, accept: bool) -
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     if args.dry_run:
-        plan = asyncio.run(_plan_only(settings, args.topic, args.queue))
-        print("\n".join(["dry run: nothing changed", *plan.describe()]))
-        return 0
+        return print_dry_run(asyncio.run(_plan_only(settings, args.topic, args.queue)).describe())
     report = asyncio.run(_resume(settings, args.topic, args.queue, args.accept_loss))
     print("\n".join(report.plan.describe()))
     for record in report.records:

@@ -109,7 +109,7 @@ class _Reloader:
             return
         plan = apply_reload(self.rt, new)
         if {"log.level", "log.format"} & set(plan.applied):
-            configure_logging(plan.settings["log.format"], plan.settings["log.level"])
+            configure_logging(plan.settings.log.format, plan.settings.log.level)
         if not plan.changed:
             log.info("config reload: nothing changed")
         shown, running = new.redacted(), plan.settings.redacted()  # no URL userinfo in logs
@@ -135,18 +135,16 @@ async def _serve_http(rt: Runtime) -> list[HttpServer]:
 
     servers: list[HttpServer] = []
     try:
-        if rt.settings["http.enabled"]:
-            ops = HttpServer(
-                build_app(rt), bind=rt.settings["http.bind"], port=rt.settings["http.port"]
-            )
+        if rt.settings.http.enabled:
+            ops = HttpServer(build_app(rt), bind=rt.settings.http.bind, port=rt.settings.http.port)
             await ops.start()
             servers.append(ops)
             log.info("HTTP API listening on %s", ops.url)
-        if rt.settings["reads.enabled"]:
+        if rt.settings.reads.enabled:
             reads = HttpServer(
                 build_read_app(rt),
-                bind=rt.settings["reads.bind"],
-                port=rt.settings["reads.port"],
+                bind=rt.settings.reads.bind,
+                port=rt.settings.reads.port,
                 where="reads.bind/reads.port",
             )
             await reads.start()
@@ -187,7 +185,7 @@ class _Stopper:
         """
         if self.requested:
             return False
-        wait = bool(self.rt.settings["lease.wait"])
+        wait = bool(self.rt.settings.lease.wait)
         self._starting = asyncio.create_task(self.rt.dispatcher.start(wait_for_lease=wait))
         try:
             await self._starting
@@ -210,7 +208,7 @@ async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settin
     try:
         servers = await _serve_http(rt)
         if await stopper.start():
-            await rt.dispatcher.run(shutdown_deadline=rt.settings["shutdown.deadline"])
+            await rt.dispatcher.run(shutdown_deadline=rt.settings.shutdown.deadline)
         log.info("stopped")
         return 0
     finally:
@@ -224,7 +222,7 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
     if not await stopper.start():
         bar_close()
         return stopper.interrupted()
-    report = await rt.dispatcher.catch_up(shutdown_deadline=rt.settings["shutdown.deadline"])
+    report = await rt.dispatcher.catch_up(shutdown_deadline=rt.settings.shutdown.deadline)
     bar_close()
     if report.interrupted:
         log.warning(
@@ -256,7 +254,7 @@ def _stopped_queues(rt: Runtime) -> int:
     from metadata.rows import QueueState
 
     fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
-    stopped = [r for r in rt.catalogue.queues() if r.state in fix]
+    stopped = [r for r in rt.catalogue.queues.all() if r.state in fix]
     for row in stopped:
         extra = " --accept-loss" if row.state is QueueState.PAUSED else ""
         log.error(
@@ -297,7 +295,7 @@ async def _serve_runtime(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopper, sig)
         summaries = asyncio.create_task(
-            log_summaries(rt.metrics, rt.dispatcher.clock, settings["log.summary_interval"])
+            log_summaries(rt.metrics, rt.dispatcher.clock, settings.log.summary_interval)
         )
         try:
             if once:
@@ -321,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         )
 
     settings = load()
-    configure_logging(settings["log.format"], settings["log.level"])
+    configure_logging(settings.log.format, settings.log.level)
     progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
     code = asyncio.run(_serve(settings, once=args.once, progress=progress, load=load))
     if code > 128:  # said last, after the lease is released and the runtime closed

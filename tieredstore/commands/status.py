@@ -182,8 +182,8 @@ def run(args: argparse.Namespace) -> int:
             read_only=True,
             cold_url=args.cold,  # checked when given (status never needs it)
         ) as catalogue:
-            rows = catalogue.queues()
-            losses = catalogue.losses()
+            rows = catalogue.queues.all()
+            losses = catalogue.queues.losses()
         stopped = stopped_file.load(settings.state_dir / stopped_file.FILE_NAME)
         return mark_stopped(collect(hot, rows, now_ms, losses), stopped)
 

@@ -6,6 +6,8 @@ One home for what both need, so ``bench/`` never imports ``tests/``:
   by, command-line location flags and small-segment settings for a sidecar under test;
 * :mod:`~tieredstore.testing.sidecar`: ``tieredstore run`` as a real subprocess (crash,
   lease and signal tests), and the SIGKILL crash cycles;
+* :mod:`~tieredstore.testing.oracle`: the test oracle, the plain segment builder the
+  sidecar's segments are compared with;
 * :mod:`~tieredstore.testing.segments`: hot records and cold segments built by hand;
 * :mod:`~tieredstore.testing.coldimage`: a synthetic hot store tiered with the real
   segment codec (without a sidecar), written to a directory or any fsspec URL;

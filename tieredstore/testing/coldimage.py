@@ -18,8 +18,10 @@ import fsspec
 
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import QueuePath
+from tieredstore.manifest import Manifest
 from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord
-from tieredstore.segment import Manifest, Segment, build_segment
+from tieredstore.segment import Segment
+from tieredstore.testing.oracle import build_segment
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.topic_rules import TopicRules
 
