@@ -3,8 +3,11 @@
 The job graph is described in docs/architecture.md ("The verifier").
 
 Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
-``tieredstore verify`` (same flags, :mod:`verifier.job`). Modules:
+``tieredstore verify`` (same flags, :mod:`verifier.cli`). Modules:
 
+* :mod:`verifier.job` — the job: read, check, collect, decide (:func:`~verifier.job.verify`);
+* :mod:`verifier.cli` — the flags, the run and its exit code;
+* :mod:`verifier.spark_session` — the SparkSession (local and quiet, or spark-submit's);
 * :mod:`verifier.model` — anomaly classes, verdicts, levels, lag allowance, options;
 * :mod:`verifier.schemas` — Spark schemas of every frame;
 * :mod:`verifier.readers` — driver listing and the Spark tasks that read;

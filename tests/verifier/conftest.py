@@ -25,7 +25,7 @@ from tieredstore.segment import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
 from tieredstore.testing.settings import BROKER, CLUSTER
-from verifier.job import main as job_main
+from verifier.cli import main as job_main
 
 SPEC = SynthSpec(
     topics=3,

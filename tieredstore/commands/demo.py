@@ -74,7 +74,7 @@ async def _tier(store: Path, cold: Path, state: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verifier.job import main as verify_main
+    from verifier.cli import main as verify_main
 
     workdir: Path = args.workdir.resolve()
     _fresh(workdir)

@@ -10,12 +10,12 @@ import argparse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from verifier.job import add_arguments as verifier_arguments
+    from verifier.cli import add_arguments as verifier_arguments
 
     verifier_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from verifier.job import run as run_verifier
+    from verifier.cli import run as run_verifier
 
     return run_verifier(args, prog="tieredstore verify")
