@@ -1,7 +1,8 @@
-"""What the dispatcher needs from the settings (:func:`dispatcher.runtime.dispatcher_config`).
+"""What the dispatcher needs from the settings (built from them by the CLI's wiring,
+:func:`tieredstore.cli.sidecar.runtime.dispatcher_config`).
 
-Frozen: a reload (:mod:`dispatcher.reload`) swaps the whole value on the running
-dispatcher, which hands it to its parts; what they built at start from it (the commit
+Frozen: a reload (:mod:`tieredstore.cli.sidecar.reload`) swaps the whole value on the
+running dispatcher, which hands it to its parts; what they built at start from it (the commit
 semaphore from ``concurrency``) stays as it was.
 """
 

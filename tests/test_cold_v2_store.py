@@ -18,10 +18,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.gc import delete_garbage, scan_garbage
-from dispatcher.runtime import open_runtime
 from metadata.reconcile import rebuild
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hotstore import HotStore
 from tieredstore.manifest import FenceMarker, read_stored
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize

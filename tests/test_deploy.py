@@ -27,8 +27,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from dispatcher.metrics import Metrics
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.findings import FindingKind
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for

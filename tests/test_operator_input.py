@@ -154,7 +154,7 @@ def test_status_of_a_state_dir_with_nothing_tiered_is_refused(tiered: Path) -> N
 
 # -- the command line itself -------------------------------------------------------------
 def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    from tieredstore.cli import main
+    from tieredstore.cli.main import main
 
     with pytest.raises(SystemExit) as info:
         main(["--version"])
@@ -202,7 +202,7 @@ def test_read_timestamp_takes_an_iso_time_like_export_and_restore(tiered: Path) 
 def test_synth_help_gives_every_flag_a_readable_help() -> None:
     import argparse
 
-    from tieredstore.commands import synth
+    from tieredstore.cli.commands import synth
 
     parser = argparse.ArgumentParser(prog="tieredstore synth")
     synth.add_arguments(parser)

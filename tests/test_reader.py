@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,

@@ -19,11 +19,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.lease import LeaseRecord
-from dispatcher.read_api import build_read_app
-from dispatcher.runtime import open_runtime
 from tieredstore.backends import open_backend
 from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.read_api import build_read_app
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
 from tieredstore.hotstore import HotStore
 from tieredstore.layout import lease_key

@@ -34,12 +34,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.lease import LeaseState
-from dispatcher.runtime import Runtime, open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tests.dispatcher.stall import Stall
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.options import BackendOptions
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import LeaseLostError
 from tieredstore.hotstore import HotStore

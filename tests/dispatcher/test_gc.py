@@ -17,11 +17,11 @@ import pytest
 from dispatcher.background import renew_until
 from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
-from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock, VirtualClock
 from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind

@@ -29,9 +29,9 @@ import pytest
 
 from dispatcher.planner import SegmentPlan
 from dispatcher.retention import DestroyQueue, ExpireSegment
-from dispatcher.runtime import Runtime, open_runtime
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
 from tieredstore.hotstore import HotStore, QueueKey

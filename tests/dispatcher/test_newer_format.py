@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue_status import collect, mark_stopped
-from dispatcher.runtime import open_runtime
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.layout import QueuePath, SegmentKind, object_key
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hotstore import HotStore
 from tieredstore.pressure import hot_oldest

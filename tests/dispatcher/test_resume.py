@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 from dispatcher.gc import scan_garbage
-from dispatcher.runtime import open_runtime
 from metadata.catalogue import Catalogue
 from metadata.reconcile import ReconcileReport, rebuild
 from metadata.rows import QueueState
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.options import BackendOptions
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.hotstore import HotStore

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from dispatcher.retention import DeletionStep, ExpireSegment
-from dispatcher.runtime import Runtime, open_runtime
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tests.dispatcher.retention_support import advance
 from tieredstore.backends import open_backend
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError

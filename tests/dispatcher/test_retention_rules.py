@@ -26,9 +26,9 @@ from dispatcher.retention import (
     plan_purge,
     plan_retention,
 )
-from dispatcher.runtime import open_runtime
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tests.dispatcher.retention_support import advance
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError

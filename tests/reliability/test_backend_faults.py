@@ -14,13 +14,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.metrics import Metrics
-from dispatcher.runtime import Runtime, open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.faults import FaultyBackend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.hotstore import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket

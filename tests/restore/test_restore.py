@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tests.restore.test_index import lookup
 from tieredstore.backends import open_backend
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import (
     ColdDataError,
     DigestMismatchError,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.cli import main as cli_main
+from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import Clock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hotstore import QueueKey

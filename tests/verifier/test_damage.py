@@ -350,7 +350,7 @@ def test_manifest_missing_from_the_catalogue_is_drift(world: World, tmp_path: Pa
 
 
 def test_exit_code_3_when_the_run_cannot_start(world: World, tmp_path: Path) -> None:
-    from tieredstore.cli import main as cli_main
+    from tieredstore.cli.main import main as cli_main
 
     def run(*flags: str) -> int:
         base = ["verify", "--cluster", CLUSTER, "--broker", BROKER, "--out", str(tmp_path)]

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from tests.dispatcher.test_resume import SPEC as LOSSY_SPEC
 from tests.dispatcher.test_resume import TOPIC, _lose_untiered_head
-from tieredstore.cli import main as cli_main
+from tieredstore.cli.main import main as cli_main
 from tieredstore.hotstore import QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.loss import LossRecord

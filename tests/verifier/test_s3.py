@@ -15,7 +15,7 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.cli import main as cli_main
+from tieredstore.cli.main import main as cli_main
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import broker_prefix

@@ -22,7 +22,7 @@ Lifecycle of the long-running mode:
   exits 130 (SIGINT) or 143 (SIGTERM) with one line saying the pass did not finish;
 * ``SIGHUP``: the config file and environment are read again; the settings that can
   change live are applied, the others are logged as needing a restart
-  (:mod:`dispatcher.reload`). A reload that does not validate changes nothing.
+  (:mod:`tieredstore.cli.sidecar.reload`). A reload that does not validate changes nothing.
 
 ``--once`` never serves HTTP.
 """
@@ -36,17 +36,21 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from metadata.rows import QueueState
+from tieredstore.backends import open_cold
+from tieredstore.backends.retry import RetryPolicy
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.http import HttpServer, build_app
+from tieredstore.cli.sidecar.progress import ProgressLine
+from tieredstore.cli.sidecar.read_api import build_read_app
+from tieredstore.cli.sidecar.reload import apply_reload
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.config import Settings
 from tieredstore.errors import BackendError, ConfigError, RetryableError
+from tieredstore.layout import lease_key
 from tieredstore.logs import before_each_line, configure_logging
-
-if TYPE_CHECKING:
-    from dispatcher.http import HttpServer
-    from dispatcher.progress import ProgressLine
-    from dispatcher.runtime import Runtime
 
 log = logging.getLogger("tieredstore.run")
 
@@ -71,10 +75,6 @@ async def check_cold_store(settings: Settings) -> None:
     Raises ConfigError naming ``cold.url`` when it cannot be reached or refuses us
     (no such bucket, access denied), so a misconfigured sidecar stops at start.
     """
-    from tieredstore.backends import open_cold
-    from tieredstore.backends.retry import RetryPolicy
-    from tieredstore.layout import lease_key
-
     policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
     where = f"cold.url={settings.redacted()['cold.url']}"
     backend = open_cold(settings, retry=policy)
@@ -99,8 +99,6 @@ class _Reloader:
             self._task = asyncio.create_task(self._reload(), name="config reload")
 
     async def _reload(self) -> None:
-        from dispatcher.reload import apply_reload
-
         log.info("SIGHUP: reloading the configuration")
         try:
             new = await asyncio.to_thread(self.load)
@@ -130,9 +128,6 @@ class _Reloader:
 
 async def _serve_http(rt: Runtime) -> list[HttpServer]:
     """Start the listeners the settings enable (closed by the caller, also on failure)."""
-    from dispatcher.http import HttpServer, build_app
-    from dispatcher.read_api import build_read_app
-
     servers: list[HttpServer] = []
     try:
         if rt.settings["http.enabled"]:
@@ -253,8 +248,6 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
 
 def _stopped_queues(rt: Runtime) -> int:
     """1 (and one log line each) when a queue is PAUSED or DIVERGED, else 0."""
-    from metadata.rows import QueueState
-
     fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
     stopped = [r for r in rt.catalogue.queues() if r.state in fix]
     for row in stopped:
@@ -269,8 +262,6 @@ def _stopped_queues(rt: Runtime) -> int:
 async def _serve(
     settings: Settings, *, once: bool, progress: bool, load: Callable[[], Settings]
 ) -> int:
-    from dispatcher.progress import ProgressLine
-
     await check_cold_store(settings)
     bar = ProgressLine(enabled=progress)
     unhook = before_each_line(bar.close)
@@ -284,9 +275,6 @@ async def _serve(
 async def _serve_runtime(
     settings: Settings, *, once: bool, bar: ProgressLine, load: Callable[[], Settings]
 ) -> int:
-    from dispatcher.runtime import open_runtime
-    from dispatcher.summary import log_summaries
-
     async with open_runtime(settings, on_segment=bar.update) as rt:
         # Everything built so far (imported modules, the runtime) lives as long as the
         # process: keep it out of the cyclic collector's full passes, which otherwise

@@ -22,10 +22,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-if TYPE_CHECKING:
-    from dispatcher.queue_status import QueueStatus
+from dispatcher.queue_status import QueueStatus
 
 __all__ = ["Layout", "fit", "is_problem", "render_table", "select", "worst_first"]
 

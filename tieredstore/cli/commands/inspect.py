@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from tieredstore.commands.status_view import fit
+from tieredstore.cli.commands.status_view import fit
 from tieredstore.hotstore import HotStore
 
 

@@ -17,10 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from tieredstore.commands.synth import recent_start
+from tieredstore.cli.commands.synth import recent_start
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError
 from tieredstore.synth import SynthSpec, synthesize
+from verifier.cli import main as verify_main
 
 _MARKER = ".tieredstore-demo"
 CLUSTER = "DemoCluster"
@@ -54,8 +56,6 @@ def _say(text: str) -> None:
 
 
 async def _tier(store: Path, cold: Path, state: Path) -> int:
-    from dispatcher.runtime import open_runtime
-
     settings = load_settings(
         env={},
         overrides={
@@ -74,8 +74,6 @@ async def _tier(store: Path, cold: Path, state: Path) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from verifier.cli import main as verify_main
-
     workdir: Path = args.workdir.resolve()
     _fresh(workdir)
     store, cold, state, out = (workdir / n for n in ("store", "cold", "state", "report"))

@@ -1,6 +1,6 @@
 """The ``tieredstore`` command: a thin sync edge over the async core.
 
-Each subcommand lives in ``tieredstore/commands/<name>.py`` and exposes
+Each subcommand lives in ``tieredstore/cli/commands/<name>.py`` and exposes
 ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
 their command runs, so ``tieredstore --help`` stays fast and a broken optional
 dependency only affects its own command.
@@ -38,34 +38,43 @@ EXIT_USAGE = 3
 
 #: name → (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "synth": ("tieredstore.commands.synth", "write a synthetic RocketMQ store"),
-    "inspect": ("tieredstore.commands.inspect", "list a hot store's queues and offsets"),
-    "verify": ("tieredstore.commands.verify", "prove the cold store covers the hot store (Spark)"),
-    "run": ("tieredstore.commands.run", "run the sidecar (--once: one catch-up pass)"),
-    "status": ("tieredstore.commands.status", "per-queue hot/cold offsets, lag and state"),
-    "read": ("tieredstore.commands.read", "decode a queue's messages from the cold store"),
+    "synth": ("tieredstore.cli.commands.synth", "write a synthetic RocketMQ store"),
+    "inspect": ("tieredstore.cli.commands.inspect", "list a hot store's queues and offsets"),
+    "verify": (
+        "tieredstore.cli.commands.verify",
+        "prove the cold store covers the hot store (Spark)",
+    ),
+    "run": ("tieredstore.cli.commands.run", "run the sidecar (--once: one catch-up pass)"),
+    "status": ("tieredstore.cli.commands.status", "per-queue hot/cold offsets, lag and state"),
+    "read": ("tieredstore.cli.commands.read", "decode a queue's messages from the cold store"),
     "export": (
-        "tieredstore.commands.export",
+        "tieredstore.cli.commands.export",
         "export the cold store's messages as Parquet (incremental, idempotent)",
     ),
     "rebuild-metadata": (
-        "tieredstore.commands.rebuild_metadata",
+        "tieredstore.cli.commands.rebuild_metadata",
         "rebuild the SQLite catalogue from the cold store's manifests",
     ),
-    "demo": ("tieredstore.commands.demo", "synth -> tier -> verify, end to end, locally"),
-    "expire": ("tieredstore.commands.expire", "apply retention now (--dry-run: show what and why)"),
-    "gc": ("tieredstore.commands.gc", "remove uncommitted cold objects older than the grace"),
-    "repair": ("tieredstore.commands.repair", "quarantine a DIVERGED queue's cold tail, resume"),
+    "demo": ("tieredstore.cli.commands.demo", "synth -> tier -> verify, end to end, locally"),
+    "expire": (
+        "tieredstore.cli.commands.expire",
+        "apply retention now (--dry-run: show what and why)",
+    ),
+    "gc": ("tieredstore.cli.commands.gc", "remove uncommitted cold objects older than the grace"),
+    "repair": (
+        "tieredstore.cli.commands.repair",
+        "quarantine a DIVERGED queue's cold tail, resume",
+    ),
     "restore": (
-        "tieredstore.commands.restore",
+        "tieredstore.cli.commands.restore",
         "rebuild a broker store from the cold store (--check: verify one)",
     ),
     "lease": (
-        "tieredstore.commands.lease",
+        "tieredstore.cli.commands.lease",
         "show the writer lease, or break one whose holder is gone (break --force)",
     ),
     "resume": (
-        "tieredstore.commands.resume",
+        "tieredstore.cli.commands.resume",
         "resume a PAUSED queue, recording the offsets lost before tiering (--accept-loss)",
     ),
 }
@@ -192,7 +201,3 @@ def entry() -> NoReturn:
         code = EXIT_OK
         sys.stdout = None  # suppress the flush-at-exit error
     sys.exit(code)
-
-
-if __name__ == "__main__":
-    entry()

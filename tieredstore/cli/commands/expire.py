@@ -14,16 +14,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from dispatcher.retention import (
+    Decision,
+    ExpireSegment,
+    QueueSnapshot,
+    RetentionPolicy,
+    format_ms,
+    plan_purge,
+    plan_retention,
+    read_hot_view,
+    snapshot_catalogue,
+)
+from metadata.catalogue import Catalogue
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
+from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.logs import configure_logging
-
-if TYPE_CHECKING:
-    from dispatcher.retention import Decision
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,17 +74,6 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tuple[Decision, ...]:
     """The dry run: read-only catalogue and hot store, no backend, no lease."""
-    from dispatcher.retention import (
-        QueueSnapshot,
-        RetentionPolicy,
-        plan_purge,
-        plan_retention,
-        read_hot_view,
-        snapshot_catalogue,
-    )
-    from metadata.catalogue import Catalogue
-    from tieredstore.hotstore import HotStore, QueueKey
-
     with Catalogue.open(
         settings.state_dir,
         cluster=settings.cluster,
@@ -97,8 +96,6 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
 async def _expire(
     settings: Settings, args: argparse.Namespace, now_ms: int
 ) -> tuple[Decision, ...]:
-    from dispatcher.runtime import open_runtime
-
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests, interrupted deletions.
         await rt.dispatcher.start(wait_for_lease=False)
@@ -110,8 +107,6 @@ async def _expire(
 
 
 def _print(decisions: Sequence[Decision], *, dry_run: bool, now_ms: int) -> None:
-    from dispatcher.retention import ExpireSegment, format_ms
-
     segments = sum(isinstance(d, ExpireSegment) for d in decisions)
     queues = len(decisions) - segments
     verbs = {True: ("would expire", "would destroy"), False: ("expired", "destroyed")}[dry_run]

@@ -12,7 +12,9 @@ import argparse
 import asyncio
 import sys
 
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from metadata.reconcile import rebuild
+from tieredstore.backends import open_cold
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.config import Settings
 
 
@@ -21,9 +23,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _rebuild(settings: Settings) -> int:
-    from metadata.reconcile import rebuild
-    from tieredstore.backends import open_cold
-
     async with open_cold(settings, retry=None) as backend:
         report = await rebuild(
             backend, settings.state_dir, cluster=settings.cluster, broker=settings.broker

@@ -29,18 +29,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Final, TextIO
+from typing import Final, TextIO
 
+from dispatcher.queue_status import QueueStatus, collect
+from metadata.catalogue import Catalogue
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
-from tieredstore.commands.status_view import Layout, fit, render_table, select
 from tieredstore.config import parse_duration
 from tieredstore.errors import ConfigError
 from tieredstore.hotstore import HotStore
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
-
-if TYPE_CHECKING:
-    from dispatcher.queue_status import QueueStatus
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
@@ -166,9 +165,6 @@ def _interval(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dispatcher.queue_status import collect
-    from metadata.catalogue import Catalogue
-
     # status never touches the cold store, so a cold URL is not required here.
     settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})
     hot = HotStore(settings.store_path)

@@ -13,8 +13,8 @@ endpoint                answer
 
 Nothing here returns message contents: this listener (``http.bind``/``http.port``) is the
 one a container opens to the kubelet and Prometheus. Message bodies are served by the read
-API (:mod:`dispatcher.read_api`) on a listener of its own, loopback by default. There is
-no write endpoint on either.
+API (:mod:`tieredstore.cli.sidecar.read_api`) on a listener of its own, loopback by
+default. There is no write endpoint on either.
 
 :class:`HttpServer` serves either app where it is told; port 0 picks a free port,
 reported by :attr:`HttpServer.port`.
@@ -33,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from dispatcher.dispatcher import Dispatcher, DispatcherState
 from dispatcher.lease import LeaseState
 from dispatcher.queue_status import collect, mark_stopped
-from dispatcher.runtime import Runtime
+from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.errors import ConfigError
 

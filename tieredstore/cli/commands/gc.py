@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import TYPE_CHECKING
 
+from dispatcher.gc import GcReport, delete_garbage, scan_garbage
+from metadata.catalogue import DB_NAME, Catalogue
+from tieredstore.backends import open_cold
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import lease_for
 from tieredstore.clock import SystemClock
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.logs import configure_logging
-
-if TYPE_CHECKING:
-    from dispatcher.gc import GcReport
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,8 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _catalogue_keys(settings: Settings) -> frozenset[str]:
     """Every object key the catalogue references (none when there is no catalogue)."""
-    from metadata.catalogue import DB_NAME, Catalogue
-
     if not (settings.state_dir / DB_NAME).exists():
         return frozenset()
     with Catalogue.open(
@@ -58,10 +56,6 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
 
 
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
-    from dispatcher.gc import delete_garbage, scan_garbage
-    from dispatcher.runtime import lease_for
-    from tieredstore.backends import open_cold
-
     clock = SystemClock()
     protected = _catalogue_keys(settings)
     backend = open_cold(settings)

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import TYPE_CHECKING
 
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from dispatcher.resume import ResumePlan, ResumeReport, execute_resume, plan_resume
+from metadata.catalogue import Catalogue
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
+from tieredstore.hotstore import HotStore
 from tieredstore.logs import configure_logging
-
-if TYPE_CHECKING:
-    from dispatcher.resume import ResumePlan, ResumeReport
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,10 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> ResumePlan:
-    from dispatcher.resume import plan_resume
-    from metadata.catalogue import Catalogue
-    from tieredstore.hotstore import HotStore
-
     with Catalogue.open(
         settings.state_dir,
         cluster=settings.cluster,
@@ -55,9 +51,6 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> ResumePla
 
 
 async def _resume(settings: Settings, topic: str, queue_id: int, accept: bool) -> ResumeReport:
-    from dispatcher.resume import execute_resume, plan_resume
-    from dispatcher.runtime import open_runtime
-
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests and loss records.
         await rt.dispatcher.start(wait_for_lease=False)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from dispatcher.retention import RetentionPolicy
-from dispatcher.runtime import Runtime, dispatcher_config
+from tieredstore.cli.sidecar.runtime import Runtime, dispatcher_config
 from tieredstore.config import SETTINGS, Settings
 
 __all__ = ["LIVE_KEYS", "ReloadPlan", "apply_reload", "plan_reload"]

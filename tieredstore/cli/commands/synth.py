@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tieredstore.commands._settings import parse_time, positive_int
+from tieredstore.cli.commands._settings import parse_time, positive_int
 from tieredstore.config import parse_size
 from tieredstore.errors import ConfigError, StoreNotFoundError
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize

@@ -13,8 +13,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from dispatcher.lease import Sighting
+from dispatcher.lease_admin import break_lease, describe_lease
+from tieredstore.backends import open_cold
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import lease_for
 from tieredstore.clock import SystemClock
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 from tieredstore.logs import configure_logging
@@ -34,10 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _show(settings: Settings) -> list[str]:
-    from dispatcher.lease_admin import describe_lease
-    from dispatcher.runtime import lease_for
-    from tieredstore.backends import open_cold
-
     clock = SystemClock()
     async with open_cold(settings) as backend:
         record = await lease_for(settings, backend, clock).read()
@@ -45,11 +45,6 @@ async def _show(settings: Settings) -> list[str]:
 
 
 async def _break(settings: Settings) -> str:
-    from dispatcher.lease import Sighting
-    from dispatcher.lease_admin import break_lease
-    from dispatcher.runtime import lease_for
-    from tieredstore.backends import open_cold
-
     def announce(seen: Sighting) -> None:
         print(
             f"watching the lease of {seen.holder}: broken if unchanged for "

@@ -44,7 +44,7 @@ from typing import Final
 
 from aiohttp import web
 
-from dispatcher.runtime import Runtime
+from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.errors import (
     InvalidNameError,
     OffsetOutOfRangeError,

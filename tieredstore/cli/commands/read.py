@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from tieredstore.backends import open_cold
-from tieredstore.commands._settings import (
+from tieredstore.cli.commands._settings import (
     add_settings_arguments,
     parse_time,
     positive_int,

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import TYPE_CHECKING
 
-from tieredstore.commands._settings import add_settings_arguments, settings_from_args
+from dispatcher.repair import RepairPlan, RepairReport, execute_repair, plan_repair
+from metadata.catalogue import Catalogue
+from tieredstore.backends import open_cold
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
+from tieredstore.hotstore import HotStore
 from tieredstore.logs import configure_logging
-
-if TYPE_CHECKING:
-    from dispatcher.repair import RepairPlan, RepairReport
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,11 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPlan:
-    from dispatcher.repair import plan_repair
-    from metadata.catalogue import Catalogue
-    from tieredstore.backends import open_cold
-    from tieredstore.hotstore import HotStore
-
     backend = open_cold(settings)
     async with backend:
         with Catalogue.open(
@@ -56,9 +52,6 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPla
 
 
 async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport:
-    from dispatcher.repair import execute_repair, plan_repair
-    from dispatcher.runtime import open_runtime
-
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests, interrupted deletions.
         await rt.dispatcher.start(wait_for_lease=False)

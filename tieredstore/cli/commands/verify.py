@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 
+from verifier.cli import add_arguments as verifier_arguments
+from verifier.cli import run as run_verifier
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from verifier.cli import add_arguments as verifier_arguments
-
     verifier_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    from verifier.cli import run as run_verifier
-
     return run_verifier(args, prog="tieredstore verify")

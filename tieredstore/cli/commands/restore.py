@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 from tieredstore.backends import open_cold
-from tieredstore.commands._settings import (
+from tieredstore.cli.commands._settings import (
     add_settings_arguments,
     parse_time,
     positive_int,
@@ -32,6 +32,7 @@ from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
 from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.provenance import find_tiered_prefix
+from tieredstore.restore.check import check_restored
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
 
@@ -204,8 +205,6 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
             where=settings.redacted()["cold.url"], require_record=False,
         )  # fmt: skip
         if args.check:
-            from tieredstore.restore.check import check_restored
-
             result = await check_restored(
                 backend, args.out, batch_bytes=args.batch_bytes, source=params
             )

@@ -17,13 +17,13 @@ import asyncio
 from tieredstore.backends import backend_options, open_backend, open_cold
 from tieredstore.backends.posix import posix_root_from_url
 from tieredstore.backends.retry import RetryPolicy
-from tieredstore.clock import SystemClock
-from tieredstore.commands._settings import (
+from tieredstore.cli.commands._settings import (
     add_settings_arguments,
     parse_time,
     positive_int,
     settings_from_args,
 )
+from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 from tieredstore.export import ExportRequest, export_parquet
