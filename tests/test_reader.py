@@ -25,6 +25,7 @@ from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold_reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
@@ -36,7 +37,6 @@ from tieredstore.formats.record import MessageRecord, SysFlag
 from tieredstore.hotstore import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
-from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.segment import build_segment
 from tieredstore.synth import SynthSpec, generate_messages, synthesize
 from tieredstore.testing.segments import upload
@@ -224,7 +224,7 @@ async def put_queue(
     return manifests
 
 
-# The worked example of tieredstore.reader's docstring: (T, LOWER, UPPER).
+# The worked example of tieredstore.cold_reader's docstring: (T, LOWER, UPPER).
 TABLE = [(500, 10, 10), (1000, 10, 12), (2000, 13, 12), (3000, 13, 14), (9000, 15, 14)]
 
 

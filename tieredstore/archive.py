@@ -29,9 +29,9 @@ column               Arrow type                      value
 ``cluster``          string                          its cluster
 ===================  ==============================  ==========================================
 
-Every field comes from :class:`~tieredstore.reader.ColdMessage` as ``tieredstore read``
-prints it (``offset_msg_id`` is the same cold offset id; see :mod:`tieredstore.reader`).
-Rows are decoded by :func:`~tieredstore.reader.decode_messages`: each record is checked
+Every field comes from :class:`~tieredstore.cold_reader.ColdMessage` as ``tieredstore read``
+prints it (``offset_msg_id`` is the same cold offset id; see :mod:`tieredstore.cold_reader`).
+Rows are decoded by :func:`~tieredstore.cold_reader.decode_messages`: each record is checked
 against its consume-queue unit, and a whole segment (:meth:`SegmentSlice.whole`) is
 first checked against its manifest (sizes and digests).
 """
@@ -47,6 +47,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tieredstore.cold_reader import ColdMessage, check_units, decode_messages
 from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.arrownp import primitive
 from tieredstore.formats.columnar import (
@@ -61,7 +62,6 @@ from tieredstore.formats.propcolumns import property_columns
 from tieredstore.formats.record import SysFlag
 from tieredstore.formats.vector import store_timestamps
 from tieredstore.manifest import Manifest
-from tieredstore.reader import ColdMessage, check_units, decode_messages
 from tieredstore.segment import verify_segment
 
 __all__ = [
@@ -207,7 +207,7 @@ class SegmentSlice:
 
         Raises:
             CorruptRecordError / TruncatedDataError: as
-                :func:`~tieredstore.reader.decode_messages` (the first bad record of a
+                :func:`~tieredstore.cold_reader.decode_messages` (the first bad record of a
                 batch is decoded by it, so the error is the one ``read`` gives).
             CorruptRecordError: a store or born timestamp outside years 1 to 9999, which
                 a timestamp column cannot hold (``read`` prints such a record as it is).
@@ -291,7 +291,8 @@ class SegmentSlice:
         return pa.concat_arrays(pieces)
 
     def _decode_one(self, i: int) -> ColdMessage:
-        """The message of unit ``i``, decoded by :func:`~tieredstore.reader.decode_messages`."""
+        """The message of unit ``i``, decoded by
+        :func:`~tieredstore.cold_reader.decode_messages`."""
         unit = self.units[i : i + 1]
         (message,) = decode_messages(self.manifest, self.offset + i, unit, self.data,
                                      self.data_base)  # fmt: skip

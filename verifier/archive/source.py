@@ -37,10 +37,10 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from tieredstore.archive import ARCHIVE_SCHEMA, SegmentSlice, record_span
+from tieredstore.cold_reader import check_units
 from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.manifest import Manifest
-from tieredstore.reader import check_units
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions, parse_options
 from verifier.archive.planner import SegmentPartition, check_sources, plan
 from verifier.archive.pruning import Pruning

@@ -26,7 +26,7 @@ outside what cold holds (or a queue cold holds nothing of, for ``/v1/cold/offset
 while the cold store is unreachable, 500 for damaged cold data. ``/v1/cold/range`` answers
 an empty range, never 404, for a queue cold does not hold. There is no write endpoint.
 
-Everything is read from manifests (:class:`~tieredstore.reader.ColdReader`), never from
+Everything is read from manifests (:class:`~tieredstore.cold_reader.ColdReader`), never from
 the catalogue and without the writer lease, so a standby sidecar serves too. Segment
 objects are read through the read-ahead cache (``reads.cache_bytes``,
 ``reads.part_bytes``; :mod:`tieredstore.readahead`).
@@ -45,6 +45,7 @@ from typing import Final
 from aiohttp import web
 
 from tieredstore.cli.sidecar.runtime import Runtime
+from tieredstore.cold_reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.errors import (
     InvalidNameError,
     OffsetOutOfRangeError,
@@ -52,7 +53,6 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.readahead import ReadAhead
-from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.serving import (
     ServingReader,
     encode_offset,
