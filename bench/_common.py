@@ -728,7 +728,7 @@ def timed_verify_jobs(spark: Any, opts: Any) -> tuple[float, int, Any]:
 
 def verifier_stage_seconds(spark: Any, opts: Any) -> float:
     """Seconds of the per-segment verification stage over cached inputs."""
-    from tieredstore.hotstore import HotStore
+    from tieredstore.hot_store import HotStore
     from verifier import checks, readers
 
     cold = readers.ColdLocation(opts.cold_url)

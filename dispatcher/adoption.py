@@ -24,7 +24,7 @@ from dispatcher.repair import Move, check_segment, quarantine
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.errors import CatalogueError, CorruptManifestError, ObjectNotFoundError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = ["adopt_or_quarantine"]

@@ -69,8 +69,9 @@ from tieredstore.formats.record import (
     TOTAL_SIZE_AT,
 )
 from tieredstore.formats.vector import gather_be, scatter_be_i64, store_timestamps
-from tieredstore.hotread import read_span
-from tieredstore.hotstore import HotStore, MappedFileList
+from tieredstore.hot_commitlog import read_span
+from tieredstore.hot_files import MappedFileList
+from tieredstore.hot_store import HotStore
 from tieredstore.segment import MIN_RECORD_SIZE
 
 __all__ = ["GatherJob", "Spooled", "gather_segments"]

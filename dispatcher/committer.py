@@ -31,7 +31,7 @@ from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 
 __all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter", "Stopped"]
 

@@ -41,7 +41,7 @@ from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import LeaseLostError, TieredStoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 
 __all__ = ["Dispatcher", "DispatcherConfig", "DispatcherState", "Periodic", "TickReport"]
 

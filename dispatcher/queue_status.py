@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from metadata.rows import QueueRow
 from tieredstore.errors import TieredStoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.loss import LossRecord
 from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 

@@ -60,7 +60,7 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.formats.record import same_outside_physical_offset
-from tieredstore.hotstore import HotRange, HotStore
+from tieredstore.hot_store import HotRange, HotStore
 from tieredstore.layout import (
     QueuePath,
     SegmentKind,

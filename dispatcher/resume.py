@@ -35,7 +35,7 @@ from metadata.rows import QueueRow, QueueState
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import CatalogueError, ConfigError, InvalidNameError, ObjectNotFoundError
-from tieredstore.hotstore import HotRange, HotStore
+from tieredstore.hot_store import HotRange, HotStore
 from tieredstore.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
 from tieredstore.loss import LossRecord, write_loss_record
 from tieredstore.manifest import FenceMarker, read_stored

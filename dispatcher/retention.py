@@ -69,7 +69,7 @@ from tieredstore.errors import (
     StoreError,
     StoreNotFoundError,
 )
-from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.hot_store import HotRange, HotStore, QueueKey
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = [

@@ -39,7 +39,7 @@ from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
 from tieredstore.errors import DivergedError, SpoolTooSmallError, StoreError, TieredStoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 
 __all__ = ["Rounds"]

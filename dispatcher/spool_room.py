@@ -19,7 +19,7 @@ from typing import Final
 
 from dispatcher.planner import SegmentPlan
 from tieredstore.errors import SpoolTooSmallError
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from tieredstore.humanize import human_bytes
 
 __all__ = ["SPOOL_RESERVE", "RoundBudget", "spool_room"]

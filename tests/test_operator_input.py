@@ -213,7 +213,7 @@ def test_synth_help_gives_every_flag_a_readable_help() -> None:
 
 
 def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path) -> None:
-    from tieredstore.hotstore import HotStore
+    from tieredstore.hot_store import HotStore
     from tieredstore.synth import SyntheticStore
 
     out = tmp_path / "s"

@@ -34,7 +34,7 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, make_units
 from tieredstore.formats.record import MessageRecord, SysFlag
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
 from tieredstore.segment import build_segment

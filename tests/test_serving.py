@@ -26,7 +26,7 @@ from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold_reader import BoundaryType, ColdReader
 from tieredstore.config import Settings
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import lease_key
 from tieredstore.serving import ServingReader, read_raw
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from tieredstore.errors import OffsetOutOfRangeError, StoreError
 from tieredstore.findings import FindingKind
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import SegmentKind
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue

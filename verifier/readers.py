@@ -48,8 +48,8 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hotread import HotCommitlog
-from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.hot_commitlog import HotCommitlog
+from tieredstore.hot_store import HotRange, HotStore, QueueKey
 from tieredstore.layout import (
     LossKey,
     ObjectKey,

@@ -16,7 +16,7 @@ from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.export import ExportReport, ExportRequest, export_parquet
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 

@@ -41,7 +41,7 @@ from tests.broker.traffic import ExpectedMessage
 from tieredstore.backends import open_backend
 from tieredstore.cold_reader import ColdReader
 from tieredstore.formats.msgid import decode_offset_msg_id
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 pytestmark = pytest.mark.broker
 

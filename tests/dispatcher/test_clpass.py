@@ -26,7 +26,7 @@ from tieredstore.errors import (
     StoreError,
     TieredStoreError,
 )
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.segment import rewrite_records
 from tieredstore.synth import SynthSpec, synthesize
 

@@ -25,7 +25,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock, VirtualClock
 from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import (
     QueuePath,
     SegmentKind,

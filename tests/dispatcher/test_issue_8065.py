@@ -34,7 +34,7 @@ from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

@@ -22,7 +22,7 @@ from dispatcher.planner import (
 from dispatcher.rounds import _recheck_units
 from metadata.rows import QueueRow, QueueState
 from tieredstore.errors import DivergedError, StoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 
 Q = QueueKey("SynthTopic0", 0)

@@ -19,7 +19,7 @@ from tests.dispatcher.test_retention_deletion import END, SPEC, H, _settings, _t
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import (
     QueuePath,
     broker_prefix,

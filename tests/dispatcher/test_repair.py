@@ -20,7 +20,7 @@ from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath
 from tieredstore.segment import read_segment
 from tieredstore.synth import SyntheticStore, SynthSpec, generate_messages, synthesize

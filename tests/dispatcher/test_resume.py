@@ -28,7 +28,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold_reader import ColdReader
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath, loss_key
 from tieredstore.loss import LossRecord, list_loss_records, write_loss_record
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize

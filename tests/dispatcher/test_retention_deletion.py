@@ -22,7 +22,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
 from tieredstore.manifest import FenceMarker
 from tieredstore.synth import SynthSpec, synthesize

@@ -40,7 +40,7 @@ from tests.dispatcher.retention_support import advance
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import Settings
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

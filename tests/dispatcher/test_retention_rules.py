@@ -32,7 +32,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotRange, QueueKey
+from tieredstore.hot_store import HotRange, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.segments import chain

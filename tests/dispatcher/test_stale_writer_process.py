@@ -46,7 +46,7 @@ from tests.dispatcher.pausing_sidecar import POINTS
 from tieredstore.backends import open_backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.errors import InvalidNameError, ObjectNotFoundError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.synth import SynthSpec, synthesize

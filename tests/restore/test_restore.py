@@ -25,7 +25,7 @@ from tieredstore.errors import (
 )
 from tieredstore.formats import fastjson
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE, decode_record
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import FenceMarker
 from tieredstore.restore.check import check_restored

@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import generate_messages
 from tieredstore.testing.coldimage import age, build
 from tieredstore.testing.settings import BROKER, CLUSTER

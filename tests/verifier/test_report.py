@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tieredstore.findings import FindingKind
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from verifier.model import Level, VerifyOptions
 from verifier.report import anomalies_table, report_document, write_reports
 from verifier.result import Anomaly, QueueReport, Totals, VerificationResult

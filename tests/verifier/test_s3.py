@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from tieredstore.cli.main import main as cli_main
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
 from tieredstore.testing.coldimage import write_fs
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket

@@ -7,8 +7,8 @@ import pytest
 
 from tieredstore.findings import FindingKind, Severity
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units, encode_units
-from tieredstore.hotread import HotCommitlog, gather, runs
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_commitlog import HotCommitlog, gather, runs
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import build
 from verifier.model import (

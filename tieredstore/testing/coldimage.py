@@ -16,7 +16,7 @@ from typing import Any
 
 import fsspec
 
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord
 from tieredstore.segment import Manifest, Segment, build_segment

@@ -32,7 +32,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.logs import configure_logging
 
 

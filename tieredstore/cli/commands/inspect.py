@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from tieredstore.cli.commands.status_view import fit
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.logs import configure_logging
 
 

@@ -38,7 +38,7 @@ from tieredstore.cli.commands.status_view import Layout, fit, render_table, sele
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import parse_duration
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
 
 #: Cursor home and clear screen: the next frame replaces the last one.

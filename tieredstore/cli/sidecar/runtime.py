@@ -35,7 +35,7 @@ from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import Settings
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import lease_key
 from tieredstore.ratelimit import TokenBucket
 

@@ -23,15 +23,13 @@ from __future__ import annotations
 import mmap
 import os
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
 
 from tieredstore.errors import OffsetOutOfRangeError, StoreNotFoundError, TruncatedDataError
-
-if TYPE_CHECKING:
-    from tieredstore.hotstore import MappedFile, MappedFileList
+from tieredstore.hot_files import MappedFile, MappedFileList
 
 __all__ = ["HotCommitlog", "Readable", "gather", "read_span", "runs"]
 
@@ -71,7 +69,7 @@ def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | memoryview:
 class HotCommitlog:
     """Read-only, mmap-backed access to the hot commitlog files (a context manager).
 
-    Built from one :class:`~tieredstore.hotstore.MappedFileList` snapshot; each file is
+    Built from one :class:`~tieredstore.hot_files.MappedFileList` snapshot; each file is
     mapped on first use and unmapped on :meth:`close`.
     """
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,17 +54,16 @@ from tieredstore.formats.record import (
 )
 from tieredstore.formats.topics import TopicConfig, read_topics
 from tieredstore.formats.vector import store_timestamps
-from tieredstore.hotread import HotCommitlog
+from tieredstore.hot_commitlog import HotCommitlog
+from tieredstore.hot_files import MappedFile, MappedFileList
 
 __all__ = [
     "CommitlogScan",
     "HotRange",
     "HotStore",
-    "MappedFileList",
     "QueueKey",
 ]
 
-_FILE_NAME = re.compile(r"^\d{20}$")
 # Consume-queue files are scanned for hot min/max in chunks (multiples of 20 bytes)
 # that start small and double up to the largest: the broker preallocates 6 MB files,
 # and a queue that holds a few thousand units finds its first zero unit in one small
@@ -96,70 +95,6 @@ class HotRange:
     @property
     def count(self) -> int:
         return self.max - self.min
-
-
-@dataclass(frozen=True, slots=True)
-class MappedFile:
-    """One store file: its global base offset (its name), path and size."""
-
-    base: int
-    path: Path
-    size: int
-
-    @property
-    def end(self) -> int:
-        return self.base + self.size
-
-
-class MappedFileList:
-    """The files of one rolling address space (the commitlog, or one queue's CQ).
-
-    A snapshot: built from one directory listing, sorted by base offset.
-    """
-
-    def __init__(self, files: Sequence[MappedFile]) -> None:
-        self.files = list(files)
-
-    @classmethod
-    def scan(cls, directory: Path) -> MappedFileList:
-        """List the 20-digit files of ``directory``; a missing directory is empty."""
-        try:
-            entries = list(os.scandir(directory))
-        except FileNotFoundError:
-            return cls([])
-        except OSError as exc:
-            raise StoreNotFoundError(f"cannot list: {exc.strerror}", where=str(directory)) from exc
-        files = []
-        for entry in entries:
-            if _FILE_NAME.match(entry.name) and entry.is_file():
-                try:
-                    size = entry.stat().st_size
-                except FileNotFoundError:  # deleted by the broker while we listed
-                    continue
-                files.append(MappedFile(int(entry.name), Path(entry.path), size))
-        files.sort(key=lambda f: f.base)
-        return cls(files)
-
-    def __bool__(self) -> bool:
-        return bool(self.files)
-
-    @property
-    def min_offset(self) -> int:
-        return self.files[0].base if self.files else 0
-
-    def find(self, offset: int) -> MappedFile | None:
-        """Return the file whose range holds ``offset``, or None if none does."""
-        lo, hi = 0, len(self.files)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.files[mid].base <= offset:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == 0:
-            return None
-        f = self.files[lo - 1]
-        return f if offset < f.end else None
 
 
 def _open(path: Path) -> int:
@@ -409,7 +344,7 @@ class HotStore:
     def read_records_bytes(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         """Return the bytes of many records, given their commitlog offsets and sizes.
 
-        Read through :class:`~tieredstore.hotread.HotCommitlog` (read-only mappings of
+        Read through :class:`~tieredstore.hot_commitlog.HotCommitlog` (read-only mappings of
         the files holding them), the one hot-record reader.
 
         Raises OffsetOutOfRangeError for an offset in no commitlog file (deleted) and
