@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dispatcher.clpass import Spooled
+from dispatcher.commitlog_pass import Spooled
 from dispatcher.planner import SegmentPlan
 from dispatcher.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
@@ -120,7 +120,7 @@ class ColdWriter:
         """Upload the plan's COMMIT_LOG and CONSUME_QUEUE objects; return its manifest.
 
         ``spooled`` holds the plan's COMMIT_LOG bytes, gathered by the commitlog-order
-        pass (:mod:`dispatcher.clpass`) for ``cl_base = row.cold_cl_end``.
+        pass (:mod:`dispatcher.commitlog_pass`) for ``cl_base = row.cold_cl_end``.
 
         ``check`` (the lease's) runs before every chunk: a writer that lost its lease
         stops uploading at once. Each try uses a fresh upload attempt in the names. The

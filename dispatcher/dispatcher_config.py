@@ -30,7 +30,7 @@ class DispatcherConfig:
     guard: GuardMode = GuardMode.SYNC
     topic_filter: TopicFilter = field(default_factory=TopicFilter)
     lease_renew_interval: float = 10.0
-    #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.clpass`).
+    #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.commitlog_pass`).
     pass_window_bytes: int = 2 << 20
     #: Records planned per round of the pass at most (bounds the unit arrays' memory).
     pass_max_records: int = 1 << 20

@@ -3,7 +3,7 @@
 A round plans one segment per queue still going (the group-commit rules, up to about
 ``pass_max_records`` records in all), makes the planned records durable (the guard,
 :mod:`dispatcher.durability`), reads their records with **one commitlog-order pass**
-(:mod:`dispatcher.clpass`: sequential windows, checked, rewritten and hashed in bulk,
+(:mod:`dispatcher.commitlog_pass`: sequential windows, checked, rewritten and hashed in bulk,
 spooled per segment), then commits the segments (:mod:`dispatcher.committer`),
 ``tiering.concurrency`` at once. Planning also refreshes each queue's lag and retention
 headroom gauges from the hot store and catalogue alone, so they stay current while the
@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
-from dispatcher.clpass import GatherJob, Spooled, gather_segments
+from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.committer import CommitKind, SegmentCommitter
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import DurabilityGuard

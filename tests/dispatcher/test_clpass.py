@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.clpass import GatherJob, Spooled, gather_segments
+from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.planner import Limits, SegmentPlan, plan_segment
 from tieredstore.digests import digest
 from tieredstore.errors import (

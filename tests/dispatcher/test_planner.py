@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.clpass import Spooled
+from dispatcher.commitlog_pass import Spooled
 from dispatcher.planner import (
     CutReason,
     HotDataLost,
