@@ -9,7 +9,7 @@ Lifecycle (:class:`DispatcherState`)::
 Each tick: discover queues in the hot store and create catalogue rows for new ones
 eagerly (:mod:`dispatcher.discovery`), then start one task that tiers every ACTIVE queue
 not already in flight, in rounds, until the group-commit rules say wait for each
-(:mod:`dispatcher.rounds`; each segment is committed by :mod:`dispatcher.committer`). A
+(:mod:`dispatcher.tiering_round`; each segment is committed by :mod:`dispatcher.committer`). A
 queue is never tiered by two tasks at once. The lease is renewed until every write has
 returned, also while draining on stop; periodic jobs (retention, config backup) run
 under the same lock as catalogue writes.
@@ -24,7 +24,13 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from dispatcher.background import Periodic, renew_until, run_periodic, sleep_until, wait_at_most
+from dispatcher.background_loops import (
+    Periodic,
+    renew_until,
+    run_periodic,
+    sleep_until,
+    wait_at_most,
+)
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
@@ -34,8 +40,8 @@ from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.provenance_writer import ProvenanceWriter
-from dispatcher.rounds import Rounds
 from dispatcher.tick_report import TickReport, record_error
+from dispatcher.tiering_round import Rounds
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.background import renew_until
+from dispatcher.background_loops import renew_until
 from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
 from tests.coldcheck import assert_cold_matches_hot

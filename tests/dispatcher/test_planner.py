@@ -19,7 +19,7 @@ from dispatcher.planner import (
     plan_segment,
     units_unchanged,
 )
-from dispatcher.rounds import _recheck_units
+from dispatcher.tiering_round import _recheck_units
 from metadata.rows import QueueRow, QueueState
 from tieredstore.errors import DivergedError, StoreError
 from tieredstore.hot_store import HotStore, QueueKey
