@@ -34,13 +34,13 @@ from dispatcher.planner import (
     plan_segment,
     units_unchanged,
 )
+from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
 from dispatcher.spool_room import RoundBudget, spool_room
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
 from tieredstore.errors import DivergedError, SpoolTooSmallError, StoreError, TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 
 __all__ = ["Rounds"]
 
@@ -325,7 +325,8 @@ class Rounds:
         self._set_headroom(labels, outcome)
 
     def _set_headroom(self, labels: tuple[str, str], outcome: SegmentPlan | Wait) -> None:
-        """Retention pressure (:mod:`tieredstore.pressure`) of the oldest pending message."""
+        """Retention pressure (:mod:`dispatcher.retention_pressure`) of the oldest pending
+        message."""
         cl: int | None = outcome.oldest_cl
         ms: int | None = outcome.oldest_ms
         if cl is None or ms is None:
