@@ -10,7 +10,7 @@ older ones are deleted. Each write and delete first makes sure the writer lease 
 still held (:func:`~dispatcher.lease_guard.hold_lease`).
 
 A missing file is skipped (the broker writes some only once they have content). A file
-that does not parse as the broker's JSON (:mod:`tieredstore.formats.fastjson`) is not
+that does not parse as the broker's JSON (:mod:`tieredstore.formats.fastjson_dialect`) is not
 copied: the previous good copy stays the newest, and a warning says why. The broker
 replaces these files by rename, so a read never sees half a file.
 """
@@ -29,7 +29,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.configcopies import list_copies
 from tieredstore.errors import CorruptDataError, RetryableError
-from tieredstore.formats.fastjson import loads
+from tieredstore.formats.fastjson_dialect import loads
 from tieredstore.layout import CONFIG_FILES, config_copy_key
 
 __all__ = ["BackupReport", "ConfigBackup"]
