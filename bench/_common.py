@@ -696,7 +696,7 @@ def content_store(root: Path, messages: int, segment_messages: int) -> None:
 
 def verify_options(hot: Path, cold: Path, level: str, cluster: str, broker: str) -> Any:
     """VerifyOptions for a run with no lag allowance."""
-    from verifier.model import LagAllowance, LagUnit, Level, VerifyOptions
+    from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
     return VerifyOptions(
         hot=hot, cold_url=str(cold), cluster=cluster, broker=broker,

@@ -91,7 +91,7 @@ __all__ = [
 
 class Agreement(enum.Enum):
     """How one cold segment compares with the hot store (named apart from the
-    verifier's whole-run :class:`verifier.model.Verdict`)."""
+    verifier's whole-run :class:`verifier.vocabulary.Verdict`)."""
 
     AGREES = "agrees with the hot store"
     HOT_GONE = "the broker deleted these offsets; nothing contradicts cold (kept)"

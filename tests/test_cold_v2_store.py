@@ -27,7 +27,7 @@ from tieredstore.manifest import FenceMarker, read_stored
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = pytest.mark.spark
 

@@ -279,7 +279,7 @@ def test_the_verifier_does_not_count_the_sidecars_own_lock_files(tiered: Path) -
 
 @pytest.mark.parametrize("text", ["1" + "0" * 400, "1" + "0" * 400 + "s", "1" + "0" * 400 + ".5m"])
 def test_a_lag_allowance_too_large_for_a_float_is_refused(text: str) -> None:
-    from verifier.model import parse_lag_allowance
+    from verifier.vocabulary import parse_lag_allowance
 
     with pytest.raises(ConfigError, match="bad lag allowance"):
         parse_lag_allowance(text)

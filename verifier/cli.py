@@ -36,7 +36,10 @@ from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_histor
 from verifier.interrupt import StopOnSignal
 from verifier.job import verify
 from verifier.metrics_file import write_metrics_file
-from verifier.model import (
+from verifier.outcome import VerificationResult
+from verifier.report import ReportPaths, write_reports
+from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
+from verifier.vocabulary import (
     DEFAULT_LAG_ALLOWANCE,
     DEFAULT_ORPHAN_GRACE_S,
     EXIT_COULD_NOT_RUN,
@@ -44,9 +47,6 @@ from verifier.model import (
     VerifyOptions,
     parse_lag_allowance,
 )
-from verifier.report import ReportPaths, write_reports
-from verifier.result import VerificationResult
-from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
 
 __all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run"]
 

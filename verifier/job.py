@@ -23,9 +23,9 @@ from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import SegmentKind
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
-from verifier.model import VerifyOptions
-from verifier.result import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.scope import Requirements, apply_requirements
+from verifier.vocabulary import VerifyOptions
 
 __all__ = ["verify"]
 

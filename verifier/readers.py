@@ -72,7 +72,6 @@ from tieredstore.provenance import (
 )
 from tieredstore.segment import digest
 from verifier import schemas
-from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (
     FactKind,
     HotSide,
@@ -81,6 +80,7 @@ from verifier.segmentcheck import (
     SegmentGeometry,
     check_segment,
 )
+from verifier.vocabulary import LagAllowance, LagUnit, Level
 
 __all__ = [
     "ColdListing",

@@ -47,7 +47,7 @@ from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = pytest.mark.spark
 

@@ -38,7 +38,7 @@ from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

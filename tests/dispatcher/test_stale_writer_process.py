@@ -54,7 +54,7 @@ from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -26,7 +26,7 @@ from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 SPEC = SynthSpec(topics=2, queues=2, messages=1500, body_min=20, body_max=2000, seed=77)
 # Real (tiny) backoff on the real clock: these tests inject faults, not time.

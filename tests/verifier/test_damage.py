@@ -375,7 +375,7 @@ def test_a_hot_queue_that_does_not_read_stops_the_run(hot_copy: World) -> None:
 def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession) -> None:
     from verifier import readers
     from verifier.cli import _one_line
-    from verifier.model import Level
+    from verifier.vocabulary import Level
 
     work = spark.createDataFrame([], schema=schemas.SEGMENT_WORK).unionByName(
         spark.createDataFrame([_work_row(world)], schema=schemas.SEGMENT_WORK)

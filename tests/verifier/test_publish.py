@@ -15,8 +15,8 @@ from tieredstore.findings import FindingKind
 from tieredstore.humanize import human_bytes, human_seconds
 from verifier.cli import JobArgs, _publish
 from verifier.history import find_runs, write_history
+from verifier.outcome import Anomaly, VerificationResult
 from verifier.report import write_reports
-from verifier.result import Anomaly, VerificationResult
 
 from .test_report import _result
 

@@ -21,9 +21,9 @@ import pytest
 
 from tieredstore.findings import FindingKind
 from tieredstore.hot_store import QueueKey
-from verifier.model import Level, VerifyOptions
+from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.report import anomalies_table, report_document, write_reports
-from verifier.result import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.vocabulary import Level, VerifyOptions
 
 from .browser import browser_command, chromium, layout
 from .conftest import World

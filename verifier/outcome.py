@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tieredstore.findings import FindingKind
-from verifier.model import VERIFIER_KINDS, Verdict, VerifyOptions, verdict_of
+from verifier.vocabulary import VERIFIER_KINDS, Verdict, VerifyOptions, verdict_of
 
 __all__ = ["Anomaly", "QueueReport", "Totals", "VerificationResult"]
 
