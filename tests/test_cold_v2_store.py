@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.gc import delete_garbage, scan_garbage
+from dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from metadata.reconcile import rebuild
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend

@@ -409,7 +409,7 @@ async def test_a_store_written_by_0_1_0_stays_readable_beside_new_segments() -> 
     manifest, so both read the same, and GC finds nothing to collect."""
     import dataclasses
 
-    from dispatcher.gc import scan_garbage
+    from dispatcher.maintenance.gc import scan_garbage
     from tieredstore.layout import object_name
     from tieredstore.manifest import ObjectRef
 

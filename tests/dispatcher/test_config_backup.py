@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.config_backup import ConfigBackup
 from dispatcher.lease import Lease
+from dispatcher.maintenance.config_backup import ConfigBackup
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.background_loops import renew_until
-from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
+from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.maintenance.retention import DestroyQueue, ExpireSegment
 from dispatcher.planner import SegmentPlan
-from dispatcher.retention import DestroyQueue, ExpireSegment
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime

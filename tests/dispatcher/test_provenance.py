@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gc import delete_garbage, scan_garbage
 from dispatcher.lease import Lease
+from dispatcher.maintenance.gc import delete_garbage, scan_garbage
+from dispatcher.maintenance.retention import DeletionStep
 from dispatcher.provenance_writer import ProvenanceWriter
-from dispatcher.retention import DeletionStep
 from dispatcher.topic_filter import TopicFilter
 from metadata.reconcile import rebuild
 from metadata.rows import QueueRow, QueueState, SegmentRow

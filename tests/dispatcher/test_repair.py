@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.repair import Agreement, execute_repair, plan_repair
+from dispatcher.maintenance.repair import Agreement, execute_repair, plan_repair
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.backends import open_backend

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gc import scan_garbage
+from dispatcher.maintenance.gc import scan_garbage
 from metadata.catalogue import Catalogue
 from metadata.reconcile import ReconcileReport, rebuild
 from metadata.rows import QueueState

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.retention import DeletionStep, ExpireSegment
+from dispatcher.maintenance.retention import DeletionStep, ExpireSegment
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold

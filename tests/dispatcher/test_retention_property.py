@@ -31,8 +31,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dispatcher.maintenance.retention import DeletionStep
 from dispatcher.planner import SegmentPlan
-from dispatcher.retention import DeletionStep
 from metadata.catalogue import DB_NAME
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.retention import (
+from dispatcher.maintenance.retention import (
     DestroyQueue,
     DestroyReason,
     ExpireSegment,

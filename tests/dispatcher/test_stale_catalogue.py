@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.repair import execute_repair, plan_repair
-from dispatcher.retention import delete_segment
+from dispatcher.maintenance.repair import execute_repair, plan_repair
+from dispatcher.maintenance.retention import delete_segment
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main

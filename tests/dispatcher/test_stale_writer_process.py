@@ -39,8 +39,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.gc import scan_garbage
 from dispatcher.lease import LeaseRecord
+from dispatcher.maintenance.gc import scan_garbage
 from tests.coldcheck import assert_cold_matches_hot
 from tests.dispatcher.pausing_sidecar import POINTS
 from tieredstore.backends import open_backend

@@ -15,7 +15,7 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
-from dispatcher.retention import (
+from dispatcher.maintenance.retention import (
     Decision,
     ExpireSegment,
     QueueSnapshot,

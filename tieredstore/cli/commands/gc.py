@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from dispatcher.gc import GcReport, delete_garbage, scan_garbage
+from dispatcher.maintenance.gc import GcReport, delete_garbage, scan_garbage
 from metadata.catalogue import DB_NAME, Catalogue
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args

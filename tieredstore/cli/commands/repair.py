@@ -3,7 +3,7 @@
 Compares the queue's cold segments with the hot store, moves every segment from the
 first disagreeing one on to the quarantine prefix (never deleting anything), truncates
 the catalogue there and sets the queue ACTIVE: the sidecar re-tiers from the cut on its
-next tick. See :mod:`dispatcher.repair` for the crash-safe order of a move.
+next tick. See :mod:`dispatcher.maintenance.repair` for the crash-safe order of a move.
 
 Without ``--dry-run`` it takes the catalogue for writing and the writer lease (the
 sidecar must be stopped). ``--dry-run`` prints the comparison and the plan and changes
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from dispatcher.repair import RepairPlan, RepairReport, execute_repair, plan_repair
+from dispatcher.maintenance.repair import RepairPlan, RepairReport, execute_repair, plan_repair
 from metadata.catalogue import Catalogue
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args

@@ -4,7 +4,7 @@ A queue is PAUSED when the broker deleted offsets before they were tiered. ``res
 records that loss in the cold store (a loss record beside the manifests: the range, when
 it was accepted, by which writer and lease epoch), accepts it in the catalogue and sets
 the queue ACTIVE: the sidecar tiers from hot min on its next tick. See
-:mod:`dispatcher.resume`.
+:mod:`dispatcher.maintenance.resume`.
 
 It takes the catalogue for writing and the writer lease (the sidecar must be stopped).
 Without ``--accept-loss`` a resume that would skip lost offsets is refused (exit 3, the
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from dispatcher.resume import ResumePlan, ResumeReport, execute_resume, plan_resume
+from dispatcher.maintenance.resume import ResumePlan, ResumeReport, execute_resume, plan_resume
 from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import open_runtime

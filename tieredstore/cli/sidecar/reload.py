@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dispatcher.retention import RetentionPolicy
+from dispatcher.maintenance.retention import RetentionPolicy
 from tieredstore.cli.sidecar.runtime import Runtime, dispatcher_config
 from tieredstore.config import SETTINGS, Settings
 

@@ -6,7 +6,7 @@ dispatcher. It is an async context manager that closes them all, in reverse orde
 whatever happens — so a failed start leaves nothing held.
 
 Jobs the dispatcher runs besides tiering: the retention pass and the config backup
-(:mod:`dispatcher.config_backup`), each once at start (retention: finishing interrupted
+(:mod:`dispatcher.maintenance.config_backup`), each once at start (retention: finishing interrupted
 expiries) and then periodically.
 """
 
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.cold_writer import ColdWriter
-from dispatcher.config_backup import ConfigBackup
 from dispatcher.dispatcher import Dispatcher, DispatcherConfig, Periodic
 from dispatcher.durability import GuardMode
 from dispatcher.lease import Lease
+from dispatcher.maintenance.config_backup import ConfigBackup
+from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.metrics import Metrics
 from dispatcher.planner import Limits, SegmentPlan
-from dispatcher.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from tieredstore.backends import open_cold

@@ -50,7 +50,7 @@ from typing import Final
 
 from dispatcher.lease import Lease
 from dispatcher.lease_guard import hold_lease
-from dispatcher.retention import format_age
+from dispatcher.maintenance.retention import format_age
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.errors import (
     ConditionFailedError,
