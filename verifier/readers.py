@@ -94,7 +94,7 @@ __all__ = [
     "losses_frames",
     "manifest_frame",
     "objects_frame",
-    "open_cold",
+    "open_cold_filesystem",
     "require_tiered",
     "segment_facts_frame",
     "tail_timestamp",
@@ -187,7 +187,7 @@ def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
     return (proto,) if isinstance(proto, str) else tuple(proto)
 
 
-def open_cold(cold: ColdLocation) -> tuple[AbstractFileSystem, str]:
+def open_cold_filesystem(cold: ColdLocation) -> tuple[AbstractFileSystem, str]:
     """Open the cold filesystem on the driver and check its root exists.
 
     Raises:
@@ -202,9 +202,9 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
     """List every object under ``<md5(cluster)[:8]>_<cluster>/<broker>/`` (driver side).
 
     Raises:
-        ConfigError: as :func:`open_cold`, or the listing fails.
+        ConfigError: as :func:`open_cold_filesystem`, or the listing fails.
     """
-    fs, root = open_cold(cold)
+    fs, root = open_cold_filesystem(cold)
     # With its trailing slash, so that broker "b" never lists broker "b2".
     prefix = broker_prefix(cluster, broker).rstrip("/") + "/"
     try:
@@ -318,9 +318,9 @@ def require_tiered(
 
     Raises:
         NotTieredError: nothing at the prefix (one line: what was looked for, which
-            brokers the cluster has); ConfigError as :func:`open_cold`.
+            brokers the cluster has); ConfigError as :func:`open_cold_filesystem`.
     """
-    fs, root = open_cold(cold)
+    fs, root = open_cold_filesystem(cold)
     return asyncio.run(
         find_tiered_prefix(_FsRecords(fs, root), cluster, broker, where=cold.url,
                            require_record=require_record)
