@@ -50,6 +50,7 @@ from tieredstore.errors import (
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot_commitlog import HotCommitlog
 from tieredstore.hot_store import HotRange, HotStore, QueueKey
+from tieredstore.humanize import iso_time
 from tieredstore.layout import (
     LossKey,
     ObjectKey,
@@ -381,10 +382,10 @@ def losses_frames(
 
 def loss_detail(x: LossRecord) -> str:
     """The report text of one accepted loss."""
-    when = dt.datetime.fromtimestamp(x.accepted_at_ms / 1000, tz=dt.UTC)
+    when = iso_time(x.accepted_at_ms, timespec="milliseconds", zulu=False)
     return (
         f"{x.count} messages the broker deleted before they were tiered; the loss was "
-        f"accepted at {when.isoformat(timespec='milliseconds')} by writer {x.writer_id} "
+        f"accepted at {when} by writer {x.writer_id} "
         f"(lease epoch {x.lease_epoch})"
     )
 

@@ -47,7 +47,6 @@ import asyncio
 import enum
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -70,6 +69,7 @@ from tieredstore.errors import (
     StoreNotFoundError,
 )
 from tieredstore.hot_store import HotRange, HotStore, QueueKey
+from tieredstore.humanize import iso_time
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = [
@@ -89,7 +89,6 @@ __all__ = [
     "destroy_queue",
     "execute",
     "format_age",
-    "format_ms",
     "plan_purge",
     "plan_retention",
     "read_hot_view",
@@ -197,7 +196,8 @@ class ExpireSegment:
         return (
             f"segment [{seg.start_offset}, {seg.end_offset}) of queue {seg.topic}/"
             f"{seg.queue_id}: max store timestamp {self.max_store_timestamp} "
-            f"({format_ms(self.max_store_timestamp)}), age {format_age(self.age_ms)}, "
+            f"({iso_time(self.max_store_timestamp, timespec='milliseconds')}), "
+            f"age {format_age(self.age_ms)}, "
             f"retention {format_age(self.retention_ms)}: {self.reason.value}"
         )
 
@@ -215,12 +215,6 @@ class DestroyQueue:
 
 
 Decision = ExpireSegment | DestroyQueue
-
-
-def format_ms(epoch_ms: int) -> str:
-    """ISO-8601 UTC with milliseconds, e.g. ``2023-11-14T22:13:20.000Z``."""
-    seconds, ms = divmod(epoch_ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ms:03d}Z"
 
 
 def format_age(ms: int) -> str:

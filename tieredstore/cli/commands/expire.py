@@ -20,7 +20,6 @@ from dispatcher.maintenance.retention import (
     ExpireSegment,
     QueueSnapshot,
     RetentionPolicy,
-    format_ms,
     plan_purge,
     plan_retention,
     read_hot_view,
@@ -33,6 +32,7 @@ from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.humanize import iso_time
 from tieredstore.logs import configure_logging
 
 
@@ -114,7 +114,7 @@ def _print(decisions: Sequence[Decision], *, dry_run: bool, now_ms: int) -> None
         print(f"{verbs[0] if isinstance(d, ExpireSegment) else verbs[1]} {d.describe()}")
     print(
         f"{'dry run: ' if dry_run else ''}{verbs[0]} {segments} segments and {verbs[1]} "
-        f"{queues} queues (retention evaluated at {format_ms(now_ms)})"
+        f"{queues} queues (retention evaluated at {iso_time(now_ms, timespec='milliseconds')})"
     )
 
 

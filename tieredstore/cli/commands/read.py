@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import sys
-from datetime import UTC, datetime
 from typing import TextIO
 
 from tieredstore.backends import open_cold
@@ -27,6 +26,7 @@ from tieredstore.cli.commands._settings import (
 from tieredstore.cold_reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
+from tieredstore.humanize import iso_time
 from tieredstore.provenance import find_tiered_prefix
 
 
@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    return iso_time(ms, timespec="milliseconds", zulu=False)
 
 
 def _print_text(m: ColdMessage, out: TextIO) -> None:
