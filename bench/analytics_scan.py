@@ -57,7 +57,7 @@ from _common import (
     verify_options,
 )
 
-from tieredstore.archive import ARCHIVE_SCHEMA, SegmentSlice
+from tieredstore.archive_rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends import open_backend
 from tieredstore.clock import SystemClock
 from tieredstore.export import ExportRequest, export_parquet

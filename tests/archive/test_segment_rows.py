@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tieredstore.archive import SegmentSlice, TimeWindow
+from tieredstore.archive_rows import SegmentSlice, TimeWindow
 from tieredstore.cold_reader import ColdMessage, decode_messages
 from tieredstore.errors import CorruptDataError, CorruptRecordError
 from tieredstore.formats.record import (

@@ -26,7 +26,7 @@ from typing import Any
 from fsspec.spec import AbstractFileSystem
 from pyspark.sql.datasource import InputPartition
 
-from tieredstore.archive import TimeWindow
+from tieredstore.archive_rows import TimeWindow
 from tieredstore.errors import ConfigError, InvalidNameError
 from tieredstore.layout import (
     ObjectKey,
