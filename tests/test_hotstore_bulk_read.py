@@ -22,7 +22,7 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 
-SCAN_CHUNK_UNITS = 52_428  # hotstore._SCAN_CHUNK // 20
+SCAN_CHUNK_UNITS = 52_428  # hot_store._SCAN_CHUNK // 20
 
 
 @pytest.fixture(scope="module")
