@@ -1,4 +1,4 @@
-"""The verifier's command line: flags, options, the run, the reports, the exit code.
+"""Prove that the cold store covers the hot store exactly (the verifier's command line).
 
 :func:`main` is the entry point of ``python -m verifier``, ``spark-submit
 verifier/__main__.py`` and ``tieredstore verify`` (same arguments everywhere): it builds
