@@ -697,7 +697,7 @@ def content_store(root: Path, messages: int, segment_messages: int) -> None:
 
 def verify_options(hot: Path, cold: Path, level: str, cluster: str, broker: str) -> Any:
     """VerifyOptions for a run with no lag allowance."""
-    from verifier.model import LagAllowance, LagUnit, Level, VerifyOptions
+    from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
     return VerifyOptions(
         hot=hot, cold_url=str(cold), cluster=cluster, broker=broker,
@@ -729,7 +729,7 @@ def timed_verify_jobs(spark: Any, opts: Any) -> tuple[float, int, Any]:
 
 def verifier_stage_seconds(spark: Any, opts: Any) -> float:
     """Seconds of the per-segment verification stage over cached inputs."""
-    from tieredstore.hotstore import HotStore
+    from tieredstore.hot_store import HotStore
     from verifier import checks, readers
 
     cold = readers.ColdLocation(opts.cold_url)

@@ -39,7 +39,7 @@ from _common import (
 
 from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec
 
 _READY = "reconciled catalogue with cold store"

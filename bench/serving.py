@@ -47,7 +47,7 @@ from _common import (
 )
 
 from tieredstore.backends import open_backend
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import broker_prefix
 
 THROUGHPUT_TARGET = 0.8

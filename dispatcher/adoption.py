@@ -5,7 +5,7 @@ older epoch that committed first, or this sidecar's own earlier run whose catalo
 commit a crash lost) never overwrites it. It adopts it only once it has proved it: the
 segment's objects are read and fully verified (sizes, digests, CQ pointers) and every
 record the hot store still holds equals the cold one outside bytes [28, 36)
-(:func:`dispatcher.repair.check_segment`), and the catalogue's reconcile accepts it as
+(:func:`dispatcher.maintenance.repair.check_segment`), and the catalogue's reconcile accepts it as
 the exact continuation of the queue. Anything else — objects missing or damaged,
 records the hot store disowns, a manifest that does not continue the catalogue — is
 moved to the quarantine (copy, then delete, and the delete only if the manifest is
@@ -20,11 +20,11 @@ import logging
 
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.lease import Lease
-from dispatcher.repair import Move, check_segment, quarantine
+from dispatcher.maintenance.repair import Move, check_segment, quarantine
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.errors import CatalogueError, CorruptManifestError, ObjectNotFoundError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 
 __all__ = ["adopt_or_quarantine"]

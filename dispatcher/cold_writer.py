@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dispatcher.clpass import Spooled
+from dispatcher.commitlog_pass import Spooled
 from dispatcher.planner import SegmentPlan
 from dispatcher.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
@@ -43,7 +43,7 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import same_outside_physical_offset
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath, SegmentKind, new_attempt, object_key, object_name
 from tieredstore.manifest import (
     DIGEST_ALGORITHM,
@@ -126,7 +126,7 @@ class ColdWriter:
         """Upload the plan's COMMIT_LOG and CONSUME_QUEUE objects; return its manifest.
 
         ``spooled`` holds the plan's COMMIT_LOG bytes, gathered by the commitlog-order
-        pass (:mod:`dispatcher.clpass`) for ``cl_base = row.cold_cl_end``.
+        pass (:mod:`dispatcher.commitlog_pass`) for ``cl_base = row.cold_cl_end``.
 
         ``check`` (the lease's) runs before every chunk: a writer that lost its lease
         stops uploading at once. Each try uses a fresh upload attempt in the names. The

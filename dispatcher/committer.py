@@ -1,7 +1,7 @@
 """Committing one gathered segment, and stopping a queue that cannot go on.
 
 Per segment: plan → make its records durable (the ``sync`` guard,
-:mod:`dispatcher.durability`) → gather (the pass, :mod:`dispatcher.clpass`) → check
+:mod:`dispatcher.durability`) → gather (the pass, :mod:`dispatcher.commitlog_pass`) → check
 continuity → upload COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects
 under names unique to the attempt; the lease is checked before every chunk) → check the
 lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue
@@ -24,15 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher.adoption import adopt_or_quarantine
-from dispatcher.clpass import Spooled
 from dispatcher.cold_writer import ColdWriter, ManifestOutcome
+from dispatcher.commitlog_pass import Spooled
 from dispatcher.group_commit import GroupCommit
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 
 __all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter", "Stopped"]
 

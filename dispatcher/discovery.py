@@ -18,7 +18,7 @@ from dispatcher.metrics import Metrics
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
 from tieredstore.errors import InvalidNameError, TieredStoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import validate_topic
 
 __all__ = ["Discovery"]

@@ -9,7 +9,7 @@ Lifecycle (:class:`DispatcherState`)::
 Each tick: discover queues in the hot store and create catalogue rows for new ones
 eagerly (:mod:`dispatcher.discovery`), then start one task that tiers every ACTIVE queue
 not already in flight, in rounds, until the group-commit rules say wait for each
-(:mod:`dispatcher.rounds`; each segment is committed by :mod:`dispatcher.committer`). A
+(:mod:`dispatcher.tiering_round`; each segment is committed by :mod:`dispatcher.committer`). A
 queue is never tiered by two tasks at once. The lease is renewed until every write has
 returned, also while draining on stop; periodic jobs (retention, config backup) run
 under the same lock as catalogue writes.
@@ -26,7 +26,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from dispatcher import stopped_file
-from dispatcher.background import Periodic, renew_until, run_periodic, sleep_until, wait_at_most
+from dispatcher.background_loops import (
+    Periodic,
+    renew_until,
+    run_periodic,
+    sleep_until,
+    wait_at_most,
+)
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
@@ -36,14 +42,14 @@ from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.provenance_writer import ProvenanceWriter
-from dispatcher.rounds import Rounds
 from dispatcher.tick_report import TickReport, record_error
+from dispatcher.tiering_round import Rounds
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import LeaseLostError, TieredStoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 
 __all__ = ["Dispatcher", "DispatcherConfig", "DispatcherState", "Periodic", "TickReport"]
 

@@ -1,7 +1,8 @@
-"""What the dispatcher needs from the settings (:func:`dispatcher.runtime.dispatcher_config`).
+"""What the dispatcher needs from the settings (built from them by the CLI's wiring,
+:func:`tieredstore.cli.sidecar.runtime.dispatcher_config`).
 
-Frozen: a reload (:mod:`dispatcher.reload`) swaps the whole value on the running
-dispatcher, which hands it to its parts; what they built at start from it (the commit
+Frozen: a reload (:mod:`tieredstore.cli.sidecar.reload`) swaps the whole value on the
+running dispatcher, which hands it to its parts; what they built at start from it (the commit
 semaphore from ``concurrency``) stays as it was.
 """
 
@@ -29,7 +30,7 @@ class DispatcherConfig:
     guard: GuardMode = GuardMode.SYNC
     topic_filter: TopicFilter = field(default_factory=TopicFilter)
     lease_renew_interval: float = 10.0
-    #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.clpass`).
+    #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.commitlog_pass`).
     pass_window_bytes: int = 2 << 20
     #: Records planned per round of the pass at most (bounds the unit arrays' memory).
     pass_max_records: int = 1 << 20

@@ -64,7 +64,8 @@ from dataclasses import dataclass
 
 from dispatcher.metrics import Metrics
 from tieredstore.errors import StoreError, TieredStoreError
-from tieredstore.hotstore import HotStore, MappedFile
+from tieredstore.hot_files import MappedFile
+from tieredstore.hot_store import HotStore
 
 __all__ = [
     "CommitlogSyncer",

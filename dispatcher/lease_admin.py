@@ -20,10 +20,10 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from dispatcher.lease import LeaseObject, LeaseRecord, LeaseWatch, Liveness, Sighting
 from tieredstore.errors import LeaseHeldError
+from tieredstore.humanize import iso_time
 
 __all__ = ["BreakOutcome", "BreakReport", "break_lease", "describe_lease"]
 
@@ -63,7 +63,7 @@ def describe_lease(record: LeaseRecord | None, *, now_ms: int) -> list[str]:
     if record is None:
         return ["no lease record: no sidecar has written to this broker's prefix yet"]
     holder = record.owner or "nobody (released)"
-    renewed = datetime.fromtimestamp(record.renewed_at_ms / 1000, UTC).isoformat()
+    renewed = iso_time(record.renewed_at_ms, timespec="auto", zulu=False)
     ahead = (record.renewed_at_ms - now_ms) / 1000
     return [
         f"holder:     {holder}",

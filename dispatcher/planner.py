@@ -32,7 +32,7 @@ import numpy as np
 
 from tieredstore.errors import DivergedError
 from tieredstore.formats.consumequeue import Units
-from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.hot_store import HotRange, HotStore, QueueKey
 
 __all__ = [
     "CutReason",

@@ -27,7 +27,7 @@ from dispatcher.lease import Lease
 from metadata.rows import QueueRow, SegmentRow
 from tieredstore.backends.base import Backend
 from tieredstore.errors import StoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath, QueueRecordKind, broker_prefix, parse_queue_record_key
 from tieredstore.provenance import (
     PROVENANCE_FORMAT_VERSION,

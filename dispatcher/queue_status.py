@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
 from metadata.rows import QueueRow
 from tieredstore.errors import TieredStoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.loss import LossRecord
-from tieredstore.pressure import Headroom, HotOldest, hot_oldest
 
 __all__ = ["LossStatus", "QueueStatus", "collect", "mark_stopped"]
 

@@ -1,7 +1,7 @@
 """How much a tiering round may spool, so a round always fits the state dir's disk.
 
 A round gathers its segments into spool files under ``<state.dir>/spool`` before it
-uploads them (:mod:`dispatcher.clpass`); a round of a large backlog may want gigabytes.
+uploads them (:mod:`dispatcher.commitlog_pass`); a round of a large backlog may want gigabytes.
 Each round is planned within :func:`spool_room`: the free space of the spool's
 filesystem less :data:`SPOOL_RESERVE` (room for the catalogue's SQLite journal and
 WAL), and at most ``tiering.spool_max_bytes`` when that is set. A backlog that does not
@@ -19,7 +19,7 @@ from typing import Final
 
 from dispatcher.planner import SegmentPlan
 from tieredstore.errors import SpoolTooSmallError
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from tieredstore.humanize import human_bytes
 
 __all__ = ["SPOOL_RESERVE", "RoundBudget", "spool_room"]

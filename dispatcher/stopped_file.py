@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 
 __all__ = ["FILE_NAME", "load", "save"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost
 from tieredstore.errors import LeaseLapsedError, LeaseLostError, RetryableError, TieredStoreError
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 
 __all__ = ["TickReport", "record_error"]
 

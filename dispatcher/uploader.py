@@ -2,7 +2,7 @@
 
 The COMMIT_LOG bytes were already read from the hot store, checked against their CQ
 units, rewritten (bytes [28, 36) = cold offset) and hashed by the commitlog-order pass
-(:mod:`dispatcher.clpass`), which left them in a local spool file. Here that file is
+(:mod:`dispatcher.commitlog_pass`), which left them in a local spool file. Here that file is
 handed to :meth:`Backend.write_file`: streamed in chunks of ``batch_bytes`` with the lease
 checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
 memory per upload is one chunk whatever the segment size, and a retried upload writes
@@ -18,7 +18,7 @@ from typing import cast
 
 import numpy as np
 
-from dispatcher.clpass import Spooled
+from dispatcher.commitlog_pass import Spooled
 from dispatcher.planner import SegmentPlan
 from tieredstore.backends.base import Backend
 from tieredstore.digests import digest

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from tieredstore.backends.base import Backend
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.segment import verify_segment

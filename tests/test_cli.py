@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.cli import main
+from tieredstore.cli.main import main
 from tieredstore.synth import SynthSpec, synthesize
 
 

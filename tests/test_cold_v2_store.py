@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.gc import delete_garbage, scan_garbage
-from dispatcher.runtime import open_runtime
+from dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from metadata.reconcile import rebuild
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
-from tieredstore.hotstore import HotStore
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.hot_store import HotStore
 from tieredstore.manifest import FenceMarker, read_stored
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = pytest.mark.spark
 

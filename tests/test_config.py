@@ -204,7 +204,7 @@ def _normalise(value: object) -> object:
 
 
 def test_configuration_md_documents_exactly_the_settings() -> None:
-    from dispatcher.reload import LIVE_KEYS
+    from tieredstore.cli.sidecar.reload import LIVE_KEYS
 
     rows = documented()
     assert set(rows) == {s.key for s in SETTINGS}
@@ -257,7 +257,7 @@ def test_each_documented_key_refuses_a_bad_value_from_the_file(key: str, tmp_pat
 
 # -- validation at start: one line, exit 3 ----------------------------------------------
 def _run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    from tieredstore.cli import main
+    from tieredstore.cli.main import main
 
     code = main(["run", "--once", "--progress", "off", *args])
     return code, capsys.readouterr().err

@@ -27,14 +27,14 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from dispatcher.metrics import Metrics
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.findings import FindingKind
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 from verifier.metrics_file import verify_registry
-from verifier.model import Level, VerifyOptions
-from verifier.result import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.vocabulary import Level, VerifyOptions
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "deploy" / "grafana" / "tieredstore-dashboard.json"

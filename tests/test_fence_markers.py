@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.cold_reader import ColdReader
 from tieredstore.errors import (
     CorruptManifestError,
     OffsetOutOfRangeError,
@@ -15,7 +16,6 @@ from tieredstore.errors import (
 )
 from tieredstore.layout import QueuePath, SegmentKind, object_key
 from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
-from tieredstore.reader import ColdReader
 from tieredstore.testing.segments import chain, upload
 from tieredstore.testing.settings import BROKER, CLUSTER
 

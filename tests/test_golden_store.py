@@ -27,7 +27,7 @@ from tests.broker.manifest import Manifest
 from tests.broker.suite import ConformanceSuite, StoreView
 from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.record import MagicCode
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from tieredstore.errors import (
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import BLANK_MAGIC_CODE, decode_record
 from tieredstore.formats.tags import tags_code
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import MessagePlan, SyntheticStore, SynthSpec, generate_messages, synthesize
 
 SPEC = SynthSpec(

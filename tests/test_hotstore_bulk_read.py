@@ -1,7 +1,7 @@
 """HotStore's bulk paths: gathered record reads and chunked CQ scans give exact answers.
 
 ``read_records_bytes`` gathers records from read-only mappings in runs
-(:mod:`tieredstore.hotread`) and ``queue_range`` scans CQ files in chunks; both must
+(:mod:`tieredstore.hot_commitlog`) and ``queue_range`` scans CQ files in chunks; both must
 return exactly what a naive per-record / whole-file read does, whatever the order and
 spacing.
 """
@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from tieredstore.errors import OffsetOutOfRangeError, TruncatedDataError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 
-SCAN_CHUNK_UNITS = 52_428  # hotstore._SCAN_CHUNK // 20
+SCAN_CHUNK_UNITS = 52_428  # hot_store._SCAN_CHUNK // 20
 
 
 @pytest.fixture(scope="module")

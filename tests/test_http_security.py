@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.http import build_app
-from dispatcher.read_api import build_read_app
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.http import build_app
+from tieredstore.cli.sidecar.read_api import build_read_app
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import SETTINGS, load_settings
 from tieredstore.errors import ConfigError
 from tieredstore.synth import SynthSpec, synthesize

@@ -27,17 +27,17 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.http import build_app
 from dispatcher.lease import LeaseRecord
-from dispatcher.read_api import build_read_app
-from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.http import build_app
+from tieredstore.cli.sidecar.read_api import build_read_app
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hotstore import HotStore
+from tieredstore.cold_reader import ColdReader
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
-from tieredstore.reader import ColdReader
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

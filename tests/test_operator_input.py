@@ -154,7 +154,7 @@ def test_status_of_a_state_dir_with_nothing_tiered_is_refused(tiered: Path) -> N
 
 # -- the command line itself -------------------------------------------------------------
 def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    from tieredstore.cli import main
+    from tieredstore.cli.main import main
 
     with pytest.raises(SystemExit) as info:
         main(["--version"])
@@ -202,7 +202,7 @@ def test_read_timestamp_takes_an_iso_time_like_export_and_restore(tiered: Path) 
 def test_synth_help_gives_every_flag_a_readable_help() -> None:
     import argparse
 
-    from tieredstore.commands import synth
+    from tieredstore.cli.commands import synth
 
     parser = argparse.ArgumentParser(prog="tieredstore synth")
     synth.add_arguments(parser)
@@ -213,7 +213,7 @@ def test_synth_help_gives_every_flag_a_readable_help() -> None:
 
 
 def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path) -> None:
-    from tieredstore.hotstore import HotStore
+    from tieredstore.hot_store import HotStore
     from tieredstore.synth import SyntheticStore
 
     out = tmp_path / "s"
@@ -279,7 +279,7 @@ def test_the_verifier_does_not_count_the_sidecars_own_lock_files(tiered: Path) -
 
 @pytest.mark.parametrize("text", ["1" + "0" * 400, "1" + "0" * 400 + "s", "1" + "0" * 400 + ".5m"])
 def test_a_lag_allowance_too_large_for_a_float_is_refused(text: str) -> None:
-    from verifier.model import parse_lag_allowance
+    from verifier.vocabulary import parse_lag_allowance
 
     with pytest.raises(ConfigError, match="bad lag allowance"):
         parse_lag_allowance(text)

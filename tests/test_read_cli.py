@@ -14,8 +14,8 @@ from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
 from tests.test_reader import tier
-from tieredstore.cli import main
-from tieredstore.hotstore import HotStore
+from tieredstore.cli.main import main
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold_reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.errors import (
     CorruptRecordError,
     CorruptUnitError,
@@ -33,10 +34,9 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, make_units
 from tieredstore.formats.record import MessageRecord, SysFlag
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
-from tieredstore.reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.synth import SynthSpec, generate_messages, synthesize
 from tieredstore.testing.oracle import build_segment
 from tieredstore.testing.segments import upload
@@ -224,7 +224,7 @@ async def put_queue(
     return manifests
 
 
-# The worked example of tieredstore.reader's docstring: (T, LOWER, UPPER).
+# The worked example of tieredstore.cold_reader's docstring: (T, LOWER, UPPER).
 TABLE = [(500, 10, 10), (1000, 10, 12), (2000, 13, 12), (3000, 13, 14), (9000, 15, 14)]
 
 
@@ -409,7 +409,7 @@ async def test_a_store_written_by_0_1_0_stays_readable_beside_new_segments() -> 
     manifest, so both read the same, and GC finds nothing to collect."""
     import dataclasses
 
-    from dispatcher.gc import scan_garbage
+    from dispatcher.maintenance.gc import scan_garbage
     from tieredstore.layout import object_name
     from tieredstore.manifest import ObjectRef
 

@@ -19,15 +19,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from dispatcher.lease import LeaseRecord
-from dispatcher.read_api import build_read_app
-from dispatcher.runtime import open_runtime
 from tieredstore.backends import open_backend
 from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.read_api import build_read_app
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold_reader import BoundaryType, ColdReader
 from tieredstore.config import Settings
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import lease_key
-from tieredstore.reader import BoundaryType, ColdReader
 from tieredstore.serving import ServingReader, read_raw
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket

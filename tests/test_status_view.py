@@ -1,12 +1,12 @@
-"""The status table's order, filters and fitting (:mod:`tieredstore.commands.status_view`)."""
+"""The status table's order, filters and fitting (:mod:`tieredstore.cli.commands.status_view`)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from dispatcher.queue_status import QueueStatus
-from tieredstore.commands.status import View, frame, health
-from tieredstore.commands.status_view import Layout, fit, render_table, select, worst_first
+from tieredstore.cli.commands.status import View, frame, health
+from tieredstore.cli.commands.status_view import Layout, fit, render_table, select, worst_first
 
 T0 = 1_700_000_000_000
 

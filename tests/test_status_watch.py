@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from dispatcher.queue_status import QueueStatus
+from tieredstore.cli.commands.status import CLEAR, health_line, watch
 from tieredstore.clock import VirtualClock
-from tieredstore.commands.status import CLEAR, health_line, watch
 from tieredstore.synth import SynthSpec, synthesize
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z

@@ -27,7 +27,7 @@ CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
         300,
         "the sidecar's lifecycle state machine: start, tick, catch-up, drain and stop "
         "share its state and its transitions; the steps it composes already live in "
-        "discovery, rounds, committer, provenance writer and background",
+        "discovery, tiering_round, committer, provenance writer and background_loops",
     ),
     "metadata/segment_table.py SegmentTable": (
         300,

@@ -6,7 +6,7 @@ Layout under the output root (any backend URL: a path, ``file://``, ``s3://``)::
     _tieredstore_export/<cluster>/<broker>.json          the export manifest
 
 Each Parquet file holds the rows of one segment stored on one UTC day (by
-``store_timestamp``) with every column of :data:`~tieredstore.archive.ARCHIVE_SCHEMA`
+``store_timestamp``) with every column of :data:`~tieredstore.archive_rows.ARCHIVE_SCHEMA`
 but ``topic``, which is the partition directory, as Spark's ``partitionBy`` writes it;
 ``date`` is the second partition column. Topic names are escaped in directory names as
 Spark escapes partition values (``%RETRY%g`` is ``topic=%25RETRY%25g``), so Spark and
@@ -74,7 +74,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tieredstore.archive import ARCHIVE_SCHEMA, SegmentSlice
+from tieredstore.archive_rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import CorruptManifestError, InvalidNameError, ObjectNotFoundError
@@ -339,7 +339,7 @@ def decode_segment(
 
     Raises:
         SizeMismatchError / DigestMismatchError / CorruptDataError: see
-            :meth:`~tieredstore.archive.SegmentSlice.whole`.
+            :meth:`~tieredstore.archive_rows.SegmentSlice.whole`.
     """
     m = read_manifest(manifest_json, manifest_key)
     piece = SegmentSlice.whole(m, commit_log, consume_queue, where=where)

@@ -1,21 +1,36 @@
 """Numbers and times as people read them: ISO-8601 UTC, binary sizes, short durations.
 
-Used by the verification report and history pages and by ``status``.
+Used by the verification report and history pages, ``status``, ``read``, ``expire``,
+``lease show`` and the JSON log lines.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from typing import Literal
 
 __all__ = ["human_bytes", "human_seconds", "iso_time"]
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
-def iso_time(ms: int | None) -> str:
-    """``2025-01-02T03:04:05Z`` (UTC, whole seconds) for epoch milliseconds; ``""`` for None."""
+
+def iso_time(
+    ms: int | None,
+    *,
+    timespec: Literal["seconds", "milliseconds", "auto"] = "seconds",
+    zulu: bool = True,
+) -> str:
+    """The one ISO-8601 UTC formatter of epoch milliseconds; ``""`` for None.
+
+    ``2025-01-02T03:04:05Z`` by default; ``timespec="milliseconds"`` gives
+    ``2025-01-02T03:04:05.678Z``, ``"auto"`` a fraction only when there is one (in
+    microseconds, as :meth:`datetime.isoformat`); ``zulu=False`` ends in ``+00:00``.
+    Exact: integer milliseconds, never a float.
+    """
     if ms is None:
         return ""
-    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+    text = (_EPOCH + dt.timedelta(milliseconds=ms)).isoformat(timespec=timespec)
+    return text.replace("+00:00", "Z") if zulu else text
 
 
 def human_bytes(n: int) -> str:

@@ -7,8 +7,9 @@ import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Callable
+
+from tieredstore.humanize import iso_time
 
 __all__ = ["JsonFormatter", "RedactingFilter", "before_each_line", "configure_logging"]
 
@@ -20,8 +21,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, object] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": iso_time(int(record.created) * 1000 + int(record.msecs), timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final, get_type_hints
 
+from tieredstore.canonical_json import canonical, parse_object
 from tieredstore.errors import (
     ConditionFailedError,
     CorruptLossRecordError,
@@ -39,7 +40,6 @@ from tieredstore.layout import (
     loss_prefix,
     parse_loss_key,
 )
-from tieredstore.strictjson import canonical, parse_object
 
 if TYPE_CHECKING:  # the backends package imports every backend (s3fs, aiohttp: 0.2 s);
     # readers of loss records (the verifier's driver and tasks) need none of them

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from tieredstore.canonical_json import Fields, canonical, parse_object
 from tieredstore.digests import WRITTEN, DigestAlgorithm
 from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
@@ -45,7 +46,6 @@ from tieredstore.layout import (
     object_name,
     parse_object_key,
 )
-from tieredstore.strictjson import Fields, canonical, parse_object
 
 __all__ = [
     "DIGEST_ALGORITHM",

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
+from tieredstore.canonical_json import canonical, parse_object
 from tieredstore.errors import (
     ConditionFailedError,
     ConfigError,
@@ -57,7 +58,6 @@ from tieredstore.layout import (
     retention_key,
     tiering_key,
 )
-from tieredstore.strictjson import canonical, parse_object
 from tieredstore.topic_rules import TopicDecision, TopicRules
 
 __all__ = [

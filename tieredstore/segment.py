@@ -14,7 +14,7 @@ three objects (names from :mod:`tieredstore.layout`):
 So ``cl_end - cl_base`` is the COMMIT_LOG size, the CONSUME_QUEUE is ``20 * count``
 bytes, and the next segment of the queue starts at ``(end, cl_end)``.
 
-The sidecar builds segments in :mod:`dispatcher.clpass` (the records, gathered in
+The sidecar builds segments in :mod:`dispatcher.commitlog_pass` (the records, gathered in
 commitlog order) and :mod:`dispatcher.cold_writer` (the units and the manifest); the
 test oracle they are compared with is :mod:`tieredstore.testing.oracle`.
 

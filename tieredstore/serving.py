@@ -4,7 +4,7 @@ The broker plugin (``broker-plugin/``) asks the sidecar for what a broker would 
 its own commitlog and consume queue: the records as cold holds them, byte for byte, and
 their consume-queue units, so that it can filter by tagsCode (and SQL92 on the record)
 exactly as the broker does on hot data. :func:`read_raw` reads them through a
-:class:`~tieredstore.reader.ColdReader` (manifests, never the catalogue; no lease), and
+:class:`~tieredstore.cold_reader.ColdReader` (manifests, never the catalogue; no lease), and
 the ``encode_*`` functions write the binary answers of ``docs/serving.md``.
 
 All integers are big-endian (as RocketMQ's own formats), lengths are exact, and every
@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from tieredstore.cold_reader import ColdRange, ColdReader, Segments, check_units
 from tieredstore.errors import CorruptRecordError, OffsetOutOfRangeError
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, Units
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
-from tieredstore.reader import ColdRange, ColdReader, Segments, check_units
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend

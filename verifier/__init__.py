@@ -3,9 +3,13 @@
 The job graph is described in docs/architecture.md ("The verifier").
 
 Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
-``tieredstore verify`` (same flags, :mod:`verifier.job`). Modules:
+``tieredstore verify`` (same flags, :mod:`verifier.cli`). Modules:
 
-* :mod:`verifier.model` — anomaly classes, verdicts, levels, lag allowance, options;
+* :mod:`verifier.job` — the job: read, check, collect, decide (:func:`~verifier.job.verify`);
+* :mod:`verifier.cli` — the flags, the run and its exit code;
+* :mod:`verifier.spark_session` — the SparkSession (local and quiet, or spark-submit's);
+* :mod:`verifier.vocabulary` — anomaly classes, verdicts, levels, lag allowance, options;
+* :mod:`verifier.outcome` — the outcome of a run: anomalies, per-queue reports, totals;
 * :mod:`verifier.schemas` — Spark schemas of every frame;
 * :mod:`verifier.readers` — driver listing and the Spark tasks that read;
 * :mod:`verifier.segmentcheck` — per-segment numpy checks (no I/O);

@@ -15,7 +15,7 @@ if __package__ in (None, ""):
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _here]
     sys.path.insert(0, str(Path(_here).parent))
 
-from verifier.job import main
+from verifier.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-from verifier.model import VERIFIER_KINDS, Verdict
-from verifier.result import VerificationResult
+from verifier.outcome import VerificationResult
+from verifier.vocabulary import VERIFIER_KINDS, Verdict
 
 __all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
 

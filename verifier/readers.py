@@ -48,8 +48,9 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hotread import HotCommitlog
-from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.hot_commitlog import HotCommitlog
+from tieredstore.hot_store import HotRange, HotStore, QueueKey
+from tieredstore.humanize import iso_time
 from tieredstore.layout import (
     LossKey,
     ObjectKey,
@@ -71,7 +72,6 @@ from tieredstore.provenance import (
     read_tiering_record,
 )
 from verifier import schemas
-from verifier.model import LagAllowance, LagUnit, Level
 from verifier.segmentcheck import (
     FactKind,
     HotSide,
@@ -80,6 +80,7 @@ from verifier.segmentcheck import (
     SegmentGeometry,
     check_segment,
 )
+from verifier.vocabulary import LagAllowance, LagUnit, Level
 
 __all__ = [
     "ColdListing",
@@ -93,7 +94,7 @@ __all__ = [
     "losses_frames",
     "manifest_frame",
     "objects_frame",
-    "open_cold",
+    "open_cold_filesystem",
     "require_tiered",
     "segment_facts_frame",
     "tail_timestamp",
@@ -186,7 +187,7 @@ def _protocols(fs: AbstractFileSystem) -> tuple[str, ...]:
     return (proto,) if isinstance(proto, str) else tuple(proto)
 
 
-def open_cold(cold: ColdLocation) -> tuple[AbstractFileSystem, str]:
+def open_cold_filesystem(cold: ColdLocation) -> tuple[AbstractFileSystem, str]:
     """Open the cold filesystem on the driver and check its root exists.
 
     Raises:
@@ -201,9 +202,9 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
     """List every object under ``<md5(cluster)[:8]>_<cluster>/<broker>/`` (driver side).
 
     Raises:
-        ConfigError: as :func:`open_cold`, or the listing fails.
+        ConfigError: as :func:`open_cold_filesystem`, or the listing fails.
     """
-    fs, root = open_cold(cold)
+    fs, root = open_cold_filesystem(cold)
     # With its trailing slash, so that broker "b" never lists broker "b2".
     prefix = broker_prefix(cluster, broker).rstrip("/") + "/"
     try:
@@ -317,9 +318,9 @@ def require_tiered(
 
     Raises:
         NotTieredError: nothing at the prefix (one line: what was looked for, which
-            brokers the cluster has); ConfigError as :func:`open_cold`.
+            brokers the cluster has); ConfigError as :func:`open_cold_filesystem`.
     """
-    fs, root = open_cold(cold)
+    fs, root = open_cold_filesystem(cold)
     return asyncio.run(
         find_tiered_prefix(_FsRecords(fs, root), cluster, broker, where=cold.url,
                            require_record=require_record)
@@ -380,10 +381,10 @@ def losses_frames(
 
 def loss_detail(x: LossRecord) -> str:
     """The report text of one accepted loss."""
-    when = dt.datetime.fromtimestamp(x.accepted_at_ms / 1000, tz=dt.UTC)
+    when = iso_time(x.accepted_at_ms, timespec="milliseconds", zulu=False)
     return (
         f"{x.count} messages the broker deleted before they were tiered; the loss was "
-        f"accepted at {when.isoformat(timespec='milliseconds')} by writer {x.writer_id} "
+        f"accepted at {when} by writer {x.writer_id} "
         f"(lease epoch {x.lease_epoch})"
     )
 

@@ -42,8 +42,8 @@ import pyarrow.parquet as pq
 from tieredstore.findings import Severity
 from verifier import schemas
 from verifier.metrics_file import METRICS_FILE_NAME, write_metrics_file
+from verifier.outcome import Anomaly, QueueReport, VerificationResult
 from verifier.report_html import render_html
-from verifier.result import Anomaly, QueueReport, VerificationResult
 
 __all__ = [
     "REPORT_FORMAT_VERSION",

@@ -29,7 +29,7 @@ from html import escape
 from typing import Any, Final
 
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
-from verifier.result import VerificationResult
+from verifier.outcome import VerificationResult
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
 

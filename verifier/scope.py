@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 from tieredstore.findings import FindingKind
 from tieredstore.loss import LossRecord
 from tieredstore.provenance import QueueInit, RetentionMark, TieringRecord
+from verifier.outcome import Anomaly, QueueReport
 from verifier.readers import loss_detail
-from verifier.result import Anomaly, QueueReport
 
 __all__ = ["Requirements", "Span", "apply_requirements", "merge_spans"]
 

@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from tieredstore.archive import ARCHIVE_COLUMNS
+from tieredstore.archive_rows import ARCHIVE_COLUMNS
 from tieredstore.errors import ConfigError
 from tieredstore.manifest import Manifest
 from tieredstore.testing.settings import BROKER, CLUSTER

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from tests.test_reader import tier
 from tieredstore.backends import open_backend
-from tieredstore.cli import main
+from tieredstore.cli.main import main
 from tieredstore.clock import VirtualClock
 from tieredstore.export import (
     DICTIONARY_COLUMNS,

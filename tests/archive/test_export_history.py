@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 
-from dispatcher.runtime import open_runtime
 from tests.dispatcher.test_repair import T0, TOPIC, _diverge, _repair, _settings
 from tieredstore.backends import open_backend
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.export import ExportReport, ExportRequest, export_parquet
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 

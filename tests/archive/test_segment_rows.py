@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tieredstore.archive import SegmentSlice, TimeWindow
+from tieredstore.archive_rows import SegmentSlice, TimeWindow
+from tieredstore.cold_reader import ColdMessage, decode_messages
 from tieredstore.errors import CorruptDataError, CorruptRecordError
 from tieredstore.formats.record import (
     HEAD_DTYPE,
@@ -21,7 +22,6 @@ from tieredstore.formats.record import (
     SysFlag,
 )
 from tieredstore.manifest import Manifest
-from tieredstore.reader import ColdMessage, decode_messages
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, archive_row

@@ -13,8 +13,8 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
 from dispatcher.lease import Lease
+from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tieredstore.backends import S3Backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.s3 import UPLOAD_MARK, parse_s3_url, translate_s3_error

@@ -38,7 +38,7 @@ from tieredstore.formats.record import (
     body_crc,
 )
 from tieredstore.formats.tags import tags_code
-from tieredstore.hotstore import HotRange, HotStore, QueueKey
+from tieredstore.hot_store import HotRange, HotStore, QueueKey
 
 __all__ = [
     "HALF_TOPIC",

@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         prepare_toolchain,
     )
     from tests.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
-    from tieredstore.hotstore import HotStore
+    from tieredstore.hot_store import HotStore
 
     missing = missing_tools()
     if missing:

@@ -25,7 +25,7 @@ from tests.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.cli import main
+from tieredstore.cli.main import main
 
 ORDERS = "RestoreOrders"
 PAYMENTS = "RestorePayments"

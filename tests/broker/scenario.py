@@ -32,7 +32,7 @@ from tests.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 __all__ = ["BrokerRun", "now_ms", "run_scenario", "wait_for_clean_stop"]
 

@@ -39,9 +39,9 @@ from tests.broker.restore_scenario import (
 from tests.broker.scenario import now_ms, wait_for_clean_stop
 from tests.broker.traffic import ExpectedMessage
 from tieredstore.backends import open_backend
+from tieredstore.cold_reader import ColdReader
 from tieredstore.formats.msgid import decode_offset_msg_id
-from tieredstore.hotstore import HotStore
-from tieredstore.reader import ColdReader
+from tieredstore.hot_store import HotStore
 
 pytestmark = pytest.mark.broker
 

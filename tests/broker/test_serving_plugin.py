@@ -34,7 +34,7 @@ from tests.broker.harness import (
 from tests.broker.plugin import PLUGIN_CLASS, build_plugin
 from tests.broker.sidecar import LiveSidecar
 from tests.broker.traffic import ExpectedMessage, Kind, PlannedMessage, read_results, write_plan
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 pytestmark = pytest.mark.broker
 

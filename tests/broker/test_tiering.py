@@ -15,7 +15,7 @@ from tests.broker.traffic import Kind
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.config import SETTINGS
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 pytestmark = pytest.mark.broker
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 __all__ = ["PowerCut", "cut_power", "flushed_position"]
 

@@ -42,7 +42,7 @@ from tests.broker_durability.conftest import (
     Durability,
 )
 from tests.broker_durability.powercut import cut_power
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 
 pytestmark = pytest.mark.broker
 

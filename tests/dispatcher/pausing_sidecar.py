@@ -79,8 +79,8 @@ class SelfStop(ForwardingBackend):
 def main() -> None:
     point, nth, sep, *args = sys.argv[1:]
     assert point in POINTS and sep == "--", sys.argv
-    import dispatcher.runtime as runtime
-    from tieredstore.cli import main as cli_main
+    import tieredstore.cli.sidecar.runtime as runtime
+    from tieredstore.cli.main import main as cli_main
 
     opened = vars(runtime)["open_cold"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dispatcher.runtime import Runtime
+from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.clock import VirtualClock
 
 

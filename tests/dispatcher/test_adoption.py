@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.manifest import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable
 from pathlib import Path
 
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.clpass import GatherJob, Spooled, gather_segments
+from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.planner import Limits, SegmentPlan, plan_segment
 from tieredstore.digests import digest
 from tieredstore.errors import (
@@ -26,7 +26,7 @@ from tieredstore.errors import (
     StoreError,
     TieredStoreError,
 )
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.oracle import rewrite_records
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.config_backup import ConfigBackup
 from dispatcher.lease import Lease
-from dispatcher.runtime import open_runtime
+from dispatcher.maintenance.config_backup import ConfigBackup
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.configcopies import list_copies, pick_copy
 from tieredstore.errors import LeaseLostError

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from dispatcher.runtime import open_runtime
 from metadata.rows import QueueState
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 

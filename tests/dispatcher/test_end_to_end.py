@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
-from tieredstore.hotstore import HotStore
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for

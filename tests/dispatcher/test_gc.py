@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.background import renew_until
-from dispatcher.gc import GarbageKind, delete_garbage, scan_garbage
+from dispatcher.background_loops import renew_until
 from dispatcher.lease import Lease
-from dispatcher.runtime import open_runtime
+from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock, VirtualClock
 from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import (
     QueuePath,
     SegmentKind,

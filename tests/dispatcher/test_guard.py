@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from dispatcher.durability import CommitlogSyncer
-from dispatcher.runtime import open_runtime
 from tests.pagecache import cachestat, cachestat_available
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 

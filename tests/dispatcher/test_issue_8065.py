@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.maintenance.retention import DestroyQueue, ExpireSegment
 from dispatcher.planner import SegmentPlan
-from dispatcher.retention import DestroyQueue, ExpireSegment
-from dispatcher.runtime import Runtime, open_runtime
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

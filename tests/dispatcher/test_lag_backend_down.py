@@ -8,14 +8,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.retry import RetryPolicy
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import BackendUnavailableError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 

@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 
 from dispatcher.planner import SegmentPlan
-from dispatcher.runtime import open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
-from tieredstore.hotstore import HotStore
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

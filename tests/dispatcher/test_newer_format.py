@@ -18,8 +18,8 @@ import pytest
 
 from dispatcher import stopped_file
 from dispatcher.queue_status import collect, mark_stopped
-from dispatcher.runtime import open_runtime
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import ConfigError
 from tieredstore.layout import QueuePath, SegmentKind, object_key
 from tieredstore.synth import SynthSpec, synthesize

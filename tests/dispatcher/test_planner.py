@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.clpass import Spooled
+from dispatcher.commitlog_pass import Spooled
 from dispatcher.planner import (
     CutReason,
     HotDataLost,
@@ -19,10 +19,10 @@ from dispatcher.planner import (
     plan_segment,
     units_unchanged,
 )
-from dispatcher.rounds import _recheck_units
+from dispatcher.tiering_round import _recheck_units
 from metadata.rows import QueueRow, QueueState
 from tieredstore.errors import DivergedError, StoreError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 
 Q = QueueKey("SynthTopic0", 0)

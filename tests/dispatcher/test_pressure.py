@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
-from tieredstore.cli import main
+from dispatcher.retention_pressure import hot_oldest
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hotstore import HotStore
-from tieredstore.pressure import hot_oldest
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import location_args, settings_for
 

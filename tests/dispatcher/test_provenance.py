@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gc import delete_garbage, scan_garbage
 from dispatcher.lease import Lease
+from dispatcher.maintenance.gc import delete_garbage, scan_garbage
+from dispatcher.maintenance.retention import DeletionStep
 from dispatcher.provenance_writer import ProvenanceWriter
-from dispatcher.retention import DeletionStep
-from dispatcher.runtime import open_runtime
 from dispatcher.topic_filter import TopicFilter
 from metadata.reconcile import rebuild
 from metadata.rows import QueueRow, QueueState, SegmentRow
 from tests.dispatcher.test_retention_deletion import END, SPEC, H, _settings, _tier
 from tieredstore.backends.memory import MemoryBackend
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import (
     QueuePath,
     broker_prefix,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatcher.reload import LIVE_KEYS, apply_reload, plan_reload
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import SETTINGS
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for

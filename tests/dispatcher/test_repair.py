@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.repair import Agreement, execute_repair, plan_repair
-from dispatcher.runtime import Runtime, open_runtime
+from dispatcher.maintenance.repair import Agreement, execute_repair, plan_repair
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath
 from tieredstore.segment import read_segment
 from tieredstore.synth import SyntheticStore, SynthSpec, generate_messages, synthesize

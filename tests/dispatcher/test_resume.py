@@ -16,21 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gc import scan_garbage
-from dispatcher.runtime import open_runtime
+from dispatcher.maintenance.gc import scan_garbage
 from metadata.catalogue import Catalogue
 from metadata.reconcile import ReconcileReport, rebuild
 from metadata.rows import QueueState
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.options import BackendOptions
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold_reader import ColdReader
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath, loss_key
 from tieredstore.loss import LossRecord, list_loss_records, write_loss_record
-from tieredstore.reader import ColdReader
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for

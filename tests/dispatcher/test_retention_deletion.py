@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.retention import DeletionStep, ExpireSegment
-from dispatcher.runtime import Runtime, open_runtime
+from dispatcher.maintenance.retention import DeletionStep, ExpireSegment
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tests.dispatcher.retention_support import advance
 from tieredstore.backends import open_backend
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import Settings
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
 from tieredstore.manifest import FenceMarker
 from tieredstore.synth import SynthSpec, synthesize

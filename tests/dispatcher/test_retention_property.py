@@ -31,16 +31,16 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dispatcher.maintenance.retention import DeletionStep
 from dispatcher.planner import SegmentPlan
-from dispatcher.retention import DeletionStep
-from dispatcher.runtime import Runtime, open_runtime
 from metadata.catalogue import DB_NAME
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tests.dispatcher.retention_support import advance
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import Settings
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from tieredstore.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

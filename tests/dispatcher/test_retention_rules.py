@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.retention import (
+from dispatcher.maintenance.retention import (
     DestroyQueue,
     DestroyReason,
     ExpireSegment,
@@ -22,17 +22,17 @@ from dispatcher.retention import (
     QueueSnapshot,
     RetentionPolicy,
     format_age,
-    format_ms,
     plan_purge,
     plan_retention,
 )
-from dispatcher.runtime import open_runtime
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tests.dispatcher.retention_support import advance
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError
-from tieredstore.hotstore import HotRange, QueueKey
+from tieredstore.hot_store import HotRange, QueueKey
+from tieredstore.humanize import iso_time
 from tieredstore.layout import QueuePath
 from tieredstore.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.segments import chain
@@ -221,10 +221,11 @@ def test_a_decision_says_segment_queue_max_timestamp_age_and_why() -> None:
     assert isinstance(d, ExpireSegment)
     ts = NOW - round(73.5 * H)
     assert d.describe() == (
-        f"segment [0, 2) of queue T/3: max store timestamp {ts} ({format_ms(ts)}), "
+        f"segment [0, 2) of queue T/3: max store timestamp {ts} "
+        f"({iso_time(ts, timespec='milliseconds')}), "
         "age 73h30m00.000s, retention 72h00m00.000s: older than retention"
     )
-    assert format_ms(0) == "1970-01-01T00:00:00.000Z"
+    assert iso_time(0, timespec="milliseconds") == "1970-01-01T00:00:00.000Z"
     assert format_age(-1500) == "-0h00m01.500s"
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from dispatcher.planner import SegmentPlan
-from dispatcher.runtime import open_runtime
 from dispatcher.spool_room import SPOOL_RESERVE, RoundBudget, spool_room
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import SpoolTooSmallError
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.repair import execute_repair, plan_repair
-from dispatcher.retention import delete_segment
-from dispatcher.runtime import open_runtime
+from dispatcher.maintenance.repair import execute_repair, plan_repair
+from dispatcher.maintenance.retention import delete_segment
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
 from tieredstore.errors import CatalogueError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 

@@ -39,14 +39,14 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.gc import scan_garbage
 from dispatcher.lease import LeaseRecord
+from dispatcher.maintenance.gc import scan_garbage
 from tests.coldcheck import assert_cold_matches_hot
 from tests.dispatcher.pausing_sidecar import POINTS
 from tieredstore.backends import open_backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.errors import InvalidNameError, ObjectNotFoundError
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.synth import SynthSpec, synthesize
@@ -54,7 +54,7 @@ from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

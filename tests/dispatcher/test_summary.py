@@ -1,4 +1,4 @@
-"""The INFO summary line per interval (:mod:`dispatcher.summary`), on a virtual clock,
+"""The INFO summary line per interval (:mod:`tieredstore.cli.sidecar.summary`), on a virtual clock,
 and a live sidecar that logs it (and each queue's start-up line once)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.metrics import Metrics
-from dispatcher.summary import Summary, log_summaries
+from tieredstore.cli.sidecar.summary import Summary, log_summaries
 from tieredstore.clock import VirtualClock
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.sidecar import start

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.reload import apply_reload
-from dispatcher.runtime import open_runtime
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.cli.sidecar.reload import apply_reload
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
@@ -19,7 +19,7 @@ RATE = 64 << 10
 
 
 def _sample(rt: object, name: str, **labels: str) -> float:
-    from dispatcher.runtime import Runtime
+    from tieredstore.cli.sidecar.runtime import Runtime
 
     assert isinstance(rt, Runtime)
     value = rt.metrics.registry.get_sample_value(name, labels)

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tieredstore.errors import CorruptDataError
-from tieredstore.formats import fastjson
+from tieredstore.formats import fastjson_dialect
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_store" / "config"
 
@@ -17,7 +17,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_store" / "config
 def test_real_broker_output_reads_with_integer_keys() -> None:
     raw = (GOLDEN / "consumerOffset.json").read_bytes()
     assert b"{0:5,1:8" in raw  # what the broker wrote: not strict JSON
-    doc = fastjson.loads(raw)
+    doc = fastjson_dialect.loads(raw)
     ((name, offsets),) = doc["offsetTable"].items()
     assert name.startswith("TieredStoreRetrySource@GID_tieredstore_conformance_")
     assert offsets == {0: 5, 1: 8, 2: 9, 3: 8}
@@ -26,9 +26,9 @@ def test_real_broker_output_reads_with_integer_keys() -> None:
 
 
 def test_topics_json_reads_and_round_trips() -> None:
-    doc = fastjson.loads((GOLDEN / "topics.json").read_bytes())
+    doc = fastjson_dialect.loads((GOLDEN / "topics.json").read_bytes())
     assert doc["topicConfigTable"]["TieredStorePayments"]["readQueueNums"] == 4
-    assert fastjson.loads(fastjson.dumps(doc)) == doc
+    assert fastjson_dialect.loads(fastjson_dialect.dumps(doc)) == doc
 
 
 @pytest.mark.parametrize(
@@ -43,17 +43,17 @@ def test_topics_json_reads_and_round_trips() -> None:
     ],
 )  # fmt: skip
 def test_loads(text: str, value: object) -> None:
-    assert fastjson.loads(text) == value
+    assert fastjson_dialect.loads(text) == value
 
 
 @pytest.mark.parametrize("text", ["{0x1:2}", "{a:1}", '{"a":1} x', '{"a":}', '{"a" 1}', "[1,", ""])
 def test_bad_input_names_where(text: str) -> None:
     with pytest.raises(CorruptDataError, match=r"at line 1 \(char \d+\) \(f.json\)"):
-        fastjson.loads(text, where="f.json")
+        fastjson_dialect.loads(text, where="f.json")
 
 
 def test_dumps_writes_the_brokers_dialect() -> None:
-    out = fastjson.dumps({"offsetTable": {"t@g": {0: 5}}, "s": "ü"})
+    out = fastjson_dialect.dumps({"offsetTable": {"t@g": {0: 5}}, "s": "ü"})
     assert out == '{\n\t"offsetTable":{\n\t\t"t@g":{\n\t\t\t0:5\n\t\t}\n\t},\n\t"s":"ü"\n}'.encode()
 
 
@@ -67,4 +67,4 @@ _VALUES = st.recursive(
 
 @given(_VALUES)
 def test_round_trip(value: object) -> None:
-    assert fastjson.loads(fastjson.dumps(value)) == value
+    assert fastjson_dialect.loads(fastjson_dialect.dumps(value)) == value

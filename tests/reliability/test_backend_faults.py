@@ -14,19 +14,19 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.metrics import Metrics
-from dispatcher.runtime import Runtime, open_runtime
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.faults import FaultyBackend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
-from tieredstore.hotstore import HotStore
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.hot_store import HotStore
 from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 SPEC = SynthSpec(topics=2, queues=2, messages=1500, body_min=20, body_max=2000, seed=77)
 # Real (tiny) backoff on the real clock: these tests inject faults, not time.

@@ -26,7 +26,7 @@ from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from verifier.job import verify
-from verifier.model import Level, Verdict, VerifyOptions
+from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 CYCLES = 25
 LEASE = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s"}

@@ -21,7 +21,7 @@ from tieredstore.formats.checkpoint import Checkpoint
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.formats.record import MessageRecord, decode_record, probe_record
 from tieredstore.formats.topics import TopicConfig, decode_topics, encode_topics
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath, SegmentKind, object_key
 from tieredstore.manifest import read_manifest
 from tieredstore.segment import parse_cq_object, verify_segment

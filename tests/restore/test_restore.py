@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tests.restore.test_index import lookup
 from tieredstore.backends import open_backend
-from tieredstore.cli import main
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import (
     ColdDataError,
     DigestMismatchError,
     StoreError,
     StoreInUseError,
 )
-from tieredstore.formats import fastjson
+from tieredstore.formats import fastjson_dialect
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE, decode_record
-from tieredstore.hotstore import HotStore
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import FenceMarker
 from tieredstore.restore.check import check_restored
@@ -79,7 +79,7 @@ def tiered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     store, cold = root / "store", root / "cold"
     synthesize(store, SPEC)
     offsets = {"offsetTable": {"SynthTopic0@g1": {0: 10, 1: 5000}, "Gone@g2": {0: 9}}}
-    (store / "config" / "consumerOffset.json").write_bytes(fastjson.dumps(offsets))
+    (store / "config" / "consumerOffset.json").write_bytes(fastjson_dialect.dumps(offsets))
 
     async def tier() -> None:
         settings = settings_for(store, str(cold), root / "state", config_backup__enabled=True)
@@ -169,7 +169,7 @@ def test_config_is_restored_with_offsets_clamped(tiered: tuple[Path, Path], tmp_
     _restore(cold, out)
     topics = (out / "config" / "topics.json").read_bytes()
     assert topics == (store / "config" / "topics.json").read_bytes()  # byte for byte
-    offsets = fastjson.loads((out / "config" / "consumerOffset.json").read_bytes())
+    offsets = fastjson_dialect.loads((out / "config" / "consumerOffset.json").read_bytes())
     hot = HotStore(store)
     r0, r1 = (hot.queue_range("SynthTopic0", q) for q in (0, 1))
     # 10 is below queue 0's first restored offset (70); 5000 beyond queue 1's end;

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.runtime import open_runtime
 from tieredstore.backends import open_backend
-from tieredstore.hotstore import HotStore
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.hot_store import HotStore
 from tieredstore.layout import QueuePath, loss_key, parse_object_key
 from tieredstore.loss import LOSS_FORMAT_VERSION, LossRecord, write_loss_record
 from tieredstore.manifest import read_manifest

@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.cli import main as cli_main
+from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import Clock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from tieredstore.manifest import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
 from tieredstore.testing.settings import BROKER, CLUSTER
-from verifier.job import main as job_main
+from verifier.cli import main as job_main
 
 SPEC = SynthSpec(
     topics=3,

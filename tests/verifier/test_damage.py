@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import generate_messages
 from tieredstore.testing.coldimage import age, build
 from tieredstore.testing.settings import BROKER, CLUSTER
@@ -350,7 +350,7 @@ def test_manifest_missing_from_the_catalogue_is_drift(world: World, tmp_path: Pa
 
 
 def test_exit_code_3_when_the_run_cannot_start(world: World, tmp_path: Path) -> None:
-    from tieredstore.cli import main as cli_main
+    from tieredstore.cli.main import main as cli_main
 
     def run(*flags: str) -> int:
         base = ["verify", "--cluster", CLUSTER, "--broker", BROKER, "--out", str(tmp_path)]
@@ -374,8 +374,8 @@ def test_a_hot_queue_that_does_not_read_stops_the_run(hot_copy: World) -> None:
 
 def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession) -> None:
     from verifier import readers
-    from verifier.job import _one_line
-    from verifier.model import Level
+    from verifier.cli import _one_line
+    from verifier.vocabulary import Level
 
     work = spark.createDataFrame([], schema=schemas.SEGMENT_WORK).unionByName(
         spark.createDataFrame([_work_row(world)], schema=schemas.SEGMENT_WORK)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from tieredstore.hotstore import QueueKey
+from tieredstore.hot_store import QueueKey
 from tieredstore.layout import QueuePath, init_key, tiering_key
 from tieredstore.provenance import RetentionMark
 from tieredstore.testing.settings import BROKER, CLUSTER

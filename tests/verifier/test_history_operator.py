@@ -15,9 +15,9 @@ import pytest
 
 from tieredstore.findings import FindingKind
 from verifier.history import write_history
-from verifier.model import Level
+from verifier.outcome import Anomaly
 from verifier.report import write_reports
-from verifier.result import Anomaly
+from verifier.vocabulary import Level
 
 from .browser import browser_command, chromium, layout
 from .test_publish import _run

@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 
 from tests.dispatcher.test_resume import SPEC as LOSSY_SPEC
 from tests.dispatcher.test_resume import TOPIC, _lose_untiered_head
-from tieredstore.cli import main as cli_main
-from tieredstore.hotstore import QueueKey
+from tieredstore.cli.main import main as cli_main
+from tieredstore.hot_store import QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.loss import LossRecord
 from tieredstore.manifest import Manifest

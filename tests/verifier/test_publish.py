@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tieredstore.findings import FindingKind
 from tieredstore.humanize import human_bytes, human_seconds
+from verifier.cli import JobArgs, _publish
 from verifier.history import find_runs, write_history
-from verifier.job import JobArgs, _publish
+from verifier.outcome import Anomaly, VerificationResult
 from verifier.report import write_reports
-from verifier.result import Anomaly, VerificationResult
 
 from .test_report import _result
 
@@ -157,7 +157,7 @@ def test_human_units() -> None:
 def test_a_metrics_file_in_a_missing_directory_is_refused_before_spark_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from verifier.job import main
+    from verifier.cli import main
 
     code = main(
         ["--hot", str(tmp_path), "--cold", str(tmp_path), "--cluster", "C", "--broker", "B",

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tieredstore.testing.settings import BROKER, CLUSTER
-from verifier.job import SPARK_LOG_NAME, JobArgs, _output_to
+from verifier.cli import JobArgs
+from verifier.spark_session import SPARK_LOG_NAME, output_to
 
 from .conftest import World
 from .test_report import _result
@@ -88,7 +89,7 @@ def test_output_to_hands_a_child_the_log_and_gives_the_terminal_back(
         "-c",
         "import sys; print('child out'); print('child err', file=sys.stderr)",
     ]
-    with _output_to(log):
+    with output_to(log):
         subprocess.run(child, check=True)
     print("ours")
     captured = capfd.readouterr()

@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tieredstore.findings import FindingKind
-from tieredstore.hotstore import QueueKey
-from verifier.model import Level, VerifyOptions
+from tieredstore.hot_store import QueueKey
+from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.report import anomalies_table, report_document, write_reports
-from verifier.result import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.vocabulary import Level, VerifyOptions
 
 from .browser import browser_command, chromium, layout
 from .conftest import World

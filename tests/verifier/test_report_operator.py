@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tieredstore.findings import FindingKind
-from verifier.model import Level
+from verifier.outcome import Anomaly, VerificationResult
 from verifier.report import write_reports
-from verifier.result import Anomaly, VerificationResult
+from verifier.vocabulary import Level
 
 from .browser import browser_command, chromium, layout
 from .test_report import _result

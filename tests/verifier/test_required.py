@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.cli import main as cli_main
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.cli.main import main as cli_main
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath, broker_prefix, init_key
 from tieredstore.loss import LossRecord
 from tieredstore.provenance import QueueInit, RetentionMark

@@ -15,9 +15,9 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.cli import main as cli_main
+from tieredstore.cli.main import main as cli_main
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
 from tieredstore.testing.coldimage import write_fs
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket

@@ -7,11 +7,13 @@ import pytest
 
 from tieredstore.findings import FindingKind, Severity
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units, encode_units
-from tieredstore.hotread import HotCommitlog, gather, runs
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_commitlog import HotCommitlog, gather, runs
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import build
-from verifier.model import (
+from verifier.ranges import OffsetRange, mask_to_ranges
+from verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment
+from verifier.vocabulary import (
     VERIFIER_KINDS,
     LagAllowance,
     LagUnit,
@@ -19,8 +21,6 @@ from verifier.model import (
     parse_lag_allowance,
     verdict_of,
 )
-from verifier.ranges import OffsetRange, mask_to_ranges
-from verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment
 
 # -- ranges ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ current at ``--config-at`` (default: the newest) is written to ``<out>/config/``
   ``SCHEDULE_TOPIC_XXXX`` queue of that level (queue id = level - 1).
 
 A file whose offsets all fit is written byte for byte; otherwise in the broker's dialect
-(:mod:`tieredstore.formats.fastjson`), other fields unchanged.
+(:mod:`tieredstore.formats.fastjson_dialect`), other fields unchanged.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Final
 from tieredstore.backends.base import Backend
 from tieredstore.configcopies import list_copies, pick_copy
 from tieredstore.errors import CorruptDataError
-from tieredstore.formats import fastjson
+from tieredstore.formats import fastjson_dialect
 from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.layout import CONFIG_FILES
 from tieredstore.restore.journal import Journal, RestoreParams
@@ -60,7 +60,7 @@ def _table(doc: Any, name: str, where: str) -> dict[Any, Any]:
 
 def clamp_consumer_offsets(data: bytes, ranges: Ranges, *, where: str) -> bytes:
     """``consumerOffset.json`` with every offset inside its restored queue's range."""
-    doc = fastjson.loads(data, where=where)
+    doc = fastjson_dialect.loads(data, where=where)
     changed = False
     for name, offsets in _table(doc, "consumerOffset.json", where).items():
         topic = str(name).rsplit("@", 1)[0]
@@ -70,24 +70,24 @@ def clamp_consumer_offsets(data: bytes, ranges: Ranges, *, where: str) -> bytes:
             new = _clamp(offset, ranges.get((topic, int(qid)), (0, 0)))
             changed |= new != offset
             offsets[qid] = new
-    return fastjson.dumps(doc) if changed else data
+    return fastjson_dialect.dumps(doc) if changed else data
 
 
 def clamp_delay_offsets(data: bytes, ranges: Ranges, *, where: str) -> bytes:
     """``delayOffset.json`` with each level's offset inside its schedule queue's range."""
-    doc = fastjson.loads(data, where=where)
+    doc = fastjson_dialect.loads(data, where=where)
     table = _table(doc, "delayOffset.json", where)
     changed = False
     for level, offset in list(table.items()):
         new = _clamp(offset, ranges.get((SCHEDULE_TOPIC, int(level) - 1), (0, 0)))
         changed |= new != offset
         table[level] = new
-    return fastjson.dumps(doc) if changed else data
+    return fastjson_dialect.dumps(doc) if changed else data
 
 
 def widen_topics(data: bytes, ranges: Ranges, *, where: str) -> bytes:
     """``topics.json`` holding every restored queue (unchanged bytes if it already does)."""
-    doc = fastjson.loads(data, where=where)
+    doc = fastjson_dialect.loads(data, where=where)
     table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
     if not isinstance(table, dict):
         raise CorruptDataError("topics.json has no topicConfigTable object", where=where)
@@ -103,7 +103,7 @@ def widen_topics(data: bytes, ranges: Ranges, *, where: str) -> bytes:
             if not isinstance(entry.get(field), int) or entry[field] < n:
                 entry[field] = n
                 changed = True
-    return fastjson.dumps(doc) if changed else data
+    return fastjson_dialect.dumps(doc) if changed else data
 
 
 def _queue_counts(ranges: Ranges) -> dict[str, int]:

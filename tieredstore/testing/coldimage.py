@@ -16,7 +16,7 @@ from typing import Any
 
 import fsspec
 
-from tieredstore.hotstore import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath
 from tieredstore.manifest import Manifest
 from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord

@@ -1,6 +1,6 @@
 """The test oracle: the plain segment builder production output is compared with.
 
-The sidecar builds segments its own way, for speed: :mod:`dispatcher.clpass` gathers
+The sidecar builds segments its own way, for speed: :mod:`dispatcher.commitlog_pass` gathers
 many queues' records in one commitlog-order read and spools them, and
 :mod:`dispatcher.cold_writer` writes their units and manifest. This module builds the
 same segment the simple way, one queue at a time, all in memory, from the format's rules

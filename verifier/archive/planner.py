@@ -26,7 +26,7 @@ from typing import Any
 from fsspec.spec import AbstractFileSystem
 from pyspark.sql.datasource import InputPartition
 
-from tieredstore.archive import TimeWindow
+from tieredstore.archive_rows import TimeWindow
 from tieredstore.errors import ConfigError, InvalidNameError
 from tieredstore.layout import (
     ObjectKey,
@@ -39,7 +39,7 @@ from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stor
 from tieredstore.provenance import NotTieredError
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions
 from verifier.archive.pruning import Pruning
-from verifier.readers import ColdLocation, open_cold, require_tiered
+from verifier.readers import ColdLocation, open_cold_filesystem, require_tiered
 
 __all__ = ["SegmentPartition", "check_sources", "plan"]
 
@@ -78,7 +78,7 @@ def check_sources(options: ArchiveOptions) -> None:
     Raises:
         ConfigError: one line naming what is missing and what is there instead.
     """
-    fs, root = open_cold(options.cold)
+    fs, root = open_cold_filesystem(options.cold)
     cdir = cluster_dir(options.cluster)
     brokers = _dirs(fs, ColdLocation.path(root, cdir))
     if not brokers:
@@ -177,7 +177,7 @@ def plan(options: ArchiveOptions, pruning: Pruning) -> list[SegmentPartition]:
     """
     if not pruning.cluster.admits(options.cluster):
         return []
-    fs, root = open_cold(options.cold)
+    fs, root = open_cold_filesystem(options.cold)
     cdir = cluster_dir(options.cluster)
     brokers = options.brokers or tuple(_dirs(fs, ColdLocation.path(root, cdir)))
     keys: list[ObjectKey] = []

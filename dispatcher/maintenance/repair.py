@@ -1,0 +1,409 @@
+"""Repair of a DIVERGED queue: quarantine what the hot store disowns, truncate, resume.
+
+A queue goes DIVERGED when the broker no longer agrees with cold data already committed
+(it lost unflushed data and re-wrote offsets, or its max fell below the cold commit).
+``tieredstore repair`` then:
+
+1. **Compares** the catalogue's segments, oldest first, with the hot store, record by
+   record outside bytes [28, 36) (and each CQ unit's size and tagsCode). A segment is
+   kept only if every record it shares with the hot store agrees; offsets the broker
+   already deleted cannot be compared and are kept (nothing contradicts them). The
+   first segment that differs, reaches past the hot max, or cannot be read sets the
+   **cut**: the first queue offset to re-tier from hot.
+2. **Quarantines** (moves, never deletes) every segment at or after the cut — the
+   catalogue's, and any committed manifest there the catalogue never adopted — to
+   ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>`` (:func:`quarantine_key`).
+   Loss records (``LOSS/``: offsets accepted as lost by ``resume``) at or after the cut
+   describe a history the cut removes; they are quarantined the same way.
+3. **Truncates** the catalogue to the cut and sets the queue ACTIVE; the next tick
+   re-tiers from there.
+
+Crash safety of a move, for each segment (newest first, so the committed set in the
+bucket stays a contiguous prefix at every instant):
+
+* copy COMMIT_LOG, then CONSUME_QUEUE, then the MANIFEST (*last written*): a quarantined
+  manifest always has its objects beside it;
+* delete the original MANIFEST (*first deleted*: the segment is uncommitted before any
+  of its data goes), then CONSUME_QUEUE, then COMMIT_LOG.
+
+A crash therefore leaves each segment either still committed (its originals intact) or
+with a complete quarantined copy. The catalogue is changed only after every move, and
+the queue stays DIVERGED until then, so nothing tiers or adopts meanwhile (reconcile
+reports the catalogue rows whose manifest a move already took). Running repair again
+finishes the job: a segment whose manifest is gone is unreadable, so it is moved again
+— every original still present is copied (under the new stamp) before it is deleted,
+so nothing is ever deleted without a copy. An interrupted copy leaves partial evidence
+under the old stamp; quarantine is never cleaned automatically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dispatcher.lease import Lease
+from dispatcher.lease_guard import hold_lease
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow, QueueState, SegmentStatus
+from tieredstore.backends.base import Backend
+from tieredstore.clock import Clock
+from tieredstore.errors import (
+    CatalogueError,
+    ColdDataError,
+    ConfigError,
+    CorruptDataError,
+    DivergedError,
+    InvalidNameError,
+    ObjectNotFoundError,
+)
+from tieredstore.formats.record import same_outside_physical_offset
+from tieredstore.hot_store import HotRange, HotStore
+from tieredstore.layout import (
+    QueuePath,
+    SegmentKind,
+    kind_prefix,
+    loss_prefix,
+    parse_loss_key,
+    parse_object_key,
+    quarantine_key,
+    quarantine_loss_key,
+)
+from tieredstore.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.segment import verify_segment
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Agreement",
+    "Move",
+    "RepairPlan",
+    "RepairReport",
+    "SegmentCheck",
+    "check_segment",
+    "execute_repair",
+    "plan_repair",
+    "quarantine",
+]
+
+
+class Agreement(enum.Enum):
+    """How one cold segment compares with the hot store (named apart from the
+    verifier's whole-run :class:`verifier.vocabulary.Verdict`)."""
+
+    AGREES = "agrees with the hot store"
+    HOT_GONE = "the broker deleted these offsets; nothing contradicts cold (kept)"
+    HOT_SHORT = "reaches past the hot max offset"
+    DIFFERS = "differs from the hot store"
+    UNREADABLE = "its cold objects are missing or corrupt"
+
+    @property
+    def kept(self) -> bool:
+        return self in (Agreement.AGREES, Agreement.HOT_GONE)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentCheck:
+    """How one catalogue segment compares with the hot store."""
+
+    manifest: Manifest
+    agreement: Agreement
+    detail: str
+
+    def describe(self) -> str:
+        m = self.manifest
+        extra = f": {self.detail}" if self.detail else ""
+        return f"segment [{m.start_offset}, {m.end_offset}) {self.agreement.value}{extra}"
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One segment to quarantine. ``keys`` are its objects with the manifest last
+    (copied last, deleted first); ``why`` says how it was found. ``manifest`` is the
+    manifest's bytes as decided on: nothing of the move is deleted unless the manifest
+    key still holds exactly them (a stale catalogue never moves another writer's
+    segment); empty for a manifest that did not parse (moved alone, whatever it is)."""
+
+    start_offset: int
+    keys: tuple[str, ...]
+    why: str
+    manifest: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPlan:
+    """What repair will do to one queue; computing it changes nothing."""
+
+    row: QueueRow
+    hot: HotRange
+    checks: tuple[SegmentCheck, ...]
+    cut: int
+    moves: tuple[Move, ...]
+    #: Keys of loss records at or after the cut (quarantined after the segments).
+    losses: tuple[str, ...] = ()
+
+    def describe(self) -> list[str]:
+        q = f"{self.row.topic}/{self.row.queue_id}"
+        cold = f"[{self.row.cold_min}, {self.row.cold_commit})"
+        lines = [f"queue {q}: hot [{self.hot.min}, {self.hot.max}), cold {cold}"]
+        lines += [f"  {c.describe()}" for c in self.checks]
+        lines += [f"  quarantine segment at offset {m.start_offset} ({m.why})" for m in self.moves]
+        lines += [f"  quarantine loss record {k} (at or after the cut)" for k in self.losses]
+        lines.append(f"  truncate the catalogue to offset {self.cut} and resume tiering there")
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What repair did: the plan, the quarantine stamp, (original, copy) keys moved,
+    and the queue's row afterwards (ACTIVE, ``cold_commit == plan.cut``)."""
+
+    plan: RepairPlan
+    stamp_ms: int
+    moved: tuple[tuple[str, str], ...]
+    row: QueueRow
+
+
+# -- planning --------------------------------------------------------------------------
+async def plan_repair(
+    *,
+    hot: HotStore,
+    backend: Backend,
+    catalogue: Catalogue,
+    topic: str,
+    queue_id: int,
+) -> RepairPlan:
+    """Compare one DIVERGED queue with the hot store and decide the cut (read-only).
+
+    Raises:
+        ConfigError: unknown queue, or a queue that is not DIVERGED.
+        CatalogueError: a segment is still being deleted (start the sidecar or run
+            ``tieredstore expire`` first: they finish interrupted expiries).
+        DivergedError: the hot store ends below the cold data that would remain, so
+            truncation cannot help (the broker lost data cold already expired).
+    """
+    row = await asyncio.to_thread(catalogue.queues.get, topic, queue_id)
+    if row is None:
+        raise ConfigError(f"the catalogue has no queue {topic}/{queue_id}")
+    if row.state is not QueueState.DIVERGED:
+        raise ConfigError(f"queue {row} is {row.state.value}, not DIVERGED: nothing to repair")
+    segments = await asyncio.to_thread(catalogue.segments.of, topic, queue_id)
+    if any(s.status is SegmentStatus.DELETING for s in segments):
+        raise CatalogueError(
+            "a segment of the queue is still being deleted; finish the expiry first "
+            "(start the sidecar, or run tieredstore expire)",
+            where=f"{catalogue.path} queue {row}",
+        )
+    rng = await asyncio.to_thread(hot.queue_range, topic, queue_id)
+    checks: list[SegmentCheck] = []
+    cut = row.cold_commit
+    for seg in segments:
+        check = await check_segment(seg.manifest, hot, backend, rng)
+        checks.append(check)
+        if not check.agreement.kept:
+            cut = seg.start_offset
+            break
+    if rng.max < cut:
+        raise DivergedError(
+            f"the hot store ends at offset {rng.max}, below the cold data that agrees with "
+            f"it (up to {cut}): the broker lost data cold no longer holds; truncation "
+            "cannot repair this queue",
+            where=f"queue {row}",
+        )
+    moves = [_catalogue_move(s.manifest) for s in segments if s.start_offset >= cut]
+    known = {s.start_offset for s in segments}
+    moves += await _stray_moves(backend, catalogue, row, cut, known, hot=hot, rng=rng)
+    moves.sort(key=lambda m: m.start_offset, reverse=True)  # newest first
+    losses = await _losses_after(backend, QueuePath(catalogue.cluster, catalogue.broker,
+                                                    topic, queue_id), cut)  # fmt: skip
+    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves), losses)
+
+
+async def _losses_after(backend: Backend, queue: QueuePath, cut: int) -> tuple[str, ...]:
+    """Keys of the queue's loss records starting at or after ``cut`` (a malformed name
+    in ``LOSS/`` is left alone: reconcile reports it)."""
+    keys = []
+    for info in await backend.list(loss_prefix(queue) + "/"):
+        try:
+            if parse_loss_key(info.key).start_offset >= cut:
+                keys.append(info.key)
+        except InvalidNameError:
+            continue
+    return tuple(sorted(keys, reverse=True))
+
+
+def _catalogue_move(m: Manifest) -> Move:
+    """Quarantine a catalogue segment, if its key still holds this very manifest."""
+    return Move(m.start_offset, _segment_keys(m), "catalogue segment at or after the cut",
+                m.to_json())  # fmt: skip
+
+
+def _segment_keys(m: Manifest) -> tuple[str, ...]:
+    return (m.commit_log_key, m.consume_queue_key, m.key)
+
+
+async def check_segment(
+    m: Manifest, hot: HotStore, backend: Backend, rng: HotRange
+) -> SegmentCheck:
+    """Compare one committed segment with the hot store: its objects are read and
+    fully verified (sizes, digests, CQ pointers), then every record the hot store still
+    holds is compared outside bytes [28, 36), with each unit's size and tagsCode."""
+    if m.end_offset > rng.max:
+        return SegmentCheck(m, Agreement.HOT_SHORT, f"hot max offset is {rng.max}")
+    lo = max(m.start_offset, rng.min)
+    if lo >= m.end_offset:
+        return SegmentCheck(m, Agreement.HOT_GONE, f"hot min offset is {rng.min}")
+    try:
+        cl = await backend.read(m.commit_log_key)
+        cq = await backend.read(m.consume_queue_key)
+        units = verify_segment(m, cl, cq, where=backend.url)
+    except (ColdDataError, CorruptDataError) as exc:
+        return SegmentCheck(m, Agreement.UNREADABLE, str(exc))
+    hot_units = await asyncio.to_thread(hot.read_units, m.topic, m.queue_id, lo, m.end_offset)
+    cold_units = units[lo - m.start_offset :]
+    for field in ("size", "tags_code"):
+        bad = (cold_units[field] != hot_units[field]).nonzero()[0]
+        if bad.size:
+            return SegmentCheck(
+                m, Agreement.DIFFERS, f"CQ {field} differs at queue offset {lo + int(bad[0])}"
+            )
+    records = await asyncio.to_thread(
+        hot.read_records_bytes, hot_units["commitlog_offset"], hot_units["size"]
+    )
+    for i, record in enumerate(records):
+        pos = int(cold_units["commitlog_offset"][i]) - m.cl_base
+        if not same_outside_physical_offset(record, cl[pos : pos + len(record)]):
+            return SegmentCheck(m, Agreement.DIFFERS, f"record differs at queue offset {lo + i}")
+    return SegmentCheck(m, Agreement.AGREES, "")
+
+
+async def _stray_moves(
+    backend: Backend,
+    catalogue: Catalogue,
+    row: QueueRow,
+    cut: int,
+    known: set[int],
+    *,
+    hot: HotStore,
+    rng: HotRange,
+) -> list[Move]:
+    """Committed manifests at or after the cut that the catalogue never adopted and
+    that the hot store disowns.
+
+    Each is compared with the hot store like the catalogue's own segments: one that
+    agrees is kept (another writer tiered it from this very hot store — e.g. the
+    catalogue is a stale copy — and reconcile adopts it), one that differs is moved. A
+    manifest that does not parse is moved alone (the names of its data objects cannot
+    be known; GC collects them). Fence markers are left: they are no segment.
+    """
+    queue = QueuePath(catalogue.cluster, catalogue.broker, row.topic, row.queue_id)
+    out: list[Move] = []
+    for info in await backend.list(kind_prefix(queue, SegmentKind.MANIFEST) + "/"):
+        try:
+            start = parse_object_key(info.key).base_offset
+        except InvalidNameError:
+            continue  # not a manifest of ours; reconcile reports it
+        if start < cut or start in known:
+            continue
+        try:
+            data = await backend.read(info.key)
+            m = read_stored(data, info.key)
+        except ObjectNotFoundError:
+            continue
+        except ColdDataError:
+            out.append(Move(start, (info.key,), "unparseable manifest after the cut"))
+            continue
+        if isinstance(m, FenceMarker):
+            continue  # no segment here: GC's fence stays (it fences stale writers)
+        if (await check_segment(m, hot, backend, rng)).agreement.kept:
+            continue
+        out.append(
+            Move(start, _segment_keys(m), "manifest after the cut the catalogue lacks", data)
+        )
+    return out
+
+
+# -- execution -------------------------------------------------------------------------
+async def execute_repair(
+    plan: RepairPlan,
+    *,
+    backend: Backend,
+    catalogue: Catalogue,
+    lease: Lease,
+    clock: Clock,
+) -> RepairReport:
+    """Quarantine ``plan.moves``, truncate the catalogue to ``plan.cut``, set ACTIVE.
+
+    Holds the lease before each move and before the catalogue changes (LeaseLostError
+    stops it; running repair again finishes the job, see the module docstring).
+    """
+    stamp = clock.now_ms()
+    moved: list[tuple[str, str]] = []
+    for move in plan.moves:
+        moved += await quarantine(move, backend=backend, lease=lease, stamp=stamp)
+    for key in plan.losses:
+        moved += await _quarantine_loss(key, backend=backend, lease=lease, stamp=stamp)
+    await hold_lease(lease)
+    topic, queue_id = plan.row.topic, plan.row.queue_id
+    await asyncio.to_thread(catalogue.segments.truncate, topic, queue_id, plan.cut)
+    row = await asyncio.to_thread(catalogue.queues.set_state, topic, queue_id, QueueState.ACTIVE)
+    return RepairReport(plan, stamp, tuple(moved), row)
+
+
+async def quarantine(
+    move: Move, *, backend: Backend, lease: Lease, stamp: int
+) -> Sequence[tuple[str, str]]:
+    """Copy the segment's objects (manifest last), then delete them (manifest first).
+
+    Right before the deletes, the manifest key is read again: unless it still holds
+    ``move.manifest`` (when given), nothing is deleted (the copies stay as evidence) and
+    the move is reported skipped in the log — the segment there is not the one decided
+    about (another writer's, e.g. judged by a stale catalogue).
+    """
+    await hold_lease(lease)
+    copied: list[tuple[str, str]] = []
+    for key in move.keys:
+        try:
+            data = await backend.read(key)
+        except ObjectNotFoundError:
+            continue  # moved by an interrupted earlier repair, or never written
+        target = quarantine_key(parse_object_key(key), stamp_ms=stamp)
+        await backend.write(target, data)
+        copied.append((key, target))
+    await hold_lease(lease)
+    if move.manifest and not await _still_there(backend, move.keys[-1], move.manifest):
+        log.warning(
+            "not quarantining the segment at %s: the manifest there is not the one repair "
+            "decided about (another writer's); left in place",
+            move.keys[-1],
+        )
+        return ()
+    for key in reversed(move.keys):
+        await backend.delete(key)
+    return copied
+
+
+async def _still_there(backend: Backend, key: str, expected: bytes) -> bool:
+    """Whether ``key`` holds ``expected`` (absent counts: there is nothing to protect)."""
+    try:
+        return await backend.read(key) == expected
+    except ObjectNotFoundError:
+        return True
+
+
+async def _quarantine_loss(
+    key: str, *, backend: Backend, lease: Lease, stamp: int
+) -> Sequence[tuple[str, str]]:
+    """Copy one loss record to the quarantine, then delete it."""
+    await hold_lease(lease)
+    try:
+        data = await backend.read(key)
+    except ObjectNotFoundError:
+        return ()  # moved by an interrupted earlier repair
+    target = quarantine_loss_key(parse_loss_key(key), stamp_ms=stamp)
+    await backend.write(target, data)
+    await hold_lease(lease)
+    await backend.delete(key)
+    return ((key, target),)

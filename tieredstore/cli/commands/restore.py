@@ -1,0 +1,232 @@
+"""``tieredstore restore``: rebuild a broker store from the cold store (disaster recovery).
+
+Reads only the cold store (manifests name every object); writes ``--out``, which must be
+empty (or an interrupted restore with the same flags, which resumes). ``--check``
+verifies a restored store against the cold messages it was built from instead.
+
+The store geometry must match the broker that will boot on it: ``--commitlog-file-size``
+= ``mappedFileSizeCommitLog``, ``--consume-queue-file-size`` =
+``mappedFileSizeConsumeQueue`` (rounded up to a multiple of 20, as the broker does),
+``--index-hash-slots`` / ``--index-max-entries`` = ``maxHashSlotNum`` / ``maxIndexNum``.
+The defaults are RocketMQ's. See docs/restore.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from tieredstore.backends import open_cold
+from tieredstore.cli.commands._settings import (
+    add_settings_arguments,
+    parse_time,
+    positive_int,
+    settings_from_args,
+)
+from tieredstore.config import Settings, parse_size
+from tieredstore.errors import ConfigError
+from tieredstore.logs import before_each_line, configure_logging
+from tieredstore.provenance import find_tiered_prefix
+from tieredstore.restore.check import check_restored
+from tieredstore.restore.journal import RestoreParams
+from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
+
+log = logging.getLogger("tieredstore.restore")
+
+_CQ_UNIT = 20
+
+
+def _size(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_settings_arguments(p, store=False)
+    p.add_argument("--out", type=Path, required=True, help="store directory to write (empty)")
+    p.add_argument(
+        "--topics",
+        nargs="+",
+        default=[],
+        metavar="GLOB",
+        help="only topics matching these globs (default: all)",
+    )
+    p.add_argument("--since", type=parse_time, help="first store time (epoch ms or ISO-8601)")
+    p.add_argument("--until", type=parse_time, help="last store time (epoch ms or ISO-8601)")
+    _broker_geometry_arguments(p)
+    _config_arguments(p)
+    p.add_argument(
+        "--batch-bytes",
+        type=_size,
+        default=8 << 20,
+        help="commitlog bytes read per chunk (bounds memory; default 8M)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="verify the store in --out against the cold messages it was built from",
+    )
+    p.add_argument(
+        "--progress",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="progress line on stderr (auto: only on a TTY)",
+    )
+
+
+def _broker_geometry_arguments(p: argparse.ArgumentParser) -> None:
+    """The file sizes and index sizes of the broker the store is restored for."""
+    p.add_argument(
+        "--commitlog-file-size",
+        type=_size,
+        default=1 << 30,
+        help="the broker's mappedFileSizeCommitLog (default 1G)",
+    )
+    p.add_argument(
+        "--consume-queue-file-size",
+        type=_size,
+        default=300_000 * _CQ_UNIT,
+        help="the broker's mappedFileSizeConsumeQueue (default 6000000)",
+    )
+    p.add_argument(
+        "--index-hash-slots",
+        type=positive_int,
+        default=5_000_000,
+        help="the broker's maxHashSlotNum (default 5000000)",
+    )
+    p.add_argument(
+        "--index-max-entries",
+        type=positive_int,
+        default=20_000_000,
+        help="the broker's maxIndexNum (default 20000000)",
+    )
+    p.add_argument(
+        "--no-index",
+        action="store_true",
+        help="do not write index files (queryMsgByKey finds no restored message)",
+    )
+
+
+def _config_arguments(p: argparse.ArgumentParser) -> None:
+    """Which backed-up broker config files are restored."""
+    p.add_argument(
+        "--config-at",
+        type=parse_time,
+        help="restore the config copies current at this time (default: latest)",
+    )
+    p.add_argument(
+        "--no-config",
+        action="store_true",
+        help="do not restore backed-up config/ files (topics.json is generated)",
+    )
+
+
+def _params(settings: Settings, args: argparse.Namespace) -> RestoreParams:
+    if args.since is not None and args.until is not None and args.since > args.until:
+        raise ConfigError(f"--since {args.since} is after --until {args.until}")
+    cq = -(-args.consume_queue_file_size // _CQ_UNIT) * _CQ_UNIT  # the broker rounds up
+    return RestoreParams(
+        cold_url=settings.cold_url_redacted,
+        cluster=settings.cluster,
+        broker=settings.broker,
+        topics=tuple(args.topics),
+        since=args.since,
+        until=args.until,
+        commitlog_file_size=args.commitlog_file_size,
+        cq_file_size=cq,
+        index_hash_slots=args.index_hash_slots,
+        index_max_entries=args.index_max_entries,
+        write_index=not args.no_index,
+        restore_config=not args.no_config,
+        config_at=args.config_at,
+    )
+
+
+class _ProgressLine:
+    """One rewritten stderr line: segments, messages, MB and rate."""
+
+    def __init__(self, enabled: bool, stream: TextIO) -> None:
+        self.enabled = enabled
+        self.stream = stream
+        self.started = time.monotonic()
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, p: RestoreProgress) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.25:
+            return
+        self.last = now
+        mb = p.bytes / 1e6
+        self.stream.write(
+            f"\rrestored {p.segments:,}/{p.segments_total:,} segments, {p.messages:,} messages, "
+            f"{mb:,.1f}/{p.bytes_total / 1e6:,.1f} MB ({mb / max(now - self.started, 1e-9):,.1f}"
+            " MB/s)"
+        )
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        """End the line (if drawn); also before every log line (``before_each_line``)."""
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = False
+
+
+def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
+    verb = "resumed and restored" if report.resumed else "restored"
+    for line in report.losses:
+        out.write(line + "\n")
+    out.write(
+        f"{verb} {report.messages:,} messages of {report.queues} queues into {report.out} "
+        f"({report.bytes / 1e6:,.1f} MB in {seconds:.1f} s); commitlog "
+        f"[{report.commitlog_base}, {report.commitlog_end}), {report.index_files} index files "
+        f"({report.index_entries:,} keys), config: {', '.join(report.configs) or 'none'}\n"
+    )
+
+
+async def _restore(settings: Settings, args: argparse.Namespace, progress: bool) -> int:
+    params = _params(settings, args)
+    async with open_cold(settings) as backend:
+        # Before anything is written: a wrong prefix leaves no --out behind.
+        await find_tiered_prefix(
+            backend, settings.cluster, settings.broker,
+            where=settings.cold_url_redacted, require_record=False,
+        )  # fmt: skip
+        if args.check:
+            result = await check_restored(
+                backend, args.out, batch_bytes=args.batch_bytes, source=params
+            )
+            sys.stdout.write(result.describe() + "\n")
+            return 0 if result.ok else 2
+        line = _ProgressLine(progress, sys.stderr)
+        unhook = before_each_line(line.close)
+        started = time.monotonic()
+        try:
+            report = await Restorer(
+                backend, params, args.out, batch_bytes=args.batch_bytes, on_progress=line
+            ).run()
+        finally:
+            unhook()
+            line.close()
+        _print_report(report, time.monotonic() - started, sys.stdout)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    # restore needs only the cold store: no broker store, no state dir.
+    settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
+    configure_logging(settings.log.format, settings.log.level)
+    progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
+    return asyncio.run(_restore(settings, args, progress))

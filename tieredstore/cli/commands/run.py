@@ -1,0 +1,319 @@
+"""``tieredstore run``: the sidecar. ``--once`` = one catch-up pass, then exit.
+
+``--once`` exits 0 only when everything is tiered that may be: it exits 1 when a queue
+diverged, lost hot data or failed during the pass, and also while any queue is PAUSED
+(offsets lost before tiering, waiting for ``tieredstore resume``) or DIVERGED (waiting
+for ``tieredstore repair``) from an earlier run — such a queue is no longer tiered, so
+"done" would be a lie.
+
+Lifecycle of the long-running mode:
+
+* start: settings are validated and the cold store is probed (one listing of the
+  lease key): a bad setting, a missing store, an unwritable state dir or an
+  unreachable cold store each end the command with one line and exit 3;
+* the HTTP API (``http.enabled``: health, metrics) and the read API (``reads.enabled``:
+  message contents, the broker plugin's reads) start before the lease is acquired, each
+  on its own listener, so ``/healthz`` answers 503 "starting" while the sidecar waits for
+  the lease and a standby sidecar serves reads; the log lines ``HTTP API listening on
+  http://HOST:PORT`` and ``read API listening on http://HOST:PORT`` give the real ports;
+* ``SIGTERM``/``SIGINT``: no new segment starts, segments in flight get
+  ``shutdown.deadline`` seconds to commit (else they are abandoned: uncommitted objects
+  are never read), the lease is released, exit 0. ``--once`` stops the same way but
+  exits 130 (SIGINT) or 143 (SIGTERM) with one line saying the pass did not finish;
+* ``SIGHUP``: the config file and environment are read again; the settings that can
+  change live are applied, the others are logged as needing a restart
+  (:mod:`tieredstore.cli.sidecar.reload`). A reload that does not validate changes nothing.
+
+``--once`` never serves HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+from metadata.rows import QueueState
+from tieredstore.backends import open_cold
+from tieredstore.backends.retry import RetryPolicy
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.http import HttpServer, build_app
+from tieredstore.cli.sidecar.progress import ProgressLine
+from tieredstore.cli.sidecar.read_api import build_read_app
+from tieredstore.cli.sidecar.reload import apply_reload
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.cli.sidecar.summary import log_summaries
+from tieredstore.config import Settings
+from tieredstore.errors import BackendError, ConfigError, RetryableError
+from tieredstore.layout import lease_key
+from tieredstore.logs import before_each_line, configure_logging
+
+log = logging.getLogger("tieredstore.run")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_settings_arguments(p)
+    p.add_argument("--once", action="store_true", help="one catch-up pass, then exit")
+    p.add_argument("--init-policy", help="earliest | latest | timestamp:<ms> [tiering.init_policy]")
+    p.add_argument("--guard", choices=["sync", "checkpoint", "none"], help="[tiering.guard]")
+    p.add_argument("--no-wait", action="store_true", help="exit if another sidecar holds the lease")
+    p.add_argument(
+        "--progress",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="progress line on stderr (auto: only on a TTY)",
+    )
+
+
+async def check_cold_store(settings: Settings) -> None:
+    """Probe the cold store once (a listing of the lease key, with a few quick retries).
+
+    Raises ConfigError naming ``cold.url`` when it cannot be reached or refuses us
+    (no such bucket, access denied), so a misconfigured sidecar stops at start.
+    """
+    policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
+    where = f"cold.url={settings.redacted()['cold.url']}"
+    backend = open_cold(settings, retry=policy)
+    try:
+        await backend.list(lease_key(settings.cluster, settings.broker))
+    except (RetryableError, BackendError) as exc:
+        raise ConfigError(f"cold store is unreachable: {exc}", where=where) from exc
+    finally:
+        await backend.close()
+
+
+class _Reloader:
+    """Re-reads the settings on SIGHUP and applies what can change live."""
+
+    def __init__(self, rt: Runtime, load: Callable[[], Settings]) -> None:
+        self.rt = rt
+        self.load = load
+        self._task: asyncio.Task[None] | None = None
+
+    def request(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._reload(), name="config reload")
+
+    async def _reload(self) -> None:
+        log.info("SIGHUP: reloading the configuration")
+        try:
+            new = await asyncio.to_thread(self.load)
+        except ConfigError as exc:
+            log.error("config reload refused, keeping the running settings: %s", exc)
+            return
+        plan = apply_reload(self.rt, new)
+        if {"log.level", "log.format"} & set(plan.applied):
+            configure_logging(plan.settings.log.format, plan.settings.log.level)
+        if not plan.changed:
+            log.info("config reload: nothing changed")
+        shown, running = new.redacted(), plan.settings.redacted()  # no URL userinfo in logs
+        for key in plan.applied:
+            log.info("config reload: %s = %r applied", key, running[key])
+        for key in plan.needs_restart:
+            log.warning(
+                "config reload: %s changed to %r but needs a restart; still %r",
+                key,
+                shown[key],
+                running[key],
+            )
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def _serve_http(rt: Runtime) -> list[HttpServer]:
+    """Start the listeners the settings enable (closed by the caller, also on failure)."""
+    servers: list[HttpServer] = []
+    try:
+        if rt.settings.http.enabled:
+            ops = HttpServer(build_app(rt), bind=rt.settings.http.bind, port=rt.settings.http.port)
+            await ops.start()
+            servers.append(ops)
+            log.info("HTTP API listening on %s", ops.url)
+        if rt.settings.reads.enabled:
+            reads = HttpServer(
+                build_read_app(rt),
+                bind=rt.settings.reads.bind,
+                port=rt.settings.reads.port,
+                where="reads.bind/reads.port",
+            )
+            await reads.start()
+            servers.append(reads)
+            log.info("read API listening on %s", reads.url)
+    except BaseException:
+        for server in servers:
+            await server.close()
+        raise
+    return servers
+
+
+class _Stopper:
+    """The SIGTERM/SIGINT handler: stop the dispatcher, or stop waiting for the lease."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.requested = False
+        self.signal: signal.Signals | None = None
+        self._starting: asyncio.Task[None] | None = None
+
+    def __call__(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        log.info("stop requested (%s)", signum.name)
+        self.requested = True
+        self.signal = self.signal or signum
+        self.rt.dispatcher.stop()
+        if self._starting is not None:
+            self._starting.cancel()
+
+    def interrupted(self) -> int:
+        """The exit code of a ``--once`` pass a signal stopped: 128 + the signal."""
+        return 128 + int(self.signal or signal.SIGTERM)
+
+    async def start(self) -> bool:
+        """Start the dispatcher (waiting for the lease if so configured).
+
+        Returns False when a stop was requested before the lease was held.
+        """
+        if self.requested:
+            return False
+        wait = bool(self.rt.settings.lease.wait)
+        self._starting = asyncio.create_task(self.rt.dispatcher.start(wait_for_lease=wait))
+        try:
+            await self._starting
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not self.requested or (current is not None and current.cancelling()):
+                raise
+            log.info("stopped before the writer lease was acquired")
+            return False
+        finally:
+            self._starting = None
+        return True
+
+
+async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settings]) -> int:
+    loop = asyncio.get_running_loop()
+    reloader = _Reloader(rt, load)
+    servers: list[HttpServer] = []
+    loop.add_signal_handler(signal.SIGHUP, reloader.request)
+    try:
+        servers = await _serve_http(rt)
+        if await stopper.start():
+            await rt.dispatcher.run(shutdown_deadline=rt.settings.shutdown.deadline)
+        log.info("stopped")
+        return 0
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+        await reloader.close()
+        for server in servers:
+            await server.close()
+
+
+async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None]) -> int:
+    if not await stopper.start():
+        bar_close()
+        return stopper.interrupted()
+    report = await rt.dispatcher.catch_up(shutdown_deadline=rt.settings.shutdown.deadline)
+    bar_close()
+    if report.interrupted:
+        log.warning(
+            "catch-up stopped: %d segments, %d messages, %d bytes committed before the stop",
+            report.segments,
+            report.messages,
+            report.bytes,
+        )
+        return stopper.interrupted()
+    log.info(
+        "catch-up done: %d segments, %d messages, %d bytes",
+        report.segments,
+        report.messages,
+        report.bytes,
+    )
+    if report.diverged or report.lost or report.errors:
+        log.error(
+            "catch-up incomplete: %d queues diverged, %d lost hot data, %d errors",
+            len(report.diverged),
+            len(report.lost),
+            len(report.errors),
+        )
+        return 1
+    return _stopped_queues(rt)
+
+
+def _stopped_queues(rt: Runtime) -> int:
+    """1 (and one log line each) when a queue is PAUSED or DIVERGED, else 0."""
+    fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
+    stopped = [r for r in rt.catalogue.queues.all() if r.state in fix]
+    for row in stopped:
+        extra = " --accept-loss" if row.state is QueueState.PAUSED else ""
+        log.error(
+            "queue %s is %s and not tiered; run `tieredstore %s --topic %s --queue %d%s`",
+            row, row.state.value, fix[row.state], row.topic, row.queue_id, extra,
+        )  # fmt: skip
+    return 1 if stopped else 0
+
+
+async def _serve(
+    settings: Settings, *, once: bool, progress: bool, load: Callable[[], Settings]
+) -> int:
+    await check_cold_store(settings)
+    bar = ProgressLine(enabled=progress)
+    unhook = before_each_line(bar.close)
+    try:
+        return await _serve_runtime(settings, once=once, bar=bar, load=load)
+    finally:
+        unhook()
+        bar.close()
+
+
+async def _serve_runtime(
+    settings: Settings, *, once: bool, bar: ProgressLine, load: Callable[[], Settings]
+) -> int:
+    async with open_runtime(settings, on_segment=bar.update) as rt:
+        # Everything built so far (imported modules, the runtime) lives as long as the
+        # process: keep it out of the cyclic collector's full passes, which otherwise
+        # walk it every few thousand allocations of the tiering pass.
+        gc.freeze()
+        loop = asyncio.get_running_loop()
+        stopper = _Stopper(rt)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopper, sig)
+        summaries = asyncio.create_task(
+            log_summaries(rt.metrics, rt.dispatcher.clock, settings.log.summary_interval)
+        )
+        try:
+            if once:
+                return await _catch_up(rt, stopper, bar.close)
+            return await _run_forever(rt, stopper, load)
+        finally:
+            summaries.cancel()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+
+def run(args: argparse.Namespace) -> int:
+    def load() -> Settings:
+        return settings_from_args(
+            args,
+            extra={
+                "tiering.init_policy": args.init_policy,
+                "tiering.guard": args.guard,
+                "lease.wait": False if args.no_wait else None,
+            },
+        )
+
+    settings = load()
+    configure_logging(settings.log.format, settings.log.level)
+    progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
+    code = asyncio.run(_serve(settings, once=args.once, progress=progress, load=load))
+    if code > 128:  # said last, after the lease is released and the runtime closed
+        print(
+            f"tieredstore run: interrupted by {signal.Signals(code - 128).name} before the "
+            "catch-up finished; committed segments are kept, run again to tier the rest",
+            file=sys.stderr,
+        )
+    return code

@@ -1,0 +1,225 @@
+"""``tieredstore status``: per queue hot min/max, cold min/commit, lag, state, losses and
+retention headroom.
+
+Reads the broker store and the catalogue (read-only, so it works next to a running
+sidecar); it never contacts the cold store. The table starts with a one-line health
+summary (:func:`health_line`). ``--watch`` redraws it in place every ``--interval``
+until Ctrl-C (on a terminal; piped, it prints one frame after another).
+
+Columns beyond the offsets and lag (JSON field names in brackets):
+
+* ``room MB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
+  broker holds before the queue's oldest untiered message — what its retention deletes
+  before it deletes that message (:mod:`dispatcher.retention_pressure`). ``-`` (JSON null) when
+  nothing is untiered; 0 when the message is already gone.
+* ``lost`` [``lost_unacknowledged`` + ``lost_accepted``]: messages the broker deleted
+  before they were tiered — not yet accepted (the queue is PAUSED; ``tieredstore resume
+  --accept-loss``), and accepted by resume (loss records in cold, listed in ``losses``).
+  The text shows ``<unacknowledged>!`` or the accepted count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Final, TextIO
+
+from dispatcher.queue_status import QueueStatus, collect
+from metadata.catalogue import Catalogue
+from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
+from tieredstore.clock import Clock, SystemClock
+from tieredstore.config import parse_duration
+from tieredstore.errors import ConfigError
+from tieredstore.hot_store import HotStore
+from tieredstore.humanize import human_bytes, human_seconds, iso_time
+
+#: Cursor home and clear screen: the next frame replaces the last one.
+CLEAR: Final = "\x1b[H\x1b[2J"
+_STATES: Final = ("DIVERGED", "PAUSED", "ACTIVE", "DELETED")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_settings_arguments(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--watch", action="store_true", help="refresh in place every --interval until Ctrl-C"
+    )
+    p.add_argument("--interval", default="2s", help="--watch refresh period (default 2s)")
+    p.add_argument("--topic", metavar="GLOB", help="show only topics matching GLOB (e.g. 'Order*')")
+    p.add_argument(
+        "--problems",
+        action="store_true",
+        help="show only DIVERGED or PAUSED queues, unacknowledged losses and queues with notes",
+    )
+
+
+def health(statuses: Sequence[QueueStatus]) -> str:
+    """The overall verdict: ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one
+    is PAUSED or could not be read (it has a note), ``NO QUEUES`` when the catalogue has
+    none, ``OK`` otherwise. ``status --json`` gives it as ``health``."""
+    states = Counter(s.state for s in statuses)
+    if not statuses:
+        return "NO QUEUES"
+    if states["DIVERGED"]:
+        return "CRITICAL"
+    if states["PAUSED"] or any(s.note for s in statuses):
+        return "WARNING"
+    return "OK"
+
+
+def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
+    """One line: when, a verdict, queues by state, and the lag (total, oldest, where).
+
+    The verdict is ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED
+    or could not be read (it has a note), ``NO QUEUES`` when the catalogue has none, and
+    ``OK`` otherwise.
+    """
+    states = Counter(s.state for s in statuses)
+    noted = sum(1 for s in statuses if s.note)
+    verdict = health(statuses)
+    counts = ", ".join(f"{states[s]} {s}" for s in _STATES if states[s])
+    parts = [f"{iso_time(now_ms)} {verdict}: {len(statuses)} queues"]
+    if counts:
+        parts[0] += f" ({counts})"
+    if noted:
+        parts.append(f"{noted} with notes")
+    lag_messages = sum(s.lag_messages for s in statuses)
+    lag = f"lag {lag_messages} messages, {human_bytes(sum(s.lag_bytes for s in statuses))}"
+    oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
+    if oldest is not None and oldest.lag_seconds > 0:
+        lag += f", oldest {human_seconds(oldest.lag_seconds)} ({oldest.topic}/{oldest.queue})"
+    parts.append(lag)
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What the table shows (filters) and the screen it must fit (:mod:`.status_view`)."""
+
+    topic: str | None = None
+    problems: bool = False
+    layout: Layout = field(default_factory=Layout)
+
+
+def frame(statuses: Sequence[QueueStatus], now_ms: int, view: View | None = None) -> str:
+    """What one refresh shows: the health line (of every queue), a blank line, the table
+    (of the selected queues, worst first), fitted to the view's screen."""
+    view = view or View()
+    top = health_line(statuses, now_ms)
+    if view.layout.width is not None:
+        top = fit(top, view.layout.width)
+    shown = select(statuses, topic=view.topic, problems=view.problems)
+    return "\n".join([top, "", *render_table(shown, view.layout, reserved=2)]) + "\n"
+
+
+async def watch(
+    snapshot: Callable[[int], Sequence[QueueStatus]],
+    *,
+    clock: Clock,
+    out: TextIO,
+    interval: float,
+    in_place: bool,
+    frames: int | None = None,
+    view: Callable[[], View] = View,
+) -> int:
+    """Draw ``snapshot(now_ms)`` every ``interval`` seconds on ``clock``; ``frames`` bounds
+    the number of refreshes (None: until cancelled). ``in_place`` clears the screen
+    before each frame; otherwise frames follow one another, a blank line apart.
+    ``view`` is asked before each frame (the terminal may have been resized). Returns
+    how many frames were drawn.
+    """
+    drawn = 0
+    while frames is None or drawn < frames:
+        now = clock.now_ms()
+        text = frame(snapshot(now), now, view())
+        if in_place:  # no newline after the last line: the screen must not scroll
+            out.write(CLEAR + text.removesuffix("\n"))
+        else:
+            out.write(("\n" if drawn else "") + text)
+        out.flush()
+        drawn += 1
+        if frames is None or drawn < frames:
+            await clock.sleep(interval)
+    return drawn
+
+
+def _interval(args: argparse.Namespace) -> float:
+    """The ``--watch`` period in seconds (ConfigError if bad or used with ``--json``)."""
+    if args.json:
+        raise ConfigError("--watch draws the table; --json prints one snapshot: pick one")
+    try:
+        interval = parse_duration(args.interval)
+    except ValueError as exc:
+        raise ConfigError(f"bad --interval: {exc}") from exc
+    if interval <= 0:
+        raise ConfigError(f"bad --interval: must be positive, got {args.interval!r}")
+    return interval
+
+
+def run(args: argparse.Namespace) -> int:
+    from dispatcher import stopped_file
+    from dispatcher.queue_status import mark_stopped
+
+    # status never touches the cold store, so a cold URL is not required here.
+    settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})
+    hot = HotStore(settings.store_path)
+
+    def snapshot(now_ms: int) -> list[QueueStatus]:
+        with Catalogue.open(
+            settings.state_dir,
+            cluster=settings.cluster,
+            broker=settings.broker,
+            read_only=True,
+            cold_url=args.cold,  # checked when given (status never needs it)
+        ) as catalogue:
+            rows = catalogue.queues.all()
+            losses = catalogue.queues.losses()
+        stopped = stopped_file.load(settings.state_dir / stopped_file.FILE_NAME)
+        return mark_stopped(collect(hot, rows, now_ms, losses), stopped)
+
+    tty = sys.stdout.isatty()
+    if args.watch:
+        interval = _interval(args)
+        try:
+            asyncio.run(
+                watch(
+                    snapshot,
+                    clock=SystemClock(),
+                    out=sys.stdout,
+                    interval=interval,
+                    in_place=tty,
+                    view=lambda: _view(args, tty=tty, pinned=True),
+                )
+            )
+        except KeyboardInterrupt:
+            return 0  # Ctrl-C is how a watch ends
+        return 0
+    now_ms = time.time_ns() // 1_000_000
+    statuses = snapshot(now_ms)
+    if args.json:
+        shown = select(statuses, topic=args.topic, problems=args.problems)
+        doc = {
+            "health": health(statuses),
+            "summary": health_line(statuses, now_ms),
+            "queues": [asdict(s) for s in shown],
+        }
+        print(json.dumps(doc, indent=1))
+        return 0
+    sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False)))
+    return 0
+
+
+def _view(args: argparse.Namespace, *, tty: bool, pinned: bool) -> View:
+    """Fit a terminal's width (and, for ``--watch``, its height); piped: no limits."""
+    if not tty:
+        return View(args.topic, args.problems)
+    size = shutil.get_terminal_size()
+    return View(args.topic, args.problems, Layout(size.columns, size.lines if pinned else None))

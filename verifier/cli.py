@@ -1,0 +1,287 @@
+"""Prove that the cold store covers the hot store exactly (the verifier's command line).
+
+:func:`main` is the entry point of ``python -m verifier``, ``spark-submit
+verifier/__main__.py`` and ``tieredstore verify`` (same arguments everywhere): it builds
+the options, starts Spark (``local[*]`` unless ``--master`` or spark-submit says
+otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
+``verify.prom`` (the verdict for Prometheus; also to ``--metrics-file``) to ``--out``,
+refreshes ``history.html`` one level up when ``--out`` is one of several dated report
+folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
+line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
+
+Quiet by default: a Spark JVM started here writes everything it prints (log4j lines,
+the banner, JVM warnings, the Python workers' stderr) to ``<out>/spark.log``, so the
+terminal shows only our own lines; ``--verbose`` leaves it on the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
+
+from tieredstore.clock import Clock, SystemClock
+from tieredstore.config import parse_duration
+from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
+from verifier import readers
+from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
+from verifier.interrupt import StopOnSignal
+from verifier.job import verify
+from verifier.metrics_file import write_metrics_file
+from verifier.outcome import VerificationResult
+from verifier.report import ReportPaths, write_reports
+from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
+from verifier.vocabulary import (
+    DEFAULT_LAG_ALLOWANCE,
+    DEFAULT_ORPHAN_GRACE_S,
+    EXIT_COULD_NOT_RUN,
+    Level,
+    VerifyOptions,
+    parse_lag_allowance,
+)
+
+__all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``)."""
+    p.add_argument("--hot", required=True, type=Path, help="broker store root (read-only)")
+    p.add_argument("--cold", required=True, help="cold store root URL (path, file://, s3://)")
+    p.add_argument("--cluster", required=True, help="broker cluster name")
+    p.add_argument("--broker", required=True, help="broker name")
+    p.add_argument(
+        "--level",
+        choices=[lv.value for lv in Level],
+        default=Level.OFFSETS.value,
+        help="offsets: manifests, objects, consume queues; content: also every record",
+    )
+    p.add_argument(
+        "--lag-allowance",
+        default=f"{DEFAULT_LAG_ALLOWANCE.value:g}s",
+        help="untiered hot tail tolerated: messages (1000) or seconds (60s, 5m) "
+        "(default %(default)s)",
+    )
+    p.add_argument("--out", type=Path, default=Path("verify-report"), help="report directory")
+    p.add_argument(
+        "--metrics-file",
+        type=Path,
+        default=None,
+        help="also write the verdict for Prometheus here (a node-exporter textfile "
+        "collector *.prom file); verify.prom in --out is always written",
+    )
+    p.add_argument(
+        "--history",
+        type=int,
+        default=DEFAULT_HISTORY_RUNS,
+        metavar="N",
+        help="when --out sits among other report folders, write history.html next to them "
+        "with the trend of the last N runs (0: never; default %(default)s)",
+    )
+    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Spark's own output on the terminal (default: into <out>/spark.log)",
+    )
+    p.add_argument(
+        "--metadata", type=Path, default=None, help="sidecar state dir: check catalogue drift"
+    )
+    p.add_argument(
+        "--orphan-grace",
+        default=f"{DEFAULT_ORPHAN_GRACE_S:g}",
+        help="seconds (or 30m, 2h) before an object without manifest is an orphan "
+        "(default %(default)s)",
+    )
+    p.add_argument("--endpoint-url", default=None, help="S3 endpoint URL (MinIO, moto, ...)")
+    p.add_argument("--region", default=None, help="S3 region")
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra fsspec storage option (VALUE parsed as JSON when it is JSON); repeatable",
+    )
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if args.endpoint_url:
+        opts["endpoint_url"] = args.endpoint_url
+    if args.region:
+        opts["client_kwargs"] = {"region_name": args.region}
+    for item in args.storage_option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"bad --storage-option {item!r}: expected KEY=VALUE")
+        try:
+            opts[key] = json.loads(value)
+        except ValueError:
+            opts[key] = value
+    return opts
+
+
+def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions:
+    """Validate the flags into options (ConfigError naming the bad flag)."""
+    try:
+        grace = parse_duration(args.orphan_grace)
+    except ValueError as exc:
+        raise ConfigError(f"bad --orphan-grace: {exc}") from exc
+    return VerifyOptions(
+        hot=args.hot,
+        cold_url=args.cold,
+        cluster=args.cluster,
+        broker=args.broker,
+        now_ms=now_ms,
+        level=Level(args.level),
+        lag_allowance=parse_lag_allowance(args.lag_allowance),
+        orphan_grace_s=grace,
+        metadata_dir=args.metadata,
+        storage_options=_storage_options(args),
+    )
+
+
+@dataclass(frozen=True)
+class JobArgs:
+    """What a command line asked for beyond the options: where to write, which master,
+    where Spark's output goes."""
+
+    options: VerifyOptions
+    out: Path
+    master: str | None
+    metrics_file: Path | None = None
+    history: int = DEFAULT_HISTORY_RUNS
+    verbose: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, now_ms: int) -> JobArgs:
+        if args.history < 0:
+            raise ConfigError(f"bad --history: {args.history} is negative")
+        return cls(
+            options_from_args(args, now_ms=now_ms),
+            args.out,
+            args.master,
+            args.metrics_file,
+            args.history,
+            args.verbose,
+        )
+
+    @property
+    def spark_log(self) -> Path | None:
+        """Where a JVM started here writes (None: the terminal)."""
+        if self.verbose or under_spark_submit():
+            return None
+        return self.out / SPARK_LOG_NAME
+
+    @property
+    def spark_log_level(self) -> str:
+        """WARN into a log file or when asked to be verbose; only ERROR otherwise."""
+        return "WARN" if self.verbose or self.spark_log is not None else "ERROR"
+
+
+_SPARK_REASON = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def _one_line(exc: BaseException) -> str:
+    """A one-line reason, digging the Python error out of a Spark task failure."""
+    text = str(exc)
+    found = _SPARK_REASON.findall(text)
+    if isinstance(exc, PySparkException | Py4JError) and found:
+        name, message = found[-1]
+        return f"Spark job failed: {name}: {message.strip()}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None = None) -> int:
+    """Run a verification from parsed flags; return the exit code (see module doc).
+
+    ``clock`` (the system's by default) gives the run's ``now_ms``: the reference of the
+    lag allowance in seconds, the orphan grace and catalogue drift.
+
+    SIGINT/SIGTERM stop it (Spark's jobs are cancelled, no report is written) with one
+    line and exit 130/143, whatever error the cancelled Spark job raised.
+    """
+    job: JobArgs | None = None
+    with StopOnSignal() as stop:
+        try:
+            job = JobArgs.from_args(args, now_ms=(clock or SystemClock()).now_ms())
+            _check_before_spark(job)
+            stop.defer()  # until the session is up (watch): see StopOnSignal.defer
+            with spark_session(
+                job.master, log_file=job.spark_log, log_level=job.spark_log_level
+            ) as spark:
+                stop.watch(spark.sparkContext)
+                result = verify(spark, job.options)
+            paths = _publish(result, job)
+        except (TieredStoreError, PySparkException, Py4JError, OSError, KeyboardInterrupt) as exc:
+            if stop.signal is not None:
+                name = stop.signal.name
+                print(f"{prog}: interrupted by {name}; no report written", file=sys.stderr)
+                return stop.exit_code()
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            log = job.spark_log if job is not None else None
+            where = f" (Spark log: {log})" if log is not None and log.exists() else ""
+            print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
+            return EXIT_COULD_NOT_RUN
+    counts = ", ".join(f"{c.value} {n}" for c, n in result.counts().items() if n)
+    print(
+        f"{result.verdict.value}: {len(result.anomalies)} anomalies"
+        f"{f' ({counts})' if counts else ''} in {result.totals.queues} queues; "
+        f"report: {paths.html}"
+    )
+    return result.verdict.exit_code
+
+
+def _check_before_spark(job: JobArgs) -> None:
+    """Fail fast, before Spark starts, on what the driver can check alone."""
+    if not job.options.hot.is_dir():
+        raise StoreNotFoundError("hot store directory does not exist", where=str(job.options.hot))
+    if job.metrics_file is not None and not job.metrics_file.parent.is_dir():
+        raise ConfigError(f"bad --metrics-file: directory {job.metrics_file.parent} does not exist")
+    # The cold root, and a tiering record at the broker prefix: a typo'd --broker or a
+    # --cold one level off must not verify nothing and say CLEAN.
+    readers.require_tiered(
+        readers.ColdLocation(job.options.cold_url, dict(job.options.storage_options)),
+        job.options.cluster,
+        job.options.broker,
+    )
+
+
+def _publish(result: VerificationResult, job: JobArgs) -> ReportPaths:
+    """Write the reports, the metrics file(s) and (among other runs) the history page."""
+    paths = write_reports(result, job.out, history_href=_history_href(job))
+    if job.metrics_file is not None:
+        write_metrics_file(result, job.metrics_file)
+    if job.history:
+        write_history(job.out.resolve().parent, last=job.history)
+    return paths
+
+
+def _history_href(job: JobArgs) -> str | None:
+    """``../history.html`` when the report will have a history page next to its folder."""
+    if not job.history:
+        return None
+    root = job.out.resolve().parent
+    return "../history.html" if history_applies(root, job.out.resolve()) else None
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is 'could not run': exit 3 with one line, not argparse's 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(EXIT_COULD_NOT_RUN, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> int:
+    """``python -m verifier`` / ``spark-submit verifier/__main__.py``."""
+    parser = _Parser(prog="verifier", description=__doc__.splitlines()[0] if __doc__ else None)
+    add_arguments(parser)
+    return run(parser.parse_args(argv), clock=clock)

@@ -1,0 +1,146 @@
+"""The outcome of one verification run, as plain frozen dataclasses (no Spark types).
+
+:func:`verifier.job.verify` builds a :class:`VerificationResult` from the collected
+frames; :mod:`verifier.report` writes it out. Tests assert on it directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tieredstore.findings import FindingKind
+from verifier.vocabulary import VERIFIER_KINDS, Verdict, VerifyOptions, verdict_of
+
+__all__ = ["Anomaly", "QueueReport", "Totals", "VerificationResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One anomaly. ``start``/``end`` (half-open) and ``count`` are None when the
+    anomaly concerns an object whose offsets are unknown (an orphan commitlog object)."""
+
+    topic: str
+    queue_id: int
+    start: int | None
+    anomaly: FindingKind
+    end: int | None
+    count: int | None
+    object_key: str | None
+    detail: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Anomaly:
+        """Build from an ANOMALIES row (``row.asDict()``)."""
+        return cls(
+            topic=row["topic"],
+            queue_id=row["queue_id"],
+            start=row["start_offset"],
+            anomaly=FindingKind(row["anomaly"]),
+            end=row["end_offset"],
+            count=row["count"],
+            object_key=row["object_key"],
+            detail=row["detail"],
+        )
+
+    @property
+    def range(self) -> tuple[int, int] | None:
+        """``(start, end)`` or None."""
+        if self.start is None or self.end is None:
+            return None
+        return (self.start, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReport:
+    """One queue as both sides show it (a QUEUE_SUMMARY row). Hot fields are None when
+    the broker has no such queue; cold fields when nothing of it is tiered."""
+
+    topic: str
+    queue_id: int
+    hot_present: bool
+    hot_min: int | None
+    hot_max: int | None
+    cold_min: int | None
+    cold_max: int | None
+    segments: int
+    cold_messages: int
+    cold_bytes: int
+    lag_messages: int
+    lag_seconds: float | None
+    units_compared: int
+    bytes_compared: int
+    cold_only: int
+    pending_objects: int
+    #: The first hot offset allowed to be untiered (None: no hot queue).
+    lag_cutoff: int | None = None
+    #: Whether the queue must be in cold: its topic passes the recorded topic rules (or
+    #: it has segments anyway); ``tiering_rule`` names the rule that decided.
+    tiered: bool = True
+    tiering_rule: str | None = None
+    #: Where the queue's cold history must start (None: not on record), and why.
+    required_start: int | None = None
+    required_because: str | None = None
+    #: The init record's offset (None: the queue has none).
+    init_offset: int | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> QueueReport:
+        """Build from a QUEUE_SUMMARY row; ``lag_seconds`` and the requirement fields
+        (:mod:`verifier.scope`) are filled in later."""
+        values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
+        return cls(**values | {"lag_seconds": None})
+
+    @property
+    def scope(self) -> tuple[int, int] | None:
+        """The offsets under verification: ``[cold_min, max(cold_max, hot_max))``."""
+        if self.cold_min is None or self.cold_max is None:
+            return None
+        return (self.cold_min, max(self.cold_max, self.hot_max or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Run-wide counts."""
+
+    queues: int
+    segments: int
+    corrupt_manifests: int
+    objects: int
+    unrecognised_objects: int
+    pending_objects: int
+    units_compared: int
+    bytes_compared: int
+    cold_only: int
+    lag_messages: int
+
+
+@dataclass(frozen=True)
+class VerificationResult:
+    """Everything a run found. ``reference_ts`` is the time lag is measured from: the
+    verifier's clock when the run started (``options.now_ms``)."""
+
+    options: VerifyOptions
+    queues: tuple[QueueReport, ...]
+    anomalies: tuple[Anomaly, ...]
+    totals: Totals
+    unrecognised: tuple[str, ...]
+    reference_ts: int | None
+    started_ms: int
+    finished_ms: int
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict_of(a.anomaly for a in self.anomalies)
+
+    def counts(self) -> dict[FindingKind, int]:
+        """Number of anomalies per kind (every kind the verifier reports, zero when none)."""
+        out = dict.fromkeys(VERIFIER_KINDS, 0)
+        for a in self.anomalies:
+            out[a.anomaly] += 1
+        return out
+
+    def of(self, cls: FindingKind) -> list[Anomaly]:
+        """The anomalies of one class."""
+        return [a for a in self.anomalies if a.anomaly is cls]
