@@ -1,8 +1,15 @@
 package io.tieredstore.broker;
 
+import java.util.HashMap;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
 
 /**
  * Bigger reads per request. A pull wants a consumer-sized batch (the broker's
@@ -10,7 +17,11 @@ import java.util.Map;
  * little costs one HTTP round trip per pull. Instead the sidecar is asked for up to
  * {@code tieredstoreBatchMessages} records at once, and the rest is kept, one batch per
  * queue, for that queue's next pulls: a consumer draining history pays one round trip
- * per batch, not per pull.
+ * per batch, not per pull. Once a queue's pulls have used half of its batch, the next
+ * batch is fetched in the background (two threads of its own, never the pull threads),
+ * so a sequential consumer seldom waits for the sidecar at all. A background fetch that
+ * fails is forgotten: the pull that needs the offsets asks the sidecar itself, and its
+ * failure is handled as any other (ColdPulls: "nothing found yet", back-off).
  *
  * <p>Committed cold records never change, so a kept batch is never stale; retention may
  * delete them while kept, and a pull is then answered from memory with what cold held
@@ -26,12 +37,25 @@ final class BatchCache {
     private final int batchMessages;
     private final long capacityBytes;
     private final LinkedHashMap<String, ColdBatch> batches = new LinkedHashMap<>(16, 0.75f, true);
+    /** The batch being fetched in the background for each queue, at most one. */
+    private final HashMap<String, CompletableFuture<ColdBatch>> ahead = new HashMap<>();
+    private final ThreadPoolExecutor fetcher;
     private long bytes;
 
     BatchCache(SidecarClient client, int batchMessages, long capacityBytes) {
         this.client = client;
         this.batchMessages = batchMessages;
         this.capacityBytes = capacityBytes;
+        this.fetcher = new ThreadPoolExecutor(2, 2, 60, TimeUnit.SECONDS,
+            new ArrayBlockingQueue<Runnable>(64), r -> {
+                Thread t = new Thread(r, "TieredReadPlugin-ahead");
+                t.setDaemon(true);
+                return t;
+            });
+    }
+
+    void shutdown() {
+        fetcher.shutdownNow();
     }
 
     /** Records of the queue from {@code offset}: at most {@code maxCount}, and stopping
@@ -44,18 +68,69 @@ final class BatchCache {
         }
         String key = QueueBackoff.key(topic, queueId);
         ColdBatch kept;
+        CompletableFuture<ColdBatch> next;
         synchronized (this) {
             kept = batches.get(key);
+            next = covers(kept, offset) ? null : ahead.remove(key);
         }
-        if (kept == null || offset < kept.offset || offset >= kept.offset + kept.count()) {
-            kept = client.records(topic, queueId, offset, batchMessages, Math.max(maxBytes, BATCH_BYTES));
+        if (!covers(kept, offset)) {
+            kept = next == null ? null : settled(next);
+            if (!covers(kept, offset)) {
+                kept = client.records(topic, queueId, offset, batchMessages, Math.max(maxBytes, BATCH_BYTES));
+            }
             keep(key, kept);
         }
-        return view(kept, offset, maxCount, maxBytes);
+        ColdBatch view = view(kept, offset, maxCount, maxBytes);
+        long end = kept.offset + kept.count();
+        if (end - (view.offset + view.count()) <= kept.count() / 2) {
+            fetchAhead(key, topic, queueId, end, Math.max(maxBytes, BATCH_BYTES));
+        }
+        return view;
+    }
+
+    private static boolean covers(ColdBatch batch, long offset) {
+        return batch != null && offset >= batch.offset && offset < batch.offset + batch.count();
+    }
+
+    /** The background fetch's batch, waiting for it if need be; null if it failed. */
+    private static ColdBatch settled(CompletableFuture<ColdBatch> next) {
+        try {
+            return next.get();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return null;
+        } catch (ExecutionException e) {
+            return null;
+        }
+    }
+
+    /** Start fetching the queue's batch from {@code from} unless one is on its way, or
+     * the kept batches already fill the cache. */
+    private void fetchAhead(String key, String topic, int queueId, long from, int fetchBytes) {
+        synchronized (this) {
+            CompletableFuture<ColdBatch> pending = ahead.get(key);
+            if (pending != null || bytes + fetchBytes > capacityBytes) {
+                return;
+            }
+            CompletableFuture<ColdBatch> f = new CompletableFuture<>();
+            try {
+                fetcher.execute(() -> {
+                    try {
+                        f.complete(client.records(topic, queueId, from, batchMessages, fetchBytes));
+                    } catch (SidecarException | SidecarClient.NotInCold | RuntimeException e) {
+                        f.complete(null); // past cold commit, or the sidecar failed: the pull asks
+                    }
+                });
+            } catch (RejectedExecutionException e) {
+                return;
+            }
+            ahead.put(key, f);
+        }
     }
 
     /** Forget what is kept of the queue (cold changed under it: retention). */
     synchronized void invalidate(String topic, int queueId) {
+        ahead.remove(QueueBackoff.key(topic, queueId));
         ColdBatch gone = batches.remove(QueueBackoff.key(topic, queueId));
         if (gone != null) {
             bytes -= gone.bytes();

@@ -80,6 +80,7 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
     @Override
     public void shutdown() {
         executor.shutdownNow();
+        batches.shutdown();
         super.shutdown();
     }
 
