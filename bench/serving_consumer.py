@@ -4,10 +4,11 @@ A real name server and broker (``tieredstore.testing.rocketmq``; the plugin jar 
 Maven from ``broker-plugin/``, ``messageStorePlugIn`` in ``broker.conf``) take
 ``--messages`` messages on one queue from the stock producer; a real ``tieredstore run``
 tiers them and serves its read API on loopback; then the broker's own expiry deletes
-its old commitlog files (all but the newest one or two), so the queue's history is part
-cold (below the hot min), part hot. The stock pull consumer (``BrokerTool drain``:
-``DefaultMQPullConsumer.pull``, 32 messages a pull, one pull at a time) drains the queue
-from the min offset the broker reports (the cold min) to its max, in one run::
+its old commitlog files (all but the newest one or two), and ``--hot-messages`` more
+follow, so the queue's history is part cold (below the hot min), part hot. The stock
+pull consumer (``BrokerTool drain``: ``DefaultMQPullConsumer.pull``, 32 messages a pull,
+one pull at a time) drains the queue from the min offset the broker reports (the cold
+min) to its max, in one run::
 
     RESULT serving_consumer_cold_vs_hot ratio=<cold msgs/s ÷ hot msgs/s> target=>=0.5 PASS|FAIL
     RESULT serving_consumer_cold_p99 ratio=<p99 of one cold pull, ms> target=<=50 PASS|FAIL
@@ -80,13 +81,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def write_plan(path: Path, messages: int, body_bytes: int) -> None:
+def write_plan(path: Path, first: int, messages: int, body_bytes: int) -> None:
     """BrokerTool's produce plan (java/BrokerTool.java): plain messages with a tag, a key
     and a user property, random (incompressible) bodies."""
-    rng = random.Random(29)
+    rng = random.Random(29 + first)
     tag = base64.b64encode(b"TagA").decode()
     lines = []
-    for i in range(messages):
+    for i in range(first, first + messages):
         keys = base64.b64encode(f"key-{i}".encode()).decode()
         props = base64.b64encode(f"i\x01{i}\x02".encode()).decode()
         body = base64.b64encode(rng.randbytes(body_bytes)).decode()
@@ -151,7 +152,7 @@ def run(root: Path, toolchain: Toolchain, args: argparse.Namespace) -> Drained:
         with log.open("ab") as out:
             sidecar = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         try:
-            write_plan(root / "plan.tsv", args.messages, args.body_bytes)
+            write_plan(root / "plan.tsv", 0, args.messages, args.body_bytes)
             t0 = time.perf_counter()
             cluster.run_tool("produce", cluster.namesrv_addr, str(root / "plan.tsv"),
                              str(root / "results.tsv"), timeout=1800)  # fmt: skip
@@ -172,6 +173,10 @@ def run(root: Path, toolchain: Toolchain, args: argparse.Namespace) -> Drained:
             wait_until(lambda: HotStore(store).queue_range(TOPIC, 0).min > 0, timeout=120,
                        what="the broker to move its min offset")  # fmt: skip
             hot_min = HotStore(store).queue_range(TOPIC, 0).min
+            # The hot part: what the newest file holds, and then --hot-messages more.
+            write_plan(root / "hot.tsv", args.messages, args.hot_messages, args.body_bytes)
+            cluster.run_tool("produce", cluster.namesrv_addr, str(root / "hot.tsv"),
+                             str(root / "hot-results.tsv"), timeout=1800)  # fmt: skip
             out_file = root / "drain.tsv"
             cluster.run_tool("drain", cluster.namesrv_addr, TOPIC, "0", str(PULL),
                              str(out_file), timeout=1800)  # fmt: skip
@@ -180,14 +185,16 @@ def run(root: Path, toolchain: Toolchain, args: argparse.Namespace) -> Drained:
             sidecar.send_signal(signal.SIGTERM)
             sidecar.wait(timeout=120)
     pulls, lo, hi = read_pulls(out_file)
-    if lo != 0 or hi != args.messages:
-        raise RuntimeError(f"the consumer drained [{lo}, {hi}), not [0, {args.messages})")
+    total = args.messages + args.hot_messages
+    if lo != 0 or hi != total:
+        raise RuntimeError(f"the consumer drained [{lo}, {hi}), not [0, {total})")
     return Drained(pulls[1:], hot_min, rss, produce_s)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--messages", type=int, default=40_000, help="messages on the queue")
+    ap.add_argument("--messages", type=int, default=40_000, help="messages before the expiry")
+    ap.add_argument("--hot-messages", type=int, default=8_000, help="messages after it")
     ap.add_argument("--body-bytes", type=int, default=1024, help="body size (bytes)")
     ap.add_argument("--commitlog-file-size", type=int, default=8 * MIB,
                     help="broker commitlog file size (hot: its newest file)")  # fmt: skip
@@ -204,9 +211,9 @@ def main() -> None:
         got = run(Path(tmp), toolchain, args)
     cold = [p for p in got.pulls if p.offset < got.hot_min]
     hot = [p for p in got.pulls if p.offset >= got.hot_min]
-    print(f"RocketMQ {toolchain.version}; {args.messages:,} messages of {args.body_bytes} B on "
-          f"one queue, produced in {got.produce_seconds:.1f} s; hot min {got.hot_min:,}; "
-          f"{PULL} messages a pull")  # fmt: skip
+    print(f"RocketMQ {toolchain.version}; {args.messages:,} + {args.hot_messages:,} messages of "
+          f"{args.body_bytes} B on one queue (the first produced in {got.produce_seconds:.1f} s); "
+          f"hot min {got.hot_min:,}; {PULL} messages a pull")  # fmt: skip
     rows = []
     for name, part in (("cold (plugin → sidecar)", cold), ("hot (broker's store)", hot)):
         lat = [p.seconds * 1000 for p in part]

@@ -25,7 +25,7 @@ CASES = [
     pytest.param("serving.py", TINY_STORE, id="serving"),
     pytest.param(
         "serving_consumer.py",
-        ["--messages", "3000", "--commitlog-file-size", str(1 << 20)],
+        ["--messages", "3000", "--hot-messages", "300", "--commitlog-file-size", str(1 << 20)],
         id="serving_consumer",
         marks=pytest.mark.broker,  # a real broker: about a minute, with the broker tests
     ),
