@@ -91,7 +91,7 @@ def write_plan(path: Path, first: int, messages: int, body_bytes: int) -> None:
         keys = base64.b64encode(f"key-{i}".encode()).decode()
         props = base64.b64encode(f"i\x01{i}\x02".encode()).decode()
         body = base64.b64encode(rng.randbytes(body_bytes)).decode()
-        lines.append(f"{i}\tnormal\t{TOPIC}\t{tag}\t{keys}\t{props}\t{body}\t0")
+        lines.append(f"{i - first}\tnormal\t{TOPIC}\t{tag}\t{keys}\t{props}\t{body}\t0")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
