@@ -1,17 +1,19 @@
 """The read service the broker plugin pulls from: throughput, pull latency, sidecar RSS.
 
 A synthetic store is tiered to a POSIX cold store (``run --once``); then a real
-``tieredstore run`` serves it on its read API and consumer-like clients drain every
-queue from cold min to cold commit with ``GET /v1/cold/records`` (``maxCount`` 32, a
-RocketMQ pull), four queues at a time, each on one keep-alive connection::
+``tieredstore run`` serves it on its read API and plugin-like clients drain every queue
+from cold min to cold commit with ``GET /v1/cold/records``, four queues at a time, each
+on one keep-alive connection. Each request asks for what the broker plugin asks for: 256
+records and 2 MiB (its ``tieredstoreBatchMessages`` default; it keeps the surplus for the
+queue's next pulls); ``--pull 32`` asks one consumer pull's worth instead::
 
     RESULT serving_throughput ratio=<served MiB/s ÷ the objects read raw> target=>=0.8 PASS|FAIL
-    RESULT serving_p99 ratio=<p99 of one pull, ms> target=<=50 PASS|FAIL
+    RESULT serving_p99 ratio=<p99 of one request, ms> target=<=50 PASS|FAIL
     RESULT serving_rss ratio=<sidecar peak RSS MiB, read-ahead on> target=<256MiB PASS|FAIL
 
 The baseline reads every COMMIT_LOG and CONSUME_QUEUE object of the cold store whole,
-through the same backend, in this process (page cache warm for both). Not measured here:
-a stock consumer through a broker (cold part vs hot part) — see docs/serving.md.
+through the same backend, in this process (page cache warm for both). A stock consumer
+through a broker (cold part vs hot part) is ``bench/serving_consumer.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ from tieredstore.layout import broker_prefix
 THROUGHPUT_TARGET = 0.8
 P99_TARGET_MS = 50.0
 RSS_TARGET = 256 * MIB
-PULL = 32
+#: The broker plugin's request: tieredstoreBatchMessages records, BatchCache.BATCH_BYTES.
+PULL = 256
+PULL_BYTES = 2 << 20
 
 
 async def read_raw(cold: str) -> tuple[int, float]:
@@ -75,7 +79,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def drain(port: int, topic: str, queue: int) -> tuple[int, list[float]]:
+def drain(port: int, topic: str, queue: int, pull: int) -> tuple[int, list[float]]:
     """Pull one queue from cold min to cold commit; return (record bytes, latencies s)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     latencies: list[float] = []
@@ -85,8 +89,8 @@ def drain(port: int, topic: str, queue: int) -> tuple[int, list[float]]:
         _magic, offset, commit, _ts = struct.unpack(">4sqqq", conn.getresponse().read())
         while offset < commit:
             t0 = time.perf_counter()
-            conn.request("GET", f"/v1/cold/records?topic={topic}&queue={queue}"
-                                f"&offset={offset}&maxCount={PULL}")  # fmt: skip
+            query = f"topic={topic}&queue={queue}&offset={offset}"
+            conn.request("GET", f"/v1/cold/records?{query}&maxCount={pull}&maxBytes={PULL_BYTES}")
             reply = conn.getresponse()
             body = reply.read()
             latencies.append(time.perf_counter() - t0)
@@ -108,7 +112,9 @@ def wait_listening(log: Path, proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.05)
 
 
-def serve_and_drain(root: Path, cold: str, queues: list[tuple[str, int]]) -> dict[str, float]:
+def serve_and_drain(
+    root: Path, cold: str, queues: list[tuple[str, int]], pull: int
+) -> dict[str, float]:
     port = _free_port()
     log = root / "serve.log"
     env = sidecar_env(reads_port=str(port), tiering_guard="none")
@@ -118,7 +124,7 @@ def serve_and_drain(root: Path, cold: str, queues: list[tuple[str, int]]) -> dic
     try:
         wait_listening(log, proc)
         with Stopwatch() as sw, ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(lambda q: drain(port, *q), queues))
+            results = list(pool.map(lambda q: drain(port, q[0], q[1], pull), queues))
         rss = vm_hwm(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -132,6 +138,7 @@ def serve_and_drain(root: Path, cold: str, queues: list[tuple[str, int]]) -> dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_store_arguments(ap, size="256M")
+    ap.add_argument("--pull", type=int, default=PULL, help=f"records per request ({PULL})")
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-serving-") as tmp:
@@ -146,14 +153,14 @@ def main() -> None:
         raw_bytes, raw_seconds = asyncio.run(read_raw(cold))
         hot = HotStore(root / "store")
         queues = [(q.topic, q.queue_id) for q in hot.queues()]
-        ours = serve_and_drain(root, cold, queues)
+        ours = serve_and_drain(root, cold, queues, args.pull)
     raw_rate = mb_per_s(raw_bytes, raw_seconds)
     our_rate = mb_per_s(int(ours["bytes"]), ours["seconds"])
     print(table(
         ["path", "seconds", "MiB", "MiB/s", "pulls", "p99 ms", "RSS MiB"],
         [["raw backend reads", raw_seconds, raw_bytes / MIB, raw_rate, "", "", ""],
-         ["read API, 32/pull", ours["seconds"], ours["bytes"] / MIB, our_rate, int(ours["pulls"]),
-          ours["p99"] * 1000, ours["rss"] / MIB]],
+         [f"read API, {args.pull}/request", ours["seconds"], ours["bytes"] / MIB, our_rate,
+          int(ours["pulls"]), ours["p99"] * 1000, ours["rss"] / MIB]],
     ))  # fmt: skip
     ratio = our_rate / raw_rate
     print(

@@ -24,6 +24,12 @@ CASES = [
     pytest.param("restore.py", [*TINY_STORE, "--read-runs", "1"], id="restore"),
     pytest.param("serving.py", TINY_STORE, id="serving"),
     pytest.param(
+        "serving_consumer.py",
+        ["--messages", "3000", "--hot-messages", "300", "--commitlog-file-size", str(1 << 20)],
+        id="serving_consumer",
+        marks=pytest.mark.broker,  # a real broker: about a minute, with the broker tests
+    ),
+    pytest.param(
         "verify_offsets.py",
         ["--units", "20000", "--queues", "2", "--segment-units", "5000"],
         id="verify_offsets",

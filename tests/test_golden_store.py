@@ -21,13 +21,13 @@ from tests.broker.conformance import (
     check_records,
     index_store,
 )
-from tests.broker.harness import BrokerOffsets
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE, KEEP_DIRS, KEEP_FILES
 from tests.broker.manifest import Manifest
 from tests.broker.suite import ConformanceSuite, StoreView
 from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.record import MagicCode
 from tieredstore.hot_store import HotStore
+from tieredstore.testing.rocketmq import BrokerOffsets
 
 
 @pytest.fixture(scope="module")

@@ -72,10 +72,9 @@ OFFSET_MAGIC: Final = b"TSO1"
 _RECORDS_HEAD: Final = struct.Struct(">4sqqqi")
 _RANGE: Final = struct.Struct(">4sqqq")
 _OFFSET: Final = struct.Struct(">4sqqq")
-#: Record fields checked before a record is sent: totalSize, queueOffset, physicalOffset.
-_TOTAL_SIZE: Final = struct.Struct(">i")
+#: Record fields checked before a record is sent: totalSize, then queueOffset and
+#: physicalOffset from this byte on.
 _OFFSETS_AT: Final = 20
-_OFFSETS: Final = struct.Struct(">qq")
 
 
 class ServingReader(ColdReader):
@@ -175,19 +174,36 @@ async def _read_records(reader: ColdReader, manifest: Manifest, offset: int, uni
     first = int(units["commitlog_offset"][0])
     end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
     data = await reader.read_commit_log(manifest, first - manifest.cl_base, end - manifest.cl_base)
-    for i, (cold, size, _tags) in enumerate(units.tolist()):
-        pos = cold - first
-        fields = (
-            _TOTAL_SIZE.unpack_from(data, pos)[0],
-            *_OFFSETS.unpack_from(data, pos + _OFFSETS_AT),
-        )
-        if fields != (size, offset + i, cold):
-            raise CorruptRecordError(
-                f"record of queue offset {offset + i}: totalSize/queueOffset/physicalOffset "
-                f"fields {fields}, expected {(size, offset + i, cold)}",
-                where=f"{reader.object_keys(manifest)[0]}@{cold - manifest.cl_base}",
-            )
+    _check_records(data, first, offset, units, reader.object_keys(manifest)[0], manifest.cl_base)
     return data
+
+
+#: The header bytes each check reads: totalSize [0, 4), queueOffset [20, 28) and
+#: physicalOffset [28, 36) (every unit is at least MIN_RECORD_SIZE, checked before).
+_HEAD: Final = np.arange(36, dtype=np.int64)
+
+
+def _check_records(
+    data: bytes, first: int, offset: int, units: Units, key: str, cl_base: int
+) -> None:
+    """Each record's totalSize, queueOffset and physicalOffset fields equal its unit's,
+    for all records at once (numpy: no Python work per record)."""
+    cold = units["commitlog_offset"].astype(np.int64)
+    heads = np.frombuffer(data, dtype=np.uint8)[(cold - first)[:, None] + _HEAD]
+    sizes = heads[:, 0:4].copy().view(">i4")[:, 0]
+    offsets = heads[:, _OFFSETS_AT : _OFFSETS_AT + 8].copy().view(">i8")[:, 0]
+    physical = heads[:, _OFFSETS_AT + 8 : _OFFSETS_AT + 16].copy().view(">i8")[:, 0]
+    expected = offset + np.arange(len(units), dtype=np.int64)
+    bad = np.flatnonzero((sizes != units["size"]) | (offsets != expected) | (physical != cold))
+    if bad.size:
+        i = int(bad[0])
+        fields = (int(sizes[i]), int(offsets[i]), int(physical[i]))
+        want = (int(units["size"][i]), offset + i, int(cold[i]))
+        raise CorruptRecordError(
+            f"record of queue offset {offset + i}: totalSize/queueOffset/physicalOffset "
+            f"fields {fields}, expected {want}",
+            where=f"{key}@{int(cold[i]) - cl_base}",
+        )
 
 
 def encode_records(batch: RawBatch, rng: ColdRange) -> bytes:

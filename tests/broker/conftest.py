@@ -17,16 +17,16 @@ from collections.abc import Iterator
 import pytest
 
 from tests.broker.conformance import index_store
-from tests.broker.harness import (
+from tests.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
+from tests.broker.sidecar import LiveSidecar
+from tests.broker.suite import StoreView
+from tieredstore.hot_store import HotStore
+from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
-from tests.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
-from tests.broker.sidecar import LiveSidecar
-from tests.broker.suite import StoreView
-from tieredstore.hot_store import HotStore
 
 #: ~5,200 plain messages over 3 topics x 4 queues: ~8 MiB, 8+ commitlog files of 1 MiB.
 LIVE_NORMAL_MESSAGES = 5200

@@ -63,14 +63,14 @@ def _run(args: argparse.Namespace) -> int:
         check_topics,
         index_store,
     )
-    from tests.broker.harness import (
+    from tests.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
+    from tieredstore.hot_store import HotStore
+    from tieredstore.testing.rocketmq import (
         BrokerSettings,
         LocalCluster,
         missing_tools,
         prepare_toolchain,
     )
-    from tests.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
-    from tieredstore.hot_store import HotStore
 
     missing = missing_tools()
     if missing:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.harness import BrokerOffsets
 from tests.broker.traffic import ExpectedMessage
+from tieredstore.testing.rocketmq import BrokerOffsets
 
 __all__ = ["Manifest"]
 

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.harness import LocalCluster, wait_until
 from tests.broker.traffic import (
     COMPRESS_THRESHOLD,
     ExpectedMessage,
@@ -26,6 +25,7 @@ from tests.broker.traffic import (
     write_plan,
 )
 from tieredstore.cli.main import main
+from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 ORDERS = "RestoreOrders"
 PAYMENTS = "RestorePayments"

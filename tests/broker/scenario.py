@@ -17,7 +17,6 @@ from tests.broker.conformance import (
     TIMER_TOPIC,
     op_half_offsets,
 )
-from tests.broker.harness import LocalCluster, wait_until
 from tests.broker.manifest import Manifest
 from tests.broker.sidecar import LiveSidecar
 from tests.broker.traffic import (
@@ -33,6 +32,7 @@ from tests.broker.traffic import (
     write_plan,
 )
 from tieredstore.hot_store import HotStore
+from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 __all__ = ["BrokerRun", "now_ms", "run_scenario", "wait_for_clean_stop"]
 

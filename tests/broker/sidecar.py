@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.harness import LocalCluster, wait_until
+from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 
 @dataclass

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.harness import BrokerSettings, LocalCluster, missing_tools, prepare_toolchain
 from tests.broker.restore_scenario import (
     BROKER,
     CLUSTER,
@@ -42,6 +41,12 @@ from tieredstore.backends import open_backend
 from tieredstore.cold_reader import ColdReader
 from tieredstore.formats.msgid import decode_offset_msg_id
 from tieredstore.hot_store import HotStore
+from tieredstore.testing.rocketmq import (
+    BrokerSettings,
+    LocalCluster,
+    missing_tools,
+    prepare_toolchain,
+)
 
 pytestmark = pytest.mark.broker
 

@@ -1,12 +1,14 @@
 """Stock RocketMQ consumers read tiered messages through the broker read plugin.
 
 One name server and broker (module-scoped) with the plugin jar, built by Maven from
-``broker-plugin/``, on its classpath and ``messageStorePlugIn`` in its ``broker.conf``; a
-real ``tieredstore run`` sidecar tiers its store and serves the read API on loopback.
-Traffic with tags, keys, user properties and bodies the client compresses is produced,
-tiered, then the broker deletes its old commitlog files (its own expiry,
-``fileReservedTime=0`` + ``deleteExpiredCommitLog``) so that hot min moves above 0. Every
-consumer below is the stock Java client (``BrokerTool consume``).
+``broker-plugin/``, on its classpath (``enablePropertyFilter=true`` for SQL92); a real
+``tieredstore run`` sidecar tiers its store and serves the read API on loopback. Traffic
+with tags, keys, user properties and bodies the client compresses is produced and
+tiered while the broker runs without ``messageStorePlugIn`` (``produced``); the first
+test compares it with the plugin at hot min 0. Then (``served``) the broker runs with
+the plugin and deletes its old commitlog files (its own expiry, ``fileReservedTime=0`` +
+``deleteExpiredCommitLog``) so that hot min moves above 0. Every consumer below is the
+stock Java client (``BrokerTool consume``).
 """
 
 from __future__ import annotations
@@ -24,17 +26,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.harness import (
+from tests.broker.sidecar import LiveSidecar
+from tests.broker.traffic import ExpectedMessage, Kind, PlannedMessage, read_results, write_plan
+from tieredstore.hot_store import HotStore
+from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
+from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
     wait_until,
 )
-from tests.broker.plugin import PLUGIN_CLASS, build_plugin
-from tests.broker.sidecar import LiveSidecar
-from tests.broker.traffic import ExpectedMessage, Kind, PlannedMessage, read_results, write_plan
-from tieredstore.hot_store import HotStore
 
 pytestmark = pytest.mark.broker
 
@@ -97,24 +99,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@dataclass
-class Served:
-    cluster: LocalCluster
-    sidecar: LiveSidecar
-    workdir: Path
-    messages: dict[tuple[int, int], ExpectedMessage]
-    hot_min: dict[int, int]
-    hot_max: dict[int, int]
-    overrides: dict[str, str]
-
-    def consume(self, name: str, *args: str, timeout_ms: int = 240_000) -> list[Delivery]:
-        """Run ``BrokerTool consume`` (MODE GROUP TOPIC FROM SUB EXPECTED FRESH)."""
-        out = self.workdir / f"{name}.tsv"
-        self.cluster.run_tool("consume", self.cluster.namesrv_addr, *args, str(timeout_ms),
-                              str(out), timeout=timeout_ms / 1000 + 60)  # fmt: skip
-        return parse_deliveries(out)
-
-
 def _tiered(sidecar: LiveSidecar, store: Path) -> bool:
     """The sidecar's cold commit has reached hot max for every queue of TOPIC."""
     hot = HotStore(store)
@@ -139,8 +123,44 @@ def _old_files_deleted(store: Path) -> bool:
     )
 
 
+@dataclass
+class Produced:
+    """The module's broker, its traffic tiered, its store still whole (hot min 0)."""
+
+    cluster: LocalCluster
+    sidecar: LiveSidecar
+    workdir: Path
+    results: list[ExpectedMessage]
+    plugin_conf: tuple[tuple[str, str], ...]
+    overrides: dict[str, str]
+    plugin_on: bool = False
+
+    def set_plugin(self, on: bool) -> None:
+        """Restart the broker (same store, ports, name server) with or without the plugin's
+        ``broker.conf`` lines; nothing when it already runs that way."""
+        if on == self.plugin_on:
+            return
+        self.cluster.stop_broker()
+        conf = self.cluster.workdir / "broker.conf"
+        kept = [line for line in conf.read_text().splitlines()
+                if not line.startswith(("messageStorePlugIn=", "tieredstore"))]  # fmt: skip
+        kept += [f"{k}={v}" for k, v in self.plugin_conf] if on else []
+        conf.write_text("".join(line + "\n" for line in kept))
+        self.cluster.restart_broker()
+        self.plugin_on = on
+
+    def consume(self, name: str, *args: str, timeout_ms: int = 240_000) -> list[Delivery]:
+        """Run ``BrokerTool consume`` (MODE GROUP TOPIC FROM SUB EXPECTED FRESH)."""
+        out = self.workdir / f"{name}.tsv"
+        self.cluster.run_tool("consume", self.cluster.namesrv_addr, *args, str(timeout_ms),
+                              str(out), timeout=timeout_ms / 1000 + 60)  # fmt: skip
+        return parse_deliveries(out)
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Produced]:
+    """The broker starts *without* the plugin (its jar on the classpath all the same):
+    the first test compares a stock broker with the plugin's at hot min 0, one restart."""
     missing = missing_tools()
     if missing:
         pytest.skip(f"real-broker tests need {', '.join(missing)} on PATH")
@@ -148,13 +168,15 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     toolchain = prepare_toolchain()
     toolchain = type(toolchain)(toolchain.version, toolchain.lib_dir, toolchain.classes_dir, (jar,))
     reads_port = _free_port()
-    settings = BrokerSettings(extra_conf=(
+    plugin_conf = (
         ("messageStorePlugIn", PLUGIN_CLASS),
         ("tieredstoreReadAddress", f"127.0.0.1:{reads_port}"),
         ("tieredstoreBackoffMinMillis", "200"),
         ("tieredstoreBackoffMaxMillis", "2000"),
         ("tieredstoreRangeCacheMillis", "300"),
-    ))  # fmt: skip
+    )
+    # SQL92 subscriptions (MessageSelector.bySql) need the broker's property filter.
+    settings = BrokerSettings(extra_conf=(("enablePropertyFilter", "true"),))
     workdir = tmp_path_factory.mktemp("served")
     cluster = LocalCluster(toolchain, workdir / "rocketmq", settings)
     (workdir / "tiering").mkdir()
@@ -167,19 +189,43 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                          str(workdir / "results.tsv"))  # fmt: skip
         results = read_results(plan, workdir / "results.tsv")
         assert all(m.send_status == "SEND_OK" for m in results)
-        store = cluster.store_root
-        wait_until(lambda: _tiered(sidecar, store), timeout=180, what="the sidecar to tier")
-        cluster.run_tool("expire", cluster.namesrv_addr, cluster.broker_addr)
-        wait_until(lambda: _old_files_deleted(store), timeout=120,
-                   what="the broker to delete its old commitlog and CQ files")  # fmt: skip
-        hot = HotStore(store)
-        ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
-        yield Served(
-            cluster, sidecar, workdir,
-            {(m.queue_id, m.queue_offset): m for m in results},
-            {q: r.min for q, r in ranges.items()}, {q: r.max for q, r in ranges.items()},
-            overrides,
-        )  # fmt: skip
+        wait_until(lambda: _tiered(sidecar, cluster.store_root), timeout=180,
+                   what="the sidecar to tier")  # fmt: skip
+        yield Produced(cluster, sidecar, workdir, results, plugin_conf, overrides)
+
+
+@dataclass
+class Served:
+    cluster: LocalCluster
+    sidecar: LiveSidecar
+    workdir: Path
+    messages: dict[tuple[int, int], ExpectedMessage]
+    hot_min: dict[int, int]
+    hot_max: dict[int, int]
+    overrides: dict[str, str]
+    produced: Produced
+
+    def consume(self, name: str, *args: str, timeout_ms: int = 240_000) -> list[Delivery]:
+        """Run ``BrokerTool consume`` (MODE GROUP TOPIC FROM SUB EXPECTED FRESH)."""
+        return self.produced.consume(name, *args, timeout_ms=timeout_ms)
+
+
+@pytest.fixture(scope="module")
+def served(produced: Produced) -> Served:
+    """The plugin on, and the broker's own expiry has deleted its old files: hot min > 0."""
+    produced.set_plugin(True)
+    cluster, store = produced.cluster, produced.cluster.store_root
+    cluster.run_tool("expire", cluster.namesrv_addr, cluster.broker_addr)
+    wait_until(lambda: _old_files_deleted(store), timeout=120,
+               what="the broker to delete its old commitlog and CQ files")  # fmt: skip
+    hot = HotStore(store)
+    ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
+    return Served(
+        cluster, produced.sidecar, produced.workdir,
+        {(m.queue_id, m.queue_offset): m for m in produced.results},
+        {q: r.min for q, r in ranges.items()}, {q: r.max for q, r in ranges.items()},
+        produced.overrides, produced,
+    )  # fmt: skip
 
 
 def _by_queue(deliveries: list[Delivery]) -> dict[int, list[int]]:
@@ -200,6 +246,32 @@ def _check_as_produced(served: Served, deliveries: list[Delivery]) -> None:
             assert d.msg_id == m.msg_id, (d.queue_id, d.queue_offset)
         assert (d.tags, d.keys) == (m.tags or "", " ".join(m.keys))
         assert {k: d.properties.get(k) for k in m.properties} == dict(m.properties)
+
+
+def test_while_hot_starts_at_0_a_default_group_starts_where_it_would_without_the_plugin(
+    produced: Produced,
+) -> None:
+    """First in the module (before ``served`` deletes anything): every message is tiered
+    and the broker still holds them all. A new group with default settings
+    (CONSUME_FROM_LAST_OFFSET) starts at the same offsets on the stock broker and with the
+    plugin: cold holding offset 0 too must not change the broker's answer (seed 002)."""
+    hot = HotStore(produced.cluster.store_root)
+    maxes = {q: hot.queue_range(TOPIC, q).max for q in range(QUEUES)}
+    assert all(hot.queue_range(TOPIC, q).min == 0 for q in range(QUEUES)), "hot must start at 0"
+    assert all(_cold_commit(produced.sidecar, q) == maxes[q] for q in range(QUEUES))
+    every = {q: list(range(maxes[q])) for q in range(QUEUES)}
+    starts = {}
+    for on in (False, True):
+        produced.set_plugin(on)
+        name = "plugin" if on else "stock"
+        got = produced.consume(f"default-hot0-{name}", "push-concurrent", f"GID_hot0_{name}",
+                               TOPIC, "default", "*", str(sum(maxes.values())), "0")  # fmt: skip
+        lists = _by_queue(got)
+        starts[on] = {q: min(offsets) for q, offsets in lists.items()}
+        assert {q: sorted(set(offsets)) for q, offsets in lists.items()} == every, name
+    assert starts[True] == starts[False]
+    # Seed 002: a queue whose min offset is 0 (offset 0 in memory) starts the group at 0.
+    assert starts[True] == dict.fromkeys(range(QUEUES), 0)
 
 
 def test_a_new_group_from_the_first_offset_reads_cold_then_hot(served: Served) -> None:
@@ -245,6 +317,31 @@ def test_a_lite_pull_consumer_and_a_tag_filter(served: Served) -> None:
     got = served.consume("push-taga", "push", "GID_served_taga", TOPIC, "first", "TagA",
                          str(len(tagged)), "0")  # fmt: skip
     assert sorted((d.queue_id, d.queue_offset) for d in got) == tagged
+    assert all(b > a for q in _by_queue(got).values() for a, b in itertools.pairwise(q))
+    _check_as_produced(served, got)
+
+
+#: SQL92 on user properties and the tag: matches on both sides of the hot min, and in
+#: the batches and compressed bodies cold holds.
+SQL = "i BETWEEN 40 AND 2000 AND (note IS NOT NULL OR TAGS = 'TagB')"
+
+
+def _sql_matches(m: ExpectedMessage) -> bool:
+    i = int(m.properties["i"])
+    return 40 <= i <= 2000 and ("note" in m.properties or m.tags == "TagB")
+
+
+def test_a_sql92_filter_reads_exactly_the_matching_messages_through_cold(served: Served) -> None:
+    # The plugin applies the consumer's MessageFilter to each cold record
+    # (isMatchedByCommitLog decodes its properties), as the broker does to hot records.
+    expected = sorted(k for k, m in served.messages.items() if _sql_matches(m))
+    cold = [k for k in expected if k[1] < served.hot_min[k[0]]]
+    assert cold and len(cold) < len(expected), "matches must lie in cold and in hot"
+    assert any(not _sql_matches(m) and m.queue_offset < served.hot_min[m.queue_id]
+               for m in served.messages.values())  # fmt: skip
+    got = served.consume("push-sql", "push", "GID_served_sql", TOPIC, "first", f"sql:{SQL}",
+                         str(len(expected)), "0")  # fmt: skip
+    assert sorted((d.queue_id, d.queue_offset) for d in got) == expected
     assert all(b > a for q in _by_queue(got).values() for a, b in itertools.pairwise(q))
     _check_as_produced(served, got)
 
@@ -310,14 +407,10 @@ def test_the_sidecar_stopped_mid_read_pauses_the_consumer_and_skips_nothing(
 def test_control_without_the_plugin_the_broker_answers_as_stock(served: Served) -> None:
     """The same broker and store, restarted without ``messageStorePlugIn``: a new group
     from the first offset starts at the hot min (the broker's OFFSET_TOO_SMALL) — what
-    the plugin exists to change. Last: it restarts the module's broker."""
+    the plugin exists to change — and a new group with default settings starts at the max
+    offset, as it did with the plugin. Last: it restarts the module's broker."""
     cluster = served.cluster
-    cluster.stop_broker()
-    conf = cluster.workdir / "broker.conf"
-    kept = [line for line in conf.read_text().splitlines()
-            if not line.startswith(("messageStorePlugIn=", "tieredstore"))]  # fmt: skip
-    conf.write_text("".join(line + "\n" for line in kept))
-    cluster.restart_broker()
+    served.produced.set_plugin(False)
     hot = HotStore(cluster.store_root)
     ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
     assert all(r.min > 0 for r in ranges.values())
@@ -325,3 +418,8 @@ def test_control_without_the_plugin_the_broker_answers_as_stock(served: Served) 
     got = served.consume("push-control", "push", "GID_served_control", TOPIC, "first", "*",
                          str(expected), "0")  # fmt: skip
     assert _by_queue(got) == {q: list(range(r.min, r.max)) for q, r in ranges.items()}
+
+    got = served.consume("push-control-default", "push-concurrent", "GID_control_default",
+                         TOPIC, "default", "*", "8", "8")  # fmt: skip
+    assert len(got) == 8 and all(d.tags == "fresh" for d in got), got
+    assert all(d.queue_offset >= ranges[d.queue_id].max for d in got)

@@ -9,13 +9,13 @@ import pytest
 
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
-from tests.broker.harness import wait_until
 from tests.broker.scenario import BrokerRun
 from tests.broker.traffic import Kind
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.config import SETTINGS
 from tieredstore.hot_store import HotStore
+from tieredstore.testing.rocketmq import wait_until
 
 pytestmark = pytest.mark.broker
 

@@ -17,8 +17,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.broker.harness import BrokerSettings, LocalCluster, missing_tools, prepare_toolchain
 from tests.broker.sidecar import LiveSidecar
+from tieredstore.testing.rocketmq import (
+    BrokerSettings,
+    LocalCluster,
+    missing_tools,
+    prepare_toolchain,
+)
 
 TOPIC = "TieredStoreDurability"
 QUEUES = 4

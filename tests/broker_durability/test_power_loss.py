@@ -30,7 +30,6 @@ import pytest
 
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
-from tests.broker.harness import LocalCluster, wait_until
 from tests.broker.sidecar import LiveSidecar
 from tests.broker_durability.conftest import (
     BROKER_FLUSH_INTERVAL_S,
@@ -43,6 +42,7 @@ from tests.broker_durability.conftest import (
 )
 from tests.broker_durability.powercut import cut_power
 from tieredstore.hot_store import HotStore
+from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 pytestmark = pytest.mark.broker
 

@@ -12,7 +12,11 @@ One home for what both need, so ``bench/`` never imports ``tests/``:
 * :mod:`~tieredstore.testing.coldimage`: a synthetic hot store tiered with the real
   segment codec (without a sidecar), written to a directory or any fsspec URL;
 * :mod:`~tieredstore.testing.moto`: the moto S3 server on loopback and its dummy
-  credentials.
+  credentials;
+* :mod:`~tieredstore.testing.rocketmq`: a real RocketMQ name server and broker on
+  loopback, driven by the stock Java client (``tests/broker/java/BrokerTool.java``);
+* :mod:`~tieredstore.testing.broker_plugin`: the broker read plugin (``broker-plugin/``)
+  built with Maven, cached by a hash of its sources.
 
 Part of the core layer (it imports the core only) and never imported by the sidecar,
 the verifier or the CLI themselves.

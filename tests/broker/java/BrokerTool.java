@@ -1,6 +1,7 @@
 /*
- * Test-only client for the broker conformance tests (tests/broker/harness.py compiles and
- * runs it against the jars the test POM resolves). It drives a real Apache RocketMQ broker
+ * Test-only client for the broker tests and bench/serving_consumer.py
+ * (tieredstore/testing/rocketmq.py compiles and runs it against the jars the test POM
+ * resolves). It drives a real Apache RocketMQ broker
  * with the stock Java client and admin API and writes down what the broker answered, so the
  * Python tests know exactly what was produced and where the broker put it.
  *
@@ -64,12 +65,19 @@
  *       every 200 ms), push-concurrent (a concurrent listener: it decides its start offsets
  *       once, at rebalance; an orderly one asks again at its first pull) or lite
  *       (DefaultLitePullConsumer), subscribed
- *       to SUB ("*" or a tag expression), starting FROM first | last | default (the
+ *       to SUB ("*", a tag expression, or "sql:EXPR": MessageSelector.bySql(EXPR), SQL92
+ *       on user properties, which needs enablePropertyFilter=true), starting FROM first | last | default (the
  *       client's default, CONSUME_FROM_LAST_OFFSET) | timestamp:MS. With FRESH > 0, once
  *       the consumer holds every queue (its start offsets are decided), send FRESH
  *       messages tagged "fresh". Write one "M" line (as dump) per delivery, duplicates
  *       included, flushed as it arrives; return once EXPECTED distinct queue offsets
  *       arrived and nothing more came for two seconds.
+ *
+ *   drain NAMESRV TOPIC QUEUE_ID MAX_NUMS OUT
+ *       Pull one queue with the stock pull consumer from the min offset the broker reports
+ *       to the max offset it reported at the start, MAX_NUMS per pull, one pull at a time.
+ *       One line per pull: offset count nanos (the pull's round trip), then a last line
+ *       "E min max". For the serving benchmark (cold part vs hot part).
  *
  *   expire NAMESRV BROKER_ADDR
  *       Make the broker delete its old commitlog files now, as its own expiry does: set
@@ -106,6 +114,7 @@ import org.apache.rocketmq.client.QueryResult;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -167,6 +176,10 @@ public final class BrokerTool {
                     Consume.run(args[1], args[2], args[3], args[4], args[5], args[6],
                         Integer.parseInt(args[7]), Integer.parseInt(args[8]),
                         Long.parseLong(args[9]), Paths.get(args[10]));
+                    break;
+                case "drain":
+                    drain(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]),
+                        Paths.get(args[5]));
                     break;
                 case "expire":
                     expire(args[1], args[2]);
@@ -590,6 +603,43 @@ public final class BrokerTool {
         }
     }
 
+    @SuppressWarnings("deprecation")
+    private static void drain(String namesrv, String topic, int queueId, int maxNums, Path outFile)
+        throws Exception {
+        DefaultMQPullConsumer consumer = new DefaultMQPullConsumer("tool_drain_" + System.nanoTime());
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setInstanceName("tool-drain-" + System.nanoTime());
+        consumer.start();
+        try (BufferedWriter w = Files.newBufferedWriter(outFile, StandardCharsets.UTF_8)) {
+            MessageQueue mq = null;
+            for (MessageQueue q : consumer.fetchSubscribeMessageQueues(topic)) {
+                if (q.getQueueId() == queueId) {
+                    mq = q;
+                }
+            }
+            if (mq == null) {
+                throw new IllegalArgumentException("no queue " + queueId + " in " + topic);
+            }
+            long min = consumer.minOffset(mq);
+            long max = consumer.maxOffset(mq);
+            long offset = min;
+            while (offset < max) {
+                long t0 = System.nanoTime();
+                PullResult r = consumer.pull(mq, "*", offset, maxNums);
+                long nanos = System.nanoTime() - t0;
+                if (r.getPullStatus() != PullStatus.FOUND) {
+                    throw new IllegalStateException("pull " + mq + " at " + offset + ": "
+                        + r.getPullStatus() + " next " + r.getNextBeginOffset());
+                }
+                w.write(offset + "\t" + r.getMsgFoundList().size() + "\t" + nanos + "\n");
+                offset = r.getNextBeginOffset();
+            }
+            w.write("E\t" + min + "\t" + max + "\n");
+        } finally {
+            consumer.shutdown();
+        }
+    }
+
     // -- query-keys ---------------------------------------------------------------------
     private static final String UNIQ = "uniq:";
 
@@ -691,6 +741,7 @@ public final class BrokerTool {
 
     // -- consume --------------------------------------------------------------------------
     private static final class Consume {
+        private static final String SQL = "sql:";
         private final Set<String> seen = ConcurrentHashMap.newKeySet();
         private final BufferedWriter out;
         private volatile long lastDelivery = System.currentTimeMillis();
@@ -758,7 +809,11 @@ public final class BrokerTool {
             if (where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP) {
                 consumer.setConsumeTimestamp(stamp(from));
             }
-            consumer.subscribe(topic, sub);
+            if (sub.startsWith(SQL)) {
+                consumer.subscribe(topic, MessageSelector.bySql(sub.substring(SQL.length())));
+            } else {
+                consumer.subscribe(topic, sub);
+            }
             if (mode.equals("push-concurrent")) {
                 consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
                     for (MessageExt m : msgs) {
@@ -804,7 +859,11 @@ public final class BrokerTool {
             if (where == ConsumeFromWhere.CONSUME_FROM_TIMESTAMP) {
                 consumer.setConsumeTimestamp(stamp(from));
             }
-            consumer.subscribe(topic, sub);
+            if (sub.startsWith(SQL)) {
+                consumer.subscribe(topic, MessageSelector.bySql(sub.substring(SQL.length())));
+            } else {
+                consumer.subscribe(topic, sub);
+            }
             consumer.start();
             try {
                 long deadline = System.currentTimeMillis() + timeoutMs;

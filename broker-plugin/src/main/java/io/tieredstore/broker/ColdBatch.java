@@ -1,6 +1,7 @@
 package io.tieredstore.broker;
 
 import java.nio.ByteBuffer;
+import java.util.Arrays;
 
 /**
  * One {@code TSR1} answer: records {@code offset .. offset + count - 1} of a queue as cold
@@ -33,6 +34,18 @@ final class ColdBatch {
     /** The i-th record, a buffer of exactly its bytes (position 0). */
     ByteBuffer record(int i) {
         return ByteBuffer.wrap(data, positions[i], sizes[i]).slice();
+    }
+
+    /** Records {@code from .. to - 1} of this batch (sharing its bytes). */
+    ColdBatch slice(int from, int to) {
+        return new ColdBatch(range, offset + from, Arrays.copyOfRange(coldOffsets, from, to),
+            Arrays.copyOfRange(sizes, from, to), Arrays.copyOfRange(tagsCodes, from, to), data,
+            Arrays.copyOfRange(positions, from, to));
+    }
+
+    /** The bytes this batch keeps in memory (the whole answer it came from). */
+    long bytes() {
+        return data.length;
     }
 
     /** Parse a {@code TSR1} answer; SidecarException if it is not one. */

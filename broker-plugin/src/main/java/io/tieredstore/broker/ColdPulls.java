@@ -35,15 +35,15 @@ final class ColdPulls {
     /** Batches of filtered-out records one pull may scan before it answers NO_MATCHED. */
     private static final int SCAN_BATCHES = 4;
 
-    private final SidecarClient client;
+    private final BatchCache batches;
     private final RangeCache ranges;
     private final QueueBackoff backoff;
     private final Counters counters;
     private final MessageStoreConfig storeConfig;
 
-    ColdPulls(SidecarClient client, RangeCache ranges, QueueBackoff backoff, Counters counters,
+    ColdPulls(BatchCache batches, RangeCache ranges, QueueBackoff backoff, Counters counters,
         MessageStoreConfig storeConfig) {
-        this.client = client;
+        this.batches = batches;
         this.ranges = ranges;
         this.backoff = backoff;
         this.counters = counters;
@@ -88,10 +88,11 @@ final class ColdPulls {
         for (int scans = 0; result.getMessageCount() == 0 && next < end && scans < SCAN_BATCHES; scans++) {
             ColdBatch batch;
             try {
-                batch = client.records(topic, queueId, next, maxCount, maxBytes);
+                batch = batches.records(topic, queueId, next, maxCount, maxBytes);
             } catch (SidecarClient.NotInCold e) {
                 // Cold changed since the range was read (retention): read it again next time.
                 ranges.invalidate(topic, queueId);
+                batches.invalidate(topic, queueId);
                 if (result.getMessageCount() > 0 || next > offset) {
                     break;
                 }

@@ -14,6 +14,8 @@ package io.tieredstore.broker;
  * tieredstoreBackoffMaxMillis     = 15000           longest pause (doubling in between)
  * tieredstoreRangeCacheMillis     = 1000            how long a queue's cold range is reused
  * tieredstoreReadThreads          = 4               threads serving cold pulls
+ * tieredstoreBatchMessages        = 256             records asked of the sidecar at once
+ * tieredstoreBatchCacheBytes      = 33554432        memory for the batches kept (0: off)
  * </pre>
  */
 public class PluginConfig {
@@ -24,6 +26,8 @@ public class PluginConfig {
     private long tieredstoreBackoffMaxMillis = 15000;
     private long tieredstoreRangeCacheMillis = 1000;
     private int tieredstoreReadThreads = 4;
+    private int tieredstoreBatchMessages = 256;
+    private long tieredstoreBatchCacheBytes = 32L << 20;
 
     public String getTieredstoreReadAddress() {
         return tieredstoreReadAddress;
@@ -81,6 +85,22 @@ public class PluginConfig {
         this.tieredstoreReadThreads = value;
     }
 
+    public int getTieredstoreBatchMessages() {
+        return tieredstoreBatchMessages;
+    }
+
+    public void setTieredstoreBatchMessages(int value) {
+        this.tieredstoreBatchMessages = value;
+    }
+
+    public long getTieredstoreBatchCacheBytes() {
+        return tieredstoreBatchCacheBytes;
+    }
+
+    public void setTieredstoreBatchCacheBytes(long value) {
+        this.tieredstoreBatchCacheBytes = value;
+    }
+
     /** One line naming the first bad value, or null when every value can be used. */
     String problem() {
         if (tieredstoreReadAddress == null || !tieredstoreReadAddress.matches("[^/\\s]+:\\d{1,5}")) {
@@ -94,6 +114,9 @@ public class PluginConfig {
         }
         if (tieredstoreRangeCacheMillis < 0 || tieredstoreReadThreads < 1) {
             return "tieredstoreRangeCacheMillis must be >= 0 and tieredstoreReadThreads >= 1";
+        }
+        if (tieredstoreBatchMessages < 1 || tieredstoreBatchMessages > 1000 || tieredstoreBatchCacheBytes < 0) {
+            return "tieredstoreBatchMessages must be in 1..1000 and tieredstoreBatchCacheBytes >= 0";
         }
         return null;
     }

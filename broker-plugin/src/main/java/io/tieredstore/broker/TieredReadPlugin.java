@@ -47,6 +47,7 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
     private final RangeCache ranges;
     private final QueueBackoff backoff;
     private final Counters counters = new Counters();
+    private final BatchCache batches;
     private final ColdPulls pulls;
     private final ThreadPoolExecutor executor;
 
@@ -61,7 +62,9 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
         this.client = new SidecarClient(config);
         this.ranges = new RangeCache(client, config.getTieredstoreRangeCacheMillis());
         this.backoff = new QueueBackoff(config.getTieredstoreBackoffMinMillis(), config.getTieredstoreBackoffMaxMillis());
-        this.pulls = new ColdPulls(client, ranges, backoff, counters, context.getMessageStoreConfig());
+        this.batches = new BatchCache(client, config.getTieredstoreBatchMessages(),
+            config.getTieredstoreBatchCacheBytes());
+        this.pulls = new ColdPulls(batches, ranges, backoff, counters, context.getMessageStoreConfig());
         int threads = config.getTieredstoreReadThreads();
         final AtomicInteger n = new AtomicInteger();
         this.executor = new ThreadPoolExecutor(threads, threads, 60, TimeUnit.SECONDS,
@@ -77,6 +80,7 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
     @Override
     public void shutdown() {
         executor.shutdownNow();
+        batches.shutdown();
         super.shutdown();
     }
 
@@ -292,6 +296,7 @@ public class TieredReadPlugin extends AbstractPluginMessageStore {
     public HashMap<String, String> getRuntimeInfo() {
         HashMap<String, String> info = next.getRuntimeInfo();
         counters.putInto(info);
+        info.put("tieredstoreBatchBytesKept", String.valueOf(batches.bytes()));
         return info;
     }
 }

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 
-from tests.broker.harness import HarnessError, _run, cache_root
+from tieredstore.testing.rocketmq import HarnessError, _run, cache_root
 
 __all__ = ["PLUGIN_CLASS", "PLUGIN_DIR", "build_plugin", "plugin_sources"]
 
@@ -28,12 +29,13 @@ def plugin_sources() -> list[Path]:
     return [f.relative_to(PLUGIN_DIR) for f in files if f.is_file()]
 
 
-def build_plugin() -> Path:
-    """The plugin jar for the current sources (built with ``mvn package`` when missing)."""
+def build_plugin(rocketmq_version: str | None = None) -> Path:
+    """The plugin jar for the current sources (built with ``mvn package`` when missing),
+    compiled against ``rocketmq_version`` (``-Drocketmq.version``; default: the POM's)."""
     sources = plugin_sources()
     if not sources or not (PLUGIN_DIR / "pom.xml").is_file():
         raise HarnessError(f"no broker plugin sources in {PLUGIN_DIR}")
-    digest = hashlib.sha256()
+    digest = hashlib.sha256((rocketmq_version or "").encode() + b"\0")
     for rel in sources:
         digest.update(str(rel).encode() + b"\0" + (PLUGIN_DIR / rel).read_bytes() + b"\0")
     base = cache_root() / "broker-plugin"
@@ -47,7 +49,15 @@ def build_plugin() -> Path:
         shutil.copyfile(PLUGIN_DIR / rel, staging / rel)
     try:
         _run(
-            ["mvn", "-q", "-B", "-f", str(staging / "pom.xml"), "package"],
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-f",
+                str(staging / "pom.xml"),
+                "package",
+                *([f"-Drocketmq.version={rocketmq_version}"] if rocketmq_version else []),
+            ],
             timeout=540,  # below pytest-timeout (600 s), so the failure names mvn
             what="mvn package (broker-plugin)",
         )
@@ -59,7 +69,7 @@ def build_plugin() -> Path:
         tmp.rename(jar)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    for stale in base.glob("plugin-*.jar"):  # builds of older sources
-        if stale != jar:
+    for stale in base.glob("plugin-*.jar"):  # builds of older sources (or other versions)
+        if stale != jar and time.time() - stale.stat().st_mtime > 86400:
             stale.unlink(missing_ok=True)
     return jar

@@ -1,10 +1,11 @@
-"""Run a real Apache RocketMQ name server and broker on 127.0.0.1 for tests.
+"""Run a real Apache RocketMQ name server and broker on 127.0.0.1 for tests and benchmarks.
 
 The jars come from Maven Central through the test-only ``tests/broker/pom.xml``
 (``mvn dependency:copy-dependencies``) into a cache that survives between runs:
 ``$TIEREDSTORE_CACHE/rocketmq-<version>/`` (``TIEREDSTORE_CACHE`` defaults to
 ``~/.cache/tieredstore``). The same directory holds the compiled ``BrokerTool`` (the
-Java producer/consumer/admin client in ``tests/broker/java/``), keyed by a hash of its
+Java producer/consumer/admin client in ``tests/broker/java/``; both files are read from
+the source checkout), keyed by a hash of its
 source. Both steps are skipped when their stamp matches, so only the first run is slow.
 
 :class:`LocalCluster` starts ``NamesrvStartup`` and ``BrokerStartup`` as subprocesses
@@ -49,7 +50,9 @@ __all__ = [
     "wait_until",
 ]
 
-HERE = Path(__file__).resolve().parent
+#: The test POM and the Java client stay with the broker tests; this module (shared with
+#: ``bench/``) reads them from the source checkout, as it builds ``broker-plugin/``.
+HERE = Path(__file__).resolve().parents[2] / "tests" / "broker"
 POM = HERE / "pom.xml"
 TOOL_SOURCE = HERE / "java" / "BrokerTool.java"
 TOOL_CLASS = "BrokerTool"
@@ -138,10 +141,10 @@ class Toolchain:
                                 str(self.lib_dir / "*")])  # fmt: skip
 
 
-def _resolve_jars(base: Path) -> Path:
+def _resolve_jars(base: Path, version: str) -> Path:
     lib = base / "lib"
     stamp = lib / ".pom-sha256"
-    digest = _sha256(POM.read_bytes())
+    digest = _sha256(POM.read_bytes(), version.encode())
     if stamp.is_file() and stamp.read_text().strip() == digest:
         return lib
     base.mkdir(parents=True, exist_ok=True)
@@ -151,6 +154,7 @@ def _resolve_jars(base: Path) -> Path:
         [
             "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
             f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
+            f"-Drocketmq.version={version}",
         ],
         timeout=540,  # below pytest-timeout (600 s), so the failure names mvn
         what="mvn dependency:copy-dependencies (RocketMQ jars)",
@@ -183,11 +187,15 @@ def _compile_tool(base: Path, lib: Path, version: str) -> Path:
     return out
 
 
-def prepare_toolchain() -> Toolchain:
-    """Resolve the jars and compile the tool (cached; see the module docstring)."""
-    version = rocketmq_version()
+def prepare_toolchain(version: str | None = None) -> Toolchain:
+    """Resolve the jars and compile the tool (cached; see the module docstring).
+
+    ``version``: another RocketMQ release than the test POM's (``-Drocketmq.version``),
+    cached beside it in ``rocketmq-<version>/``.
+    """
+    version = version or rocketmq_version()
     base = cache_root() / f"rocketmq-{version}"
-    lib = _resolve_jars(base)
+    lib = _resolve_jars(base, version)
     return Toolchain(version, lib, _compile_tool(base, lib, version))
 
 
