@@ -162,6 +162,5 @@ def _python_example(tmp_path: Path, spark: SparkSession) -> None:
     code = code.replace("'TradeOrders'", "'SynthTopic0'").replace(".show()", ".collect()")
     scope: dict[str, object] = {}
     exec(compile(code, "README.md", "exec"), scope)  # our own README
-    df = scope["df"]
-    manifests = sorted(str(p) for p in (tmp_path / "cold").rglob("MANIFEST/*.json"))
-    assert df.count() == SPEC.messages, (code, manifests)  # type: ignore[attr-defined]
+    df = scope["df"]  # after a filtered query, still every message (no stale pruning)
+    assert df.count() == SPEC.messages  # type: ignore[attr-defined]

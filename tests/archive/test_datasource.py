@@ -101,8 +101,26 @@ def test_one_broker(spark_archive: SparkSession, archive: Archive, tmp_path: Pat
 def _where(
     spark: SparkSession, archive: Archive, trace: Path, condition: str
 ) -> tuple[list[Row], Counter[str]]:
-    df = load(spark, archive, trace).where(condition)
+    df = load(spark, archive, trace, prune="true").where(condition)
     return rows(df), opened(trace)
+
+
+def test_by_default_a_reused_dataframe_reads_everything_after_a_filtered_query(
+    spark_archive: SparkSession, archive: Archive, tmp_path: Path
+) -> None:
+    """Spark keeps a pushdown's plan on the DataFrame's relation: had the default reader
+    pruned, the second query (nothing to push) would read only SynthTopic0's segments."""
+    everything, manifests = _all(archive)
+    df = load(spark_archive, archive, tmp_path)
+    assert df.where("topic = 'SynthTopic0'").count() < len(everything)
+    assert df.count() == len(everything)
+    assert rows(df) == everything
+    assert set(opened(tmp_path)) == keys(manifests).keys()
+
+
+def test_prune_is_true_or_false(spark_archive: SparkSession, archive: Archive) -> None:
+    with pytest.raises(Exception, match="option 'prune' must be true or false, got 'yes'"):
+        load(spark_archive, archive, prune="yes").count()
 
 
 def _all(archive: Archive) -> tuple[list[Row], list[Manifest]]:

@@ -64,7 +64,7 @@ def test_pruned_and_partial_reads_on_s3(
     )
     lo, hi = queue[0].start_offset + 5, queue[1].start_offset + 5
     df = read_archive(spark, s3_archive.url, CLUSTER, BROKER, trace_dir=str(tmp_path),
-                      **options(s3_archive))  # fmt: skip
+                      prune="true", **options(s3_archive))  # fmt: skip
     got = df.where(f"topic = 'SynthTopic0' AND queue_id = 1 AND queue_offset >= {lo} "
                    f"AND queue_offset < {hi}").toArrow().to_pylist()  # fmt: skip
     expected = [

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tieredstore.hot_store import HotStore
 
 from tests.broker.sidecar import LiveSidecar
 from tests.broker.test_serving_plugin import (
@@ -31,6 +30,7 @@ from tests.broker.test_serving_plugin import (
     parse_deliveries,
 )
 from tests.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
+from tieredstore.hot_store import HotStore
 from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
 from tieredstore.testing.rocketmq import (
     BrokerSettings,

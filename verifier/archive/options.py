@@ -13,6 +13,10 @@ option                        meaning
                               the value is parsed as JSON when it is JSON
 ``trace_dir``                 a local directory: every task writes one small JSON file
                               per segment it opens (which segments a query touched)
+``prune``                     ``true``: prune segments by the query's filters (off by
+                              default: Spark 4.1-4.3 reuse one query's pruned plan for
+                              a later query without filters on the same DataFrame;
+                              turn it on only for a DataFrame that serves one query)
 ============================  ========================================================
 
 Spark hands options over with lower-cased names, so names are case-insensitive. Every
@@ -37,7 +41,9 @@ __all__ = ["SOURCE_NAME", "ArchiveOptions", "parse_options"]
 #: The format name: ``spark.read.format("tieredstore")``.
 SOURCE_NAME: Final = "tieredstore"
 
-_PLAIN: Final = ("cold", "path", "cluster", "broker", "endpoint_url", "region", "trace_dir")
+_PLAIN: Final = (
+    "cold", "path", "cluster", "broker", "endpoint_url", "region", "trace_dir", "prune",
+)  # fmt: skip
 _STORAGE_PREFIX: Final = "storage."
 
 
@@ -52,6 +58,7 @@ class ArchiveOptions:
     cluster: str
     brokers: tuple[str, ...] = ()
     trace_dir: str | None = None
+    prune: bool = False
 
 
 def _error(message: str) -> ConfigError:
@@ -128,4 +135,12 @@ def parse_options(options: Mapping[str, str]) -> ArchiveOptions:
         cluster=cluster,
         brokers=brokers,
         trace_dir=trace_dir,
+        prune=_flag(lowered, "prune"),
     )
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    value = options.get(name, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise _error(f"option {name!r} must be true or false, got {options[name]!r}")
+    return value == "true"

@@ -50,6 +50,7 @@ __all__ = [
     "PUSHDOWN_CONF",
     "SPARK_SCHEMA",
     "ArchiveReader",
+    "PruningArchiveReader",
     "TieredStoreDataSource",
     "read_archive",
     "read_partition",
@@ -79,20 +80,17 @@ class TieredStoreDataSource(DataSource):
                 f"{SOURCE_NAME} data source: the schema is fixed; do not pass one to "
                 "spark.read.schema()"
             )
-        return ArchiveReader(parse_options(self.options))
+        options = parse_options(self.options)
+        return PruningArchiveReader(options) if options.prune else ArchiveReader(options)
 
 
 class ArchiveReader(DataSourceReader):
-    """Plans and reads one query (pickled from the planner into every task)."""
+    """Plans and reads one query (pickled from the planner into every task): every
+    committed segment of the brokers asked for; Spark applies the query's filters."""
 
     def __init__(self, options: ArchiveOptions) -> None:
         self.options = options
         self.pruning = Pruning()
-
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
-        """Keep what prunes; return every filter, so Spark still checks each row."""
-        self.pruning = Pruning.of(filters)
-        return filters
 
     def partitions(self) -> Sequence[InputPartition]:
         return plan(self.options, self.pruning)
@@ -102,6 +100,22 @@ class ArchiveReader(DataSourceReader):
             # When planning found no segment, Spark still reads one (placeholder) partition.
             return iter(())
         return read_partition(self.options, partition)
+
+
+class PruningArchiveReader(ArchiveReader):
+    """:class:`ArchiveReader` that also prunes by the query's pushed filters (the
+    ``prune`` option).
+
+    Not the default: Spark 4.1 to 4.3 keep the plan that filter pushdown produced on the
+    DataFrame's relation, and a later query on the same DataFrame with no filter to push
+    (``df.count()`` after ``df.where(...).count()``) reads that pruned plan, silently
+    missing rows. With ``prune`` on, give each query its own ``load()``.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark's name)
+        """Keep what prunes; return every filter, so Spark still checks each row."""
+        self.pruning = Pruning.of(filters)
+        return filters
 
 
 # -- in the task ------------------------------------------------------------------------
