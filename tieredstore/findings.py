@@ -3,37 +3,10 @@
 Each job reports what it found as a :class:`FindingKind`; the value is the name every
 report, log line and metric label uses, so "size_mismatch" means the same thing whether
 ``gc --dry-run``, ``rebuild-metadata`` or the nightly verification said it. Each kind
-has one fixed :class:`Severity`::
-
-    kind                 severity  meaning                                      found by
-    gap                  CORRUPT   offsets missing between cold min and max     verifier, reconcile
-    hot_not_covered      CORRUPT   hot offsets past the lag allowance not in    verifier
-                                   cold
-    overlap              CORRUPT   an offset covered by two committed segments  verifier, reconcile
-    missing_object       CORRUPT   a manifest names an object that is absent    all three
-    size_mismatch        CORRUPT   an object's size differs from its manifest   all three
-    digest_mismatch      CORRUPT   an object's digest differs from its manifest verifier
-    corrupt_manifest     CORRUPT   a manifest that does not parse or validate   all three
-    corrupt_loss_record  CORRUPT   a loss record that does not parse            reconcile
-    record_mismatch      CORRUPT   cold CQ unit vs cold CL record disagree      verifier
-    content_mismatch     CORRUPT   cold differs from hot outside bytes [28, 36) verifier
-    cold_ahead_of_hot    CORRUPT   cold offsets at or past the hot max          verifier
-    missing_head         CORRUPT   cold starts above the queue's required       verifier
-                                   start, no retention or loss record explains
-                                   it
-    manifest_mismatch    CORRUPT   a manifest's store times or message count    verifier
-                                   differ from its records
-    orphan_object        DIRTY     an object no manifest names, past the grace  verifier, gc
-    unrecognised         DIRTY     a key that is not tieredstore's; never       gc
-                                   deleted
-    catalogue_drift      DIRTY     the SQLite catalogue disagrees with cold     verifier
-    not_adopted          DIRTY     a manifest reconcile could not adopt (an     reconcile
-                                   earlier finding or the queue's state blocks
-                                   it)
-    lost_before_tiering  DIRTY     offsets the broker deleted before they were  verifier
-                                   tiered, the loss accepted (a loss record)
-    unproven_start       DIRTY     a tiered queue without an init record: where verifier
-                                   its history must start is not on record
+has one fixed :class:`Severity`, and one line saying what it means and which jobs find
+it: :data:`FINDINGS`, the one table of findings. docs/verification.md's table of anomaly
+classes is generated from it (:func:`markdown_table`; ``tests/test_findings_table.py``
+fails when the two differ).
 
 CORRUPT means committed data is damaged, missing or wrong; DIRTY means something needs
 the operator's attention while every committed message is intact.
@@ -42,8 +15,11 @@ the operator's attention while every committed message is intact.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
 
-__all__ = ["FindingKind", "Severity"]
+__all__ = ["FINDINGS", "Finding", "FindingKind", "Severity", "markdown_table"]
 
 
 class Severity(enum.Enum):
@@ -96,3 +72,107 @@ _DIRTY = frozenset(
         FindingKind.UNPROVEN_START,
     }
 )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one kind of finding means, and which jobs report it."""
+
+    meaning: str
+    found_by: tuple[str, ...]
+
+
+#: The one table of findings: each kind's meaning (as the reports explain it) and jobs.
+FINDINGS: Final[Mapping[FindingKind, Finding]] = {
+    FindingKind.GAP: Finding(
+        "offsets between cold min and cold max in no committed segment (and in no accepted loss)",
+        ("verifier", "reconcile"),
+    ),
+    FindingKind.HOT_NOT_COVERED: Finding(
+        "hot offsets in the required range, older than the lag allowance, not in cold: "
+        "the untiered tail, or everything of a queue with no segment (includes offsets "
+        "the broker deleted before they were tiered whose loss nobody accepted: the "
+        "queue is PAUSED)",
+        ("verifier",),
+    ),
+    FindingKind.MISSING_HEAD: Finding(
+        "cold starts above the queue's required start and no retention or loss record "
+        "explains the difference (checked even where hot no longer has those offsets)",
+        ("verifier",),
+    ),
+    FindingKind.MANIFEST_MISMATCH: Finding(
+        "a manifest's `min/max_store_timestamp` or `message_count` differs from its "
+        "records (content level; retention, `restore --since` and offset by time trust "
+        "them)",
+        ("verifier",),
+    ),
+    FindingKind.OVERLAP: Finding(
+        "offsets covered by two committed segments", ("verifier", "reconcile")
+    ),
+    FindingKind.MISSING_OBJECT: Finding(
+        "a manifest names an object that does not exist", ("verifier", "gc", "reconcile")
+    ),
+    FindingKind.SIZE_MISMATCH: Finding(
+        "an object's size differs from its manifest", ("verifier", "gc", "reconcile")
+    ),
+    FindingKind.DIGEST_MISMATCH: Finding(
+        "an object's digest (CRC-32C, or SHA-256 for 0.1.0 segments: the algorithm its "
+        "manifest names) differs from its manifest",
+        ("verifier",),
+    ),
+    FindingKind.CORRUPT_MANIFEST: Finding(
+        "a MANIFEST that does not parse or validate (its range shows as a `gap` too)",
+        ("verifier", "gc", "reconcile"),
+    ),
+    FindingKind.CORRUPT_LOSS_RECORD: Finding(
+        "a loss record that does not parse or validate", ("reconcile",)
+    ),
+    FindingKind.RECORD_MISMATCH: Finding(
+        "cold CQ unit vs cold record: offsets that do not tile the cold commitlog, or "
+        "totalSize / queueOffset / physicalOffset fields that disagree",
+        ("verifier",),
+    ),
+    FindingKind.CONTENT_MISMATCH: Finding(
+        "cold ≠ hot: CQ unit size or tagsCode, or record bytes outside [28, 36)",
+        ("verifier",),
+    ),
+    FindingKind.COLD_AHEAD_OF_HOT: Finding(
+        "cold offsets at or beyond the hot max (hot regression)", ("verifier",)
+    ),
+    FindingKind.ORPHAN_OBJECT: Finding(
+        "a COMMIT_LOG / CONSUME_QUEUE object no manifest names, older than the grace "
+        "period (`--orphan-grace`, `gc.grace`)",
+        ("verifier", "gc"),
+    ),
+    FindingKind.UNRECOGNISED: Finding(
+        "a key under the broker prefix that is not tieredstore's; never deleted", ("gc",)
+    ),
+    FindingKind.CATALOGUE_DRIFT: Finding(
+        "the catalogue disagrees with the manifests (only with `--metadata`)",
+        ("verifier",),
+    ),
+    FindingKind.NOT_ADOPTED: Finding(
+        "a manifest reconcile could not adopt (an earlier finding or the queue's state blocks it)",
+        ("reconcile",),
+    ),
+    FindingKind.LOST_BEFORE_TIERING: Finding(
+        "offsets the broker deleted before they were tiered, the loss accepted by "
+        "`tieredstore resume --accept-loss`: one per loss record (`LOSS/<name>.json`, its "
+        "key as the object), with its range and, in the detail, when and by which writer "
+        "it was accepted",
+        ("verifier",),
+    ),
+    FindingKind.UNPROVEN_START: Finding(
+        "a tiered queue without an init record: where its history must start is not on "
+        "record (reported at the offset cold shows, count 0)",
+        ("verifier",),
+    ),
+}
+
+
+def markdown_table(kinds: Iterable[FindingKind]) -> str:
+    """``kinds`` as a Markdown table (class, meaning, verdict), in the order given."""
+    lines = ["| class | meaning | verdict |", "|---|---|---|"]
+    for kind in kinds:
+        lines.append(f"| `{kind.value}` | {FINDINGS[kind].meaning} | {kind.severity.value} |")
+    return "\n".join(lines) + "\n"

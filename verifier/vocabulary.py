@@ -2,33 +2,8 @@
 
 An anomaly is a :class:`~tieredstore.findings.FindingKind` (the vocabulary gc and
 reconcile share); the verifier reports the kinds in :data:`VERIFIER_KINDS`, each with
-its fixed severity (docs/architecture.md, "The verifier")::
-
-    class              severity   meaning
-    gap                CORRUPT    offsets missing between cold min and cold max
-    hot_not_covered    CORRUPT    hot offsets in scope, older than the allowance, not in cold
-    overlap            CORRUPT    an offset covered by two committed segments
-    missing_object     CORRUPT    a manifest names an object that does not exist
-    size_mismatch      CORRUPT    an object's size differs from its manifest
-    digest_mismatch    CORRUPT    an object's digest differs from its manifest
-    corrupt_manifest   CORRUPT    a manifest that does not parse or validate
-    record_mismatch    CORRUPT    cold CQ unit vs cold CL record (size, queueOffset,
-                                  rewritten physicalOffset, contiguous cold offsets)
-    content_mismatch   CORRUPT    cold ≠ hot: CQ unit size/tagsCode, or record bytes
-                                  outside [28, 36)
-    cold_ahead_of_hot  CORRUPT    cold offsets at or beyond the hot max (hot regression)
-    missing_head       CORRUPT    cold starts above the required start (init record,
-                                  retention records) and no loss record explains it
-    manifest_mismatch  CORRUPT    a manifest's min/max store time or message count
-                                  differs from its records (content level)
-    orphan_object      DIRTY      an object no manifest names, older than the grace period
-    catalogue_drift    DIRTY      the SQLite catalogue disagrees with the manifests
-    lost_before_tiering DIRTY     offsets the broker deleted before they were tiered, the
-                                  loss accepted by ``resume --accept-loss`` (a loss
-                                  record in cold); unaccepted, the same offsets are
-                                  ``hot_not_covered`` or a ``gap`` (CORRUPT)
-    unproven_start     DIRTY      a tiered queue has no init record: its start is not
-                                  on record (a store an older sidecar wrote)
+its fixed severity and meaning (the one table: :data:`tieredstore.findings.FINDINGS`,
+rendered in docs/verification.md, "Anomaly classes").
 
 The verdict is CORRUPT if any CORRUPT-class anomaly exists, else DIRTY if any DIRTY-class
 one does, else CLEAN. Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run.

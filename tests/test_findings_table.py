@@ -1,0 +1,24 @@
+"""One table of findings: tieredstore/findings.py's FINDINGS; the others follow it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tieredstore.findings import FINDINGS, FindingKind, markdown_table
+from verifier.vocabulary import VERIFIER_KINDS
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "verification.md"
+
+
+def test_every_kind_is_in_the_table_once() -> None:
+    assert set(FINDINGS) == set(FindingKind)
+    assert all(f.meaning and f.found_by for f in FINDINGS.values())
+
+
+def test_the_verifier_reports_the_kinds_the_table_says_it_finds() -> None:
+    assert {k for k, f in FINDINGS.items() if "verifier" in f.found_by} == set(VERIFIER_KINDS)
+
+
+def test_the_docs_table_is_generated_from_it() -> None:
+    table = markdown_table(k for k in FINDINGS if k in VERIFIER_KINDS)
+    assert table in DOC.read_text(), f"replace the table in {DOC} with:\n{table}"
