@@ -6,7 +6,7 @@ Every script prints a short table and, last, one line per target::
 
 ``ratio`` is ours ÷ baseline when there is a baseline, else the measured value itself;
 ``target`` says what PASS means. Timing lives here and in the scripts only, never in the
-unit tests (``tests/test_bench_smoke.py`` checks only that each script runs and prints a
+unit tests (``tests/repo/test_bench_smoke.py`` checks only that each script runs and prints a
 well-formed RESULT line).
 
 Peak RSS of a child process is its own ``VmHWM`` from ``/proc/<pid>/status``, sampled

@@ -19,7 +19,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     ``tryfirst``: xdist turns the ``xdist_group`` mark into the test's group in its own
     ``pytest_collection_modifyitems``; a mark added after that is ignored, silently
-    (tests/test_xdist_groups.py)."""
+    (tests/repo/test_xdist_groups.py)."""
     for item in items:
         if item.get_closest_marker("broker") is not None:
             item.add_marker(pytest.mark.xdist_group("rocketmq"))

@@ -410,7 +410,7 @@ _BY_KEY: Final = {s.key: s for s in SETTINGS}
 
 
 # -- typed sections: one frozen dataclass per [section], a field per key of SETTINGS -----
-# (tests/test_config.py checks the two agree, key for key; mypy sees every use).
+# (tests/tieredstore/test_config.py checks the two agree, key for key; mypy sees every use).
 
 
 @dataclass(frozen=True, slots=True)

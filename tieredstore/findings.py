@@ -5,7 +5,7 @@ report, log line and metric label uses, so "size_mismatch" means the same thing 
 ``gc --dry-run``, ``rebuild-metadata`` or the nightly verification said it. Each kind
 has one fixed :class:`Severity`, and one line saying what it means and which jobs find
 it: :data:`FINDINGS`, the one table of findings. docs/verification.md's table of anomaly
-classes is generated from it (:func:`markdown_table`; ``tests/test_findings_table.py``
+classes is generated from it (:func:`markdown_table`; ``tests/repo/test_findings_table.py``
 fails when the two differ).
 
 CORRUPT means committed data is damaged, missing or wrong; DIRTY means something needs

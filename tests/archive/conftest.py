@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.broker.make_golden import GOLDEN_STORE
-from tests.test_reader import tier
+from tests.tieredstore.test_cold_reader import tier
 from tieredstore.backends import open_backend
 from tieredstore.cold_reader import ColdReader
 from tieredstore.errors import InvalidNameError

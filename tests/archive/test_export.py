@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.test_reader import tier
+from tests.tieredstore.test_cold_reader import tier
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.clock import VirtualClock

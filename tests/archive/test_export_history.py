@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 
-from tests.dispatcher.test_repair import T0, TOPIC, _diverge, _repair, _settings
+from tests.dispatcher.maintenance.test_repair import T0, TOPIC, _diverge, _repair, _settings
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock

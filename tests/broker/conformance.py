@@ -2,7 +2,7 @@
 
 Used by the live broker tests (``tests/broker/test_conformance.py``, store read while
 the broker runs and again after it stopped) and by the offline golden-store tests
-(``tests/test_golden_store.py``). Every check reads the store only through the
+(``tests/tieredstore/test_golden_store.py``). Every check reads the store only through the
 tieredstore scanner (``HotStore``) and compares with the :class:`Manifest`: the
 producer's messages and the broker's own answers (SendResult, per-queue offsets).
 

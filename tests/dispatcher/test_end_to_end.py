@@ -11,7 +11,7 @@ from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.synth import SynthSpec
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
@@ -27,12 +27,6 @@ SPEC = SynthSpec(
     prepared_every=50,
     seed=11,
 )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    synthesize(tmp_path / "store", SPEC)
-    return tmp_path / "store"
 
 
 async def _tier_once(store: Path, cold: str, state: Path, **kw: object) -> int:

@@ -43,7 +43,7 @@ from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.synth import SynthSpec
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
@@ -82,11 +82,6 @@ def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Cold:
             "client_kwargs": {"region_name": REGION},
         },
     )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    return synthesize(tmp_path / "store", SPEC).root
 
 
 def nth(op: str, part: str, n: int) -> Callable[[str, str], bool]:

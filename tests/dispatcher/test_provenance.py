@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from dispatcher.lease import Lease
 from dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from dispatcher.maintenance.retention import DeletionStep
@@ -15,7 +13,8 @@ from dispatcher.provenance_writer import ProvenanceWriter
 from dispatcher.topic_filter import TopicFilter
 from metadata.reconcile import rebuild
 from metadata.rows import QueueRow, QueueState, SegmentRow
-from tests.dispatcher.test_retention_deletion import END, SPEC, H, _settings, _tier
+from tests.dispatcher.maintenance import test_retention_deletion as deletion
+from tests.dispatcher.maintenance.test_retention_deletion import END, H, _settings, _tier
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
@@ -29,14 +28,9 @@ from tieredstore.layout import (
     tiering_key,
 )
 from tieredstore.provenance import QueueInit, read_queue_record, read_tiering_record
-from tieredstore.synth import synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    synthesize(tmp_path / "store", SPEC)
-    return tmp_path / "store"
+SPEC = deletion.SPEC  # the store the `store` fixture (tests/dispatcher/conftest.py) writes
 
 
 def _parse_init(data: bytes, key: str) -> QueueInit:

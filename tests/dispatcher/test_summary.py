@@ -69,7 +69,7 @@ async def test_one_line_per_interval_on_the_clock(caplog: pytest.LogCaptureFixtu
 
 
 def test_a_working_sidecar_logs_summaries_and_each_start_up_line_once(tmp_path: Path) -> None:
-    from tests.test_signals import wait_for
+    from tests.tieredstore.cli.test_signals import wait_for
 
     synthesize(tmp_path / "store", SynthSpec(topics=2, queues=2, messages=4000))
     log = tmp_path / "run.log"

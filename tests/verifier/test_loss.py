@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.dispatcher.test_resume import SPEC as LOSSY_SPEC
-from tests.dispatcher.test_resume import TOPIC, _lose_untiered_head
+from tests.dispatcher.maintenance.test_resume import SPEC as LOSSY_SPEC
+from tests.dispatcher.maintenance.test_resume import TOPIC, _lose_untiered_head
 from tieredstore.cli.main import main as cli_main
 from tieredstore.hot_store import QueueKey
 from tieredstore.layout import QueuePath

@@ -3,7 +3,7 @@
 A backend stores immutable objects under ``/``-separated keys relative to its root URL.
 Six primitives make the contract, plus three conditional ones that fence concurrent
 writers; everything else (segments, manifests, leases, GC) is built once above it.
-Every backend passes the same contract suite (``tests/backends/test_contract.py``).
+Every backend passes the same contract suite (``tests/tieredstore/backends/test_contract.py``).
 
 Contract, for every implementation:
 

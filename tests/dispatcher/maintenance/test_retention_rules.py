@@ -41,7 +41,7 @@ from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 H = 3_600_000
 NOW = 1_800_000_000_000
 POLICY = RetentionPolicy(72 * H, {"Short": 1 * H})
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _segments(topic: str, qid: int, ages_h: list[float]) -> tuple[SegmentRow, ...]:

@@ -31,7 +31,7 @@ from verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = pytest.mark.spark
 
-GOLDEN = Path(__file__).parent / "data" / "cold_v2"
+GOLDEN = Path(__file__).parents[1] / "data" / "cold_v2"
 SPEC = SynthSpec(
     topics=2, queues=2, messages=120, body_min=50, body_max=300, seed=2,
     start_time=1_790_000_000_000, interval_ms=10,

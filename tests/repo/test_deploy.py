@@ -36,7 +36,7 @@ from verifier.metrics_file import verify_registry
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.vocabulary import Level, VerifyOptions
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "tieredstore-dashboard.json"
 RULES_DIR = REPO / "deploy" / "prometheus"
 RULES = RULES_DIR / "tieredstore-alerts.yml"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("tieredstore", "metadata", "dispatcher", "verifier")
 MAX_FUNCTION_LINES = 60
 MAX_CLASS_LINES = 260  # "about 250"

@@ -7,7 +7,7 @@ from pathlib import Path
 from tieredstore.findings import FINDINGS, FindingKind, markdown_table
 from verifier.vocabulary import VERIFIER_KINDS
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "verification.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "verification.md"
 
 
 def test_every_kind_is_in_the_table_once() -> None:

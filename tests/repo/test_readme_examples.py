@@ -29,7 +29,7 @@ from tieredstore.synth import SynthSpec, synthesize
 
 pytestmark = pytest.mark.spark
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 BIN = Path(sys.executable).parent
 SPEC = SynthSpec(topics=2, queues=2, messages=400, body_min=20, body_max=200, seed=5)

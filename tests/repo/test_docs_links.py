@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Directories that are not the project's own files.
 SKIP_DIRS = frozenset(
     {".git", ".venv", "build", ".demo", ".mypy_cache", ".ruff_cache", ".pytest_cache"}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tieredstore.errors import CorruptDataError
 from tieredstore.formats import fastjson_dialect
 
-GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_store" / "config"
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden_store" / "config"
 
 
 def test_real_broker_output_reads_with_integer_keys() -> None:

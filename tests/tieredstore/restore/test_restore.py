@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.restore.test_index import lookup
+from tests.tieredstore.restore.test_index import lookup
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime

@@ -22,7 +22,7 @@ import yaml
 
 from tieredstore.config import SETTINGS, Settings, load_settings, parse_duration
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 SETTING_ENVS = {s.env for s in SETTINGS}
 #: Not a setting, but a variable the config loader reads (the config file's path).

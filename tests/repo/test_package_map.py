@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("tieredstore", "metadata", "dispatcher", "verifier")
 #: Top-level folders that are generated, not the project's own (hidden ones other than
 #: ``.ci`` are caches and tool state: .git, .venv, .pytest_cache, .hypothesis, ...).

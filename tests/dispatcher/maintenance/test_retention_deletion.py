@@ -25,7 +25,7 @@ from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import broker_prefix
 from tieredstore.manifest import FenceMarker
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.synth import SynthSpec
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 T0 = 1_800_000_000_000
@@ -55,12 +55,6 @@ def _settings(tmp_path: Path, **kw: object) -> Settings:
     }
     values.update(kw)
     return settings_for(tmp_path / "store", str(tmp_path / "cold"), tmp_path / "state", **values)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    synthesize(tmp_path / "store", SPEC)
-    return tmp_path / "store"
 
 
 async def _tier(tmp_path: Path, clock: VirtualClock) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 RESULT = re.compile(r"^RESULT (\w+) ratio=(\S+) target=(\S+) (PASS|FAIL)$")
 TINY_STORE = ["--size", "2M", "--topics", "2", "--queues", "2"]
 

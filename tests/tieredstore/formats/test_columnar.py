@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.formats.test_record import names, records
+from tests.tieredstore.formats.test_record import names, records
 from tieredstore.errors import CorruptRecordError, TruncatedDataError
 from tieredstore.formats.columnar import (
     RecordColumns,

@@ -174,7 +174,7 @@ def test_parse_duration(text: object, value: float) -> None:
 
 
 # -- docs/configuration.md and docs/sidecar.toml ----------------------------------------
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 _ROW = re.compile(
     r"^\| `(?P<key>[a-z_]+\.[a-z_]+)` \| (?P<default>.+?) \| `(?P<env>\w+)` \| (?P<reload>\w+) \|"
 )

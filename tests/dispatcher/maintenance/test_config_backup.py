@@ -18,7 +18,7 @@ from tieredstore.layout import lease_key
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
-GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_store" / "config"
+GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden_store" / "config"
 T0 = 1_700_000_000_000
 
 

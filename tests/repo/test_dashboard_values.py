@@ -1,6 +1,6 @@
 """The Grafana dashboard shows its numbers: no panel's transformations drop the value
 column, the worst-lag table is sorted by lag, and the import dialog asks for the data
-source (``__inputs``). Complements tests/test_deploy.py (metrics, layout, alerts)."""
+source (``__inputs``). Complements tests/repo/test_deploy.py (metrics, layout, alerts)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 DASHBOARD = (
-    Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "tieredstore-dashboard.json"
+    Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "tieredstore-dashboard.json"
 )
 DOC: dict[str, Any] = json.loads(DASHBOARD.read_text())
 PANELS = [p for p in DOC["panels"] if p.get("targets")]

@@ -13,7 +13,7 @@ import pytest
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
-from tests.test_reader import tier
+from tests.tieredstore.test_cold_reader import tier
 from tieredstore.cli.main import main
 from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
