@@ -44,7 +44,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
@@ -75,12 +75,7 @@ def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Cold:
         f"{bucket.url}/fencing",
         bucket.options(),
         {"cold__endpoint_url": bucket.endpoint_url},
-        {
-            "endpoint_url": bucket.endpoint_url,
-            "key": ACCESS_KEY,
-            "secret": SECRET_KEY,
-            "client_kwargs": {"region_name": REGION},
-        },
+        bucket.fsspec_options(),
     )
 
 

@@ -34,7 +34,7 @@ from tieredstore.errors import InvalidNameError
 from tieredstore.hot_store import HotStore
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 from verifier.job import verify
@@ -92,12 +92,7 @@ def test_sigstop_a_writer_let_another_take_over_then_sigcont(
         bucket: S3Bucket = request.getfixturevalue("s3_bucket")
         url, options = f"{bucket.url}/sigstop", bucket.options()
         env["TIEREDSTORE_COLD_ENDPOINT_URL"] = bucket.endpoint_url
-        storage = {
-            "endpoint_url": bucket.endpoint_url,
-            "key": ACCESS_KEY,
-            "secret": SECRET_KEY,
-            "client_kwargs": {"region_name": REGION},
-        }
+        storage = bucket.fsspec_options()
     log_a = tmp_path / "a.log"
     a = start(store, url, tmp_path / "state-a", log=log_a, **env)
     try:

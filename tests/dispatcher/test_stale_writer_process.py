@@ -50,7 +50,7 @@ from tieredstore.hot_store import HotStore
 from tieredstore.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 from verifier.job import verify
@@ -95,12 +95,7 @@ def _cold(kind: str, tmp_path: Path, request: pytest.FixtureRequest, n: int) -> 
         f"{bucket.url}/stale-{n}",
         bucket.options(),
         {"TIEREDSTORE_COLD_ENDPOINT_URL": bucket.endpoint_url},
-        {
-            "endpoint_url": bucket.endpoint_url,
-            "key": ACCESS_KEY,
-            "secret": SECRET_KEY,
-            "client_kwargs": {"region_name": REGION},
-        },
+        bucket.fsspec_options(),
     )
 
 

@@ -32,12 +32,7 @@ Q = QueueKey("SynthTopic2", 1)
 
 
 def _options(bucket: S3Bucket) -> dict[str, Any]:
-    return {
-        "endpoint_url": bucket.endpoint_url,
-        "key": ACCESS_KEY,
-        "secret": SECRET_KEY,
-        "client_kwargs": {"region_name": REGION},
-    }
+    return bucket.fsspec_options()
 
 
 @pytest.fixture

@@ -76,6 +76,16 @@ class S3Bucket:
         )
         return replace(base, **changes)
 
+    def fsspec_options(self) -> dict[str, Any]:
+        """The same place and credentials as fsspec storage options (for s3fs: the
+        verifier's ``storage_options``, the Spark data source's ``storage.*``)."""
+        return {
+            "endpoint_url": self.endpoint_url,
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "client_kwargs": {"region_name": REGION},
+        }
+
 
 def reset_moto(endpoint_url: str) -> None:
     """Drop every bucket and object (moto keeps them in memory)."""

@@ -34,7 +34,7 @@ from tieredstore.errors import (
     LeaseLostError,
     ObjectNotFoundError,
 )
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.moto import S3Bucket
 
 MiB = 1 << 20
 # S3's smallest multipart part: with this threshold an 11 MiB object takes three parts.
@@ -72,12 +72,7 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         bucket = request.getfixturevalue("s3_bucket")
         made = FsspecBackend(
             f"{bucket.url}/root",
-            {
-                "endpoint_url": bucket.endpoint_url,
-                "key": ACCESS_KEY,
-                "secret": SECRET_KEY,
-                "client_kwargs": {"region_name": REGION},
-            },
+            bucket.fsspec_options(),
         )
     async with made:
         yield made
