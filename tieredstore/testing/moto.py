@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -94,12 +95,50 @@ def reset_moto(endpoint_url: str) -> None:
         reply.read()
 
 
+def _atomic_writes(app: Any) -> Any:
+    """``app`` with its writes (PUT, POST, DELETE) one at a time.
+
+    moto checks a conditional write (``If-None-Match: *``, ``If-Match``) and then stores
+    the object, in whichever request thread runs it: two concurrent creates of one key
+    can both pass the check on a busy host. S3 decides each conditional write
+    atomically; serialising moto's writes gives the suite the same guarantee. Reads stay
+    concurrent.
+    """
+    lock = threading.Lock()
+
+    def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("REQUEST_METHOD") not in ("PUT", "POST", "DELETE"):
+            return app(environ, start_response)
+        with lock:
+            result = app(environ, start_response)
+            try:
+                return list(result)
+            finally:
+                if hasattr(result, "close"):
+                    result.close()
+
+    return wsgi
+
+
 @contextmanager
 def threaded_server() -> Iterator[str]:
-    """Run moto in a thread on a free loopback port; yield its endpoint URL."""
-    from moto.server import ThreadedMotoServer
+    """Run moto in a thread on a free loopback port, its writes atomic as on S3
+    (:func:`_atomic_writes`); yield its endpoint URL."""
+    from moto.moto_server import werkzeug_app
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from werkzeug.serving import make_server
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    class _Server(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app)
+            self._server = make_server(
+                self._ip_address, self._port, _atomic_writes(app), True,
+                request_handler=werkzeug_app.MotoRequestHandler,
+            )  # fmt: skip
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    server = _Server(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:
