@@ -13,13 +13,13 @@ Format: a JSON object ``{"version": 1, "queues": [{"topic", "queue", "key"}, ...
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from tieredstore.errors import ConfigError
 from tieredstore.hot_store import QueueKey
+from tieredstore.restore.files import replace_file
 
 __all__ = ["FILE_NAME", "load", "save"]
 
@@ -28,7 +28,7 @@ FILE_NAME: Final = "stopped-queues.json"
 
 
 def save(path: Path, stopped: Mapping[QueueKey, str]) -> None:
-    """Write ``stopped`` to ``path`` whole: a temporary file, fsynced, then renamed."""
+    """Write ``stopped`` to ``path`` whole (:func:`~tieredstore.restore.files.replace_file`)."""
     doc = {
         "version": 1,
         "queues": [
@@ -38,12 +38,7 @@ def save(path: Path, stopped: Mapping[QueueKey, str]) -> None:
             )
         ],
     }
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        json.dump(doc, out, indent=1)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(doc, indent=1).encode())
 
 
 def load(path: Path) -> dict[QueueKey, str]:

@@ -33,6 +33,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def replace_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file beside it,
+    fsynced, renamed over ``path``, then the directory fsynced. Raises OSError."""
+    temp = path.with_name(path.name + ".tmp")
+    with temp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    fsync_dir(path.parent)
+
+
 class FileCache:
     """Open descriptors of fixed-size store files, least recently used closed first.
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from tieredstore.errors import CorruptDataError, StoreError
-from tieredstore.restore.files import fsync_dir
+from tieredstore.restore.files import replace_file
 
 __all__ = ["JOURNAL_NAME", "Journal", "JournalState", "QueueProgress", "RestoreParams"]
 
@@ -133,14 +132,8 @@ class Journal:
 
     def save(self, path: Path) -> None:
         """Commit atomically: temp file, fsync, rename, fsync the directory."""
-        temp = path.with_name(path.name + ".tmp")
         try:
-            with temp.open("wb") as f:
-                f.write(self.to_json())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, path)
-            fsync_dir(path.parent)
+            replace_file(path, self.to_json())
         except OSError as exc:
             raise StoreError(
                 f"cannot write the restore journal: {exc.strerror}", where=str(path)
