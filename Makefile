@@ -24,9 +24,10 @@ demo: $(STAMP)
 test: $(STAMP) lint typecheck pytest
 
 ## quick: lint, types and the tests that need no broker, no Spark and no long run
-## (a few minutes; CONTRIBUTING.md). `make test` is still what CI runs.
+## (under 2 minutes here; CONTRIBUTING.md). `make test` is still what CI runs.
 quick: $(STAMP) lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not broker and not spark and not slow"
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not broker and not spark and not slow" \
+		--durations=5 --durations-min=1.0
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

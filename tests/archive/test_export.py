@@ -61,6 +61,7 @@ def run_export(cold: Path, out: Path, **request: Any) -> ExportReport:
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_export_round_trip_two_brokers_in_one_output(
     archive: Archive, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,6 +93,7 @@ def test_only_few_valued_columns_are_dictionary_encoded(archive: Archive, tmp_pa
     assert "body" not in with_stats and "store_timestamp" in with_stats
 
 
+@pytest.mark.slow
 def test_parallel_jobs_write_the_same_files(archive: Archive, tmp_path: Path) -> None:
     assert export(archive.cold, tmp_path / "one") == 0
     assert export(archive.cold, tmp_path / "two", "--jobs", "2") == 0
@@ -109,6 +111,7 @@ def test_a_rerun_exports_nothing_and_changes_nothing(archive: Archive, tmp_path:
     assert read_back(tmp_path) == normalise(archive.rows())
 
 
+@pytest.mark.slow
 def test_a_lost_export_manifest_never_duplicates_rows(archive: Archive, tmp_path: Path) -> None:
     # A crash after the files and before the manifest: everything is exported again,
     # onto the same file names.
@@ -226,6 +229,7 @@ def test_spark_reads_the_export_back_with_escaped_topics(
     assert read_back(tmp_path) == expected
 
 
+@pytest.mark.slow
 @pytest.mark.s3
 def test_export_from_s3_to_s3(archive: Archive, s3_bucket: S3Bucket) -> None:
     fs, _ = fsspec.core.url_to_fs(

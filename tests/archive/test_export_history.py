@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.dataset as pads
+import pytest
 
 from tests.dispatcher.maintenance.test_repair import T0, TOPIC, _diverge, _repair, _settings
 from tieredstore.backends import open_backend
@@ -39,6 +40,7 @@ def _rows(out: Path) -> collections.Counter[tuple[int, int, int]]:
     )
 
 
+@pytest.mark.slow
 def test_export_after_repair_and_a_new_segment_size_has_one_row_per_offset(
     tmp_path: Path,
 ) -> None:
@@ -77,6 +79,7 @@ def test_export_after_repair_and_a_new_segment_size_has_one_row_per_offset(
     assert _rows(out) == rows
 
 
+@pytest.mark.slow
 def test_segments_retention_expired_stay_exported(tmp_path: Path) -> None:
     """Expiry removes a segment from the cold store, and nothing supersedes it: the
     export keeps its rows (it is the archive that outlives cold retention)."""

@@ -49,6 +49,7 @@ def _rows(piece: SegmentSlice, broker: str, **kwargs: object) -> list[Row]:
     return [r | {"properties": dict(r["properties"])} for b in batches for r in b.to_pylist()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broker", [BROKER, BROKER_B])
 def test_synth_segments_equal_the_record_path(archive: Archive, broker: str) -> None:
     manifests = archive.manifests(broker)
@@ -88,6 +89,7 @@ def test_a_time_window_decodes_only_its_rows(archive: Archive) -> None:
     assert 0 < len(got) < len(expected)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -82,6 +82,7 @@ def many_queues(tmp_path_factory: pytest.TempPathFactory) -> Path:
 _HOLD = 8 << 20  # the default: everything here is written when the pass finishes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("window", "gap", "span", "hold"),
     [
@@ -131,6 +132,7 @@ def test_pass_from_mid_queue_with_a_few_queues_due(many_queues: Path, tmp_path: 
     _assert_same(hot, jobs, gather_segments(hot, jobs, tmp_path, window_bytes=32 << 10))
 
 
+@pytest.mark.slow
 def test_thousand_queues_of_tiny_records(tmp_path: Path) -> None:
     """1,024 queues, 100-byte bodies: every window holds records of hundreds of queues."""
     root = tmp_path / "store"

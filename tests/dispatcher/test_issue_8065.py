@@ -186,6 +186,7 @@ async def test_every_message_reaches_cold_and_nothing_is_destroyed(
     assert out.final == out.tiered  # every segment ever tiered is still there
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 async def test_with_a_retention_of_seconds_nothing_expires_before_reaching_cold(

@@ -213,6 +213,7 @@ def _write_record(cold: Path, record: LeaseRecord) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_run_no_wait_and_lease_break_against_a_record_a_day_ahead(tmp_path: Path) -> None:
     """A dead holder's record, written a day ahead, stating a 1.5 s lease time (as a
     holder with ``lease.renew_interval = 0.5s`` writes): ``run --once --no-wait`` takes

@@ -54,6 +54,7 @@ async def _race(leases: list[Lease]) -> list[Lease]:
     return [lease for lease, holder in zip(leases, outcomes, strict=True) if holder is None]
 
 
+@pytest.mark.slow
 async def test_contenders_never_both_hold_the_lease(backends: list[Backend]) -> None:
     clock = VirtualClock()
     leases = [Lease(b, KEY, clock, renew_interval=1) for b in backends]
@@ -83,6 +84,7 @@ async def test_contenders_never_both_hold_the_lease(backends: list[Backend]) -> 
             await clock.advance(3)
 
 
+@pytest.mark.slow
 async def test_a_renewal_racing_a_takeover_has_one_winner(backends: list[Backend]) -> None:
     """The old holder renews at the instant others claim its (expired) lease: the
     swaps all name the same version, so exactly one of them lands."""

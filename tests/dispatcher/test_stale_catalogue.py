@@ -100,6 +100,7 @@ def _assert_survive(tmp_path: Path, fresh: dict[str, bytes]) -> None:
         assert now.get(key) == data, f"B's segment {key} was deleted or replaced"
 
 
+@pytest.mark.slow
 async def test_expire_repair_and_gc_from_a_stale_state_dir_leave_b_s_segments(
     tmp_path: Path,
 ) -> None:

@@ -68,6 +68,7 @@ async def test_one_line_per_interval_on_the_clock(caplog: pytest.LogCaptureFixtu
     await asyncio.gather(task, return_exceptions=True)
 
 
+@pytest.mark.slow
 def test_a_working_sidecar_logs_summaries_and_each_start_up_line_once(tmp_path: Path) -> None:
     from tests.tieredstore.cli.test_signals import wait_for
 

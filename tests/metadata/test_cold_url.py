@@ -69,6 +69,7 @@ def test_a_catalogue_without_a_url_adopts_the_current_one_once(
         _open(state, "memory://second")
 
 
+@pytest.mark.slow
 def test_run_with_another_cold_url_exits_3_and_writes_nothing(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=1, messages=50))
     common = ["--store", str(tmp_path / "store"), "--cluster", "C", "--broker", "B",

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -204,4 +205,4 @@ class CatalogueMachine(RuleBasedStateMachine):
 CatalogueMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
-TestCatalogueInvariants = CatalogueMachine.TestCase
+TestCatalogueInvariants = pytest.mark.slow(CatalogueMachine.TestCase)

@@ -118,6 +118,7 @@ def store(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
+@pytest.mark.slow
 async def test_memory_backend_with_faults(store: Path, tmp_path: Path) -> None:
     reset_memory_stores()
     from tieredstore.backends.memory import MemoryBackend

@@ -128,6 +128,7 @@ def test_manifest_parser(segment: tuple[bytes, bytes, bytes], data: st.DataObjec
         _names_where(exc, key)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_segment_objects(segment: tuple[bytes, bytes, bytes], data: st.DataObject) -> None:

@@ -14,6 +14,8 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.hot_store import HotStore
@@ -28,6 +30,7 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
 
+@pytest.mark.slow
 def test_full_state_disk_fails_cleanly_and_recovers(tmp_path: Path) -> None:
     spec = SynthSpec(topics=4, queues=4, messages=6000, body_min=20, body_max=400, seed=9)
     synthesize(tmp_path / "store", spec)

@@ -80,6 +80,7 @@ def result_lines(stdout: str) -> list[re.Match[str]]:
     return matches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("script", "args"), CASES)
 def test_script_prints_result_lines(script: str, args: list[str], tmp_path: Path) -> None:
     proc = subprocess.run(

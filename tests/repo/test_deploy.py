@@ -242,6 +242,7 @@ def test_promtool_check_rules() -> None:
     assert f"SUCCESS: {len(_rules())} rules found" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
 def test_promtool_test_rules(tmp_path: Path) -> None:
     proc = _promtool("test", "rules", RULE_TESTS.name)

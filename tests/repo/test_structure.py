@@ -64,6 +64,7 @@ def _sizes() -> list[tuple[str, str, int, int]]:
     return out
 
 
+@pytest.mark.slow
 def test_the_packages_are_parsed() -> None:
     sizes = _sizes()
     assert len(sizes) > 500  # every module was read
@@ -76,6 +77,7 @@ def test_no_function_or_class_is_over_its_limit(kind: str) -> None:
     assert not over, f"{kind}s over the limit (split them by concern): {over}"
 
 
+@pytest.mark.slow
 def test_every_named_exception_is_still_needed_and_says_why() -> None:
     classes = {
         where.split(":")[0] + " " + where.split(" ", 1)[1]: n

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 TESTS = """\
@@ -38,6 +40,7 @@ def test_other(i: int) -> None:
 """
 
 
+@pytest.mark.slow
 def test_broker_tests_run_on_one_worker(tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     suite.mkdir()

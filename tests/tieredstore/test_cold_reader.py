@@ -88,6 +88,7 @@ async def tiered(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[SynthS
     return spec, tmp_path / "store", cold
 
 
+@pytest.mark.slow
 async def test_read_returns_exactly_what_the_producer_wrote(
     tiered: tuple[SynthSpec, Path, str],
 ) -> None:
@@ -146,6 +147,7 @@ async def test_json_form_of_a_message(tiered: tuple[SynthSpec, Path, str]) -> No
     assert binary.body_text() == ("base64", "/wA=")
 
 
+@pytest.mark.slow
 async def test_batches_and_segment_boundaries_do_not_change_a_read(
     tiered: tuple[SynthSpec, Path, str],
 ) -> None:
@@ -239,6 +241,7 @@ async def test_the_docstring_table(splits: list[int]) -> None:
     assert await reader.offset_by_time(QUEUE.topic, 0, 1000) == 10  # LOWER by default
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(8))
 async def test_offset_by_time_agrees_with_a_brute_force_search(seed: int) -> None:
     rng = random.Random(seed)
@@ -374,6 +377,7 @@ async def test_golden_store_reads_back_what_the_producers_sent(
         assert golden.window_start_ms <= got.record.store_timestamp <= golden.window_end_ms
 
 
+@pytest.mark.slow
 async def test_golden_store_offsets_by_time_at_every_boundary(
     golden: GoldenManifest, tmp_path: Path
 ) -> None:

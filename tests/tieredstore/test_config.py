@@ -307,6 +307,7 @@ def test_start_refuses_an_unwritable_state_dir(
     assert "state directory is not writable" in err
 
 
+@pytest.mark.slow
 def test_start_refuses_an_unreachable_cold_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -78,6 +78,7 @@ def test_scanner_returns_exactly_the_messages_written(store_dir: Path) -> None:
         assert hot.read_message(key.topic, key.queue_id, len(plans) - 1).body == plans[-1].body
 
 
+@pytest.mark.slow
 def test_store_has_rolling_fillers_v2_compression_and_prepared(store_dir: Path) -> None:
     hot = HotStore(store_dir)
     files = hot.commitlog_files().files

@@ -202,6 +202,7 @@ async def test_limits_range_and_offset_by_time(tmp_path: Path) -> None:
             assert "error" in await reply.json()
 
 
+@pytest.mark.slow
 async def test_records_over_s3(tmp_path: Path, s3_bucket: S3Bucket) -> None:
     synthesize(tmp_path / "store", SPEC)
     url = f"{s3_bucket.url}/serving"

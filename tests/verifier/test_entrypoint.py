@@ -64,6 +64,7 @@ def test_spark_submit_runs_the_package_main(pristine: World, tmp_path: Path) -> 
     assert json.loads((tmp_path / "report.json").read_text())["verdict"] == "CLEAN"
 
 
+@pytest.mark.slow
 def test_python_m_verifier_could_not_run_is_exit_3_with_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "verifier", "--hot", str(tmp_path / "absent"), "--cold",
@@ -81,6 +82,7 @@ def test_python_m_verifier_could_not_run_is_exit_3_with_one_line(tmp_path: Path)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_bad_usage_is_exit_3(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "verifier", "--hot", str(tmp_path)],

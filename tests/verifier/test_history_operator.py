@@ -58,6 +58,7 @@ def test_title_charts_and_offsets_runs(tmp_path: Path) -> None:
     assert all("e+" not in h for h in hovers)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_history_renders_at_1280_px(tmp_path: Path) -> None:
     page = _history(tmp_path)

@@ -182,6 +182,7 @@ def _anomaly(i: int) -> Anomaly:
     return Anomaly("T<&>", 0, i, FindingKind.GAP, i + 1, 1, None, "x")
 
 
+@pytest.mark.slow
 def test_the_page_lists_a_bounded_number_of_anomalies(tmp_path: Path) -> None:
     from verifier.report_html import MAX_ANOMALY_ROWS
 
@@ -193,6 +194,7 @@ def test_the_page_lists_a_bounded_number_of_anomalies(tmp_path: Path) -> None:
     assert pq.read_table(paths.parquet).num_rows == MAX_ANOMALY_ROWS + 5
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     paths = write_reports(_result(tmp_path, [_anomaly(3)]), tmp_path / "out")
@@ -294,6 +296,7 @@ def _wide_result(tmp_path: Path) -> VerificationResult:
     return replace(base, options=opts, queues=queues, anomalies=(bad,))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_widest_page_fits_1280_px_and_the_probe_sees_overflow(tmp_path: Path) -> None:
     paths = write_reports(_wide_result(tmp_path), tmp_path / "out")

@@ -73,6 +73,7 @@ def test_bytes_verified_only_where_the_level_reads_bytes(tmp_path: Path) -> None
     assert "bytes verified" not in offsets and "bytes_compared" not in offsets
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_report_renders_at_1280_px(tmp_path: Path) -> None:
     paths = write_reports(_operator_result(tmp_path), tmp_path / "out")

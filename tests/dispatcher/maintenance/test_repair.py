@@ -136,6 +136,7 @@ def _assert_quarantine_holds(originals: dict[str, bytes], cold: Path) -> None:
         assert data in copies, f"{key} has no exact copy in quarantine"
 
 
+@pytest.mark.slow
 async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(tmp_path: Path) -> None:
     await _diverge(tmp_path)
     cold = tmp_path / "cold"
@@ -184,6 +185,7 @@ async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(tmp_pat
         await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("op", "nth"),
     [("write", 1), ("write", 3), ("write", 4), ("delete", 1), ("delete", 2), ("delete", 4)],
@@ -215,6 +217,7 @@ async def test_a_crash_anywhere_in_repair_is_finished_by_repairing_again(
     _assert_quarantine_holds(gone, cold)
 
 
+@pytest.mark.slow
 async def test_a_committed_manifest_the_catalogue_never_adopted_is_quarantined(
     tmp_path: Path,
 ) -> None:
@@ -293,6 +296,7 @@ async def test_repair_refuses_a_queue_that_is_not_diverged(tmp_path: Path) -> No
                 )
 
 
+@pytest.mark.slow
 def test_repair_command_dry_run_changes_nothing_then_repairs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

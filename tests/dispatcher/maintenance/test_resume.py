@@ -119,6 +119,7 @@ async def _records(lost: Lost) -> list[LossRecord]:
         return await list_loss_records(backend, QUEUE)
 
 
+@pytest.mark.slow
 def test_a_paused_queue_fails_run_once_until_resume_records_the_loss(
     lost: Lost, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -198,6 +199,7 @@ async def _gauges(lost: Lost) -> dict[str, float]:
         }
 
 
+@pytest.mark.slow
 def test_the_loss_gauges_and_a_second_resume(lost: Lost) -> None:
     n = lost.end - lost.start
     assert asyncio.run(_gauges(lost)) == {
@@ -221,6 +223,7 @@ async def _write_twice(lost: Lost, record: LossRecord, other: LossRecord) -> Non
         assert await write_loss_record(backend, other) == record
 
 
+@pytest.mark.slow
 def test_a_resume_interrupted_after_the_record_is_finished_on_start(lost: Lost) -> None:
     assert main(["run", "--once", *lost.args()]) == 1  # PAUSED
     record = LossRecord.new(
@@ -238,6 +241,7 @@ def test_a_resume_interrupted_after_the_record_is_finished_on_start(lost: Lost) 
         assert row is not None and row.state is QueueState.ACTIVE
 
 
+@pytest.mark.slow
 def test_a_rebuilt_catalogue_keeps_the_accepted_loss(lost: Lost, tmp_path: Path) -> None:
     assert main(["run", "--once", *lost.args()]) == 1
     assert main(["resume", "--topic", TOPIC, "--queue", "0", "--accept-loss", *lost.args()]) == 0

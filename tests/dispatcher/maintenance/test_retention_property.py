@@ -28,6 +28,7 @@ from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -235,6 +236,7 @@ def test_no_interleaving_loses_young_messages_or_leaves_a_hole(groups: list[list
         asyncio.run(_play([("produce", 5), *ops, ("produce", 3)], Path(tmp)))
 
 
+@pytest.mark.slow
 def test_a_long_fixed_interleaving() -> None:
     """One deterministic long run that surely expires, crashes mid-pass and rebuilds."""
     ops: list[Op] = []

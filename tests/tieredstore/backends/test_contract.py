@@ -293,6 +293,7 @@ async def test_completed_writes_leave_no_leftovers(backend: Backend) -> None:
     assert await backend.read("q/a") == b"x"
 
 
+@pytest.mark.slow
 async def test_concurrent_writes_of_many_keys(backend: Backend) -> None:
     keys = [f"q/{n:04d}" for n in range(40)]
     await asyncio.gather(*(backend.write(key, payload(1000, n)) for n, key in enumerate(keys)))

@@ -60,6 +60,7 @@ def test_missing_store_is_a_config_error(
     )
 
 
+@pytest.mark.slow
 def test_run_once_json_logs_and_status(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=300))
     common = [
@@ -89,6 +90,7 @@ def test_run_once_json_logs_and_status(tmp_path: Path) -> None:
     assert "SynthTopic0" in table.stdout
 
 
+@pytest.mark.slow
 def test_synth_then_inspect(tmp_path: Path) -> None:
     out = tmp_path / "s"
     assert _cli("synth", "--out", str(out), "--messages", "100", "--topics", "1").returncode == 0
@@ -100,6 +102,7 @@ def test_synth_then_inspect(tmp_path: Path) -> None:
     assert "is not empty" in again.stderr
 
 
+@pytest.mark.slow
 def test_rebuild_metadata_from_the_cold_store(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=2, queues=2, messages=800))
     common = ["--cluster", "C", "--broker", "B", "--cold", str(tmp_path / "cold")]

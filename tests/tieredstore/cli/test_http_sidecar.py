@@ -163,6 +163,7 @@ def start_sidecar(tmp_path: Path) -> Iterator[Callable[[], Sidecar]]:
             proc.stdout.close()
 
 
+@pytest.mark.slow
 def test_the_sidecar_serves_its_api_reloads_and_stops_cleanly(
     start_sidecar: Callable[[], Sidecar],
 ) -> None:
@@ -248,6 +249,7 @@ def test_the_sidecar_serves_its_api_reloads_and_stops_cleanly(
     asyncio.run(_check_left_behind(root))
 
 
+@pytest.mark.slow
 def test_sigterm_while_waiting_for_the_lease_exits_0_and_takes_nothing(
     start_sidecar: Callable[[], Sidecar], tmp_path: Path
 ) -> None:

@@ -117,6 +117,7 @@ def _sidecar(root: Path, *, store: Path, broker: str = "B") -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [["run", "--once", "--progress", "off"], ["status"], ["status", "--json"], ["inspect"]],
@@ -135,6 +136,7 @@ def test_the_parent_of_a_store_is_refused_with_exit_3(tiered: Path, command: lis
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_status_of_a_state_dir_with_nothing_tiered_is_refused(tiered: Path) -> None:
     empty = _sidecar(tiered, store=tiered / "store")
     empty[empty.index("--state-dir") + 1] = str(tiered / "no-state")
@@ -180,6 +182,7 @@ def test_an_unknown_flag_names_the_command_and_shows_its_usage(tiered: Path) -> 
     )
 
 
+@pytest.mark.slow
 def test_read_timestamp_takes_an_iso_time_like_export_and_restore(tiered: Path) -> None:
     from tieredstore.synth import SynthSpec as Spec
 
@@ -212,6 +215,7 @@ def test_synth_help_gives_every_flag_a_readable_help() -> None:
     assert "(default (" not in text and "(default 16:1024)" in text
 
 
+@pytest.mark.slow
 def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path) -> None:
     from tieredstore.hot_store import HotStore
     from tieredstore.synth import SyntheticStore
@@ -242,6 +246,7 @@ def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path
     assert "--append: not a synthetic store" in refused.stderr
 
 
+@pytest.mark.slow
 def test_restore_check_names_a_missing_journal_and_another_cold_store(
     tiered: Path, tmp_path: Path
 ) -> None:

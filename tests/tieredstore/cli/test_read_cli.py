@@ -161,6 +161,7 @@ def test_bad_usage_exits_3(
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("tieredstore read: error:")
 
 
+@pytest.mark.slow
 def test_the_golden_store_reads_back_through_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -42,6 +42,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_run_once_stops_within_the_deadline_and_says_it_did_not_finish(
     store: Path, tmp_path: Path, sig: signal.Signals
@@ -94,6 +95,7 @@ def tiered(store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     return store, root / "cold"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_verify_stops_on_a_signal_to_its_process_group_in_one_line(
     tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
@@ -154,6 +156,7 @@ def _cold_args(cold: Path) -> list[str]:
     return ["--cold", str(cold), "--cluster", CLUSTER, "--broker", BROKER]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
     tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
@@ -176,6 +179,7 @@ def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
     assert again.stdout.startswith("resumed and restored 8,000 messages")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
@@ -201,6 +205,7 @@ def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     assert int(counts[1]) + int(counts[2]) == int(counts[3]) and int(counts[1]) > 0
 
 
+@pytest.mark.slow
 def test_restores_progress_line_is_ended_before_a_log_line(
     tiered: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -90,6 +90,7 @@ def screen_with(
         subprocess.run(["tmux", "-L", socket, "wait-for", "-S", "never"], timeout=5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (160, 45)])
 def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
     sidecar: list[str], width: int, height: int
@@ -132,6 +133,7 @@ def test_watch_filters_by_topic_and_long_names_end_in_an_ellipsis(sidecar: list[
     assert all(r.split()[0].endswith("…") for r in rows)
 
 
+@pytest.mark.slow
 def test_status_json_has_the_overall_health_and_honours_the_filters(sidecar: list[str]) -> None:
     import json
 

@@ -9,6 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from dispatcher.queue_status import QueueStatus
 from tieredstore.cli.commands.status import CLEAR, health_line, watch
 from tieredstore.clock import VirtualClock
@@ -76,6 +78,7 @@ async def test_watch_without_a_terminal_prints_frames_one_after_another() -> Non
     assert CLEAR not in text and text.count(" OK: 1 queues") == 2 and "\n\n2023" in text
 
 
+@pytest.mark.slow
 def test_status_starts_with_the_health_line(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=200))
     flags = ["--store", str(tmp_path / "store"), "--cluster", "C", "--broker", "B",

@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,6 +132,7 @@ def _columns(data: bytes, starts: list[int], sizes: list[int]) -> RecordColumns:
     return decode_columns(data, np.array(starts, np.int64), np.array(sizes, np.int64))
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(packed())
 def test_every_field_equals_decode_record(layout: tuple[bytes, list[int], list[int]]) -> None:
@@ -143,6 +145,7 @@ def test_every_field_equals_decode_record(layout: tuple[bytes, list[int], list[i
     assert ids == [offset_msg_id_for(r.store_host, r.physical_offset) for r in refs]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(raw_properties, max_size=8))
 def test_properties_equal_the_reference_functions(raws: list[bytes]) -> None:
@@ -154,6 +157,7 @@ def test_properties_equal_the_reference_functions(raws: list[bytes]) -> None:
     assert [msg_id_of(p) for p in props] == got.msg_id.to_pylist()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     packed(),

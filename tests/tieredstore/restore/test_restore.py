@@ -136,6 +136,7 @@ def _assert_same_messages(
             assert decode_record(y).physical_offset == at
 
 
+@pytest.mark.slow
 def test_restored_store_equals_the_original(tiered: tuple[Path, Path], tmp_path: Path) -> None:
     store, cold = tiered
     out = tmp_path / "out"
@@ -163,6 +164,7 @@ def test_restored_store_equals_the_original(tiered: tuple[Path, Path], tmp_path:
     assert _check(cold, out).startswith("CLEAN: 2,400 messages of 4 queues")
 
 
+@pytest.mark.slow
 def test_config_is_restored_with_offsets_clamped(tiered: tuple[Path, Path], tmp_path: Path) -> None:
     store, cold = tiered
     out = tmp_path / "out"
@@ -196,6 +198,7 @@ def test_a_subset_one_topic_one_window(tiered: tuple[Path, Path], tmp_path: Path
     assert _check(cold, out).startswith("CLEAN")
 
 
+@pytest.mark.slow
 def test_an_interrupted_restore_resumes_to_the_same_bytes(
     tiered: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -227,6 +230,7 @@ def test_an_interrupted_restore_resumes_to_the_same_bytes(
     assert lookup(whole / "index", geo, "SynthTopic0#order-5")  # found at all
 
 
+@pytest.mark.slow
 def test_refusals(tiered: tuple[Path, Path], tmp_path: Path) -> None:
     _, cold = tiered
     busy = tmp_path / "busy"
@@ -292,6 +296,7 @@ def test_a_resume_with_other_parameters_is_refused(
         _restore(cold, out, _params(cold, topics=("SynthTopic0",)))
 
 
+@pytest.mark.slow
 def test_damaged_cold_data_stops_the_restore(tiered: tuple[Path, Path], tmp_path: Path) -> None:
     _, cold = tiered
     copy = tmp_path / "cold"
@@ -312,6 +317,7 @@ def test_nothing_to_restore_is_an_error(tiered: tuple[Path, Path], tmp_path: Pat
         _restore(cold, tmp_path / "out", _params(cold, topics=("NoSuchTopic*",)))
 
 
+@pytest.mark.slow
 def test_cli_restore_and_check(
     tiered: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -338,6 +344,7 @@ def test_cli_restore_and_check(
     assert "--since 1704153600000 is after --until" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fence_markers_are_no_segment_to_restore(tiered: tuple[Path, Path], tmp_path: Path) -> None:
     """GC's fence markers (one inside a segment's range, one past the end) are skipped:
     the restore and its check see exactly the committed segments."""
