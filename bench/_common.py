@@ -55,6 +55,7 @@ __all__ = [
     "Stopwatch",
     "StoreSummary",
     "VerifierRun",
+    "add_fixed_cost_argument",
     "add_sidecar_env_argument",
     "add_store_arguments",
     "cold_bytes",
@@ -400,6 +401,17 @@ def add_store_arguments(ap: argparse.ArgumentParser, *, size: str) -> None:
     ap.add_argument("--body-min", type=int, default=256, help="smallest body (bytes)")
     ap.add_argument("--body-max", type=int, default=4096, help="largest body (bytes)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
+
+
+def add_fixed_cost_argument(ap: argparse.ArgumentParser) -> None:
+    """``--fixed-cost`` / ``--no-fixed-cost``: also time a whole verifier process on a
+    near-empty store (:func:`fixed_cost_line`, one more JVM; on by default)."""
+    ap.add_argument(
+        "--fixed-cost",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time a whole verifier process on a near-empty store (a second JVM)",
+    )
 
 
 def add_sidecar_env_argument(ap: argparse.ArgumentParser) -> None:

@@ -73,26 +73,28 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument(
         "--compare-master", default="local[1]", help="data stage scaling against ('' skips)"
     )
+    ap.add_argument("--repeats", type=int, default=3, help="timed data stages per level (best)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
     ap.add_argument("--stages-of", type=Path, default=None, help=argparse.SUPPRESS)
     return ap.parse_args()
 
 
-def _stages(spark: Any, root: Path) -> dict[str, tuple[float, Any]]:
-    """Per level: the best of three data-stage timings after a warm-up run, and the
+def _stages(spark: Any, root: Path, repeats: int) -> dict[str, tuple[float, Any]]:
+    """Per level: the best of ``repeats`` data-stage timings after a warm-up run, and the
     options of the run."""
     out = {}
     for level, folder, cluster, broker in _LEVELS:
         opts = verify_options(root / folder / "hot", root / folder / "cold", level, cluster, broker)
         timed_verify(spark, opts)  # warm-up: Python workers, imports, JIT
-        stage = min(verifier_stage_seconds(spark, opts) for _ in range(3))
+        stage = min(verifier_stage_seconds(spark, opts) for _ in range(max(1, repeats)))
         out[level] = (stage, opts)
     return out
 
 
-def _stage_seconds_elsewhere(root: Path, master: str) -> dict[str, float]:
+def _stage_seconds_elsewhere(root: Path, master: str, repeats: int) -> dict[str, float]:
     """The data stages over the stores under ``root``, timed in a process of their own."""
-    cmd = [sys.executable, __file__, "--stages-of", str(root), "--master", master]
+    cmd = [sys.executable, __file__, "--stages-of", str(root), "--master", master,
+           "--repeats", str(repeats)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     found = [line.split() for line in proc.stdout.splitlines() if line.startswith("STAGE ")]
     return {level: float(seconds) for _, level, seconds in found}
@@ -125,7 +127,7 @@ def main() -> None:
 
     if args.stages_of is not None:  # the second process of the scaling comparison
         with spark_session(args.master) as spark:
-            for level, (stage, _opts) in _stages(spark, args.stages_of).items():
+            for level, (stage, _opts) in _stages(spark, args.stages_of, args.repeats).items():
                 print(f"STAGE {level} {stage}")
         return
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -134,11 +136,18 @@ def main() -> None:
         content_store(root / "content", args.messages, args.segment_messages)
         tiny = tiny_store(root / "tiny")
         with spark_session(args.master) as spark:
-            stages = _stages(spark, root)
+            stages = _stages(spark, root, args.repeats)
             runs = {level: timed_verify(spark, opts) for level, (_s, opts) in stages.items()}
             tiny_opts = verify_options(tiny / "hot", tiny / "cold", "offsets", CLUSTER, BROKER)
-            fixed = min((timed_verify_jobs(spark, tiny_opts) for _ in range(2)), key=lambda r: r[0])
-        other = _stage_seconds_elsewhere(root, args.compare_master) if args.compare_master else {}
+            fixed = min(
+                (timed_verify_jobs(spark, tiny_opts) for _ in range(min(2, args.repeats))),
+                key=lambda r: r[0],
+            )
+        other = (
+            _stage_seconds_elsewhere(root, args.compare_master, args.repeats)
+            if args.compare_master
+            else {}
+        )
     host = host_scaling() if args.compare_master else 0.0
     _report(args, stages, runs, fixed, other, host)
 

@@ -38,6 +38,7 @@ from _common import (
     CLUSTER,
     MIB,
     Stopwatch,
+    add_fixed_cost_argument,
     add_store_arguments,
     fixed_cost_line,
     machine,
@@ -119,6 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_store_arguments(ap, size="128M")
     ap.add_argument("--master", default="local[2]")
+    add_fixed_cost_argument(ap)
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-verify-content-") as tmp:
@@ -144,7 +146,11 @@ def main() -> None:
             cluster=CLUSTER,
             broker=BROKER,
         )
-        fixed = fixed_cost_line(root, master=args.master)
+        fixed = (
+            fixed_cost_line(root, master=args.master)
+            if args.fixed_cost
+            else "fixed cost per run: not measured (--no-fixed-cost)"
+        )
     job_rate, base_rate = mb_per_s(run.bytes, run.job_seconds), mb_per_s(compared, base.seconds)
     print(
         table(

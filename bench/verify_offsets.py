@@ -35,6 +35,7 @@ from _common import (
     BROKER,
     CLUSTER,
     Stopwatch,
+    add_fixed_cost_argument,
     fixed_cost_line,
     machine,
     offsets_store,
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=16)
     ap.add_argument("--segment-units", type=int, default=250_000)
     ap.add_argument("--master", default="local[2]")
+    add_fixed_cost_argument(ap)
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
     args = ap.parse_args()
     print(machine())
@@ -106,7 +108,11 @@ def main() -> None:
             cluster=CLUSTER,
             broker=BROKER,
         )
-        fixed = fixed_cost_line(root, master=args.master)
+        fixed = (
+            fixed_cost_line(root, master=args.master)
+            if args.fixed_cost
+            else "fixed cost per run: not measured (--no-fixed-cost)"
+        )
     if checked != units:
         raise RuntimeError(f"baseline checked {checked} units of {units}")
     job_rate, base_rate = run.units / run.job_seconds, checked / base.seconds

@@ -31,11 +31,16 @@ CASES = [
     ),
     pytest.param(
         "verify_offsets.py",
-        ["--units", "20000", "--queues", "2", "--segment-units", "5000"],
+        ["--units", "20000", "--queues", "2", "--segment-units", "5000", "--no-fixed-cost"],
         id="verify_offsets",
         marks=pytest.mark.spark,
     ),
-    pytest.param("verify_content.py", TINY_STORE, id="verify_content", marks=pytest.mark.spark),
+    pytest.param(
+        "verify_content.py",
+        [*TINY_STORE, "--no-fixed-cost"],
+        id="verify_content",
+        marks=pytest.mark.spark,
+    ),
     pytest.param(
         "verifier_throughput.py",
         [
@@ -49,6 +54,8 @@ CASES = [
             "2000",
             "--segment-messages",
             "500",
+            "--repeats",
+            "1",
         ],
         id="verifier_throughput",
         marks=pytest.mark.spark,
