@@ -75,21 +75,28 @@ def parse(lines: Iterable[str]) -> list[Result]:
 
 
 def render(results: list[Result]) -> str:
-    """A markdown table: one row per target, failures first, then by name."""
+    """A markdown table: one row per target, failures first, then by name.
+
+    The ``machine`` column names the machine line (CPUs, memory, Python and the load
+    average at the script's start) listed under the table as ``m1``, ``m2``, …; ``?``
+    where the log did not record it.
+    """
     rows = sorted(results, key=lambda r: (r.passed, r.name))
     machines = sorted({r.machine for r in rows if r.machine != "?"})
+    label = {m: f"m{i}" for i, m in enumerate(machines, 1)}
     out = [
-        "| target | value | wanted | verdict | script | commit |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| target | value | wanted | verdict | script | commit | machine |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     out += [
         f"| `{r.name}` | {r.value} | `{r.target}` | {'PASS' if r.passed else '**FAIL**'} "
-        f"| `{r.script}.py{' ' + r.args if r.args else ''}` | `{r.commit}` |"
+        f"| `{r.script}.py{' ' + r.args if r.args else ''}` | `{r.commit}` "
+        f"| {label.get(r.machine, '?')} |"
         for r in rows
     ]
     if machines:
         out += ["", "Machine and load at each script's start:", ""]
-        out += [f"- {m}" for m in machines]
+        out += [f"- {label[m]}: {m}" for m in machines]
     return "\n".join(out)
 
 

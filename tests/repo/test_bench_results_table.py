@@ -61,6 +61,21 @@ def test_failures_come_first_in_the_rendered_table() -> None:
     assert all("PASS" in line for line in body[1:])
 
 
+def test_each_row_names_the_machine_it_ran_on() -> None:
+    table = _module()
+    lines = table.render(table.parse(LOG.splitlines())).splitlines()
+    assert lines[0].endswith("| commit | machine |")
+    rows = [line for line in lines if line.startswith("| `")]
+    # The rss row was measured after the machine line; the 512M run has none recorded.
+    rss = next(line for line in rows if "tiering_posix_rss" in line)
+    assert rss.rstrip().endswith("| m1 |")
+    unrecorded = next(line for line in rows if "--size 512M" in line)
+    assert unrecorded.rstrip().endswith("| ? |")
+    assert "- m1: 2 CPUs (AMD EPYC), 24 GiB RAM, Python 3.11.7, load average 0.50" in "\n".join(
+        lines
+    )
+
+
 def test_write_replaces_only_the_text_between_the_markers(tmp_path: Path) -> None:
     table = _module()
     doc = tmp_path / "B.md"
