@@ -2,7 +2,8 @@
 
 Registered through ``pytest_plugins`` in ``tests/conftest.py``. ``local[2]`` (both cores
 of the CI machine), two shuffle partitions, no UI, small driver memory, bound to
-127.0.0.1; Python workers run this interpreter. The environment variables it sets are
+127.0.0.1; Python workers run this interpreter; its JVM options (C1 only, serial GC) are
+``SPARK_SUBMIT_OPTS`` from ``tests/conftest.py``. The environment variables it sets are
 restored when the session ends.
 """
 

@@ -157,6 +157,7 @@ def _round(
              *sidecar_cmd(store, cold.url, tmp / "state-a")[3:]],
             env=env, stdout=out, stderr=out, cwd=REPO,
         )  # fmt: skip
+    b: subprocess.Popen[bytes] | None = None
     try:
         _until(f"A frozen at {point} #{nth}", lambda: _frozen(a), a, log_a)
         before = cold.run(_committed)
@@ -185,11 +186,12 @@ def _round(
         assert b.wait(timeout=BOUND_S) == 0, b_log.read_text()[-3000:]
         a.send_signal(signal.SIGCONT)
         a.wait(timeout=BOUND_S)
-    finally:
-        if a.poll() is None:
-            a.send_signal(signal.SIGCONT)
-            a.kill()
-            a.wait(timeout=30)
+    finally:  # a failed round leaves no process running into the next test
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(timeout=30)
     after = cold.run(_committed)
     for key, data in before.items():
         assert after.get(key) == data, f"{point}/{mode}: committed {key} replaced or deleted"

@@ -56,6 +56,8 @@ CASES = [
             "500",
             "--repeats",
             "1",
+            "--compare-master",
+            "",  # no second Spark process for the scaling comparison
         ],
         id="verifier_throughput",
         marks=pytest.mark.spark,

@@ -95,20 +95,21 @@ def reset_moto(endpoint_url: str) -> None:
         reply.read()
 
 
-def _atomic_writes(app: Any) -> Any:
-    """``app`` with its writes (PUT, POST, DELETE) one at a time.
+def _one_request_at_a_time(app: Any) -> Any:
+    """``app`` serving one request at a time, each answered whole before the next.
 
-    moto checks a conditional write (``If-None-Match: *``, ``If-Match``) and then stores
-    the object, in whichever request thread runs it: two concurrent creates of one key
-    can both pass the check on a busy host. S3 decides each conditional write
-    atomically; serialising moto's writes gives the suite the same guarantee. Reads stay
-    concurrent.
+    S3 decides each conditional write (``If-None-Match: *``, ``If-Match``) atomically,
+    and a read of an object being replaced returns the old object or the new one, whole.
+    moto does neither across its request threads: it checks a condition and then
+    stores, so two concurrent creates of one key can both pass on a busy host; and a
+    replaced object's buffer is closed under a read still serving it (a 500, "I/O
+    operation on closed file", seen on a lease record read while it was renewed).
+    Serialising the requests gives the suite S3's guarantees; moto computes every
+    response in Python under the GIL anyway.
     """
     lock = threading.Lock()
 
     def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("REQUEST_METHOD") not in ("PUT", "POST", "DELETE"):
-            return app(environ, start_response)
         with lock:
             result = app(environ, start_response)
             try:
@@ -122,8 +123,8 @@ def _atomic_writes(app: Any) -> Any:
 
 @contextmanager
 def threaded_server() -> Iterator[str]:
-    """Run moto in a thread on a free loopback port, its writes atomic as on S3
-    (:func:`_atomic_writes`); yield its endpoint URL."""
+    """Run moto in a thread on a free loopback port, each request atomic as on S3
+    (:func:`_one_request_at_a_time`); yield its endpoint URL."""
     from moto.moto_server import werkzeug_app
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from werkzeug.serving import make_server
@@ -132,7 +133,7 @@ def threaded_server() -> Iterator[str]:
         def _server_entry(self) -> None:
             app = werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app)
             self._server = make_server(
-                self._ip_address, self._port, _atomic_writes(app), True,
+                self._ip_address, self._port, _one_request_at_a_time(app), True,
                 request_handler=werkzeug_app.MotoRequestHandler,
             )  # fmt: skip
             self._server_ready_event.set()
