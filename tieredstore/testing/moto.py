@@ -95,8 +95,8 @@ def reset_moto(endpoint_url: str) -> None:
         reply.read()
 
 
-def _one_request_at_a_time(app: Any) -> Any:
-    """``app`` serving one request at a time, each answered whole before the next.
+def _one_request_per_key(app: Any) -> Any:
+    """``app`` serving the requests for one key one at a time, each answered whole.
 
     S3 decides each conditional write (``If-None-Match: *``, ``If-Match``) atomically,
     and a read of an object being replaced returns the old object or the new one, whole.
@@ -104,13 +104,14 @@ def _one_request_at_a_time(app: Any) -> Any:
     stores, so two concurrent creates of one key can both pass on a busy host; and a
     replaced object's buffer is closed under a read still serving it (a 500, "I/O
     operation on closed file", seen on a lease record read while it was renewed).
-    Serialising the requests gives the suite S3's guarantees; moto computes every
-    response in Python under the GIL anyway.
+    Serialising the requests of each path (``/bucket/key``; striped over 64 locks)
+    gives the suite S3's guarantees while requests for other keys (a lease renewal
+    beside a segment upload) still run side by side.
     """
-    lock = threading.Lock()
+    locks = tuple(threading.Lock() for _ in range(64))
 
     def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
-        with lock:
+        with locks[hash(environ.get("PATH_INFO", "")) % len(locks)]:
             result = app(environ, start_response)
             try:
                 return list(result)
@@ -123,8 +124,8 @@ def _one_request_at_a_time(app: Any) -> Any:
 
 @contextmanager
 def threaded_server() -> Iterator[str]:
-    """Run moto in a thread on a free loopback port, each request atomic as on S3
-    (:func:`_one_request_at_a_time`); yield its endpoint URL."""
+    """Run moto in a thread on a free loopback port, each key's requests atomic as on S3
+    (:func:`_one_request_per_key`); yield its endpoint URL."""
     from moto.moto_server import werkzeug_app
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
     from werkzeug.serving import make_server
@@ -133,7 +134,7 @@ def threaded_server() -> Iterator[str]:
         def _server_entry(self) -> None:
             app = werkzeug_app.DomainDispatcherApplication(werkzeug_app.create_backend_app)
             self._server = make_server(
-                self._ip_address, self._port, _one_request_at_a_time(app), True,
+                self._ip_address, self._port, _one_request_per_key(app), True,
                 request_handler=werkzeug_app.MotoRequestHandler,
             )  # fmt: skip
             self._server_ready_event.set()
