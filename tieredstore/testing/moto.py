@@ -12,6 +12,7 @@ ones included (``If-None-Match``, ``If-Match``), nothing ever reaching AWS.
 
 from __future__ import annotations
 
+import io
 import re
 import socket
 import subprocess
@@ -107,10 +108,19 @@ def _one_request_per_key(app: Any) -> Any:
     Serialising the requests of each path (``/bucket/key``; striped over 64 locks)
     gives the suite S3's guarantees while requests for other keys (a lease renewal
     beside a segment upload) still run side by side.
+
+    The request body is read before the lock is taken and the response is sent after
+    it is released: a client frozen mid-request (the SIGSTOP tests) holds no lock.
     """
     locks = tuple(threading.Lock() for _ in range(64))
 
     def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+        stream = environ["wsgi.input"]
+        length = environ.get("CONTENT_LENGTH")
+        if length:
+            environ["wsgi.input"] = io.BytesIO(stream.read(int(length)))
+        elif environ.get("wsgi.input_terminated"):  # chunked: werkzeug ends the stream
+            environ["wsgi.input"] = io.BytesIO(stream.read())
         with locks[hash(environ.get("PATH_INFO", "")) % len(locks)]:
             result = app(environ, start_response)
             try:
