@@ -572,9 +572,12 @@ def tiny_store(root: Path) -> Path:
     return root
 
 
-def fixed_cost_line(root: Path, *, master: str) -> str:
+def fixed_cost_line(root: Path, *, master: str, measure: bool = True) -> str:
     """One line: a whole ``python -m verifier`` process (fresh JVM) on a near-empty store,
-    its job time and its Spark jobs and stages: the fixed cost of one run."""
+    its job time and its Spark jobs and stages: the fixed cost of one run. With
+    ``measure`` false (``--no-fixed-cost``) no process runs and the line says so."""
+    if not measure:
+        return "fixed cost per run: not measured (--no-fixed-cost)"
     store = tiny_store(root / "tiny")
     run = verifier_run(
         store / "hot",

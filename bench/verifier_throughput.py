@@ -76,7 +76,10 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="timed data stages per level (best)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
     ap.add_argument("--stages-of", type=Path, default=None, help=argparse.SUPPRESS)
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, not {args.repeats}")
+    return args
 
 
 def _stages(spark: Any, root: Path, repeats: int) -> dict[str, tuple[float, Any]]:
@@ -86,7 +89,7 @@ def _stages(spark: Any, root: Path, repeats: int) -> dict[str, tuple[float, Any]
     for level, folder, cluster, broker in _LEVELS:
         opts = verify_options(root / folder / "hot", root / folder / "cold", level, cluster, broker)
         timed_verify(spark, opts)  # warm-up: Python workers, imports, JIT
-        stage = min(verifier_stage_seconds(spark, opts) for _ in range(max(1, repeats)))
+        stage = min(verifier_stage_seconds(spark, opts) for _ in range(repeats))
         out[level] = (stage, opts)
     return out
 

@@ -146,11 +146,7 @@ def main() -> None:
             cluster=CLUSTER,
             broker=BROKER,
         )
-        fixed = (
-            fixed_cost_line(root, master=args.master)
-            if args.fixed_cost
-            else "fixed cost per run: not measured (--no-fixed-cost)"
-        )
+        fixed = fixed_cost_line(root, master=args.master, measure=args.fixed_cost)
     job_rate, base_rate = mb_per_s(run.bytes, run.job_seconds), mb_per_s(compared, base.seconds)
     print(
         table(

@@ -108,11 +108,7 @@ def main() -> None:
             cluster=CLUSTER,
             broker=BROKER,
         )
-        fixed = (
-            fixed_cost_line(root, master=args.master)
-            if args.fixed_cost
-            else "fixed cost per run: not measured (--no-fixed-cost)"
-        )
+        fixed = fixed_cost_line(root, master=args.master, measure=args.fixed_cost)
     if checked != units:
         raise RuntimeError(f"baseline checked {checked} units of {units}")
     job_rate, base_rate = run.units / run.job_seconds, checked / base.seconds
