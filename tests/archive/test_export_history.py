@@ -20,6 +20,8 @@ from tieredstore.export import ExportReport, ExportRequest, export_parquet
 from tieredstore.hot_store import HotStore
 from tieredstore.testing.settings import BROKER, CLUSTER
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 
 def _export(cold: Path, out: Path) -> ExportReport:
     async def go() -> ExportReport:
@@ -40,7 +42,6 @@ def _rows(out: Path) -> collections.Counter[tuple[int, int, int]]:
     )
 
 
-@pytest.mark.slow
 def test_export_after_repair_and_a_new_segment_size_has_one_row_per_offset(
     tmp_path: Path,
 ) -> None:
@@ -79,7 +80,6 @@ def test_export_after_repair_and_a_new_segment_size_has_one_row_per_offset(
     assert _rows(out) == rows
 
 
-@pytest.mark.slow
 def test_segments_retention_expired_stay_exported(tmp_path: Path) -> None:
     """Expiry removes a segment from the cold store, and nothing supersedes it: the
     export keeps its rows (it is the archive that outlives cold retention)."""

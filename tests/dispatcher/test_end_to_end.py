@@ -15,6 +15,8 @@ from tieredstore.synth import SynthSpec
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 SPEC = SynthSpec(
     topics=3,
     queues=2,
@@ -38,7 +40,6 @@ async def _tier_once(store: Path, cold: str, state: Path, **kw: object) -> int:
         return report.messages
 
 
-@pytest.mark.slow
 async def test_memory(store: Path, tmp_path: Path) -> None:
     reset_memory_stores()
     n = await _tier_once(store, "memory://e2e", tmp_path / "state")
@@ -50,7 +51,6 @@ async def test_memory(store: Path, tmp_path: Path) -> None:
     assert await _tier_once(store, "memory://e2e", tmp_path / "state") == 0
 
 
-@pytest.mark.slow
 async def test_posix(store: Path, tmp_path: Path) -> None:
     cold_dir = tmp_path / "cold"
     await _tier_once(store, str(cold_dir), tmp_path / "state")
@@ -59,7 +59,6 @@ async def test_posix(store: Path, tmp_path: Path) -> None:
     assert not [p for p in cold_dir.rglob("*") if ".tmp" in p.name]
 
 
-@pytest.mark.slow
 @pytest.mark.s3
 async def test_s3(store: Path, tmp_path: Path, s3_bucket: S3Bucket) -> None:
     url = f"{s3_bucket.url}/tiered"
@@ -68,7 +67,6 @@ async def test_s3(store: Path, tmp_path: Path, s3_bucket: S3Bucket) -> None:
         await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
 
 
-@pytest.mark.slow
 async def test_topic_the_cold_store_cannot_name_is_refused_others_go_on(
     store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,7 +79,6 @@ async def test_topic_the_cold_store_cannot_name_is_refused_others_go_on(
     assert "topic '_private' is not tiered: topic name '_private' starts with '_'" in caplog.text
 
 
-@pytest.mark.slow
 async def test_catalogue_behind_cold_adopts_and_never_rewrites(store: Path, tmp_path: Path) -> None:
     cold = tmp_path / "cold"
     settings = settings_for(store, str(cold), tmp_path / "state")

@@ -13,6 +13,8 @@ from tieredstore.manifest import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 RENEW = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s", "TIEREDSTORE_TIERING_TICK_INTERVAL": "100ms"}
 
 
@@ -30,7 +32,6 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: floa
             proc.wait(timeout=0.05)
 
 
-@pytest.mark.slow
 def test_second_sidecar_refused_then_takes_over_fast(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=500))
     store, cold = tmp_path / "store", tmp_path / "cold"

@@ -24,6 +24,8 @@ from tieredstore.clock import VirtualClock
 from tieredstore.errors import LeaseHeldError, LeaseLostError
 from tieredstore.testing.moto import S3Bucket
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 KEY = "212d6b50_DefaultCluster/broker-a/_lease.json"
 CONTENDERS = 4
 ROUNDS = 12
@@ -54,7 +56,6 @@ async def _race(leases: list[Lease]) -> list[Lease]:
     return [lease for lease, holder in zip(leases, outcomes, strict=True) if holder is None]
 
 
-@pytest.mark.slow
 async def test_contenders_never_both_hold_the_lease(backends: list[Backend]) -> None:
     clock = VirtualClock()
     leases = [Lease(b, KEY, clock, renew_interval=1) for b in backends]
@@ -84,7 +85,6 @@ async def test_contenders_never_both_hold_the_lease(backends: list[Backend]) -> 
             await clock.advance(3)
 
 
-@pytest.mark.slow
 async def test_a_renewal_racing_a_takeover_has_one_winner(backends: list[Backend]) -> None:
     """The old holder renews at the instant others claim its (expired) lease: the
     swaps all name the same version, so exactly one of them lands."""

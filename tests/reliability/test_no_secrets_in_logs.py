@@ -11,11 +11,12 @@ from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY-do-not-log"
 SESSION = "FQoGZXIvYXdzEXAMPLE-session-token-do-not-log"
 
 
-@pytest.mark.slow
 @pytest.mark.s3
 def test_debug_logs_hold_no_credentials(tmp_path: Path, s3_bucket: S3Bucket) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=1, messages=200))

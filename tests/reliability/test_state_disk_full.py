@@ -23,6 +23,8 @@ from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 LIMIT = 48 << 10  # bigger than any cold object here, smaller than the catalogue needs
 
 
@@ -30,7 +32,6 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
 
 
-@pytest.mark.slow
 def test_full_state_disk_fails_cleanly_and_recovers(tmp_path: Path) -> None:
     spec = SynthSpec(topics=4, queues=4, messages=6000, body_min=20, body_max=400, seed=9)
     synthesize(tmp_path / "store", spec)

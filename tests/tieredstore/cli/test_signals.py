@@ -21,6 +21,8 @@ from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 #: slow enough that the whole pass takes minutes, so only the signal can end it early
 SLOW = {"TIEREDSTORE_TIERING_MAX_BYTES_PER_SECOND": "64K", "TIEREDSTORE_SHUTDOWN_DEADLINE": "1s"}
 
@@ -42,7 +44,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_run_once_stops_within_the_deadline_and_says_it_did_not_finish(
     store: Path, tmp_path: Path, sig: signal.Signals
@@ -95,7 +96,6 @@ def tiered(store: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
     return store, root / "cold"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_verify_stops_on_a_signal_to_its_process_group_in_one_line(
     tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
@@ -156,7 +156,6 @@ def _cold_args(cold: Path) -> list[str]:
     return ["--cold", str(cold), "--cluster", CLUSTER, "--broker", BROKER]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
     tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
@@ -179,7 +178,6 @@ def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
     assert again.stdout.startswith("resumed and restored 8,000 messages")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     tiered: tuple[Path, Path], tmp_path: Path, sig: signal.Signals
@@ -205,7 +203,6 @@ def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     assert int(counts[1]) + int(counts[2]) == int(counts[3]) and int(counts[1]) > 0
 
 
-@pytest.mark.slow
 def test_restores_progress_line_is_ended_before_a_log_line(
     tiered: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -27,6 +27,8 @@ from tieredstore.restore.journal import JOURNAL_NAME
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
+pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
+
 SPEC = SynthSpec(topics=2, queues=2, messages=3000, body_min=200, body_max=3000,
                  commitlog_file_size=512 << 10, cq_file_size=50 * 20, interval_ms=10,
                  seed=27)  # fmt: skip
@@ -70,7 +72,6 @@ def _tree(root: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.slow
 def test_a_restore_killed_at_random_points_resumes_to_the_same_store(
     tiered: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -139,7 +140,6 @@ async def _accept_a_loss(cold: Path, queue: QueuePath, nth: int) -> tuple[int, i
     return manifest.start_offset, manifest.end_offset
 
 
-@pytest.mark.slow
 def test_an_accepted_loss_restores_the_queue_after_it(
     tiered: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -174,7 +174,6 @@ def test_an_accepted_loss_restores_the_queue_after_it(
     assert verdict[0] == line and verdict[1].startswith("CLEAN")
 
 
-@pytest.mark.slow
 def test_a_hole_no_loss_explains_still_refuses(tiered: tuple[Path, Path], tmp_path: Path) -> None:
     _, source = tiered
     cold = tmp_path / "cold"
@@ -190,7 +189,6 @@ def test_a_hole_no_loss_explains_still_refuses(tiered: tuple[Path, Path], tmp_pa
     assert f"SynthTopic1/0 has no committed segment for offsets [{start}, {end})" in done.stderr
 
 
-@pytest.mark.slow
 def test_a_queue_with_nothing_tiered_after_its_loss_is_left_out_and_named(
     tiered: tuple[Path, Path], tmp_path: Path
 ) -> None:
