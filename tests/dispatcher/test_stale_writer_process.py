@@ -52,7 +52,7 @@ from tieredstore.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
+from tieredstore.testing.sidecar import kill9, sidecar_cmd, sidecar_env
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 
@@ -191,9 +191,7 @@ def _round(
     finally:  # a failed round leaves no process running into the next test
         for proc in (a, b):
             if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait(timeout=30)
+                kill9(proc)  # SIGKILL ends a stopped process too
     after = cold.run(_committed)
     for key, data in before.items():
         assert after.get(key) == data, f"{point}/{mode}: committed {key} replaced or deleted"
