@@ -11,6 +11,10 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
         _queues/<topic>/<queueId>/RETENTION/<name(first)>.json
                                                         retention_key(queue, first): the
                                                         first offset after a head deletion
+        _queues/<topic>/<queueId>/STOPPED/<name(since)>.json
+                                                        stop_key(queue, since): where tiering
+                                                        stopped when the rules excluded the
+                                                        topic from ``since`` (epoch ms)
         _quarantine/<topic>/<queueId>/<stamp>/<KIND>/<name>   quarantine_key(...)
         _config/<file>/<stamp>-<digest>                 config_copy_key(...)
         <topic>/<queueId>/                              queue_root(...)
@@ -128,6 +132,7 @@ __all__ = [
     "queue_record_prefix",
     "queue_root",
     "retention_key",
+    "stop_key",
     "tiering_key",
     "validate_name",
     "validate_topic",
@@ -152,6 +157,7 @@ _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
 _INIT_NAME: Final = "INIT.json"
 _RETENTION_DIR: Final = "RETENTION"
+_STOPPED_DIR: Final = "STOPPED"
 _DIGEST_PREFIX_LEN: Final = 16
 #: The broker's ``config/`` files the sidecar keeps copies of (and ``restore`` puts back).
 CONFIG_FILES: Final = (
@@ -692,17 +698,28 @@ def retention_key(queue: QueuePath, first_offset: int) -> str:
     return f"{queue_record_prefix(queue)}/{_RETENTION_DIR}/{name}{MANIFEST_SUFFIX}"
 
 
+def stop_key(queue: QueuePath, excluded_since_ms: int) -> str:
+    """Return ``<queue_record_prefix>/STOPPED/<name(since)>.json``: the record of where the
+    queue's tiering stopped when the topic rules in force from ``excluded_since_ms`` (the
+    tiering record's epoch) excluded its topic. Keyed by that time, so a topic excluded,
+    included and excluded again gets one record per exclusion."""
+    name = object_name(_validate_offset(excluded_since_ms, "tiering stop time"))
+    return f"{queue_record_prefix(queue)}/{_STOPPED_DIR}/{name}{MANIFEST_SUFFIX}"
+
+
 class QueueRecordKind(enum.Enum):
-    """The two kinds of per-queue provenance record."""
+    """The kinds of per-queue provenance record."""
 
     INIT = "INIT"
     RETENTION = "RETENTION"
+    STOPPED = "STOPPED"
 
 
 @dataclass(frozen=True, slots=True)
 class QueueRecordKey:
-    """A parsed per-queue record key (``offset`` is a retention record's first offset,
-    0 for an init record); ``.key`` and :func:`parse_queue_record_key` invert."""
+    """A parsed per-queue record key (``offset`` is a retention record's first offset, a
+    stop record's exclusion time, 0 for an init record); ``.key`` and
+    :func:`parse_queue_record_key` invert."""
 
     queue: QueuePath
     kind: QueueRecordKind
@@ -712,6 +729,8 @@ class QueueRecordKey:
     def key(self) -> str:
         if self.kind is QueueRecordKind.INIT:
             return init_key(self.queue)
+        if self.kind is QueueRecordKind.STOPPED:
+            return stop_key(self.queue, self.offset)
         return retention_key(self.queue, self.offset)
 
 
@@ -720,8 +739,8 @@ def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
     per-queue record; None when it is not under ``_queues/`` at all.
 
     Raises:
-        InvalidNameError: under ``_queues/`` but not a key :func:`init_key` or
-            :func:`retention_key` makes.
+        InvalidNameError: under ``_queues/`` but not a key :func:`init_key`,
+            :func:`retention_key` or :func:`stop_key` makes.
     """
     rest = key[len(prefix) :]
     if not rest.startswith(_QUEUES_DIR + "/"):
@@ -733,7 +752,7 @@ def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
     queue = _parse_queue_parts([*head, parts[1], parts[2]], key)
     if len(parts) == 4 and parts[3] == _INIT_NAME:
         return QueueRecordKey(queue, QueueRecordKind.INIT)
-    if len(parts) == 5 and parts[3] == _RETENTION_DIR:
+    if len(parts) == 5 and parts[3] in (_RETENTION_DIR, _STOPPED_DIR):
         offset = _parse_name(parts[4], SegmentKind.MANIFEST, key)[0]
-        return QueueRecordKey(queue, QueueRecordKind.RETENTION, offset)
+        return QueueRecordKey(queue, QueueRecordKind(parts[3]), offset)
     raise InvalidNameError("not a queue record key", where=key)

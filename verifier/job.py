@@ -21,10 +21,12 @@ from tieredstore.errors import OffsetOutOfRangeError, StoreError
 from tieredstore.findings import FindingKind
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import SegmentKind
+from tieredstore.loss import LossRecord
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
+from verifier.evidence import HotFacts, impossible_losses, impossible_retention, record_anomalies
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.scope import Requirements, apply_requirements
+from verifier.scope import Requirements, apply_requirements, stopped_queues
 from verifier.vocabulary import VerifyOptions
 
 __all__ = ["verify"]
@@ -76,6 +78,10 @@ class _Run:
     state: DataFrame
     losses: DataFrame
     spans: DataFrame
+    #: What hot proves per queue, collected from HOT_QUEUES (:mod:`verifier.evidence`).
+    hot_facts: dict[tuple[str, int], HotFacts]
+    #: Loss records that contradict hot: left out of LOSSES and LOSS_SPANS.
+    impossible_losses: tuple[LossRecord, ...]
 
 
 def _read_inputs(opts: VerifyOptions) -> _Inputs:
@@ -134,10 +140,13 @@ def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
     """The three reading stages, each collected to the driver once (one Spark job
     each): hot queues, manifests, segments. Everything after relates their results."""
     listed = readers.objects_frame(spark, inputs.listing)
+    times = _epoch_times(inputs.listing)
     hot_q = readers.hot_queue_frame(
-        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts
+        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts, times
     ).toArrow()
     _raise_hot_errors(hot_q)  # before the expensive stage: its results would be meaningless
+    hot_facts = _hot_facts(hot_q, times)
+    bad_losses = impossible_losses(inputs.listing.losses, hot_facts)
     objects = listed.coalesce(1)  # the listing, already a driver-side table
     hot = _local(spark, hot_q, schemas.HOT_QUEUES)
     segments = _local(
@@ -147,7 +156,8 @@ def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
     work = checks.segment_work(valid, objects, hot)
     facts = readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
     cold_ranges = checks.cold_queue_ranges(valid)
-    losses, spans = readers.losses_frames(spark, inputs.listing.losses)
+    kept = tuple(x for x in inputs.listing.losses if x not in bad_losses)
+    losses, spans = readers.losses_frames(spark, kept)
     return _Run(
         objects=objects,
         segments=segments,
@@ -159,7 +169,26 @@ def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
         state=checks.queue_state(cold_ranges, hot),
         losses=losses.coalesce(1),
         spans=spans.coalesce(1),
+        hot_facts=hot_facts,
+        impossible_losses=tuple(bad_losses),
     )
+
+
+def _epoch_times(listing: readers.ColdListing) -> tuple[int, ...]:
+    """The tiering record's distinct since_ms values (HOT_QUEUES ``stored_from``)."""
+    if listing.tiering is None:
+        return ()
+    return tuple(sorted({e.since_ms for e in listing.tiering.history}))
+
+
+def _hot_facts(hot_q: pa.Table, times: tuple[int, ...]) -> dict[tuple[str, int], HotFacts]:
+    cols = ("topic", "queue_id", "hot_min", "hot_max", "stored_from")
+    return {
+        (r["topic"], r["queue_id"]): HotFacts(
+            r["hot_min"], r["hot_max"], dict(zip(times, r["stored_from"], strict=True))
+        )
+        for r in hot_q.select(list(cols)).to_pylist()
+    }
 
 
 def _anomalies(
@@ -209,17 +238,34 @@ def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueRepor
 
 
 def _required(
-    inputs: _Inputs, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
+    inputs: _Inputs, run: _Run, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
 ) -> tuple[tuple[QueueReport, ...], tuple[Anomaly, ...]]:
-    """Each queue's required range from the cold store's own records (driver side,
-    :mod:`verifier.scope`), its findings added to the others; both sorted."""
+    """Each queue's required range from the cold store's own records, those that
+    contradict hot left out and reported (driver side, :mod:`verifier.evidence`,
+    :mod:`verifier.scope`), its findings added to the others; both sorted. The tail of
+    a queue whose required range ends early is scope's to judge, not the Spark check's."""
     listing = inputs.listing
     assert listing.tiering is not None  # checked by _read_inputs
-    req = Requirements.of(listing.tiering, listing.inits, listing.retention, listing.losses)
+    cold_max = {(q.topic, q.queue_id): q.cold_max for q in queues if q.cold_max is not None}
+    bad_marks = impossible_retention(listing.retention, cold_max, run.hot_facts)
+    req = Requirements.of(
+        listing.tiering,
+        listing.inits,
+        [r for r in listing.retention if r not in bad_marks],
+        [x for x in listing.losses if x not in run.impossible_losses],
+        listing.stops,
+        run.hot_facts,
+    )
     queues, found = apply_requirements(queues, req)
+    found += record_anomalies(run.impossible_losses, bad_marks, cold_max, run.hot_facts)
+    stopped = stopped_queues(queues)
+    spark_found = (
+        a for a in anomalies
+        if not (a.anomaly is FindingKind.HOT_NOT_COVERED and (a.topic, a.queue_id) in stopped)
+    )  # fmt: skip
     return (
         tuple(sorted(queues, key=lambda q: (q.topic, q.queue_id))),
-        tuple(sorted((*anomalies, *found), key=_anomaly_order)),
+        tuple(sorted((*spark_found, *found), key=_anomaly_order)),
     )
 
 
@@ -241,7 +287,7 @@ def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
     session = _session(spark)
     run = _read(session, opts, inputs)
     queues, anomalies = _required(
-        inputs, _queues(opts, inputs, run), _anomalies(session, opts, inputs, run)
+        inputs, run, _queues(opts, inputs, run), _anomalies(session, opts, inputs, run)
     )
     return VerificationResult(
         options=opts,

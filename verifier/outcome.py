@@ -82,6 +82,9 @@ class QueueReport:
     #: Where the queue's cold history must start (None: not on record), and why.
     required_start: int | None = None
     required_because: str | None = None
+    #: Where it ends, when its topic is excluded now after being tiered (None: at the
+    #: hot max, less the lag allowance; :mod:`verifier.scope`).
+    required_end: int | None = None
     #: The init record's offset (None: the queue has none).
     init_offset: int | None = None
 

@@ -10,7 +10,9 @@
                  "bytes_compared", "cold_only", "anomalies"}],
      "queues": [{"topic", "queue_id", "status", "hot": {"min", "max"} | null,
                  "cold": {"min", "max"} | null, "init_offset" (the init record's),
-                 "required_start", "required_because", "tiering": {"tiered", "rule"},
+                 "required_start", "required_because", "required_end" (null: the hot
+                 max; set when the topic is excluded now after being tiered),
+                 "tiering": {"tiered", "rule"},
                  "scope": {"start", "end"},
                  "segments", "lag": {"messages", "seconds"}, "cold_only", ...}],
      "anomalies": [{"anomaly", "severity", "topic", "queue_id", "start", "end", "count",
@@ -114,6 +116,7 @@ def _queue_doc(q: QueueReport, anomalies: list[Anomaly]) -> dict[str, Any]:
         "init_offset": q.init_offset,
         "required_start": q.required_start,
         "required_because": q.required_because,
+        "required_end": q.required_end,
         "tiering": {"tiered": q.tiered, "rule": q.tiering_rule},
         "scope": {"start": scope[0], "end": scope[1]} if scope else None,
         "segments": q.segments,

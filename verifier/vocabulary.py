@@ -61,6 +61,9 @@ VERIFIER_KINDS: Final = (
     FindingKind.CATALOGUE_DRIFT,
     FindingKind.LOST_BEFORE_TIERING,
     FindingKind.UNPROVEN_START,
+    FindingKind.UNPROVEN_STOP,
+    FindingKind.IMPOSSIBLE_LOSS_RECORD,
+    FindingKind.IMPOSSIBLE_RETENTION_RECORD,
 )
 
 
