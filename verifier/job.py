@@ -24,9 +24,16 @@ from tieredstore.layout import SegmentKind
 from tieredstore.loss import LossRecord
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
-from verifier.evidence import HotFacts, impossible_losses, impossible_retention, record_anomalies
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.scope import Requirements, apply_requirements, stopped_queues
+from verifier.scope import (
+    HotFacts,
+    Requirements,
+    apply_requirements,
+    impossible_losses,
+    impossible_retention,
+    record_anomalies,
+    stopped_queues,
+)
 from verifier.vocabulary import VerifyOptions
 
 __all__ = ["verify"]
@@ -78,7 +85,7 @@ class _Run:
     state: DataFrame
     losses: DataFrame
     spans: DataFrame
-    #: What hot proves per queue, collected from HOT_QUEUES (:mod:`verifier.evidence`).
+    #: What hot proves per queue, collected from HOT_QUEUES (:mod:`verifier.scope`).
     hot_facts: dict[tuple[str, int], HotFacts]
     #: Loss records that contradict hot: left out of LOSSES and LOSS_SPANS.
     impossible_losses: tuple[LossRecord, ...]
@@ -241,7 +248,7 @@ def _required(
     inputs: _Inputs, run: _Run, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
 ) -> tuple[tuple[QueueReport, ...], tuple[Anomaly, ...]]:
     """Each queue's required range from the cold store's own records, those that
-    contradict hot left out and reported (driver side, :mod:`verifier.evidence`,
+    contradict hot left out and reported (driver side,
     :mod:`verifier.scope`), its findings added to the others; both sorted. The tail of
     a queue whose required range ends early is scope's to judge, not the Spark check's."""
     listing = inputs.listing

@@ -1,4 +1,4 @@
-"""Records checked against what hot proves (verifier/evidence.py): the pure decisions, on
+"""Records checked against what hot proves (verifier/scope.py): the pure decisions, on
 plain values, as the module docstring's worked example states them."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tieredstore.provenance import (
     read_queue_record,
 )
 from tieredstore.topic_rules import TopicRules
-from verifier.evidence import (
+from verifier.scope import (
     HotFacts,
     impossible_init,
     impossible_losses,
