@@ -24,9 +24,10 @@ from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath, broker_prefix, init_key
 from tieredstore.loss import LossRecord
 from tieredstore.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
-from tieredstore.testing.coldimage import CREATED_AT_MS, init_record
+from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.coldimage import CREATED_AT_MS, ColdImage, init_record
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.topic_rules import TopicRules
 
 from .conftest import World
@@ -271,3 +272,39 @@ def test_an_earliest_init_record_above_hot_min_explains_nothing(world: World) ->
         ("unproven_start", TOPIC, 0, cold_min, cold_min, forged.key),
         ("missing_head", TOPIC, 0, 0, cold_min, None),
     }
+
+
+# -- row 1 with the real sidecar: tiered, excluded by a normal run, data lost ------------
+
+
+@pytest.mark.slow
+def test_a_topic_excluded_by_a_sidecar_run_owes_what_was_tiered(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    spec = SynthSpec(topics=2, queues=1, messages=400, body_min=200, body_max=200,
+                     commitlog_file_size=64 << 10, seed=3)  # fmt: skip
+    store, cold, state = tmp_path / "store", tmp_path / "cold", tmp_path / "state"
+    synthesize(store, spec)
+    where = location_args(store, cold, state)
+    assert cli_main(["run", "--once", *where]) == 0
+    stop = HotStore(store).queue_range(TOPIC, 0).max
+    config = tmp_path / "sidecar.toml"
+    config.write_text(f'[tiering]\nexclude_topics = ["{TOPIC}"]\n')
+    live = SyntheticStore.open(store)
+    live.append(200)
+    assert cli_main(["run", "--once", "--config", str(config), *where]) == 0
+    live.append(200)  # the excluded topic's new messages are never tiered
+    assert cli_main(["run", "--once", "--config", str(config), *where]) == 0
+    assert HotStore(store).queue_range(TOPIC, 0).max > stop
+
+    world = World(store, cold, tmp_path / "intact", ColdImage())
+    site = Site(str(cold), (), {}, world, tmp_path / "intact")
+    code, doc = site.verify()
+    assert (code, doc["verdict"], doc["anomalies"]) == (0, "CLEAN", [])
+    assert queue_doc(doc, Q)["required_end"] == stop
+
+    site.drop_queue_data(Q)
+    site.out = tmp_path / "lost"
+    code, doc = site.verify()
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {("hot_not_covered", TOPIC, 0, 0, stop, None)}
