@@ -165,11 +165,16 @@ class ProvenanceWriter:
                 row.topic, row.queue_id, row.init_offset, row.cold_min, rng.min,
             )  # fmt: skip
             return None
-        tiered = row.cold_commit > row.init_offset
+        # An offset the policy in force did not choose (tiered already, or an earliest
+        # policy now for an offset above hot min: set under another policy) is adopted;
+        # the verifier holds an earliest init to hot min.
+        chosen = row.cold_commit == row.init_offset and not (
+            policy == "earliest" and row.init_offset != rng.min
+        )
         return QueueInit.new(
             QueuePath(self.cluster, self.broker, row.topic, row.queue_id),
             row.init_offset,
-            "adopted" if tiered else policy,
+            policy if chosen else "adopted",
             created_at_ms=self.lease.clock.now_ms(),
             writer_id=self.lease.owner,
             lease_epoch=self.lease.epoch,

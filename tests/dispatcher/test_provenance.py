@@ -179,6 +179,22 @@ async def test_inits_are_written_only_where_hot_proves_the_start(store: Path) ->
     assert await init_of("SynthTopic0", 0) == first
 
 
+async def test_an_offset_above_hot_min_is_never_labelled_earliest(store: Path) -> None:
+    # A row initialised under another policy (say latest), nothing tiered yet, its init
+    # record written under earliest: the verifier holds an earliest init to hot min.
+    hot = HotStore(store)
+    writer, backend = await _writer(hot, VirtualClock(start_ms=END))
+    lo = hot.queue_range("SynthTopic0", 0).min
+    await writer.ensure_inits(
+        [_row("SynthTopic0", 0, lo, lo, lo), _row("SynthTopic0", 1, lo + 7, lo + 7, lo + 7)],
+        "earliest",
+    )
+    for qid, expected in ((0, (lo, "earliest")), (1, (lo + 7, "adopted"))):
+        key = init_key(QueuePath(CLUSTER, BROKER, "SynthTopic0", qid))
+        init = _parse_init(await backend.read(key), key)
+        assert (init.init_offset, init.policy) == expected
+
+
 def _records(cold: Path) -> set[str]:
     prefix = cold / broker_prefix(CLUSTER, BROKER)
     found = set((prefix / "_queues").rglob("*.json")) | {prefix / "_tiering.json"}
