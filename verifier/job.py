@@ -25,15 +25,7 @@ from tieredstore.loss import LossRecord
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.scope import (
-    HotFacts,
-    Requirements,
-    apply_requirements,
-    impossible_losses,
-    impossible_retention,
-    record_anomalies,
-    stopped_queues,
-)
+from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge
 from verifier.vocabulary import VerifyOptions
 
 __all__ = ["verify"]
@@ -247,32 +239,19 @@ def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueRepor
 def _required(
     inputs: _Inputs, run: _Run, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
 ) -> tuple[tuple[QueueReport, ...], tuple[Anomaly, ...]]:
-    """Each queue's required range from the cold store's own records, those that
-    contradict hot left out and reported (driver side,
-    :mod:`verifier.scope`), its findings added to the others; both sorted. The tail of
-    a queue whose required range ends early is scope's to judge, not the Spark check's."""
+    """Each queue's required range from the cold store's own records checked against
+    hot, its findings merged with the segment checks' (driver side,
+    :func:`verifier.scope.judge`); both sorted."""
     listing = inputs.listing
     assert listing.tiering is not None  # checked by _read_inputs
-    cold_max = {(q.topic, q.queue_id): q.cold_max for q in queues if q.cold_max is not None}
-    bad_marks = impossible_retention(listing.retention, cold_max, run.hot_facts)
-    req = Requirements.of(
-        listing.tiering,
-        listing.inits,
-        [r for r in listing.retention if r not in bad_marks],
-        [x for x in listing.losses if x not in run.impossible_losses],
-        listing.stops,
-        run.hot_facts,
+    records = ProvenanceRecords(listing.tiering, listing.inits, listing.retention,
+                                listing.stops)  # fmt: skip
+    queues, found = judge(
+        queues, anomalies, records, listing.losses, run.impossible_losses, run.hot_facts
     )
-    queues, found = apply_requirements(queues, req)
-    found += record_anomalies(run.impossible_losses, bad_marks, cold_max, run.hot_facts)
-    stopped = stopped_queues(queues)
-    spark_found = (
-        a for a in anomalies
-        if not (a.anomaly is FindingKind.HOT_NOT_COVERED and (a.topic, a.queue_id) in stopped)
-    )  # fmt: skip
     return (
         tuple(sorted(queues, key=lambda q: (q.topic, q.queue_id))),
-        tuple(sorted((*spark_found, *found), key=_anomaly_order)),
+        tuple(sorted(found, key=_anomaly_order)),
     )
 
 

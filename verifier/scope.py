@@ -82,6 +82,7 @@ from verifier.readers import loss_detail
 
 __all__ = [
     "HotFacts",
+    "ProvenanceRecords",
     "Requirements",
     "Span",
     "Stop",
@@ -89,6 +90,7 @@ __all__ = [
     "impossible_init",
     "impossible_losses",
     "impossible_retention",
+    "judge",
     "merge_spans",
     "record_anomalies",
     "stopped_queues",
@@ -501,3 +503,51 @@ def apply_requirements(
         if q.tiered:
             found += _queue_findings(q, req, required, stop)
     return tuple(out_q), found
+
+
+@dataclass(frozen=True)
+class ProvenanceRecords:
+    """The broker's provenance records as listed (:mod:`tieredstore.provenance`)."""
+
+    tiering: TieringRecord
+    inits: Sequence[QueueInit]
+    retention: Sequence[RetentionMark]
+    stops: Sequence[StopMark]
+
+
+def judge(
+    queues: Sequence[QueueReport],
+    anomalies: Iterable[Anomaly],
+    records: ProvenanceRecords,
+    losses: Sequence[LossRecord],
+    impossible: Sequence[LossRecord],
+    hot: Mapping[Queue, HotFacts],
+) -> tuple[tuple[QueueReport, ...], list[Anomaly]]:
+    """The whole decision of this module, over plain values, for any source of hot facts.
+
+    ``queues`` and ``anomalies`` are what the segment checks found (queue summary and
+    ANOMALIES); ``losses`` every valid loss record listed, ``impossible`` those of them
+    :func:`impossible_losses` found (the caller left them out of the segment checks'
+    accepted losses). Returns each queue with its required range, and ``anomalies``
+    with: the records that contradict hot or cold, the findings of the required range,
+    and — for queues whose required range ends early — the required-range tail in place
+    of the segment checks' ``hot_not_covered`` (unsorted).
+    """
+    cold_max = {(q.topic, q.queue_id): q.cold_max for q in queues if q.cold_max is not None}
+    bad_marks = impossible_retention(records.retention, cold_max, hot)
+    req = Requirements.of(
+        records.tiering,
+        records.inits,
+        [r for r in records.retention if r not in bad_marks],
+        [x for x in losses if x not in impossible],
+        records.stops,
+        hot,
+    )
+    judged, found = apply_requirements(queues, req)
+    found += record_anomalies(impossible, bad_marks, cold_max, hot)
+    stopped = stopped_queues(judged)
+    kept = [
+        a for a in anomalies
+        if not (a.anomaly is FindingKind.HOT_NOT_COVERED and (a.topic, a.queue_id) in stopped)
+    ]  # fmt: skip
+    return judged, kept + found

@@ -3,9 +3,12 @@ plain values, as the module docstring's worked example states them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tieredstore.errors import CorruptProvenanceError
+from tieredstore.findings import FindingKind
 from tieredstore.layout import QueuePath, broker_prefix
 from tieredstore.loss import LossRecord
 from tieredstore.provenance import (
@@ -17,11 +20,14 @@ from tieredstore.provenance import (
     read_queue_record,
 )
 from tieredstore.topic_rules import TopicRules
+from verifier.outcome import Anomaly, QueueReport
 from verifier.scope import (
     HotFacts,
+    ProvenanceRecords,
     impossible_init,
     impossible_losses,
     impossible_retention,
+    judge,
     tiered_end,
     tiered_start,
 )
@@ -142,3 +148,34 @@ def test_a_stop_record_round_trips_and_is_parsed_strictly() -> None:
         read_queue_record(mark.to_json().replace(b"}", b',"x":1}'), mark.key, prefix)
     with pytest.raises(CorruptProvenanceError, match="describes"):
         read_queue_record(stop(501, 40).to_json(), mark.key, prefix)
+
+
+def _queue(cold: tuple[int, int] | None, hot: tuple[int, int]) -> QueueReport:
+    return QueueReport(
+        "T", 0, True, hot[0], hot[1], cold[0] if cold else None, cold[1] if cold else None,
+        1 if cold else 0, 0, 0, 0, None, 0, 0, 0, 0, lag_cutoff=hot[1],
+    )  # fmt: skip
+
+
+def test_judge_owes_a_stopped_queue_its_history_only() -> None:
+    """T excluded from t=500 with a stop record at 40, cold [0, 30): the segment checks'
+    tail [30, 90) becomes [30, 40); with the history intact nothing is owed."""
+    records = ProvenanceRecords(HISTORY, [init(0, "earliest")], [], [stop(500, 40)])
+    tail = Anomaly("T", 0, 30, FindingKind.HOT_NOT_COVERED, 90, 60, None, "segment checks")
+    queues, found = judge([_queue((0, 30), (0, 90))], [tail], records, [], [], {T: HOT})
+    assert [(a.anomaly, a.start, a.end) for a in found] == [(FindingKind.HOT_NOT_COVERED, 30, 40)]
+    assert (queues[0].required_end, queues[0].tiered) == (40, True)
+    tail = replace(tail, start=40, count=50)
+    _, found = judge([_queue((0, 40), (0, 90))], [tail], records, [], [], {T: HOT})
+    assert found == []
+
+
+def test_judge_reports_contradicting_records_and_lets_them_explain_nothing() -> None:
+    x, r = loss(60, 70), retention(95)
+    records = ProvenanceRecords(record((100, EVERY)), [init(0, "earliest")], [r], [])
+    _, found = judge([_queue(None, (0, 90))], [], records, [x], [x], {T: HOT})
+    assert {(a.anomaly, a.start, a.end, a.object_key) for a in found} == {
+        (FindingKind.IMPOSSIBLE_LOSS_RECORD, 60, 70, x.key),
+        (FindingKind.IMPOSSIBLE_RETENTION_RECORD, 95, 95, r.key),
+        (FindingKind.HOT_NOT_COVERED, 0, 90, None),  # from the init record, not 95
+    }
