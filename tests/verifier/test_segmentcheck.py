@@ -89,7 +89,10 @@ def test_verdict_is_the_worst_severity() -> None:
         FindingKind.CATALOGUE_DRIFT,
         FindingKind.LOST_BEFORE_TIERING,
         FindingKind.UNPROVEN_START,
+        FindingKind.UNPROVEN_STOP,
     }
+    assert FindingKind.IMPOSSIBLE_LOSS_RECORD.damage
+    assert FindingKind.IMPOSSIBLE_RETENTION_RECORD.damage
     # gc's and reconcile's own kinds share the vocabulary and its severities
     assert FindingKind.UNRECOGNISED.severity is Severity.DIRTY
     assert not FindingKind.NOT_ADOPTED.damage
