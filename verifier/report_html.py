@@ -28,7 +28,7 @@ import os
 from html import escape
 from typing import Any, Final
 
-from tieredstore.humanize import human_bytes, human_seconds, iso_time
+from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
 from verifier.outcome import VerificationResult
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
@@ -82,10 +82,7 @@ def _e(value: object) -> str:
 def short_name(text: str) -> str:
     """``text`` if it fits a name column, else its head and tail around an ellipsis:
     long topic names often share a prefix, so the end is kept too."""
-    if len(text) <= _NAME_CHARS:
-        return text
-    tail = _NAME_CHARS // 3
-    return f"{text[: _NAME_CHARS - tail - 1]}…{text[-tail:]}"
+    return shorten_middle(text, _NAME_CHARS)
 
 
 def _name(text: str) -> str:
