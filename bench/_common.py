@@ -539,7 +539,7 @@ def verifier_run(
 
     Spark's event log is switched on (through ``PYSPARK_SUBMIT_ARGS``) and summarised.
     """
-    cmd = [sys.executable, "-m", "verifier", "--hot", str(hot), "--cold", cold]
+    cmd = [sys.executable, "-m", "verifier", "--store", str(hot), "--cold", cold]
     cmd += ["--cluster", cluster, "--broker", broker, "--level", level]
     cmd += ["--out", str(out), "--master", master, "--lag-allowance", "0"]
     events = out.parent / f"spark-events-{level}"

@@ -18,25 +18,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import parse_duration
+from tieredstore.config import load_settings, parse_duration
 from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
 from verifier import readers
+from verifier.catalogue import CATALOGUE_FILE
 from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.interrupt import StopOnSignal
 from verifier.job import verify
 from verifier.metrics_file import write_metrics_file
 from verifier.outcome import VerificationResult
+from verifier.progress import ProgressMode, Stages, silent
 from verifier.report import ReportPaths, write_reports
 from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
 from verifier.vocabulary import (
@@ -48,15 +51,29 @@ from verifier.vocabulary import (
     parse_lag_allowance,
 )
 
-__all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run"]
+__all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run", "with_config"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``)."""
-    p.add_argument("--hot", required=True, type=Path, help="broker store root (read-only)")
-    p.add_argument("--cold", required=True, help="cold store root URL (path, file://, s3://)")
-    p.add_argument("--cluster", required=True, help="broker cluster name")
-    p.add_argument("--broker", required=True, help="broker name")
+    """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``).
+
+    The locations are named as every other command names them (``--store``,
+    ``--state-dir``; ``--hot`` and ``--metadata`` are kept as aliases) and can come from
+    the sidecar's own config file (``--config``), flags winning.
+    """
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the sidecar's TOML config: store.path, cold.url/cluster/broker/endpoint_url/"
+        "region and state.dir from it, flags winning (default: $TIEREDSTORE_CONFIG if set)",
+    )
+    p.add_argument(
+        "--store", "--hot", dest="hot", type=Path, help="broker store root, read-only [store.path]"
+    )
+    p.add_argument("--cold", help="cold store root URL (path, file://, s3://) [cold.url]")
+    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
+    p.add_argument("--broker", help="broker name [cold.broker]")
     p.add_argument(
         "--level",
         choices=[lv.value for lv in Level],
@@ -92,7 +109,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="show Spark's own output on the terminal (default: into <out>/spark.log)",
     )
     p.add_argument(
-        "--metadata", type=Path, default=None, help="sidecar state dir: check catalogue drift"
+        "--state-dir",
+        "--metadata",
+        dest="metadata",
+        type=Path,
+        default=None,
+        help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
+        "checked when it holds a catalogue]",
+    )
+    p.add_argument(
+        "--progress",
+        choices=[m.value for m in ProgressMode],
+        default=ProgressMode.AUTO.value,
+        help="one line per stage on stderr (auto: when stderr is a terminal; default %(default)s)",
     )
     p.add_argument(
         "--orphan-grace",
@@ -100,8 +129,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds (or 30m, 2h) before an object without manifest is an orphan "
         "(default %(default)s)",
     )
-    p.add_argument("--endpoint-url", default=None, help="S3 endpoint URL (MinIO, moto, ...)")
-    p.add_argument("--region", default=None, help="S3 region")
+    p.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="S3 endpoint URL (MinIO, moto, ...) [cold.endpoint_url]",
+    )
+    p.add_argument("--region", default=None, help="S3 region [cold.region]")
     p.add_argument(
         "--storage-option",
         action="append",
@@ -128,8 +161,66 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+#: flag (its argparse dest) → the sidecar setting it stands for
+_SETTING_OF: Final = {
+    "hot": "store.path",
+    "cold": "cold.url",
+    "cluster": "cold.cluster",
+    "broker": "cold.broker",
+    "endpoint_url": "cold.endpoint_url",
+    "region": "cold.region",
+    "metadata": "state.dir",
+}
+_REQUIRED: Final = {
+    "hot": "--store",
+    "cold": "--cold",
+    "cluster": "--cluster",
+    "broker": "--broker",
+}
+
+
+def with_config(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the locations a ``--config`` file (or ``$TIEREDSTORE_CONFIG``) gives,
+    read by the sidecar's own loader (so every key is validated as ``run`` validates it);
+    a flag given wins over the file.
+
+    The file's ``state.dir`` adds the catalogue drift check only when a catalogue is
+    there (a verifier on another host than the sidecar has none); ``--state-dir``
+    always asks for it. ConfigError names what is missing or bad.
+    """
+    config = args.config
+    if config is None and os.environ.get("TIEREDSTORE_CONFIG"):
+        config = Path(os.environ["TIEREDSTORE_CONFIG"])
+    if config is None:
+        missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest) is None]
+        if missing:
+            raise ConfigError(
+                f"missing {', '.join(missing)} (or --config naming the sidecar's config file)"
+            )
+        return args
+    overrides = {key: getattr(args, dest) for dest, key in _SETTING_OF.items()}
+    settings = load_settings(
+        config, overrides={k: None if v is None else str(v) for k, v in overrides.items()}
+    )
+    state = Path(settings.state.dir)
+    catalogue = args.metadata or (state if (state / CATALOGUE_FILE).is_file() else None)
+    return argparse.Namespace(
+        **{
+            **vars(args),
+            "hot": Path(settings.store.path),
+            "cold": settings.cold.url,
+            "cluster": settings.cold.cluster,
+            "broker": settings.cold.broker,
+            "endpoint_url": settings.cold.endpoint_url or None,
+            "region": settings.cold.region or None,
+            "metadata": catalogue,
+        }
+    )
+
+
 def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions:
     """Validate the flags into options (ConfigError naming the bad flag)."""
+    args = with_config(args)
     try:
         grace = parse_duration(args.orphan_grace)
     except ValueError as exc:
@@ -159,6 +250,7 @@ class JobArgs:
     metrics_file: Path | None = None
     history: int = DEFAULT_HISTORY_RUNS
     verbose: bool = False
+    progress: ProgressMode = ProgressMode.OFF
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, now_ms: int) -> JobArgs:
@@ -171,6 +263,7 @@ class JobArgs:
             args.metrics_file,
             args.history,
             args.verbose,
+            ProgressMode(getattr(args, "progress", ProgressMode.OFF.value)),
         )
 
     @property
@@ -209,16 +302,23 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
     line and exit 130/143, whatever error the cancelled Spark job raised.
     """
     job: JobArgs | None = None
+    clock = clock or SystemClock()
     with StopOnSignal() as stop:
         try:
-            job = JobArgs.from_args(args, now_ms=(clock or SystemClock()).now_ms())
+            job = JobArgs.from_args(args, now_ms=clock.now_ms())
+            stages = Stages(prog, clock) if job.progress.enabled(sys.stderr) else silent
+            stages(
+                f"checking the cold store at {re.sub(r'//[^/@]*@', '//***@', job.options.cold_url)}"
+            )
             _check_before_spark(job)
             stop.defer()  # until the session is up (watch): see StopOnSignal.defer
+            stages(f"starting Spark ({job.master})" if job.master else "starting Spark")
             with spark_session(
                 job.master, log_file=job.spark_log, log_level=job.spark_log_level
             ) as spark:
                 stop.watch(spark.sparkContext)
-                result = verify(spark, job.options)
+                result = verify(spark, job.options, stages)
+            stages(f"writing the reports into {job.out.resolve()}")
             paths = _publish(result, job)
         except (TieredStoreError, PySparkException, Py4JError, OSError, KeyboardInterrupt) as exc:
             if stop.signal is not None:
