@@ -61,19 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ``--state-dir``; ``--hot`` and ``--metadata`` are kept as aliases) and can come from
     the sidecar's own config file (``--config``), flags winning.
     """
-    p.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="the sidecar's TOML config: store.path, cold.url/cluster/broker/endpoint_url/"
-        "region and state.dir from it, flags winning (default: $TIEREDSTORE_CONFIG if set)",
-    )
-    p.add_argument(
-        "--store", "--hot", dest="hot", type=Path, help="broker store root, read-only [store.path]"
-    )
-    p.add_argument("--cold", help="cold store root URL (path, file://, s3://) [cold.url]")
-    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
-    p.add_argument("--broker", help="broker name [cold.broker]")
+    _add_location_arguments(p)
     p.add_argument(
         "--level",
         choices=[lv.value for lv in Level],
@@ -109,15 +97,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="show Spark's own output on the terminal (default: into <out>/spark.log)",
     )
     p.add_argument(
-        "--state-dir",
-        "--metadata",
-        dest="metadata",
-        type=Path,
-        default=None,
-        help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
-        "checked when it holds a catalogue]",
-    )
-    p.add_argument(
         "--progress",
         choices=[m.value for m in ProgressMode],
         default=ProgressMode.AUTO.value,
@@ -128,6 +107,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=f"{DEFAULT_ORPHAN_GRACE_S:g}",
         help="seconds (or 30m, 2h) before an object without manifest is an orphan "
         "(default %(default)s)",
+    )
+
+
+def _add_location_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the stores are: flags, or the sidecar's config file (``[setting]``)."""
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the sidecar's TOML config: store.path, cold.url/cluster/broker/endpoint_url/"
+        "region and state.dir from it, flags winning (default: $TIEREDSTORE_CONFIG if set)",
+    )
+    p.add_argument(
+        "--store", "--hot", dest="hot", type=Path, help="broker store root, read-only [store.path]"
+    )
+    p.add_argument("--cold", help="cold store root URL (path, file://, s3://) [cold.url]")
+    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
+    p.add_argument("--broker", help="broker name [cold.broker]")
+    p.add_argument(
+        "--state-dir",
+        "--metadata",
+        dest="metadata",
+        type=Path,
+        default=None,
+        help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
+        "checked when it holds a catalogue]",
     )
     p.add_argument(
         "--endpoint-url",
