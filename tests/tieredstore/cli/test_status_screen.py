@@ -176,7 +176,7 @@ def test_watch_never_cuts_the_verdict_lag_oldest_age_or_worst_queue(
         r"OK: 4 queues.*; lag 100 messages, .*oldest [\d.]+ \w+ \((.+)/(\d)\)$", health
     )
     assert found is not None, health
-    worst, queue = found.groups()
+    worst, _ = found.groups()
     assert "…" in worst and worst.startswith(TWIN[:6]) and worst[-1] in "01"
     names = {r.split()[0] for r in rows}  # both topics, told apart by their ends
     assert len(names) == 2 and all("…" in n for n in names)
