@@ -30,6 +30,7 @@ from tieredstore.cli.commands._settings import (
 )
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
+from tieredstore.humanize import human_bytes, human_rate, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.provenance import find_tiered_prefix
 from tieredstore.restore.check import check_restored
@@ -153,7 +154,8 @@ def _params(settings: Settings, args: argparse.Namespace) -> RestoreParams:
 
 
 class _ProgressLine:
-    """One rewritten stderr line: segments, messages, MB and rate."""
+    """One rewritten stderr line: segments, messages, MiB and rate (binary units, as
+    every progress line, :mod:`tieredstore.humanize`)."""
 
     def __init__(self, enabled: bool, stream: TextIO) -> None:
         self.enabled = enabled
@@ -167,11 +169,10 @@ class _ProgressLine:
         if not self.enabled or now - self.last < 0.25:
             return
         self.last = now
-        mb = p.bytes / 1e6
+        rate = human_rate(p.bytes / max(now - self.started, 1e-9))
         self.stream.write(
             f"\rrestored {p.segments:,}/{p.segments_total:,} segments, {p.messages:,} messages, "
-            f"{mb:,.1f}/{p.bytes_total / 1e6:,.1f} MB ({mb / max(now - self.started, 1e-9):,.1f}"
-            " MB/s)"
+            f"{human_bytes(p.bytes)}/{human_bytes(p.bytes_total)} ({rate})"
         )
         self.stream.flush()
         self.shown = True
@@ -190,7 +191,7 @@ def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
         out.write(line + "\n")
     out.write(
         f"{verb} {report.messages:,} messages of {report.queues} queues into {report.out} "
-        f"({report.bytes / 1e6:,.1f} MB in {seconds:.1f} s); commitlog "
+        f"({human_bytes(report.bytes)} in {human_seconds(seconds)}); commitlog "
         f"[{report.commitlog_base}, {report.commitlog_end}), {report.index_files} index files "
         f"({report.index_entries:,} keys), config: {', '.join(report.configs) or 'none'}\n"
     )
