@@ -64,7 +64,7 @@ import hashlib
 import json
 import multiprocessing
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -88,6 +88,7 @@ __all__ = [
     "STATISTICS_COLUMNS",
     "EncodedSegment",
     "ExportManifest",
+    "ExportProgress",
     "ExportReport",
     "ExportRequest",
     "encode_segment",
@@ -168,6 +169,18 @@ class ExportReport:
     bytes: int
     removed: int = 0  # superseded segments removed (module doc)
     removed_rows: int = 0
+
+
+@dataclass(frozen=True)
+class ExportProgress:
+    """How far a run is: segments looked at of those listed (exported now or skipped as
+    exported before, or not selected), and what was written so far."""
+
+    segments: int
+    segments_total: int
+    exported: int
+    rows: int
+    bytes: int
 
 
 @dataclass
@@ -460,7 +473,13 @@ def _stages(jobs: int) -> _Pipeline | _Processes:
 
 
 async def export_parquet(
-    cold: Backend, out: Backend, request: ExportRequest, *, clock: Clock, jobs: int = 1
+    cold: Backend,
+    out: Backend,
+    request: ExportRequest,
+    *,
+    clock: Clock,
+    jobs: int = 1,
+    on_progress: Callable[[ExportProgress], None] | None = None,
 ) -> ExportReport:
     """Export the segments ``request`` selects that are not exported yet (module doc).
 
@@ -468,6 +487,8 @@ async def export_parquet(
     thread and an encode thread in this process, three segments in flight. The oldest
     finished segment's files are written meanwhile (one segment at a time, in order).
     Memory: about three times a segment's size per segment in flight or being written.
+    ``on_progress`` is told after each listed segment is read (and when one is
+    written) how far the run is (:class:`ExportProgress`).
 
     Raises:
         CorruptManifestError: a segment manifest, or the export manifest, that does not
@@ -485,9 +506,12 @@ async def export_parquet(
     writing: asyncio.Future[None] | None = None
     selected = 0
     stages = _stages(jobs)
+    say = on_progress or (lambda _p: None)
     try:
         try:
-            for mkey in await _current_keys(cold, run, request):
+            keys = await _current_keys(cold, run, request)
+            for looked, mkey in enumerate(keys, 1):
+                say(ExportProgress(looked - 1, len(keys), run.exported, run.rows, run.bytes))
                 raw = await cold.read(mkey)
                 m = read_stored(raw, mkey)
                 if isinstance(m, FenceMarker) or not request.wants_segment(m):
@@ -507,6 +531,7 @@ async def export_parquet(
                 await writing
             while pending:
                 await run.finish(*pending.popleft())
+            say(ExportProgress(len(keys), len(keys), run.exported, run.rows, run.bytes))
         finally:
             if writing is not None:  # an error above: stop the write, keep the error
                 writing.cancel()
