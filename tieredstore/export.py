@@ -417,6 +417,10 @@ class _Run:
     async def save(self) -> None:
         await self.out.write(self.key, self.done.to_json())
 
+    def progress(self, looked: int, listed: int) -> ExportProgress:
+        """How far the run is, ``looked`` of ``listed`` segment manifests read."""
+        return ExportProgress(looked, listed, self.exported, self.rows, self.bytes)
+
 
 SegmentArgs = tuple[bytes, str, bytes, bytes, str]  # manifest JSON, its key, CL, CQ, where
 
@@ -472,15 +476,30 @@ def _stages(jobs: int) -> _Pipeline | _Processes:
     return _Pipeline() if jobs == 1 else _Processes(jobs)
 
 
-async def export_parquet(
-    cold: Backend,
-    out: Backend,
-    request: ExportRequest,
-    *,
-    clock: Clock,
-    jobs: int = 1,
-    on_progress: Callable[[ExportProgress], None] | None = None,
-) -> ExportReport:
+_Job = tuple[str, str, "asyncio.Future[EncodedSegment]"]  # manifest key, its sha, the work
+#: What :func:`export_parquet` tells how far it is.
+OnProgress = Callable[[ExportProgress], None]
+
+
+async def _submit(
+    cold: Backend, run: _Run, request: ExportRequest, stages: _Pipeline | _Processes, mkey: str
+) -> tuple[bool, _Job | None]:
+    """Read a listed segment manifest: whether the request selects it, and its export
+    job when it is not exported yet (its objects read and submitted)."""
+    raw = await cold.read(mkey)
+    m = read_stored(raw, mkey)
+    if isinstance(m, FenceMarker) or not request.wants_segment(m):
+        return False, None
+    sha = hashlib.sha256(raw).hexdigest()
+    if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
+        return True, None
+    cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
+    return True, (mkey, sha, stages.submit((raw, mkey, cl, cq, cold.url)))
+
+
+async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
+                        clock: Clock, jobs: int = 1,
+                        on_progress: OnProgress | None = None) -> ExportReport:  # fmt: skip
     """Export the segments ``request`` selects that are not exported yet (module doc).
 
     ``jobs > 1``: that many segments at once, each in its own process; 1: a decode
@@ -499,7 +518,7 @@ async def export_parquet(
     """
     run = _Run(out, await _load_manifest(out, request),
                export_manifest_key(request.cluster, request.broker), clock)  # fmt: skip
-    pending: deque[tuple[str, str, asyncio.Future[EncodedSegment]]] = deque()
+    pending: deque[_Job] = deque()
     # The oldest segment's files are written while the next segments are read and
     # submitted, so the decoder never waits for a write (one segment written at a time,
     # in order).
@@ -510,19 +529,13 @@ async def export_parquet(
     try:
         try:
             keys = await _current_keys(cold, run, request)
-            for looked, mkey in enumerate(keys, 1):
-                say(ExportProgress(looked - 1, len(keys), run.exported, run.rows, run.bytes))
-                raw = await cold.read(mkey)
-                m = read_stored(raw, mkey)
-                if isinstance(m, FenceMarker) or not request.wants_segment(m):
+            for looked, mkey in enumerate(keys):
+                say(run.progress(looked, len(keys)))
+                wanted, submitted = await _submit(cold, run, request, stages, mkey)
+                selected += wanted
+                if submitted is None:
                     continue
-                selected += 1
-                sha = hashlib.sha256(raw).hexdigest()
-                if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
-                    continue
-                cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
-                job = stages.submit((raw, mkey, cl, cq, cold.url))
-                pending.append((mkey, sha, job))
+                pending.append(submitted)
                 if len(pending) >= stages.depth:
                     if writing is not None:
                         await writing
@@ -531,7 +544,7 @@ async def export_parquet(
                 await writing
             while pending:
                 await run.finish(*pending.popleft())
-            say(ExportProgress(len(keys), len(keys), run.exported, run.rows, run.bytes))
+            say(run.progress(len(keys), len(keys)))
         finally:
             if writing is not None:  # an error above: stop the write, keep the error
                 writing.cancel()
