@@ -90,6 +90,13 @@ def test_runs_of_two_brokers_get_a_broker_column_and_a_warning(tmp_path: Path) -
 def test_the_history_renders_at_1280_px(tmp_path: Path) -> None:
     page = _history(tmp_path)
     assert not layout(page, 1280, tmp_path).overflows
+    mixed = _two_brokers(tmp_path)  # the broker column and the warning fit too
+    assert not layout(mixed, 1280, tmp_path).overflows
+    dom = subprocess.run(
+        [*browser_command(tmp_path), "--window-size=1280,900", "--dump-dom", mixed.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert 'id="mixed-brokers"' in dom and "<th>broker</th>" in dom
     shot = tmp_path / "history.png"
     subprocess.run(
         [*browser_command(tmp_path), f"--screenshot={shot}", "--window-size=1280,1000",
