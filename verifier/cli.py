@@ -9,6 +9,14 @@ refreshes ``history.html`` one level up when ``--out`` is one of several dated r
 folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
 
+While it runs, ``--progress`` (on a terminal by default) writes one line per stage on
+stderr, prefixed by the time since the start, so stdout keeps only the verdict line::
+
+    tieredstore verify: [   12 ms] checking the cold store at s3://bucket/tiered
+    tieredstore verify: [   1.4 s] starting Spark
+    tieredstore verify: [  19.0 s] reading 16 hot queues
+    tieredstore verify: [  23.4 s] checking 610 segments of 16 queues (offsets level)
+
 Quiet by default: a Spark JVM started here writes everything it prints (log4j lines,
 the banner, JVM warnings, the Python workers' stderr) to ``<out>/spark.log``, so the
 terminal shows only our own lines; ``--verbose`` leaves it on the terminal.
@@ -17,14 +25,15 @@ terminal shows only our own lines; ``--verbose`` leaves it on the terminal.
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -32,14 +41,14 @@ from pyspark.errors import PySparkException
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import load_settings, parse_duration
 from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
+from tieredstore.humanize import human_seconds
 from verifier import readers
 from verifier.catalogue import CATALOGUE_FILE
 from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.interrupt import StopOnSignal
-from verifier.job import verify
+from verifier.job import silent, verify
 from verifier.metrics_file import write_metrics_file
 from verifier.outcome import VerificationResult
-from verifier.progress import ProgressMode, Stages, silent
 from verifier.report import ReportPaths, write_reports
 from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
 from verifier.vocabulary import (
@@ -51,7 +60,51 @@ from verifier.vocabulary import (
     parse_lag_allowance,
 )
 
-__all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run", "with_config"]
+__all__ = [
+    "JobArgs",
+    "ProgressMode",
+    "Stages",
+    "add_arguments",
+    "main",
+    "options_from_args",
+    "run",
+    "with_config",
+]
+
+
+class ProgressMode(enum.Enum):
+    """``--progress``: ``on``, ``off``, or ``auto`` (on when stderr is a terminal)."""
+
+    ON = "on"
+    OFF = "off"
+    AUTO = "auto"
+
+    def enabled(self, stream: TextIO) -> bool:
+        if self is ProgressMode.AUTO:
+            return stream.isatty()
+        return self is ProgressMode.ON
+
+
+@dataclass
+class Stages:
+    """Callable stage reporter: ``stages("reading 16 hot queues")`` writes one line.
+
+    ``clock`` times the run from the reporter's creation; ``out`` is stderr unless a
+    test gives another stream.
+    """
+
+    prog: str
+    clock: Clock
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+    started_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started_ms = self.clock.now_ms()
+
+    def __call__(self, text: str) -> None:
+        elapsed = human_seconds(max(self.clock.now_ms() - self.started_ms, 0) / 1000)
+        self.out.write(f"{self.prog}: [{elapsed:>8}] {text}\n")
+        self.out.flush()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

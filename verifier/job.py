@@ -8,7 +8,7 @@ one); the session is started by :mod:`verifier.spark_session`, and the command l
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -24,11 +24,17 @@ from tieredstore.layout import SegmentKind
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.progress import Reporter, silent
 from verifier.scope import Requirements, apply_requirements
 from verifier.vocabulary import VerifyOptions
 
-__all__ = ["verify"]
+__all__ = ["Reporter", "silent", "verify"]
+
+#: What :func:`verify` tells each stage to: a function of one line of text.
+Reporter = Callable[[str], None]
+
+
+def silent(_text: str) -> None:
+    """A stage reporter that says nothing (the default)."""
 
 
 # -- the run --------------------------------------------------------------------------
@@ -241,7 +247,7 @@ def verify(
     read once, in tasks, and collected), then all anomalies, then the queue summary.
     Runs in a session of its own over ``spark``'s context (:func:`_session`).
     ``progress`` is told each stage as it starts, with the queues, manifests and
-    segments it covers (:mod:`verifier.progress`).
+    segments it covers (``tieredstore verify --progress``).
 
     Raises:
         ConfigError: bad URL, missing cold root, seconds allowance without checkpoint.

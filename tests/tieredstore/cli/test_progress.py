@@ -54,8 +54,13 @@ def test_without_a_backlog_or_disabled() -> None:
     bar.add(10, 2048)
     assert out.getvalue() == "\rtiered 1 segments, 10 messages, 2.0 KiB (2.0 KiB/s)"
     quiet, measured = io.StringIO(), []
+
+    def total() -> int:
+        measured.append(1)
+        return 0
+
     off = ProgressLine(enabled=False, stream=quiet, clock=clock)
-    off.measure(lambda: measured.append(1) or 0)
+    off.measure(total)
     off.add(10, 2048)
     assert quiet.getvalue() == "" and measured == [] and off.messages == 10
 

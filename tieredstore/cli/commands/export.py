@@ -17,17 +17,17 @@ import asyncio
 from tieredstore.backends import backend_options, open_backend, open_cold
 from tieredstore.backends.posix import posix_root_from_url
 from tieredstore.backends.retry import RetryPolicy
-from tieredstore.cli.commands._progress import (
-    RewrittenLine,
-    add_progress_argument,
-    eta,
-    progress_enabled,
-)
 from tieredstore.cli.commands._settings import (
     add_settings_arguments,
     parse_time,
     positive_int,
     settings_from_args,
+)
+from tieredstore.cli.sidecar.progress import (
+    RewrittenLine,
+    add_progress_argument,
+    eta,
+    progress_enabled,
 )
 from tieredstore.clock import SystemClock
 from tieredstore.config import Settings

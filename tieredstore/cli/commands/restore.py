@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import TextIO
 
 from tieredstore.backends import open_cold
-from tieredstore.cli.commands._progress import (
-    RewrittenLine,
-    add_progress_argument,
-    eta,
-    progress_enabled,
-)
 from tieredstore.cli.commands._settings import (
     add_settings_arguments,
     parse_time,
     positive_int,
     settings_from_args,
+)
+from tieredstore.cli.sidecar.progress import (
+    RewrittenLine,
+    add_progress_argument,
+    eta,
+    progress_enabled,
 )
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError

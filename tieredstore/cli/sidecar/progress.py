@@ -1,4 +1,10 @@
-"""A one-line progress display for long catch-up runs (stderr, only when enabled).
+"""Progress lines for the long commands: ``run --once``'s catch-up, ``restore``, ``export``.
+
+:class:`RewrittenLine` is the one way to draw them: one stderr line rewritten in place
+(``\r``), at most four times a second, padded over what a longer line left, sizes in
+binary units (:mod:`tieredstore.humanize`), ended before any log line (the caller hooks
+:meth:`RewrittenLine.close` into :func:`tieredstore.logs.before_each_line`); ``--progress
+auto`` (:func:`add_progress_argument`) draws only on a TTY.
 
 ``run --once`` shows how far it is and how far it has to go, as ``restore`` does::
 
@@ -8,13 +14,12 @@ The total is what the pass has to tier: for every ACTIVE queue, from where it st
 when the pass began (its cold commit then, or its init offset for a queue the pass
 found) to the hot store's end (:func:`pass_total` over the catalogue and the hot
 store), measured again at most once a second, so messages the broker appends
-meanwhile raise it. The ETA divides
-what remains by the message rate so far. Sizes are binary (MiB), as everywhere
-(:mod:`tieredstore.humanize`).
+meanwhile raise it. The ETA divides what remains by the message rate so far.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -27,11 +32,91 @@ from tieredstore.errors import TieredStoreError
 from tieredstore.hot_store import HotStore
 from tieredstore.humanize import human_bytes, human_rate, human_seconds
 
-__all__ = ["ProgressLine", "pass_total"]
+__all__ = [
+    "ProgressLine",
+    "RewrittenLine",
+    "add_progress_argument",
+    "eta",
+    "pass_total",
+    "progress_enabled",
+]
 
 #: Redraws at most this often (seconds); the backlog is measured at most once a second.
 _REDRAW: Final = 0.25
 _REMEASURE: Final = 1.0
+
+
+def add_progress_argument(p: argparse.ArgumentParser) -> None:
+    """``--progress auto|on|off`` (auto: only when stderr is a terminal)."""
+    p.add_argument(
+        "--progress",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="progress line on stderr (auto: only on a TTY)",
+    )
+
+
+def progress_enabled(args: argparse.Namespace, stream: TextIO | None = None) -> bool:
+    """Whether ``--progress`` asks for a line on ``stream`` (stderr by default)."""
+    stream = stream or sys.stderr
+    return bool(args.progress == "on" or (args.progress == "auto" and stream.isatty()))
+
+
+def eta(done: float, total: float, elapsed: float) -> str:
+    """``ETA 12.3 s`` from the rate so far; ``ETA unknown`` before anything is done."""
+    if done <= 0 or elapsed <= 0:
+        return "ETA unknown"
+    return f"ETA {human_seconds(max(total - done, 0) / (done / elapsed))}"
+
+
+class RewrittenLine:
+    """Draws ``text`` over the previous one (``\\r``), throttled (module doc).
+
+    ``clock`` gives monotonic seconds (tests pass their own); :attr:`elapsed` counts
+    from the line's creation.
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self._clock = clock
+        self._started = clock()
+        self._last: float | None = None
+        self._width = 0
+        self._shown = False
+
+    @property
+    def elapsed(self) -> float:
+        return self._clock() - self._started
+
+    def due(self) -> bool:
+        """Whether a redraw now would be shown (enabled, not drawn in the last 0.25 s)."""
+        now = self._clock()
+        return self.enabled and (self._last is None or now - self._last >= _REDRAW)
+
+    def draw(self, text: str, *, last: bool = False) -> None:
+        """Show ``text`` if :meth:`due`, or (``last``: the final state) if enabled."""
+        if not (self.due() or (last and self.enabled)):
+            return
+        self._last = self._clock()
+        pad = " " * max(self._width - len(text), 0)
+        self._width = len(text)
+        self.stream.write(f"\r{text}{pad}")
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        """End the line (if drawn); the next draw starts a new one."""
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+            self._width = 0
 
 
 def pass_total(catalogue: Catalogue, hot: HotStore) -> Callable[[], int]:
@@ -57,13 +142,12 @@ def pass_total(catalogue: Catalogue, hot: HotStore) -> Callable[[], int]:
 
 
 class ProgressLine:
-    """Rewrites one stderr line with segments, messages (of the total), MiB tiered, the
-    rate and the ETA (module doc).
+    """The catch-up's :class:`RewrittenLine`: segments, messages (of the total), MiB
+    tiered, the rate and the ETA (module doc).
 
     Disabled (the default when stderr is not a TTY) it only counts, so logs stay clean
-    and the backlog is never measured. Redraws are throttled to four a second.
-    ``total`` measures the pass's total in messages (None: no total, no ETA);
-    ``clock`` gives monotonic seconds (tests pass their own).
+    and the total is never measured. ``total`` measures the pass's total in messages
+    (None: no total, no ETA); ``clock`` gives monotonic seconds (tests pass their own).
     """
 
     def __init__(
@@ -74,19 +158,14 @@ class ProgressLine:
         total: Callable[[], int] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
+        self.line = RewrittenLine(enabled, stream, clock)
         self.segments = 0
         self.messages = 0
         self.bytes = 0
         self._measure_total = total
         self._clock = clock
-        self._started = clock()
-        self._last_draw: float | None = None
         self._measured: float | None = None
         self._total: int | None = None
-        self._width = 0
-        self._shown = False
 
     def measure(self, total: Callable[[], int]) -> None:
         """From now on, give a total and an ETA: ``total()`` is the pass's total."""
@@ -102,19 +181,12 @@ class ProgressLine:
         self.segments += 1
         self.messages += messages
         self.bytes += nbytes
-        now = self._clock()
-        if not self.enabled or (self._last_draw is not None and now - self._last_draw < _REDRAW):
-            return
-        self._last_draw = now
-        self._measure(now)
-        text = self.text(now)
-        pad = " " * max(self._width - len(text), 0)  # over what a longer line left
-        self._width = len(text)
-        self.stream.write(f"\r{text}{pad}")
-        self.stream.flush()
-        self._shown = True
+        if self.line.due():
+            self._measure()
+            self.line.draw(self.text())
 
-    def _measure(self, now: float) -> None:
+    def _measure(self) -> None:
+        now = self._clock()
         if self._measure_total is None:
             return
         if self._measured is not None and now - self._measured < _REMEASURE:
@@ -122,19 +194,16 @@ class ProgressLine:
         self._measured = now
         self._total = max(self._measure_total(), self.messages)
 
-    def text(self, now: float) -> str:
-        """The progress line as of ``now`` (monotonic seconds)."""
-        elapsed = max(now - self._started, 1e-9)
-        done = human_bytes(self.bytes)
-        rate = human_rate(self.bytes / elapsed)
-        if self._total is None or self._total < self.messages:
+    def text(self) -> str:
+        """The progress line as of now."""
+        elapsed = max(self.line.elapsed, 1e-9)
+        done, rate = human_bytes(self.bytes), human_rate(self.bytes / elapsed)
+        if self._total is None:
             return f"tiered {self.segments:,} segments, {self.messages:,} messages, {done} ({rate})"
-        left = self._total - self.messages
         pct = 100 * self.messages // max(self._total, 1)
-        eta = left / (self.messages / elapsed) if self.messages else None
         return (
             f"tiered {self.segments:,} segments, {self.messages:,}/{self._total:,} messages "
-            f"({pct} %), {done} ({rate}), ETA {human_seconds(eta) or 'unknown'}"
+            f"({pct} %), {done} ({rate}), {eta(self.messages, self._total, elapsed)}"
         )
 
     def close(self) -> None:
@@ -143,8 +212,4 @@ class ProgressLine:
         Also called before every log line (:func:`tieredstore.logs.before_each_line`),
         so a log line never continues the progress line.
         """
-        if self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._shown = False
-            self._width = 0
+        self.line.close()
