@@ -30,6 +30,7 @@ import json
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +49,8 @@ from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_histor
 from verifier.interrupt import StopOnSignal
 from verifier.job import silent, verify
 from verifier.metrics_file import write_metrics_file
-from verifier.outcome import VerificationResult
-from verifier.report import ReportPaths, write_reports
+from verifier.outcome import Anomaly, VerificationResult
+from verifier.report import ReportPaths, queue_status, write_reports
 from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
 from verifier.vocabulary import (
     DEFAULT_LAG_ALLOWANCE,
@@ -376,6 +377,7 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
             ) as spark:
                 stop.watch(spark.sparkContext)
                 result = verify(spark, job.options, stages)
+            stages(_queues_done(result))
             stages(f"writing the reports into {job.out.resolve()}")
             paths = _publish(result, job)
         except (TieredStoreError, PySparkException, Py4JError, OSError, KeyboardInterrupt) as exc:
@@ -396,6 +398,20 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
         f"report: {paths.html}"
     )
     return result.verdict.exit_code
+
+
+def _queues_done(result: VerificationResult) -> str:
+    """``verified 16 queues: 14 ok, 1 dirty, 1 corrupt; 3 anomalies`` (worst first)."""
+    by_queue: dict[tuple[str, int], list[Anomaly]] = {}
+    for a in result.anomalies:
+        by_queue.setdefault((a.topic, a.queue_id), []).append(a)
+    statuses = Counter(
+        queue_status(q, by_queue.get((q.topic, q.queue_id), [])) for q in result.queues
+    )
+    order = sorted(statuses, key=lambda s: ({"corrupt": 0, "dirty": 1}.get(s, 2), s))
+    counts = ", ".join(f"{statuses[s]} {s}" for s in order)
+    found = len(result.anomalies)
+    return f"verified {len(result.queues)} queues: {counts or 'none'}; {found} anomalies"
 
 
 def _check_before_spark(job: JobArgs) -> None:

@@ -268,7 +268,6 @@ def verify(
     anomalies = _anomalies(session, opts, inputs, run)
     progress(f"summing up {len(inputs.hot_queues)} queues")
     queues, anomalies = _required(inputs, _queues(opts, inputs, run), anomalies)
-    progress(f"done: {len(queues)} queues, {len(anomalies)} anomalies")
     return VerificationResult(
         options=opts,
         queues=queues,

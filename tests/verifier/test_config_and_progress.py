@@ -53,7 +53,7 @@ def test_verify_reads_the_sidecar_config_and_reports_each_stage(
         re.fullmatch(r"checking \d+ segments of 6 queues \(offsets level\)", s) for s in stages
     )
     assert stages.index("reading 6 hot queues") < stages.index("looking for anomalies")
-    assert "done: 6 queues, 0 anomalies" in stages
+    assert "verified 6 queues: 6 ok; 0 anomalies" in stages
     assert stages[-1] == f"writing the reports into {out}"
 
 
@@ -95,3 +95,24 @@ def test_a_bad_config_is_one_line_naming_the_key(
     assert code == 3
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "unknown setting 'cold.clustre'" in line and str(config) in line
+
+
+def test_the_last_stage_line_counts_the_queues_by_status_worst_first(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tieredstore.findings import FindingKind
+    from verifier.cli import _queues_done
+    from verifier.outcome import Anomaly
+
+    from .test_report import _result
+
+    base = _result(tmp_path, [])
+    q = base.queues[0]
+    queues = tuple(replace(q, topic=t) for t in ("A", "B", "C", "D"))
+    anomalies = (
+        Anomaly("B", 0, None, FindingKind.ORPHAN_OBJECT, None, 1, "k", "orphan"),
+        Anomaly("C", 0, 0, FindingKind.GAP, 5, 5, None, "gap"),
+        Anomaly("C", 0, 7, FindingKind.GAP, 9, 2, None, "gap"),
+    )
+    result = replace(base, queues=queues, anomalies=anomalies)
+    assert _queues_done(result) == "verified 4 queues: 1 corrupt, 1 dirty, 2 ok; 3 anomalies"
