@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             str(out),
             "--master",
             args.master,
-            "--metadata",
+            "--state-dir",
             str(state),
             *(["--verbose"] if args.verbose else []),
         ]
