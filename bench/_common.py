@@ -381,7 +381,7 @@ def cold_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in _files([root]))
 
 
-_DONE = re.compile(r"catch-up done: (\d+) segments, (\d+) messages, (\d+) bytes")
+_DONE = re.compile(r"catch-up done: (\d+) segments, (\d+) messages, [^(]*\((\d+) bytes\)")
 
 
 def tiered_totals(log: Path) -> tuple[int, int, int]:

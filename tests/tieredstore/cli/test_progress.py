@@ -84,4 +84,6 @@ def test_run_once_shows_the_total_and_an_eta(tmp_path: Path) -> None:
         lines[0].rstrip(),
     ), lines
     assert " MB" not in done.stderr
-    assert re.search(r"catch-up done: \d+ segments, 4000 messages, [\d.]+ [KM]iB", done.stderr)
+    assert re.search(
+        r"catch-up done: \d+ segments, 4000 messages, [\d.]+ [KM]iB \(\d+ bytes\)", done.stderr
+    )

@@ -222,17 +222,19 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
     bar_close()
     if report.interrupted:
         log.warning(
-            "catch-up stopped: %d segments, %d messages, %s committed before the stop",
+            "catch-up stopped: %d segments, %d messages, %s (%d bytes) committed before the stop",
             report.segments,
             report.messages,
             human_bytes(report.bytes),
+            report.bytes,
         )
         return stopper.interrupted()
     log.info(
-        "catch-up done: %d segments, %d messages, %s",
+        "catch-up done: %d segments, %d messages, %s (%d bytes)",
         report.segments,
         report.messages,
         human_bytes(report.bytes),
+        report.bytes,
     )
     if report.diverged or report.lost or report.errors:
         log.error(
