@@ -170,11 +170,17 @@ def _add_location_arguments(p: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         default=None,
+        metavar="FILE",
         help="the sidecar's TOML config: store.path, cold.url/cluster/broker/endpoint_url/"
         "region and state.dir from it, flags winning (default: $TIEREDSTORE_CONFIG if set)",
     )
     p.add_argument(
-        "--store", "--hot", dest="hot", type=Path, help="broker store root, read-only [store.path]"
+        "--store",
+        "--hot",
+        dest="hot",
+        type=Path,
+        metavar="DIR",
+        help="broker store root, read-only [store.path]",
     )
     p.add_argument("--cold", help="cold store root URL (path, file://, s3://) [cold.url]")
     p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
@@ -184,6 +190,7 @@ def _add_location_arguments(p: argparse.ArgumentParser) -> None:
         "--metadata",
         dest="metadata",
         type=Path,
+        metavar="DIR",
         default=None,
         help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
         "checked when it holds a catalogue]",
