@@ -79,7 +79,7 @@ class Site:
             self.rm(m.key, m.commit_log_key, m.consume_queue_key)
 
     def verify(self) -> tuple[int, dict[str, Any]]:
-        argv = ["verify", "--hot", str(self.world.hot), "--cold", self.url, "--cluster",
+        argv = ["verify", "--store", str(self.world.hot), "--cold", self.url, "--cluster",
                 CLUSTER, "--broker", BROKER, "--out", str(self.out), "--lag-allowance", "0",
                 *self.flags]  # fmt: skip
         code = cli_main(argv)
