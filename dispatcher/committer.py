@@ -30,8 +30,10 @@ from dispatcher.group_commit import GroupCommit
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
+from dispatcher.segment_check import check_built
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
+from tieredstore.errors import CorruptDataError, TieredStoreError
 from tieredstore.hot_store import QueueKey
 
 __all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter", "Stopped"]
@@ -42,9 +44,11 @@ log = logging.getLogger(__name__)
 #: this process; shared with :class:`dispatcher.discovery.Discovery`.
 Reminded = set[tuple[QueueKey, QueueState]]
 
-#: Queues this process stopped because cold holds a manifest (or marker) of a newer
-#: format at their frontier, with that key: not tiered again until a restart (which
-#: tries once more: an upgraded sidecar may have moved past it). Shared with
+#: Queues this process stopped, with the reason (one line naming the key or offset):
+#: cold holds a manifest (or marker) of a newer format at their frontier, or a hot
+#: record disagrees with its consume-queue unit, or a built segment failed its check.
+#: Not tiered again until a restart (which tries once more: an upgraded sidecar may
+#: have moved past it, an operator may have fixed the store). Shared with
 #: :class:`dispatcher.discovery.Discovery`, which keeps them out of the ACTIVE set.
 Stopped = dict[QueueKey, str]
 
@@ -53,7 +57,8 @@ class CommitKind(enum.Enum):
     COMMITTED = "committed"  # uploaded and committed by this writer
     ADOPTED = "adopted"  # already committed in cold; the catalogue caught up instead
     DIVERGED = "diverged"  # the hot store no longer matches cold: nothing written
-    STOPPED = "stopped"  # a manifest of a newer format is at the frontier: nothing written
+    STOPPED = "stopped"  # a newer-format manifest at the frontier, or an inconsistent
+    # hot store (a record against its unit, a built segment): nothing committed
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,11 @@ class SegmentCommitter:
         if not await self.writer.continuity_ok(row):
             await self.diverge(row, "hot record before the next segment differs from cold")
             return CommitResult(CommitKind.DIVERGED, row)
+        try:
+            await asyncio.to_thread(check_built, plan, spooled, row.cold_cl_end)
+        except CorruptDataError as exc:
+            self.stop_inconsistent(row, exc)
+            return CommitResult(CommitKind.STOPPED, row)
         self.lease.check()
         manifest = await self.writer.write_segment(
             plan, spooled, row, self.lease.epoch, check=self.lease.check
@@ -142,11 +152,25 @@ class SegmentCommitter:
             "this queue until the sidecar is upgraded",
             row.topic, row.queue_id, key,
         )  # fmt: skip
-        self.stopped[QueueKey(row.topic, row.queue_id)] = key
+        self._stop(row, f"newer-format manifest at {key}", "UnsupportedFormatError")
+
+    def stop_inconsistent(self, row: QueueRow, error: TieredStoreError) -> None:
+        """Stop tiering the queue: a hot record disagrees with its consume-queue unit,
+        or a built segment failed its check (``error`` names the offset). Nothing of
+        the segment was committed; the other queues go on."""
+        log.error(
+            "queue %s/%d STOPPED: %s; nothing of it was committed and nothing more is "
+            "tiered for this queue until the sidecar restarts (check the broker's store)",
+            row.topic, row.queue_id, error,
+        )  # fmt: skip
+        self._stop(row, f"inconsistent hot store: {error}", type(error).__name__)
+
+    def _stop(self, row: QueueRow, reason: str, error_kind: str) -> None:
+        self.stopped[QueueKey(row.topic, row.queue_id)] = reason
         if self._on_stop is not None:
             self._on_stop()
         self.metrics.set_queue_state(row.topic, row.queue_id, "STOPPED")
-        self.metrics.errors.labels("UnsupportedFormatError").inc()
+        self.metrics.errors.labels(error_kind).inc()
 
     async def diverge(self, row: QueueRow, why: str) -> None:
         """Turn the queue DIVERGED (cold untouched); tiering of it stops until repair."""

@@ -83,7 +83,7 @@ class Discovery:
             row = known.get(key)
             if row is None:
                 continue  # filtered out or refused
-            if key in self._stopped:  # a newer format at its frontier: see the committer
+            if key in self._stopped:  # stopped by the committer, reason and all
                 self.metrics.set_queue_state(key.topic, key.queue_id, "STOPPED")
                 continue
             self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)

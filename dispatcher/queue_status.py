@@ -120,11 +120,11 @@ def _one(hot: HotStore, row: QueueRow, now_ms: int, oldest: HotOldest | None) ->
 def mark_stopped(
     statuses: Sequence[QueueStatus], stopped: Mapping[QueueKey, str]
 ) -> list[QueueStatus]:
-    """The running sidecar's view: queues it STOPPED (a manifest of a newer format at
-    ``stopped[queue]``, a key) show that state and key instead of the catalogue's."""
+    """The running sidecar's view: queues it STOPPED show that state and the reason
+    (``stopped[queue]``, naming the key or offset) instead of the catalogue's."""
     return [
-        replace(s, state="STOPPED", note=f"newer-format manifest at {key}")
-        if (key := stopped.get(QueueKey(s.topic, s.queue)))
+        replace(s, state="STOPPED", note=reason)
+        if (reason := stopped.get(QueueKey(s.topic, s.queue)))
         else s
         for s in statuses
     ]

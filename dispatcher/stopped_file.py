@@ -7,7 +7,9 @@ directory's lock: it is emptied when the dispatcher starts (a restart tries each
 once more: an upgraded sidecar may read the manifest) and rewritten, whole and atomically,
 each time a queue stops. A missing file means no queue is stopped.
 
-Format: a JSON object ``{"version": 1, "queues": [{"topic", "queue", "key"}, ...]}``.
+Format: a JSON object ``{"version": 2, "queues": [{"topic", "queue", "reason"}, ...]}``
+(the reason is one line naming the key or offset that stopped the queue; version 1
+files, with a ``key`` of a newer-format manifest instead, are still read).
 """
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ FILE_NAME: Final = "stopped-queues.json"
 def save(path: Path, stopped: Mapping[QueueKey, str]) -> None:
     """Write ``stopped`` to ``path`` whole (:func:`~tieredstore.restore.files.replace_file`)."""
     doc = {
-        "version": 1,
+        "version": 2,
         "queues": [
-            {"topic": q.topic, "queue": q.queue_id, "key": key}
-            for q, key in sorted(
+            {"topic": q.topic, "queue": q.queue_id, "reason": reason}
+            for q, reason in sorted(
                 stopped.items(), key=lambda item: (item[0].topic, item[0].queue_id)
             )
         ],
@@ -42,7 +44,8 @@ def save(path: Path, stopped: Mapping[QueueKey, str]) -> None:
 
 
 def load(path: Path) -> dict[QueueKey, str]:
-    """The stopped queues saved at ``path`` (none when it does not exist).
+    """The stopped queues saved at ``path``, with their reasons (none when it does not
+    exist).
 
     Raises ConfigError, naming the file, when it is not what :func:`save` writes.
     """
@@ -53,6 +56,13 @@ def load(path: Path) -> dict[QueueKey, str]:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"cannot read the stopped queues ({path}): {exc}") from exc
     try:
-        return {QueueKey(str(q["topic"]), int(q["queue"])): str(q["key"]) for q in doc["queues"]}
+        return {QueueKey(str(q["topic"]), int(q["queue"])): _reason(q) for q in doc["queues"]}
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"not a stopped-queues file ({path}): {exc!r}") from exc
+
+
+def _reason(entry: dict[str, object]) -> str:
+    """A queue entry's reason (version 1 saved only a newer-format manifest's key)."""
+    if "reason" in entry:
+        return str(entry["reason"])
+    return f"newer-format manifest at {entry['key']}"
