@@ -62,6 +62,8 @@ __all__ = [
     "HotRange",
     "HotStore",
     "QueueKey",
+    "QueueScan",
+    "SkippedDir",
 ]
 
 # Consume-queue files are scanned for hot min/max in chunks (multiples of 20 bytes)
@@ -72,6 +74,41 @@ _SCAN_FIRST_CHUNK = 256 * CQ_UNIT_SIZE
 _SCAN_CHUNK = 52_428 * CQ_UNIT_SIZE
 # Files RocksDB keeps in its directory; a file-based consume queue has only topic dirs.
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|OPTIONS-\d+|MANIFEST-\d+|\d+\.(sst|log))$")
+
+
+def _utf8(name: str) -> bool:
+    """Whether a directory name read from the OS was valid UTF-8 (Python keeps the
+    bytes of an undecodable name as lone surrogates, which cannot be encoded)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SkippedDir:
+    """A consume-queue directory that is no queue the sidecar can tier, and why.
+    ``path`` is printable: undecodable bytes are shown as ``\\xNN``."""
+
+    path: str
+    reason: str
+
+    @classmethod
+    def of(cls, path: str, reason: str) -> SkippedDir:
+        return cls(os.fsencode(path).decode("utf-8", "backslashreplace"), reason)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueScan:
+    """One listing of the consume-queue directory: the queues, sorted, and the
+    directories skipped (:meth:`HotStore.scan_queues`)."""
+
+    queues: tuple[QueueKey, ...]
+    skipped: tuple[SkippedDir, ...]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -218,25 +255,46 @@ class HotStore:
         return read_checkpoint(self.root / "checkpoint")
 
     def queues(self) -> list[QueueKey]:
-        """List every (topic, queue id) that has a consume-queue directory, sorted."""
+        """List every (topic, queue id) that has a consume-queue directory, sorted;
+        directories :meth:`scan_queues` skips are left out."""
+        return list(self.scan_queues().queues)
+
+    def scan_queues(self) -> QueueScan:
+        """The queues of the consume-queue directory, and the directories skipped.
+
+        A topic directory whose name is not UTF-8, or that cannot be listed, and a queue
+        directory whose name is not UTF-8 or not a plain decimal queue id, is skipped
+        and named in :attr:`QueueScan.skipped`: one bad directory never hides the
+        others. Entries that are no directories are ignored; a directory the broker
+        deletes while it is listed is simply absent.
+        """
         out: list[QueueKey] = []
+        skipped: list[SkippedDir] = []
         try:
             topic_entries = list(os.scandir(self.consumequeue_dir))
         except FileNotFoundError:
-            return out
+            return QueueScan((), ())
         for topic in topic_entries:
             if not topic.is_dir():
+                continue
+            if not _utf8(topic.name):
+                skipped.append(SkippedDir.of(topic.path, "topic name is not valid UTF-8"))
                 continue
             try:
                 queue_entries = list(os.scandir(topic.path))
             except FileNotFoundError:  # topic deleted while we listed
                 continue
-            out.extend(
-                QueueKey(topic.name, int(q.name))
-                for q in queue_entries
-                if q.name.isdigit() and q.is_dir()
-            )
-        return sorted(out)
+            except OSError as exc:
+                skipped.append(SkippedDir.of(topic.path, f"cannot list: {exc.strerror}"))
+                continue
+            for q in queue_entries:
+                if not q.is_dir():
+                    continue
+                if _utf8(q.name) and q.name.isascii() and q.name.isdigit():
+                    out.append(QueueKey(topic.name, int(q.name)))
+                else:
+                    skipped.append(SkippedDir.of(q.path, "not a decimal queue id"))
+        return QueueScan(tuple(sorted(out)), tuple(sorted(skipped)))
 
     def _listing(self, directory: Path) -> MappedFileList:
         """List ``directory``, reusing the last listing while its mtime is unchanged.
