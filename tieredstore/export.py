@@ -91,7 +91,7 @@ from tieredstore.errors import (
     OverlapError,
 )
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
+from tieredstore.manifest import Manifest, read_manifest, read_stored
 
 __all__ = [
     "DICTIONARY_COLUMNS",

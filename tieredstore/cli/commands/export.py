@@ -31,7 +31,6 @@ from tieredstore.errors import ConfigError, OverlapError
 from tieredstore.export import ExportRequest, export_parquet
 from tieredstore.provenance import find_tiered_prefix
 
-
 #: Exit code of a refused export: the history has two versions of some offsets.
 EXIT_OVERLAP: Final = 2
 
