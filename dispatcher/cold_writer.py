@@ -28,7 +28,7 @@ from dispatcher.commitlog_pass import Spooled
 from dispatcher.planner import SegmentPlan
 from dispatcher.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
-from metadata.reconcile import reconcile
+from metadata.reconcile import ReconcileReport, reconcile
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
@@ -285,7 +285,9 @@ class ColdWriter:
             return False
         return same_outside_physical_offset(hot_bytes, cold_bytes)
 
-    async def recover(self) -> None:
-        """Adopt manifests committed to cold but not yet to the catalogue (a crash)."""
+    async def recover(self) -> ReconcileReport:
+        """Adopt manifests committed to cold but not yet to the catalogue (a crash);
+        return what reconcile found (the caller makes its damage loud)."""
         report = await reconcile(self.catalogue, self.backend)
         log.info("reconciled catalogue with cold store: %s", report)
+        return report

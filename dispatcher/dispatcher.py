@@ -33,11 +33,13 @@ from dispatcher.background_loops import (
     sleep_until,
     wait_at_most,
 )
+from dispatcher.cold_damage import Damaged, report_damage
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
+from dispatcher.heal import heal_lost_tail
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
@@ -104,7 +106,8 @@ class Dispatcher:
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
         self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer)
-        self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
+        self.stopped: Stopped = {}  # queues stopped, with the reason (committer.Stopped)
+        self.damaged: Damaged = {}  # queues with cold damage found at start (DEGRADED)
         self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)
         self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
                                    config=config, reminded=reminded,
@@ -240,10 +243,16 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
+        self.damaged.clear()
         self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
-        await self.writer.recover()
+        report = await self.writer.recover()
+        self.damaged.clear()
+        self.damaged.update(report_damage(report.issues, self.metrics))
+        async with self._lock:
+            await self._heal()
+        self._save_stopped()  # with the damaged queues: `status` shows them DEGRADED
         await self.provenance.publish_rules(self.config.topic_filter.rules())
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self._lock:
@@ -251,10 +260,29 @@ class Dispatcher:
                 await job()
         self.state = DispatcherState.RUNNING
 
+    async def _heal(self) -> None:
+        """Tier lost committed tails again where hot still holds them (:mod:`dispatcher.heal`);
+        the queues stay DEGRADED, their note says what was done."""
+        for queue, reason in sorted(self.damaged.items()):
+            outcome = await heal_lost_tail(
+                queue,
+                catalogue=self.catalogue,
+                backend=self.backend,
+                hot=self.hot,
+                queue_path=self.writer.queue_path(queue.topic, queue.queue_id),
+                metrics=self.metrics,
+                clock=self.clock,
+                writer_id=self.writer.writer_id,
+                epoch=self.lease.epoch,
+                check=self.lease.check,
+            )
+            self.damaged[queue] = f"{reason}; {outcome.value}"
+
     def _save_stopped(self) -> None:
-        """Write :attr:`stopped` where ``tieredstore status`` reads it (a small file)."""
+        """Write :attr:`stopped` and :attr:`damaged` where ``tieredstore status`` reads
+        them (a small file)."""
         if self._stopped_path is not None:
-            stopped_file.save(self._stopped_path, self.stopped)
+            stopped_file.save(self._stopped_path, self.stopped, self.damaged)
 
     async def _renew_loop(self) -> None:
         interval = self.config.lease_renew_interval

@@ -109,6 +109,13 @@ class Metrics:
             ["topic", "queue", "kind"],
             registry=r,
         )
+        self.cold_ranges_retiered = Counter(
+            "tieredstore_cold_ranges_retiered",
+            "Lost committed tails tiered again from hot (their manifests were gone from "
+            "cold while the broker still held the offsets); each is recorded in cold",
+            ["topic", "queue"],
+            registry=r,
+        )
         self._losses(r)
 
     def _losses(self, r: CollectorRegistry) -> None:

@@ -154,11 +154,14 @@ async def scan_garbage(
     now_ms: int,
     grace_s: float,
     protected: Collection[str] = frozenset(),
+    committed: Collection[str] = frozenset(),
 ) -> GcReport:
     """List one broker's garbage and damaged manifests; change nothing.
 
     ``protected`` keys (e.g. every object the catalogue references) are never garbage.
-    Backend errors propagate.
+    ``committed`` keys (the catalogue's committed segments: manifests and objects) that
+    the listing lacks are reported as damage (MISSING_OBJECT): a deleted manifest leaves
+    nothing to read, so only the catalogue can say it is gone. Backend errors propagate.
     """
     prefix = broker_prefix(cluster, broker) + "/"
     listing = {info.key: info for info in await backend.list(prefix)}
@@ -181,6 +184,12 @@ async def scan_garbage(
     manifests, corrupt, vanished = await _read_manifests(backend, manifest_keys, listing)
     findings.extend(corrupt)
     findings.extend(_check_manifests(manifests, listing))
+    findings.extend(
+        Finding(
+            FindingKind.MISSING_OBJECT, key, "the catalogue commits it; the cold store lacks it"
+        )
+        for key in sorted(set(committed) - set(listing))
+    )
     # What a corrupt or vanished manifest referenced is unknown: spare its whole queue.
     blocked = {_queue_of(key) for key in [*(f.key for f in corrupt), *vanished]}
     referenced = set(protected)
