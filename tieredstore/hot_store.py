@@ -33,6 +33,7 @@ from tieredstore.errors import (
     CorruptUnitError,
     NotAStoreError,
     OffsetOutOfRangeError,
+    StoreError,
     StoreNotFoundError,
     TruncatedDataError,
     UnsupportedStoreError,
@@ -146,9 +147,17 @@ def _open(path: Path) -> int:
 def _pread(path: Path, offset: int, size: int) -> bytes:
     fd = _open(path)
     try:
-        return os.pread(fd, size, offset)
+        return _read_at(fd, size, offset, path)
     finally:
         os.close(fd)
+
+
+def _read_at(fd: int, size: int, offset: int, path: Path) -> bytes:
+    """``os.pread``, an I/O error translated (StoreError naming the file and offset)."""
+    try:
+        return os.pread(fd, size, offset)
+    except OSError as exc:
+        raise StoreError(f"cannot read: {exc.strerror}", where=f"{path}@{offset}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +186,7 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
         while pos < f.size:
             want = min(chunk, f.size - pos)
             chunk = min(2 * chunk, _SCAN_CHUNK)
-            data = os.pread(fd, want, pos)
+            data = _read_at(fd, want, pos, f.path)
             whole = len(data) - len(data) % CQ_UNIT_SIZE  # a file shrunk under us ends early
             hits = np.flatnonzero(hit(decode_units(data[:whole], where=str(f.path))))
             if hits.size:
