@@ -36,11 +36,9 @@ from tieredstore.formats.record import (
     HOST_V4_SIZE,
     HOST_V6_SIZE,
     MAGIC_CODE_V2,
-    PHYSICAL_OFFSET_AT,
-    SYS_FLAG_AT,
     SysFlag,
 )
-from tieredstore.formats.vector import gather_be
+from tieredstore.formats.vector import gather_be, values_at
 
 __all__ = ["RecordOwners", "TopicTable"]
 
@@ -53,20 +51,26 @@ _V6_EXTRA: Final = HOST_V6_SIZE - HOST_V4_SIZE
 
 @dataclass(frozen=True, slots=True)
 class TopicTable:
-    """Topic names as a zero-padded byte matrix (one row per name), built once per pass
-    so that each window compares its records' topics with one numpy expression."""
+    """Topic names as fixed-width raw items, one array per distinct name length, built
+    once per pass so that each window compares its records' topics with one numpy
+    expression per distinct length."""
 
     names: tuple[bytes, ...]
-    matrix: npt.NDArray[np.uint8]
     lengths: I64
+    by_length: dict[int, npt.NDArray[np.void]]  # every name cut or padded to a length
 
     @classmethod
     def of(cls, topics: Sequence[str]) -> TopicTable:
         names = tuple(t.encode() for t in topics)
-        matrix = np.zeros((len(names), max((len(t) for t in names), default=0) + 1), np.uint8)
-        for k, name in enumerate(names):
-            matrix[k, : len(name)] = np.frombuffer(name, dtype=np.uint8)
-        return cls(names, matrix, np.array([len(t) for t in names], dtype=np.int64))
+        by_length = {
+            n: np.array([name[:n].ljust(n, b"\0") for name in names], dtype=np.dtype((np.void, n)))
+            for n in {len(name) for name in names}
+        }
+        return cls(names, np.array([len(t) for t in names], dtype=np.int64), by_length)
+
+    def names_of_length(self, length: int) -> npt.NDArray[np.void]:
+        """Each name as ``length`` raw bytes (names of that length are whole)."""
+        return self.by_length[length]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,11 +105,12 @@ class RecordOwners:
         Skipped records are never read and never bad here.
         """
         safe = np.where(skip, 0, starts)
+        head = values_at(arr, safe, HEAD_DTYPE)  # one gather for the fixed fields
         fields = (
-            ("queueId", gather_be(arr, safe + _QUEUE_ID_AT, 4), queue_ids),
-            ("physicalOffset", gather_be(arr, safe + PHYSICAL_OFFSET_AT, 8), physical),
+            ("queueId", head["queue_id"].astype(np.int64), queue_ids),
+            ("physicalOffset", head["physical_offset"].astype(np.int64), physical),
         )
-        topic_ok = _topics_match(arr, safe, sizes, skip, topics, topic_of)
+        topic_ok = _topics_match(arr, safe, sizes, skip, head, topics, topic_of)
         bad = ~topic_ok
         for _name, found, expected in fields:
             bad |= found != expected
@@ -128,13 +133,15 @@ def _topics_match(
     starts: I64,
     sizes: I64,
     skip: Mask,
+    head: npt.NDArray[np.void],
     topics: TopicTable,
     topic_of: I64,
 ) -> Mask:
-    """Whether each record's topic field is its expected one (True when skipped)."""
+    """Whether each record's topic field is its expected one (True when skipped);
+    ``head``: the records' fixed heads (:data:`HEAD_DTYPE`)."""
     if bool(skip.all()):
         return np.ones(starts.shape[0], dtype=bool)
-    sys_flag = gather_be(arr, starts + SYS_FLAG_AT, 4)
+    sys_flag = head["sys_flag"].astype(np.int64)
     extra = np.where(sys_flag & int(SysFlag.BORNHOST_V6), _V6_EXTRA, 0) + np.where(
         sys_flag & int(SysFlag.STOREHOST_V6), _V6_EXTRA, 0
     )
@@ -142,7 +149,7 @@ def _topics_match(
     end = starts + sizes
     inside = ~skip & (body_len_at + 4 <= end)
     body_len = gather_be(arr, np.where(inside, body_len_at, 0), 4)
-    v2 = gather_be(arr, starts + 4, 4) == MAGIC_CODE_V2
+    v2 = head["magic"] == MAGIC_CODE_V2
     width = np.where(v2, 2, 1)
     len_at = body_len_at + 4 + body_len
     inside &= (body_len >= 0) & (len_at + width <= end) & (len_at + 4 <= arr.shape[0])
@@ -154,11 +161,10 @@ def _topics_match(
     inside &= (topic_len == want_len) & (topic_at + want_len <= end)
     ok: Mask = skip.copy()
     rows = np.flatnonzero(inside)
-    if rows.size:
-        width_max = int(want_len[rows].max())
-        cols = np.arange(width_max, dtype=np.int64)
-        idx = np.minimum(topic_at[rows, None] + cols, arr.shape[0] - 1)
-        used = cols < want_len[rows, None]
-        same = (arr[idx] == topics.matrix[topic_of[rows]][:, :width_max]) | ~used
-        ok[rows] = same.all(axis=1)
+    lengths = want_len[rows]
+    for length in np.unique(lengths).tolist():  # a step per distinct topic length
+        at = rows[lengths == length]
+        kind = np.dtype((np.void, length))
+        found = values_at(arr, topic_at[at], kind)
+        ok[at] = found == topics.names_of_length(length)[topic_of[at]]
     return ok
