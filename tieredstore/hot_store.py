@@ -65,6 +65,7 @@ __all__ = [
     "QueueKey",
     "QueueScan",
     "SkippedDir",
+    "scan_queue_dirs",
 ]
 
 # Consume-queue files are scanned for hot min/max in chunks (multiples of 20 bytes)
@@ -199,6 +200,44 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
     return _FirstHit(pos // CQ_UNIT_SIZE, found=False)
 
 
+def scan_queue_dirs(consumequeue_dir: Path) -> QueueScan:
+    """The queues of a broker's consume-queue directory, and the directories skipped.
+
+    A topic directory whose name is not UTF-8, or that cannot be listed, and a queue
+    directory whose name is not UTF-8 or not a plain decimal queue id, is skipped
+    and named in :attr:`QueueScan.skipped`: one bad directory never hides the
+    others. Entries that are no directories are ignored; a directory the broker
+    deletes while it is listed is simply absent.
+    """
+    out: list[QueueKey] = []
+    skipped: list[SkippedDir] = []
+    try:
+        topic_entries = list(os.scandir(consumequeue_dir))
+    except FileNotFoundError:
+        return QueueScan((), ())
+    for topic in topic_entries:
+        if not topic.is_dir():
+            continue
+        if not _utf8(topic.name):
+            skipped.append(SkippedDir.of(topic.path, "topic name is not valid UTF-8"))
+            continue
+        try:
+            queue_entries = list(os.scandir(topic.path))
+        except FileNotFoundError:  # topic deleted while we listed
+            continue
+        except OSError as exc:
+            skipped.append(SkippedDir.of(topic.path, f"cannot list: {exc.strerror}"))
+            continue
+        for q in queue_entries:
+            if not q.is_dir():
+                continue
+            if _utf8(q.name) and q.name.isascii() and q.name.isdigit():
+                out.append(QueueKey(topic.name, int(q.name)))
+            else:
+                skipped.append(SkippedDir.of(q.path, "not a decimal queue id"))
+    return QueueScan(tuple(sorted(out)), tuple(sorted(skipped)))
+
+
 @dataclass(frozen=True, slots=True)
 class CommitlogScan:
     """One record found by :meth:`HotStore.scan_commitlog`, with where it lives."""
@@ -269,41 +308,9 @@ class HotStore:
         return list(self.scan_queues().queues)
 
     def scan_queues(self) -> QueueScan:
-        """The queues of the consume-queue directory, and the directories skipped.
-
-        A topic directory whose name is not UTF-8, or that cannot be listed, and a queue
-        directory whose name is not UTF-8 or not a plain decimal queue id, is skipped
-        and named in :attr:`QueueScan.skipped`: one bad directory never hides the
-        others. Entries that are no directories are ignored; a directory the broker
-        deletes while it is listed is simply absent.
-        """
-        out: list[QueueKey] = []
-        skipped: list[SkippedDir] = []
-        try:
-            topic_entries = list(os.scandir(self.consumequeue_dir))
-        except FileNotFoundError:
-            return QueueScan((), ())
-        for topic in topic_entries:
-            if not topic.is_dir():
-                continue
-            if not _utf8(topic.name):
-                skipped.append(SkippedDir.of(topic.path, "topic name is not valid UTF-8"))
-                continue
-            try:
-                queue_entries = list(os.scandir(topic.path))
-            except FileNotFoundError:  # topic deleted while we listed
-                continue
-            except OSError as exc:
-                skipped.append(SkippedDir.of(topic.path, f"cannot list: {exc.strerror}"))
-                continue
-            for q in queue_entries:
-                if not q.is_dir():
-                    continue
-                if _utf8(q.name) and q.name.isascii() and q.name.isdigit():
-                    out.append(QueueKey(topic.name, int(q.name)))
-                else:
-                    skipped.append(SkippedDir.of(q.path, "not a decimal queue id"))
-        return QueueScan(tuple(sorted(out)), tuple(sorted(skipped)))
+        """The queues of the consume-queue directory, and the directories skipped
+        (:func:`scan_queue_dirs`)."""
+        return scan_queue_dirs(self.consumequeue_dir)
 
     def _listing(self, directory: Path) -> MappedFileList:
         """List ``directory``, reusing the last listing while its mtime is unchanged.
