@@ -13,7 +13,7 @@ The pass instead takes the segments planned for many queues at once (each a
    everyone else's data);
 3. per window, with numpy over all its records at once: checks every record against its
    unit (:class:`~tieredstore.segment.RecordHeads`: length, magic, totalSize,
-   queueOffset; :class:`~tieredstore.record_owner.RecordOwners`: topic, queueId and
+   queueOffset; :class:`~tieredstore.segment.RecordOwners`: topic, queueId and
    physicalOffset), reads the store timestamps, and
    rewrites bytes [28, 36) to each record's cold offset (the segment's ``cl_base`` plus
    its position in the segment);
@@ -68,8 +68,7 @@ from tieredstore.formats.vector import scatter_be_i64, store_timestamps
 from tieredstore.hot_commitlog import read_span
 from tieredstore.hot_files import MappedFileList
 from tieredstore.hot_store import HotStore
-from tieredstore.record_owner import RecordOwners, TopicTable
-from tieredstore.segment import RecordHeads
+from tieredstore.segment import RecordHeads, RecordOwners, TopicTable
 
 __all__ = ["GatherJob", "Spooled", "gather_segments"]
 
@@ -376,7 +375,7 @@ class _Spool:
 @dataclass(frozen=True, slots=True)
 class _Owners:
     """What each job's records must belong to: its topic (a row of ``topics``) and
-    queue id; built once per pass (:class:`~tieredstore.record_owner.RecordOwners`)."""
+    queue id; built once per pass (:class:`~tieredstore.segment.RecordOwners`)."""
 
     topics: TopicTable
     queue_ids: I64

@@ -33,13 +33,11 @@ from dispatcher.background_loops import (
     sleep_until,
     wait_at_most,
 )
-from dispatcher.cold_damage import Damaged, report_damage
-from dispatcher.cold_writer import ColdWriter
+from dispatcher.cold_writer import ColdWriter, Damaged, heal_lost_tail, report_damage
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
-from dispatcher.heal import heal_lost_tail
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
@@ -261,8 +259,9 @@ class Dispatcher:
         self.state = DispatcherState.RUNNING
 
     async def _heal(self) -> None:
-        """Tier lost committed tails again where hot still holds them (:mod:`dispatcher.heal`);
-        the queues stay DEGRADED, their note says what was done."""
+        """Tier lost committed tails again where hot still holds them
+        (:func:`~dispatcher.cold_writer.heal_lost_tail`); the queues stay DEGRADED,
+        their note says what was done."""
         for queue, reason in sorted(self.damaged.items()):
             outcome = await heal_lost_tail(
                 queue,

@@ -8,7 +8,7 @@ once more: an upgraded sidecar may read the manifest) and rewritten, whole and a
 each time a queue stops. A missing file means no queue is stopped.
 
 It also holds the queues DEGRADED by cold damage found at start (the ``degraded`` list,
-:mod:`dispatcher.cold_damage`).
+:func:`dispatcher.cold_writer.report_damage`).
 
 Format: a JSON object ``{"version": 2, "queues": [{"topic", "queue", "reason"}, ...],
 "degraded": [...]}``
@@ -37,7 +37,7 @@ def save(
     path: Path, stopped: Mapping[QueueKey, str], degraded: Mapping[QueueKey, str] | None = None
 ) -> None:
     """Write ``stopped`` (and the ``degraded`` queues: cold damage found at start,
-    :mod:`dispatcher.cold_damage`) to ``path`` whole
+    :func:`dispatcher.cold_writer.report_damage`) to ``path`` whole
     (:func:`~tieredstore.restore.files.replace_file`)."""
     doc = {"version": 2, "queues": _entries(stopped), "degraded": _entries(degraded or {})}
     replace_file(path, json.dumps(doc, indent=1).encode())

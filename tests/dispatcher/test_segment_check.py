@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
+from dispatcher.committer import check_built
 from dispatcher.planner import Limits, SegmentPlan, plan_segment
-from dispatcher.segment_check import check_built
 from tieredstore.errors import CorruptRecordError, CorruptUnitError
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.synth import SynthSpec
