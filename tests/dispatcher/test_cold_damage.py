@@ -172,7 +172,7 @@ async def test_damage_is_loud_and_a_lost_tail_heals_from_hot(
         assert "never replaced" in shown[(TOPIC, 0)]["note"]
 
 
-def test_gc_reports_a_deleted_committed_manifest(
+def test_gc_and_run_once_report_a_deleted_committed_manifest(
     store: Path, cold: Cold, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
@@ -186,3 +186,6 @@ def test_gc_reports_a_deleted_committed_manifest(
         f"DAMAGED missing_object: the catalogue commits it; the cold store lacks it ({key})" in out
     )
     assert "1 problems" in out
+    # The sidecar heals the tail, and `run --once` still says the data was damaged.
+    assert main(["run", "--once", "--progress", "off", *location_args(store, cold.url, state)]) == 1
+    assert "is DEGRADED: cold damage: missing_object" in capsys.readouterr().err

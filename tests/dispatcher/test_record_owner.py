@@ -24,7 +24,7 @@ from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot_store import HotStore
 from tieredstore.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 SPEC = SynthSpec(
     topics=2, queues=2, messages=800, body_min=200, body_max=200, compress_over=0,
@@ -89,3 +89,15 @@ async def test_a_unit_pointing_at_another_topics_record_stops_only_its_queue(
         shown = {(q["topic"], q["queue"]): q for q in queues}
         assert shown[(BROKEN, 0)]["state"] == "STOPPED"
         assert f"queue offset {offset}" in shown[(BROKEN, 0)]["note"]
+
+
+def test_run_once_exits_1_naming_the_stopped_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = synthesize(tmp_path / "store", SPEC).root
+    offset = _point_at_other_topic(store)
+    args = location_args(store, tmp_path / "cold", tmp_path / "state")
+    assert main(["run", "--once", "--progress", "off", *args]) == 1
+    err = capsys.readouterr().err
+    assert f"queue {BROKEN}/0 is STOPPED: inconsistent hot store" in err
+    assert f"queue offset {offset}" in err
