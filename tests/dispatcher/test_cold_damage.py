@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.config import Settings
@@ -153,6 +154,8 @@ async def test_damage_is_loud_and_a_lost_tail_heals_from_hot(
             assert _status(store, cold, state, capsys)["health"] == "CRITICAL"
             await rt.dispatcher.catch_up()
         retiered = rt.dispatcher.metrics.cold_ranges_retiered.labels(TOPIC, "0")._value.get()
+        if damage == "deleted":  # every committed record is its hot original again
+            await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
         row = rt.catalogue.queues.get(TOPIC, 0)
         assert row is not None and row.cold_commit == rt.hot.queue_range(TOPIC, 0).max
     records = [k for k in cold.listing() if "/_retiered/" in k]
