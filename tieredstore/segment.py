@@ -47,6 +47,7 @@ from tieredstore.formats.record import (
     MAGIC_CODE_V2,
     PHYSICAL_OFFSET_AT,
     QUEUE_OFFSET_AT,
+    SYS_FLAG_AT,
     TOTAL_SIZE_AT,
 )
 from tieredstore.formats.vector import gather_be
@@ -174,26 +175,50 @@ _V6_EXTRA: Final = HOST_V6_SIZE - HOST_V4_SIZE
 
 @dataclass(frozen=True, slots=True)
 class TopicTable:
-    """Topic names as fixed-width raw items, one array per distinct name length, built
-    once per pass so that each window compares its records' topics with one numpy
-    expression per distinct length."""
+    """Topic names as big-endian 8-byte words, built once per pass so that each window
+    compares its records' topics with a few integer gathers per distinct name length.
+
+    A name of length ``n >= 8`` is the words at ``0, 8, 16, ...`` below ``n - 7`` and,
+    unless ``n`` is a multiple of 8, the word ending at ``n`` (it overlaps the one
+    before: every byte is compared, none past the name). A shorter name is the word
+    *ending* at ``n`` with its low ``n`` bytes kept (the bytes before a topic are the
+    record's own: the topic length and the body's end).
+    """
 
     names: tuple[bytes, ...]
     lengths: I64
-    by_length: dict[int, npt.NDArray[np.void]]  # every name cut or padded to a length
+    words: dict[int, npt.NDArray[np.uint64]]  # per length: (names, words) of the names
 
     @classmethod
     def of(cls, topics: Sequence[str]) -> TopicTable:
         names = tuple(t.encode() for t in topics)
-        by_length = {
-            n: np.array([name[:n].ljust(n, b"\0") for name in names], dtype=np.dtype((np.void, n)))
+        words = {
+            n: np.array(
+                [[_word(name, at, n) for at in word_starts(n)] for name in names], np.uint64
+            ).reshape(len(names), len(word_starts(n)))
             for n in {len(name) for name in names}
         }
-        return cls(names, np.array([len(t) for t in names], dtype=np.int64), by_length)
+        return cls(names, np.array([len(t) for t in names], dtype=np.int64), words)
 
-    def names_of_length(self, length: int) -> npt.NDArray[np.void]:
-        """Each name as ``length`` raw bytes (names of that length are whole)."""
-        return self.by_length[length]
+
+def word_starts(n: int) -> list[int]:
+    """Where the 8-byte words of a name of length ``n`` start (:class:`TopicTable`)."""
+    if n < 8:
+        return [n - 8]
+    return [*range(0, n - 7, 8), *([n - 8] if n % 8 else [])]
+
+
+def _low_mask(n: int) -> int:
+    return (1 << (8 * n)) - 1 if n < 8 else (1 << 64) - 1
+
+
+def _word(name: bytes, at: int, n: int) -> int:
+    """The word of ``name`` at ``at`` as a name of length ``n`` (0 if it is not one)."""
+    if len(name) != n:
+        return 0
+    if at < 0:
+        return int.from_bytes(name, "big")
+    return int.from_bytes(name[at : at + 8], "big")
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,12 +270,11 @@ class RecordOwners:
         Skipped records are never read and never bad here.
         """
         safe = np.where(skip, 0, starts)
-        head = values_at(arr, safe, HEAD_DTYPE)  # one gather for the fixed fields
         fields = (
-            ("queueId", head["queue_id"].astype(np.int64), queue_ids),
-            ("physicalOffset", head["physical_offset"].astype(np.int64), physical),
+            ("queueId", gather_be(arr, safe + _QUEUE_ID_AT, 4), queue_ids),
+            ("physicalOffset", gather_be(arr, safe + PHYSICAL_OFFSET_AT, 8), physical),
         )
-        topic_ok = _topics_match(arr, safe, sizes, skip, head, topics, topic_of)
+        topic_ok = _topics_match(arr, safe, sizes, skip, topics, topic_of)
         bad = ~topic_ok
         for _name, found, expected in fields:
             bad |= found != expected
@@ -273,15 +297,13 @@ def _topics_match(
     starts: I64,
     sizes: I64,
     skip: Mask,
-    head: npt.NDArray[np.void],
     topics: TopicTable,
     topic_of: I64,
 ) -> Mask:
-    """Whether each record's topic field is its expected one (True when skipped);
-    ``head``: the records' fixed heads (:data:`HEAD_DTYPE`)."""
+    """Whether each record's topic field is its expected one (True when skipped)."""
     if bool(skip.all()):
         return np.ones(starts.shape[0], dtype=bool)
-    sys_flag = head["sys_flag"].astype(np.int64)
+    sys_flag = gather_be(arr, starts + SYS_FLAG_AT, 4)
     extra = np.where(sys_flag & int(SysFlag.BORNHOST_V6), _V6_EXTRA, 0) + np.where(
         sys_flag & int(SysFlag.STOREHOST_V6), _V6_EXTRA, 0
     )
@@ -289,7 +311,7 @@ def _topics_match(
     end = starts + sizes
     inside = ~skip & (body_len_at + 4 <= end)
     body_len = gather_be(arr, np.where(inside, body_len_at, 0), 4)
-    v2 = head["magic"] == MAGIC_CODE_V2
+    v2 = gather_be(arr, starts + MAGIC_AT, 4) == MAGIC_CODE_V2
     width = np.where(v2, 2, 1)
     len_at = body_len_at + 4 + body_len
     inside &= (body_len >= 0) & (len_at + width <= end) & (len_at + 4 <= arr.shape[0])
@@ -304,9 +326,12 @@ def _topics_match(
     lengths = want_len[rows]
     for length in np.unique(lengths).tolist():  # a step per distinct topic length
         at = rows[lengths == length]
-        kind = np.dtype((np.void, length))
-        found = values_at(arr, topic_at[at], kind)
-        ok[at] = found == topics.names_of_length(length)[topic_of[at]]
+        expected = topics.words[length][topic_of[at]]
+        same = np.ones(at.shape[0], dtype=bool)
+        for k, start in enumerate(word_starts(length)):
+            found = values_at(arr, topic_at[at] + start, ">u8").astype(np.uint64)
+            same &= (found & np.uint64(_low_mask(length))) == expected[:, k]
+        ok[at] = same
     return ok
 
 

@@ -23,6 +23,7 @@ from dispatcher.queue_status import collect, mark_stopped
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot_store import HotStore
+from tieredstore.segment import RecordOwners, TopicTable
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
@@ -101,3 +102,36 @@ def test_run_once_exits_1_naming_the_stopped_queue(
     err = capsys.readouterr().err
     assert f"queue {BROKEN}/0 is STOPPED: inconsistent hot store" in err
     assert f"queue offset {offset}" in err
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        SynthSpec(topics=2, queues=1, messages=60, topic_prefix="T", seed=1),  # 2 bytes
+        SynthSpec(topics=2, queues=1, messages=60, topic_prefix="SixteenByteName", seed=2),
+        SynthSpec(topics=2, queues=1, messages=60, topic_prefix="EighteenByteTopic", seed=3),
+        SynthSpec(topics=2, queues=1, messages=60, long_topic=True, ipv6=True, seed=4),  # v2
+    ],
+    ids=["short", "multiple-of-8", "long", "v2-ipv6"],
+)
+def test_the_owner_check_knows_each_topic_byte_for_byte(tmp_path: Path, spec: SynthSpec) -> None:
+    """Every record passes as its own topic's and fails as the other's, whatever the
+    name's length (shorter than a word, a multiple of 8, not, a v2 name over 127)."""
+    hot = HotStore(synthesize(tmp_path / "store", spec).root)
+    topics = spec.topic_names()
+    table = TopicTable.of(topics)
+    for mine, topic in enumerate(topics):
+        n = hot.queue_range(topic, 0).max
+        units = hot.read_units(topic, 0, 0, n)
+        sizes = units["size"].astype(np.int64)
+        records = hot.read_records_bytes(units["commitlog_offset"], sizes)
+        data = np.frombuffer(b"".join(records), np.uint8)
+        starts = np.cumsum(sizes) - sizes
+        for claimed in range(len(topics)):
+            owners = RecordOwners.check(
+                data, starts, sizes, np.zeros(n, bool),
+                queue_ids=np.zeros(n, np.int64),
+                physical=units["commitlog_offset"].astype(np.int64),
+                topics=table, topic_of=np.full(n, claimed, np.int64),
+            )  # fmt: skip
+            assert owners.bad.all() if claimed != mine else not owners.bad.any()
