@@ -14,6 +14,10 @@ outcome, reported as a :class:`ManifestOutcome`: what is already there is our ow
 manifest (a retry after a lost reply), another writer's manifest, which the caller
 checks and adopts, a manifest of a format this version cannot read (the queue stops) —
 or a manifest or marker of a newer lease epoch: this writer has been fenced and stops.
+
+On start, :meth:`ColdWriter.recover` reconciles the catalogue with cold; what it finds
+damaged in a committed history is made loud (:func:`report_damage`) and a lost tail the
+broker still holds is tiered again (:func:`heal_lost_tail`): see their sections below.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ trusts the manifest alone: :func:`verify_objects` checks sizes and digests;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -42,6 +43,10 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.record import (
+    BODY_LENGTH_AT_V4,
+    HEAD_DTYPE,
+    HOST_V4_SIZE,
+    HOST_V6_SIZE,
     MAGIC_AT,
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
@@ -49,23 +54,13 @@ from tieredstore.formats.record import (
     QUEUE_OFFSET_AT,
     SYS_FLAG_AT,
     TOTAL_SIZE_AT,
+    SysFlag,
 )
-from tieredstore.formats.vector import gather_be
+from tieredstore.formats.vector import gather_be, values_at
 from tieredstore.manifest import Manifest, read_manifest
 
 if TYPE_CHECKING:  # the backends package pulls in s3fs; the codec must stay light
     from tieredstore.backends.base import Backend
-
-from collections.abc import Sequence
-
-from tieredstore.formats.record import (
-    BODY_LENGTH_AT_V4,
-    HEAD_DTYPE,
-    HOST_V4_SIZE,
-    HOST_V6_SIZE,
-    SysFlag,
-)
-from tieredstore.formats.vector import values_at
 
 __all__ = [
     "MIN_RECORD_SIZE",
