@@ -2,8 +2,9 @@
 
 Per segment: plan → make its records durable (the ``sync`` guard,
 :mod:`dispatcher.durability`) → gather (the pass, :mod:`dispatcher.commitlog_pass`) → check
-continuity → check the built segment end to end (:func:`check_built`) → upload COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects
-under names unique to the attempt; the lease is checked before every chunk) → check the
+continuity → check the built segment end to end (:func:`check_built`) → upload
+COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects under names unique to
+the attempt; the lease is checked before every chunk) → check the
 lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue
 (segments committing at about the same time share one transaction,
 :mod:`dispatcher.group_commit`).
