@@ -558,10 +558,8 @@ async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
     written) how far the run is (:class:`ExportProgress`).
 
     Raises:
-        CorruptManifestError: a segment manifest, or the export manifest, that does not
-            validate.
-        OverlapError: two committed segments of a selected queue cover the same offsets
-            (:func:`_committed`); nothing is exported.
+        CorruptManifestError: a segment manifest or the export manifest does not validate.
+        OverlapError: a queue's committed segments overlap (:func:`_committed`).
         ObjectNotFoundError / SizeMismatchError / DigestMismatchError / CorruptDataError:
             a segment whose objects are missing or do not match its manifest (the
             segments exported before it stay recorded).
