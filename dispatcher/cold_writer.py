@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dispatcher.commitlog_pass import Spooled
+from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.uploader import UploadedObjects, upload_objects
@@ -42,6 +43,7 @@ from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
 from tieredstore.errors import (
+    CatalogueError,
     ConditionFailedError,
     InvalidNameError,
     LeaseLostError,
@@ -79,6 +81,7 @@ __all__ = [
     "Damaged",
     "HealOutcome",
     "ManifestOutcome",
+    "heal_damaged",
     "heal_lost_tail",
     "report_damage",
 ]
@@ -485,3 +488,36 @@ async def heal_lost_tail(
 def _said(queue: QueueKey, outcome: HealOutcome) -> HealOutcome:
     log.error("queue %s: its cold damage is not healed: %s", queue, outcome.value)
     return outcome
+
+
+async def heal_damaged(
+    damaged: Damaged,
+    *,
+    writer: ColdWriter,
+    hot: HotStore,
+    metrics: Metrics,
+    clock: Clock,
+    lease: Lease,
+) -> None:
+    """:func:`heal_lost_tail` of every damaged queue; each note (``damaged[queue]``)
+    then says what was done. A catalogue that refuses the truncation (e.g. an accepted
+    loss inside the lost tail) leaves the queue as it is, said in its note."""
+    for queue, reason in sorted(damaged.items()):
+        try:
+            outcome = await heal_lost_tail(
+                queue,
+                catalogue=writer.catalogue,
+                backend=writer.backend,
+                hot=hot,
+                queue_path=writer.queue_path(queue.topic, queue.queue_id),
+                metrics=metrics,
+                clock=clock,
+                writer_id=writer.writer_id,
+                epoch=lease.epoch,
+                check=lease.check,
+            )
+        except CatalogueError as exc:
+            log.error("queue %s: its cold damage is not healed: %s", queue, exc)
+            damaged[queue] = f"{reason}; not healed: {exc}"
+            continue
+        damaged[queue] = f"{reason}; {outcome.value}"

@@ -33,7 +33,7 @@ from dispatcher.background_loops import (
     sleep_until,
     wait_at_most,
 )
-from dispatcher.cold_writer import ColdWriter, Damaged, heal_lost_tail, report_damage
+from dispatcher.cold_writer import ColdWriter, Damaged, heal_damaged, report_damage
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
@@ -248,8 +248,11 @@ class Dispatcher:
         report = await self.writer.recover()
         self.damaged.clear()
         self.damaged.update(report_damage(report.issues, self.metrics))
-        async with self._lock:
-            await self._heal()
+        async with self._lock:  # the lost tails the broker still holds: tiered again
+            await heal_damaged(
+                self.damaged, writer=self.writer, hot=self.hot,
+                metrics=self.metrics, clock=self.clock, lease=self.lease,
+            )  # fmt: skip
         self._save_stopped()  # with the damaged queues: `status` shows them DEGRADED
         await self.provenance.publish_rules(self.config.topic_filter.rules())
         await asyncio.to_thread(self.rounds.clear_spool)
@@ -257,25 +260,6 @@ class Dispatcher:
             for job in self.startup:
                 await job()
         self.state = DispatcherState.RUNNING
-
-    async def _heal(self) -> None:
-        """Tier lost committed tails again where hot still holds them
-        (:func:`~dispatcher.cold_writer.heal_lost_tail`); the queues stay DEGRADED,
-        their note says what was done."""
-        for queue, reason in sorted(self.damaged.items()):
-            outcome = await heal_lost_tail(
-                queue,
-                catalogue=self.catalogue,
-                backend=self.backend,
-                hot=self.hot,
-                queue_path=self.writer.queue_path(queue.topic, queue.queue_id),
-                metrics=self.metrics,
-                clock=self.clock,
-                writer_id=self.writer.writer_id,
-                epoch=self.lease.epoch,
-                check=self.lease.check,
-            )
-            self.damaged[queue] = f"{reason}; {outcome.value}"
 
     def _save_stopped(self) -> None:
         """Write :attr:`stopped` and :attr:`damaged` where ``tieredstore status`` reads
