@@ -24,6 +24,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
+from verifier.verdict import colour_of
 
 __all__ = [
     "DEFAULT_HISTORY_RUNS",
@@ -38,7 +39,6 @@ __all__ = [
 DEFAULT_HISTORY_RUNS: Final = 30
 HISTORY_FILE_NAME: Final = "history.html"
 _REPORT: Final = "report.json"
-_VERDICT_COLOURS: Final = {"CLEAN": "#2e7d32", "DIRTY": "#b26a00", "CORRUPT": "#c62828"}
 #: The charts' drawing box (SVG user units): plot area plus room for the axes' labels.
 _CHART_W: Final = 720
 _CHART_H: Final = 170
@@ -171,7 +171,7 @@ def _bar(i: int, step: float, run: RunSummary, v: float | None, top: float, s: _
     label = s.short if v is None else text
     h = 2.0 if v is None else max(v / top * plot_h, 1.0)
     y = _CHART_H - _BOTTOM - h
-    colour = "#bbb" if v is None else _VERDICT_COLOURS.get(run.verdict, "#777")
+    colour = "#bbb" if v is None else colour_of(run.verdict)
     hover = f"{iso_time(run.finished_ms)} {run.verdict} ({run.level}): {text}"
     bar = (
         f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{colour}">'
@@ -220,7 +220,7 @@ _NOT_READ: Final = "not read (offsets)"
 
 
 def _row(run: RunSummary) -> str:
-    colour = _VERDICT_COLOURS.get(run.verdict, "#777")
+    colour = colour_of(run.verdict)
     href = quote(run.folder) + "/report.html"
     verified = human_bytes(run.bytes_verified) if run.reads_bytes else _NOT_READ
     return (

@@ -13,9 +13,9 @@ metric                                              value
 ==================================================  =====================================
 ``tieredstore_verify_last_run_timestamp_seconds``   when the run finished (epoch seconds)
 ``tieredstore_verify_duration_seconds``             how long it took
-``tieredstore_verify_verdict{verdict}``             1 for the run's verdict (CLEAN, DIRTY,
-                                                    CORRUPT), 0 for the other two
-``tieredstore_verify_exit_code``                    0 CLEAN, 1 DIRTY, 2 CORRUPT
+``tieredstore_verify_verdict{verdict}``             1 for the run's verdict, 0 for each
+                                                    other one (:mod:`verifier.verdict`)
+``tieredstore_verify_exit_code``                    the verdict's exit code
 ``tieredstore_verify_bytes_verified``               hot bytes compared with cold
 ``tieredstore_verify_units_verified``               consume-queue units compared
 ``tieredstore_verify_cold_bytes``                   commit-log bytes in committed segments
@@ -37,7 +37,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from verifier.outcome import VerificationResult
-from verifier.vocabulary import VERIFIER_KINDS, Verdict
+from verifier.verdict import Verdict
+from verifier.vocabulary import VERIFIER_KINDS
 
 __all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
 
@@ -45,6 +46,9 @@ __all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
 METRICS_FILE_NAME = "verify.prom"
 
 _LABELS = ("cluster", "broker", "level")
+_EXIT_HELP = ", ".join(
+    f"{v.exit_code} {v.value}" for v in sorted(Verdict, key=lambda v: v.exit_code)
+)
 
 
 def verify_registry(result: VerificationResult) -> CollectorRegistry:
@@ -68,7 +72,7 @@ def verify_registry(result: VerificationResult) -> CollectorRegistry:
         "How long the last verification took",
         (result.finished_ms - result.started_ms) / 1000,
     )
-    gauge("tieredstore_verify_exit_code", "0 CLEAN, 1 DIRTY, 2 CORRUPT", result.verdict.exit_code)
+    gauge("tieredstore_verify_exit_code", _EXIT_HELP, result.verdict.exit_code)
     gauge(
         "tieredstore_verify_bytes_verified", "Hot bytes compared with cold", totals.bytes_compared
     )

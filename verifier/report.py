@@ -2,7 +2,8 @@
 
 ``report.json`` (format version 1) is the machine-readable verdict::
 
-    {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2,
+    {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2
+     (verifier.verdict),
      "parameters": {...}, "reference_ts": <the verifier's clock at the start (epoch ms)>,
      "totals": {...}, "anomaly_counts": {"gap": 0, ...},
      "topics": [{"topic", "queues", "status", "statuses": {status: count}, "segments",
@@ -39,11 +40,11 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tieredstore.findings import Severity
 from verifier import schemas
 from verifier.metrics_file import METRICS_FILE_NAME, write_metrics_file
 from verifier.outcome import Anomaly, QueueReport, VerificationResult
 from verifier.report_html import render_html
+from verifier.verdict import Verdict, verdict_of
 
 __all__ = [
     "REPORT_FORMAT_VERSION",
@@ -77,11 +78,9 @@ def _redact(url: str) -> str:
 def queue_status(q: QueueReport, anomalies: list[Anomaly]) -> str:
     """``corrupt`` / ``dirty`` / ``ok`` / ``untiered`` / ``excluded`` / ``cold_only``
     (module doc)."""
-    severities = {a.anomaly.severity for a in anomalies}
-    if Severity.CORRUPT in severities:
-        return "corrupt"
-    if Severity.DIRTY in severities:
-        return "dirty"
+    verdict = verdict_of(a.anomaly for a in anomalies)
+    if verdict is not Verdict.CLEAN:
+        return str(verdict.value).lower()
     if q.cold_min is None:
         return "untiered" if q.tiered else "excluded"
     if not q.hot_present:

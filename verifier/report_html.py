@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
 from verifier.outcome import VerificationResult
+from verifier.verdict import Verdict, colour_of
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
 
@@ -44,7 +45,6 @@ _COLOURS: Final = {
     "lag": "#f0b400",
     "anomaly": "#d32f2f",
 }
-_VERDICT_COLOURS: Final = {"CLEAN": "#2e7d32", "DIRTY": "#b26a00", "CORRUPT": "#c62828"}
 
 _CSS: Final = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -63,14 +63,16 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.nowrap { white-space: nowrap; }
 td.name span { display: block; max-width: 18em; overflow: hidden; text-overflow: ellipsis;
                white-space: nowrap; }
-.status-corrupt { color: #c62828; font-weight: bold; }
-.status-dirty { color: #b26a00; font-weight: bold; }
 .legend span { display: inline-block; margin-right: 1em; font-size: .85em; }
 .legend i { display: inline-block; width: 1em; height: .8em; margin-right: .3em;
             vertical-align: middle; }
 code { font-size: 1em; font-family: ui-monospace, monospace; word-break: break-all; }
 svg.bar { width: 100%; min-width: 10em; height: 14px; display: block; }
-"""
+""" + "".join(
+    f".status-{v.value.lower()} {{ color: {v.colour}; font-weight: bold; }}\n"
+    for v in Verdict
+    if v is not Verdict.CLEAN
+)
 #: Names longer than this many characters are shortened in the middle.
 _NAME_CHARS: Final = 28
 
@@ -171,15 +173,19 @@ def _lag_td(text: str) -> str:
     )
 
 
-#: Anomalies are listed worst first.
-_SEVERITY_RANK: Final = {"CORRUPT": 0, "DIRTY": 1}
+def _severity_rank(severity: str) -> int:
+    """The rank of the verdict an anomaly of ``severity`` gives (-1: unknown)."""
+    try:
+        return Verdict(severity.upper()).rank
+    except ValueError:
+        return -1
 
 
 def _worst_first(anomalies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(
         anomalies,
         key=lambda a: (
-            _SEVERITY_RANK.get(str(a["severity"]).upper(), 2),
+            -_severity_rank(str(a["severity"])),
             a["topic"] or "", a["queue_id"] if a["queue_id"] is not None else -1,
             a["start"] if a["start"] is not None else -1,
         ),
@@ -328,7 +334,7 @@ def render_html(
         f"<style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f'<p><span class="verdict" id="verdict" style="background:'
-        f'{_VERDICT_COLOURS[verdict]}">{_e(verdict)}</span> exit code {doc["exit_code"]}; '
+        f'{colour_of(verdict)}">{_e(verdict)}</span> exit code {doc["exit_code"]}; '
         f"{len(result.anomalies)} anomalies{_e(f' ({counts})') if counts else ''}; "
         f"finished {_e(iso_time(doc['finished_ms']))}{history}</p>"
         "<h2>Run</h2>"
