@@ -44,6 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "tieredstore.cli.commands.verify",
         "prove the cold store covers the hot store (Spark)",
     ),
+    "fingerprint": (
+        "tieredstore.cli.commands.fingerprint",
+        "fingerprint the hot store into the cold store (for verify --fleet)",
+    ),
     "run": ("tieredstore.cli.commands.run", "run the sidecar (--once: one catch-up pass)"),
     "status": ("tieredstore.cli.commands.status", "per-queue hot/cold offsets, lag and state"),
     "read": ("tieredstore.cli.commands.read", "decode a queue's messages from the cold store"),
