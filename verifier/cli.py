@@ -8,6 +8,7 @@ otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
 refreshes ``history.html`` one level up when ``--out`` is one of several dated report
 folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
+``--fleet`` runs the fleet job instead (:mod:`verifier.fleet_cli`; 4 INCOMPLETE).
 
 Quiet by default: a Spark JVM started here writes everything it prints (log4j lines,
 the banner, JVM warnings, the Python workers' stderr) to ``<out>/spark.log``, so the
@@ -32,6 +33,7 @@ from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import parse_duration
 from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
 from verifier import readers
+from verifier.fleet_cli import add_fleet_arguments, run_fleet
 from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.interrupt import StopOnSignal
 from verifier.job import verify
@@ -53,10 +55,10 @@ __all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``)."""
-    p.add_argument("--hot", required=True, type=Path, help="broker store root (read-only)")
+    p.add_argument("--hot", type=Path, help="broker store root (read-only; required)")
     p.add_argument("--cold", required=True, help="cold store root URL (path, file://, s3://)")
-    p.add_argument("--cluster", required=True, help="broker cluster name")
-    p.add_argument("--broker", required=True, help="broker name")
+    p.add_argument("--cluster", help="broker cluster name (required; --fleet: all if not given)")
+    p.add_argument("--broker", help="broker name (required)")
     p.add_argument(
         "--level",
         choices=[lv.value for lv in Level],
@@ -109,9 +111,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra fsspec storage option (VALUE parsed as JSON when it is JSON); repeatable",
     )
+    add_fleet_arguments(p)
 
 
-def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The fsspec storage options the flags give (ConfigError for a bad one)."""
     opts: dict[str, Any] = {}
     if args.endpoint_url:
         opts["endpoint_url"] = args.endpoint_url
@@ -130,6 +134,9 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions:
     """Validate the flags into options (ConfigError naming the bad flag)."""
+    for name in ("hot", "cluster", "broker"):
+        if getattr(args, name) is None:
+            raise ConfigError(f"--{name} is required (or --fleet: every broker at once)")
     try:
         grace = parse_duration(args.orphan_grace)
     except ValueError as exc:
@@ -144,7 +151,7 @@ def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions
         lag_allowance=parse_lag_allowance(args.lag_allowance),
         orphan_grace_s=grace,
         metadata_dir=args.metadata,
-        storage_options=_storage_options(args),
+        storage_options=storage_options(args),
     )
 
 
@@ -189,7 +196,7 @@ class JobArgs:
 _SPARK_REASON = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """A one-line reason, digging the Python error out of a Spark task failure."""
     text = str(exc)
     found = _SPARK_REASON.findall(text)
@@ -208,6 +215,8 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
     SIGINT/SIGTERM stop it (Spark's jobs are cancelled, no report is written) with one
     line and exit 130/143, whatever error the cancelled Spark job raised.
     """
+    if args.fleet:
+        return run_fleet(args, prog=prog, clock=clock)
     job: JobArgs | None = None
     with StopOnSignal() as stop:
         try:
@@ -229,7 +238,7 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
                 raise
             log = job.spark_log if job is not None else None
             where = f" (Spark log: {log})" if log is not None and log.exists() else ""
-            print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
+            print(f"{prog}: could not run: {one_line(exc)}{where}", file=sys.stderr)
             return EXIT_COULD_NOT_RUN
     counts = ", ".join(f"{c.value} {n}" for c, n in result.counts().items() if n)
     print(
