@@ -196,7 +196,7 @@ class JobArgs:
 _SPARK_REASON = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
 
 
-def one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException) -> str:
     """A one-line reason, digging the Python error out of a Spark task failure."""
     text = str(exc)
     found = _SPARK_REASON.findall(text)
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
                 raise
             log = job.spark_log if job is not None else None
             where = f" (Spark log: {log})" if log is not None and log.exists() else ""
-            print(f"{prog}: could not run: {one_line(exc)}{where}", file=sys.stderr)
+            print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
             return EXIT_COULD_NOT_RUN
     counts = ", ".join(f"{c.value} {n}" for c, n in result.counts().items() if n)
     print(

@@ -96,7 +96,7 @@ def run_fleet(args: argparse.Namespace, *, prog: str, clock: Clock | None = None
             if isinstance(exc, KeyboardInterrupt):
                 raise
             where = f" (Spark log: {log})" if log is not None and log.exists() else ""
-            from verifier.cli import one_line
+            from verifier.cli import _one_line as one_line
 
             print(f"{prog}: could not run: {one_line(exc)}{where}", file=sys.stderr)
             return EXIT_COULD_NOT_RUN

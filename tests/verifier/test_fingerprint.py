@@ -68,7 +68,7 @@ def test_the_command_writes_one_fingerprint_per_run_under_the_broker_prefix(
 ) -> None:
     hot, cold = stores
     argv = ["fingerprint", "--store", str(hot), "--cold", str(cold), "--cluster", CLUSTER,
-            "--broker", BROKER, "--block-offsets", "100", "--max-bytes-per-second", "0"]  # fmt: skip
+            "--broker", BROKER, "--block-offsets", "100", "--max-bytes-per-second=0"]  # fmt: skip
     assert cli_main(argv) == 0
     assert "fingerprint " in capsys.readouterr().out
     folder = cold / fingerprint_prefix(CLUSTER, BROKER)
