@@ -41,7 +41,7 @@ from verifier.outcome import VerificationResult
 from verifier.report import write_reports
 from verifier.verdict import Verdict
 
-__all__ = ["FleetPaths", "fleet_document", "write_fleet_reports"]
+__all__ = ["FleetPaths", "fleet_document", "fleet_registry", "write_fleet_reports"]
 
 FLEET_FORMAT_VERSION: Final = 1
 
@@ -159,7 +159,7 @@ def render_fleet_html(doc: dict[str, Any]) -> str:
     )
 
 
-def _fleet_registry(result: FleetResult) -> CollectorRegistry:
+def fleet_registry(result: FleetResult) -> CollectorRegistry:
     registry = verify_registry(*result.brokers)
     Gauge(
         "tieredstore_verify_fleet_last_run_timestamp_seconds",
@@ -191,7 +191,7 @@ def write_fleet_reports(result: FleetResult, out: Path) -> FleetPaths:
     paths = FleetPaths(out / "fleet.json", out / "fleet.html", out / METRICS_FILE_NAME)
     _atomic_write(paths.json, json.dumps(doc, indent=2) + "\n")
     _atomic_write(paths.html, render_fleet_html(doc))
-    write_to_textfile(str(paths.metrics), _fleet_registry(result))
+    write_to_textfile(str(paths.metrics), fleet_registry(result))
     return paths
 
 
