@@ -2,8 +2,8 @@
 
 ``report.json`` (format version 1) is the machine-readable verdict::
 
-    {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2
-     (verifier.verdict),
+    {"format_version": 1, "verdict": "CLEAN|DIRTY|INCOMPLETE|CORRUPT", "exit_code"
+     (verifier.verdict), "incomplete": what could not be proven (a fleet run) | null,
      "parameters": {...}, "reference_ts": <the verifier's clock at the start (epoch ms)>,
      "totals": {...}, "anomaly_counts": {"gap": 0, ...},
      "topics": [{"topic", "queues", "status", "statuses": {status: count}, "segments",
@@ -173,6 +173,7 @@ def report_document(result: VerificationResult) -> dict[str, Any]:
         "format_version": REPORT_FORMAT_VERSION,
         "verdict": result.verdict.value,
         "exit_code": result.verdict.exit_code,
+        "incomplete": result.incomplete,
         "started_ms": result.started_ms,
         "finished_ms": result.finished_ms,
         "parameters": {

@@ -318,6 +318,12 @@ def _run_parameters(doc: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+def _incomplete(doc: dict[str, Any]) -> str:
+    """Why the verdict is INCOMPLETE (a fleet run's broker), or nothing."""
+    why = doc.get("incomplete")
+    return f'<p id="incomplete">Not proven: {_e(why)}.</p>' if why else ""
+
+
 def render_html(
     result: VerificationResult, doc: dict[str, Any], *, history_href: str | None = None
 ) -> str:
@@ -337,6 +343,7 @@ def render_html(
         f'{colour_of(verdict)}">{_e(verdict)}</span> exit code {doc["exit_code"]}; '
         f"{len(result.anomalies)} anomalies{_e(f' ({counts})') if counts else ''}; "
         f"finished {_e(iso_time(doc['finished_ms']))}{history}</p>"
+        f"{_incomplete(doc)}"
         "<h2>Run</h2>"
         f"{_kv_table('parameters', _run_parameters(doc))}"
         "<h2>Totals</h2>"

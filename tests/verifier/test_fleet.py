@@ -140,6 +140,13 @@ def test_verify_fleet_command_writes_the_fleet_page_and_exits_with_the_worst(
     doc = json.loads((out / "fleet.json").read_text())
     assert [b["verdict"] for b in doc["brokers"]][:2] == ["CORRUPT", "CORRUPT"]
     assert {b["broker"]: b["verdict"] for b in doc["brokers"]}[NO_FINGERPRINT] == "INCOMPLETE"
+    nofp = json.loads((out / CLUSTER / NO_FINGERPRINT / "report.json").read_text())
+    assert (nofp["verdict"], nofp["exit_code"]) == ("INCOMPLETE", Verdict.INCOMPLETE.exit_code)
+    assert nofp["incomplete"] == "no hot fingerprint"
+    assert (
+        "Not proven: no hot fingerprint"
+        in (out / CLUSTER / NO_FINGERPRINT / "report.html").read_text()
+    )
     page = (out / "fleet.html").read_text()
     assert f'href="{CLUSTER}/{CLEAN}/report.html"' in page
     prom = (out / "verify.prom").read_text()

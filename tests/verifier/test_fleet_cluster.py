@@ -5,6 +5,7 @@ the executors read the four brokers' cold stores from the suite's S3 server."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -51,9 +52,16 @@ sys.exit(main())
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # From a copy of the sources: a build in the checkout would leave build/ there, whose
+    # stale files a later wheel would carry.
+    src = out / "src"
+    caches = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("tieredstore", "metadata", "dispatcher", "verifier"):
+        shutil.copytree(_REPO / name, src / name, ignore=caches)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(_REPO / name, src / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-         "-w", str(out), str(_REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     (found,) = out.glob("tieredstore-*.whl")
