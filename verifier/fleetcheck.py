@@ -24,6 +24,7 @@ decided: cold may hold offsets written after the fingerprint was taken.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,7 @@ class _Run:
         self.cold_bytes = 0
         hot = work.hot
         self.targets = list(hot.blocks) if hot is not None else []
+        self.ends = [b.end for b in self.targets]
         self.hashers: dict[int, tuple[BlockHasher, int, str]] = {}
 
     def anomaly(
@@ -236,10 +238,11 @@ class _Run:
 
     def feed(self, m: Manifest, units: Any, cl: bytes) -> None:
         """Hash the segment's records into every fingerprint block they fall in."""
-        for b in self.targets:
+        first = bisect.bisect_right(self.ends, m.start_offset)  # blocks end in order
+        for b in self.targets[first:]:
+            if b.start >= m.end_offset:
+                break
             lo, hi = max(b.start, m.start_offset), min(b.end, m.end_offset)
-            if lo >= hi:
-                continue
             part = units[lo - m.start_offset : hi - m.start_offset]
             offs = part["commitlog_offset"].astype(np.int64) - m.cl_base
             sizes = part["size"].astype(np.int64)
