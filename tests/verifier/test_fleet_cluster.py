@@ -84,8 +84,7 @@ def test_spark_submit_verify_fleet_on_a_standalone_cluster(
     offset, _ = damage_flip(image, CLUSTER, FLIPPED, FLIP_Q)
     damage_delete_queue(image, CLUSTER, DELETED, GONE_Q)
     cold = f"s3://{s3_bucket.name}"
-    s3 = {"endpoint_url": s3_bucket.endpoint_url}
-    write_fs(image, cold, {"client_kwargs": {"region_name": REGION}, **s3})
+    write_fs(image, cold, s3_bucket.fsspec_options())
     for broker in (CLEAN, FLIPPED, DELETED):
         assert cli_main([
             "fingerprint", "--store", str(tmp_path / "hot"), "--cold", cold,
