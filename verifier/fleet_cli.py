@@ -52,6 +52,10 @@ def _options(args: argparse.Namespace, now_ms: int) -> FleetOptions:
     for name in _SINGLE_ONLY:
         if getattr(args, name, None) is not None:
             raise ConfigError(f"--{name} does not apply to --fleet (each broker has its own)")
+    if args.metrics_file is not None and not args.metrics_file.parent.is_dir():
+        raise ConfigError(
+            f"bad --metrics-file: directory {args.metrics_file.parent} does not exist"
+        )
     try:
         age = parse_duration(args.max_fingerprint_age)
     except ValueError as exc:
@@ -86,7 +90,7 @@ def run_fleet(args: argparse.Namespace, *, prog: str, clock: Clock | None = None
             with spark_session(args.master, log_file=log, log_level=level) as spark:
                 stop.watch(spark.sparkContext)
                 result = verify_fleet(spark, opts)
-            paths = write_fleet_reports(result, out)
+            paths = write_fleet_reports(result, out, metrics_file=args.metrics_file)
         except (TieredStoreError, PySparkException, Py4JError, OSError, KeyboardInterrupt) as exc:
             if stop.signal is not None:
                 print(

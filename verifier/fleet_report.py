@@ -182,8 +182,11 @@ def fleet_registry(result: FleetResult) -> CollectorRegistry:
     return registry
 
 
-def write_fleet_reports(result: FleetResult, out: Path) -> FleetPaths:
-    """Write every broker's report and the fleet's three files into ``out``."""
+def write_fleet_reports(
+    result: FleetResult, out: Path, *, metrics_file: Path | None = None
+) -> FleetPaths:
+    """Write every broker's report and the fleet's three files into ``out``, and the
+    metrics to ``metrics_file`` too when given (a node-exporter textfile collector's)."""
     out.mkdir(parents=True, exist_ok=True)
     for r in result.brokers:
         write_reports(r, out / r.options.cluster / r.options.broker)
@@ -191,7 +194,10 @@ def write_fleet_reports(result: FleetResult, out: Path) -> FleetPaths:
     paths = FleetPaths(out / "fleet.json", out / "fleet.html", out / METRICS_FILE_NAME)
     _atomic_write(paths.json, json.dumps(doc, indent=2) + "\n")
     _atomic_write(paths.html, render_fleet_html(doc))
-    write_to_textfile(str(paths.metrics), fleet_registry(result))
+    registry = fleet_registry(result)
+    write_to_textfile(str(paths.metrics), registry)
+    if metrics_file is not None:
+        write_to_textfile(str(metrics_file), registry)
     return paths
 
 

@@ -135,7 +135,20 @@ def test_verify_fleet_command_writes_the_fleet_page_and_exits_with_the_worst(
     fleet: Fleet, spark: SparkSession, tmp_path: Path
 ) -> None:
     out = tmp_path / "fleet"
-    code = cli_main(["verify", "--fleet", "--cold", str(fleet.cold), "--out", str(out)])
+    prom = tmp_path / "textfile" / "fleet.prom"
+    prom.parent.mkdir()
+    code = cli_main(
+        [
+            "verify",
+            "--fleet",
+            "--cold",
+            str(fleet.cold),
+            "--out",
+            str(out),
+            "--metrics-file",
+            str(prom),
+        ]
+    )
     assert code == Verdict.CORRUPT.exit_code
     doc = json.loads((out / "fleet.json").read_text())
     assert [b["verdict"] for b in doc["brokers"]][:2] == ["CORRUPT", "CORRUPT"]
@@ -149,5 +162,6 @@ def test_verify_fleet_command_writes_the_fleet_page_and_exits_with_the_worst(
     )
     page = (out / "fleet.html").read_text()
     assert f'href="{CLUSTER}/{CLEAN}/report.html"' in page
-    prom = (out / "verify.prom").read_text()
-    assert f'broker="{NO_FINGERPRINT}"' in prom and 'verdict="INCOMPLETE"' in prom
+    metrics = (out / "verify.prom").read_text()
+    assert f'broker="{NO_FINGERPRINT}"' in metrics and 'verdict="INCOMPLETE"' in metrics
+    assert prom.read_text() == metrics
