@@ -17,10 +17,11 @@ level compares, so the cluster job computes it from cold records alone::
 
     digest = blake2b-128( blake2b-128(units) || blake2b-128(records) )
     units   = for each offset: the CQ unit's size (4 bytes) and tagsCode (8 bytes), big-endian
-    records = for each offset: the commit-log record's bytes outside [28, 36)
+    records = for each offset: the commit-log record, its bytes [28, 36) set to zero
 
 Bytes [28, 36) are the physicalOffset field, the only bytes a cold record may differ in
-from its hot original; the unit's commit-log offset is left out for the same reason.
+from its hot original (so the digest compares records outside them, as the content level
+does); the unit's commit-log offset is left out for the same reason.
 Both streams are fed record by record, so a block that spans two cold segments is
 hashed piecewise and gives the same digest.
 
@@ -83,19 +84,20 @@ class BlockHasher:
         self._records = hashlib.blake2b(digest_size=_DIGEST_SIZE)
 
     def update(self, units: Units, records: bytes | bytearray | memoryview) -> None:
-        """Add the offsets of ``units`` whose records are ``records``, back to back."""
+        """Add the offsets of ``units`` whose records are ``records``, back to back. A
+        ``bytearray`` is changed in place (its physicalOffset fields zeroed): no copy."""
         head = np.empty(units.shape[0], dtype=_UNIT_HEAD)
         head["size"] = units["size"]
         head["tags_code"] = units["tags_code"]
         self._units.update(head.tobytes())
-        buf = np.frombuffer(records, dtype=np.uint8)
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        arr = np.frombuffer(buf, dtype=np.uint8)
         sizes = units["size"].astype(np.int64)
         starts = np.zeros(sizes.size, dtype=np.int64)
         np.cumsum(sizes[:-1], out=starts[1:])
-        keep = np.ones(buf.size, dtype=np.bool_)
         drop = physical_offset_bytes(starts)
-        keep[drop[drop < buf.size]] = False
-        self._records.update(buf[keep].tobytes())
+        arr[drop[drop < arr.size]] = 0
+        self._records.update(buf)
 
     def hexdigest(self) -> str:
         outer = hashlib.blake2b(digest_size=_DIGEST_SIZE)
