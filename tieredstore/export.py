@@ -31,6 +31,12 @@ in the version it holds now. Segments removed by retention (``expire``) are gone
 the cold store but superseded by nothing: the export keeps them, as an archive that
 outlives cold retention (delete partitions by ``date`` to age it out).
 
+**Never two rows for an offset.** Export reads as restore does: before anything is
+written, every selected manifest is read, and two committed segments of one queue that
+cover the same offsets (a damaged history: a manifest rewritten, copied or forged) make
+the run refuse with :class:`~tieredstore.errors.OverlapError` naming both (``tieredstore
+export`` exits 2). Gaps are fine (retention removes the oldest segments).
+
 **Incremental.** So the next run exports only segments committed since. The export
 manifest is saved every :data:`SAVE_EVERY` segments and at the end (also when the run
 fails): a crash between the two only means a few segments are exported again — their
@@ -61,10 +67,11 @@ import asyncio
 import datetime as dt
 import fnmatch
 import hashlib
+import itertools
 import json
 import multiprocessing
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -77,9 +84,14 @@ import pyarrow.parquet as pq
 from tieredstore.archive_rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.errors import CorruptManifestError, InvalidNameError, ObjectNotFoundError
+from tieredstore.errors import (
+    CorruptManifestError,
+    InvalidNameError,
+    ObjectNotFoundError,
+    OverlapError,
+)
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
+from tieredstore.manifest import Manifest, read_manifest, read_stored
 
 __all__ = [
     "DICTIONARY_COLUMNS",
@@ -88,6 +100,7 @@ __all__ = [
     "STATISTICS_COLUMNS",
     "EncodedSegment",
     "ExportManifest",
+    "ExportProgress",
     "ExportReport",
     "ExportRequest",
     "encode_segment",
@@ -168,6 +181,18 @@ class ExportReport:
     bytes: int
     removed: int = 0  # superseded segments removed (module doc)
     removed_rows: int = 0
+
+
+@dataclass(frozen=True)
+class ExportProgress:
+    """How far a run is: segments looked at of those listed (exported now or skipped as
+    exported before, or not selected), and what was written so far."""
+
+    segments: int
+    segments_total: int
+    exported: int
+    rows: int
+    bytes: int
 
 
 @dataclass
@@ -291,6 +316,38 @@ async def _remove_superseded(
         run.removed, run.removed_rows = run.removed + 1, run.removed_rows + int(entry["rows"])
 
 
+async def _committed(cold: Backend, keys: list[str]) -> list[tuple[str, bytes, Manifest]]:
+    """Every committed segment among ``keys`` (key, manifest bytes, manifest), in key
+    order, once each queue's history is known to be one version of each offset.
+
+    Raises OverlapError, naming both manifests, when two committed segments of a queue
+    cover the same offsets (e.g. a manifest rewritten or copied under another start):
+    export reads as restore does and writes nothing then, rather than two rows for an
+    offset. Gaps are allowed: retention removes a queue's oldest segments.
+    """
+    out: list[tuple[str, bytes, Manifest]] = []
+    for key in keys:
+        raw = await cold.read(key)
+        stored = read_stored(raw, key)
+        if isinstance(stored, Manifest):
+            out.append((key, raw, stored))
+    by_queue: dict[tuple[str, int], list[Manifest]] = {}
+    for _, _, m in out:
+        by_queue.setdefault((m.topic, m.queue_id), []).append(m)
+    for segments in by_queue.values():
+        segments.sort(key=lambda m: (m.start_offset, m.end_offset))
+        for a, b in itertools.pairwise(segments):
+            if b.start_offset < a.end_offset:
+                raise OverlapError(
+                    f"committed segments [{a.start_offset}, {a.end_offset}) and "
+                    f"[{b.start_offset}, {b.end_offset}) of {a.topic}/{a.queue_id} overlap "
+                    f"({a.key}, {b.key}): export writes one row per offset and refuses "
+                    "a history with two versions of one; nothing was exported",
+                    where=b.key,
+                )
+    return out
+
+
 def _file_name(m: Manifest) -> str:
     # Names are percent-quoted, so "+" separates them unambiguously.
     cluster, broker = quote(m.cluster, safe=""), quote(m.broker, safe="")
@@ -404,6 +461,10 @@ class _Run:
     async def save(self) -> None:
         await self.out.write(self.key, self.done.to_json())
 
+    def progress(self, looked: int, listed: int) -> ExportProgress:
+        """How far the run is, ``looked`` of ``listed`` segment manifests read."""
+        return ExportProgress(looked, listed, self.exported, self.rows, self.bytes)
+
 
 SegmentArgs = tuple[bytes, str, bytes, bytes, str]  # manifest JSON, its key, CL, CQ, where
 
@@ -459,46 +520,70 @@ def _stages(jobs: int) -> _Pipeline | _Processes:
     return _Pipeline() if jobs == 1 else _Processes(jobs)
 
 
-async def export_parquet(
-    cold: Backend, out: Backend, request: ExportRequest, *, clock: Clock, jobs: int = 1
-) -> ExportReport:
+_Job = tuple[str, str, "asyncio.Future[EncodedSegment]"]  # manifest key, its sha, the work
+#: What :func:`export_parquet` tells how far it is.
+OnProgress = Callable[[ExportProgress], None]
+
+
+async def _submit(
+    cold: Backend,
+    run: _Run,
+    request: ExportRequest,
+    stages: _Pipeline | _Processes,
+    segment: tuple[str, bytes, Manifest],
+) -> tuple[bool, _Job | None]:
+    """One committed segment (its key, manifest bytes and manifest, :func:`_committed`):
+    whether the request selects it, and its export job when it is not exported yet
+    (its objects read and submitted)."""
+    mkey, raw, m = segment
+    if not request.wants_segment(m):
+        return False, None
+    sha = hashlib.sha256(raw).hexdigest()
+    if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
+        return True, None
+    cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
+    return True, (mkey, sha, stages.submit((raw, mkey, cl, cq, cold.url)))
+
+
+async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
+                        clock: Clock, jobs: int = 1,
+                        on_progress: OnProgress | None = None) -> ExportReport:  # fmt: skip
     """Export the segments ``request`` selects that are not exported yet (module doc).
 
     ``jobs > 1``: that many segments at once, each in its own process; 1: a decode
     thread and an encode thread in this process, three segments in flight. The oldest
     finished segment's files are written meanwhile (one segment at a time, in order).
     Memory: about three times a segment's size per segment in flight or being written.
+    ``on_progress`` is told after each listed segment is read (and when one is
+    written) how far the run is (:class:`ExportProgress`).
 
     Raises:
-        CorruptManifestError: a segment manifest, or the export manifest, that does not
-            validate.
+        CorruptManifestError: a segment manifest or the export manifest does not validate.
+        OverlapError: a queue's committed segments overlap (:func:`_committed`).
         ObjectNotFoundError / SizeMismatchError / DigestMismatchError / CorruptDataError:
             a segment whose objects are missing or do not match its manifest (the
             segments exported before it stay recorded).
     """
     run = _Run(out, await _load_manifest(out, request),
                export_manifest_key(request.cluster, request.broker), clock)  # fmt: skip
-    pending: deque[tuple[str, str, asyncio.Future[EncodedSegment]]] = deque()
+    pending: deque[_Job] = deque()
     # The oldest segment's files are written while the next segments are read and
     # submitted, so the decoder never waits for a write (one segment written at a time,
     # in order).
     writing: asyncio.Future[None] | None = None
     selected = 0
     stages = _stages(jobs)
+    say = on_progress or (lambda _p: None)
     try:
         try:
-            for mkey in await _current_keys(cold, run, request):
-                raw = await cold.read(mkey)
-                m = read_stored(raw, mkey)
-                if isinstance(m, FenceMarker) or not request.wants_segment(m):
+            committed = await _committed(cold, await _current_keys(cold, run, request))
+            for looked, segment in enumerate(committed):
+                say(run.progress(looked, len(committed)))
+                wanted, submitted = await _submit(cold, run, request, stages, segment)
+                selected += wanted
+                if submitted is None:
                     continue
-                selected += 1
-                sha = hashlib.sha256(raw).hexdigest()
-                if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
-                    continue
-                cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
-                job = stages.submit((raw, mkey, cl, cq, cold.url))
-                pending.append((mkey, sha, job))
+                pending.append(submitted)
                 if len(pending) >= stages.depth:
                     if writing is not None:
                         await writing
@@ -507,6 +592,7 @@ async def export_parquet(
                 await writing
             while pending:
                 await run.finish(*pending.popleft())
+            say(run.progress(len(committed), len(committed)))
         finally:
             if writing is not None:  # an error above: stop the write, keep the error
                 writing.cancel()

@@ -29,8 +29,8 @@ from verifier.vocabulary import parse_lag_allowance
 __all__ = ["add_fleet_arguments", "run_fleet"]
 
 #: Flags of the single-broker run that a fleet run refuses (what they name has no
-#: meaning across brokers).
-_SINGLE_ONLY = ("hot", "broker", "metadata")
+#: meaning across brokers): argparse dest → the flag.
+_SINGLE_ONLY = {"hot": "--store", "broker": "--broker", "metadata": "--state-dir"}
 
 
 def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,9 +49,11 @@ def add_fleet_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace, now_ms: int) -> FleetOptions:
-    for name in _SINGLE_ONLY:
-        if getattr(args, name, None) is not None:
-            raise ConfigError(f"--{name} does not apply to --fleet (each broker has its own)")
+    for dest, flag in _SINGLE_ONLY.items():
+        if getattr(args, dest, None) is not None:
+            raise ConfigError(f"{flag} does not apply to --fleet (each broker has its own)")
+    if not args.cold:
+        raise ConfigError("--fleet needs --cold: the cold store every broker tiers to")
     if args.metrics_file is not None and not args.metrics_file.parent.is_dir():
         raise ConfigError(
             f"bad --metrics-file: directory {args.metrics_file.parent} does not exist"

@@ -34,6 +34,7 @@ __all__ = [
     "UNKNOWN_COLOUR",
     "Verdict",
     "colour_of",
+    "rank_of",
     "verdict_of",
     "worst",
 ]
@@ -103,3 +104,13 @@ def colour_of(name: str) -> str:
         return Verdict(name).colour
     except ValueError:
         return UNKNOWN_COLOUR
+
+
+def rank_of(name: str) -> int:
+    """The rank of a verdict given by name, case-insensitive — also a queue status or a
+    severity named for one (``corrupt``, ``dirty``); -1 for any other name, so that
+    sorting by ``-rank_of(name)`` lists the worst first and the rest after."""
+    try:
+        return Verdict(name.upper()).rank
+    except ValueError:
+        return -1

@@ -13,9 +13,9 @@ from verifier.verdict import EXIT_COULD_NOT_RUN
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ([], "--hot is required"),
-        (["--hot", "h", "--broker", "b"], "--cluster is required"),
-        (["--fleet", "--hot", "h"], "--hot does not apply to --fleet"),
+        ([], "missing --store, --cluster, --broker"),
+        (["--fleet", "--hot", "h"], "--store does not apply to --fleet"),
+        (["--fleet", "--state-dir", "s"], "--state-dir does not apply to --fleet"),
         (["--fleet", "--max-fingerprint-age", "soon"], "bad --max-fingerprint-age"),
     ],
 )

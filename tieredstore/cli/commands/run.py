@@ -4,7 +4,9 @@
 diverged, lost hot data or failed during the pass, and also while any queue is PAUSED
 (offsets lost before tiering, waiting for ``tieredstore resume``) or DIVERGED (waiting
 for ``tieredstore repair``) from an earlier run — such a queue is no longer tiered, so
-"done" would be a lie.
+"done" would be a lie — and when the pass STOPPED a queue (a newer-format manifest, an
+inconsistent hot store) or found committed cold data damaged (DEGRADED, even once a
+lost tail was tiered again: the loss is never hidden).
 
 Lifecycle of the long-running mode:
 
@@ -42,13 +44,14 @@ from tieredstore.backends import open_cold
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.http import HttpServer, build_app
-from tieredstore.cli.sidecar.progress import ProgressLine
+from tieredstore.cli.sidecar.progress import ProgressLine, pass_total
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.config import Settings
 from tieredstore.errors import BackendError, ConfigError, RetryableError
+from tieredstore.humanize import human_bytes
 from tieredstore.layout import lease_key
 from tieredstore.logs import before_each_line, configure_logging
 
@@ -221,16 +224,18 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
     bar_close()
     if report.interrupted:
         log.warning(
-            "catch-up stopped: %d segments, %d messages, %d bytes committed before the stop",
+            "catch-up stopped: %d segments, %d messages, %s (%d bytes) committed before the stop",
             report.segments,
             report.messages,
+            human_bytes(report.bytes),
             report.bytes,
         )
         return stopper.interrupted()
     log.info(
-        "catch-up done: %d segments, %d messages, %d bytes",
+        "catch-up done: %d segments, %d messages, %s (%d bytes)",
         report.segments,
         report.messages,
+        human_bytes(report.bytes),
         report.bytes,
     )
     if report.diverged or report.lost or report.errors:
@@ -245,7 +250,8 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
 
 
 def _stopped_queues(rt: Runtime) -> int:
-    """1 (and one log line each) when a queue is PAUSED or DIVERGED, else 0."""
+    """1 (and one log line each) when a queue is PAUSED or DIVERGED, or this pass
+    STOPPED it or found its committed cold data damaged (DEGRADED), else 0."""
     fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
     stopped = [r for r in rt.catalogue.queues.all() if r.state in fix]
     for row in stopped:
@@ -254,7 +260,11 @@ def _stopped_queues(rt: Runtime) -> int:
             "queue %s is %s and not tiered; run `tieredstore %s --topic %s --queue %d%s`",
             row, row.state.value, fix[row.state], row.topic, row.queue_id, extra,
         )  # fmt: skip
-    return 1 if stopped else 0
+    marked = [("STOPPED", rt.dispatcher.stopped), ("DEGRADED", rt.dispatcher.damaged)]
+    for state, queues in marked:
+        for queue, reason in sorted(queues.items()):
+            log.error("queue %s is %s: %s", queue, state, reason)
+    return 1 if stopped or any(queues for _, queues in marked) else 0
 
 
 async def _serve(
@@ -287,6 +297,7 @@ async def _serve_runtime(
         )
         try:
             if once:
+                bar.measure(pass_total(rt.catalogue, rt.hot))  # a total and an ETA
                 return await _catch_up(rt, stopper, bar.close)
             return await _run_forever(rt, stopper, load)
         finally:
