@@ -17,6 +17,9 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
                                                         topic from ``since`` (epoch ms)
         _quarantine/<topic>/<queueId>/<stamp>/<KIND>/<name>   quarantine_key(...)
         _config/<file>/<stamp>-<digest>                 config_copy_key(...)
+        _fingerprints/<stamp_ms:013d>.json              fingerprint_key(cluster, broker,
+                                                        stamp): a hot fingerprint, written
+                                                        by ``tieredstore fingerprint``
         <topic>/<queueId>/                              queue_root(...)
           COMMIT_LOG/<name(cl_base)>.<attempt>          cold commitlog object
           CONSUME_QUEUE/<name(start * 20)>.<attempt>    cold consume-queue object
@@ -113,6 +116,8 @@ __all__ = [
     "cluster_dir",
     "config_copy_key",
     "config_prefix",
+    "fingerprint_key",
+    "fingerprint_prefix",
     "init_key",
     "is_loss_key",
     "kind_prefix",
@@ -123,6 +128,7 @@ __all__ = [
     "object_key",
     "object_name",
     "parse_config_copy_key",
+    "parse_fingerprint_stamp",
     "parse_loss_key",
     "parse_object_key",
     "parse_queue_record_key",
@@ -154,6 +160,7 @@ _RESERVED_PREFIX: Final = "_"
 _LEASE_NAME: Final = "_lease.json"
 _QUARANTINE_DIR: Final = "_quarantine"
 _CONFIG_DIR: Final = "_config"
+_FINGERPRINT_DIR: Final = "_fingerprints"
 _RETIERED_DIR: Final = "_retiered"
 _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
@@ -683,6 +690,27 @@ def quarantine_loss_key(loss: LossKey, *, stamp_ms: int) -> str:
 
 
 # -- provenance records: what must be in cold (tieredstore.provenance) --------------------
+
+
+def fingerprint_prefix(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_fingerprints``, where hot fingerprints live."""
+    return f"{broker_prefix(cluster, broker)}/{_FINGERPRINT_DIR}"
+
+
+def fingerprint_key(cluster: str, broker: str, *, stamp_ms: int) -> str:
+    """Return ``<fingerprint_prefix>/<stamp_ms:013d>.json``: one hot fingerprint, named by
+    the time it was taken so that a listing sorts oldest first."""
+    stamp = _validate_offset(stamp_ms, "fingerprint stamp")
+    return f"{fingerprint_prefix(cluster, broker)}/{stamp:013d}{MANIFEST_SUFFIX}"
+
+
+def parse_fingerprint_stamp(name: str) -> int | None:
+    """The stamp of a fingerprint object's name (``0001700000000000.json``), None if the
+    name is not one."""
+    digits = name.removesuffix(MANIFEST_SUFFIX)
+    if digits == name or not digits.isascii() or not digits.isdigit() or len(digits) < 13:
+        return None
+    return int(digits)
 
 
 def tiering_key(cluster: str, broker: str) -> str:
