@@ -12,6 +12,14 @@ Per queue the fingerprint holds the hot ``[min, max)`` when it was taken and one
 its first and last record (the lag rule: a block holding a record younger than the
 allowance may be untiered). The reference time of the lag rule is ``taken_ms``.
 
+It also holds, per queue and for each ``since_ms`` of the broker's tiering record (read
+from cold when the fingerprint is taken), ``stored_from[since_ms]``: the first hot
+offset stored at or after it (``hot_max``: none), found in the hot records read for the
+blocks — what :class:`verifier.scope.HotFacts` needs to decide, per message time, which
+messages were stored while a rule tiered their topic. A check against a fingerprint
+that lacks one of the tiering record's times proves nothing of it (the fleet job makes
+that broker INCOMPLETE).
+
 **The block digest** (:class:`BlockHasher`) is defined on what the verifier's content
 level compares, so the cluster job computes it from cold records alone::
 
@@ -69,7 +77,8 @@ __all__ = [
     "take_fingerprint",
 ]
 
-FINGERPRINT_FORMAT_VERSION: Final = 1
+#: 2: ``stored_from`` per queue (format 1 had none; it is refused, never read as empty).
+FINGERPRINT_FORMAT_VERSION: Final = 2
 #: Queue offsets per block: 256 blocks per million messages.
 DEFAULT_BLOCK_OFFSETS: Final = 4096
 _DIGEST_SIZE: Final = 16
@@ -105,19 +114,37 @@ class BlockHasher:
         return outer.hexdigest()
 
 
+def _store_time_at(buf: memoryview, pos: int) -> int:
+    flag = int.from_bytes(buf[pos + _SYS_FLAG_AT : pos + _SYS_FLAG_AT + 4], "big")
+    ts = STORE_TIMESTAMP_AT_V6 if flag & int(SysFlag.BORNHOST_V6) else STORE_TIMESTAMP_AT_V4
+    return int.from_bytes(buf[pos + ts : pos + ts + 8], "big", signed=True)
+
+
+def first_stored_at(
+    records: bytes | bytearray | memoryview, sizes: npt.NDArray[np.int64], since_ms: int
+) -> int:
+    """The index among ``records`` (back to back) of the first stored at or after
+    ``since_ms`` (``len(sizes)``: none); store times grow with queue offsets, so a
+    binary search, as the verifier's hot reader does."""
+    buf = memoryview(records)
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    lo, hi = 0, int(sizes.size)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _store_time_at(buf, int(starts[mid])) < since_ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def store_times(
     records: bytes | bytearray | memoryview, sizes: npt.NDArray[np.int64]
 ) -> tuple[int, int]:
     """The storeTimestamp of the first and of the last of ``records`` (back to back)."""
     buf = memoryview(records)
-    last_at = int(sizes[:-1].sum())
-
-    def at(pos: int) -> int:
-        flag = int.from_bytes(buf[pos + _SYS_FLAG_AT : pos + _SYS_FLAG_AT + 4], "big")
-        ts = STORE_TIMESTAMP_AT_V6 if flag & int(SysFlag.BORNHOST_V6) else STORE_TIMESTAMP_AT_V4
-        return int.from_bytes(buf[pos + ts : pos + ts + 8], "big", signed=True)
-
-    return at(0), at(last_at)
+    return _store_time_at(buf, 0), _store_time_at(buf, int(sizes[:-1].sum()))
 
 
 def block_ranges(lo: int, hi: int, block_offsets: int) -> Iterator[tuple[int, int]]:
@@ -142,13 +169,15 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class QueuePrint:
-    """One hot queue as the fingerprint saw it."""
+    """One hot queue as the fingerprint saw it; ``stored_from`` pairs each tiering-record
+    time ``since_ms`` with the first offset stored at or after it (``hot_max``: none)."""
 
     topic: str
     queue_id: int
     hot_min: int
     hot_max: int
     blocks: tuple[Block, ...]
+    stored_from: tuple[tuple[int, int], ...] = ()
 
     def lag_cutoff(self, allowance: LagAllowance, reference_ms: int) -> int:
         """The first offset allowed to be untiered (the verifier's lag rule, at block
@@ -195,6 +224,7 @@ class Fingerprint:
                         [b.start, b.end, b.digest, b.first_store_ms, b.last_store_ms]
                         for b in q.blocks
                     ],
+                    "stored_from": [[since, offset] for since, offset in q.stored_from],
                 }
                 for q in self.queues
             ],
@@ -220,6 +250,7 @@ def read_fingerprint(data: bytes, key: str) -> Fingerprint:
                 str(q["topic"]), int(q["queue_id"]), int(q["hot_min"]), int(q["hot_max"]),
                 tuple(Block(int(s), int(e), str(d), int(f), int(la))
                       for s, e, d, f, la in q["blocks"]),
+                tuple((int(t), int(o)) for t, o in q["stored_from"]),
             )
             for q in doc["queues"]
         )  # fmt: skip
@@ -243,8 +274,10 @@ async def take_fingerprint(
     clock: Clock,
     bucket: TokenBucket | None = None,
     block_offsets: int = DEFAULT_BLOCK_OFFSETS,
+    since_ms: tuple[int, ...] = (),
 ) -> Fingerprint:
-    """Read every hot queue block by block and fingerprint it (module doc).
+    """Read every hot queue block by block and fingerprint it (module doc), with
+    ``stored_from`` for each of ``since_ms`` (the tiering record's entry times).
 
     ``bucket`` paces the reads (bytes of consume queue and commit log); its waits are on
     ``clock``. A block the broker deletes while we read (the queue's oldest) moves the
@@ -264,6 +297,7 @@ async def take_fingerprint(
                 continue
             rng = hot.queue_range(key.topic, key.queue_id)
             blocks: list[Block] = []
+            found: dict[int, int] = {}
             low = rng.min
             for start, end in block_ranges(rng.min, rng.max, block_offsets):
                 try:
@@ -280,12 +314,15 @@ async def take_fingerprint(
                 hasher = BlockHasher()
                 hasher.update(units, records)
                 first, last = store_times(records, sizes)
+                for t in since_ms:
+                    if t not in found and last >= t:
+                        found[t] = start + first_stored_at(records, sizes, t)
                 blocks.append(Block(start, end, hasher.hexdigest(), first, last))
                 read = len(records) + 20 * units.shape[0]
                 total += read
                 if bucket is not None:
                     await bucket.acquire(read)
-            queues.append(
-                QueuePrint(key.topic, key.queue_id, low, max(low, rng.max), tuple(blocks))
-            )
+            top = max(low, rng.max)
+            stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
+            queues.append(QueuePrint(key.topic, key.queue_id, low, top, tuple(blocks), stored))
     return Fingerprint(cluster, broker, taken, block_offsets, total, tuple(queues))

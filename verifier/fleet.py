@@ -11,12 +11,19 @@ against that broker's **newest** fingerprint, never reading a hot store:
 3. one task per queue (all brokers' queues spread over the executors) reads the queue's
    manifests and objects and checks them against the fingerprint's facts
    (:func:`verifier.fleetcheck.check_queue`);
-4. the driver decides each broker's required ranges (:mod:`verifier.scope`) and verdict.
+4. the driver decides each broker's required ranges and records against hot
+   (:func:`verifier.scope.judge`, the single-broker decision) with the fingerprint as
+   the source of hot facts (:class:`verifier.scope.HotFacts`), and each verdict.
 
-A broker with a tiering record whose newest fingerprint is missing, unreadable or older
-than ``max_fingerprint_age_s`` (by the job's clock) is **INCOMPLETE** — or worse, if its
-cold data alone shows damage — never CLEAN. The fleet's verdict is its worst broker's.
-A prefix without a tiering record is not a tiered broker and is left out.
+Loss records the fingerprint's hot range contradicts
+(:func:`verifier.scope.impossible_losses`) are left out of the accepted losses before
+the queue tasks run, as the single-broker job does before its segment checks.
+
+A broker with a tiering record whose newest fingerprint is missing, unreadable, older
+than ``max_fingerprint_age_s`` (by the job's clock) or without ``stored_from`` for one
+of the tiering record's times (taken before that entry was written) is **INCOMPLETE**
+— or worse, if its cold data alone shows damage — never CLEAN. The fleet's verdict is
+its worst broker's. A prefix without a tiering record is not a tiered broker and is left out.
 """
 
 from __future__ import annotations
@@ -40,12 +47,12 @@ from tieredstore.layout import (
     parse_fingerprint_stamp,
 )
 from tieredstore.loss import LossRecord
-from tieredstore.provenance import QueueInit, RetentionMark, TieringRecord
+from tieredstore.provenance import QueueInit, RetentionMark, StopMark, TieringRecord
 from verifier.fingerprint import Fingerprint, read_fingerprint
 from verifier.fleetcheck import QueueCheck, QueueWork, check_queue
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.readers import ColdLocation, list_cold_objects, open_cold_filesystem
-from verifier.scope import Requirements, apply_requirements, merge_spans
+from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge, merge_spans
 from verifier.verdict import Verdict, worst
 from verifier.vocabulary import DEFAULT_LAG_ALLOWANCE, LagAllowance, Level, VerifyOptions
 
@@ -160,6 +167,26 @@ class BrokerScan:
     fingerprint: Fingerprint | None
     fingerprint_key: str | None
     fingerprint_problem: str | None
+    stops: tuple[StopMark, ...] = ()
+
+    def hot_facts(self) -> dict[tuple[str, int], HotFacts]:
+        """What the fingerprint proves of each hot queue (empty: no fingerprint)."""
+        fp = self.fingerprint
+        if fp is None:
+            return {}
+        return {
+            (q.topic, q.queue_id): HotFacts(q.hot_min, q.hot_max, dict(q.stored_from))
+            for q in fp.queues
+        }
+
+    def impossible_losses(self) -> list[LossRecord]:
+        """The loss records over offsets the fingerprint says hot holds."""
+        return impossible_losses(self.losses, self.hot_facts())
+
+    def accepted_losses(self) -> list[LossRecord]:
+        """The loss records the queue checks accept: the others explain nothing."""
+        bad = self.impossible_losses()
+        return [x for x in self.losses if x not in bad]
 
 
 @dataclass(frozen=True)
@@ -188,6 +215,7 @@ class _ScanBroker:
             fp,
             key,
             problem,
+            listing.stops,
         )
 
     def _newest_fingerprint(
@@ -232,7 +260,8 @@ class _CheckQueues:
 def _works(scan: BrokerScan, opts: FleetOptions) -> list[QueueWork]:
     fp = scan.fingerprint
     queues = set(scan.objects) | ({(q.topic, q.queue_id) for q in fp.queues} if fp else set())
-    spans = merge_spans(scan.losses)
+    losses = scan.accepted_losses()
+    spans = merge_spans(losses)
     out = []
     for topic, qid in sorted(queues):
         out.append(
@@ -244,7 +273,7 @@ def _works(scan: BrokerScan, opts: FleetOptions) -> list[QueueWork]:
                 objects=scan.objects.get((topic, qid), {}),
                 manifests=scan.manifests.get((topic, qid), []),
                 hot=fp.queue(topic, qid) if fp else None,
-                losses=[x for x in scan.losses if (x.topic, x.queue_id) == (topic, qid)],
+                losses=[x for x in losses if (x.topic, x.queue_id) == (topic, qid)],
                 spans=[s for s in spans if (s.topic, s.queue_id) == (topic, qid)],
                 allowance=opts.lag_allowance,
                 reference_ms=fp.taken_ms if fp else opts.now_ms,
@@ -266,6 +295,16 @@ def _incomplete(scan: BrokerScan, opts: FleetOptions) -> str | None:
             f"the newest hot fingerprint ({scan.fingerprint_key}) is {age_s / 3600:.1f} h old, "
             f"older than the allowed {opts.max_fingerprint_age_s / 3600:g} h"
         )
+    assert scan.tiering is not None
+    times = sorted({e.since_ms for e in scan.tiering.history})
+    for q in fp.queues:
+        missing = [t for t in times if t not in dict(q.stored_from)]
+        if missing:
+            return (
+                f"the newest hot fingerprint ({scan.fingerprint_key}) has no stored_from for "
+                f"tiering-record time {missing[0]} of {q.topic}/{q.queue_id} (taken before "
+                "that entry was written): take a new one"
+            )
     return None
 
 
@@ -275,10 +314,12 @@ def _broker_result(
     assert scan.tiering is not None
     queues: list[QueueReport] = [c.queue for c in checks]
     found: list[Anomaly] = [a for c in checks for a in c.anomalies]
-    req = Requirements.of(scan.tiering, scan.inits, scan.retention, scan.losses)
-    decided, more = apply_requirements(queues, req)
+    records = ProvenanceRecords(scan.tiering, scan.inits, scan.retention, scan.stops)
+    decided, judged = judge(
+        queues, found, records, scan.losses, scan.impossible_losses(), scan.hot_facts()
+    )
     anomalies = sorted(
-        (*found, *more),
+        judged,
         key=lambda a: (a.topic, a.queue_id, -1 if a.start is None else a.start, a.anomaly.value),
     )
     queues_sorted = tuple(sorted(decided, key=lambda q: (q.topic, q.queue_id)))

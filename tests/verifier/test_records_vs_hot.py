@@ -1,6 +1,8 @@
 """Records are checked against what hot proves (issue 34): each verifier-side row of its
 table as a test, on POSIX and on S3 (the suite's moto server), and the verdicts that
-must not change beside them.
+must not change beside them. Each row is also run through the fleet job (``fleet``:
+``tieredstore fingerprint`` then ``verify --fleet``, POSIX): the same verdict and the
+same findings, from the fingerprint instead of the hot files (issue 35).
 
 The store is the verifier suite's tiered synthetic store: message ``i`` was stored at
 ``CREATED_AT_MS + i`` ms, and the tiering record tiers every topic from
@@ -55,6 +57,8 @@ class Site:
     storage: dict[str, Any]
     world: World
     out: Path
+    #: Verify through the fleet job against a fresh fingerprint, not the hot files.
+    fleet: bool = False
 
     def _fs(self) -> tuple[Any, str]:
         fs, root = fsspec.core.url_to_fs(self.url, **self.storage)
@@ -79,19 +83,31 @@ class Site:
             self.rm(m.key, m.commit_log_key, m.consume_queue_key)
 
     def verify(self) -> tuple[int, dict[str, Any]]:
+        if self.fleet:
+            return self._verify_fleet()
         argv = ["verify", "--store", str(self.world.hot), "--cold", self.url, "--cluster",
                 CLUSTER, "--broker", BROKER, "--out", str(self.out), "--lag-allowance", "0",
                 *self.flags]  # fmt: skip
         code = cli_main(argv)
         return code, json.loads((self.out / "report.json").read_text())
 
+    def _verify_fleet(self) -> tuple[int, dict[str, Any]]:
+        """Fingerprint the hot store now (its tiering-record times included), then run
+        ``verify --fleet``; the broker's own report.json."""
+        assert cli_main(["fingerprint", "--store", str(self.world.hot), "--cold", self.url,
+                         "--cluster", CLUSTER, "--broker", BROKER,
+                         "--max-bytes-per-second", "0"]) == 0  # fmt: skip
+        code = cli_main(["verify", "--fleet", "--cold", self.url, "--cluster", CLUSTER,
+                         "--out", str(self.out), "--lag-allowance", "0"])  # fmt: skip
+        return code, json.loads((self.out / CLUSTER / BROKER / "report.json").read_text())
 
-@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
+
+@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3), "fleet"])
 def site(
     request: pytest.FixtureRequest, world: World, tmp_path: Path, spark: SparkSession
 ) -> Iterator[Site]:
-    if request.param == "posix":
-        yield Site(str(world.cold), (), {}, world, tmp_path / "out")
+    if request.param in ("posix", "fleet"):
+        yield Site(str(world.cold), (), {}, world, tmp_path / "out", request.param == "fleet")
         return
     bucket: S3Bucket = request.getfixturevalue("s3_bucket")
     storage = bucket.fsspec_options()

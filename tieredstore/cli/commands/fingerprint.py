@@ -6,7 +6,8 @@ Run on each broker host (cron), before the nightly fleet verification
 fingerprint (:mod:`verifier.fingerprint`) under the broker's cold prefix,
 ``_fingerprints/<taken_ms>.json``, create-if-absent. No Spark, no JVM; memory is one
 block's records. The fingerprint is computed from hot bytes only: never from the
-sidecar's catalogue or its tiering path.
+sidecar's catalogue or its tiering path; the only thing read from cold is the broker's
+tiering record, for the times its ``stored_from`` offsets are searched at.
 
 Exit codes: 0 written; 1 a runtime failure (a hot file that does not read, the cold
 store refusing the write); 3 bad flag or configuration, no tiering record at the broker
@@ -79,10 +80,11 @@ async def _fingerprint(args: argparse.Namespace) -> int:
     bucket = TokenBucket(clock, args.max_bytes_per_second) if args.max_bytes_per_second else None
     where = canonical_cold_url(args.cold)
     async with open_backend(args.cold, options=options, retry=COMMAND_RETRY) as cold:
-        await find_tiered_prefix(cold, cluster, broker, where=where, require_record=True)
+        record = await find_tiered_prefix(cold, cluster, broker, where=where, require_record=True)
+        since = tuple(sorted({e.since_ms for e in record.history})) if record else ()
         fp = await take_fingerprint(
             hot, cluster=cluster, broker=broker, clock=clock, bucket=bucket,
-            block_offsets=args.block_offsets,
+            block_offsets=args.block_offsets, since_ms=since,
         )  # fmt: skip
         key = fingerprint_key(cluster, broker, stamp_ms=fp.taken_ms)
         data = fp.to_bytes()
