@@ -11,10 +11,12 @@ import pytest
 
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import VirtualClock
+from tieredstore.errors import CorruptProvenanceError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hot_store import HotStore
-from tieredstore.layout import fingerprint_prefix, parse_fingerprint_stamp
+from tieredstore.layout import fingerprint_prefix, parse_fingerprint_stamp, tiering_key
+from tieredstore.provenance import read_tiering_record
 from tieredstore.ratelimit import TokenBucket
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import tier, write_local
@@ -86,6 +88,44 @@ def test_the_command_writes_one_fingerprint_per_run_under_the_broker_prefix(
             (s, min(s + 100, q.hot_max)) for s in range(q.hot_min, q.hot_max, 100)
         ]
     assert len(path.read_bytes()) < fp.hot_bytes / 100  # grows with blocks, not bytes
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((cold / key).read_bytes(), key)
+    for q in fp.queues:  # stored_from at each of the tiering record's times
+        assert [t for t, _ in q.stored_from] == sorted({e.since_ms for e in record.history})
+    path.unlink()  # the next test of this module writes its own
+
+
+def _store_times(hot: Path) -> list[int]:
+    """Every store time of the first hot queue, in offset order (the hot store's reads)."""
+    store = HotStore(hot)
+    q = store.queues()[0]
+    rng = store.queue_range(q.topic, q.queue_id)
+    units = store.read_units(q.topic, q.queue_id, rng.min, rng.max)
+    return [store.read_store_timestamp(int(o)) for o in units["commitlog_offset"]]
+
+
+async def test_stored_from_is_the_first_hot_offset_stored_at_each_time(
+    stores: tuple[Path, Path],
+) -> None:
+    times = _store_times(stores[0])
+    # before every message, inside a block, on a block edge, at the last, after all
+    since = (times[0] - 10**6, times[137], times[200], times[-1], times[-1] + 10**6)
+    store = HotStore(stores[0])
+    fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                block_offsets=100, since_ms=since)  # fmt: skip
+    for q in fp.queues:
+        expected = [(t, store.offset_by_time(q.topic, q.queue_id, t)) for t in sorted(since)]
+        assert list(q.stored_from) == expected
+        assert expected[0][1] == q.hot_min and expected[-1][1] == q.hot_max
+    assert read_fingerprint(fp.to_bytes(), "k") == fp
+
+
+def test_a_fingerprint_of_another_format_is_refused_naming_it() -> None:
+    doc = {"format_version": 1, "cluster": CLUSTER, "broker": BROKER, "taken_ms": 1,
+           "block_offsets": 100, "hot_bytes": 0, "queues": []}  # fmt: skip
+    with pytest.raises(CorruptProvenanceError, match="fingerprint format 1") as exc:
+        read_fingerprint(json.dumps(doc).encode(), "fp/1.json")
+    assert "fp/1.json" in str(exc.value)
 
 
 def test_a_broker_without_a_tiering_record_is_refused_and_nothing_written(

@@ -31,6 +31,7 @@ from tieredstore.testing.coldimage import CREATED_AT_MS, ColdImage, init_record
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.topic_rules import TopicRules
+from verifier.verdict import Verdict
 
 from .conftest import World
 from .test_damage import found, queue_doc
@@ -91,15 +92,21 @@ class Site:
         code = cli_main(argv)
         return code, json.loads((self.out / "report.json").read_text())
 
-    def _verify_fleet(self) -> tuple[int, dict[str, Any]]:
-        """Fingerprint the hot store now (its tiering-record times included), then run
-        ``verify --fleet``; the broker's own report.json."""
+    def fingerprint(self) -> None:
+        """``tieredstore fingerprint`` of the hot store now (the tiering record's times)."""
         assert cli_main(["fingerprint", "--store", str(self.world.hot), "--cold", self.url,
                          "--cluster", CLUSTER, "--broker", BROKER,
                          "--max-bytes-per-second", "0"]) == 0  # fmt: skip
+
+    def verify_fleet(self) -> tuple[int, dict[str, Any]]:
+        """``verify --fleet`` against the newest fingerprint: the broker's report.json."""
         code = cli_main(["verify", "--fleet", "--cold", self.url, "--cluster", CLUSTER,
                          "--out", str(self.out), "--lag-allowance", "0"])  # fmt: skip
         return code, json.loads((self.out / CLUSTER / BROKER / "report.json").read_text())
+
+    def _verify_fleet(self) -> tuple[int, dict[str, Any]]:
+        self.fingerprint()
+        return self.verify_fleet()
 
 
 @pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3), "fleet"])
@@ -288,6 +295,17 @@ def test_an_earliest_init_record_above_hot_min_explains_nothing(world: World) ->
         ("unproven_start", TOPIC, 0, cold_min, cold_min, forged.key),
         ("missing_head", TOPIC, 0, 0, cold_min, None),
     }
+
+
+def test_a_fingerprint_taken_before_a_tiering_entry_leaves_the_broker_incomplete(
+    world: World,
+) -> None:
+    site = Site(str(world.cold), (), {}, world, world.out, fleet=True)
+    site.fingerprint()
+    exclude_topic(site, stops={Q: stop_at(site, Q, 5), Q1: hot_range(site, Q1)[1]})
+    code, doc = site.verify_fleet()  # CLEAN with a new fingerprint (row 1 above)
+    assert (code, doc["verdict"]) == (Verdict.INCOMPLETE.exit_code, "INCOMPLETE")
+    assert "no stored_from" in doc["incomplete"] and str(EXCLUDED_MS) in doc["incomplete"]
 
 
 # -- row 1 with the real sidecar: tiered, excluded by a normal run, data lost ------------
