@@ -61,7 +61,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(_REPO / name, src / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
+        # The venv's own setuptools (the dev extra): no build environment from the index.
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "-q", "-w", str(out), str(src)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     (found,) = out.glob("tieredstore-*.whl")
