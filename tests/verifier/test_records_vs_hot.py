@@ -60,6 +60,8 @@ class Site:
     out: Path
     #: Verify through the fleet job against a fresh fingerprint, not the hot files.
     fleet: bool = False
+    #: ``tieredstore fingerprint``'s flags to reach the cold store.
+    fingerprint_flags: tuple[str, ...] = ()
 
     def _fs(self) -> tuple[Any, str]:
         fs, root = fsspec.core.url_to_fs(self.url, **self.storage)
@@ -96,12 +98,12 @@ class Site:
         """``tieredstore fingerprint`` of the hot store now (the tiering record's times)."""
         assert cli_main(["fingerprint", "--store", str(self.world.hot), "--cold", self.url,
                          "--cluster", CLUSTER, "--broker", BROKER,
-                         "--max-bytes-per-second", "0"]) == 0  # fmt: skip
+                         "--max-bytes-per-second", "0", *self.fingerprint_flags]) == 0  # fmt: skip
 
     def verify_fleet(self) -> tuple[int, dict[str, Any]]:
         """``verify --fleet`` against the newest fingerprint: the broker's report.json."""
         code = cli_main(["verify", "--fleet", "--cold", self.url, "--cluster", CLUSTER,
-                         "--out", str(self.out), "--lag-allowance", "0"])  # fmt: skip
+                         "--out", str(self.out), "--lag-allowance", "0", *self.flags])  # fmt: skip
         return code, json.loads((self.out / CLUSTER / BROKER / "report.json").read_text())
 
     def _verify_fleet(self) -> tuple[int, dict[str, Any]]:
@@ -122,7 +124,9 @@ def site(
     fs.pipe({f"{root.rstrip('/')}/{k}": v for k, v in world.image.objects.items()})
     flags = ("--endpoint-url", bucket.endpoint_url, "--region", REGION, "--storage-option",
              f"key={ACCESS_KEY}", "--storage-option", f"secret={SECRET_KEY}")  # fmt: skip
-    yield Site(bucket.url, flags, storage, world, tmp_path / "out")
+    reach = ("--endpoint-url", bucket.endpoint_url, "--region", REGION)
+    fleet = request.param == "s3-fleet"
+    yield Site(bucket.url, flags, storage, world, tmp_path / "out", fleet, reach)
 
 
 def hot_range(site: Site, q: QueueKey = Q) -> tuple[int, int]:
@@ -229,6 +233,11 @@ def test_a_loss_record_over_offsets_hot_holds_is_corrupt(site: Site) -> None:
         ("impossible_loss_record", TOPIC, 0, m.start_offset, m.end_offset, record.key),
         ("gap", TOPIC, 0, m.start_offset, m.end_offset, None),
     }
+
+
+@pytest.mark.parametrize("site", [pytest.param("s3-fleet", marks=pytest.mark.s3)], indirect=True)
+def test_on_s3_the_fleet_job_finds_a_loss_record_over_hot_impossible(site: Site) -> None:
+    test_a_loss_record_over_offsets_hot_holds_is_corrupt(site)
 
 
 # -- row 3: a retention record past what cold committed, or past hot max ----------------
