@@ -46,7 +46,8 @@ from _common import (
 from tieredstore.clock import SystemClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot_store import HotStore
-from tieredstore.layout import fingerprint_key
+from tieredstore.layout import fingerprint_key, tiering_key
+from tieredstore.provenance import read_tiering_record
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import write_local
 from tieredstore.testing.fleet import fleet_image
@@ -98,11 +99,18 @@ def main() -> int:
         subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
     # The fingerprint in this process (no interpreter start-up in its time), then the
     # other brokers' through the command.
+    # The tiering record's times, as the command reads them (stored_from is searched at).
+    key = tiering_key(CLUSTER, brokers[0])
+    record = read_tiering_record((cold / key).read_bytes(), key)
+    since = tuple(sorted({e.since_ms for e in record.history}))
     cpu0 = time.process_time()
     with Stopwatch() as fp_time:
         fp = asyncio.run(
-            take_fingerprint(HotStore(hot), cluster=CLUSTER, broker=brokers[0], clock=SystemClock())
-        )
+            take_fingerprint(
+                HotStore(hot), cluster=CLUSTER, broker=brokers[0], clock=SystemClock(),
+                since_ms=since,
+            )
+        )  # fmt: skip
     fp_cpu = time.process_time() - cpu0
     fp_file = cold / fingerprint_key(CLUSTER, brokers[0], stamp_ms=fp.taken_ms)
     fp_file.parent.mkdir(parents=True, exist_ok=True)
