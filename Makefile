@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test quick fmt lint typecheck pytest bench clean
+.PHONY: help demo test quick fmt lint typecheck pytest docs bench clean
 # `make` alone lists the targets.
 .DEFAULT_GOAL := help
 
@@ -57,6 +57,11 @@ typecheck: $(STAMP)
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+## docs: rewrite docs/configuration.md's settings tables and docs/sidecar.toml from
+##   the declaration of the settings (tieredstore/config_keys.py)
+docs: $(STAMP)
+	$(BIN)/python -m tieredstore.config_docs
 
 ## bench: every benchmark at its default size, one after another; the output goes to
 ##   bench/results/latest.log and the table at the top of BENCHMARKS.md is rewritten from it

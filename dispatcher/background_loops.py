@@ -52,15 +52,15 @@ async def wait_at_most(clock: Clock, task: asyncio.Future[Any], seconds: float) 
         timer.cancel()
 
 
-async def renew_until(lease: Lease, clock: Clock, done: asyncio.Event, interval: float) -> None:
-    """Renew the lease every interval until ``done`` (every write has returned — not
+async def renew_until(lease: Lease, clock: Clock, done: asyncio.Event) -> None:
+    """Renew the lease every ``lease.renew_interval`` until ``done`` (every write has returned — not
     merely a stop asked: segments still draining must stay fenced).
 
     A retryable failure is logged and retried next interval; any other error ends the
     loop with it (the caller stops the dispatcher).
     """
     while not done.is_set():
-        await sleep_until(clock, done, interval)
+        await sleep_until(clock, done, lease.renew_interval)
         if done.is_set():
             return
         try:

@@ -13,10 +13,11 @@ import asyncio
 import logging
 
 from dispatcher.committer import Reminded, Stopped
-from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.metrics import Metrics
+from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
+from tieredstore.config import InitStart, TieringSettings
 from tieredstore.errors import InvalidNameError, TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import validate_topic
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 class Discovery:
     """Finds the queues to tier; see the module docstring.
 
-    ``config`` is swapped by a reload (the init policy and topic filter apply to queues
+    ``tiering`` is swapped by a reload (the init policy and topic filter apply to queues
     seen from then on). ``reminded`` is shared with the committer, which reminds of the
     queues it stops itself.
     """
@@ -40,27 +41,36 @@ class Discovery:
         hot: HotStore,
         catalogue: Catalogue,
         metrics: Metrics,
-        config: DispatcherConfig,
+        tiering: TieringSettings,
         reminded: Reminded,
         stopped: Stopped | None = None,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue
         self.metrics = metrics
-        self.config = config
+        self.tiering = tiering
         self._reminded = reminded
         self._stopped: Stopped = {} if stopped is None else stopped
         self._refused: set[str] = set()  # topics whose names the cold store cannot hold
         #: Queues the last :meth:`discover` created rows for.
         self.new_queues: list[QueueKey] = []
 
+    @property
+    def tiering(self) -> TieringSettings:
+        return self._tiering
+
+    @tiering.setter
+    def tiering(self, tiering: TieringSettings) -> None:
+        self._tiering = tiering
+        self.topic_filter = TopicFilter.of(tiering)
+
     def _init_offset(self, key: QueueKey) -> int:
         rng = self.hot.queue_range(key.topic, key.queue_id)
-        policy = self.config.init_policy
-        if policy == "latest":
+        policy = self.tiering.init_policy
+        if policy.start is InitStart.LATEST:
             return rng.max
-        if policy.startswith("timestamp:"):
-            return self.hot.offset_by_time(key.topic, key.queue_id, int(policy.split(":", 1)[1]))
+        if policy.start is InitStart.TIMESTAMP:
+            return self.hot.offset_by_time(key.topic, key.queue_id, policy.timestamp_ms)
         return rng.min
 
     async def discover(self) -> list[QueueRow]:
@@ -70,7 +80,7 @@ class Discovery:
         known: dict[QueueKey, QueueRow] = {}
         fresh: list[QueueKey] = []
         for key in keys:
-            if not self.config.topic_filter.accepts(key.topic) or key.topic in self._refused:
+            if not self.topic_filter.accepts(key.topic) or key.topic in self._refused:
                 continue
             row = self.catalogue.queues.get(key.topic, key.queue_id)
             if row is not None:
@@ -117,7 +127,7 @@ class Discovery:
             [(k.topic, k.queue_id, init) for k, init in zip(fresh, inits, strict=True)]
         )
         for key, init in zip(fresh, inits, strict=True):
-            log.info("queue %s initialised at offset %d (%s)", key, init, self.config.init_policy)
+            log.info("queue %s initialised at offset %d (%s)", key, init, self.tiering.init_policy)
         return dict(zip(fresh, created, strict=True))
 
     async def _watch_stopped(self, row: QueueRow) -> None:

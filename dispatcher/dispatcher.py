@@ -36,7 +36,6 @@ from dispatcher.background_loops import (
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
-from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
 from dispatcher.lease import Lease
 from dispatcher.metrics import Metrics
@@ -48,10 +47,11 @@ from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
+from tieredstore.config import TieringSettings
 from tieredstore.errors import LeaseLostError, TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
 
-__all__ = ["Dispatcher", "DispatcherConfig", "DispatcherState", "Periodic", "TickReport"]
+__all__ = ["Dispatcher", "DispatcherState", "Periodic", "TickReport"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ class Dispatcher:
         lease: Lease,
         writer: ColdWriter,
         clock: Clock,
-        config: DispatcherConfig,
+        tiering: TieringSettings,
+        spool_dir: Path | None = None,
         metrics: Metrics | None = None,
         on_segment: Callable[[SegmentPlan], None] | None = None,
         periodic: Sequence[Periodic] = (),
@@ -107,7 +108,7 @@ class Dispatcher:
         self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
         self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)
         self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
-                                   config=config, reminded=reminded,
+                                   tiering=tiering, reminded=reminded,
                                    stopped=self.stopped)  # fmt: skip
         committer = SegmentCommitter(
             catalogue=catalogue,
@@ -123,24 +124,26 @@ class Dispatcher:
             hot=hot,
             clock=clock,
             metrics=self.metrics,
-            config=config,
+            tiering=tiering,
+            spool_dir=spool_dir,
             guard=DurabilityGuard(hot, self.metrics),
             committer=committer,
             stopping=self._stopping,
             on_segment=on_segment,
         )
-        self._config = config
+        self._tiering = tiering
 
     @property
-    def config(self) -> DispatcherConfig:
-        return self._config
+    def tiering(self) -> TieringSettings:
+        """The ``[tiering]`` settings in force."""
+        return self._tiering
 
-    @config.setter
-    def config(self, config: DispatcherConfig) -> None:
+    @tiering.setter
+    def tiering(self, tiering: TieringSettings) -> None:
         """Swap the settings live (a reload); the parts use them from their next step."""
-        self._config = config
-        self.discovery.config = config
-        self.rounds.config = config
+        self._tiering = tiering
+        self.discovery.tiering = tiering
+        self.rounds.tiering = tiering
 
     @property
     def syncer(self) -> CommitlogSyncer:
@@ -172,7 +175,7 @@ class Dispatcher:
         report = TickReport()
         await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
         rows = await self.discover()
-        await self.provenance.before_tiering(rows, self.config)
+        await self.provenance.before_tiering(rows, self.tiering)
         await self.rounds.new_tick()
         report.new_queues = list(self.discovery.new_queues)
         idle = [r for r in rows if QueueKey(r.topic, r.queue_id) not in self._inflight]
@@ -244,7 +247,7 @@ class Dispatcher:
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
         await self.writer.recover()
-        await self.provenance.publish_rules(self.config.topic_filter.rules())
+        await self.provenance.publish_rules(self.discovery.topic_filter.rules())
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self._lock:
             for job in self.startup:
@@ -257,8 +260,7 @@ class Dispatcher:
             stopped_file.save(self._stopped_path, self.stopped)
 
     async def _renew_loop(self) -> None:
-        interval = self.config.lease_renew_interval
-        await renew_until(self.lease, self.clock, self._writes_done, interval)
+        await renew_until(self.lease, self.clock, self._writes_done)
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(
@@ -268,7 +270,7 @@ class Dispatcher:
     async def _tick_loop(self) -> None:
         while not self._stopping.is_set():
             await self.tick()
-            await sleep_until(self.clock, self._stopping, self.config.tick_interval)
+            await sleep_until(self.clock, self._stopping, self.tiering.tick_interval)
 
     async def run(self, *, shutdown_deadline: float = 30.0) -> None:
         """Run until :meth:`stop` is called (a signal handler calls it).

@@ -1,7 +1,7 @@
 """Tiering in rounds: plan many queues, guard, one commitlog pass, commit each.
 
 A round plans one segment per queue still going (the group-commit rules, up to about
-``pass_max_records`` records in all), makes the planned records durable (the guard,
+``PASS_MAX_RECORDS`` records in all), makes the planned records durable (the guard,
 :mod:`dispatcher.durability`), reads their records with **one commitlog-order pass**
 (:mod:`dispatcher.commitlog_pass`: sequential windows, checked, rewritten and hashed in bulk,
 spooled per segment), then commits the segments (:mod:`dispatcher.committer`),
@@ -20,14 +20,15 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.committer import CommitKind, SegmentCommitter
-from dispatcher.dispatcher_config import DispatcherConfig
-from dispatcher.durability import DurabilityGuard
+from dispatcher.durability import DurabilityGuard, GuardMode
 from dispatcher.metrics import Metrics
 from dispatcher.planner import (
     HotDataLost,
+    Limits,
     SegmentPlan,
     Wait,
     WaitReason,
@@ -39,10 +40,16 @@ from dispatcher.spool_room import RoundBudget, spool_room
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
+from tieredstore.config import TieringSettings
 from tieredstore.errors import DivergedError, SpoolTooSmallError, StoreError, TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
 
-__all__ = ["Rounds"]
+__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
+
+#: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.commitlog_pass`).
+PASS_WINDOW_BYTES: Final = 2 << 20
+#: Records planned per round at most (bounds the unit arrays' memory).
+PASS_MAX_RECORDS: Final = 1 << 20
 
 
 def _cl_end(planned: tuple[QueueRow, SegmentPlan]) -> int:
@@ -83,8 +90,9 @@ def _recheck(
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
-    ``config`` is swapped by a reload; the commit semaphore keeps the ``concurrency`` it
-    was built with. A round stops being started once ``stopping`` is set.
+    ``tiering`` is swapped by a reload; the commit semaphore keeps the ``concurrency`` it
+    was built with. Spool directories are made in ``spool_dir`` (None: the system's
+    temporary directory). A round stops being started once ``stopping`` is set.
     """
 
     def __init__(
@@ -93,7 +101,8 @@ class Rounds:
         hot: HotStore,
         clock: Clock,
         metrics: Metrics,
-        config: DispatcherConfig,
+        tiering: TieringSettings,
+        spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
         stopping: asyncio.Event,
@@ -102,12 +111,13 @@ class Rounds:
         self.hot = hot
         self.clock = clock
         self.metrics = metrics
-        self.config = config
+        self.tiering = tiering
+        self.spool_dir = spool_dir
         self.guard = guard
         self.committer = committer
         self.on_segment = on_segment
         self._stopping = stopping
-        self._sem = asyncio.Semaphore(config.concurrency)
+        self._sem = asyncio.Semaphore(tiering.concurrency)
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
 
     async def new_tick(self) -> None:
@@ -115,11 +125,11 @@ class Rounds:
         fresh sync round, and the guard mode in force (a gauge)."""
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         self.guard.syncer.new_round()
-        self.metrics.set_guard_mode(self.guard.mode(self.config.guard).value)
+        self.metrics.set_guard_mode(self.guard.mode(GuardMode(self.tiering.guard)).value)
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
-        root = self.config.spool_dir
+        root = self.spool_dir
         if root is None or not root.is_dir():
             return
         for stale in root.glob("round-*"):
@@ -140,7 +150,7 @@ class Rounds:
         while todo and not self._stopping.is_set():
             planned, later = await self._plan_round(todo, flush, report)
             if planned and not await self.guard.make_durable(
-                self.config.guard, max(planned, key=_cl_end)[1].cl_end
+                GuardMode(self.tiering.guard), max(planned, key=_cl_end)[1].cl_end
             ):
                 continue  # fdatasync refused: plan again under the checkpoint rule
             todo = later + await self._run_round(planned, report)
@@ -152,11 +162,9 @@ class Rounds:
         """Plan the next segment of each row, up to the round's size; return the plans
         and the rows left for a later round. Waits, losses and divergence are handled
         (and reported) here; a queue whose planning failed is recorded and dropped."""
-        guard = await asyncio.to_thread(self.guard.guard_ts, self.config.guard)
-        room = await asyncio.to_thread(
-            spool_room, self.config.spool_dir, self.config.spool_max_bytes
-        )
-        budget = RoundBudget(self.config.pass_max_records, room)
+        guard = await asyncio.to_thread(self.guard.guard_ts, GuardMode(self.tiering.guard))
+        room = await asyncio.to_thread(spool_room, self.spool_dir, self.tiering.spool_max_bytes)
+        budget = RoundBudget(PASS_MAX_RECORDS, room)
         outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
         self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
         planned: list[tuple[QueueRow, SegmentPlan]] = []
@@ -190,7 +198,7 @@ class Rounds:
             key = QueueKey(row.topic, row.queue_id)
             try:
                 outcome = plan_segment(
-                    self.hot, key, row.cold_commit, self.config.limits,
+                    self.hot, key, row.cold_commit, Limits.of(self.tiering),
                     now_ms=now_ms, guard_ts=guard, flush=flush,
                 )  # fmt: skip
             except Exception as exc:  # the caller records it (or re-raises a bug)
@@ -241,7 +249,7 @@ class Rounds:
             await asyncio.to_thread(shutil.rmtree, directory, True)
 
     def _new_spool(self) -> str:
-        root = self.config.spool_dir
+        root = self.spool_dir
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
         return tempfile.mkdtemp(dir=root, prefix="round-")
@@ -252,7 +260,7 @@ class Rounds:
         """Run the pass in a thread; if cancelled, stop it and wait for it to return (its
         spool files must not be written after the directory is removed)."""
         stop = threading.Event()
-        window = max(self.config.pass_window_bytes, 1)
+        window = PASS_WINDOW_BYTES
         work = asyncio.ensure_future(
             asyncio.to_thread(
                 gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop

@@ -108,11 +108,11 @@ def test_defaults_and_precedence(tmp_path: Path) -> None:
     )
     env = {"TIEREDSTORE_STORE_PATH": "/from/env", "TIEREDSTORE_TIERING_CONCURRENCY": "7"}
     s = load_settings(cfg, env=env, overrides={"cold.url": "s3://bucket/p", "cold.broker": None})
-    assert s.store.path == "/from/env"
+    assert s.store.path == Path("/from/env")
     assert s.sources["store.path"] == "env TIEREDSTORE_STORE_PATH"
-    assert s.cold_url == "s3://bucket/p"
+    assert s.cold.url == "s3://bucket/p"
     assert s.sources["cold.url"] == "flag"
-    assert s.broker == "B"
+    assert s.cold.broker == "B"
     assert s.tiering.segment_max_bytes == 1 << 20
     assert s.tiering.segment_max_age == 120.0
     assert s.tiering.concurrency == 7

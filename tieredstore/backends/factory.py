@@ -124,5 +124,5 @@ def open_cold(
     """The cold store ``settings`` name (``cold.url`` and its options); ``retry=None``
     gives the bare backend (the sidecar wraps it itself, to count requests inside)."""
     return open_backend(
-        settings.cold_url, options=backend_options(settings), retry=retry, on_retry=on_retry
+        settings.cold.url, options=backend_options(settings), retry=retry, on_retry=on_retry
     )

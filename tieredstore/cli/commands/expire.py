@@ -77,7 +77,7 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
     with Catalogue.read_only_for(settings) as catalogue:
         snaps: Sequence[QueueSnapshot] = snapshot_catalogue(catalogue)
     hot = read_hot_view(
-        HotStore(settings.store_path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
+        HotStore(settings.store.path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
     )
     policy = RetentionPolicy.from_settings(settings)
     if args.purge:

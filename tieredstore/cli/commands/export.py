@@ -51,8 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def _export(settings: Settings, args: argparse.Namespace) -> int:
     options = backend_options(settings)
     request = ExportRequest(
-        cluster=settings.cluster,
-        broker=settings.broker,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
         topics=tuple(args.topics),
         since_ms=args.since,
         until_ms=args.until,
@@ -62,7 +62,7 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
         open_backend(args.out, options=options, retry=RetryPolicy()) as out,
     ):
         await find_tiered_prefix(
-            cold, settings.cluster, settings.broker,
+            cold, settings.cold.cluster, settings.cold.broker,
             where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
         report = await export_parquet(cold, out, request, clock=SystemClock(), jobs=args.jobs)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--since {args.since} is not before --until {args.until}")
     # export needs only the cold store: the broker store and state dir are not used.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
-    _check_local_root(settings.cold_url)
+    _check_local_root(settings.cold.url)
     return asyncio.run(_export(settings, args))
 
 

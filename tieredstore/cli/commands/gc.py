@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _catalogue_keys(settings: Settings) -> frozenset[str]:
     """Every object key the catalogue references (none when there is no catalogue)."""
-    if not (settings.state_dir / DB_NAME).exists():
+    if not (settings.state.dir / DB_NAME).exists():
         return frozenset()
     with Catalogue.read_only_for(settings) as catalogue:
         keys: set[str] = set()
@@ -61,8 +61,8 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
         try:
             report = await scan_garbage(
                 backend,
-                cluster=settings.cluster,
-                broker=settings.broker,
+                cluster=settings.cold.cluster,
+                broker=settings.cold.broker,
                 now_ms=clock.now_ms(),
                 grace_s=settings.gc.grace,
                 protected=protected,

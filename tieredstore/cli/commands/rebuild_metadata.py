@@ -25,10 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def _rebuild(settings: Settings) -> int:
     async with open_cold(settings, retry=None) as backend:
         report = await rebuild(
-            backend, settings.state_dir, cluster=settings.cluster, broker=settings.broker
+            backend, settings.state.dir, cluster=settings.cold.cluster, broker=settings.cold.broker
         )
     print(
-        f"rebuilt {settings.state_dir}: {len(report.created)} queues, "
+        f"rebuilt {settings.state.dir}: {len(report.created)} queues, "
         f"{len(report.adopted)} segments adopted, {len(report.issues)} issues"
     )
     for issue in report.issues:

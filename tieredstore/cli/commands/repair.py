@@ -41,7 +41,7 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPla
     async with backend:
         with Catalogue.read_only_for(settings) as catalogue:
             return await plan_repair(
-                hot=HotStore(settings.store_path),
+                hot=HotStore(settings.store.path),
                 backend=backend,
                 catalogue=catalogue,
                 topic=topic,

@@ -44,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> ResumePlan:
     with Catalogue.read_only_for(settings) as catalogue:
         return await plan_resume(
-            hot=HotStore(settings.store_path), catalogue=catalogue, topic=topic, queue_id=queue_id
+            hot=HotStore(settings.store.path), catalogue=catalogue, topic=topic, queue_id=queue_id
         )
 
 

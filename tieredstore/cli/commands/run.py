@@ -79,7 +79,7 @@ async def check_cold_store(settings: Settings) -> None:
     where = f"cold.url={settings.redacted()['cold.url']}"
     backend = open_cold(settings, retry=policy)
     try:
-        await backend.list(lease_key(settings.cluster, settings.broker))
+        await backend.list(lease_key(settings.cold.cluster, settings.cold.broker))
     except (RetryableError, BackendError) as exc:
         raise ConfigError(f"cold store is unreachable: {exc}", where=where) from exc
     finally:

@@ -170,19 +170,19 @@ def run(args: argparse.Namespace) -> int:
 
     # status never touches the cold store, so a cold URL is not required here.
     settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})
-    hot = HotStore(settings.store_path)
+    hot = HotStore(settings.store.path)
 
     def snapshot(now_ms: int) -> list[QueueStatus]:
         with Catalogue.open(
-            settings.state_dir,
-            cluster=settings.cluster,
-            broker=settings.broker,
+            settings.state.dir,
+            cluster=settings.cold.cluster,
+            broker=settings.cold.broker,
             read_only=True,
             cold_url=args.cold,  # checked when given (status never needs it)
         ) as catalogue:
             rows = catalogue.queues.all()
             losses = catalogue.queues.losses()
-        stopped = stopped_file.load(settings.state_dir / stopped_file.FILE_NAME)
+        stopped = stopped_file.load(settings.state.dir / stopped_file.FILE_NAME)
         return mark_stopped(collect(hot, rows, now_ms, losses), stopped)
 
     tty = sys.stdout.isatty()
