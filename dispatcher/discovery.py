@@ -55,15 +55,6 @@ class Discovery:
         #: Queues the last :meth:`discover` created rows for.
         self.new_queues: list[QueueKey] = []
 
-    @property
-    def tiering(self) -> TieringSettings:
-        return self._tiering
-
-    @tiering.setter
-    def tiering(self, tiering: TieringSettings) -> None:
-        self._tiering = tiering
-        self.topic_filter = TopicFilter.of(tiering)
-
     def _init_offset(self, key: QueueKey) -> int:
         rng = self.hot.queue_range(key.topic, key.queue_id)
         policy = self.tiering.init_policy
@@ -77,10 +68,11 @@ class Discovery:
         """Return ACTIVE queue rows, creating rows for queues seen for the first time
         (all of one discovery's new queues in one catalogue transaction)."""
         keys = await asyncio.to_thread(self.hot.queues)
+        topics = TopicFilter.of(self.tiering)
         known: dict[QueueKey, QueueRow] = {}
         fresh: list[QueueKey] = []
         for key in keys:
-            if not self.topic_filter.accepts(key.topic) or key.topic in self._refused:
+            if not topics.accepts(key.topic) or key.topic in self._refused:
                 continue
             row = self.catalogue.queues.get(key.topic, key.queue_id)
             if row is not None:

@@ -43,6 +43,7 @@ from dispatcher.planner import SegmentPlan
 from dispatcher.provenance_writer import ProvenanceWriter
 from dispatcher.tick_report import TickReport, record_error
 from dispatcher.tiering_round import Rounds
+from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
@@ -247,7 +248,7 @@ class Dispatcher:
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
         await self.writer.recover()
-        await self.provenance.publish_rules(self.discovery.topic_filter.rules())
+        await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self._lock:
             for job in self.startup:

@@ -44,24 +44,15 @@ from tieredstore.config_keys import (
 from tieredstore.config_values import InitPolicy, InitStart, parse_duration, parse_size
 from tieredstore.errors import ConfigError
 
+# The declaration's names that code outside the configuration uses, re-exported; the
+# other section classes are tieredstore.config_keys's.
 __all__ = [
     "SECTIONS",
     "SETTINGS",
-    "ColdSettings",
-    "ConfigBackupSettings",
-    "GcSettings",
-    "HttpSettings",
     "InitPolicy",
     "InitStart",
-    "LeaseSettings",
-    "LogSettings",
-    "ReadsSettings",
-    "RetentionSettings",
     "Setting",
     "Settings",
-    "ShutdownSettings",
-    "StateSettings",
-    "StoreSettings",
     "TieringSettings",
     "check_environment",
     "load_settings",

@@ -17,7 +17,7 @@ that uses it (``settings.tiering.<name>``); ``make docs`` then rewrites the docs
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
@@ -63,17 +63,31 @@ _DECLARED: Final = "tieredstore.setting"
 
 
 @dataclass(frozen=True, slots=True)
-class _Declared:
-    """What :func:`key` and :func:`required` attach to a field."""
+class Setting:
+    """One key of :data:`SETTINGS`, as the loader, the reload and the docs see it."""
 
+    #: ``section.name``; empty while only attached to its field (:meth:`Section.settings`).
+    key: str
     parse: Callable[[object], Any]
-    toml_default: object  # as written in TOML; None when required
+    #: The parsed default; None for a required key.
+    default: Any
+    #: The default as written in TOML (docs/configuration.md, docs/sidecar.toml).
+    toml_default: object
     help: str
     required: bool = False
+    #: ``SIGHUP`` applies a change at once; otherwise the running value stays.
     live: bool = False
+    #: docs/sidecar.toml's value of a required key, or a commented-out line under a
+    #: table-valued one.
     example: object = None
+    #: docs/sidecar.toml's comment on the key.
     note: str = ""
+    #: Why the key is deprecated and what replaces it; empty for a current key.
     deprecated: str = ""
+
+    @property
+    def env(self) -> str:
+        return "TIEREDSTORE_" + self.key.replace(".", "_").upper()
 
 
 def key(
@@ -91,42 +105,17 @@ def key(
     that does not parse fails at once. ``live``: a ``SIGHUP`` applies it at once
     (otherwise it needs a restart). ``note``: the comment of docs/sidecar.toml;
     ``example``: a commented-out line under a table-valued key there."""
-    declared = _Declared(
-        parse, default, help, live=live, example=example, note=note, deprecated=deprecated
-    )
+    declared = Setting(
+        "", parse, parse(default), default, help, live=live, example=example, note=note,
+        deprecated=deprecated,
+    )  # fmt: skip
     return field(metadata={_DECLARED: declared})  # type: ignore[no-any-return]
 
 
 def required(parse: Callable[[object], _T], help: str, *, example: object, note: str = "") -> _T:
     """Declare a setting without a default (``example`` is docs/sidecar.toml's value)."""
-    declared = _Declared(parse, None, help, required=True, example=example, note=note)
+    declared = Setting("", parse, None, None, help, required=True, example=example, note=note)
     return field(metadata={_DECLARED: declared})  # type: ignore[no-any-return]
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One key of :data:`SETTINGS`, as the loader, the reload and the docs see it."""
-
-    key: str
-    parse: Callable[[object], Any]
-    #: The parsed default; None for a required key.
-    default: Any
-    #: The default as written in TOML (docs/configuration.md, docs/sidecar.toml).
-    toml_default: object
-    help: str
-    required: bool = False
-    #: ``SIGHUP`` applies a change at once; otherwise the running value stays.
-    live: bool = False
-    #: docs/sidecar.toml's value of a required key.
-    example: object = None
-    #: docs/sidecar.toml's comment on the key.
-    note: str = ""
-    #: Why the key is deprecated and what replaces it; empty for a current key.
-    deprecated: str = ""
-
-    @property
-    def env(self) -> str:
-        return "TIEREDSTORE_" + self.key.replace(".", "_").upper()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,24 +139,9 @@ class Section:
     @classmethod
     def settings(cls) -> tuple[Setting, ...]:
         """The section's keys, in declaration order."""
-        out = []
-        for f in fields(cls):
-            d: _Declared = f.metadata[_DECLARED]
-            out.append(
-                Setting(
-                    key=f"{cls.SECTION}.{f.name}",
-                    parse=d.parse,
-                    default=None if d.required else d.parse(d.toml_default),
-                    toml_default=d.toml_default,
-                    help=d.help,
-                    required=d.required,
-                    live=d.live,
-                    example=d.example,
-                    note=d.note,
-                    deprecated=d.deprecated,
-                )
-            )
-        return tuple(out)
+        return tuple(
+            replace(f.metadata[_DECLARED], key=f"{cls.SECTION}.{f.name}") for f in fields(cls)
+        )
 
 
 _DEFAULT_SYSTEM_TOPICS: Final = [

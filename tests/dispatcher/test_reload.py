@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dispatcher.topic_filter import TopicFilter
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
@@ -55,7 +56,7 @@ async def test_apply_swaps_the_tiering_settings_and_retention_policy(tmp_path: P
         plan = apply_reload(rt, new)
         assert plan.needs_restart == ("tiering.concurrency",)
         assert rt.dispatcher.tiering.tick_interval == 0.25
-        assert not rt.dispatcher.discovery.topic_filter.accepts("SecretTopic")
+        assert not TopicFilter.of(rt.dispatcher.discovery.tiering).accepts("SecretTopic")
         assert rt.dispatcher.tiering.concurrency == 4  # its semaphore was built with 4
         assert rt.retention.policy.default_ms == 3_600_000
         assert rt.settings is plan.settings
