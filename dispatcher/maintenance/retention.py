@@ -1,7 +1,6 @@
 """Retention: the fixed expiry rules, planned purely, executed in order.
 
-The rules are also described in docs/architecture.md ("Expiry and retention") and
-docs/retention.md.
+The rules are also described, for operators, in docs/retention.md.
 
 The rules, exactly:
 

@@ -1,6 +1,6 @@
 """Executing retention: the fixed deletion order, a crash at every step, topic deletion,
 purge, and the ``tieredstore expire`` command (rule 4 of
-docs/architecture.md, "Expiry and retention")."""
+dispatcher/maintenance/retention.py's docstring)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The five expiry rules (docs/architecture.md, "Expiry and retention"), one by one, on
+"""The five expiry rules (dispatcher/maintenance/retention.py's docstring), one by one, on
 the pure planner; eager init.
 
 The planner is a pure function, so these tests feed it hand-made catalogue rows and a
