@@ -24,7 +24,7 @@ from typing import Final
 
 from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.committer import CommitKind, SegmentCommitter
-from dispatcher.durability import DurabilityGuard, GuardMode
+from dispatcher.durability import DurabilityGuard
 from dispatcher.metrics import Metrics
 from dispatcher.planner import (
     HotDataLost,
@@ -125,7 +125,7 @@ class Rounds:
         fresh sync round, and the guard mode in force (a gauge)."""
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         self.guard.syncer.new_round()
-        self.metrics.set_guard_mode(self.guard.mode(GuardMode(self.tiering.guard)).value)
+        self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
@@ -150,7 +150,7 @@ class Rounds:
         while todo and not self._stopping.is_set():
             planned, later = await self._plan_round(todo, flush, report)
             if planned and not await self.guard.make_durable(
-                GuardMode(self.tiering.guard), max(planned, key=_cl_end)[1].cl_end
+                self.tiering.guard, max(planned, key=_cl_end)[1].cl_end
             ):
                 continue  # fdatasync refused: plan again under the checkpoint rule
             todo = later + await self._run_round(planned, report)
@@ -162,7 +162,7 @@ class Rounds:
         """Plan the next segment of each row, up to the round's size; return the plans
         and the rows left for a later round. Waits, losses and divergence are handled
         (and reported) here; a queue whose planning failed is recorded and dropped."""
-        guard = await asyncio.to_thread(self.guard.guard_ts, GuardMode(self.tiering.guard))
+        guard = await asyncio.to_thread(self.guard.guard_ts, self.tiering.guard)
         room = await asyncio.to_thread(spool_room, self.spool_dir, self.tiering.spool_max_bytes)
         budget = RoundBudget(PASS_MAX_RECORDS, room)
         outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)

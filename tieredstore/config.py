@@ -41,7 +41,13 @@ from tieredstore.config_keys import (
     StoreSettings,
     TieringSettings,
 )
-from tieredstore.config_values import InitPolicy, InitStart, parse_duration, parse_size
+from tieredstore.config_values import (
+    GuardMode,
+    InitPolicy,
+    InitStart,
+    parse_duration,
+    parse_size,
+)
 from tieredstore.errors import ConfigError
 
 # The declaration's names that code outside the configuration uses, re-exported; the
@@ -49,6 +55,7 @@ from tieredstore.errors import ConfigError
 __all__ = [
     "SECTIONS",
     "SETTINGS",
+    "GuardMode",
     "InitPolicy",
     "InitStart",
     "Setting",

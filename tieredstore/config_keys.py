@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
 from tieredstore.config_values import (
+    GuardMode,
     InitPolicy,
     parse_bool,
     parse_choice,
     parse_duration,
+    parse_enum,
     parse_int,
     parse_name,
     parse_non_negative,
@@ -341,8 +343,8 @@ class TieringSettings(Section):
         live=True,
         note="earliest | latest | timestamp:<epoch ms>",
     )
-    guard: str = key(
-        parse_choice("sync", "checkpoint", "none"),
+    guard: GuardMode = key(
+        parse_enum(GuardMode),
         "sync",
         "Durability guard: no record a power cut of the broker host could take away ever "
         "reaches cold. `sync` makes a segment's records durable itself before uploading them "

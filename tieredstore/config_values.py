@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 __all__ = [
+    "GuardMode",
     "InitPolicy",
     "InitStart",
     "parse_bool",
     "parse_choice",
     "parse_duration",
+    "parse_enum",
     "parse_int",
     "parse_name",
     "parse_non_negative",
@@ -40,6 +42,7 @@ _SIZE_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 <<
 _DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 _N = TypeVar("_N", int, float)
+_E = TypeVar("_E", bound=Enum)
 
 
 def parse_size(value: object) -> int:
@@ -132,6 +135,17 @@ def parse_choice(*choices: str) -> Callable[[object], str]:
     return parse
 
 
+def parse_enum(kind: type[_E]) -> Callable[[object], _E]:
+    """A parser for a member of ``kind``, written as its value (the error lists them)."""
+    names = [m.value for m in kind]
+    choose = parse_choice(*names)
+
+    def parse(value: object) -> _E:
+        return kind(choose(value))
+
+    return parse
+
+
 def parse_url(value: object) -> str:
     """A cold store URL or path; an ``s3://`` URL must name a valid bucket."""
     text = parse_str(value).strip()
@@ -191,6 +205,14 @@ def parse_retention_map(value: object) -> dict[str, float]:
     if not isinstance(value, Mapping):
         raise ValueError("a table of topic = duration")
     return {str(k): parse_duration(v) for k, v in value.items()}
+
+
+class GuardMode(Enum):
+    """``tiering.guard``: the durability guard (see :mod:`dispatcher.durability`)."""
+
+    SYNC = "sync"
+    CHECKPOINT = "checkpoint"
+    NONE = "none"
 
 
 class InitStart(Enum):
