@@ -13,7 +13,7 @@ With ``retry``, the backend is wrapped in :class:`RetryingBackend`; without it, 
 call is tried once (S3's own SDK retries are off, see :mod:`tieredstore.backends.s3`).
 
 :func:`open_cold` is the one place a command or the sidecar builds the cold store a
-:class:`~tieredstore.config.Settings` names (URL, endpoint, region, multipart threshold);
+:class:`~tieredstore.config_keys.ColdSettings` names (URL, endpoint, region, multipart threshold);
 :func:`open_backend` is for a URL alone (an export target, tests).
 """
 
@@ -27,7 +27,7 @@ from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend, posix_root_from_url
 from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
-from tieredstore.config import Settings
+from tieredstore.config_keys import ColdSettings
 from tieredstore.errors import ConfigError
 
 __all__ = ["BackendOptions", "backend_options", "canonical_cold_url", "open_backend", "open_cold"]
@@ -106,23 +106,21 @@ def open_backend(
     return RetryingBackend(backend, retry, on_retry=on_retry)
 
 
-def backend_options(settings: Settings) -> BackendOptions:
-    """Backend options from settings (credentials come from the AWS chain, never config)."""
+def backend_options(cold: ColdSettings) -> BackendOptions:
+    """Backend options from ``[cold]`` (credentials come from the AWS chain, never config)."""
     return BackendOptions(
-        endpoint_url=settings.cold.endpoint_url or None,
-        region=settings.cold.region or None,
-        multipart_threshold=settings.cold.multipart_threshold,
+        endpoint_url=cold.endpoint_url or None,
+        region=cold.region or None,
+        multipart_threshold=cold.multipart_threshold,
     )
 
 
 def open_cold(
-    settings: Settings,
+    cold: ColdSettings,
     *,
     retry: RetryPolicy | None = COMMAND_RETRY,
     on_retry: OnRetry | None = None,
 ) -> Backend:
-    """The cold store ``settings`` name (``cold.url`` and its options); ``retry=None``
+    """The cold store ``[cold]`` names (``cold.url`` and its options); ``retry=None``
     gives the bare backend (the sidecar wraps it itself, to count requests inside)."""
-    return open_backend(
-        settings.cold.url, options=backend_options(settings), retry=retry, on_retry=on_retry
-    )
+    return open_backend(cold.url, options=backend_options(cold), retry=retry, on_retry=on_retry)

@@ -79,7 +79,7 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
     hot = read_hot_view(
         HotStore(settings.store.path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
     )
-    policy = RetentionPolicy.from_settings(settings)
+    policy = RetentionPolicy.of(settings.retention)
     if args.purge:
         return plan_purge(snaps, hot, topic=args.topic, now_ms=now_ms, policy=policy)
     if args.topic:

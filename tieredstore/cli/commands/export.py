@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _export(settings: Settings, args: argparse.Namespace) -> int:
-    options = backend_options(settings)
+    options = backend_options(settings.cold)
     request = ExportRequest(
         cluster=settings.cold.cluster,
         broker=settings.cold.broker,
@@ -58,7 +58,7 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
         until_ms=args.until,
     )
     async with (
-        open_cold(settings) as cold,
+        open_cold(settings.cold) as cold,
         open_backend(args.out, options=options, retry=RetryPolicy()) as out,
     ):
         await find_tiered_prefix(

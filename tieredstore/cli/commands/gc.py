@@ -52,7 +52,7 @@ def _catalogue_keys(settings: Settings) -> frozenset[str]:
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
     clock = SystemClock()
     protected = _catalogue_keys(settings)
-    backend = open_cold(settings)
+    backend = open_cold(settings.cold)
     async with backend:
         lease = lease_for(settings, backend, clock)
         if not dry_run:

@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 async def _show(settings: Settings) -> list[str]:
     clock = SystemClock()
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         record = await lease_for(settings, backend, clock).read()
     return describe_lease(record, now_ms=clock.now_ms())
 
@@ -52,7 +52,7 @@ async def _break(settings: Settings) -> str:
             flush=True,
         )
 
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         report = await break_lease(lease_for(settings, backend, SystemClock()), on_watch=announce)
     return report.describe()
 

@@ -81,7 +81,7 @@ def _print_text(m: ColdMessage, out: TextIO) -> None:
 
 
 async def _read(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         await find_tiered_prefix(
             backend, settings.cold.cluster, settings.cold.broker,
             where=settings.cold_url_redacted, require_record=False,

@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _rebuild(settings: Settings) -> int:
-    async with open_cold(settings, retry=None) as backend:
+    async with open_cold(settings.cold, retry=None) as backend:
         report = await rebuild(
             backend, settings.state.dir, cluster=settings.cold.cluster, broker=settings.cold.broker
         )

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPlan:
-    backend = open_cold(settings)
+    backend = open_cold(settings.cold)
     async with backend:
         with Catalogue.read_only_for(settings) as catalogue:
             return await plan_repair(

@@ -198,7 +198,7 @@ def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
 
 async def _restore(settings: Settings, args: argparse.Namespace, progress: bool) -> int:
     params = _params(settings, args)
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         # Before anything is written: a wrong prefix leaves no --out behind.
         await find_tiered_prefix(
             backend, settings.cold.cluster, settings.cold.broker,

@@ -77,7 +77,7 @@ async def check_cold_store(settings: Settings) -> None:
     """
     policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
     where = f"cold.url={settings.redacted()['cold.url']}"
-    backend = open_cold(settings, retry=policy)
+    backend = open_cold(settings.cold, retry=policy)
     try:
         await backend.list(lease_key(settings.cold.cluster, settings.cold.broker))
     except (RetryableError, BackendError) as exc:

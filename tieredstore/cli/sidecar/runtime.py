@@ -146,7 +146,7 @@ def _assemble(
     writer = _cold_writer(settings, paced, hot, catalogue, lease, clock, policy, metrics)
     retention = Retention(
         hot=hot, backend=backend, catalogue=catalogue, lease=lease, clock=clock,
-        policy=RetentionPolicy.from_settings(settings), metrics=metrics, on_step=on_deletion_step,
+        policy=RetentionPolicy.of(settings.retention), metrics=metrics, on_step=on_deletion_step,
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
@@ -190,7 +190,7 @@ async def _backend(
     a backend opened here (closed with ``stack``), counted per call for an injected one."""
     if injected is not None:
         return _counted(injected, metrics)
-    inner = open_cold(settings, retry=None)
+    inner = open_cold(settings.cold, retry=None)
     stack.push_async_callback(inner.close)
     return RetryingBackend(
         _counted(inner, metrics),
