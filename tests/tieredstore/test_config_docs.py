@@ -5,6 +5,7 @@ there fails here until ``make docs`` has rewritten them."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,22 @@ def test_every_field_is_declared_with_key_or_required() -> None:
         "store.commitlog_dir",
         "store.config_dir",
     }
+
+
+def test_every_setting_the_docs_name_exists() -> None:
+    """A renamed or removed key leaves no stale mention in the prose (``cold.url``)."""
+    root = DOCS.parent
+    keys = {s.key for s in SETTINGS}
+    sections = "|".join(SECTIONS)
+    mention = re.compile(rf"`((?:{sections})\.([a-z_]+))`")
+    files = [root / "README.md", root / "CONTRIBUTING.md", *sorted(DOCS.glob("*.md"))]
+    named: set[str] = set()
+    for path in files:
+        for m in mention.finditer(path.read_text()):
+            if m.group(2) not in _FILE_SUFFIXES:  # `http.py`, `store.log`: files
+                named.add(m.group(1))
+                assert m.group(1) in keys, f"{path.name} names {m.group(1)}: no such setting"
+    assert {"cold.url", "tiering.init_policy", "lease.wait"} <= named
+
+
+_FILE_SUFFIXES = frozenset({"py", "log", "md", "json", "toml", "yml", "yaml"})
