@@ -21,6 +21,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Final
 
@@ -111,13 +112,23 @@ class Settings:
         return out
 
     def redacted(self) -> dict[str, Any]:
-        """All values, safe to log (no credentials are settings; URLs lose userinfo)."""
-        return {**self.values, "cold.url": self.cold_url_redacted}
+        """All values, safe to log (no credentials are settings; URLs lose userinfo),
+        paths and enum members as the text a config file would hold."""
+        shown = {k: _as_text(v) for k, v in self.values.items()}
+        return {**shown, "cold.url": self.cold_url_redacted}
 
     @property
     def cold_url_redacted(self) -> str:
         """``cold.url`` safe to log and show: without userinfo."""
         return re.sub(r"//[^/@]*@", "//***@", self.cold.url)
+
+
+def _as_text(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    return value
 
 
 def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:

@@ -352,3 +352,13 @@ def test_typed_fields_hold_the_parsed_values_with_their_declared_types() -> None
             assert value == settings.values[f"{name}.{f.name}"]
             expected = typing.get_origin(hints[f.name]) or hints[f.name]
             assert isinstance(value, expected), f"{name}.{f.name}: {value!r}"
+
+
+def test_redacted_values_read_as_the_file_would_hold_them() -> None:
+    """The reload's log lines show ``'/tmp/state'`` and ``'sync'``, not reprs of objects."""
+    s = load_settings(env={}, overrides={**REQUIRED, "cold.url": "memory://user:pw@x"})
+    shown = s.redacted()
+    assert shown["state.dir"] == "/tmp/state"
+    assert shown["tiering.guard"] == "sync"
+    assert repr(shown["tiering.init_policy"]) == "'earliest'"
+    assert shown["cold.url"] == "memory://***@x"

@@ -47,7 +47,7 @@ from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
-from tieredstore.config import Settings
+from tieredstore.config import GuardMode, Settings
 from tieredstore.errors import BackendError, ConfigError, RetryableError
 from tieredstore.layout import lease_key
 from tieredstore.logs import before_each_line, configure_logging
@@ -59,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_settings_arguments(p)
     p.add_argument("--once", action="store_true", help="one catch-up pass, then exit")
     p.add_argument("--init-policy", help="earliest | latest | timestamp:<ms> [tiering.init_policy]")
-    p.add_argument("--guard", choices=["sync", "checkpoint", "none"], help="[tiering.guard]")
+    p.add_argument("--guard", choices=[m.value for m in GuardMode], help="[tiering.guard]")
     p.add_argument("--no-wait", action="store_true", help="exit if another sidecar holds the lease")
     p.add_argument(
         "--progress",
