@@ -26,12 +26,14 @@ _DESCRIBED = re.compile(r"^## ([a-z-]+):", re.MULTILINE)
 _MAKE_IN_DOCS = re.compile(r"(?:`|^)make ([\w./-]+)", re.MULTILINE)
 
 
+#: The Makefile's variables that name a target (``$(STAMP)``), as their defaults expand.
+_VARIABLES = {"$(STAMP)": ".venv/.installed"}
+
+
 def _targets() -> set[str]:
-    return {t for t in _TARGET.findall(MAKEFILE) if not t.startswith(".")} | {
-        ".venv/.installed"  # $(STAMP)
-        for t in _TARGET.findall(MAKEFILE)
-        if t == "$(STAMP)"
-    }
+    """The rules' targets (special ``.X`` targets left out), variables expanded."""
+    found = (_VARIABLES.get(t, t) for t in _TARGET.findall(MAKEFILE))
+    return {t for t in found if not t.startswith(".PHONY") and t != ".DEFAULT_GOAL"}
 
 
 def _phony() -> set[str]:
