@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
 from tieredstore.config_values import (
+    LOG_FORMATS,
+    LOG_LEVELS,
     GuardMode,
     InitPolicy,
     parse_bool,
@@ -581,7 +583,7 @@ class LogSettings(Section):
     SECTION: ClassVar[str] = "log"
     TITLE: ClassVar[str] = "logging"
     format: str = key(
-        parse_choice("text", "json"),
+        parse_choice(*LOG_FORMATS),
         "text",
         "`text` (human-readable lines) or `json` (one object per line: ts, level, logger, "
         "message). Logs go to stderr.",
@@ -589,7 +591,7 @@ class LogSettings(Section):
         note="text | json",
     )
     level: str = key(
-        parse_choice("debug", "info", "warning", "error"),
+        parse_choice(*LOG_LEVELS),
         "info",
         "`debug`, `info`, `warning` or `error`.",
         live=True,

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 __all__ = [
+    "LOG_FORMATS",
+    "LOG_LEVELS",
     "GuardMode",
     "InitPolicy",
     "InitStart",
@@ -40,6 +42,11 @@ __all__ = [
 
 _SIZE_UNITS: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DURATION_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+#: ``log.format``'s choices (also the ``--log-format`` flag's).
+LOG_FORMATS: Final = ("text", "json")
+#: ``log.level``'s choices (also the ``--log-level`` flag's).
+LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 
 _N = TypeVar("_N", int, float)
 _E = TypeVar("_E", bound=Enum)
