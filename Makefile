@@ -42,11 +42,13 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-## lint: ruff format --check, ruff check and the layer contracts (lint-imports)
+## lint: ruff format --check, ruff check, the layer contracts (lint-imports) and the
+##   generated settings docs being current (what `make docs` writes)
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m tieredstore.config_docs --check
 
 ## typecheck: mypy --strict over the four packages, tests and bench
 typecheck: $(STAMP)
