@@ -39,6 +39,28 @@ def test_health_line_names_the_worst_and_the_oldest_lag() -> None:
     assert health_line([], T0) == "2023-11-14T22:13:20Z NO QUEUES: 0 queues; lag 0 messages, 0 B"
 
 
+LONG = "OrdersFromTheEuropeanWebShopCheckoutServiceForTheNightlyBatch"
+
+
+@pytest.mark.parametrize("width", [100, 80, 60])
+def test_a_narrow_health_line_keeps_the_verdict_lag_oldest_age_and_worst_queue(
+    width: int,
+) -> None:
+    statuses = [
+        _q(f"{LONG}{i}", q, lag_messages=10 + q, lag_bytes=q << 20, lag_seconds=q + i / 10)
+        for i in range(2)
+        for q in range(4)
+    ]
+    line = health_line(statuses, T0, width)
+    assert len(line) <= width
+    assert "OK: 8 queues" in line and "lag 92 messages" in line and "oldest 3.1 s (" in line
+    where = line[line.index("oldest 3.1 s (") + len("oldest 3.1 s (") :]
+    assert where.endswith("1/3)") and "…" in where  # shortened in the middle, queue kept
+    assert where.startswith(LONG[:4])
+    wide = health_line(statuses, T0, 200)
+    assert wide == health_line(statuses, T0) and wide.endswith(f"({LONG}1/3)")
+
+
 async def test_watch_redraws_in_place_every_interval() -> None:
     clock = VirtualClock(start_ms=T0)
     seen: list[int] = []

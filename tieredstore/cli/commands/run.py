@@ -42,13 +42,14 @@ from tieredstore.backends import open_cold
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.http import HttpServer, build_app
-from tieredstore.cli.sidecar.progress import ProgressLine
+from tieredstore.cli.sidecar.progress import ProgressLine, pass_total
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.config import GuardMode, Settings
 from tieredstore.errors import BackendError, ConfigError, RetryableError
+from tieredstore.humanize import human_bytes
 from tieredstore.layout import lease_key
 from tieredstore.logs import before_each_line, configure_logging
 
@@ -221,16 +222,18 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
     bar_close()
     if report.interrupted:
         log.warning(
-            "catch-up stopped: %d segments, %d messages, %d bytes committed before the stop",
+            "catch-up stopped: %d segments, %d messages, %s (%d bytes) committed before the stop",
             report.segments,
             report.messages,
+            human_bytes(report.bytes),
             report.bytes,
         )
         return stopper.interrupted()
     log.info(
-        "catch-up done: %d segments, %d messages, %d bytes",
+        "catch-up done: %d segments, %d messages, %s (%d bytes)",
         report.segments,
         report.messages,
+        human_bytes(report.bytes),
         report.bytes,
     )
     if report.diverged or report.lost or report.errors:
@@ -287,6 +290,7 @@ async def _serve_runtime(
         )
         try:
             if once:
+                bar.measure(pass_total(rt.catalogue, rt.hot))  # a total and an ETA
                 return await _catch_up(rt, stopper, bar.close)
             return await _run_forever(rt, stopper, load)
         finally:

@@ -8,7 +8,7 @@ until Ctrl-C (on a terminal; piped, it prints one frame after another).
 
 Columns beyond the offsets and lag (JSON field names in brackets):
 
-* ``room MB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
+* ``room MiB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
   broker holds before the queue's oldest untiered message — what its retention deletes
   before it deletes that message (:mod:`dispatcher.retention_pressure`). ``-`` (JSON null) when
   nothing is untiered; 0 when the message is already gone.
@@ -39,7 +39,7 @@ from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import parse_duration
 from tieredstore.errors import ConfigError
 from tieredstore.hot_store import HotStore
-from tieredstore.humanize import human_bytes, human_seconds, iso_time
+from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
@@ -75,29 +75,89 @@ def health(statuses: Sequence[QueueStatus]) -> str:
     return "OK"
 
 
-def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
+def health_line(statuses: Sequence[QueueStatus], now_ms: int, width: int | None = None) -> str:
     """One line: when, a verdict, queues by state, and the lag (total, oldest, where).
 
     The verdict is ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED
     or could not be read (it has a note), ``NO QUEUES`` when the catalogue has none, and
     ``OK`` otherwise.
+
+    Given a ``width`` (a terminal's), the line fits it without losing what matters most
+    — the verdict, the lag, the oldest age and the worst queue: first the queue counts
+    by state, then the lag in bytes, the date, the time are left out, and only then is the
+    worst queue's topic shortened in the middle (its queue id kept). Only a screen too
+    narrow even for that cuts the line's end.
     """
-    states = Counter(s.state for s in statuses)
-    noted = sum(1 for s in statuses if s.note)
-    verdict = health(statuses)
-    counts = ", ".join(f"{states[s]} {s}" for s in _STATES if states[s])
-    parts = [f"{iso_time(now_ms)} {verdict}: {len(statuses)} queues"]
-    if counts:
-        parts[0] += f" ({counts})"
-    if noted:
-        parts.append(f"{noted} with notes")
-    lag_messages = sum(s.lag_messages for s in statuses)
-    lag = f"lag {lag_messages} messages, {human_bytes(sum(s.lag_bytes for s in statuses))}"
-    oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
-    if oldest is not None and oldest.lag_seconds > 0:
-        lag += f", oldest {human_seconds(oldest.lag_seconds)} ({oldest.topic}/{oldest.queue})"
-    parts.append(lag)
-    return "; ".join(parts)
+    parts = _HealthParts.of(statuses, now_ms)
+    if width is None:
+        return parts.line()
+    for dropped in _DROP_ORDER:
+        line = parts.line(dropped)
+        if len(line) <= width:
+            return line
+    room = width - len(parts.line(_DROP_ORDER[-1], topic=""))
+    return fit(parts.line(_DROP_ORDER[-1], topic=shorten_middle(parts.topic, max(room, 8))), width)
+
+
+#: Which optional parts of the health line go, in turn, on a narrow screen.
+_DROP_ORDER: Final[tuple[frozenset[str], ...]] = (
+    frozenset(),
+    frozenset({"counts"}),
+    frozenset({"counts", "bytes"}),
+    frozenset({"counts", "bytes", "date"}),
+    frozenset({"counts", "bytes", "date", "time"}),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _HealthParts:
+    """The pieces of the health line; :meth:`line` joins those not ``dropped``."""
+
+    time: str
+    verdict: str
+    queues: int
+    counts: str
+    noted: int
+    lag_messages: int
+    lag_bytes: str
+    oldest: str
+    topic: str
+    queue: int
+
+    @classmethod
+    def of(cls, statuses: Sequence[QueueStatus], now_ms: int) -> _HealthParts:
+        states = Counter(s.state for s in statuses)
+        oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
+        lagging = oldest is not None and oldest.lag_seconds > 0
+        return cls(
+            time=iso_time(now_ms),
+            verdict=health(statuses),
+            queues=len(statuses),
+            counts=", ".join(f"{states[s]} {s}" for s in _STATES if states[s]),
+            noted=sum(1 for s in statuses if s.note),
+            lag_messages=sum(s.lag_messages for s in statuses),
+            lag_bytes=human_bytes(sum(s.lag_bytes for s in statuses)),
+            oldest=human_seconds(oldest.lag_seconds) if oldest is not None and lagging else "",
+            topic=oldest.topic if oldest is not None and lagging else "",
+            queue=oldest.queue if oldest is not None else 0,
+        )
+
+    def line(self, dropped: frozenset[str] = frozenset(), *, topic: str | None = None) -> str:
+        head = f"{self.verdict}: {self.queues} queues"
+        if "time" not in dropped:  # 2026-11-25T21:16:23Z, or 21:16:23Z without the date
+            head = f"{self.time.partition('T')[2] if 'date' in dropped else self.time} {head}"
+        if self.counts and "counts" not in dropped:
+            head += f" ({self.counts})"
+        parts = [head]
+        if self.noted:
+            parts.append(f"{self.noted} with notes")
+        lag = f"lag {self.lag_messages} messages"
+        if "bytes" not in dropped:
+            lag += f", {self.lag_bytes}"
+        if self.oldest:
+            lag += f", oldest {self.oldest} ({self.topic if topic is None else topic}/{self.queue})"
+        parts.append(lag)
+        return "; ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +173,7 @@ def frame(statuses: Sequence[QueueStatus], now_ms: int, view: View | None = None
     """What one refresh shows: the health line (of every queue), a blank line, the table
     (of the selected queues, worst first), fitted to the view's screen."""
     view = view or View()
-    top = health_line(statuses, now_ms)
-    if view.layout.width is not None:
-        top = fit(top, view.layout.width)
+    top = health_line(statuses, now_ms, view.layout.width)
     shown = select(statuses, topic=view.topic, problems=view.problems)
     return "\n".join([top, "", *render_table(shown, view.layout, reserved=2)]) + "\n"
 
