@@ -41,7 +41,13 @@ from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
 from tieredstore.config import TieringSettings
-from tieredstore.errors import DivergedError, SpoolTooSmallError, StoreError, TieredStoreError
+from tieredstore.errors import (
+    CorruptRecordError,
+    DivergedError,
+    SpoolTooSmallError,
+    StoreError,
+    TieredStoreError,
+)
 from tieredstore.hot_store import HotStore, QueueKey
 
 __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
@@ -73,11 +79,13 @@ def _recheck_units(
 def _recheck(
     hot: HotStore, plan: SegmentPlan, spooled: Spooled | TieredStoreError
 ) -> Spooled | TieredStoreError:
-    if isinstance(spooled, TieredStoreError):
+    """The gathered segment, or its error; a record that disagreed with a unit the broker
+    was still writing is no inconsistency (the segment is planned again)."""
+    if isinstance(spooled, TieredStoreError) and not isinstance(spooled, CorruptRecordError):
         return spooled
     try:
         if units_unchanged(hot, plan):
-            return spooled
+            return spooled  # a CorruptRecordError stands: the queue stops
     except TieredStoreError as exc:
         return exc
     return StoreError(
@@ -90,9 +98,8 @@ def _recheck(
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
-    ``tiering`` is swapped by a reload; the commit semaphore keeps the ``concurrency`` it
-    was built with. Spool directories are made in ``spool_dir`` (None: the system's
-    temporary directory). A round stops being started once ``stopping`` is set.
+    ``tiering`` is swapped by a reload (the commit semaphore keeps its ``concurrency``);
+    spools go in ``spool_dir`` (None: the temp dir); no round starts once ``stopping``.
     """
 
     def __init__(
@@ -282,6 +289,9 @@ class Rounds:
     ) -> QueueRow | None:
         """Commit one gathered segment; return the queue's new row to go on with, or None
         to stop (diverged, or nothing more was pending when it was planned)."""
+        if isinstance(spooled, CorruptRecordError):
+            self.committer.stop_inconsistent(row, spooled)
+            return None
         if isinstance(spooled, TieredStoreError):
             raise spooled
         async with self._sem:

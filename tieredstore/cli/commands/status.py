@@ -43,7 +43,7 @@ from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_m
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
-_STATES: Final = ("DIVERGED", "PAUSED", "ACTIVE", "DELETED")
+_STATES: Final = ("DIVERGED", "DEGRADED", "PAUSED", "ACTIVE", "DELETED")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,13 +62,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def health(statuses: Sequence[QueueStatus]) -> str:
-    """The overall verdict: ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one
-    is PAUSED or could not be read (it has a note), ``NO QUEUES`` when the catalogue has
-    none, ``OK`` otherwise. ``status --json`` gives it as ``health``."""
+    """The overall verdict: ``CRITICAL`` when a queue is DIVERGED or DEGRADED (cold
+    damage), ``WARNING`` when one is PAUSED or could not be read (it has a note), ``NO
+    QUEUES`` when the catalogue has none, ``OK`` otherwise. ``status --json`` gives it
+    as ``health``."""
     states = Counter(s.state for s in statuses)
     if not statuses:
         return "NO QUEUES"
-    if states["DIVERGED"]:
+    if states["DIVERGED"] or states["DEGRADED"]:
         return "CRITICAL"
     if states["PAUSED"] or any(s.note for s in statuses):
         return "WARNING"
@@ -78,7 +79,7 @@ def health(statuses: Sequence[QueueStatus]) -> str:
 def health_line(statuses: Sequence[QueueStatus], now_ms: int, width: int | None = None) -> str:
     """One line: when, a verdict, queues by state, and the lag (total, oldest, where).
 
-    The verdict is ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED
+    The verdict is ``CRITICAL`` when a queue is DIVERGED or DEGRADED, ``WARNING`` when one is PAUSED
     or could not be read (it has a note), ``NO QUEUES`` when the catalogue has none, and
     ``OK`` otherwise.
 
@@ -240,8 +241,9 @@ def run(args: argparse.Namespace) -> int:
         ) as catalogue:
             rows = catalogue.queues.all()
             losses = catalogue.queues.losses()
-        stopped = stopped_file.load(settings.state.dir / stopped_file.FILE_NAME)
-        return mark_stopped(collect(hot, rows, now_ms, losses), stopped)
+        marks = settings.state.dir / stopped_file.FILE_NAME
+        stopped, degraded = stopped_file.load(marks), stopped_file.load_degraded(marks)
+        return mark_stopped(collect(hot, rows, now_ms, losses), stopped, degraded)
 
     tty = sys.stdout.isatty()
     if args.watch:
