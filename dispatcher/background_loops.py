@@ -52,9 +52,17 @@ async def wait_at_most(clock: Clock, task: asyncio.Future[Any], seconds: float) 
         timer.cancel()
 
 
-async def renew_until(lease: Lease, clock: Clock, done: asyncio.Event, interval: float) -> None:
+async def renew_until(
+    lease: Lease,
+    clock: Clock,
+    done: asyncio.Event,
+    interval: float,
+    *,
+    on_renewed: Callable[[], None] = lambda: None,
+) -> None:
     """Renew the lease every interval until ``done`` (every write has returned — not
-    merely a stop asked: segments still draining must stay fenced).
+    merely a stop asked: segments still draining must stay fenced); ``on_renewed`` is
+    called after each renewal that landed.
 
     A retryable failure is logged and retried next interval; any other error ends the
     loop with it (the caller stops the dispatcher).
@@ -67,6 +75,8 @@ async def renew_until(lease: Lease, clock: Clock, done: asyncio.Event, interval:
             await lease.renew()
         except RetryableError as exc:
             log.warning("lease renewal failed, will retry: %s", exc)
+        else:
+            on_renewed()
 
 
 async def run_periodic(

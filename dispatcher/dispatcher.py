@@ -240,6 +240,7 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
+        self._mirror_lease()
         self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
@@ -256,9 +257,25 @@ class Dispatcher:
         if self._stopped_path is not None:
             stopped_file.save(self._stopped_path, self.stopped)
 
+    def _mirror_lease(self, *, released: bool = False) -> None:
+        """Record who holds the lease, and until when, in the catalogue, where
+        ``tieredstore status`` (which never reads the cold store) looks for a writer.
+
+        A release keeps the owner and ends the hold now, so ``status`` can say who held
+        the lease last and since when nobody does; a killed sidecar's hold ends at its
+        last renewal's expiry. Informational: a failure to write it is logged, never fatal.
+        """
+        ends = self.clock.now_ms() if released else self.lease.expires_at_ms
+        try:
+            self.catalogue.record_lease(self.lease.owner, self.lease.epoch, ends)
+        except TieredStoreError as exc:
+            log.warning("could not record the lease in the catalogue: %s", exc)
+
     async def _renew_loop(self) -> None:
         interval = self.config.lease_renew_interval
-        await renew_until(self.lease, self.clock, self._writes_done, interval)
+        await renew_until(
+            self.lease, self.clock, self._writes_done, interval, on_renewed=self._mirror_lease
+        )
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(
@@ -333,8 +350,11 @@ class Dispatcher:
             return
         await self._abandon_inflight()
         self._writes_done.set()
+        held = self.lease.epoch > 0
         with contextlib.suppress(TieredStoreError):
             await self.lease.release()
+        if held:
+            self._mirror_lease(released=True)
         self.metrics.lease_held.set(0)
         self.state = DispatcherState.STOPPED
 

@@ -30,7 +30,7 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "screens"
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """160 queues (one topic name too long for any screen), tiered, then 10 messages
-    behind on most queues: the status flags."""
+    behind on most queues: the status flags. No sidecar runs any more, so status warns."""
     root = tmp_path_factory.mktemp("screen")
     store = root / "store"
     now = time.time_ns() // 1_000_000
@@ -102,13 +102,14 @@ def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
         # before tmux gave the pane its size (the next one measures again).
         lines = screen_with(
             socket,
-            r" OK: 160 queues",
+            r" WARNING: 160 queues",
             lambda s: len(s) == height and re.match(r"… \d+ more queues", s[-1]) is not None,
         )
     assert len(lines) <= height
     assert all(len(line) <= width for line in lines), max(lines, key=len)
     health, blank, header, *rows = lines
-    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ OK: 160 queues", health) and blank == ""
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ WARNING: 160 queues", health)
+    assert blank == ""
     assert header.startswith("topic") and " lag s" in header and " lag msgs" in header
     assert rows[-1].startswith("… ") and rows[-1].split()[2:4] == ["more", "queues"]
     shown = rows[:-1]
@@ -127,7 +128,7 @@ def test_watch_filters_by_topic_and_long_names_end_in_an_ellipsis(sidecar: list[
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--topic",
            "'SynthTopicLong*'", *sidecar]  # fmt: skip
     with tmux(80, 24, cmd) as socket:
-        lines = screen_with(socket, r" OK: 160 queues", lambda s: len(s) == 3 + 4)
+        lines = screen_with(socket, r" WARNING: 160 queues", lambda s: len(s) == 3 + 4)
     rows = lines[3:]
     assert len(rows) == 4 and all(r.startswith("SynthTopicLongxx") for r in rows)
     assert all(r.split()[0].endswith("…") for r in rows)
@@ -146,8 +147,25 @@ def test_status_json_has_the_overall_health_and_honours_the_filters(sidecar: lis
         return doc
 
     everything = status()
-    assert everything["health"] == "OK"
-    assert str(everything["summary"]).split(" ", 1)[1].startswith("OK: 160 queues")
+    assert everything["health"] == "WARNING"  # messages wait and no sidecar runs
+    assert str(everything["summary"]).split(" ", 1)[1].startswith("WARNING: 160 queues")
+    assert isinstance(everything["writer"], dict) and everything["writer"]["state"] == "not_held"
     assert isinstance(everything["queues"], list) and len(everything["queues"]) == 160
     assert status("--problems")["queues"] == []
     assert len(status("--topic", "SynthTopic1")["queues"]) == 4  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 30)])
+def test_watch_warns_when_no_sidecar_holds_the_lease(
+    sidecar: list[str], width: int, height: int
+) -> None:
+    """Messages arrived after the only sidecar stopped: WARNING, not OK, and (where the
+    screen has room) who held the lease last and since when nobody does."""
+    cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
+           *sidecar]  # fmt: skip
+    with tmux(width, height, cmd) as socket:
+        lines = screen_with(socket, r" (OK|WARNING): 160 queues", lambda s: len(s) == height)
+    assert " WARNING: 160 queues (160 ACTIVE); no sidecar holds the" in lines[0]
+    if width >= 100:
+        assert "no sidecar holds the writer lease since 20" in lines[0]

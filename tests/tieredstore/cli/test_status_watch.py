@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue_status import QueueStatus
-from tieredstore.cli.commands.status import CLEAR, health_line, watch
+from tieredstore.cli.commands.status import CLEAR, Snapshot, health_line, watch
 from tieredstore.clock import VirtualClock
 from tieredstore.synth import SynthSpec, synthesize
 
@@ -43,10 +43,10 @@ async def test_watch_redraws_in_place_every_interval() -> None:
     clock = VirtualClock(start_ms=T0)
     seen: list[int] = []
 
-    def snapshot(now_ms: int) -> list[QueueStatus]:
+    def snapshot(now_ms: int) -> Snapshot:
         seen.append(now_ms)
         lag = 30 - 10 * len(seen)  # the sidecar catches up between refreshes
-        return [_q("Orders", 0, lag_messages=lag, lag_seconds=float(lag))]
+        return Snapshot([_q("Orders", 0, lag_messages=lag, lag_seconds=float(lag))])
 
     out = io.StringIO()
     task = asyncio.create_task(
@@ -69,8 +69,8 @@ async def test_watch_without_a_terminal_prints_frames_one_after_another() -> Non
     clock = VirtualClock(start_ms=T0)
     out = io.StringIO()
     task = asyncio.create_task(
-        watch(lambda _now: [_q("A", 0)], clock=clock, out=out, interval=1.0, in_place=False,
-              frames=2)
+        watch(lambda _now: Snapshot([_q("A", 0)]), clock=clock, out=out, interval=1.0,
+              in_place=False, frames=2)
     )  # fmt: skip
     await clock.advance(1.0)
     await task

@@ -3,7 +3,8 @@ retention headroom.
 
 Reads the broker store and the catalogue (read-only, so it works next to a running
 sidecar); it never contacts the cold store. The table starts with a one-line health
-summary (:func:`health_line`). ``--watch`` redraws it in place every ``--interval``
+summary (:func:`health_line`; WARNING also when messages wait and no sidecar holds the
+writer lease, or its holder makes no progress). ``--watch`` redraws it in place every ``--interval``
 until Ctrl-C (on a terminal; piped, it prints one frame after another).
 
 Columns beyond the offsets and lag (JSON field names in brackets):
@@ -31,12 +32,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Final, TextIO
 
-from dispatcher.queue_status import QueueStatus, collect
+from dispatcher.queue_status import QueueStatus, WriterStatus, collect, writer_status
 from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import parse_duration
+from tieredstore.config import Settings, parse_duration
 from tieredstore.errors import ConfigError
 from tieredstore.hot_store import HotStore
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
@@ -61,10 +62,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def health(statuses: Sequence[QueueStatus]) -> str:
-    """The overall verdict: ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one
-    is PAUSED or could not be read (it has a note), ``NO QUEUES`` when the catalogue has
-    none, ``OK`` otherwise. ``status --json`` gives it as ``health``."""
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one look at the state dir and the broker store gives: the queues and, when
+    known, the writer (:func:`dispatcher.queue_status.writer_status`)."""
+
+    queues: Sequence[QueueStatus]
+    writer: WriterStatus | None = None
+
+
+def health(statuses: Sequence[QueueStatus], writer: WriterStatus | None = None) -> str:
+    """The overall verdict, decided here only: ``NO QUEUES`` when the catalogue has none,
+    ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED or could not be
+    read (it has a note) or the writer has a warning (no sidecar holds the lease while
+    messages wait, or the holder makes no progress), ``OK`` otherwise. ``status --json``
+    gives it as ``health``."""
     states = Counter(s.state for s in statuses)
     if not statuses:
         return "NO QUEUES"
@@ -72,23 +84,25 @@ def health(statuses: Sequence[QueueStatus]) -> str:
         return "CRITICAL"
     if states["PAUSED"] or any(s.note for s in statuses):
         return "WARNING"
+    if writer is not None and writer.warning:
+        return "WARNING"
     return "OK"
 
 
-def health_line(statuses: Sequence[QueueStatus], now_ms: int) -> str:
-    """One line: when, a verdict, queues by state, and the lag (total, oldest, where).
-
-    The verdict is ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED
-    or could not be read (it has a note), ``NO QUEUES`` when the catalogue has none, and
-    ``OK`` otherwise.
-    """
+def health_line(
+    statuses: Sequence[QueueStatus], now_ms: int, writer: WriterStatus | None = None
+) -> str:
+    """One line: when, the verdict (:func:`health`), queues by state, the writer's
+    warning if any, and the lag (total, oldest, where)."""
     states = Counter(s.state for s in statuses)
     noted = sum(1 for s in statuses if s.note)
-    verdict = health(statuses)
+    verdict = health(statuses, writer)
     counts = ", ".join(f"{states[s]} {s}" for s in _STATES if states[s])
     parts = [f"{iso_time(now_ms)} {verdict}: {len(statuses)} queues"]
     if counts:
         parts[0] += f" ({counts})"
+    if writer is not None and writer.warning:
+        parts.append(writer.warning)
     if noted:
         parts.append(f"{noted} with notes")
     lag_messages = sum(s.lag_messages for s in statuses)
@@ -109,11 +123,16 @@ class View:
     layout: Layout = field(default_factory=Layout)
 
 
-def frame(statuses: Sequence[QueueStatus], now_ms: int, view: View | None = None) -> str:
-    """What one refresh shows: the health line (of every queue), a blank line, the table
-    (of the selected queues, worst first), fitted to the view's screen."""
+def frame(
+    statuses: Sequence[QueueStatus],
+    now_ms: int,
+    view: View | None = None,
+    writer: WriterStatus | None = None,
+) -> str:
+    """What one refresh shows: the health line (of every queue, and the writer), a blank
+    line, the table (of the selected queues, worst first), fitted to the view's screen."""
     view = view or View()
-    top = health_line(statuses, now_ms)
+    top = health_line(statuses, now_ms, writer)
     if view.layout.width is not None:
         top = fit(top, view.layout.width)
     shown = select(statuses, topic=view.topic, problems=view.problems)
@@ -121,7 +140,7 @@ def frame(statuses: Sequence[QueueStatus], now_ms: int, view: View | None = None
 
 
 async def watch(
-    snapshot: Callable[[int], Sequence[QueueStatus]],
+    snapshot: Callable[[int], Snapshot],
     *,
     clock: Clock,
     out: TextIO,
@@ -139,7 +158,8 @@ async def watch(
     drawn = 0
     while frames is None or drawn < frames:
         now = clock.now_ms()
-        text = frame(snapshot(now), now, view())
+        seen = snapshot(now)
+        text = frame(seen.queues, now, view(), seen.writer)
         if in_place:  # no newline after the last line: the screen must not scroll
             out.write(CLEAR + text.removesuffix("\n"))
         else:
@@ -172,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})
     hot = HotStore(settings.store_path)
 
-    def snapshot(now_ms: int) -> list[QueueStatus]:
+    def snapshot(now_ms: int) -> Snapshot:
         with Catalogue.open(
             settings.state_dir,
             cluster=settings.cluster,
@@ -182,8 +202,14 @@ def run(args: argparse.Namespace) -> int:
         ) as catalogue:
             rows = catalogue.queues.all()
             losses = catalogue.queues.losses()
+            lease = catalogue.lease()
         stopped = stopped_file.load(settings.state_dir / stopped_file.FILE_NAME)
-        return mark_stopped(collect(hot, rows, now_ms, losses), stopped)
+        queues = mark_stopped(collect(hot, rows, now_ms, losses), stopped)
+        lag = sum(q.lag_messages for q in queues)
+        writer = writer_status(
+            lease, rows, lag_messages=lag, now_ms=now_ms, stall_after_s=_stall_after(settings)
+        )
+        return Snapshot(queues, writer)
 
     tty = sys.stdout.isatty()
     if args.watch:
@@ -203,18 +229,35 @@ def run(args: argparse.Namespace) -> int:
             return 0  # Ctrl-C is how a watch ends
         return 0
     now_ms = time.time_ns() // 1_000_000
-    statuses = snapshot(now_ms)
+    seen = snapshot(now_ms)
+    statuses, writer = seen.queues, seen.writer
     if args.json:
         shown = select(statuses, topic=args.topic, problems=args.problems)
         doc = {
-            "health": health(statuses),
-            "summary": health_line(statuses, now_ms),
+            "health": health(statuses, writer),
+            "summary": health_line(statuses, now_ms, writer),
+            "writer": None if writer is None else _writer_json(writer),
             "queues": [asdict(s) for s in shown],
         }
         print(json.dumps(doc, indent=1))
         return 0
-    sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False)))
+    sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False), writer))
     return 0
+
+
+def _stall_after(settings: Settings) -> float:
+    """How long a lease holder may go without moving any queue while messages wait:
+    three segment ages, at least five minutes (a segment is cut within one age)."""
+    return max(300.0, 3 * settings.tiering.segment_max_age)
+
+
+def _writer_json(writer: WriterStatus) -> dict[str, object]:
+    return {
+        "state": writer.state.value,
+        "holder": writer.holder,
+        "since_ms": writer.since_ms,
+        "warning": writer.warning,
+    }
 
 
 def _view(args: argparse.Namespace, *, tty: bool, pinned: bool) -> View:
