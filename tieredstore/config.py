@@ -14,6 +14,7 @@ URLs. Checks that touch the outside world (store readable, state dir writable) a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -756,7 +757,8 @@ def check_environment(settings: Settings) -> None:
     """Check what a sidecar needs from the machine before it starts.
 
     The store must be a readable directory with a consume-queue layout; the state dir
-    must be creatable and writable. Raises ConfigError (one line) otherwise.
+    must be creatable and writable (tried, then what the try created is removed: the
+    catalogue creates it for real). Raises ConfigError (one line) otherwise.
     """
     store = settings.store_path
     if not store.is_dir():
@@ -764,6 +766,7 @@ def check_environment(settings: Settings) -> None:
     if not os.access(store, os.R_OK | os.X_OK):
         raise ConfigError("store directory is not readable", where=f"store.path={store}")
     state = settings.state_dir
+    created = [d for d in (state, *state.parents) if not d.exists()]
     try:
         state.mkdir(parents=True, exist_ok=True)
         probe = state / ".write-probe"
@@ -773,3 +776,9 @@ def check_environment(settings: Settings) -> None:
         raise ConfigError(
             f"state directory is not writable: {exc.strerror}", where=f"state.dir={state}"
         ) from exc
+    finally:
+        # Only checked here: the catalogue creates it when the sidecar really starts, so
+        # a start that fails later (an unreachable cold store) leaves no empty directory.
+        for made in created:
+            with contextlib.suppress(OSError):
+                made.rmdir()

@@ -6,9 +6,10 @@ their command runs, so ``tieredstore --help`` stays fast and a broken optional
 dependency only affects its own command.
 
 Exit codes (every command): 0 success; 1 a runtime failure (one line on stderr);
-3 bad usage or configuration (bad flag, bad config file, unreachable store or backend
-at start, a ``--store`` that is not a broker store, a state dir with no catalogue or one of
-another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run.
+3 bad usage or configuration (bad flag, bad config file, a cold store that does not
+answer — :class:`~tieredstore.errors.ColdStoreUnreachableError`, one message for every
+command — a ``--store`` that is not a broker store, a state dir with no catalogue or one
+of another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any, NoReturn, Protocol, cast
 
 from tieredstore.errors import (
     CatalogueMismatchError,
+    ColdStoreUnreachableError,
     ConfigError,
     NotAStoreError,
     TieredStoreError,
@@ -184,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command, translating our errors into one line and an exit code."""
     try:
         return _load(args.command).run(args)
-    except (ConfigError, NotAStoreError, CatalogueMismatchError) as exc:
+    except (ConfigError, NotAStoreError, CatalogueMismatchError, ColdStoreUnreachableError) as exc:
         print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TieredStoreError as exc:

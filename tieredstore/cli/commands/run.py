@@ -10,7 +10,8 @@ Lifecycle of the long-running mode:
 
 * start: settings are validated and the cold store is probed (one listing of the
   lease key): a bad setting, a missing store, an unwritable state dir or an
-  unreachable cold store each end the command with one line and exit 3;
+  unreachable cold store each end the command with one line and exit 3, leaving no
+  state dir behind (it is created only once the cold store answered);
 * the HTTP API (``http.enabled``: health, metrics) and the read API (``reads.enabled``:
   message contents, the broker plugin's reads) start before the lease is acquired, each
   on its own listener, so ``/healthz`` answers 503 "starting" while the sidecar waits for
@@ -48,7 +49,7 @@ from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.config import Settings
-from tieredstore.errors import BackendError, ConfigError, RetryableError
+from tieredstore.errors import BackendError, ConfigError
 from tieredstore.layout import lease_key
 from tieredstore.logs import before_each_line, configure_logging
 
@@ -72,16 +73,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def check_cold_store(settings: Settings) -> None:
     """Probe the cold store once (a listing of the lease key, with a few quick retries).
 
-    Raises ConfigError naming ``cold.url`` when it cannot be reached or refuses us
-    (no such bucket, access denied), so a misconfigured sidecar stops at start.
+    Raises ColdStoreUnreachableError (the one message every command gives for this
+    fault) when it does not answer, and ConfigError naming ``cold.url`` when it refuses
+    us (no such bucket, access denied), so a misconfigured sidecar stops at start.
     """
     policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
     where = f"cold.url={settings.redacted()['cold.url']}"
     backend = open_cold(settings, retry=policy)
     try:
         await backend.list(lease_key(settings.cluster, settings.broker))
-    except (RetryableError, BackendError) as exc:
-        raise ConfigError(f"cold store is unreachable: {exc}", where=where) from exc
+    except BackendError as exc:
+        raise ConfigError(f"cold store refused the first request: {exc}", where=where) from exc
     finally:
         await backend.close()
 
