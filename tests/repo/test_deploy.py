@@ -221,7 +221,8 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not() -> None:
         "TieredstoreLagOverBudget", "TieredstoreQueueDiverged", "TieredstoreQueuePaused",
         "TieredstoreLeaseLost", "TieredstoreLeaseFlapping", "TieredstoreNoTick",
         "TieredstoreVerificationCorrupt", "TieredstoreVerificationDirty",
-        "TieredstoreVerificationTooOld",
+        "TieredstoreVerificationTooOld", "TieredstoreVerificationNeverReported",
+        "TieredstoreBrokerNeverVerified",
     }  # fmt: skip
     tested = _alert_tests()
     assert set(tested) == alerts
