@@ -43,13 +43,20 @@ async def sleep_until(clock: Clock, event: asyncio.Event, seconds: float) -> Non
             t.cancel()
 
 
-async def wait_at_most(clock: Clock, task: asyncio.Future[Any], seconds: float) -> None:
-    """Wait up to ``seconds`` (on ``clock``) for ``task`` to end; it is not cancelled."""
+async def wait_at_most(
+    clock: Clock, task: asyncio.Future[Any], seconds: float, *, cut: asyncio.Event | None = None
+) -> None:
+    """Wait up to ``seconds`` (on ``clock``) for ``task`` to end, or until ``cut`` is set
+    (a second Ctrl-C: stop waiting now); ``task`` is not cancelled."""
     timer = asyncio.ensure_future(clock.sleep(seconds))
+    cutter = asyncio.ensure_future(cut.wait()) if cut is not None else None
     try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        waits = {task, timer} if cutter is None else {task, timer, cutter}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         timer.cancel()
+        if cutter is not None:
+            cutter.cancel()
 
 
 async def renew_until(

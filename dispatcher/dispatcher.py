@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
@@ -45,7 +46,7 @@ from dispatcher.provenance_writer import ProvenanceWriter
 from dispatcher.tick_report import TickReport, record_error
 from dispatcher.tiering_round import Rounds
 from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow
+from metadata.rows import QueueRow, QueueState
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import LeaseLostError, TieredStoreError
@@ -100,6 +101,7 @@ class Dispatcher:
         self.state = DispatcherState.CREATED
         self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
         self._stopping = asyncio.Event()
+        self._abandoning = asyncio.Event()  # a second stop: in-flight segments go now
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
@@ -207,6 +209,7 @@ class Dispatcher:
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
         stop = asyncio.create_task(self._stopping.wait(), name="stop request")
         total = TickReport()
+        before = dataclasses.replace(self.rounds.committed)
         try:
             while not self._stopping.is_set():
                 tick = asyncio.ensure_future(self.tick(flush=True))
@@ -216,13 +219,19 @@ class Dispatcher:
                     await asyncio.gather(tick, return_exceptions=True)
                     raise renew.exception()  # type: ignore[misc]
                 if not tick.done():  # a stop while the tick runs: drain, then abandon
-                    await wait_at_most(self.clock, tick, shutdown_deadline)
+                    await wait_at_most(self.clock, tick, shutdown_deadline, cut=self._abandoning)
+                    total.abandoned = self.rounds.in_flight if not tick.done() else 0
                     await _keep_or_abandon(tick, total, self._abandon_inflight)
                     break
                 total.merge(report := await tick)
                 if report.idle:
                     return total
             total.interrupted = True
+            committed = self.rounds.committed  # an abandoned tick's commits count too
+            total.segments = committed.segments - before.segments
+            total.messages = committed.messages - before.messages
+            total.bytes = committed.bytes - before.bytes
+            total.left_messages, total.left_queues = await asyncio.to_thread(self._left_behind)
             return total
         except LeaseLostError as exc:
             self._fenced(exc)
@@ -232,6 +241,27 @@ class Dispatcher:
             self._writes_done.set()
             renew.cancel()
             await asyncio.gather(renew, stop, return_exceptions=True)
+
+    def _left_behind(self) -> tuple[int, int]:
+        """(messages, queues) hot holds beyond the cold commit of ACTIVE queues (blocking):
+        what a stopped pass leaves for the next run. A queue hot cannot read is skipped."""
+        messages = queues = 0
+        for row in self.catalogue.queues.all():
+            if row.state is not QueueState.ACTIVE:
+                continue
+            try:
+                hot_max = self.hot.queue_range(row.topic, row.queue_id).max
+            except TieredStoreError:
+                continue
+            if hot_max > row.cold_commit:
+                messages += hot_max - row.cold_commit
+                queues += 1
+        return messages, queues
+
+    @property
+    def in_flight(self) -> int:
+        """Segments being gathered or committed now (what a stop waits for)."""
+        return self.rounds.in_flight
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, *, wait_for_lease: bool) -> None:
@@ -313,7 +343,7 @@ class Dispatcher:
                         self._fenced(task.exception())  # type: ignore[arg-type]
                     raise task.exception()  # type: ignore[misc]
             self.stop()
-            await wait_at_most(self.clock, ticks, shutdown_deadline)
+            await wait_at_most(self.clock, ticks, shutdown_deadline, cut=self._abandoning)
         finally:
             for task in (ticks, stop, *jobs):
                 task.cancel()
@@ -328,6 +358,13 @@ class Dispatcher:
         if self.state is DispatcherState.RUNNING:
             self.state = DispatcherState.STOPPING
         self._stopping.set()
+
+    def abandon(self) -> None:
+        """Stop, and stop waiting for the segments in flight: they are abandoned now
+        (uncommitted objects are never read; ``gc`` removes them) instead of at the
+        shutdown deadline. A second Ctrl-C calls it."""
+        self.stop()
+        self._abandoning.set()
 
     def _fenced(self, exc: LeaseLostError) -> None:
         """Count and log that this writer lost its lease: it writes nothing more."""

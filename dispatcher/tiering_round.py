@@ -108,6 +108,12 @@ class Rounds:
         self.on_segment = on_segment
         self._stopping = stopping
         self._sem = asyncio.Semaphore(config.concurrency)
+        #: Segments of the round under way not yet committed (or given up): what a stop
+        #: waits for.
+        self.in_flight = 0
+        #: Every segment committed by these rounds, ever: a pass whose tick was
+        #: abandoned counts what it committed from here (the tick's report is lost).
+        self.committed = TickReport()
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
 
     async def new_tick(self) -> None:
@@ -209,19 +215,23 @@ class Rounds:
         if not planned:
             return []
         jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
-        async with self._spool() as directory:
-            try:
-                gathered = await self._gather(jobs, directory)
-            except TieredStoreError as exc:
-                gathered = [exc] * len(jobs)
-            gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-            outcomes = await asyncio.gather(
-                *(
-                    self._commit_gathered(row, plan, spooled, report)
-                    for (row, plan), spooled in zip(planned, gathered, strict=True)
-                ),
-                return_exceptions=True,
-            )
+        self.in_flight = len(planned)
+        try:
+            async with self._spool() as directory:
+                try:
+                    gathered = await self._gather(jobs, directory)
+                except TieredStoreError as exc:
+                    gathered = [exc] * len(jobs)
+                gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
+                outcomes = await asyncio.gather(
+                    *(
+                        self._commit_gathered(row, plan, spooled, report)
+                        for (row, plan), spooled in zip(planned, gathered, strict=True)
+                    ),
+                    return_exceptions=True,
+                )
+        finally:
+            self.in_flight = 0
         going: list[QueueRow] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -274,11 +284,14 @@ class Rounds:
     ) -> QueueRow | None:
         """Commit one gathered segment; return the queue's new row to go on with, or None
         to stop (diverged, or nothing more was pending when it was planned)."""
-        if isinstance(spooled, TieredStoreError):
-            raise spooled
-        async with self._sem:
-            started = time.perf_counter()
-            result = await self.committer.commit(row, plan, spooled)
+        try:
+            if isinstance(spooled, TieredStoreError):
+                raise spooled
+            async with self._sem:
+                started = time.perf_counter()
+                result = await self.committer.commit(row, plan, spooled)
+        finally:
+            self.in_flight = max(self.in_flight - 1, 0)
         if result.kind is CommitKind.DIVERGED:
             report.diverged.append(QueueKey(row.topic, row.queue_id))
             return None
@@ -290,9 +303,10 @@ class Rounds:
         self.metrics.segments_tiered.labels(plan.reason.value).inc()
         self.metrics.messages_tiered.inc(plan.count)
         self.metrics.bytes_tiered.inc(plan.nbytes)
-        report.segments += 1
-        report.messages += plan.count
-        report.bytes += plan.nbytes
+        for counts in (report, self.committed):
+            counts.segments += 1
+            counts.messages += plan.count
+            counts.bytes += plan.nbytes
         if self.on_segment:
             self.on_segment(plan)
         if plan.end < plan.hot.max:
