@@ -15,11 +15,12 @@ URLs. Checks that touch the outside world (store readable, state dir writable) a
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self
@@ -667,6 +668,12 @@ class Settings:
         return re.sub(r"//[^/@]*@", "//***@", self.cold.url)
 
 
+def _suggest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean tiering.segment_max_bytes?)`` for the closest known name, or ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:
     flat: dict[str, object] = {}
     for section, table in doc.items():
@@ -675,7 +682,7 @@ def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:
         for name, value in table.items():
             key = f"{section}.{name}"
             if key not in _BY_KEY:
-                raise ConfigError(f"unknown setting {key!r}", where=where)
+                raise ConfigError(f"unknown setting {key!r}{_suggest(key, _BY_KEY)}", where=where)
             flat[key] = value
     return flat
 
@@ -712,13 +719,13 @@ def load_settings(
         if not name.startswith("TIEREDSTORE_") or name in known_env:
             continue
         if name != "TIEREDSTORE_CONFIG" and not name.startswith("TIEREDSTORE_CACHE"):
-            raise ConfigError(f"unknown environment variable {name}")
+            raise ConfigError(f"unknown environment variable {name}{_suggest(name, known_env)}")
     for s in SETTINGS:
         if s.env in env:
             raw[s.key], sources[s.key] = env[s.env], f"env {s.env}"
     for key, value in (overrides or {}).items():
         if key not in _BY_KEY:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(f"unknown setting {key!r}{_suggest(key, _BY_KEY)}")
         if value is not None:
             raw[key], sources[key] = value, "flag"
     values: dict[str, Any] = {}

@@ -15,14 +15,16 @@ of another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not ru
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import FrameType
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, Final, NoReturn, Protocol, cast
 
 from tieredstore.errors import (
     CatalogueMismatchError,
@@ -98,14 +100,49 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        # ``-5m`` or ``-1.5`` after a flag is its (bad) value, which the flag's own check
+        # then names ("must not be negative"), not a flag: argparse's default takes
+        # ``-5m`` for an unknown option and says "expected one argument".
+        self._negative_number_matcher = NEGATIVE_VALUE
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
     def refuse_unknown(self, extra: Sequence[str]) -> NoReturn:
-        """Name the command and show its usage, then the one-line error (last)."""
-        sys.stderr.write(self.format_usage())
-        self.error(f"unrecognized arguments: {' '.join(extra)} (see {self.prog} --help)")
+        """One line: the command, the unknown arguments, the closest flags it has."""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{did_you_mean(self, extra)} "
+                   f"(see {self.prog} --help)")  # fmt: skip
+
+
+#: What argparse takes for a value rather than a flag: a number, with a unit after it.
+NEGATIVE_VALUE: Final = re.compile(r"^-(\d+\.?\d*|\.\d+)[A-Za-z]*$")
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of ``parser`` and of its subcommands' parsers (``lease show``)."""
+    flags: list[str] = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags += _flags(sub)
+    return flags
+
+
+def _unknown_flag(arg: str, parser: argparse.ArgumentParser) -> bool:
+    return arg.startswith("--") and arg != "--" and arg.split("=", 1)[0] not in _flags(parser)
+
+
+def did_you_mean(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    """``; did you mean --store?`` for the first unknown flag close to one of
+    ``parser``'s, else ``""``."""
+    flags = _flags(parser)
+    for arg in extra:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.75)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 def _version() -> str:
@@ -139,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if a in COMMANDS), None)
     parser, parsers = build_parser(command)
+    if command is not None:  # a typo'd flag is named first, not as a missing required one
+        unknown = [a for a in args_list if _unknown_flag(a, parsers[command])]
+        if unknown:
+            parsers[command].refuse_unknown(unknown)
     args, extra = parser.parse_known_args(args_list)
     if extra:
         parsers[args.command].refuse_unknown(extra)
