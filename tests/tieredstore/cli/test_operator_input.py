@@ -357,3 +357,19 @@ def test_inspect_marks_a_cut_topic_name(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     (row,) = done.stdout.splitlines()[1:]
     assert row.split()[0] == "SynthTopicLong" + "x" * 25 + "…"  # 40 characters, cut visibly
+
+
+@pytest.mark.slow
+def test_lease_show_of_a_released_lease_and_of_a_typod_broker(tiered: Path) -> None:
+    where = ["--cold", str(tiered / "cold"), "--cluster", "C"]
+    shown = _cli("lease", "show", *where, "--broker", "B")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "holder:     nobody (released)"  # run --once released it
+    assert re.fullmatch(r"epoch:      1 \(the next sidecar takes 2 at once\)", lines[1])
+    assert lines[2].startswith("released:   20") and len(lines) == 3
+    assert "lease time" not in shown.stdout and "from this host" not in shown.stdout
+    typo = _cli("lease", "show", *where, "--broker", "b")
+    assert typo.returncode == 3 and typo.stdout == ""
+    assert typo.stderr.startswith("tieredstore lease: nothing tiered for broker 'b' of cluster")
+    assert "(brokers tiered in that cluster there: B)" in typo.stderr
