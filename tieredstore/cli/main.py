@@ -187,8 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _run(args)
         except KeyboardInterrupt:
-            print(f"tieredstore {args.command}: interrupted by {stop.name}", file=sys.stderr)
+            hint = AFTER_INTERRUPT.get(args.command, "")
+            print(f"tieredstore {args.command}: interrupted by {stop.name}{hint}", file=sys.stderr)
             return 128 + int(stop.signal)
+
+
+#: What an interrupted command's one line adds: how to carry on where it stopped.
+AFTER_INTERRUPT: Final = {
+    "restore": "; run the same command again to resume where it stopped",
+    "export": "; run it again to continue where it stopped (exported segments are kept)",
+}
 
 
 class _TermAsInterrupt:

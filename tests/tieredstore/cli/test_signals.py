@@ -203,7 +203,10 @@ def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
     code = _interrupt_when(proc, lambda: "restored " in log.read_text(errors="replace"), sig)
     text = log.read_text()
     assert code == 128 + sig, text
-    assert text.splitlines()[-1] == f"tieredstore restore: interrupted by {sig.name}"
+    assert text.splitlines()[-1] == (
+        f"tieredstore restore: interrupted by {sig.name}; run the same command again to "
+        "resume where it stopped"
+    )
     assert "Traceback" not in text and "into" not in text  # no success line
     again = subprocess.run(
         [sys.executable, "-m", "tieredstore.cli", "restore", *_cold_args(cold), "--out", str(out)],
@@ -226,7 +229,10 @@ def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     code = _interrupt_when(proc, lambda: any(out.rglob("*.parquet")), sig)
     text = log.read_text()
     assert code == 128 + sig, text
-    assert text == f"tieredstore export: interrupted by {sig.name}\n"
+    assert text == (
+        f"tieredstore export: interrupted by {sig.name}; run it again to continue where it "
+        "stopped (exported segments are kept)\n"
+    )
     again = subprocess.run(
         [sys.executable, "-m", "tieredstore.cli", *args],
         capture_output=True,
