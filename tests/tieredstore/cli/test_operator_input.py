@@ -161,7 +161,14 @@ def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0
-    assert re.fullmatch(r"tieredstore \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert re.fullmatch(r"tieredstore \d+\.\d+\.\d+\S*\n", printed)
+    # The version printed, pyproject's and the CHANGELOG's newest heading are one.
+    root = Path(__file__).resolve().parents[3]
+    declared = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
+    newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (root / "CHANGELOG.md").read_text(), re.M)
+    assert declared and newest
+    assert printed == f"tieredstore {declared[1]}\n" and declared[1] == newest[1]
 
 
 def test_flags_are_never_abbreviated(tiered: Path) -> None:
