@@ -362,8 +362,17 @@ def test_inspect_marks_a_cut_topic_name(tmp_path: Path) -> None:
     synthesize(tmp_path / "s", SynthSpec(messages=20, topics=1, queues=1, long_topic=True))
     done = _cli("inspect", "--store", str(tmp_path / "s"))
     assert done.returncode == 0, done.stderr
-    (row,) = done.stdout.splitlines()[1:]
+    checkpoint, blank, _header, row = done.stdout.splitlines()
     assert row.split()[0] == "SynthTopicLong" + "x" * 25 + "…"  # 40 characters, cut visibly
+    # The checkpoint, as the README promises, in the text output too (not only --json).
+    assert (
+        re.fullmatch(
+            r"checkpoint: commitlog flushed to \S+Z, consume queues to \S+Z, index to \S+Z; "
+            r"master flushed offset \d+, confirm offset \d+",
+            checkpoint,
+        )
+        and blank == ""
+    )
 
 
 @pytest.mark.slow
