@@ -84,7 +84,7 @@ def screen_with(
     deadline = time.monotonic() + timeout
     while True:
         lines = capture(socket)
-        if len(lines) > 3 and re.search(pattern, lines[0]) and whole(lines):
+        if len(lines) >= 3 and re.search(pattern, lines[0]) and whole(lines):
             return lines
         assert time.monotonic() < deadline, "\n".join(lines)
         subprocess.run(["tmux", "-L", socket, "wait-for", "-S", "never"], timeout=5)
@@ -161,11 +161,14 @@ def test_watch_warns_when_no_sidecar_holds_the_lease(
     sidecar: list[str], width: int, height: int
 ) -> None:
     """Messages arrived after the only sidecar stopped: WARNING, not OK, and (where the
-    screen has room) who held the lease last and since when nobody does."""
+    screen has room) who held the lease last and since when nobody does. ``--problems``
+    with no queue to show says so instead of drawing a bare header."""
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
-           *sidecar]  # fmt: skip
+           "--problems", *sidecar]  # fmt: skip
     with tmux(width, height, cmd) as socket:
-        lines = screen_with(socket, r" (OK|WARNING): 160 queues", lambda s: len(s) == height)
+        lines = screen_with(socket, r" (OK|WARNING): 160 queues", lambda s: len(s) == 3)
     assert " WARNING: 160 queues (160 ACTIVE); no sidecar holds the" in lines[0]
     if width >= 100:
         assert "no sidecar holds the writer lease since 20" in lines[0]
+    assert all(len(line) <= width for line in lines)
+    assert lines[2].startswith("no problems: none of the 160 queues is DIVERGED, PAUSED")

@@ -136,7 +136,21 @@ def frame(
     if view.layout.width is not None:
         top = fit(top, view.layout.width)
     shown = select(statuses, topic=view.topic, problems=view.problems)
+    if statuses and not shown:  # a filter left nothing: say so, not a bare header
+        return "\n".join([top, "", _nothing_shown(view, len(statuses))]) + "\n"
     return "\n".join([top, "", *render_table(shown, view.layout, reserved=2)]) + "\n"
+
+
+def _nothing_shown(view: View, total: int) -> str:
+    what = f"matching --topic {view.topic!r}" if view.topic is not None else ""
+    if view.problems:
+        line = (
+            f"no problems: none of the {total} queues {what + ' ' if what else ''}is "
+            "DIVERGED, PAUSED, losing messages or unreadable"
+        )
+    else:
+        line = f"no queue {what} (of {total})"
+    return line if view.layout.width is None else fit(line, view.layout.width)
 
 
 async def watch(
