@@ -389,3 +389,21 @@ def test_lease_show_of_a_released_lease_and_of_a_typod_broker(tiered: Path) -> N
     assert typo.returncode == 3 and typo.stdout == ""
     assert typo.stderr.startswith("tieredstore lease: nothing tiered for broker 'b' of cluster")
     assert "(brokers tiered in that cluster there: B)" in typo.stderr
+
+
+def test_synth_append_never_stamps_the_future(tmp_path: Path) -> None:
+    """A live broker stamps what it stores now: the appended batch ends about now."""
+    from tieredstore.hot_store import HotStore
+
+    out = tmp_path / "s"
+    flags = ["--topics", "1", "--queues", "1", "--interval-ms", "1000"]
+    made = _cli("synth", "--out", str(out), "--messages", "4", *flags)
+    assert made.returncode == 0, made.stderr
+    more = _cli("synth", "--out", str(out), "--append", "30")
+    after = time.time_ns() // 1_000_000
+    assert more.returncode == 0, more.stderr
+    hot = HotStore(out)
+    (q,) = hot.queues()
+    stamps = [hot.read_message(q.topic, q.queue_id, i).store_timestamp for i in range(34)]
+    assert stamps == sorted(stamps) and stamps[-1] <= after  # 30 s apart on the old code
+    assert stamps[-1] >= after - 60_000  # still recent
