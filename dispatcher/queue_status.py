@@ -168,12 +168,15 @@ class WriterState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class WriterStatus:
-    """The writer as ``status`` sees it; ``warning`` is None when nothing is wrong."""
+    """The writer as ``status`` sees it: ``warning`` (short, None when nothing is wrong)
+    and ``detail`` (who: the last or current holder), which the health line puts after
+    the lag, so that a narrow screen cuts the owner's long name before the lag."""
 
     state: WriterState
     holder: str  # the current or last holder ("" when none was ever recorded)
     since_ms: int | None  # NOT_HELD: when the hold ended; STALLED: the last progress
     warning: str | None
+    detail: str = ""
 
 
 def writer_status(
@@ -192,16 +195,21 @@ def writer_status(
         if since is None:
             text = "no sidecar holds the writer lease (none recorded in this state dir)"
         else:
-            text = (
-                f"no sidecar holds the writer lease since {iso_time(since)} (last holder {holder})"
-            )
-        return WriterStatus(WriterState.NOT_HELD, holder, since, text if lag_messages else None)
+            text = f"no sidecar holds the writer lease since {iso_time(since)}"
+        return WriterStatus(
+            WriterState.NOT_HELD,
+            holder,
+            since,
+            text if lag_messages else None,
+            f"last holder {holder}" if holder and lag_messages else "",
+        )
     progress = max((r.updated_at_ms for r in rows), default=lease.updated_at_ms)
     idle_s = (now_ms - progress) / 1000
     if lag_messages and idle_s >= stall_after_s:
         text = (
-            f"the lease holder {lease.owner} made no progress for {human_seconds(idle_s)} "
-            f"(last at {iso_time(progress)})"
+            f"the lease holder made no progress for {human_seconds(idle_s)} "
+            f"(since {iso_time(progress)})"
         )
-        return WriterStatus(WriterState.STALLED, lease.owner, progress, text)
+        detail = f"lease holder {lease.owner}"
+        return WriterStatus(WriterState.STALLED, lease.owner, progress, text, detail)
     return WriterStatus(WriterState.HELD, lease.owner, None, None)

@@ -39,6 +39,22 @@ def test_health_line_names_the_worst_and_the_oldest_lag() -> None:
     assert health_line([], T0) == "2023-11-14T22:13:20Z NO QUEUES: 0 queues; lag 0 messages, 0 B"
 
 
+def test_health_line_warns_when_no_sidecar_holds_the_lease() -> None:
+    from dispatcher.queue_status import WriterState, WriterStatus
+
+    lagging = [_q("A", 0, lag_messages=3000, lag_bytes=1 << 20, lag_seconds=40.0)]
+    gone = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000,
+                        "no sidecar holds the writer lease since 2023-11-14T22:12:20Z",
+                        "last holder u@h")  # fmt: skip
+    assert health_line(lagging, T0, gone) == (
+        "2023-11-14T22:13:20Z WARNING: 1 queues (1 ACTIVE); no sidecar holds the writer lease "
+        "since 2023-11-14T22:12:20Z; lag 3000 messages, 1.0 MiB, oldest 40.0 s (A/0); "
+        "last holder u@h"
+    )
+    quiet = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000, None)  # nothing waits
+    assert health_line([_q("A", 0)], T0, quiet).startswith("2023-11-14T22:13:20Z OK: ")
+
+
 async def test_watch_redraws_in_place_every_interval() -> None:
     clock = VirtualClock(start_ms=T0)
     seen: list[int] = []

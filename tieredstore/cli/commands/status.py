@@ -44,7 +44,7 @@ from tieredstore.humanize import human_bytes, human_seconds, iso_time
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
-_STATES: Final = ("DIVERGED", "PAUSED", "ACTIVE", "DELETED")
+_STATES: Final = ("DIVERGED", "PAUSED", "STOPPED", "ACTIVE", "DELETED")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -93,7 +93,7 @@ def health_line(
     statuses: Sequence[QueueStatus], now_ms: int, writer: WriterStatus | None = None
 ) -> str:
     """One line: when, the verdict (:func:`health`), queues by state, the writer's
-    warning if any, and the lag (total, oldest, where)."""
+    warning if any, the lag (total, oldest, where), and who the writer is or was."""
     states = Counter(s.state for s in statuses)
     noted = sum(1 for s in statuses if s.note)
     verdict = health(statuses, writer)
@@ -111,6 +111,8 @@ def health_line(
     if oldest is not None and oldest.lag_seconds > 0:
         lag += f", oldest {human_seconds(oldest.lag_seconds)} ({oldest.topic}/{oldest.queue})"
     parts.append(lag)
+    if writer is not None and writer.warning and writer.detail:
+        parts.append(writer.detail)  # last: a long owner name is what a screen cuts
     return "; ".join(parts)
 
 
@@ -271,6 +273,7 @@ def _writer_json(writer: WriterStatus) -> dict[str, object]:
         "holder": writer.holder,
         "since_ms": writer.since_ms,
         "warning": writer.warning,
+        "detail": writer.detail,
     }
 
 
