@@ -39,3 +39,14 @@ def test_the_health_line_counts_every_state() -> None:
     for state in _exported_states():
         q = QueueStatus("T", 0, state, 0, 1, 0, 1, 0, 0, 0.0, "")
         assert f"(1 {state})" in health_line([q], 0), state
+
+
+def test_the_readme_exit_codes_match_what_run_does() -> None:
+    """130/143 are a one-shot command's; the continuous ``run`` stops gracefully and exits
+    0 (tests/tieredstore/cli/test_http_sidecar.py sends it SIGTERM and checks that)."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "`130`/`143` a one-shot command stopped by SIGINT/SIGTERM" in text
+    assert re.search(r"continuous `run` is a service: SIGTERM/SIGINT stop it gracefully .* "
+                     r"exits `0`", text)  # fmt: skip
+    http = (REPO / "tests" / "tieredstore" / "cli" / "test_http_sidecar.py").read_text()
+    assert "SIGTERM: exit 0" in http
