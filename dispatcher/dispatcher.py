@@ -40,13 +40,15 @@ from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
 from dispatcher.lease import Lease
+from dispatcher.lease_guard import mirror_lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.provenance_writer import ProvenanceWriter
+from dispatcher.queue_status import untiered
 from dispatcher.tick_report import TickReport, record_error
 from dispatcher.tiering_round import Rounds
 from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState
+from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import LeaseLostError, TieredStoreError
@@ -227,11 +229,11 @@ class Dispatcher:
                 if report.idle:
                     return total
             total.interrupted = True
-            committed = self.rounds.committed  # an abandoned tick's commits count too
-            total.segments = committed.segments - before.segments
-            total.messages = committed.messages - before.messages
-            total.bytes = committed.bytes - before.bytes
-            total.left_messages, total.left_queues = await asyncio.to_thread(self._left_behind)
+            total.count_since(before, self.rounds.committed)  # an abandoned tick's too
+            rows = self.catalogue.queues.all()
+            total.left_messages, total.left_queues = await asyncio.to_thread(
+                untiered, self.hot, rows
+            )
             return total
         except LeaseLostError as exc:
             self._fenced(exc)
@@ -241,27 +243,6 @@ class Dispatcher:
             self._writes_done.set()
             renew.cancel()
             await asyncio.gather(renew, stop, return_exceptions=True)
-
-    def _left_behind(self) -> tuple[int, int]:
-        """(messages, queues) hot holds beyond the cold commit of ACTIVE queues (blocking):
-        what a stopped pass leaves for the next run. A queue hot cannot read is skipped."""
-        messages = queues = 0
-        for row in self.catalogue.queues.all():
-            if row.state is not QueueState.ACTIVE:
-                continue
-            try:
-                hot_max = self.hot.queue_range(row.topic, row.queue_id).max
-            except TieredStoreError:
-                continue
-            if hot_max > row.cold_commit:
-                messages += hot_max - row.cold_commit
-                queues += 1
-        return messages, queues
-
-    @property
-    def in_flight(self) -> int:
-        """Segments being gathered or committed now (what a stop waits for)."""
-        return self.rounds.in_flight
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, *, wait_for_lease: bool) -> None:
@@ -288,18 +269,7 @@ class Dispatcher:
             stopped_file.save(self._stopped_path, self.stopped)
 
     def _mirror_lease(self, *, released: bool = False) -> None:
-        """Record who holds the lease, and until when, in the catalogue, where
-        ``tieredstore status`` (which never reads the cold store) looks for a writer.
-
-        A release keeps the owner and ends the hold now, so ``status`` can say who held
-        the lease last and since when nobody does; a killed sidecar's hold ends at its
-        last renewal's expiry. Informational: a failure to write it is logged, never fatal.
-        """
-        ends = self.clock.now_ms() if released else self.lease.expires_at_ms
-        try:
-            self.catalogue.record_lease(self.lease.owner, self.lease.epoch, ends)
-        except TieredStoreError as exc:
-            log.warning("could not record the lease in the catalogue: %s", exc)
+        mirror_lease(self.catalogue, self.lease, released=released)
 
     async def _renew_loop(self) -> None:
         interval = self.config.lease_renew_interval
@@ -360,9 +330,8 @@ class Dispatcher:
         self._stopping.set()
 
     def abandon(self) -> None:
-        """Stop, and stop waiting for the segments in flight: they are abandoned now
-        (uncommitted objects are never read; ``gc`` removes them) instead of at the
-        shutdown deadline. A second Ctrl-C calls it."""
+        """Stop, and abandon the segments in flight now, not at the shutdown deadline
+        (a second Ctrl-C; uncommitted objects are never read, ``gc`` removes them)."""
         self.stop()
         self._abandoning.set()
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
-from metadata.rows import LeaseRow, QueueRow
+from metadata.rows import LeaseRow, QueueRow, QueueState
 from tieredstore.errors import TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.humanize import human_seconds, iso_time
@@ -46,6 +46,7 @@ __all__ = [
     "WriterStatus",
     "collect",
     "mark_stopped",
+    "untiered",
     "writer_status",
 ]
 
@@ -158,6 +159,24 @@ def mark_stopped(
         else s
         for s in statuses
     ]
+
+
+def untiered(hot: HotStore, rows: Sequence[QueueRow]) -> tuple[int, int]:
+    """(messages, queues) the hot store holds beyond the cold commit of the ACTIVE
+    ``rows`` (blocking): what a stopped pass leaves for the next run. A queue the hot
+    store cannot read is skipped."""
+    messages = queues = 0
+    for row in rows:
+        if row.state is not QueueState.ACTIVE:
+            continue
+        try:
+            hot_max = hot.queue_range(row.topic, row.queue_id).max
+        except TieredStoreError:
+            continue
+        if hot_max > row.cold_commit:
+            messages += hot_max - row.cold_commit
+            queues += 1
+    return messages, queues
 
 
 class WriterState(enum.Enum):

@@ -48,6 +48,13 @@ class TickReport:
         """Nothing tiered and nothing abandoned to a lapsed lease: a catch-up is done."""
         return self.segments == 0 and not self.lapsed
 
+    def count_since(self, before: TickReport, after: TickReport) -> None:
+        """Take segments, messages and bytes as ``after`` less ``before`` (two readings
+        of a running count)."""
+        self.segments = after.segments - before.segments
+        self.messages = after.messages - before.messages
+        self.bytes = after.bytes - before.bytes
+
     def merge(self, other: TickReport) -> None:
         self.segments += other.segments
         self.messages += other.messages

@@ -80,6 +80,23 @@ def _recheck(
     )
 
 
+@contextlib.asynccontextmanager
+async def _spool(root: Path | None) -> AsyncIterator[Path]:
+    """A fresh spool directory for one round under ``root``, removed (with its files)
+    afterwards; made and removed in a thread (a round may leave a thousand files)."""
+    directory = Path(await asyncio.to_thread(_new_spool, root))
+    try:
+        yield directory
+    finally:
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+
+
+def _new_spool(root: Path | None) -> str:
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(dir=root, prefix="round-")
+
+
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
@@ -108,12 +125,8 @@ class Rounds:
         self.on_segment = on_segment
         self._stopping = stopping
         self._sem = asyncio.Semaphore(config.concurrency)
-        #: Segments of the round under way not yet committed (or given up): what a stop
-        #: waits for.
-        self.in_flight = 0
-        #: Every segment committed by these rounds, ever: a pass whose tick was
-        #: abandoned counts what it committed from here (the tick's report is lost).
-        self.committed = TickReport()
+        self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
+        self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
 
     async def new_tick(self) -> None:
@@ -217,7 +230,7 @@ class Rounds:
         jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
         self.in_flight = len(planned)
         try:
-            async with self._spool() as directory:
+            async with _spool(self.config.spool_dir) as directory:
                 try:
                     gathered = await self._gather(jobs, directory)
                 except TieredStoreError as exc:
@@ -239,22 +252,6 @@ class Rounds:
             elif outcome is not None:
                 going.append(outcome)
         return going
-
-    @contextlib.asynccontextmanager
-    async def _spool(self) -> AsyncIterator[Path]:
-        """A fresh spool directory for one round, removed (with its files) afterwards;
-        made and removed in a thread (a round may leave a thousand files)."""
-        directory = Path(await asyncio.to_thread(self._new_spool))
-        try:
-            yield directory
-        finally:
-            await asyncio.to_thread(shutil.rmtree, directory, True)
-
-    def _new_spool(self) -> str:
-        root = self.config.spool_dir
-        if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(dir=root, prefix="round-")
 
     async def _gather(
         self, jobs: Sequence[GatherJob], directory: Path

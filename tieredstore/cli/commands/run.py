@@ -172,13 +172,13 @@ class _Stopper:
         if self.requested:  # the second signal: stop waiting for the segments in flight
             log.warning(
                 "%s again: abandoning %s in flight (uncommitted: never read, gc removes them)",
-                signum.name, _uploads(dispatcher.in_flight),
+                signum.name, _uploads(dispatcher.rounds.in_flight),
             )  # fmt: skip
             dispatcher.abandon()
             return
         self.requested = True
         self.signal = signum
-        busy = dispatcher.in_flight
+        busy = dispatcher.rounds.in_flight
         if busy:
             log.warning(
                 "%s: finishing %s, at most %s; %s again to abandon them",
