@@ -39,6 +39,7 @@ from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
 from tieredstore.digests import DigestAlgorithm, digest
 from tieredstore.errors import (
+    ColdStoreUnreachableError,
     ConfigError,
     CorruptLossRecordError,
     CorruptManifestError,
@@ -339,10 +340,19 @@ def _probe(cold: ColdLocation, key: str) -> None:
     if not cold.url.strip().lower().startswith(("s3://", "s3a://")):
         return
     so = cold.storage_options
-    region = dict(so.get("client_kwargs") or {}).get("region_name")
-    options = BackendOptions(endpoint_url=so.get("endpoint_url"), region=region)
-    root = cold.url.rstrip("/")
-    asyncio.run(probe(root, options, key, retry=COMMAND_RETRY))
+    options = BackendOptions(
+        endpoint_url=so.get("endpoint_url"),
+        region=dict(so.get("client_kwargs") or {}).get("region_name"),
+        access_key=so.get("key"),
+        secret_key=so.get("secret"),
+        session_token=so.get("token"),
+    )
+    try:
+        asyncio.run(probe(cold.url.rstrip("/"), options, key, retry=COMMAND_RETRY))
+    except ColdStoreUnreachableError:
+        raise
+    except TieredStoreError:
+        return  # it answered (no bucket, denied, ...): the checks below say what is wrong
 
 
 def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:
