@@ -283,7 +283,10 @@ def test_start_refuses_an_unknown_key_in_the_file(
     cfg.write_text('[tiering]\nsegment_max_byte = "1M"\n')
     code, err = _run_cli(["--config", str(cfg), *_start_args(tmp_path)], capsys)
     assert code == 3
-    assert err == f"tieredstore run: unknown setting 'tiering.segment_max_byte' ({cfg})\n"
+    assert err == (
+        "tieredstore run: unknown setting 'tiering.segment_max_byte' (did you mean "
+        f"tiering.segment_max_bytes?) ({cfg})\n"
+    )
 
 
 def test_start_refuses_a_bad_url(

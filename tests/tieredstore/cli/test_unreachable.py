@@ -81,6 +81,31 @@ def test_every_command_says_the_same_thing_and_leaves_nothing(tmp_path: Path) ->
         "export": ["export", "--format", "parquet", "--out", str(tmp_path / "lake")],
         "restore": ["restore", "--out", str(tmp_path / "restored")],
         "lease": ["lease", "show"],
+        "gc": ["gc", "--store", str(store), "--state-dir", str(tmp_path / "st-gc")],
+        "expire": ["expire", "--store", str(store), "--state-dir", str(tmp_path / "st-ex")],
+        "repair": [
+            "repair",
+            "--topic",
+            "SynthTopic0",
+            "--queue",
+            "0",
+            "--store",
+            str(store),
+            "--state-dir",
+            str(tmp_path / "st-rp"),
+        ],
+        "resume": [
+            "resume",
+            "--topic",
+            "SynthTopic0",
+            "--queue",
+            "0",
+            "--store",
+            str(store),
+            "--state-dir",
+            str(tmp_path / "st-rs"),
+        ],
+        "rebuild-metadata": ["rebuild-metadata", "--state-dir", str(tmp_path / "st-rb")],
     }
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
@@ -97,7 +122,7 @@ def test_every_command_says_the_same_thing_and_leaves_nothing(tmp_path: Path) ->
                 p.kill()
                 p.wait()
     shape = re.compile(
-        rf"^tieredstore (\w+): (could not run: )?cold store s3://bkt/tiered unreachable at "
+        rf"^tieredstore ([\w-]+): (could not run: )?cold store s3://bkt/tiered unreachable at "
         rf"endpoint {re.escape(endpoint)}: (list|read) of s3://bkt/tiered/\S+ failed \d+ times "
         r"in [\d.]+ s \(connect timeout 10 s, read timeout 60 s\); last error: "
         r"EndpointConnectionError: .*\n$"

@@ -29,7 +29,7 @@ from dispatcher.maintenance.retention import (
 )
 from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
-from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
 from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
@@ -92,6 +92,7 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
 async def _expire(
     settings: Settings, args: argparse.Namespace, now_ms: int
 ) -> tuple[Decision, ...]:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests, interrupted deletions.
         await rt.dispatcher.start(wait_for_lease=False)

@@ -42,19 +42,16 @@ from collections.abc import Callable
 
 from dispatcher.tick_report import TickReport
 from metadata.rows import QueueState
-from tieredstore.backends import open_cold
-from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.http import HttpServer, build_app
 from tieredstore.cli.sidecar.progress import ProgressLine
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
-from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.cli.sidecar.runtime import Runtime, check_cold_store, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.config import Settings
-from tieredstore.errors import BackendError, ConfigError
+from tieredstore.errors import ConfigError
 from tieredstore.humanize import human_seconds
-from tieredstore.layout import lease_key
 from tieredstore.logs import before_each_line, configure_logging
 
 log = logging.getLogger("tieredstore.run")
@@ -72,24 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="progress line on stderr (auto: only on a TTY)",
     )
-
-
-async def check_cold_store(settings: Settings) -> None:
-    """Probe the cold store once (a listing of the lease key, with a few quick retries).
-
-    Raises ColdStoreUnreachableError (the one message every command gives for this
-    fault) when it does not answer, and ConfigError naming ``cold.url`` when it refuses
-    us (no such bucket, access denied), so a misconfigured sidecar stops at start.
-    """
-    policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
-    where = f"cold.url={settings.redacted()['cold.url']}"
-    backend = open_cold(settings, retry=policy)
-    try:
-        await backend.list(lease_key(settings.cluster, settings.broker))
-    except BackendError as exc:
-        raise ConfigError(f"cold store refused the first request: {exc}", where=where) from exc
-    finally:
-        await backend.close()
 
 
 class _Reloader:
