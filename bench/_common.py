@@ -381,7 +381,7 @@ def cold_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in _files([root]))
 
 
-_DONE = re.compile(r"catch-up done: (\d+) segments, (\d+) messages, (\d+) bytes")
+_DONE = re.compile(r"catch-up done: (\d+) segments, (\d+) messages, [^(]*\((\d+) bytes\)")
 
 
 def tiered_totals(log: Path) -> tuple[int, int, int]:
@@ -539,7 +539,7 @@ def verifier_run(
 
     Spark's event log is switched on (through ``PYSPARK_SUBMIT_ARGS``) and summarised.
     """
-    cmd = [sys.executable, "-m", "verifier", "--hot", str(hot), "--cold", cold]
+    cmd = [sys.executable, "-m", "verifier", "--store", str(hot), "--cold", cold]
     cmd += ["--cluster", cluster, "--broker", broker, "--level", level]
     cmd += ["--out", str(out), "--master", master, "--lag-allowance", "0"]
     events = out.parent / f"spark-events-{level}"

@@ -64,7 +64,7 @@ import hashlib
 import json
 import multiprocessing
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -88,6 +88,7 @@ __all__ = [
     "STATISTICS_COLUMNS",
     "EncodedSegment",
     "ExportManifest",
+    "ExportProgress",
     "ExportReport",
     "ExportRequest",
     "encode_segment",
@@ -168,6 +169,18 @@ class ExportReport:
     bytes: int
     removed: int = 0  # superseded segments removed (module doc)
     removed_rows: int = 0
+
+
+@dataclass(frozen=True)
+class ExportProgress:
+    """How far a run is: segments looked at of those listed (exported now or skipped as
+    exported before, or not selected), and what was written so far."""
+
+    segments: int
+    segments_total: int
+    exported: int
+    rows: int
+    bytes: int
 
 
 @dataclass
@@ -404,6 +417,10 @@ class _Run:
     async def save(self) -> None:
         await self.out.write(self.key, self.done.to_json())
 
+    def progress(self, looked: int, listed: int) -> ExportProgress:
+        """How far the run is, ``looked`` of ``listed`` segment manifests read."""
+        return ExportProgress(looked, listed, self.exported, self.rows, self.bytes)
+
 
 SegmentArgs = tuple[bytes, str, bytes, bytes, str]  # manifest JSON, its key, CL, CQ, where
 
@@ -459,15 +476,38 @@ def _stages(jobs: int) -> _Pipeline | _Processes:
     return _Pipeline() if jobs == 1 else _Processes(jobs)
 
 
-async def export_parquet(
-    cold: Backend, out: Backend, request: ExportRequest, *, clock: Clock, jobs: int = 1
-) -> ExportReport:
+_Job = tuple[str, str, "asyncio.Future[EncodedSegment]"]  # manifest key, its sha, the work
+#: What :func:`export_parquet` tells how far it is.
+OnProgress = Callable[[ExportProgress], None]
+
+
+async def _submit(
+    cold: Backend, run: _Run, request: ExportRequest, stages: _Pipeline | _Processes, mkey: str
+) -> tuple[bool, _Job | None]:
+    """Read a listed segment manifest: whether the request selects it, and its export
+    job when it is not exported yet (its objects read and submitted)."""
+    raw = await cold.read(mkey)
+    m = read_stored(raw, mkey)
+    if isinstance(m, FenceMarker) or not request.wants_segment(m):
+        return False, None
+    sha = hashlib.sha256(raw).hexdigest()
+    if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
+        return True, None
+    cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
+    return True, (mkey, sha, stages.submit((raw, mkey, cl, cq, cold.url)))
+
+
+async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
+                        clock: Clock, jobs: int = 1,
+                        on_progress: OnProgress | None = None) -> ExportReport:  # fmt: skip
     """Export the segments ``request`` selects that are not exported yet (module doc).
 
     ``jobs > 1``: that many segments at once, each in its own process; 1: a decode
     thread and an encode thread in this process, three segments in flight. The oldest
     finished segment's files are written meanwhile (one segment at a time, in order).
     Memory: about three times a segment's size per segment in flight or being written.
+    ``on_progress`` is told after each listed segment is read (and when one is
+    written) how far the run is (:class:`ExportProgress`).
 
     Raises:
         CorruptManifestError: a segment manifest, or the export manifest, that does not
@@ -478,27 +518,24 @@ async def export_parquet(
     """
     run = _Run(out, await _load_manifest(out, request),
                export_manifest_key(request.cluster, request.broker), clock)  # fmt: skip
-    pending: deque[tuple[str, str, asyncio.Future[EncodedSegment]]] = deque()
+    pending: deque[_Job] = deque()
     # The oldest segment's files are written while the next segments are read and
     # submitted, so the decoder never waits for a write (one segment written at a time,
     # in order).
     writing: asyncio.Future[None] | None = None
     selected = 0
     stages = _stages(jobs)
+    say = on_progress or (lambda _p: None)
     try:
         try:
-            for mkey in await _current_keys(cold, run, request):
-                raw = await cold.read(mkey)
-                m = read_stored(raw, mkey)
-                if isinstance(m, FenceMarker) or not request.wants_segment(m):
+            keys = await _current_keys(cold, run, request)
+            for looked, mkey in enumerate(keys):
+                say(run.progress(looked, len(keys)))
+                wanted, submitted = await _submit(cold, run, request, stages, mkey)
+                selected += wanted
+                if submitted is None:
                     continue
-                selected += 1
-                sha = hashlib.sha256(raw).hexdigest()
-                if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
-                    continue
-                cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
-                job = stages.submit((raw, mkey, cl, cq, cold.url))
-                pending.append((mkey, sha, job))
+                pending.append(submitted)
                 if len(pending) >= stages.depth:
                     if writing is not None:
                         await writing
@@ -507,6 +544,7 @@ async def export_parquet(
                 await writing
             while pending:
                 await run.finish(*pending.popleft())
+            say(run.progress(len(keys), len(keys)))
         finally:
             if writing is not None:  # an error above: stop the write, keep the error
                 writing.cancel()

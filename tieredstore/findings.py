@@ -148,7 +148,7 @@ FINDINGS: Final[Mapping[FindingKind, Finding]] = {
         "a key under the broker prefix that is not tieredstore's; never deleted", ("gc",)
     ),
     FindingKind.CATALOGUE_DRIFT: Finding(
-        "the catalogue disagrees with the manifests (only with `--metadata`)",
+        "the catalogue disagrees with the manifests (only with `--state-dir`)",
         ("verifier",),
     ),
     FindingKind.NOT_ADOPTED: Finding(

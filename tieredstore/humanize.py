@@ -1,7 +1,8 @@
 """Numbers and times as people read them: ISO-8601 UTC, binary sizes, short durations.
 
 Used by the verification report and history pages, ``status``, ``read``, ``expire``,
-``lease show`` and the JSON log lines.
+``lease show``, the progress lines and the JSON log lines: one unit family everywhere
+(binary sizes: KiB, MiB, GiB; never MB next to MiB).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-__all__ = ["human_bytes", "human_seconds", "iso_time"]
+__all__ = ["human_bytes", "human_rate", "human_seconds", "iso_time", "shorten_middle"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -57,3 +58,24 @@ def human_seconds(seconds: float | None) -> str:
     if whole >= 3600:
         return f"{whole // 3600} h {whole % 3600 // 60:02d} m"
     return f"{whole // 60} m {whole % 60:02d} s"
+
+
+def human_rate(bytes_per_second: float) -> str:
+    """``human_bytes`` per second: ``12.5 MiB/s``."""
+    return f"{human_bytes(int(bytes_per_second))}/s"
+
+
+def shorten_middle(text: str, width: int) -> str:
+    """``text`` if it has at most ``width`` characters, else its head and tail around
+    ``…`` in exactly ``width`` characters (the tail a third of them).
+
+    Long names (topics) often share a prefix and differ at the end (``…Service1`` and
+    ``…Service2``): cutting the end would make them look the same. ``width`` below 1
+    gives ``""``.
+    """
+    if len(text) <= width:
+        return text
+    if width < 1:
+        return ""
+    tail = width // 3
+    return f"{text[: width - tail - 1]}…{text[len(text) - tail :] if tail else ''}"

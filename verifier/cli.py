@@ -9,6 +9,14 @@ refreshes ``history.html`` one level up when ``--out`` is one of several dated r
 folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
 
+While it runs, ``--progress`` (on a terminal by default) writes one line per stage on
+stderr, prefixed by the time since the start, so stdout keeps only the verdict line::
+
+    tieredstore verify: [   12 ms] checking the cold store at s3://bucket/tiered
+    tieredstore verify: [   1.4 s] starting Spark
+    tieredstore verify: [  19.0 s] reading 16 hot queues
+    tieredstore verify: [  23.4 s] checking 610 segments of 16 queues (offsets level)
+
 Quiet by default: a Spark JVM started here writes everything it prints (log4j lines,
 the banner, JVM warnings, the Python workers' stderr) to ``<out>/spark.log``, so the
 terminal shows only our own lines; ``--verbose`` leaves it on the terminal.
@@ -17,27 +25,32 @@ terminal shows only our own lines; ``--verbose`` leaves it on the terminal.
 from __future__ import annotations
 
 import argparse
+import enum
 import json
+import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TextIO
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import parse_duration
+from tieredstore.config import load_settings, parse_duration
 from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
+from tieredstore.humanize import human_seconds
 from verifier import readers
+from verifier.catalogue import CATALOGUE_FILE
 from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.interrupt import StopOnSignal
-from verifier.job import verify
+from verifier.job import silent, verify
 from verifier.metrics_file import write_metrics_file
-from verifier.outcome import VerificationResult
-from verifier.report import ReportPaths, write_reports
+from verifier.outcome import Anomaly, VerificationResult
+from verifier.report import ReportPaths, queue_status, write_reports
 from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
 from verifier.vocabulary import (
     DEFAULT_LAG_ALLOWANCE,
@@ -48,15 +61,61 @@ from verifier.vocabulary import (
     parse_lag_allowance,
 )
 
-__all__ = ["JobArgs", "add_arguments", "main", "options_from_args", "run"]
+__all__ = [
+    "JobArgs",
+    "ProgressMode",
+    "Stages",
+    "add_arguments",
+    "main",
+    "options_from_args",
+    "run",
+    "with_config",
+]
+
+
+class ProgressMode(enum.Enum):
+    """``--progress``: ``on``, ``off``, or ``auto`` (on when stderr is a terminal)."""
+
+    ON = "on"
+    OFF = "off"
+    AUTO = "auto"
+
+    def enabled(self, stream: TextIO) -> bool:
+        if self is ProgressMode.AUTO:
+            return stream.isatty()
+        return self is ProgressMode.ON
+
+
+@dataclass
+class Stages:
+    """Callable stage reporter: ``stages("reading 16 hot queues")`` writes one line.
+
+    ``clock`` times the run from the reporter's creation; ``out`` is stderr unless a
+    test gives another stream.
+    """
+
+    prog: str
+    clock: Clock
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+    started_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started_ms = self.clock.now_ms()
+
+    def __call__(self, text: str) -> None:
+        elapsed = human_seconds(max(self.clock.now_ms() - self.started_ms, 0) / 1000)
+        self.out.write(f"{self.prog}: [{elapsed:>8}] {text}\n")
+        self.out.flush()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``)."""
-    p.add_argument("--hot", required=True, type=Path, help="broker store root (read-only)")
-    p.add_argument("--cold", required=True, help="cold store root URL (path, file://, s3://)")
-    p.add_argument("--cluster", required=True, help="broker cluster name")
-    p.add_argument("--broker", required=True, help="broker name")
+    """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``).
+
+    The locations are named as every other command names them (``--store``,
+    ``--state-dir``; ``--hot`` and ``--metadata`` are kept as aliases) and can come from
+    the sidecar's own config file (``--config``), flags winning.
+    """
+    _add_location_arguments(p)
     p.add_argument(
         "--level",
         choices=[lv.value for lv in Level],
@@ -92,7 +151,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="show Spark's own output on the terminal (default: into <out>/spark.log)",
     )
     p.add_argument(
-        "--metadata", type=Path, default=None, help="sidecar state dir: check catalogue drift"
+        "--progress",
+        choices=[m.value for m in ProgressMode],
+        default=ProgressMode.AUTO.value,
+        help="one line per stage on stderr (auto: when stderr is a terminal; default %(default)s)",
     )
     p.add_argument(
         "--orphan-grace",
@@ -100,8 +162,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds (or 30m, 2h) before an object without manifest is an orphan "
         "(default %(default)s)",
     )
-    p.add_argument("--endpoint-url", default=None, help="S3 endpoint URL (MinIO, moto, ...)")
-    p.add_argument("--region", default=None, help="S3 region")
+
+
+def _add_location_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the stores are: flags, or the sidecar's config file (``[setting]``)."""
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the sidecar's TOML config: store.path, cold.url/cluster/broker/endpoint_url/"
+        "region and state.dir from it, flags winning (default: $TIEREDSTORE_CONFIG if set)",
+    )
+    p.add_argument(
+        "--store",
+        "--hot",
+        dest="hot",
+        type=Path,
+        metavar="DIR",
+        help="broker store root, read-only [store.path]",
+    )
+    p.add_argument("--cold", help="cold store root URL (path, file://, s3://) [cold.url]")
+    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
+    p.add_argument("--broker", help="broker name [cold.broker]")
+    p.add_argument(
+        "--state-dir",
+        "--metadata",
+        dest="metadata",
+        type=Path,
+        metavar="DIR",
+        default=None,
+        help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
+        "checked when it holds a catalogue]",
+    )
+    p.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="S3 endpoint URL (MinIO, moto, ...) [cold.endpoint_url]",
+    )
+    p.add_argument("--region", default=None, help="S3 region [cold.region]")
     p.add_argument(
         "--storage-option",
         action="append",
@@ -128,8 +227,66 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
+#: flag (its argparse dest) → the sidecar setting it stands for
+_SETTING_OF: Final = {
+    "hot": "store.path",
+    "cold": "cold.url",
+    "cluster": "cold.cluster",
+    "broker": "cold.broker",
+    "endpoint_url": "cold.endpoint_url",
+    "region": "cold.region",
+    "metadata": "state.dir",
+}
+_REQUIRED: Final = {
+    "hot": "--store",
+    "cold": "--cold",
+    "cluster": "--cluster",
+    "broker": "--broker",
+}
+
+
+def with_config(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the locations a ``--config`` file (or ``$TIEREDSTORE_CONFIG``) gives,
+    read by the sidecar's own loader (so every key is validated as ``run`` validates it);
+    a flag given wins over the file.
+
+    The file's ``state.dir`` adds the catalogue drift check only when a catalogue is
+    there (a verifier on another host than the sidecar has none); ``--state-dir``
+    always asks for it. ConfigError names what is missing or bad.
+    """
+    config = args.config
+    if config is None and os.environ.get("TIEREDSTORE_CONFIG"):
+        config = Path(os.environ["TIEREDSTORE_CONFIG"])
+    if config is None:
+        missing = [flag for dest, flag in _REQUIRED.items() if getattr(args, dest) is None]
+        if missing:
+            raise ConfigError(
+                f"missing {', '.join(missing)} (or --config naming the sidecar's config file)"
+            )
+        return args
+    overrides = {key: getattr(args, dest) for dest, key in _SETTING_OF.items()}
+    settings = load_settings(
+        config, overrides={k: None if v is None else str(v) for k, v in overrides.items()}
+    )
+    state = Path(settings.state.dir)
+    catalogue = args.metadata or (state if (state / CATALOGUE_FILE).is_file() else None)
+    return argparse.Namespace(
+        **{
+            **vars(args),
+            "hot": Path(settings.store.path),
+            "cold": settings.cold.url,
+            "cluster": settings.cold.cluster,
+            "broker": settings.cold.broker,
+            "endpoint_url": settings.cold.endpoint_url or None,
+            "region": settings.cold.region or None,
+            "metadata": catalogue,
+        }
+    )
+
+
 def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions:
     """Validate the flags into options (ConfigError naming the bad flag)."""
+    args = with_config(args)
     try:
         grace = parse_duration(args.orphan_grace)
     except ValueError as exc:
@@ -159,6 +316,7 @@ class JobArgs:
     metrics_file: Path | None = None
     history: int = DEFAULT_HISTORY_RUNS
     verbose: bool = False
+    progress: ProgressMode = ProgressMode.OFF
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, now_ms: int) -> JobArgs:
@@ -171,6 +329,7 @@ class JobArgs:
             args.metrics_file,
             args.history,
             args.verbose,
+            ProgressMode(getattr(args, "progress", ProgressMode.OFF.value)),
         )
 
     @property
@@ -209,16 +368,24 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
     line and exit 130/143, whatever error the cancelled Spark job raised.
     """
     job: JobArgs | None = None
+    clock = clock or SystemClock()
     with StopOnSignal() as stop:
         try:
-            job = JobArgs.from_args(args, now_ms=(clock or SystemClock()).now_ms())
+            job = JobArgs.from_args(args, now_ms=clock.now_ms())
+            stages = Stages(prog, clock) if job.progress.enabled(sys.stderr) else silent
+            stages(
+                f"checking the cold store at {re.sub(r'//[^/@]*@', '//***@', job.options.cold_url)}"
+            )
             _check_before_spark(job)
             stop.defer()  # until the session is up (watch): see StopOnSignal.defer
+            stages(f"starting Spark ({job.master})" if job.master else "starting Spark")
             with spark_session(
                 job.master, log_file=job.spark_log, log_level=job.spark_log_level
             ) as spark:
                 stop.watch(spark.sparkContext)
-                result = verify(spark, job.options)
+                result = verify(spark, job.options, stages)
+            stages(_queues_done(result))
+            stages(f"writing the reports into {job.out.resolve()}")
             paths = _publish(result, job)
         except (TieredStoreError, PySparkException, Py4JError, OSError, KeyboardInterrupt) as exc:
             if stop.signal is not None:
@@ -238,6 +405,20 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
         f"report: {paths.html}"
     )
     return result.verdict.exit_code
+
+
+def _queues_done(result: VerificationResult) -> str:
+    """``verified 16 queues: 14 ok, 1 dirty, 1 corrupt; 3 anomalies`` (worst first)."""
+    by_queue: dict[tuple[str, int], list[Anomaly]] = {}
+    for a in result.anomalies:
+        by_queue.setdefault((a.topic, a.queue_id), []).append(a)
+    statuses = Counter(
+        queue_status(q, by_queue.get((q.topic, q.queue_id), [])) for q in result.queues
+    )
+    order = sorted(statuses, key=lambda s: ({"corrupt": 0, "dirty": 1}.get(s, 2), s))
+    counts = ", ".join(f"{statuses[s]} {s}" for s in order)
+    found = len(result.anomalies)
+    return f"verified {len(result.queues)} queues: {counts or 'none'}; {found} anomalies"
 
 
 def _check_before_spark(job: JobArgs) -> None:

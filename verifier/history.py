@@ -5,7 +5,9 @@ A nightly job that writes each run to its own folder under one root
 (newest first: when, level, verdict, bytes verified, queues, lag, anomalies, a link to
 the run's ``report.html``) and two bar charts (bytes verified, untiered messages), each
 bar coloured by its run's verdict, with a value axis, the runs' dates and each bar's
-value. The title names the cluster/broker the runs verified. An offsets-level run reads
+value. The title names the cluster/broker the runs verified; runs of more than one
+broker under one root (a shared ``--out`` root) get a broker column and a warning that
+their trends are mixed. An offsets-level run reads
 no message bytes: it shows "not read (offsets)" (a grey stub in the chart), never
 "0 B verified". A run is any direct subfolder holding a readable
 ``report.json``; runs are ordered by their finish time. A folder whose ``report.json``
@@ -62,6 +64,11 @@ class RunSummary:
     lag_messages: int
     max_lag_seconds: float | None
     anomalies: int
+
+    @property
+    def where(self) -> str:
+        """``cluster/broker``: what the run verified."""
+        return f"{self.cluster}/{self.broker}"
 
     @property
     def reads_bytes(self) -> bool:
@@ -145,6 +152,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 svg.chart { width: 100%; max-width: 720px; height: auto; display: block; }
 svg.chart text { font: 11px system-ui, sans-serif; fill: #444; }
 svg.chart line { stroke: #999; stroke-width: 1; }
+.warning { background: #fff3e0; border-left: 4px solid #b26a00; padding: .4em .8em; }
 """
 
 
@@ -161,6 +169,7 @@ class _Series:
     say: Callable[[float], str]
     missing: str  # what a run without a value says on hover (its bar is a grey stub)
     short: str = ""  # ... and over its bar
+    mixed: bool = False  # runs of several brokers: each hover names its broker
 
 
 def _bar(i: int, step: float, run: RunSummary, v: float | None, top: float, s: _Series) -> str:
@@ -173,6 +182,8 @@ def _bar(i: int, step: float, run: RunSummary, v: float | None, top: float, s: _
     y = _CHART_H - _BOTTOM - h
     colour = "#bbb" if v is None else _VERDICT_COLOURS.get(run.verdict, "#777")
     hover = f"{iso_time(run.finished_ms)} {run.verdict} ({run.level}): {text}"
+    if s.mixed:
+        hover = f"{run.where} {hover}"
     bar = (
         f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{colour}">'
         f"<title>{_e(hover)}</title></rect>"
@@ -219,14 +230,15 @@ def _chart(runs: list[RunSummary], s: _Series) -> str:
 _NOT_READ: Final = "not read (offsets)"
 
 
-def _row(run: RunSummary) -> str:
+def _row(run: RunSummary, *, mixed: bool = False) -> str:
     colour = _VERDICT_COLOURS.get(run.verdict, "#777")
     href = quote(run.folder) + "/report.html"
     verified = human_bytes(run.bytes_verified) if run.reads_bytes else _NOT_READ
     return (
         "<tr>"
         f"<td>{_e(iso_time(run.finished_ms).replace('T', ' '))}</td>"
-        f'<td><a href="{_e(href)}">{_e(run.folder)}</a></td><td>{_e(run.level)}</td>'
+        + (f"<td>{_e(run.where)}</td>" if mixed else "")
+        + f'<td><a href="{_e(href)}">{_e(run.folder)}</a></td><td>{_e(run.level)}</td>'
         f'<td><span class="verdict" style="background:{colour}">{_e(run.verdict)}</span></td>'
         f"<td class=num>{_e(verified)}</td>"
         f"<td class=num>{run.queues}</td><td class=num>{run.lag_messages}</td>"
@@ -236,32 +248,52 @@ def _row(run: RunSummary) -> str:
     )
 
 
-def _bytes_series(runs: list[RunSummary]) -> _Series:
+def _bytes_series(runs: list[RunSummary], mixed: bool) -> _Series:
     values = [float(r.bytes_verified) if r.reads_bytes else None for r in runs]
     return _Series(
-        "bytes verified per run", values, lambda v: human_bytes(int(v)), _NOT_READ, "offsets"
+        "bytes verified per run",
+        values,
+        lambda v: human_bytes(int(v)),
+        _NOT_READ,
+        "offsets",
+        mixed,
     )
 
 
-def _lag_series(runs: list[RunSummary]) -> _Series:
+def _lag_series(runs: list[RunSummary], mixed: bool) -> _Series:
     values: list[float | None] = [float(r.lag_messages) for r in runs]
-    return _Series("untiered messages per run", values, lambda v: f"{int(v):,} msgs", "")
+    return _Series("untiered messages per run", values, lambda v: f"{int(v):,} msgs", "", "", mixed)
+
+
+def _mixed_warning(brokers: list[str]) -> str:
+    """Runs of several brokers under one root: their numbers do not make one trend."""
+    if len(brokers) < 2:
+        return ""
+    return (
+        f'<p id="mixed-brokers" class="warning">Warning: these runs verified '
+        f"{len(brokers)} brokers ({_e(', '.join(brokers))}); the charts mix their numbers "
+        "into one trend. Give each broker a report root of its own (--out "
+        ".../verify/&lt;broker&gt;/$(date +%F)).</p>"
+    )
 
 
 def render_history(runs: list[RunSummary], *, root: Path, unreadable: int = 0) -> str:
     """The history page for ``runs`` (oldest first; the table lists the newest first)."""
+    brokers = sorted({r.where for r in runs})
+    mixed = len(brokers) > 1
     head = (
-        "<tr><th>finished (UTC)</th><th>report</th><th>level</th><th>verdict</th>"
+        "<tr><th>finished (UTC)</th>"
+        + ("<th>broker</th>" if mixed else "")
+        + "<th>report</th><th>level</th><th>verdict</th>"
         "<th>bytes verified</th><th>queues</th><th>lag (messages)</th><th>oldest lag</th>"
         "<th>anomalies</th></tr>"
     )
-    rows = "".join(_row(r) for r in reversed(runs))
+    rows = "".join(_row(r, mixed=mixed) for r in reversed(runs))
     note = (
         f"<p>{unreadable} report folder(s) under this root could not be read.</p>"
         if unreadable
         else ""
     )
-    brokers = sorted({f"{r.cluster}/{r.broker}" for r in runs})
     title = f"tieredstore verification history: {', '.join(brokers)}"
     return (
         "<!DOCTYPE html>\n"
@@ -269,9 +301,9 @@ def render_history(runs: list[RunSummary], *, root: Path, unreadable: int = 0) -
         f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"
         f"<p>The last {len(runs)} runs in {_e(root.resolve())}, from "
         f"{_e(iso_time(runs[0].finished_ms))} "
-        f"to {_e(iso_time(runs[-1].finished_ms))}.</p>"
-        f"<h2>Bytes verified</h2>{_chart(runs, _bytes_series(runs))}"
-        f"<h2>Untiered messages (lag)</h2>{_chart(runs, _lag_series(runs))}"
+        f"to {_e(iso_time(runs[-1].finished_ms))}.</p>{_mixed_warning(brokers)}"
+        f"<h2>Bytes verified</h2>{_chart(runs, _bytes_series(runs, mixed))}"
+        f"<h2>Untiered messages (lag)</h2>{_chart(runs, _lag_series(runs, mixed))}"
         f'<h2>Runs</h2><table id="runs">{head}{rows}</table>{note}'
         "</body></html>\n"
     )

@@ -8,7 +8,7 @@ one); the session is started by :mod:`verifier.spark_session`, and the command l
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -27,7 +27,14 @@ from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.scope import Requirements, apply_requirements
 from verifier.vocabulary import VerifyOptions
 
-__all__ = ["verify"]
+__all__ = ["Reporter", "silent", "verify"]
+
+#: What :func:`verify` tells each stage to: a function of one line of text.
+Reporter = Callable[[str], None]
+
+
+def silent(_text: str) -> None:
+    """A stage reporter that says nothing (the default)."""
 
 
 # -- the run --------------------------------------------------------------------------
@@ -130,21 +137,29 @@ def _local(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFram
     return spark.createDataFrame(table, schema=schema).coalesce(1)
 
 
-def _read(spark: SparkSession, opts: VerifyOptions, inputs: _Inputs) -> _Run:
+def _read(
+    spark: SparkSession, opts: VerifyOptions, inputs: _Inputs, progress: Reporter = silent
+) -> _Run:
     """The three reading stages, each collected to the driver once (one Spark job
     each): hot queues, manifests, segments. Everything after relates their results."""
     listed = readers.objects_frame(spark, inputs.listing)
+    progress(f"reading {len(inputs.hot_queues)} hot queues")
     hot_q = readers.hot_queue_frame(
         spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts
     ).toArrow()
     _raise_hot_errors(hot_q)  # before the expensive stage: its results would be meaningless
     objects = listed.coalesce(1)  # the listing, already a driver-side table
     hot = _local(spark, hot_q, schemas.HOT_QUEUES)
+    progress(f"reading {inputs.manifests} manifests")
     segments = _local(
         spark, readers.manifest_frame(listed, inputs.cold).toArrow(), schemas.SEGMENTS
     )
     valid = checks.valid_segments(segments)
     work = checks.segment_work(valid, objects, hot)
+    progress(
+        f"checking {inputs.manifests} segments of {hot_q.num_rows} queues "
+        f"({opts.level.value} level)"
+    )
     facts = readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
     cold_ranges = checks.cold_queue_ranges(valid)
     losses, spans = readers.losses_frames(spark, inputs.listing.losses)
@@ -223,12 +238,16 @@ def _required(
     )
 
 
-def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
+def verify(
+    spark: SparkSession, opts: VerifyOptions, progress: Reporter = silent
+) -> VerificationResult:
     """Verify that the cold store covers the hot store exactly; see docs/architecture.md.
 
     Five Spark jobs whatever the store's size: hot queues, manifests and segments (each
     read once, in tasks, and collected), then all anomalies, then the queue summary.
     Runs in a session of its own over ``spark``'s context (:func:`_session`).
+    ``progress`` is told each stage as it starts, with the queues, manifests and
+    segments it covers (``tieredstore verify --progress``).
 
     Raises:
         ConfigError: bad URL, missing cold root, seconds allowance without checkpoint.
@@ -237,12 +256,18 @@ def verify(spark: SparkSession, opts: VerifyOptions) -> VerificationResult:
         PySparkException / Py4JError: a Spark job failed.
     """
     started = time.time_ns() // 1_000_000
+    progress("listing the cold store and the hot store")
     inputs = _read_inputs(opts)
-    session = _session(spark)
-    run = _read(session, opts, inputs)
-    queues, anomalies = _required(
-        inputs, _queues(opts, inputs, run), _anomalies(session, opts, inputs, run)
+    progress(
+        f"listed {inputs.listing.objects.num_rows} cold objects ({inputs.manifests} "
+        f"manifests) and {len(inputs.hot_queues)} hot queues"
     )
+    session = _session(spark)
+    run = _read(session, opts, inputs, progress)
+    progress("looking for anomalies")
+    anomalies = _anomalies(session, opts, inputs, run)
+    progress(f"summing up {len(inputs.hot_queues)} queues")
+    queues, anomalies = _required(inputs, _queues(opts, inputs, run), anomalies)
     return VerificationResult(
         options=opts,
         queues=queues,

@@ -187,7 +187,7 @@ def report_document(result: VerificationResult) -> dict[str, Any]:
                 "value": opts.lag_allowance.value,
             },
             "orphan_grace_s": opts.orphan_grace_s,
-            "catalogue": str(opts.metadata_dir) if opts.metadata_dir else None,
+            "catalogue": str(opts.metadata_dir.resolve()) if opts.metadata_dir else None,
             "now_ms": opts.now_ms,
         },
         "reference_ts": result.reference_ts,

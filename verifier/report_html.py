@@ -17,7 +17,10 @@ lowest to the highest offset either side knows::
            should be tiered and is not (``hot_not_covered``) is red, not lag
     red    an anomaly's range (drawn last, at least 2 px wide)
 
-A queue's status cell names its anomaly classes on hover (``title``).
+A queue's status cell names its anomaly classes on hover (``title``). Corrupt topics and
+queues come first, then dirty ones, then the rest (by name): what needs a look is at the
+top. Rows are labelled in words (``orphan grace``, ``corrupt manifests``), not by their
+report.json names.
 
 Everything shown comes from the ``report.json`` document, so the two never disagree.
 """
@@ -28,7 +31,7 @@ import os
 from html import escape
 from typing import Any, Final
 
-from tieredstore.humanize import human_bytes, human_seconds, iso_time
+from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
 from verifier.outcome import VerificationResult
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
@@ -82,10 +85,7 @@ def _e(value: object) -> str:
 def short_name(text: str) -> str:
     """``text`` if it fits a name column, else its head and tail around an ellipsis:
     long topic names often share a prefix, so the end is kept too."""
-    if len(text) <= _NAME_CHARS:
-        return text
-    tail = _NAME_CHARS // 3
-    return f"{text[: _NAME_CHARS - tail - 1]}…{text[-tail:]}"
+    return shorten_middle(text, _NAME_CHARS)
 
 
 def _name(text: str) -> str:
@@ -191,6 +191,31 @@ def _reads_bytes(doc: dict[str, Any]) -> bool:
     return str(doc["parameters"].get("level")) != "offsets"
 
 
+#: The row labels of the Run and Totals tables (report.json's names as a reader says
+#: them); a name not listed reads with spaces for underscores.
+_LABELS: Final = {
+    "hot": "hot store",
+    "cold": "cold store",
+    "lag_allowance": "lag allowance",
+    "orphan_grace_s": "orphan grace",
+    "catalogue": "catalogue (drift checked)",
+    "queues": "queues",
+    "segments": "segments",
+    "corrupt_manifests": "corrupt manifests",
+    "objects": "cold objects",
+    "unrecognised_objects": "unrecognised objects",
+    "pending_objects": "pending objects (commits in flight)",
+    "units_compared": "consume-queue units compared",
+    "bytes_compared": "bytes verified",
+    "cold_only": "cold-only messages",
+    "lag_messages": "untiered messages (lag)",
+}
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name, name.replace("_", " "))
+
+
 def _totals(doc: dict[str, Any]) -> dict[str, str]:
     """The totals in the units of the tables beside them; bytes only where read."""
     shown: dict[str, str] = {}
@@ -198,16 +223,24 @@ def _totals(doc: dict[str, Any]) -> dict[str, str]:
         if "bytes" in name:
             if not _reads_bytes(doc):
                 continue
-            shown[name] = human_bytes(int(value))
+            shown[_label(name)] = human_bytes(int(value))
         else:
-            shown[name] = f"{value:,}" if isinstance(value, int) else str(value)
+            shown[_label(name)] = f"{value:,}" if isinstance(value, int) else str(value)
     return shown
+
+
+#: Rows that need a look first: corrupt, then dirty, then the rest in name order.
+_STATUS_RANK: Final = {"corrupt": 0, "dirty": 1}
+
+
+def _worst_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: _STATUS_RANK.get(str(r["status"]), 2))
 
 
 def _topics_table(doc: dict[str, Any]) -> str:
     read = _reads_bytes(doc)  # offsets level: no "bytes verified" column (it reads none)
     rows = []
-    for t in doc["topics"]:
+    for t in _worst_rows(doc["topics"]):
         statuses = ", ".join(f"{n} {s}" for s, n in t["statuses"].items())
         rows.append(
             "<tr>"
@@ -235,7 +268,7 @@ def _queues_table(doc: dict[str, Any]) -> str:
     for a in doc["anomalies"]:
         by_queue.setdefault((a["topic"], a["queue_id"]), []).append(a)
     rows = []
-    for q in doc["queues"]:
+    for q in _worst_rows(doc["queues"]):
         lag = q["lag"]
         found = by_queue.get((q["topic"], q["queue_id"]), [])
         rule = (q.get("tiering") or {}).get("rule") or ""
@@ -296,16 +329,32 @@ def _kv_table(table_id: str, items: dict[str, Any]) -> str:
 
 
 def _run_parameters(doc: dict[str, Any]) -> dict[str, Any]:
-    """The parameters as a reader wants them: times in ISO-8601 UTC, not epoch ms."""
+    """The parameters as a reader wants them: labelled in words, times in ISO-8601 UTC
+    (not epoch ms), local paths absolute, the orphan grace as a duration.
+
+    The lag reference is the verifier's clock at the start of the run (report.json's
+    ``reference_ts``, docs/verification.md), never the broker's checkpoint.
+    """
     shown = dict(doc["parameters"])
-    for key in ("hot", "cold", "out", "metadata"):  # local paths as absolute: no guessing
+    for key in ("hot", "cold", "out", "catalogue"):  # local paths as absolute: no guessing
         value = shown.get(key)
         if isinstance(value, str) and value and "://" not in value:
             shown[key] = os.path.abspath(value)
+    if shown.get("catalogue") is None:
+        shown["catalogue"] = "not checked (no --state-dir)"
     allowance = shown.pop("lag_allowance")
-    shown["lag_allowance"] = f"{allowance['value']:g} {allowance['unit']}"
-    shown["now (orphan grace reference)"] = iso_time(shown.pop("now_ms"))
-    shown["reference_ts (checkpoint)"] = iso_time(doc["reference_ts"])
+    unit = str(allowance["unit"])
+    shown["lag_allowance"] = (
+        human_seconds(float(allowance["value"]))
+        if unit == "seconds"
+        else f"{allowance['value']:g} {unit}"
+    )
+    grace = shown.get("orphan_grace_s")
+    if isinstance(grace, int | float):
+        shown["orphan_grace_s"] = human_seconds(float(grace))
+    shown = {_label(k): v for k, v in shown.items() if k != "now_ms"}
+    shown["now (orphan grace reference)"] = iso_time(doc["parameters"]["now_ms"])
+    shown["lag reference (verifier's clock at the start)"] = iso_time(doc["reference_ts"])
     shown["started"] = iso_time(doc["started_ms"])
     shown["finished"] = iso_time(doc["finished_ms"])
     shown["duration"] = human_seconds((doc["finished_ms"] - doc["started_ms"]) / 1000)

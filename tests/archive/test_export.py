@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,30 @@ def test_a_damaged_segment_stops_the_run_and_keeps_what_was_exported(
     assert victim.commit_log_key in err and len(err.splitlines()) == 1
     doc = json.loads((tmp_path / "out" / export_manifest_key(CLUSTER, BROKER)).read_text())
     assert set(doc["segments"]) == {m.key for m in ordered[:4]}
+
+
+def test_export_shows_its_progress_and_a_human_final_line(
+    archive: Archive, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--progress on``: a rewritten stderr line (segments looked at of those listed,
+    what was written, the rate, an ETA), ended before the final line; sizes in MiB/KiB."""
+    total = len(archive.manifests())
+    assert export(archive.cold, tmp_path / "out", "--progress", "on") == 0
+    captured = capsys.readouterr()
+    drawn = [d.rstrip() for d in captured.err.split("\r") if d.strip()]
+    assert drawn, captured.err
+    pattern = (
+        rf"exported [\d,]+ of [\d,]+/{total} segments, [\d,]+ rows, [\d.]+ (B|KiB|MiB) "
+        r"\([\d.]+ (B|KiB|MiB)/s\), ETA .+"
+    )
+    assert all(re.fullmatch(pattern, d) for d in drawn), drawn
+    assert drawn[-1].startswith(f"exported {total} of {total}/{total} segments")
+    assert captured.err.endswith("\n")  # the line is ended
+    final = captured.out.splitlines()[0]
+    assert re.fullmatch(
+        rf"exported {total} segments \([\d]+ rows, [\d]+ files, [\d.]+ (KiB|MiB)\) to .+ "
+        r"in [\d.]+ m?s; 0 of \d+ selected were exported before",
+        final,
+    ), final
+    assert export(archive.cold, tmp_path / "quiet", "--progress", "off") == 0
+    assert capsys.readouterr().err == ""

@@ -84,7 +84,7 @@ def test_headroom_is_what_retention_deletes_before_the_oldest_untiered_message(
     assert shown == expected
     assert main(["status", *location_args(store, cold, state)]) == 0
     table = capsys.readouterr().out
-    assert "room MB" in table and "room s" in table
+    assert "room MiB" in table and "room s" in table
 
     assert asyncio.run(_gauges(store, cold, state)) == expected
 

@@ -165,8 +165,8 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     script = shlex.split(" ".join(verifier["entrypoint"][2:]).replace(";", " ; "))
     flags = {script[i]: script[i + 1] for i, a in enumerate(script[:-1]) if a.startswith("--")}
     assert script[script.index("tieredstore") + 1] == "verify"
-    assert flags["--hot"] == str(settings.store_path)
-    hot = mount_at(compose_mounts(verifier), flags["--hot"])
+    assert flags["--store"] == str(settings.store_path)
+    hot = mount_at(compose_mounts(verifier), flags["--store"])
     assert hot.source == store.source and hot.read_only
     assert flags["--cold"] == settings.cold_url
     assert (flags["--cluster"], flags["--broker"]) == (settings.cluster, settings.broker)

@@ -81,6 +81,7 @@ def test_the_readme_has_the_examples_this_file_runs() -> None:
         ["tieredstore", "run"],
         ["tieredstore", "status"],
         ["tieredstore", "verify"],
+        ["tieredstore", "verify"],
         ["tieredstore", "export"],
     ]
 

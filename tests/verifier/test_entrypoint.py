@@ -93,4 +93,7 @@ def test_bad_usage_is_exit_3(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 3
-    assert "required" in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "verifier: could not run: missing --cold, --cluster, --broker "
+        "(or --config naming the sidecar's config file)"
+    ]

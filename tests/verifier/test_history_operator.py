@@ -58,11 +58,45 @@ def test_title_charts_and_offsets_runs(tmp_path: Path) -> None:
     assert all("e+" not in h for h in hovers)
 
 
+def _two_brokers(tmp_path: Path) -> Path:
+    root = tmp_path / "shared"
+    for day in range(4):
+        run = _run(tmp_path, day, [], 10 * day)
+        broker = "broker-a" if day % 2 else "broker-b"
+        run = replace(run, options=replace(run.options, broker=broker))
+        write_reports(run, root / f"2023-11-{14 + day}-{broker}")
+    page = write_history(root)
+    assert page is not None
+    return page
+
+
+def test_runs_of_two_brokers_get_a_broker_column_and_a_warning(tmp_path: Path) -> None:
+    html = _two_brokers(tmp_path).read_text()
+    assert '<p id="mixed-brokers" class="warning">Warning: these runs verified 2 brokers' in html
+    assert "C/broker-a, C/broker-b" in html
+    table = html[html.index('<table id="runs">') :]
+    assert "<th>broker</th>" in table
+    cells = re.findall(r"<tr><td>[^<]+</td><td>(C/broker-\w)</td>", table)
+    assert cells == ["C/broker-a", "C/broker-b", "C/broker-a", "C/broker-b"]  # newest first
+    charts = "".join(re.findall(r"<svg class=\"chart\".*?</svg>", html))
+    hovers = re.findall(r"<title>([^<]*)</title>", charts)
+    assert len(hovers) == 8 and all(h.startswith(("C/broker-a 2", "C/broker-b 2")) for h in hovers)
+    one = _history(tmp_path).read_text()  # one broker: as before, no column, no warning
+    assert "<th>broker</th>" not in one and "mixed-brokers" not in one
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_history_renders_at_1280_px(tmp_path: Path) -> None:
     page = _history(tmp_path)
     assert not layout(page, 1280, tmp_path).overflows
+    mixed = _two_brokers(tmp_path)  # the broker column and the warning fit too
+    assert not layout(mixed, 1280, tmp_path).overflows
+    dom = subprocess.run(
+        [*browser_command(tmp_path), "--window-size=1280,900", "--dump-dom", mixed.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert 'id="mixed-brokers"' in dom and "<th>broker</th>" in dom
     shot = tmp_path / "history.png"
     subprocess.run(
         [*browser_command(tmp_path), f"--screenshot={shot}", "--window-size=1280,1000",

@@ -55,7 +55,7 @@ def test_totals_in_human_units_and_paths_absolute(tmp_path: Path) -> None:
     html = _html(tmp_path)
     totals = html[html.index('<table id="totals">') :]
     totals = totals[: totals.index("</table>")]
-    assert "<th>bytes_compared</th><td class=wrap>36.9 MiB</td>" in totals
+    assert "<th>bytes verified</th><td class=wrap>36.9 MiB</td>" in totals
     assert "38654000" not in html
     assert os.path.abspath("relative/store") in html
 
@@ -73,11 +73,58 @@ def test_bytes_verified_only_where_the_level_reads_bytes(tmp_path: Path) -> None
     assert "bytes verified" not in offsets and "bytes_compared" not in offsets
 
 
+def _queue_order_result(tmp_path: Path) -> VerificationResult:
+    """Five queues: two healthy named first, a dirty one, a corrupt one, a healthy one."""
+    base = _operator_result(tmp_path)
+    q = replace(base.queues[0], lag_seconds=1.0)
+    names = [("Alpha", 0), ("Alpha", 1), ("Beta", 0), ("Gamma", 0), ("Zulu", 0)]
+    queues = tuple(replace(q, topic=t, queue_id=i) for t, i in names)
+    anomalies = (
+        Anomaly("Beta", 0, None, FindingKind.ORPHAN_OBJECT, None, 1, "k/orphan", "no manifest"),
+        Anomaly("Gamma", 0, 100, FindingKind.GAP, 120, 20, None, "missing offsets"),
+    )
+    metadata = Path("relative/state")
+    opts = replace(base.options, metadata_dir=metadata)
+    return replace(base, options=opts, queues=queues, anomalies=anomalies)
+
+
+def test_corrupt_then_dirty_queues_and_topics_come_first(tmp_path: Path) -> None:
+    html = write_reports(_queue_order_result(tmp_path), tmp_path / "out").html.read_text()
+    for table in ("queues", "topics"):
+        part = html[html.index(f'<table id="{table}"') :]
+        part = part[: part.index("</table>")]
+        names = re.findall(r'<td class="name"><span title="(\w+)">', part)
+        statuses = re.findall(r'<td class="status-(\w+)"', part)
+        assert names[:2] == ["Gamma", "Beta"], (table, names)
+        assert statuses[:2] == ["corrupt", "dirty"] and set(statuses[2:]) == {"ok"}
+        assert names[2:] == sorted(names[2:])  # the rest by name
+
+
+def test_rows_are_labelled_in_words_and_the_catalogue_path_is_absolute(tmp_path: Path) -> None:
+    html = write_reports(_queue_order_result(tmp_path), tmp_path / "out").html.read_text()
+    labels = re.findall(r"<tr><th>([^<]+)</th><td class=wrap>", html)
+    assert "orphan grace" in labels and "corrupt manifests" in labels
+    assert not [x for x in labels if "_" in x], labels  # no internal names
+    assert "reference_ts (checkpoint)" not in html and "checkpoint" not in html
+    assert "lag reference (verifier&#x27;s clock at the start)" in labels
+    assert f"<td class=wrap>{os.path.abspath('relative/state')}</td>" in html
+    doc = (tmp_path / "out" / "report.json").read_text()
+    assert f'"catalogue": "{os.path.abspath("relative/state")}"' in doc
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_report_renders_at_1280_px(tmp_path: Path) -> None:
     paths = write_reports(_operator_result(tmp_path), tmp_path / "out")
     assert not layout(paths.html, 1280, tmp_path).overflows
+    ordered = write_reports(_queue_order_result(tmp_path), tmp_path / "ordered").html
+    dom = subprocess.run(
+        [*browser_command(tmp_path), "--window-size=1280,900", "--dump-dom", ordered.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    queues = dom[dom.index('<table id="queues"') :]
+    assert re.findall(r'class="status-(\w+)"', queues)[:3] == ["corrupt", "dirty", "ok"]
+    assert "orphan grace" in dom and "orphan_grace_s" not in dom
     shot = tmp_path / "report.png"
     subprocess.run(
         [*browser_command(tmp_path), f"--screenshot={shot}", "--window-size=1280,1700",

@@ -102,13 +102,16 @@ def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
         # before tmux gave the pane its size (the next one measures again).
         lines = screen_with(
             socket,
-            r" WARNING: 160 queues",
+            r"WARNING: 160 queues",
             lambda s: len(s) == height and re.match(r"… \d+ more queues", s[-1]) is not None,
         )
     assert len(lines) <= height
     assert all(len(line) <= width for line in lines), max(lines, key=len)
     health, blank, header, *rows = lines
-    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ WARNING: 160 queues", health)
+    # The date goes first on a narrow screen, never the verdict, lag or worst queue; the
+    # writer's warning (no sidecar runs) comes after them.
+    assert re.match(r"((\d{4}-\d\d-\d\dT)?\d\d:\d\d:\d\dZ )?WARNING: 160 queues", health)
+    assert re.search(r"; lag \d+ messages, .*oldest .+ \(SynthTopic\w+/\d\)(?:; no s|$)", health)
     assert blank == ""
     assert header.startswith("topic") and " lag s" in header and " lag msgs" in header
     assert rows[-1].startswith("… ") and rows[-1].split()[2:4] == ["more", "queues"]
@@ -124,14 +127,64 @@ def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
         (DOCS / "status-watch.txt").write_text("\n".join(lines) + "\n")
 
 
-def test_watch_filters_by_topic_and_long_names_end_in_an_ellipsis(sidecar: list[str]) -> None:
+def test_watch_filters_by_topic_and_long_names_are_shortened_in_the_middle(
+    sidecar: list[str],
+) -> None:
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--topic",
            "'SynthTopicLong*'", *sidecar]  # fmt: skip
     with tmux(80, 24, cmd) as socket:
-        lines = screen_with(socket, r" WARNING: 160 queues", lambda s: len(s) == 3 + 4)
+        lines = screen_with(socket, r"WARNING: 160 queues", lambda s: len(s) == 3 + 4)
     rows = lines[3:]
-    assert len(rows) == 4 and all(r.startswith("SynthTopicLongxx") for r in rows)
-    assert all(r.split()[0].endswith("…") for r in rows)
+    assert len(rows) == 4 and all(r.startswith("SynthTopicLo") for r in rows)
+    assert all(re.fullmatch(r"SynthTopicLo\w*…x+", r.split()[0]) for r in rows)
+
+
+#: Two topics that differ only in their last character, too long for any screen.
+TWIN = "OrdersFromTheEuropeanWebShopCheckoutServiceForTheNightlyBatchReconciliation"
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Topics ``TWIN0`` and ``TWIN1`` (2 queues each), tiered, then 100 messages behind
+    (and no sidecar running: WARNING)."""
+    root = tmp_path_factory.mktemp("twins")
+    store = root / "store"
+    now = time.time_ns() // 1_000_000
+    synthesize(store, SynthSpec(topics=2, queues=2, messages=400, topic_prefix=TWIN,
+                                start_time=now - 400))  # fmt: skip
+    flags = ["--store", str(store), "--cluster", "C", "--broker", "B",
+             "--state-dir", str(root / "state")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tieredstore.cli", "run", "--once", "--cold", str(root / "cold"),
+         *flags], capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    SyntheticStore.open(store).append(100, store_time=now)
+    return flags
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 30)])
+def test_watch_never_cuts_the_verdict_lag_oldest_age_or_worst_queue(
+    twins: list[str], width: int, height: int
+) -> None:
+    cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
+           *twins]  # fmt: skip
+    with tmux(width, height, cmd) as socket:
+        lines = screen_with(socket, r"WARNING: 4 queues", lambda s: len(s) == 3 + 4)
+    health, _, header, *rows = lines
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    found = re.search(
+        r"WARNING: 4 queues.*; lag 100 messages, .*oldest [\d.]+ \w+ \((.+)/(\d)\)(?:; no s.*|$)",
+        health,
+    )
+    assert found is not None, health
+    worst, _ = found.groups()
+    assert "…" in worst and worst.startswith(TWIN[:6]) and worst[-1] in "01"
+    names = {r.split()[0] for r in rows}  # both topics, told apart by their ends
+    assert len(names) == 2 and all("…" in n for n in names)
+    assert {n[-1] for n in names} == {"0", "1"}
+    assert header.startswith("topic")
 
 
 @pytest.mark.slow
@@ -166,9 +219,9 @@ def test_watch_warns_when_no_sidecar_holds_the_lease(
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
            "--problems", *sidecar]  # fmt: skip
     with tmux(width, height, cmd) as socket:
-        lines = screen_with(socket, r" (OK|WARNING): 160 queues", lambda s: len(s) == 3)
-    assert " WARNING: 160 queues (160 ACTIVE); no sidecar holds the" in lines[0]
-    if width >= 100:
-        assert "no sidecar holds the writer lease since 20" in lines[0]
+        lines = screen_with(socket, r"(OK|WARNING): 160 queues", lambda s: len(s) == 3)
+    assert re.search(r"WARNING: 160 queues.*; lag \d+ messages, ", lines[0]), lines[0]
+    if width >= 100:  # 80 has room for the verdict and the lag, maybe no more
+        assert "; no sidecar holds the" in lines[0]
     assert all(len(line) <= width for line in lines)
     assert lines[2].startswith("no problems: none of the 160 queues is DIVERGED, PAUSED")

@@ -56,14 +56,20 @@ def test_cut_text_says_so() -> None:
 
 
 def test_rows_fit_the_width_and_the_height_keeps_the_header() -> None:
-    many = [_q("T" + "x" * 150, i, lag_seconds=float(i)) for i in range(50)]
+    many = [_q("T" + "x" * 150 + "end", i, lag_seconds=float(i)) for i in range(50)]
     lines = frame(many, T0, View(layout=Layout(80, 24))).splitlines()
     assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
-    assert lines[2].startswith("topic") and lines[3].split()[0].endswith("…")
+    name = lines[3].split()[0]  # shortened in the middle: its end is still there
+    assert (
+        lines[2].startswith("topic")
+        and name.startswith("Txx")
+        and name.endswith("xend")
+        and "…" in name
+    )
     assert lines[-1] == "… 30 more queues (narrow with --topic GLOB or --problems)"
     assert lines[3].split()[1] == "49"  # the oldest lag first
     wide = render_table(many[:1], Layout())  # piped: every column, the name whole
-    assert wide[1].startswith("T" + "x" * 150 + " ") and "room MB" in wide[0]
+    assert wide[1].startswith("T" + "x" * 150 + "end ") and "room MiB" in wide[0]
 
 
 def test_a_filter_that_leaves_nothing_says_so_instead_of_a_bare_header() -> None:

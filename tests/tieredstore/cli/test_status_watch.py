@@ -46,13 +46,40 @@ def test_health_line_warns_when_no_sidecar_holds_the_lease() -> None:
     gone = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000,
                         "no sidecar holds the writer lease since 2023-11-14T22:12:20Z",
                         "last holder u@h")  # fmt: skip
-    assert health_line(lagging, T0, gone) == (
-        "2023-11-14T22:13:20Z WARNING: 1 queues (1 ACTIVE); no sidecar holds the writer lease "
-        "since 2023-11-14T22:12:20Z; lag 3000 messages, 1.0 MiB, oldest 40.0 s (A/0); "
+    assert health_line(lagging, T0, writer=gone) == (
+        "2023-11-14T22:13:20Z WARNING: 1 queues (1 ACTIVE); lag 3000 messages, 1.0 MiB, "
+        "oldest 40.0 s (A/0); no sidecar holds the writer lease since 2023-11-14T22:12:20Z; "
         "last holder u@h"
     )
+    # On a narrow screen the holder goes first, then what the line drops anyway; the
+    # verdict and the lag stay whole and the warning keeps what room is left.
+    narrow = health_line(lagging, T0, 80, writer=gone)
+    assert len(narrow) == 80 and "last holder" not in narrow and narrow.endswith("…")
+    assert narrow.startswith("WARNING: 1 queues; lag 3000 messages, oldest 40.0 s (A/0); no sid")
     quiet = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000, None)  # nothing waits
-    assert health_line([_q("A", 0)], T0, quiet).startswith("2023-11-14T22:13:20Z OK: ")
+    assert health_line([_q("A", 0)], T0, writer=quiet).startswith("2023-11-14T22:13:20Z OK: ")
+
+
+LONG = "OrdersFromTheEuropeanWebShopCheckoutServiceForTheNightlyBatch"
+
+
+@pytest.mark.parametrize("width", [100, 80, 60])
+def test_a_narrow_health_line_keeps_the_verdict_lag_oldest_age_and_worst_queue(
+    width: int,
+) -> None:
+    statuses = [
+        _q(f"{LONG}{i}", q, lag_messages=10 + q, lag_bytes=q << 20, lag_seconds=q + i / 10)
+        for i in range(2)
+        for q in range(4)
+    ]
+    line = health_line(statuses, T0, width)
+    assert len(line) <= width
+    assert "OK: 8 queues" in line and "lag 92 messages" in line and "oldest 3.1 s (" in line
+    where = line[line.index("oldest 3.1 s (") + len("oldest 3.1 s (") :]
+    assert where.endswith("1/3)") and "…" in where  # shortened in the middle, queue kept
+    assert where.startswith(LONG[:4])
+    wide = health_line(statuses, T0, 200)
+    assert wide == health_line(statuses, T0) and wide.endswith(f"({LONG}1/3)")
 
 
 async def test_watch_redraws_in_place_every_interval() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -335,7 +336,9 @@ def test_cli_restore_and_check(
         "500",
     ]
     assert main(["restore", *common, *geometry, "--progress", "off"]) == 0
-    assert "restored 2,400 messages of 4 queues" in capsys.readouterr().out
+    final = capsys.readouterr().out
+    assert "restored 2,400 messages of 4 queues" in final
+    assert re.search(r" \(\d+\.\d (KiB|MiB) in [\d.]+ m?s\); commitlog", final), final  # human
     assert main(["restore", *common, "--check"]) == 0
     assert capsys.readouterr().out.startswith("CLEAN")
     assert main(["restore", *common, *geometry]) == 1

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     _say(f"verifying cold against hot with Spark ({args.master}, {spark_log}), content level")
     code = verify_main(
         [
-            "--hot",
+            "--store",
             str(store),
             "--cold",
             str(cold),
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             str(out),
             "--master",
             args.master,
-            "--metadata",
+            "--state-dir",
             str(state),
             *(["--verbose"] if args.verbose else []),
         ]

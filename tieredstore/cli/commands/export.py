@@ -23,10 +23,18 @@ from tieredstore.cli.commands._settings import (
     positive_int,
     settings_from_args,
 )
+from tieredstore.cli.sidecar.progress import (
+    RewrittenLine,
+    add_progress_argument,
+    eta,
+    progress_enabled,
+)
 from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
-from tieredstore.export import ExportRequest, export_parquet
+from tieredstore.export import ExportProgress, ExportRequest, export_parquet
+from tieredstore.humanize import human_bytes, human_rate, human_seconds
+from tieredstore.logs import before_each_line
 from tieredstore.provenance import find_tiered_prefix
 
 
@@ -46,9 +54,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="segments decoded at once, one process each (default 1; memory: about three "
         "times a segment's size per job)",
     )
+    add_progress_argument(p)
 
 
-async def _export(settings: Settings, args: argparse.Namespace) -> int:
+def _progress_text(p: ExportProgress, elapsed: float) -> str:
+    """``exported 12 of 40/91 segments, 34,000 rows, 5.1 MiB (1.2 MiB/s), ETA 40.0 s``."""
+    return (
+        f"exported {p.exported:,} of {p.segments:,}/{p.segments_total:,} segments, "
+        f"{p.rows:,} rows, {human_bytes(p.bytes)} ({human_rate(p.bytes / max(elapsed, 1e-9))}), "
+        f"{eta(p.segments, p.segments_total, elapsed)}"
+    )
+
+
+async def _export(settings: Settings, args: argparse.Namespace, line: RewrittenLine) -> int:
     options = backend_options(settings)
     request = ExportRequest(
         cluster=settings.cluster,
@@ -65,11 +83,21 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
             cold, settings.cluster, settings.broker,
             where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
-        report = await export_parquet(cold, out, request, clock=SystemClock(), jobs=args.jobs)
+        unhook = before_each_line(line.close)
+        try:
+            report = await export_parquet(
+                cold, out, request, clock=SystemClock(), jobs=args.jobs,
+                on_progress=lambda p: line.draw(
+                    _progress_text(p, line.elapsed), last=p.segments == p.segments_total
+                ),
+            )  # fmt: skip
+        finally:
+            unhook()
+            line.close()
     print(
         f"exported {report.exported} segments ({report.rows} rows, {report.files} files, "
-        f"{report.bytes} bytes) to {args.out}; {report.skipped} of {report.selected} "
-        "selected were exported before"
+        f"{human_bytes(report.bytes)}) to {args.out} in {human_seconds(line.elapsed)}; "
+        f"{report.skipped} of {report.selected} selected were exported before"
     )
     if report.removed:
         print(
@@ -85,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     # export needs only the cold store: the broker store and state dir are not used.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
     _check_local_root(settings.cold_url)
-    return asyncio.run(_export(settings, args))
+    return asyncio.run(_export(settings, args, RewrittenLine(progress_enabled(args))))
 
 
 def _check_local_root(url: str) -> None:

@@ -28,8 +28,15 @@ from tieredstore.cli.commands._settings import (
     positive_int,
     settings_from_args,
 )
+from tieredstore.cli.sidecar.progress import (
+    RewrittenLine,
+    add_progress_argument,
+    eta,
+    progress_enabled,
+)
 from tieredstore.config import Settings, parse_size
 from tieredstore.errors import ConfigError
+from tieredstore.humanize import human_bytes, human_rate, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.provenance import find_tiered_prefix
 from tieredstore.restore.check import check_restored
@@ -76,12 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="verify the store in --out against the cold messages it was built from",
     )
-    p.add_argument(
-        "--progress",
-        choices=["auto", "on", "off"],
-        default="auto",
-        help="progress line on stderr (auto: only on a TTY)",
-    )
+    add_progress_argument(p)
 
 
 def _broker_geometry_arguments(p: argparse.ArgumentParser) -> None:
@@ -152,36 +154,14 @@ def _params(settings: Settings, args: argparse.Namespace) -> RestoreParams:
     )
 
 
-class _ProgressLine:
-    """One rewritten stderr line: segments, messages, MB and rate."""
-
-    def __init__(self, enabled: bool, stream: TextIO) -> None:
-        self.enabled = enabled
-        self.stream = stream
-        self.started = time.monotonic()
-        self.last = 0.0
-        self.shown = False
-
-    def __call__(self, p: RestoreProgress) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self.last < 0.25:
-            return
-        self.last = now
-        mb = p.bytes / 1e6
-        self.stream.write(
-            f"\rrestored {p.segments:,}/{p.segments_total:,} segments, {p.messages:,} messages, "
-            f"{mb:,.1f}/{p.bytes_total / 1e6:,.1f} MB ({mb / max(now - self.started, 1e-9):,.1f}"
-            " MB/s)"
-        )
-        self.stream.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        """End the line (if drawn); also before every log line (``before_each_line``)."""
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.shown = False
+def _progress_text(p: RestoreProgress, elapsed: float) -> str:
+    """``restored 3/10 segments, 1,200 messages, 1.2/4.0 MiB (2.0 MiB/s), ETA 1.4 s``."""
+    rate = human_rate(p.bytes / max(elapsed, 1e-9))
+    return (
+        f"restored {p.segments:,}/{p.segments_total:,} segments, {p.messages:,} messages, "
+        f"{human_bytes(p.bytes)}/{human_bytes(p.bytes_total)} ({rate}), "
+        f"{eta(p.bytes, p.bytes_total, elapsed)}"
+    )
 
 
 def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
@@ -190,7 +170,7 @@ def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
         out.write(line + "\n")
     out.write(
         f"{verb} {report.messages:,} messages of {report.queues} queues into {report.out} "
-        f"({report.bytes / 1e6:,.1f} MB in {seconds:.1f} s); commitlog "
+        f"({human_bytes(report.bytes)} in {human_seconds(seconds)}); commitlog "
         f"[{report.commitlog_base}, {report.commitlog_end}), {report.index_files} index files "
         f"({report.index_entries:,} keys), config: {', '.join(report.configs) or 'none'}\n"
     )
@@ -210,13 +190,16 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
             )
             sys.stdout.write(result.describe() + "\n")
             return 0 if result.ok else 2
-        line = _ProgressLine(progress, sys.stderr)
+        line = RewrittenLine(progress)
         unhook = before_each_line(line.close)
         started = time.monotonic()
         try:
             report = await Restorer(
-                backend, params, args.out, batch_bytes=args.batch_bytes, on_progress=line
-            ).run()
+                backend, params, args.out, batch_bytes=args.batch_bytes,
+                on_progress=lambda p: line.draw(
+                    _progress_text(p, line.elapsed), last=p.segments == p.segments_total
+                ),
+            ).run()  # fmt: skip
         finally:
             unhook()
             line.close()
@@ -228,5 +211,4 @@ def run(args: argparse.Namespace) -> int:
     # restore needs only the cold store: no broker store, no state dir.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
     configure_logging(settings.log.format, settings.log.level)
-    progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
-    return asyncio.run(_restore(settings, args, progress))
+    return asyncio.run(_restore(settings, args, progress_enabled(args)))

@@ -44,14 +44,14 @@ from dispatcher.tick_report import TickReport
 from metadata.rows import QueueState
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.http import HttpServer, build_app
-from tieredstore.cli.sidecar.progress import ProgressLine
+from tieredstore.cli.sidecar.progress import ProgressLine, pass_total
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, check_cold_store, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
-from tieredstore.humanize import human_seconds
+from tieredstore.humanize import human_bytes, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
 
 log = logging.getLogger("tieredstore.run")
@@ -251,12 +251,20 @@ async def _catch_up(
     report = await rt.dispatcher.catch_up(shutdown_deadline=rt.settings.shutdown.deadline)
     bar_close()
     if report.interrupted:
+        log.warning(
+            "catch-up stopped: %d segments, %d messages, %s (%d bytes) committed before the stop",
+            report.segments,
+            report.messages,
+            human_bytes(report.bytes),
+            report.bytes,
+        )
         closing.append(closing_line(report, stopper.name))
         return stopper.interrupted()
     log.info(
-        "catch-up done: %d segments, %d messages, %d bytes",
+        "catch-up done: %d segments, %d messages, %s (%d bytes)",
         report.segments,
         report.messages,
+        human_bytes(report.bytes),
         report.bytes,
     )
     if report.diverged or report.lost or report.errors:
@@ -323,6 +331,7 @@ async def _serve_runtime(
         )
         try:
             if once:
+                bar.measure(pass_total(rt.catalogue, rt.hot))  # a total and an ETA
                 return await _catch_up(rt, stopper, bar.close, closing)
             return await _run_forever(rt, stopper, load)
         finally:

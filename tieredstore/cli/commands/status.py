@@ -9,7 +9,7 @@ until Ctrl-C (on a terminal; piped, it prints one frame after another).
 
 Columns beyond the offsets and lag (JSON field names in brackets):
 
-* ``room MB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
+* ``room MiB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
   broker holds before the queue's oldest untiered message — what its retention deletes
   before it deletes that message (:mod:`dispatcher.retention_pressure`). ``-`` (JSON null) when
   nothing is untiered; 0 when the message is already gone.
@@ -40,7 +40,7 @@ from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import Settings, parse_duration
 from tieredstore.errors import ConfigError
 from tieredstore.hot_store import HotStore
-from tieredstore.humanize import human_bytes, human_seconds, iso_time
+from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
@@ -90,30 +90,121 @@ def health(statuses: Sequence[QueueStatus], writer: WriterStatus | None = None) 
 
 
 def health_line(
-    statuses: Sequence[QueueStatus], now_ms: int, writer: WriterStatus | None = None
+    statuses: Sequence[QueueStatus],
+    now_ms: int,
+    width: int | None = None,
+    *,
+    writer: WriterStatus | None = None,
 ) -> str:
-    """One line: when, the verdict (:func:`health`), queues by state, the writer's
-    warning if any, the lag (total, oldest, where), and who the writer is or was."""
-    states = Counter(s.state for s in statuses)
-    noted = sum(1 for s in statuses if s.note)
-    verdict = health(statuses, writer)
-    counts = ", ".join(f"{states[s]} {s}" for s in _STATES if states[s])
-    parts = [f"{iso_time(now_ms)} {verdict}: {len(statuses)} queues"]
-    if counts:
-        parts[0] += f" ({counts})"
-    if writer is not None and writer.warning:
-        parts.append(writer.warning)
-    if noted:
-        parts.append(f"{noted} with notes")
-    lag_messages = sum(s.lag_messages for s in statuses)
-    lag = f"lag {lag_messages} messages, {human_bytes(sum(s.lag_bytes for s in statuses))}"
-    oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
-    if oldest is not None and oldest.lag_seconds > 0:
-        lag += f", oldest {human_seconds(oldest.lag_seconds)} ({oldest.topic}/{oldest.queue})"
-    parts.append(lag)
-    if writer is not None and writer.warning and writer.detail:
-        parts.append(writer.detail)  # last: a long owner name is what a screen cuts
-    return "; ".join(parts)
+    """One line: when, the verdict (:func:`health`), queues by state, the lag (total,
+    oldest, where), then the writer's warning if any and who the writer is or was.
+
+    Given a ``width`` (a terminal's), the line fits it without losing what matters most
+    — the verdict, the lag, the oldest age and the worst queue: first the queue counts
+    by state, then the lag in bytes, the date, the time are left out, and only then is the
+    worst queue's topic shortened in the middle (its queue id kept). Only a screen too
+    narrow even for that cuts the line's end — the writer's warning, which comes after
+    the lag (who held the lease goes first of all).
+    """
+    parts = _HealthParts.of(statuses, now_ms, writer)
+    if width is None:
+        return parts.line()
+    for dropped in _DROP_ORDER:
+        line = parts.line(dropped)
+        if len(line) <= width:
+            return line
+    last = _DROP_ORDER[-1]
+    room = width - len(parts.line(last, topic="", warning=False))
+    topic = shorten_middle(parts.topic, max(room, 8))
+    base = parts.line(last, topic=topic, warning=False)
+    # The writer's warning takes what room is left after them, if it is worth showing:
+    # it never pushes the lag or the worst queue off the line.
+    if not parts.warning or len(base) + _WARNING_GLIMPSE > width:
+        return fit(base, width)
+    return fit(parts.line(last, topic=topic), width)
+
+
+#: The least of the writer's warning worth showing, its "; " included (``; no side…``).
+_WARNING_GLIMPSE: Final = 10
+
+
+#: Which optional parts of the health line go, in turn, on a narrow screen.
+_DROP_ORDER: Final[tuple[frozenset[str], ...]] = (
+    frozenset(),
+    frozenset({"detail"}),
+    frozenset({"detail", "counts"}),
+    frozenset({"detail", "counts", "bytes"}),
+    frozenset({"detail", "counts", "bytes", "date"}),
+    frozenset({"detail", "counts", "bytes", "date", "time"}),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _HealthParts:
+    """The pieces of the health line; :meth:`line` joins those not ``dropped``."""
+
+    time: str
+    verdict: str
+    queues: int
+    counts: str
+    noted: int
+    lag_messages: int
+    lag_bytes: str
+    oldest: str
+    topic: str
+    queue: int
+    warning: str = ""  # the writer's (no sidecar holds the lease, ...), after the lag
+    detail: str = ""  # who held it: the first part a narrow screen loses
+
+    @classmethod
+    def of(
+        cls, statuses: Sequence[QueueStatus], now_ms: int, writer: WriterStatus | None = None
+    ) -> _HealthParts:
+        warned = writer is not None and bool(writer.warning)
+        states = Counter(s.state for s in statuses)
+        oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
+        lagging = oldest is not None and oldest.lag_seconds > 0
+        return cls(
+            time=iso_time(now_ms),
+            verdict=health(statuses, writer),
+            queues=len(statuses),
+            counts=", ".join(f"{states[s]} {s}" for s in _STATES if states[s]),
+            noted=sum(1 for s in statuses if s.note),
+            lag_messages=sum(s.lag_messages for s in statuses),
+            lag_bytes=human_bytes(sum(s.lag_bytes for s in statuses)),
+            oldest=human_seconds(oldest.lag_seconds) if oldest is not None and lagging else "",
+            topic=oldest.topic if oldest is not None and lagging else "",
+            queue=oldest.queue if oldest is not None else 0,
+            warning=(writer.warning or "") if writer is not None and warned else "",
+            detail=writer.detail if writer is not None and warned else "",
+        )
+
+    def line(
+        self,
+        dropped: frozenset[str] = frozenset(),
+        *,
+        topic: str | None = None,
+        warning: bool = True,
+    ) -> str:
+        head = f"{self.verdict}: {self.queues} queues"
+        if "time" not in dropped:  # 2026-11-25T21:16:23Z, or 21:16:23Z without the date
+            head = f"{self.time.partition('T')[2] if 'date' in dropped else self.time} {head}"
+        if self.counts and "counts" not in dropped:
+            head += f" ({self.counts})"
+        parts = [head]
+        if self.noted:
+            parts.append(f"{self.noted} with notes")
+        lag = f"lag {self.lag_messages} messages"
+        if "bytes" not in dropped:
+            lag += f", {self.lag_bytes}"
+        if self.oldest:
+            lag += f", oldest {self.oldest} ({self.topic if topic is None else topic}/{self.queue})"
+        parts.append(lag)
+        if self.warning and warning:
+            parts.append(self.warning)
+        if self.detail and warning and "detail" not in dropped:
+            parts.append(self.detail)
+        return "; ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +225,7 @@ def frame(
     """What one refresh shows: the health line (of every queue, and the writer), a blank
     line, the table (of the selected queues, worst first), fitted to the view's screen."""
     view = view or View()
-    top = health_line(statuses, now_ms, writer)
-    if view.layout.width is not None:
-        top = fit(top, view.layout.width)
+    top = health_line(statuses, now_ms, view.layout.width, writer=writer)
     shown = select(statuses, topic=view.topic, problems=view.problems)
     if statuses and not shown:  # a filter left nothing: say so, not a bare header
         return "\n".join([top, "", _nothing_shown(view, len(statuses))]) + "\n"
@@ -251,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
         shown = select(statuses, topic=args.topic, problems=args.problems)
         doc = {
             "health": health(statuses, writer),
-            "summary": health_line(statuses, now_ms, writer),
+            "summary": health_line(statuses, now_ms, writer=writer),
             "writer": None if writer is None else _writer_json(writer),
             "queues": [asdict(s) for s in shown],
         }

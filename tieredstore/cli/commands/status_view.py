@@ -9,10 +9,11 @@ leaves numbers without names; the lag alert's runbook sends on-call to this view
 * **Filters.** ``--topic GLOB`` (fnmatch, case-sensitive as topic names are) and
   ``--problems`` (only the queues of the first three groups) narrow the table; the
   health line always summarises every queue.
-* **Width.** Given a width, columns are dropped from the least useful up (room MB,
-  cold/hot min, lag MB, ...) until the row fits; the topic column takes what is left
-  (at least 12 characters) and a cut name ends in ``…``. No width (output piped): every
-  column, names whole.
+* **Width.** Given a width, columns are dropped from the least useful up (room MiB,
+  cold/hot min, lag MiB, ...) until the row fits; the topic column takes what is left
+  (at least 12 characters); a longer name is shortened in the middle (``Orders…ice1``:
+  names that share a prefix stay apart). No width (output piped): every column, names
+  whole.
 * **Height.** Given a height, the health line and the header stay on screen and the
   rows that do not fit are counted in a last line (``… 37 more queues``).
 """
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from dispatcher.queue_status import QueueStatus
+from tieredstore.humanize import shorten_middle
 
 __all__ = ["Layout", "fit", "is_problem", "render_table", "select", "worst_first"]
 
@@ -88,9 +90,12 @@ def _lost(s: QueueStatus) -> str:
     return str(s.lost_accepted) if s.lost_accepted else "-"
 
 
-def _room_mb(s: QueueStatus) -> str:
+_MIB: Final = 1 << 20
+
+
+def _room_mib(s: QueueStatus) -> str:
     b = s.retention_headroom_bytes
-    return "-" if b is None or s.retention_headroom_seconds is None else f"{b / 1e6:.1f}"
+    return "-" if b is None or s.retention_headroom_seconds is None else f"{b / _MIB:.1f}"
 
 
 def _room_s(s: QueueStatus) -> str:
@@ -107,9 +112,9 @@ _COLUMNS: Final = (
     _Column("cold min", 9, lambda s: str(s.cold_min), drop=7),
     _Column("cold commit", 11, lambda s: str(s.cold_commit), drop=3),
     _Column("lag msgs", 9, lambda s: str(s.lag_messages)),
-    _Column("lag MB", 8, lambda s: f"{s.lag_bytes / 1e6:.2f}", drop=5),
+    _Column("lag MiB", 8, lambda s: f"{s.lag_bytes / _MIB:.2f}", drop=5),
     _Column("lag s", 7, lambda s: f"{s.lag_seconds:.1f}"),
-    _Column("room MB", 9, _room_mb, drop=8),
+    _Column("room MiB", 9, _room_mib, drop=8),
     _Column("room s", 8, _room_s, drop=2),
     _Column("lost", 7, _lost, drop=1),
 )
@@ -147,7 +152,7 @@ def render_table(
     topic_w = min(topic_w, max(longest, 5))
 
     def row(topic: str, cells: list[str], note: str) -> str:
-        line = f"{fit(topic, topic_w):<{topic_w}}"
+        line = f"{shorten_middle(topic, topic_w):<{topic_w}}"
         for c, cell in zip(columns, cells, strict=True):
             line += (
                 f" {fit(cell, c.width):>{c.width}}"
