@@ -14,27 +14,38 @@ outcome, reported as a :class:`ManifestOutcome`: what is already there is our ow
 manifest (a retry after a lost reply), another writer's manifest, which the caller
 checks and adopts, a manifest of a format this version cannot read (the queue stops) —
 or a manifest or marker of a newer lease epoch: this writer has been fenced and stops.
+
+On start, :meth:`ColdWriter.recover` reconciles the catalogue with cold; what it finds
+damaged in a committed history is made loud (:func:`report_damage`) and a lost tail the
+broker still holds is tiered again (:func:`heal_lost_tail`): see their sections below.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from dispatcher.commitlog_pass import Spooled
+from dispatcher.lease import Lease
+from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
-from metadata.reconcile import reconcile
-from metadata.rows import QueueRow
+from metadata.reconcile import ReconcileIssue, ReconcileReport, reconcile
+from metadata.rows import QueueRow, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
+from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
 from tieredstore.errors import (
+    CatalogueError,
     ConditionFailedError,
+    InvalidNameError,
     LeaseLostError,
     ObjectNotFoundError,
     RetryableError,
@@ -43,8 +54,18 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import same_outside_physical_offset
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import QueuePath, SegmentKind, new_attempt, object_key, object_name
+from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.layout import (
+    QueuePath,
+    SegmentKind,
+    is_loss_key,
+    new_attempt,
+    object_key,
+    object_name,
+    parse_loss_key,
+    parse_object_key,
+    retiered_key,
+)
 from tieredstore.manifest import (
     DIGEST_ALGORITHM,
     FORMAT_VERSION,
@@ -54,7 +75,16 @@ from tieredstore.manifest import (
     read_stored,
 )
 
-__all__ = ["ColdWriter", "ManifestOutcome"]
+__all__ = [
+    "RETIERED_FORMAT",
+    "ColdWriter",
+    "Damaged",
+    "HealOutcome",
+    "ManifestOutcome",
+    "heal_damaged",
+    "heal_lost_tail",
+    "report_damage",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -285,7 +315,209 @@ class ColdWriter:
             return False
         return same_outside_physical_offset(hot_bytes, cold_bytes)
 
-    async def recover(self) -> None:
-        """Adopt manifests committed to cold but not yet to the catalogue (a crash)."""
+    async def recover(self) -> ReconcileReport:
+        """Adopt manifests committed to cold but not yet to the catalogue (a crash);
+        return what reconcile found (the caller makes its damage loud)."""
         report = await reconcile(self.catalogue, self.backend)
         log.info("reconciled catalogue with cold store: %s", report)
+        return report
+
+
+# -- cold damage found by reconcile, made loud ---------------------------------
+#
+# Damage in a queue's committed history, made loud: what reconcile found, per queue.
+#
+# Reconcile (:mod:`metadata.reconcile`) runs when the sidecar starts and reports, never
+# drops, what does not add up: a committed manifest missing, emptied, unparsable or of a
+# newer format, an object missing or of the wrong size, a gap or an overlap. Those are
+# damage to data cold had committed (findings of severity CORRUPT). Each is
+#
+# * one ERROR line naming the finding, the key and the queue;
+# * the queue's ``status`` state DEGRADED, its note the first finding (saved beside the
+#   catalogue with the stopped queues, :mod:`dispatcher.stopped_file`, for ``tieredstore
+#   status``; served by ``/v1/queues``);
+# * ``tieredstore_queue_cold_damaged{topic, queue, kind} = 1`` (the alert
+#   ``TieredstoreColdDamaged``).
+#
+# Findings that need the operator but lose nothing (NOT_ADOPTED, UNRECOGNISED, …) stay in
+# the reconcile summary. A finding whose key names no queue is logged, not attributed.
+#: Queues whose committed history is damaged, with the reason ``status`` shows.
+Damaged = dict[QueueKey, str]
+
+
+def _queue_of(key: str) -> QueueKey | None:
+    try:
+        if is_loss_key(key):
+            q = parse_loss_key(key).queue
+            return QueueKey(q.topic, q.queue_id)
+        parsed = parse_object_key(key)
+    except InvalidNameError:
+        return None
+    return QueueKey(parsed.topic, parsed.queue_id)
+
+
+def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged:
+    """Log every damaging issue as an ERROR, set its gauge; return the damaged queues
+    (each with its first finding as the reason)."""
+    damaged: Damaged = {}
+    for issue in issues:
+        if not issue.kind.damage:
+            continue
+        queue = _queue_of(issue.key)
+        where = f"queue {queue}" if queue is not None else "no queue"
+        log.error(
+            "cold damage (%s): %s; %s is DEGRADED until the damage is repaired",
+            where, issue, queue if queue is not None else "nothing",
+        )  # fmt: skip
+        if queue is None:
+            continue
+        metrics.queue_damaged.labels(queue.topic, str(queue.queue_id), issue.kind.value).set(1)
+        damaged.setdefault(queue, f"cold damage: {issue}")
+    return damaged
+
+
+# -- healing a lost committed tail from hot ------------------------------------
+#
+# Healing a lost committed tail from hot, without ever hiding the loss.
+#
+# When reconcile finds that the manifests of a queue's newest committed segments are
+# gone from cold (deleted by hand, a bucket lifecycle rule, a bad restore of the bucket)
+# while the broker still holds their offsets, those messages are tiered again. The rules:
+#
+# * only a **tail**: every catalogue segment from the first lost one to the queue's end
+#   has its manifest key absent. A lost segment with intact ones after it is left
+#   DEGRADED (tiering it again would overlap them);
+# * only when the broker still holds **every** offset from the first lost one (hot min at
+#   or below it): a partial heal would hide the part it cannot restore;
+# * never over a committed key: a manifest key that still holds something (an emptied,
+#   unparsable or newer-format manifest) is never replaced, and such a queue is not
+#   healed. The new segments are uploaded under new attempt names (as every upload is)
+#   and their manifests *created* where the lost ones were;
+# * the event is **recorded in cold** before anything changes (a ``_retiered`` record,
+#   :func:`~tieredstore.layout.retiered_key`: the lost range, the lost manifests' keys,
+#   when, by whom) and **counted** (``tieredstore_cold_ranges_retiered_total``). The
+#   queue stays DEGRADED in ``status`` for the rest of the process.
+#
+# Then the catalogue forgets the lost segments (:meth:`SegmentTable.truncate`) and the
+# next tick tiers the offsets again from hot.
+RETIERED_FORMAT = "tieredstore-retiered/1"
+
+
+class HealOutcome(enum.Enum):
+    HEALED = "the lost tail is tiered again from hot"
+    NOT_A_TAIL = "a committed segment after the lost one is intact"
+    KEY_TAKEN = "its damaged segment's manifest key still holds something (never replaced)"
+    HOT_LOST = "the broker no longer holds every lost offset"
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    segments: tuple[SegmentRow, ...]
+
+    @property
+    def start(self) -> int:
+        return self.segments[0].start_offset
+
+    @property
+    def end(self) -> int:
+        return self.segments[-1].end_offset
+
+
+async def heal_lost_tail(
+    queue: QueueKey,
+    *,
+    catalogue: Catalogue,
+    backend: Backend,
+    hot: HotStore,
+    queue_path: QueuePath,
+    metrics: Metrics,
+    clock: Clock,
+    writer_id: str,
+    epoch: int,
+    check: Callable[[], None],
+) -> HealOutcome:
+    """Heal ``queue``'s lost committed tail if the rules allow (module doc); the
+    caller holds the writer lease (``check`` raises when it is lost) and the lock of
+    catalogue writes, and calls this only for a queue reconcile found damaged. Returns
+    what was done (anything but HEALED is one ERROR line); backend errors propagate."""
+    segments = [
+        s
+        for s in await asyncio.to_thread(catalogue.segments.of, queue.topic, queue.queue_id)
+        if s.status is SegmentStatus.COMMITTED
+    ]
+    present = [await backend.exists(s.manifest.key) for s in segments]
+    if all(present):  # damaged, not gone: an object missing, a manifest emptied
+        return _said(queue, HealOutcome.KEY_TAKEN)
+    first = present.index(False)
+    if any(present[first:]):
+        return _said(queue, HealOutcome.NOT_A_TAIL)
+    tail = _Tail(tuple(segments[first:]))
+    try:
+        rng = await asyncio.to_thread(hot.queue_range, queue.topic, queue.queue_id)
+    except TieredStoreError:
+        return _said(queue, HealOutcome.HOT_LOST)
+    if rng.min > tail.start or rng.max < tail.end:
+        return _said(queue, HealOutcome.HOT_LOST)
+    now = clock.now_ms()
+    record = {
+        "format": RETIERED_FORMAT,
+        "topic": queue.topic,
+        "queue_id": queue.queue_id,
+        "lost_start_offset": tail.start,
+        "lost_end_offset": tail.end,
+        "lost_manifests": [s.manifest.key for s in tail.segments],
+        "recorded_at_ms": now,
+        "writer_id": writer_id,
+        "lease_epoch": epoch,
+    }
+    check()
+    key = retiered_key(queue_path, tail.start, stamp_ms=now)
+    with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
+        await backend.create(key, canonical(record))
+    await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, tail.start)
+    metrics.cold_ranges_retiered.labels(queue.topic, str(queue.queue_id)).inc()
+    log.error(
+        "queue %s: committed offsets [%d, %d) were lost from cold (%d manifests gone); "
+        "the broker still holds them, so they are tiered again from hot under new "
+        "names; the loss is recorded in cold",
+        queue, tail.start, tail.end, len(tail.segments),
+    )  # fmt: skip
+    return HealOutcome.HEALED
+
+
+def _said(queue: QueueKey, outcome: HealOutcome) -> HealOutcome:
+    log.error("queue %s: its cold damage is not healed: %s", queue, outcome.value)
+    return outcome
+
+
+async def heal_damaged(
+    damaged: Damaged,
+    *,
+    writer: ColdWriter,
+    hot: HotStore,
+    metrics: Metrics,
+    clock: Clock,
+    lease: Lease,
+) -> None:
+    """:func:`heal_lost_tail` of every damaged queue; each note (``damaged[queue]``)
+    then says what was done. A catalogue that refuses the truncation (e.g. an accepted
+    loss inside the lost tail) leaves the queue as it is, said in its note."""
+    for queue, reason in sorted(damaged.items()):
+        try:
+            outcome = await heal_lost_tail(
+                queue,
+                catalogue=writer.catalogue,
+                backend=writer.backend,
+                hot=hot,
+                queue_path=writer.queue_path(queue.topic, queue.queue_id),
+                metrics=metrics,
+                clock=clock,
+                writer_id=writer.writer_id,
+                epoch=lease.epoch,
+                check=lease.check,
+            )
+        except CatalogueError as exc:
+            log.error("queue %s: its cold damage is not healed: %s", queue, exc)
+            damaged[queue] = f"{reason}; not healed: {exc}"
+            continue
+        damaged[queue] = f"{reason}; {outcome.value}"

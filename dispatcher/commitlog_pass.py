@@ -13,7 +13,8 @@ The pass instead takes the segments planned for many queues at once (each a
    everyone else's data);
 3. per window, with numpy over all its records at once: checks every record against its
    unit (:class:`~tieredstore.segment.RecordHeads`: length, magic, totalSize,
-   queueOffset), reads the store timestamps, and
+   queueOffset; :class:`~tieredstore.segment.RecordOwners`: topic, queueId and
+   physicalOffset), reads the store timestamps, and
    rewrites bytes [28, 36) to each record's cold offset (the segment's ``cl_base`` plus
    its position in the segment);
 4. groups the window's records by segment with one ``pyarrow`` ``take`` (a memcpy per
@@ -67,7 +68,7 @@ from tieredstore.formats.vector import scatter_be_i64, store_timestamps
 from tieredstore.hot_commitlog import read_span
 from tieredstore.hot_files import MappedFileList
 from tieredstore.hot_store import HotStore
-from tieredstore.segment import RecordHeads
+from tieredstore.segment import RecordHeads, RecordOwners, TopicTable
 
 __all__ = ["GatherJob", "Spooled", "gather_segments"]
 
@@ -371,20 +372,52 @@ class _Spool:
             self._waiting = {}
 
 
+@dataclass(frozen=True, slots=True)
+class _Owners:
+    """What each job's records must belong to: its topic (a row of ``topics``) and
+    queue id; built once per pass (:class:`~tieredstore.segment.RecordOwners`)."""
+
+    topics: TopicTable
+    queue_ids: I64
+
+    @classmethod
+    def of(cls, jobs: Sequence[GatherJob]) -> _Owners:
+        table = TopicTable.of([j.plan.queue.topic for j in jobs])
+        return cls(table, np.array([j.plan.queue.queue_id for j in jobs], dtype=np.int64))
+
+
 def _check(
-    win: npt.NDArray[np.uint8], rel: I64, rec: _Records, sel: slice, jobs: Sequence[GatherJob]
+    win: npt.NDArray[np.uint8],
+    rel: I64,
+    rec: _Records,
+    sel: slice,
+    jobs: Sequence[GatherJob],
+    owners: _Owners,
 ) -> tuple[npt.NDArray[np.bool_], dict[int, TieredStoreError]]:
-    """Check the window's records against their units (:class:`RecordHeads`); return the
-    bad mask and, per failed job, the error of its first bad record."""
+    """Check the window's records against their units: the head
+    (:class:`RecordHeads`: size, magic, queue offset) and the owner
+    (:class:`RecordOwners`: topic, queue id, physical offset). Return the bad mask
+    and, per failed job, the error of its first bad record."""
     expect = rec.queue_offset[sel]
+    job = rec.job[sel]
     heads = RecordHeads.check(win, rel, rec.size[sel], expect)
+    owner = RecordOwners.check(
+        win, rel, rec.size[sel], heads.bad,
+        queue_ids=owners.queue_ids[job], physical=rec.offset[sel],
+        topics=owners.topics, topic_of=job,
+    )  # fmt: skip
+    bad = heads.bad | owner.bad
     errors: dict[int, TieredStoreError] = {}
-    for k in np.flatnonzero(heads.bad).tolist():
-        job = int(rec.job[sel][k])
-        if job not in errors:
-            where = f"hot record of {jobs[job].plan.queue} at queue offset {int(expect[k])}"
-            errors[job] = CorruptRecordError(heads.fault(k), where=where)
-    return heads.bad, errors
+    for k in np.flatnonzero(bad).tolist():
+        j = int(job[k])
+        if j not in errors:
+            where = (
+                f"hot record of {jobs[j].plan.queue} at queue offset {int(expect[k])} "
+                f"(commitlog offset {int(rec.offset[sel][k])})"
+            )
+            fault = heads.fault(k) if heads.bad[k] else owner.fault(k)
+            errors[j] = CorruptRecordError(fault, where=where)
+    return bad, errors
 
 
 def _by_job(job: I64) -> I64:
@@ -477,6 +510,7 @@ def gather_segments(
         return []
     files = hot.commitlog_files()
     failed = _Failures(len(jobs))
+    owners = _Owners.of(jobs)
     ts_min = np.full(len(jobs), np.iinfo(np.int64).max, dtype=np.int64)
     ts_max = np.full(len(jobs), np.iinfo(np.int64).min, dtype=np.int64)
     spool = _Spool(spool_dir, [j.plan.nbytes for j in jobs], hold_bytes=hold_bytes)
@@ -489,7 +523,7 @@ def gather_segments(
                         stopped = StoreError("tiering pass stopped", where=str(spool_dir))
                         return [stopped] * len(jobs)
                     buffer = _window(
-                        hot, files, rec, w, jobs, spool, failed, ts_min, ts_max, buffer
+                        hot, files, rec, w, jobs, owners, spool, failed, ts_min, ts_max, buffer
                     )
             spool.finish()
         finally:
@@ -521,6 +555,7 @@ def _window(
     rec: _Records,
     w: _Window,
     jobs: Sequence[GatherJob],
+    owners: _Owners,
     spool: _Spool,
     failed: _Failures,
     ts_min: I64,
@@ -541,7 +576,7 @@ def _window(
     buffer = error
     win = np.frombuffer(buffer, dtype=np.uint8, count=end - first)
     rel = rec.offset[sel] - first
-    bad, errors = _check(win, rel, rec, sel, jobs)
+    bad, errors = _check(win, rel, rec, sel, jobs, owners)
     for j, exc in errors.items():
         failed.fail(j, exc)
     live &= ~bad & failed.ok[rec.job[sel]]  # drop every record of a segment that failed

@@ -2,8 +2,9 @@
 
 Per segment: plan → make its records durable (the ``sync`` guard,
 :mod:`dispatcher.durability`) → gather (the pass, :mod:`dispatcher.commitlog_pass`) → check
-continuity → upload COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects
-under names unique to the attempt; the lease is checked before every chunk) → check the
+continuity → check the built segment end to end (:func:`check_built`) → upload
+COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects under names unique to
+the attempt; the lease is checked before every chunk) → check the
 lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue
 (segments committing at about the same time share one transaction,
 :mod:`dispatcher.group_commit`).
@@ -20,8 +21,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from dispatcher.adoption import adopt_or_quarantine
 from dispatcher.cold_writer import ColdWriter, ManifestOutcome
@@ -32,19 +38,39 @@ from dispatcher.metrics import Metrics
 from dispatcher.planner import HotDataLost, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
+from tieredstore.errors import (
+    CorruptDataError,
+    CorruptRecordError,
+    CorruptUnitError,
+    StoreError,
+    TieredStoreError,
+)
+from tieredstore.formats.vector import store_timestamps
 from tieredstore.hot_store import QueueKey
+from tieredstore.segment import RecordHeads
 
-__all__ = ["CommitKind", "CommitResult", "Reminded", "SegmentCommitter", "Stopped"]
+__all__ = [
+    "CommitKind",
+    "CommitResult",
+    "Reminded",
+    "SegmentCommitter",
+    "Stopped",
+    "check_built",
+]
 
 log = logging.getLogger(__name__)
+
+I64 = npt.NDArray[np.int64]
 
 #: Stopped queues (and the state they stopped in) already explained to the operator by
 #: this process; shared with :class:`dispatcher.discovery.Discovery`.
 Reminded = set[tuple[QueueKey, QueueState]]
 
-#: Queues this process stopped because cold holds a manifest (or marker) of a newer
-#: format at their frontier, with that key: not tiered again until a restart (which
-#: tries once more: an upgraded sidecar may have moved past it). Shared with
+#: Queues this process stopped, with the reason (one line naming the key or offset):
+#: cold holds a manifest (or marker) of a newer format at their frontier, or a hot
+#: record disagrees with its consume-queue unit, or a built segment failed its check.
+#: Not tiered again until a restart (which tries once more: an upgraded sidecar may
+#: have moved past it, an operator may have fixed the store). Shared with
 #: :class:`dispatcher.discovery.Discovery`, which keeps them out of the ACTIVE set.
 Stopped = dict[QueueKey, str]
 
@@ -53,7 +79,8 @@ class CommitKind(enum.Enum):
     COMMITTED = "committed"  # uploaded and committed by this writer
     ADOPTED = "adopted"  # already committed in cold; the catalogue caught up instead
     DIVERGED = "diverged"  # the hot store no longer matches cold: nothing written
-    STOPPED = "stopped"  # a manifest of a newer format is at the frontier: nothing written
+    STOPPED = "stopped"  # a newer-format manifest at the frontier, or an inconsistent
+    # hot store (a record against its unit, a built segment): nothing committed
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +129,11 @@ class SegmentCommitter:
         if not await self.writer.continuity_ok(row):
             await self.diverge(row, "hot record before the next segment differs from cold")
             return CommitResult(CommitKind.DIVERGED, row)
+        try:
+            await asyncio.to_thread(check_built, plan, spooled, row.cold_cl_end)
+        except CorruptDataError as exc:
+            self.stop_inconsistent(row, exc)
+            return CommitResult(CommitKind.STOPPED, row)
         self.lease.check()
         manifest = await self.writer.write_segment(
             plan, spooled, row, self.lease.epoch, check=self.lease.check
@@ -142,11 +174,25 @@ class SegmentCommitter:
             "this queue until the sidecar is upgraded",
             row.topic, row.queue_id, key,
         )  # fmt: skip
-        self.stopped[QueueKey(row.topic, row.queue_id)] = key
+        self._stop(row, f"newer-format manifest at {key}", "UnsupportedFormatError")
+
+    def stop_inconsistent(self, row: QueueRow, error: TieredStoreError) -> None:
+        """Stop tiering the queue: a hot record disagrees with its consume-queue unit,
+        or a built segment failed its check (``error`` names the offset). Nothing of
+        the segment was committed; the other queues go on."""
+        log.error(
+            "queue %s/%d STOPPED: %s; nothing of it was committed and nothing more is "
+            "tiered for this queue until the sidecar restarts (check the broker's store)",
+            row.topic, row.queue_id, error,
+        )  # fmt: skip
+        self._stop(row, f"inconsistent hot store: {error}", type(error).__name__)
+
+    def _stop(self, row: QueueRow, reason: str, error_kind: str) -> None:
+        self.stopped[QueueKey(row.topic, row.queue_id)] = reason
         if self._on_stop is not None:
             self._on_stop()
         self.metrics.set_queue_state(row.topic, row.queue_id, "STOPPED")
-        self.metrics.errors.labels("UnsupportedFormatError").inc()
+        self.metrics.errors.labels(error_kind).inc()
 
     async def diverge(self, row: QueueRow, why: str) -> None:
         """Turn the queue DIVERGED (cold untouched); tiering of it stops until repair."""
@@ -180,3 +226,95 @@ class SegmentCommitter:
         )
         self.catalogue.queues.set_state(lost.queue.topic, lost.queue.queue_id, QueueState.PAUSED)
         self.metrics.set_queue_state(lost.queue.topic, lost.queue.queue_id, "PAUSED")
+
+
+# -- the built segment, checked end to end before upload ---------------------------
+#
+# The end-to-end check of one built segment, before anything of it is uploaded.
+#
+# The commitlog pass checked every record as it gathered it; this check looks at the
+# result whole, as a reader of cold will: the spooled COMMIT_LOG bytes against the units
+# the CONSUME_QUEUE object will be made of (:func:`check_built`). It proves that
+#
+# * the plan's counts agree: ``end - start`` units, as many as the manifest will say;
+# * the spool file is exactly the units' sizes long, records back to back from ``cl_base``
+#   (the cold offsets the CONSUME_QUEUE object will hold);
+# * each record there is the one its unit names (:class:`~tieredstore.segment.RecordHeads`:
+#   size, magic, queue offset ``start + i``, and physicalOffset rewritten to its cold
+#   offset);
+# * the store-time range the manifest will record is the records' own.
+#
+# A failure is a :class:`~tieredstore.errors.CorruptRecordError` (or CorruptUnitError)
+# naming the queue offset; the caller stops the queue and commits nothing.
+
+
+def check_built(plan: SegmentPlan, spooled: Spooled, cl_base: int) -> None:
+    """Check the spooled segment of ``plan`` at cold commitlog ``cl_base`` (module doc).
+
+    Blocking (reads the spool file; run it in a thread). Raises CorruptUnitError or
+    CorruptRecordError, naming ``plan.queue`` and the first queue offset at fault.
+    """
+    where = f"built segment [{plan.start}, {plan.end}) of {plan.queue}"
+    sizes = plan.units["size"].astype(np.int64)
+    count = int(sizes.shape[0])
+    if count != plan.count:
+        raise CorruptUnitError(f"{count} units for {plan.count} offsets", where=where)
+    total = int(sizes.sum())
+    if total != spooled.size or total != plan.nbytes:
+        raise CorruptUnitError(
+            f"units cover {total} bytes, the spooled commit log has {spooled.size}",
+            where=where,
+        )
+    try:
+        low, high = _check_records(plan, spooled, cl_base, where)
+    except OSError as exc:
+        raise StoreError(f"cannot read the spooled segment: {exc}", where=where) from exc
+    if (low, high) != (spooled.min_store_timestamp, spooled.max_store_timestamp):
+        raise CorruptRecordError(
+            f"store times [{low}, {high}] differ from the gathered range "
+            f"[{spooled.min_store_timestamp}, {spooled.max_store_timestamp}]",
+            where=where,
+        )
+
+
+def _check_records(
+    plan: SegmentPlan, spooled: Spooled, cl_base: int, where: str
+) -> tuple[int, int]:
+    """Check each spooled record against its unit; return the store-time range."""
+    sizes = plan.units["size"].astype(np.int64)
+    rel = np.cumsum(sizes) - sizes
+    with _mapped(spooled.path, spooled.size) as data:
+        heads, stamps = _read_heads(data, plan.start, rel, sizes, cl_base)
+    bad = heads.first_bad()
+    if bad is not None:
+        raise CorruptRecordError(
+            f"record of queue offset {plan.start + bad}: {heads.fault(bad)}", where=where
+        )
+    return int(stamps.min()), int(stamps.max())
+
+
+def _read_heads(
+    data: mmap.mmap, start: int, rel: I64, sizes: I64, cl_base: int
+) -> tuple[RecordHeads, I64]:
+    """The records' head check and store times (copies: no view of ``data`` is kept,
+    so the map can close)."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    offsets = start + np.arange(sizes.shape[0], dtype=np.int64)
+    return RecordHeads.check(arr, rel, sizes, offsets, cl_base + rel), store_timestamps(arr, rel)
+
+
+class _mapped:  # noqa: N801 - used like a function: ``with _mapped(path, size) as data``
+    """A read-only map of the first ``size`` bytes of ``path``, closed on exit."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self._file = path.open("rb")
+        self._map = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ)
+
+    def __enter__(self) -> mmap.mmap:
+        return self._map
+
+    def __exit__(self, *_exc: object) -> None:
+        try:
+            self._map.close()
+        finally:
+            self._file.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from dispatcher.committer import Reminded, Stopped
 from dispatcher.dispatcher_config import DispatcherConfig
@@ -18,7 +19,7 @@ from dispatcher.metrics import Metrics
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
 from tieredstore.errors import InvalidNameError, TieredStoreError
-from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.hot_store import HotStore, QueueKey, SkippedDir
 from tieredstore.layout import validate_topic
 
 __all__ = ["Discovery"]
@@ -51,6 +52,8 @@ class Discovery:
         self._reminded = reminded
         self._stopped: Stopped = {} if stopped is None else stopped
         self._refused: set[str] = set()  # topics whose names the cold store cannot hold
+        self._skipped_seen: set[str] = set()  # skipped directories and queues, told once
+        self._skipped_now = 0  # skipped this tick (the gauge)
         #: Queues the last :meth:`discover` created rows for.
         self.new_queues: list[QueueKey] = []
 
@@ -65,8 +68,16 @@ class Discovery:
 
     async def discover(self) -> list[QueueRow]:
         """Return ACTIVE queue rows, creating rows for queues seen for the first time
-        (all of one discovery's new queues in one catalogue transaction)."""
-        keys = await asyncio.to_thread(self.hot.queues)
+        (all of one discovery's new queues in one catalogue transaction).
+
+        A directory the hot store cannot name as a queue, or a new queue whose consume
+        queue cannot be read, is skipped with one ERROR line (per process) and counted
+        in ``tieredstore_queues_skipped``; every other queue goes on. Each tick looks
+        again: a directory fixed meanwhile is tiered from then on.
+        """
+        scan = await asyncio.to_thread(self.hot.scan_queues)
+        self._skip(scan.skipped)
+        keys = list(scan.queues)
         known: dict[QueueKey, QueueRow] = {}
         fresh: list[QueueKey] = []
         for key in keys:
@@ -83,7 +94,7 @@ class Discovery:
             row = known.get(key)
             if row is None:
                 continue  # filtered out or refused
-            if key in self._stopped:  # a newer format at its frontier: see the committer
+            if key in self._stopped:  # stopped by the committer, reason and all
                 self.metrics.set_queue_state(key.topic, key.queue_id, "STOPPED")
                 continue
             self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)
@@ -107,12 +118,43 @@ class Discovery:
             return False
         return True
 
+    def _skip(self, skipped: Sequence[SkippedDir]) -> None:
+        """Say once per process, loudly, which directories are no queue to tier."""
+        for entry in skipped:
+            if entry.path not in self._skipped_seen:
+                self._skipped_seen.add(entry.path)
+                log.error("consume-queue directory skipped, not tiered: %s", entry)
+                self.metrics.errors.labels("SkippedQueueDirectory").inc()
+        self._skipped_now = len(skipped)
+        self.metrics.queues_skipped.set(self._skipped_now)
+
+    def _init_offsets(self, fresh: Sequence[QueueKey]) -> dict[QueueKey, int]:
+        """Init offsets of new queues (blocking); a queue whose consume queue cannot be
+        read is left out, with one ERROR line (per process and reason)."""
+        out: dict[QueueKey, int] = {}
+        for key in fresh:
+            try:
+                out[key] = self._init_offset(key)
+            except TieredStoreError as exc:
+                self._skipped_now += 1
+                said = f"{key}: {exc}"
+                if said not in self._skipped_seen:
+                    self._skipped_seen.add(said)
+                    log.error("queue %s skipped, not tiered: %s", key, exc)
+                    self.metrics.errors.labels(type(exc).__name__).inc()
+        return out
+
     async def _initialise(self, fresh: list[QueueKey]) -> dict[QueueKey, QueueRow]:
         """Create the rows of queues seen for the first time (init offsets by the
         policy, read from the hot store in one thread hop)."""
         if not fresh:
             return {}
-        inits = await asyncio.to_thread(lambda: [self._init_offset(k) for k in fresh])
+        offsets = await asyncio.to_thread(self._init_offsets, fresh)
+        self.metrics.queues_skipped.set(self._skipped_now)
+        fresh[:] = [k for k in fresh if k in offsets]
+        inits = [offsets[k] for k in fresh]
+        if not fresh:
+            return {}
         created = self.catalogue.queues.ensure_many(
             [(k.topic, k.queue_id, init) for k, init in zip(fresh, inits, strict=True)]
         )

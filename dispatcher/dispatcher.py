@@ -34,7 +34,7 @@ from dispatcher.background_loops import (
     sleep_until,
     wait_at_most,
 )
-from dispatcher.cold_writer import ColdWriter
+from dispatcher.cold_writer import ColdWriter, Damaged, heal_damaged, report_damage
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.dispatcher_config import DispatcherConfig
@@ -108,7 +108,8 @@ class Dispatcher:
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
         self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer)
-        self.stopped: Stopped = {}  # queues a newer-format manifest stopped (and its key)
+        self.stopped: Stopped = {}  # queues stopped, with the reason (committer.Stopped)
+        self.damaged: Damaged = {}  # queues with cold damage found at start (DEGRADED)
         self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)
         self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
                                    config=config, reminded=reminded,
@@ -252,10 +253,19 @@ class Dispatcher:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
         self._mirror_lease()
+        self.damaged.clear()
         self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
-        await self.writer.recover()
+        report = await self.writer.recover()
+        self.damaged.clear()
+        self.damaged.update(report_damage(report.issues, self.metrics))
+        async with self._lock:  # the lost tails the broker still holds: tiered again
+            await heal_damaged(
+                self.damaged, writer=self.writer, hot=self.hot,
+                metrics=self.metrics, clock=self.clock, lease=self.lease,
+            )  # fmt: skip
+        self._save_stopped()  # with the damaged queues: `status` shows them DEGRADED
         await self.provenance.publish_rules(self.config.topic_filter.rules())
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self._lock:
@@ -264,9 +274,10 @@ class Dispatcher:
         self.state = DispatcherState.RUNNING
 
     def _save_stopped(self) -> None:
-        """Write :attr:`stopped` where ``tieredstore status`` reads it (a small file)."""
+        """Write :attr:`stopped` and :attr:`damaged` where ``tieredstore status`` reads
+        them (a small file)."""
         if self._stopped_path is not None:
-            stopped_file.save(self._stopped_path, self.stopped)
+            stopped_file.save(self._stopped_path, self.stopped, self.damaged)
 
     def _mirror_lease(self, *, released: bool = False) -> None:
         mirror_lease(self.catalogue, self.lease, released=released)

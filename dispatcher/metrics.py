@@ -90,8 +90,30 @@ class Metrics:
         self.queue_state = Gauge(
             "tieredstore_queue_state",
             "1 for the queue's current state (ACTIVE, PAUSED, DIVERGED, DELETED; STOPPED: "
-            "cold holds a manifest of a newer format at its frontier, nothing is uploaded)",
+            "cold holds a manifest of a newer format at its frontier, or a hot record "
+            "disagrees with its consume-queue unit; nothing more is uploaded)",
             ["topic", "queue", "state"],
+            registry=r,
+        )
+        self.queues_skipped = Gauge(
+            "tieredstore_queues_skipped",
+            "Consume-queue directories discovery skips (a name that is not UTF-8 or not a "
+            "queue id, a directory or consume queue that cannot be read); each is logged",
+            registry=r,
+        )
+        self.queue_damaged = Gauge(
+            "tieredstore_queue_cold_damaged",
+            "1 while cold damage was found in the queue's committed history at start "
+            "(a manifest missing, empty, unparsable or of a newer format, an object "
+            "missing or of the wrong size): status says DEGRADED",
+            ["topic", "queue", "kind"],
+            registry=r,
+        )
+        self.cold_ranges_retiered = Counter(
+            "tieredstore_cold_ranges_retiered",
+            "Lost committed tails tiered again from hot (their manifests were gone from "
+            "cold while the broker still held the offsets); each is recorded in cold",
+            ["topic", "queue"],
             registry=r,
         )
         self._losses(r)

@@ -149,16 +149,23 @@ def _one(hot: HotStore, row: QueueRow, now_ms: int, oldest: HotOldest | None) ->
 
 
 def mark_stopped(
-    statuses: Sequence[QueueStatus], stopped: Mapping[QueueKey, str]
+    statuses: Sequence[QueueStatus],
+    stopped: Mapping[QueueKey, str],
+    degraded: Mapping[QueueKey, str] | None = None,
 ) -> list[QueueStatus]:
-    """The running sidecar's view: queues it STOPPED (a manifest of a newer format at
-    ``stopped[queue]``, a key) show that state and key instead of the catalogue's."""
-    return [
-        replace(s, state="STOPPED", note=f"newer-format manifest at {key}")
-        if (key := stopped.get(QueueKey(s.topic, s.queue)))
-        else s
-        for s in statuses
-    ]
+    """The running sidecar's view: queues it STOPPED show that state and the reason
+    (``stopped[queue]``, naming the key or offset) instead of the catalogue's; queues
+    whose committed history it found damaged (``degraded``) show DEGRADED and the
+    finding. STOPPED wins over DEGRADED, both over the catalogue's state."""
+    out = []
+    for s in statuses:
+        key = QueueKey(s.topic, s.queue)
+        if reason := stopped.get(key):
+            s = replace(s, state="STOPPED", note=reason)
+        elif degraded and (reason := degraded.get(key)):
+            s = replace(s, state="DEGRADED", note=reason)
+        out.append(s)
+    return out
 
 
 def untiered(hot: HotStore, rows: Sequence[QueueRow]) -> tuple[int, int]:

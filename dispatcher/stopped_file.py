@@ -7,7 +7,13 @@ directory's lock: it is emptied when the dispatcher starts (a restart tries each
 once more: an upgraded sidecar may read the manifest) and rewritten, whole and atomically,
 each time a queue stops. A missing file means no queue is stopped.
 
-Format: a JSON object ``{"version": 1, "queues": [{"topic", "queue", "key"}, ...]}``.
+It also holds the queues DEGRADED by cold damage found at start (the ``degraded`` list,
+:func:`dispatcher.cold_writer.report_damage`).
+
+Format: a JSON object ``{"version": 2, "queues": [{"topic", "queue", "reason"}, ...],
+"degraded": [...]}``
+(the reason is one line naming the key or offset that stopped the queue; version 1
+files, with a ``key`` of a newer-format manifest instead, are still read).
 """
 
 from __future__ import annotations
@@ -21,31 +27,44 @@ from tieredstore.errors import ConfigError
 from tieredstore.hot_store import QueueKey
 from tieredstore.restore.files import replace_file
 
-__all__ = ["FILE_NAME", "load", "save"]
+__all__ = ["FILE_NAME", "load", "load_degraded", "save"]
 
 #: The file's name in the state directory.
 FILE_NAME: Final = "stopped-queues.json"
 
 
-def save(path: Path, stopped: Mapping[QueueKey, str]) -> None:
-    """Write ``stopped`` to ``path`` whole (:func:`~tieredstore.restore.files.replace_file`)."""
-    doc = {
-        "version": 1,
-        "queues": [
-            {"topic": q.topic, "queue": q.queue_id, "key": key}
-            for q, key in sorted(
-                stopped.items(), key=lambda item: (item[0].topic, item[0].queue_id)
-            )
-        ],
-    }
+def save(
+    path: Path, stopped: Mapping[QueueKey, str], degraded: Mapping[QueueKey, str] | None = None
+) -> None:
+    """Write ``stopped`` (and the ``degraded`` queues: cold damage found at start,
+    :func:`dispatcher.cold_writer.report_damage`) to ``path`` whole
+    (:func:`~tieredstore.restore.files.replace_file`)."""
+    doc = {"version": 2, "queues": _entries(stopped), "degraded": _entries(degraded or {})}
     replace_file(path, json.dumps(doc, indent=1).encode())
 
 
+def _entries(queues: Mapping[QueueKey, str]) -> list[dict[str, object]]:
+    return [
+        {"topic": q.topic, "queue": q.queue_id, "reason": reason}
+        for q, reason in sorted(queues.items(), key=lambda item: (item[0].topic, item[0].queue_id))
+    ]
+
+
 def load(path: Path) -> dict[QueueKey, str]:
-    """The stopped queues saved at ``path`` (none when it does not exist).
+    """The stopped queues saved at ``path``, with their reasons (none when it does not
+    exist).
 
     Raises ConfigError, naming the file, when it is not what :func:`save` writes.
     """
+    return _load(path, "queues")
+
+
+def load_degraded(path: Path) -> dict[QueueKey, str]:
+    """The degraded queues saved at ``path``, with their reasons (as :func:`load`)."""
+    return _load(path, "degraded")
+
+
+def _load(path: Path, field: str) -> dict[QueueKey, str]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -53,6 +72,13 @@ def load(path: Path) -> dict[QueueKey, str]:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"cannot read the stopped queues ({path}): {exc}") from exc
     try:
-        return {QueueKey(str(q["topic"]), int(q["queue"])): str(q["key"]) for q in doc["queues"]}
-    except (KeyError, TypeError, ValueError) as exc:
+        return {QueueKey(str(q["topic"]), int(q["queue"])): _reason(q) for q in doc.get(field, [])}
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"not a stopped-queues file ({path}): {exc!r}") from exc
+
+
+def _reason(entry: dict[str, object]) -> str:
+    """A queue entry's reason (version 1 saved only a newer-format manifest's key)."""
+    if "reason" in entry:
+        return str(entry["reason"])
+    return f"newer-format manifest at {entry['key']}"

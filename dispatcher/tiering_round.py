@@ -39,7 +39,13 @@ from dispatcher.spool_room import RoundBudget, spool_room
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
-from tieredstore.errors import DivergedError, SpoolTooSmallError, StoreError, TieredStoreError
+from tieredstore.errors import (
+    CorruptRecordError,
+    DivergedError,
+    SpoolTooSmallError,
+    StoreError,
+    TieredStoreError,
+)
 from tieredstore.hot_store import HotStore, QueueKey
 
 __all__ = ["Rounds"]
@@ -66,11 +72,13 @@ def _recheck_units(
 def _recheck(
     hot: HotStore, plan: SegmentPlan, spooled: Spooled | TieredStoreError
 ) -> Spooled | TieredStoreError:
-    if isinstance(spooled, TieredStoreError):
+    """The gathered segment, or its error; a record that disagreed with a unit the broker
+    was still writing is no inconsistency (the segment is planned again)."""
+    if isinstance(spooled, TieredStoreError) and not isinstance(spooled, CorruptRecordError):
         return spooled
     try:
         if units_unchanged(hot, plan):
-            return spooled
+            return spooled  # a CorruptRecordError stands: the queue stops
     except TieredStoreError as exc:
         return exc
     return StoreError(
@@ -282,6 +290,9 @@ class Rounds:
         """Commit one gathered segment; return the queue's new row to go on with, or None
         to stop (diverged, or nothing more was pending when it was planned)."""
         try:
+            if isinstance(spooled, CorruptRecordError):
+                self.committer.stop_inconsistent(row, spooled)
+                return None
             if isinstance(spooled, TieredStoreError):
                 raise spooled
             async with self._sem:

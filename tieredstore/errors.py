@@ -32,7 +32,8 @@ tell the operator?* (:class:`FatalError`).
         │   ├── CorruptLossRecordError  loss record JSON that does not validate
         │   ├── CorruptProvenanceError  tiering / init / retention record that does not validate
         │   ├── SizeMismatchError       object size differs from its manifest
-        │   └── DigestMismatchError     object digest differs from its manifest
+        │   ├── DigestMismatchError     object digest differs from its manifest
+        │   └── OverlapError            two committed segments cover the same offsets (exit 2)
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
         │   └── ConditionFailedError    a conditional write found the object not as expected
         ├── OffsetOutOfRangeError       queue offset outside what is stored
@@ -80,6 +81,7 @@ __all__ = [
     "NotAStoreError",
     "ObjectNotFoundError",
     "OffsetOutOfRangeError",
+    "OverlapError",
     "RetryableError",
     "SizeMismatchError",
     "SpoolTooSmallError",
@@ -185,6 +187,12 @@ class TruncatedDataError(CorruptDataError):
 
 class ColdDataError(FatalError):
     """A problem with objects or manifests in the cold store."""
+
+
+class OverlapError(ColdDataError):
+    """Two committed segments of one queue cover the same queue offsets: the history is
+    damaged, and which version of those messages is the right one is the operator's
+    call. Readers that promise one row per offset (export, restore) refuse it."""
 
 
 class ObjectNotFoundError(ColdDataError):

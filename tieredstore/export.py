@@ -31,6 +31,12 @@ in the version it holds now. Segments removed by retention (``expire``) are gone
 the cold store but superseded by nothing: the export keeps them, as an archive that
 outlives cold retention (delete partitions by ``date`` to age it out).
 
+**Never two rows for an offset.** Export reads as restore does: before anything is
+written, every selected manifest is read, and two committed segments of one queue that
+cover the same offsets (a damaged history: a manifest rewritten, copied or forged) make
+the run refuse with :class:`~tieredstore.errors.OverlapError` naming both (``tieredstore
+export`` exits 2). Gaps are fine (retention removes the oldest segments).
+
 **Incremental.** So the next run exports only segments committed since. The export
 manifest is saved every :data:`SAVE_EVERY` segments and at the end (also when the run
 fails): a crash between the two only means a few segments are exported again — their
@@ -61,6 +67,7 @@ import asyncio
 import datetime as dt
 import fnmatch
 import hashlib
+import itertools
 import json
 import multiprocessing
 from collections import deque
@@ -77,9 +84,14 @@ import pyarrow.parquet as pq
 from tieredstore.archive_rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.errors import CorruptManifestError, InvalidNameError, ObjectNotFoundError
+from tieredstore.errors import (
+    CorruptManifestError,
+    InvalidNameError,
+    ObjectNotFoundError,
+    OverlapError,
+)
 from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
+from tieredstore.manifest import Manifest, read_manifest, read_stored
 
 __all__ = [
     "DICTIONARY_COLUMNS",
@@ -304,6 +316,38 @@ async def _remove_superseded(
         run.removed, run.removed_rows = run.removed + 1, run.removed_rows + int(entry["rows"])
 
 
+async def _committed(cold: Backend, keys: list[str]) -> list[tuple[str, bytes, Manifest]]:
+    """Every committed segment among ``keys`` (key, manifest bytes, manifest), in key
+    order, once each queue's history is known to be one version of each offset.
+
+    Raises OverlapError, naming both manifests, when two committed segments of a queue
+    cover the same offsets (e.g. a manifest rewritten or copied under another start):
+    export reads as restore does and writes nothing then, rather than two rows for an
+    offset. Gaps are allowed: retention removes a queue's oldest segments.
+    """
+    out: list[tuple[str, bytes, Manifest]] = []
+    for key in keys:
+        raw = await cold.read(key)
+        stored = read_stored(raw, key)
+        if isinstance(stored, Manifest):
+            out.append((key, raw, stored))
+    by_queue: dict[tuple[str, int], list[Manifest]] = {}
+    for _, _, m in out:
+        by_queue.setdefault((m.topic, m.queue_id), []).append(m)
+    for segments in by_queue.values():
+        segments.sort(key=lambda m: (m.start_offset, m.end_offset))
+        for a, b in itertools.pairwise(segments):
+            if b.start_offset < a.end_offset:
+                raise OverlapError(
+                    f"committed segments [{a.start_offset}, {a.end_offset}) and "
+                    f"[{b.start_offset}, {b.end_offset}) of {a.topic}/{a.queue_id} overlap "
+                    f"({a.key}, {b.key}): export writes one row per offset and refuses "
+                    "a history with two versions of one; nothing was exported",
+                    where=b.key,
+                )
+    return out
+
+
 def _file_name(m: Manifest) -> str:
     # Names are percent-quoted, so "+" separates them unambiguously.
     cluster, broker = quote(m.cluster, safe=""), quote(m.broker, safe="")
@@ -482,13 +526,17 @@ OnProgress = Callable[[ExportProgress], None]
 
 
 async def _submit(
-    cold: Backend, run: _Run, request: ExportRequest, stages: _Pipeline | _Processes, mkey: str
+    cold: Backend,
+    run: _Run,
+    request: ExportRequest,
+    stages: _Pipeline | _Processes,
+    segment: tuple[str, bytes, Manifest],
 ) -> tuple[bool, _Job | None]:
-    """Read a listed segment manifest: whether the request selects it, and its export
-    job when it is not exported yet (its objects read and submitted)."""
-    raw = await cold.read(mkey)
-    m = read_stored(raw, mkey)
-    if isinstance(m, FenceMarker) or not request.wants_segment(m):
+    """One committed segment (its key, manifest bytes and manifest, :func:`_committed`):
+    whether the request selects it, and its export job when it is not exported yet
+    (its objects read and submitted)."""
+    mkey, raw, m = segment
+    if not request.wants_segment(m):
         return False, None
     sha = hashlib.sha256(raw).hexdigest()
     if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
@@ -510,8 +558,8 @@ async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
     written) how far the run is (:class:`ExportProgress`).
 
     Raises:
-        CorruptManifestError: a segment manifest, or the export manifest, that does not
-            validate.
+        CorruptManifestError: a segment manifest or the export manifest does not validate.
+        OverlapError: a queue's committed segments overlap (:func:`_committed`).
         ObjectNotFoundError / SizeMismatchError / DigestMismatchError / CorruptDataError:
             a segment whose objects are missing or do not match its manifest (the
             segments exported before it stay recorded).
@@ -528,10 +576,10 @@ async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
     say = on_progress or (lambda _p: None)
     try:
         try:
-            keys = await _current_keys(cold, run, request)
-            for looked, mkey in enumerate(keys):
-                say(run.progress(looked, len(keys)))
-                wanted, submitted = await _submit(cold, run, request, stages, mkey)
+            committed = await _committed(cold, await _current_keys(cold, run, request))
+            for looked, segment in enumerate(committed):
+                say(run.progress(looked, len(committed)))
+                wanted, submitted = await _submit(cold, run, request, stages, segment)
                 selected += wanted
                 if submitted is None:
                     continue
@@ -544,7 +592,7 @@ async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
                 await writing
             while pending:
                 await run.finish(*pending.popleft())
-            say(run.progress(len(keys), len(keys)))
+            say(run.progress(len(committed), len(committed)))
         finally:
             if writing is not None:  # an error above: stop the write, keep the error
                 writing.cancel()

@@ -33,6 +33,7 @@ from tieredstore.errors import (
     CorruptUnitError,
     NotAStoreError,
     OffsetOutOfRangeError,
+    StoreError,
     StoreNotFoundError,
     TruncatedDataError,
     UnsupportedStoreError,
@@ -62,6 +63,9 @@ __all__ = [
     "HotRange",
     "HotStore",
     "QueueKey",
+    "QueueScan",
+    "SkippedDir",
+    "scan_queue_dirs",
 ]
 
 # Consume-queue files are scanned for hot min/max in chunks (multiples of 20 bytes)
@@ -72,6 +76,41 @@ _SCAN_FIRST_CHUNK = 256 * CQ_UNIT_SIZE
 _SCAN_CHUNK = 52_428 * CQ_UNIT_SIZE
 # Files RocksDB keeps in its directory; a file-based consume queue has only topic dirs.
 _ROCKSDB_MARKERS = re.compile(r"^(CURRENT|IDENTITY|LOCK|OPTIONS-\d+|MANIFEST-\d+|\d+\.(sst|log))$")
+
+
+def _utf8(name: str) -> bool:
+    """Whether a directory name read from the OS was valid UTF-8 (Python keeps the
+    bytes of an undecodable name as lone surrogates, which cannot be encoded)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SkippedDir:
+    """A consume-queue directory that is no queue the sidecar can tier, and why.
+    ``path`` is printable: undecodable bytes are shown as ``\\xNN``."""
+
+    path: str
+    reason: str
+
+    @classmethod
+    def of(cls, path: str, reason: str) -> SkippedDir:
+        return cls(os.fsencode(path).decode("utf-8", "backslashreplace"), reason)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueScan:
+    """One listing of the consume-queue directory: the queues, sorted, and the
+    directories skipped (:meth:`HotStore.scan_queues`)."""
+
+    queues: tuple[QueueKey, ...]
+    skipped: tuple[SkippedDir, ...]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -109,9 +148,17 @@ def _open(path: Path) -> int:
 def _pread(path: Path, offset: int, size: int) -> bytes:
     fd = _open(path)
     try:
-        return os.pread(fd, size, offset)
+        return _read_at(fd, size, offset, path)
     finally:
         os.close(fd)
+
+
+def _read_at(fd: int, size: int, offset: int, path: Path) -> bytes:
+    """``os.pread``, an I/O error translated (StoreError naming the file and offset)."""
+    try:
+        return os.pread(fd, size, offset)
+    except OSError as exc:
+        raise StoreError(f"cannot read: {exc.strerror}", where=f"{path}@{offset}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +187,7 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
         while pos < f.size:
             want = min(chunk, f.size - pos)
             chunk = min(2 * chunk, _SCAN_CHUNK)
-            data = os.pread(fd, want, pos)
+            data = _read_at(fd, want, pos, f.path)
             whole = len(data) - len(data) % CQ_UNIT_SIZE  # a file shrunk under us ends early
             hits = np.flatnonzero(hit(decode_units(data[:whole], where=str(f.path))))
             if hits.size:
@@ -151,6 +198,44 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
     finally:
         os.close(fd)
     return _FirstHit(pos // CQ_UNIT_SIZE, found=False)
+
+
+def scan_queue_dirs(consumequeue_dir: Path) -> QueueScan:
+    """The queues of a broker's consume-queue directory, and the directories skipped.
+
+    A topic directory whose name is not UTF-8, or that cannot be listed, and a queue
+    directory whose name is not UTF-8 or not a plain decimal queue id, is skipped
+    and named in :attr:`QueueScan.skipped`: one bad directory never hides the
+    others. Entries that are no directories are ignored; a directory the broker
+    deletes while it is listed is simply absent.
+    """
+    out: list[QueueKey] = []
+    skipped: list[SkippedDir] = []
+    try:
+        topic_entries = list(os.scandir(consumequeue_dir))
+    except FileNotFoundError:
+        return QueueScan((), ())
+    for topic in topic_entries:
+        if not topic.is_dir():
+            continue
+        if not _utf8(topic.name):
+            skipped.append(SkippedDir.of(topic.path, "topic name is not valid UTF-8"))
+            continue
+        try:
+            queue_entries = list(os.scandir(topic.path))
+        except FileNotFoundError:  # topic deleted while we listed
+            continue
+        except OSError as exc:
+            skipped.append(SkippedDir.of(topic.path, f"cannot list: {exc.strerror}"))
+            continue
+        for q in queue_entries:
+            if not q.is_dir():
+                continue
+            if _utf8(q.name) and q.name.isascii() and q.name.isdigit():
+                out.append(QueueKey(topic.name, int(q.name)))
+            else:
+                skipped.append(SkippedDir.of(q.path, "not a decimal queue id"))
+    return QueueScan(tuple(sorted(out)), tuple(sorted(skipped)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,25 +303,14 @@ class HotStore:
         return read_checkpoint(self.root / "checkpoint")
 
     def queues(self) -> list[QueueKey]:
-        """List every (topic, queue id) that has a consume-queue directory, sorted."""
-        out: list[QueueKey] = []
-        try:
-            topic_entries = list(os.scandir(self.consumequeue_dir))
-        except FileNotFoundError:
-            return out
-        for topic in topic_entries:
-            if not topic.is_dir():
-                continue
-            try:
-                queue_entries = list(os.scandir(topic.path))
-            except FileNotFoundError:  # topic deleted while we listed
-                continue
-            out.extend(
-                QueueKey(topic.name, int(q.name))
-                for q in queue_entries
-                if q.name.isdigit() and q.is_dir()
-            )
-        return sorted(out)
+        """List every (topic, queue id) that has a consume-queue directory, sorted;
+        directories :meth:`scan_queues` skips are left out."""
+        return list(self.scan_queues().queues)
+
+    def scan_queues(self) -> QueueScan:
+        """The queues of the consume-queue directory, and the directories skipped
+        (:func:`scan_queue_dirs`)."""
+        return scan_queue_dirs(self.consumequeue_dir)
 
     def _listing(self, directory: Path) -> MappedFileList:
         """List ``directory``, reusing the last listing while its mtime is unchanged.

@@ -128,6 +128,7 @@ __all__ = [
     "queue_record_prefix",
     "queue_root",
     "retention_key",
+    "retiered_key",
     "tiering_key",
     "validate_name",
     "validate_topic",
@@ -148,6 +149,7 @@ _RESERVED_PREFIX: Final = "_"
 _LEASE_NAME: Final = "_lease.json"
 _QUARANTINE_DIR: Final = "_quarantine"
 _CONFIG_DIR: Final = "_config"
+_RETIERED_DIR: Final = "_retiered"
 _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
 _INIT_NAME: Final = "INIT.json"
@@ -579,6 +581,20 @@ def quarantine_key(obj: ObjectKey, *, stamp_ms: int) -> str:
     stamp = _validate_offset(stamp_ms, "quarantine stamp")
     name = obj.key.rsplit("/", 1)[1]
     return f"{quarantine_prefix(obj.queue)}/{stamp:013d}/{obj.kind.value}/{name}"
+
+
+def retiered_key(queue: QueuePath, start_offset: int, *, stamp_ms: int) -> str:
+    """Return where the sidecar records that it tiered a lost committed range again
+    (``dispatcher.cold_writer.heal_lost_tail``):
+    ``<cluster_dir>/<broker>/_retiered/<topic>/<queueId>/<name(start)>-<stamp_ms:013d>.json``.
+    Under a ``_`` name, so GC and reconcile take it for one of tieredstore's own
+    entries, never a segment; one per event."""
+    start = object_name(_validate_offset(start_offset, "re-tiered start offset"))
+    stamp = _validate_offset(stamp_ms, "re-tiered stamp")
+    return (
+        f"{broker_prefix(queue.cluster, queue.broker)}/{_RETIERED_DIR}/{queue.topic}/"
+        f"{queue.queue_id}/{start}-{stamp:013d}{MANIFEST_SUFFIX}"
+    )
 
 
 def config_prefix(cluster: str, broker: str) -> str:

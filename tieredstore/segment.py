@@ -19,13 +19,15 @@ commitlog order) and :mod:`dispatcher.cold_writer` (the units and the manifest);
 test oracle they are compared with is :mod:`tieredstore.testing.oracle`.
 
 :class:`RecordHeads` is the one record-head check (magic, totalSize, queueOffset, and for
-cold records physicalOffset) that building and verifying share. Verification never
+cold records physicalOffset) that building and verifying share; :class:`RecordOwners`
+adds, for hot records, whose record it is (topic, queueId, physicalOffset). Verification never
 trusts the manifest alone: :func:`verify_objects` checks sizes and digests;
 :func:`verify_segment` also checks every CQ unit against the record it points at.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -41,14 +43,20 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.record import (
+    BODY_LENGTH_AT_V4,
+    HEAD_DTYPE,
+    HOST_V4_SIZE,
+    HOST_V6_SIZE,
     MAGIC_AT,
     MAGIC_CODE_V1,
     MAGIC_CODE_V2,
     PHYSICAL_OFFSET_AT,
     QUEUE_OFFSET_AT,
+    SYS_FLAG_AT,
     TOTAL_SIZE_AT,
+    SysFlag,
 )
-from tieredstore.formats.vector import gather_be
+from tieredstore.formats.vector import gather_be, values_at
 from tieredstore.manifest import Manifest, read_manifest
 
 if TYPE_CHECKING:  # the backends package pulls in s3fs; the codec must stay light
@@ -57,7 +65,9 @@ if TYPE_CHECKING:  # the backends package pulls in s3fs; the codec must stay lig
 __all__ = [
     "MIN_RECORD_SIZE",
     "RecordHeads",
+    "RecordOwners",
     "Segment",
+    "TopicTable",
     "check_record_heads",
     "parse_cq_object",
     "read_segment",
@@ -150,6 +160,174 @@ class RecordHeads:
             if found[i] != expected[i]:
                 return f"{field} field {int(found[i])}, expected {int(expected[i])}"
         raise ValueError(f"record {i} has a good head")
+
+
+# -- record owners -------------------------------------------------------------------
+
+_QUEUE_ID_AT: Final = int(HEAD_DTYPE.fields["queue_id"][1])  # type: ignore[index]
+_V6_EXTRA: Final = HOST_V6_SIZE - HOST_V4_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTable:
+    """Topic names as big-endian 8-byte words, built once per pass so that each window
+    compares its records' topics with a few integer gathers per distinct name length.
+
+    A name of length ``n >= 8`` is the words at ``0, 8, 16, ...`` below ``n - 7`` and,
+    unless ``n`` is a multiple of 8, the word ending at ``n`` (it overlaps the one
+    before: every byte is compared, none past the name). A shorter name is the word
+    *ending* at ``n`` with its low ``n`` bytes kept (the bytes before a topic are the
+    record's own: the topic length and the body's end).
+    """
+
+    names: tuple[bytes, ...]
+    lengths: I64
+    words: dict[int, npt.NDArray[np.uint64]]  # per length: (names, words) of the names
+
+    @classmethod
+    def of(cls, topics: Sequence[str]) -> TopicTable:
+        names = tuple(t.encode() for t in topics)
+        words = {
+            n: np.array(
+                [[_word(name, at, n) for at in word_starts(n)] for name in names], np.uint64
+            ).reshape(len(names), len(word_starts(n)))
+            for n in {len(name) for name in names}
+        }
+        return cls(names, np.array([len(t) for t in names], dtype=np.int64), words)
+
+
+def word_starts(n: int) -> list[int]:
+    """Where the 8-byte words of a name of length ``n`` start (:class:`TopicTable`)."""
+    if n < 8:
+        return [n - 8]
+    return [*range(0, n - 7, 8), *([n - 8] if n % 8 else [])]
+
+
+def _low_mask(n: int) -> int:
+    return (1 << (8 * n)) - 1 if n < 8 else (1 << 64) - 1
+
+
+def _word(name: bytes, at: int, n: int) -> int:
+    """The word of ``name`` at ``at`` as a name of length ``n`` (0 if it is not one)."""
+    if len(name) != n:
+        return 0
+    if at < 0:
+        return int.from_bytes(name, "big")
+    return int.from_bytes(name[at : at + 8], "big")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOwners:
+    """Whose record a consume-queue unit points at, for many **hot** records at once.
+
+    :class:`RecordHeads` proves a record has the size and queue offset its unit says.
+    That is not enough: a unit of queue ``T/0`` pointing at a record of topic ``U`` with
+    the same queue offset and size passes it, and a segment built from it has a consume
+    queue and a commit log that disagree. Here, besides:
+
+    * ``queueId`` (bytes [12, 16)) must be the unit's queue id;
+    * ``physicalOffset`` (bytes [28, 36)) must be the hot commitlog offset the unit
+      points at (the broker writes each record's own position there);
+    * the topic (after the body: a 1-byte length for magic v1, 2 bytes for v2, then the
+      name) must be the unit's, byte for byte, and lie inside the record.
+
+    Where the topic sits depends on the host kinds (sysFlag BORNHOST_V6, STOREHOST_V6)
+    and the body length: computed per record with numpy, never a Python step per
+    record. E.g. v1 with IPv4 hosts: bodyLength at 84, so a 10-byte body puts the topic
+    length at 98 and the topic at 99. ``bad`` marks the records that disagree; records
+    :class:`RecordHeads` found bad are skipped (their fields may point anywhere).
+    """
+
+    fields: tuple[tuple[str, I64, I64], ...]  # (field, found, expected) of the int fields
+    topic_ok: Mask
+    topics: TopicTable
+    topic_of: I64  # row of each record's expected topic in ``topics``
+    bad: Mask
+
+    @classmethod
+    def check(
+        cls,
+        arr: npt.NDArray[np.uint8],
+        starts: I64,
+        sizes: I64,
+        skip: Mask,
+        *,
+        queue_ids: I64,
+        physical: I64,
+        topics: TopicTable,
+        topic_of: I64,
+    ) -> RecordOwners:
+        """Check the records starting at ``starts`` in ``arr`` (``sizes`` bytes each,
+        the units' sizes, already proven by :class:`RecordHeads` unless ``skip``).
+
+        Record ``i`` belongs to topic ``topics.names[topic_of[i]]`` and queue
+        ``queue_ids[i]``, and its unit points at hot commitlog offset ``physical[i]``.
+        Skipped records are never read and never bad here.
+        """
+        safe = np.where(skip, 0, starts)
+        fields = (
+            ("queueId", gather_be(arr, safe + _QUEUE_ID_AT, 4), queue_ids),
+            ("physicalOffset", gather_be(arr, safe + PHYSICAL_OFFSET_AT, 8), physical),
+        )
+        topic_ok = _topics_match(arr, safe, sizes, skip, topics, topic_of)
+        bad = ~topic_ok
+        for _name, found, expected in fields:
+            bad |= found != expected
+        bad &= ~skip
+        return cls(fields, topic_ok, topics, topic_of, bad)
+
+    def fault(self, i: int) -> str:
+        """What is wrong with record ``i`` (the first check it fails)."""
+        for name, found, expected in self.fields:
+            if found[i] != expected[i]:
+                return f"{name} field {int(found[i])}, expected {int(expected[i])}"
+        if not self.topic_ok[i]:
+            want = self.topics.names[int(self.topic_of[i])].decode("utf-8", "replace")
+            return f"the record is not of topic {want!r}"
+        raise ValueError(f"record {i} has the right owner")
+
+
+def _topics_match(
+    arr: npt.NDArray[np.uint8],
+    starts: I64,
+    sizes: I64,
+    skip: Mask,
+    topics: TopicTable,
+    topic_of: I64,
+) -> Mask:
+    """Whether each record's topic field is its expected one (True when skipped)."""
+    if bool(skip.all()):
+        return np.ones(starts.shape[0], dtype=bool)
+    sys_flag = gather_be(arr, starts + SYS_FLAG_AT, 4)
+    extra = np.where(sys_flag & int(SysFlag.BORNHOST_V6), _V6_EXTRA, 0) + np.where(
+        sys_flag & int(SysFlag.STOREHOST_V6), _V6_EXTRA, 0
+    )
+    body_len_at = starts + BODY_LENGTH_AT_V4 + extra
+    end = starts + sizes
+    inside = ~skip & (body_len_at + 4 <= end)
+    body_len = gather_be(arr, np.where(inside, body_len_at, 0), 4)
+    v2 = gather_be(arr, starts + MAGIC_AT, 4) == MAGIC_CODE_V2
+    width = np.where(v2, 2, 1)
+    len_at = body_len_at + 4 + body_len
+    inside &= (body_len >= 0) & (len_at + width <= end) & (len_at + 4 <= arr.shape[0])
+    len_at = np.where(inside, len_at, 0)
+    raw = gather_be(arr, len_at, 4)  # the length is the top 1 or 2 of these bytes
+    topic_len = np.where(v2, (raw >> 16) & 0xFFFF, (raw >> 24) & 0xFF)
+    want_len = topics.lengths[topic_of]
+    topic_at = len_at + width
+    inside &= (topic_len == want_len) & (topic_at + want_len <= end)
+    ok: Mask = skip.copy()
+    rows = np.flatnonzero(inside)
+    lengths = want_len[rows]
+    for length in np.unique(lengths).tolist():  # a step per distinct topic length
+        at = rows[lengths == length]
+        expected = topics.words[length][topic_of[at]]
+        same = np.ones(at.shape[0], dtype=bool)
+        for k, start in enumerate(word_starts(length)):
+            found = values_at(arr, topic_at[at] + start, ">u8").astype(np.uint64)
+            same &= (found & np.uint64(_low_mask(length))) == expected[:, k]
+        ok[at] = same
+    return ok
 
 
 # -- verification ---------------------------------------------------------------------

@@ -154,11 +154,13 @@ async def scan_garbage(
     now_ms: int,
     grace_s: float,
     protected: Collection[str] = frozenset(),
+    committed: Collection[str] = frozenset(),
 ) -> GcReport:
     """List one broker's garbage and damaged manifests; change nothing.
 
-    ``protected`` keys (e.g. every object the catalogue references) are never garbage.
-    Backend errors propagate.
+    ``protected`` keys (e.g. every object the catalogue references) are never garbage;
+    ``committed`` ones (its committed segments' objects) the listing lacks are damage
+    (MISSING_OBJECT: only the catalogue can tell a deleted manifest). Errors propagate.
     """
     prefix = broker_prefix(cluster, broker) + "/"
     listing = {info.key: info for info in await backend.list(prefix)}
@@ -181,6 +183,7 @@ async def scan_garbage(
     manifests, corrupt, vanished = await _read_manifests(backend, manifest_keys, listing)
     findings.extend(corrupt)
     findings.extend(_check_manifests(manifests, listing))
+    findings.extend(_missing_committed(committed, listing))
     # What a corrupt or vanished manifest referenced is unknown: spare its whole queue.
     blocked = {_queue_of(key) for key in [*(f.key for f in corrupt), *vanished]}
     referenced = set(protected)
@@ -203,6 +206,15 @@ async def scan_garbage(
     fences = _fences(garbage, parsed, {m.key for m in manifests})
     garbage.extend(await _leftovers(backend, prefix, now_ms, grace_ms))
     return GcReport(tuple(garbage), tuple(findings), young, len(manifests), fences, now_ms)
+
+
+def _missing_committed(committed: Collection[str], listing: dict[str, ObjectInfo]) -> list[Finding]:
+    """A finding per key the catalogue commits that the cold store does not hold."""
+    lacks = "the catalogue commits it; the cold store lacks it"
+    return [
+        Finding(FindingKind.MISSING_OBJECT, key, lacks)
+        for key in sorted(set(committed) - set(listing))
+    ]
 
 
 def _fences(

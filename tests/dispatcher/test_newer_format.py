@@ -103,7 +103,10 @@ async def test_status_shows_a_stopped_queue_until_the_next_start(
     assert {q: s[0] for q, s in status().items()} == {0: "ACTIVE", 1: "STOPPED"}  # sidecar gone
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)  # one more try from here
-        assert {q: s[0] for q, s in status().items()} == {0: "ACTIVE", 1: "ACTIVE"}
+        # ... while reconcile's finding of the manifest shows (report_damage: DEGRADED)
+        shown = status()
+        assert (shown[0][0], shown[1][0]) == ("ACTIVE", "DEGRADED")
+        assert key in shown[1][1] and "unsupported format_version" in shown[1][1]
 
 
 def test_a_damaged_stopped_queues_file_is_one_line(tmp_path: Path) -> None:

@@ -69,6 +69,7 @@ CASES = [
         marks=pytest.mark.spark,
     ),
     pytest.param("cq_parse.py", ["--units", "30000"], id="cq_parse"),
+    pytest.param("record_checks.py", [*TINY_STORE, "--runs", "1"], id="record_checks"),
     pytest.param(
         "lag.py",
         ["--duration", "2", "--age", "0.5", "--tick", "0.2", "--topics", "1", "--queues", "2"],

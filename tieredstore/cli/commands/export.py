@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+from typing import Final
 
 from tieredstore.backends import backend_options, open_backend, open_cold
 from tieredstore.backends.posix import posix_root_from_url
@@ -31,11 +33,14 @@ from tieredstore.cli.sidecar.progress import (
 )
 from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
-from tieredstore.errors import ConfigError
+from tieredstore.errors import ConfigError, OverlapError
 from tieredstore.export import ExportProgress, ExportRequest, export_parquet
 from tieredstore.humanize import human_bytes, human_rate, human_seconds
 from tieredstore.logs import before_each_line
 from tieredstore.provenance import find_tiered_prefix
+
+#: Exit code of a refused export: the history has two versions of some offsets.
+EXIT_OVERLAP: Final = 2
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
     # export needs only the cold store: the broker store and state dir are not used.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
     _check_local_root(settings.cold_url)
-    return asyncio.run(_export(settings, args, RewrittenLine(progress_enabled(args))))
+    try:
+        return asyncio.run(_export(settings, args, RewrittenLine(progress_enabled(args))))
+    except OverlapError as exc:  # damaged history: refused as restore refuses it
+        print(f"tieredstore export: {exc}", file=sys.stderr)
+        return EXIT_OVERLAP
 
 
 def _check_local_root(url: str) -> None:

@@ -18,6 +18,7 @@ import asyncio
 
 from dispatcher.maintenance.gc import GcReport, delete_garbage, scan_garbage
 from metadata.catalogue import DB_NAME, Catalogue
+from metadata.rows import SegmentStatus
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import lease_for
@@ -36,22 +37,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the garbage; delete nothing")
 
 
-def _catalogue_keys(settings: Settings) -> frozenset[str]:
-    """Every object key the catalogue references (none when there is no catalogue)."""
+def _catalogue_keys(settings: Settings) -> tuple[frozenset[str], frozenset[str]]:
+    """Every object key the catalogue references, and those of its COMMITTED segments
+    (none when there is no catalogue)."""
     if not (settings.state_dir / DB_NAME).exists():
-        return frozenset()
+        return frozenset(), frozenset()
     with Catalogue.read_only_for(settings) as catalogue:
         keys: set[str] = set()
+        committed: set[str] = set()
         for row in catalogue.queues.all():
             for seg in catalogue.segments.of(row.topic, row.queue_id):
                 m = seg.manifest
                 keys.update((m.key, m.commit_log_key, m.consume_queue_key))
-    return frozenset(keys)
+                if seg.status is SegmentStatus.COMMITTED:
+                    committed.update((m.key, m.commit_log_key, m.consume_queue_key))
+    return frozenset(keys), frozenset(committed)
 
 
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
     clock = SystemClock()
-    protected = _catalogue_keys(settings)
+    protected, committed = _catalogue_keys(settings)
     backend = open_cold(settings)
     async with backend:
         lease = lease_for(settings, backend, clock)
@@ -66,6 +71,7 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
                 now_ms=clock.now_ms(),
                 grace_s=settings.gc.grace,
                 protected=protected,
+                committed=committed,
             )
             deleted = 0 if dry_run else await delete_garbage(report, backend=backend, lease=lease)
         finally:

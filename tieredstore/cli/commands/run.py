@@ -4,7 +4,9 @@
 diverged, lost hot data or failed during the pass, and also while any queue is PAUSED
 (offsets lost before tiering, waiting for ``tieredstore resume``) or DIVERGED (waiting
 for ``tieredstore repair``) from an earlier run — such a queue is no longer tiered, so
-"done" would be a lie.
+"done" would be a lie — and when the pass STOPPED a queue (a newer-format manifest, an
+inconsistent hot store) or found committed cold data damaged (DEGRADED, even once a
+lost tail was tiered again: the loss is never hidden).
 
 Lifecycle of the long-running mode:
 
@@ -279,7 +281,8 @@ async def _catch_up(
 
 
 def _stopped_queues(rt: Runtime) -> int:
-    """1 (and one log line each) when a queue is PAUSED or DIVERGED, else 0."""
+    """1 (and one log line each) when a queue is PAUSED or DIVERGED, or this pass
+    STOPPED it or found its committed cold data damaged (DEGRADED), else 0."""
     fix = {QueueState.PAUSED: "resume", QueueState.DIVERGED: "repair"}
     stopped = [r for r in rt.catalogue.queues.all() if r.state in fix]
     for row in stopped:
@@ -288,7 +291,11 @@ def _stopped_queues(rt: Runtime) -> int:
             "queue %s is %s and not tiered; run `tieredstore %s --topic %s --queue %d%s`",
             row, row.state.value, fix[row.state], row.topic, row.queue_id, extra,
         )  # fmt: skip
-    return 1 if stopped else 0
+    marked = [("STOPPED", rt.dispatcher.stopped), ("DEGRADED", rt.dispatcher.damaged)]
+    for state, queues in marked:
+        for queue, reason in sorted(queues.items()):
+            log.error("queue %s is %s: %s", queue, state, reason)
+    return 1 if stopped or any(queues for _, queues in marked) else 0
 
 
 async def _serve(

@@ -44,7 +44,7 @@ from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_m
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
-_STATES: Final = ("DIVERGED", "PAUSED", "STOPPED", "ACTIVE", "DELETED")
+_STATES: Final = ("DIVERGED", "DEGRADED", "PAUSED", "STOPPED", "ACTIVE", "DELETED")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,14 +73,14 @@ class Snapshot:
 
 def health(statuses: Sequence[QueueStatus], writer: WriterStatus | None = None) -> str:
     """The overall verdict, decided here only: ``NO QUEUES`` when the catalogue has none,
-    ``CRITICAL`` when a queue is DIVERGED, ``WARNING`` when one is PAUSED or could not be
-    read (it has a note) or the writer has a warning (no sidecar holds the lease while
-    messages wait, or the holder makes no progress), ``OK`` otherwise. ``status --json``
-    gives it as ``health``."""
+    ``CRITICAL`` when a queue is DIVERGED or DEGRADED (cold damage), ``WARNING`` when one
+    is PAUSED or could not be read (it has a note) or the writer has a warning (no
+    sidecar holds the lease while messages wait, or the holder makes no progress),
+    ``OK`` otherwise. ``status --json`` gives it as ``health``."""
     states = Counter(s.state for s in statuses)
     if not statuses:
         return "NO QUEUES"
-    if states["DIVERGED"]:
+    if states["DIVERGED"] or states["DEGRADED"]:
         return "CRITICAL"
     if states["PAUSED"] or any(s.note for s in statuses):
         return "WARNING"
@@ -308,8 +308,9 @@ def run(args: argparse.Namespace) -> int:
             rows = catalogue.queues.all()
             losses = catalogue.queues.losses()
             lease = catalogue.lease()
-        stopped = stopped_file.load(settings.state_dir / stopped_file.FILE_NAME)
-        queues = mark_stopped(collect(hot, rows, now_ms, losses), stopped)
+        marks = settings.state_dir / stopped_file.FILE_NAME
+        stopped, degraded = stopped_file.load(marks), stopped_file.load_degraded(marks)
+        queues = mark_stopped(collect(hot, rows, now_ms, losses), stopped, degraded)
         lag = sum(q.lag_messages for q in queues)
         writer = writer_status(
             lease, rows, lag_messages=lag, now_ms=now_ms, stall_after_s=_stall_after(settings)

@@ -42,7 +42,7 @@ def fit(text: str, width: int) -> str:
 
 
 def _severity(s: QueueStatus) -> int:
-    if s.state == "DIVERGED":
+    if s.state in ("DIVERGED", "DEGRADED"):
         return 0
     if s.state == "PAUSED" or s.lost_unacknowledged:
         return 1
