@@ -231,10 +231,7 @@ class Dispatcher:
                     return total
             total.interrupted = True
             total.count_since(before, self.rounds.committed)  # an abandoned tick's too
-            rows = self.catalogue.queues.all()
-            total.left_messages, total.left_queues = await asyncio.to_thread(
-                untiered, self.hot, rows
-            )
+            total.left_messages, total.left_queues = await _untiered(self.hot, self.catalogue)
             return total
         except LeaseLostError as exc:
             self._fenced(exc)
@@ -252,7 +249,7 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
-        self._mirror_lease()
+        mirror_lease(self.catalogue, self.lease)
         self.damaged.clear()
         self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
@@ -279,14 +276,10 @@ class Dispatcher:
         if self._stopped_path is not None:
             stopped_file.save(self._stopped_path, self.stopped, self.damaged)
 
-    def _mirror_lease(self, *, released: bool = False) -> None:
-        mirror_lease(self.catalogue, self.lease, released=released)
-
     async def _renew_loop(self) -> None:
         interval = self.config.lease_renew_interval
-        await renew_until(
-            self.lease, self.clock, self._writes_done, interval, on_renewed=self._mirror_lease
-        )
+        renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
+        await renew_until(self.lease, self.clock, self._writes_done, interval, on_renewed=renewed)
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(
@@ -341,8 +334,7 @@ class Dispatcher:
         self._stopping.set()
 
     def abandon(self) -> None:
-        """Stop, and abandon the segments in flight now, not at the shutdown deadline
-        (a second Ctrl-C; uncommitted objects are never read, ``gc`` removes them)."""
+        """Stop, and abandon the segments in flight now (a second Ctrl-C), not later."""
         self.stop()
         self._abandoning.set()
 
@@ -367,13 +359,17 @@ class Dispatcher:
             return
         await self._abandon_inflight()
         self._writes_done.set()
-        held = self.lease.epoch > 0
         with contextlib.suppress(TieredStoreError):
             await self.lease.release()
-        if held:
-            self._mirror_lease(released=True)
+        if self.lease.epoch:  # it was held: `status` learns since when nobody holds it
+            mirror_lease(self.catalogue, self.lease, released=True)
         self.metrics.lease_held.set(0)
         self.state = DispatcherState.STOPPED
+
+
+async def _untiered(hot: HotStore, catalogue: Catalogue) -> tuple[int, int]:
+    """What an interrupted pass leaves for the next run (:func:`untiered`, in a thread)."""
+    return await asyncio.to_thread(untiered, hot, catalogue.queues.all())
 
 
 async def _keep_or_abandon(
