@@ -107,7 +107,7 @@ class Dispatcher:
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
-        self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer)
+        self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer, catalogue)
         self.stopped: Stopped = {}  # queues stopped, with the reason (committer.Stopped)
         self.damaged: Damaged = {}  # queues with cold damage found at start (DEGRADED)
         self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)

@@ -10,6 +10,12 @@
   force when nothing of it is tiered yet, else as ``adopted`` (a store an older sidecar
   wrote). Where hot no longer proves it, none is invented (the verifier says
   ``unproven_start``).
+* :meth:`ProvenanceWriter.record_stops` — a stop record for every catalogue queue
+  whose topic the current rules exclude after an earlier entry tiered it: where its
+  tiering stopped (its cold commit), for that exclusion (its ``since_ms``), created
+  once (create-if-absent) on the first tick after the rules were published — on start
+  too, so a store excluded by an older sidecar gets its records. A segment still in
+  flight may commit past it: cold then holds more than required, never less.
 * :func:`record_head_removal` — the retention record, created before retention deletes
   a head segment's manifest, so a crash in between never leaves a head nothing explains.
 
@@ -24,7 +30,8 @@ import logging
 from dispatcher.cold_writer import ColdWriter
 from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.lease import Lease
-from metadata.rows import QueueRow, SegmentRow
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.backends.base import Backend
 from tieredstore.errors import StoreError
 from tieredstore.hot_store import HotStore, QueueKey
@@ -33,6 +40,8 @@ from tieredstore.provenance import (
     PROVENANCE_FORMAT_VERSION,
     QueueInit,
     RetentionMark,
+    StopMark,
+    TieringRecord,
     create_record,
     publish_tiering_rules,
 )
@@ -47,24 +56,41 @@ class ProvenanceWriter:
     """Keeps one broker's tiering record and init records (module docstring)."""
 
     def __init__(
-        self, backend: Backend, lease: Lease, hot: HotStore, *, cluster: str, broker: str
+        self,
+        backend: Backend,
+        lease: Lease,
+        hot: HotStore,
+        *,
+        cluster: str,
+        broker: str,
+        catalogue: Catalogue | None = None,
     ) -> None:
         self.backend, self.lease, self.hot = backend, lease, hot
         self.cluster, self.broker = cluster, broker
+        self.catalogue = catalogue  # the queues stop records are due for (None: none)
         self._rules: TopicRules | None = None  # as last published by this process
         self._settled: set[QueueKey] | None = None  # queues with an init record (or none due)
+        self._record: TieringRecord | None = None  # stop records not yet written for it
 
     @classmethod
     def for_writer(
-        cls, backend: Backend, lease: Lease, hot: HotStore, writer: ColdWriter
+        cls,
+        backend: Backend,
+        lease: Lease,
+        hot: HotStore,
+        writer: ColdWriter,
+        catalogue: Catalogue | None = None,
     ) -> ProvenanceWriter:
         """The records of the broker ``writer`` writes segments of."""
-        return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker)
+        return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker,
+                   catalogue=catalogue)  # fmt: skip
 
     async def before_tiering(self, rows: list[QueueRow], config: DispatcherConfig) -> None:
         """What must be in cold, in cold, before any of it is: the rules (after a reload
-        too) and each of ``rows``' init record, ahead of its first manifest."""
+        too), where tiering stopped for the queues they exclude now, and each of
+        ``rows``' init record, ahead of its first manifest."""
         await self.publish_rules(config.topic_filter.rules())
+        await self.record_stops()
         await self.ensure_inits(rows, config.init_policy)
 
     async def publish_rules(self, rules: TopicRules) -> None:
@@ -72,12 +98,34 @@ class ProvenanceWriter:
         if rules == self._rules:
             return
         self.lease.check()
-        await publish_tiering_rules(
+        self._record = await publish_tiering_rules(
             self.backend, self.cluster, self.broker, rules,
             now_ms=self.lease.clock.now_ms(), writer_id=self.lease.owner,
             lease_epoch=self.lease.epoch,
         )  # fmt: skip
         self._rules = rules
+
+    async def record_stops(self) -> None:
+        """A stop record for each catalogue queue the published rules stopped tiering
+        (module docstring); once per publication."""
+        record, self._record = self._record, None
+        if record is None or self.catalogue is None:
+            return
+        now = self.lease.clock.now_ms()
+        for row in self.catalogue.queues.all():
+            since = record.excluded_since(row.topic)
+            if since is None or row.state is QueueState.DELETED:
+                continue
+            self.lease.check()
+            await create_record(
+                self.backend,
+                StopMark.new(
+                    QueuePath(self.cluster, self.broker, row.topic, row.queue_id),
+                    excluded_since_ms=since, stop_offset=row.cold_commit,
+                    stopped_at_ms=max(now, since), writer_id=self.lease.owner,
+                    lease_epoch=self.lease.epoch,
+                ),
+            )  # fmt: skip
 
     async def _known(self) -> set[QueueKey]:
         """The queues whose init record is in cold (listed once per process)."""
@@ -117,11 +165,16 @@ class ProvenanceWriter:
                 row.topic, row.queue_id, row.init_offset, row.cold_min, rng.min,
             )  # fmt: skip
             return None
-        tiered = row.cold_commit > row.init_offset
+        # An offset the policy in force did not choose (tiered already, or an earliest
+        # policy now for an offset above hot min: set under another policy) is adopted;
+        # the verifier holds an earliest init to hot min.
+        chosen = row.cold_commit == row.init_offset and not (
+            policy == "earliest" and row.init_offset != rng.min
+        )
         return QueueInit.new(
             QueuePath(self.cluster, self.broker, row.topic, row.queue_id),
             row.init_offset,
-            "adopted" if tiered else policy,
+            policy if chosen else "adopted",
             created_at_ms=self.lease.clock.now_ms(),
             writer_id=self.lease.owner,
             lease_epoch=self.lease.epoch,

@@ -71,7 +71,7 @@ from tieredstore.layout import (
 )
 from tieredstore.loss import LossRecord, read_loss_record
 from tieredstore.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.provenance import QueueInit, read_queue_record
+from tieredstore.provenance import QueueInit, StopMark, read_queue_record
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend, ObjectInfo
@@ -407,6 +407,8 @@ async def _rows_from_records(
             continue
         except ObjectNotFoundError:
             continue
+        if isinstance(rec, StopMark):
+            continue  # where tiering stopped: not where the history starts
         q = (rec.topic, rec.queue_id)
         offset = rec.init_offset if isinstance(rec, QueueInit) else rec.first_offset
         starts[q] = max(starts.get(q, 0), offset)

@@ -51,6 +51,9 @@ class FindingKind(enum.Enum):
     NOT_ADOPTED = "not_adopted"
     LOST_BEFORE_TIERING = "lost_before_tiering"
     UNPROVEN_START = "unproven_start"
+    IMPOSSIBLE_LOSS_RECORD = "impossible_loss_record"
+    IMPOSSIBLE_RETENTION_RECORD = "impossible_retention_record"
+    UNPROVEN_STOP = "unproven_stop"
 
     @property
     def severity(self) -> Severity:
@@ -70,6 +73,7 @@ _DIRTY = frozenset(
         FindingKind.NOT_ADOPTED,
         FindingKind.LOST_BEFORE_TIERING,
         FindingKind.UNPROVEN_START,
+        FindingKind.UNPROVEN_STOP,
     }
 )
 
@@ -164,7 +168,30 @@ FINDINGS: Final[Mapping[FindingKind, Finding]] = {
     ),
     FindingKind.UNPROVEN_START: Finding(
         "a tiered queue without an init record: where its history must start is not on "
-        "record (reported at the offset cold shows, count 0)",
+        "record (reported at the offset cold shows, count 0); messages hot holds that "
+        "were stored while the tiering record tiered the topic are required all the same "
+        "(`missing_head` where cold lacks them)",
+        ("verifier",),
+    ),
+    FindingKind.UNPROVEN_STOP: Finding(
+        "a queue whose topic the tiering record excludes now, after an earlier entry "
+        "tiered it, without a stop record for that exclusion: where its tiering stopped is "
+        "not on record, so every message stored before the exclusion is required "
+        "(reported at the first offset stored after it, count 0)",
+        ("verifier",),
+    ),
+    FindingKind.IMPOSSIBLE_LOSS_RECORD: Finding(
+        "a loss record over offsets hot still holds: the broker deletes only from the "
+        "head, so it cannot have deleted them before they were tiered; the record (its "
+        "key as the object) explains nothing, so the offsets it covers show as `gap` or "
+        "`hot_not_covered` too",
+        ("verifier",),
+    ),
+    FindingKind.IMPOSSIBLE_RETENTION_RECORD: Finding(
+        "a retention record of a queue hot still has whose first offset is past the hot "
+        "max, or at or past everything cold committed (retention never removes a live "
+        "queue's newest segment); the record (its key as the object) explains nothing, "
+        "so the head it claimed removed shows as `missing_head` or `hot_not_covered`",
         ("verifier",),
     ),
 }

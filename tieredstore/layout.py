@@ -11,8 +11,15 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
         _queues/<topic>/<queueId>/RETENTION/<name(first)>.json
                                                         retention_key(queue, first): the
                                                         first offset after a head deletion
+        _queues/<topic>/<queueId>/STOPPED/<name(since)>.json
+                                                        stop_key(queue, since): where tiering
+                                                        stopped when the rules excluded the
+                                                        topic from ``since`` (epoch ms)
         _quarantine/<topic>/<queueId>/<stamp>/<KIND>/<name>   quarantine_key(...)
         _config/<file>/<stamp>-<digest>                 config_copy_key(...)
+        _fingerprints/<stamp_ms:013d>.json              fingerprint_key(cluster, broker,
+                                                        stamp): a hot fingerprint, written
+                                                        by ``tieredstore fingerprint``
         <topic>/<queueId>/                              queue_root(...)
           COMMIT_LOG/<name(cl_base)>.<attempt>          cold commitlog object
           CONSUME_QUEUE/<name(start * 20)>.<attempt>    cold consume-queue object
@@ -109,6 +116,8 @@ __all__ = [
     "cluster_dir",
     "config_copy_key",
     "config_prefix",
+    "fingerprint_key",
+    "fingerprint_prefix",
     "init_key",
     "is_loss_key",
     "kind_prefix",
@@ -119,6 +128,7 @@ __all__ = [
     "object_key",
     "object_name",
     "parse_config_copy_key",
+    "parse_fingerprint_stamp",
     "parse_loss_key",
     "parse_object_key",
     "parse_queue_record_key",
@@ -129,6 +139,7 @@ __all__ = [
     "queue_root",
     "retention_key",
     "retiered_key",
+    "stop_key",
     "tiering_key",
     "validate_name",
     "validate_topic",
@@ -149,11 +160,13 @@ _RESERVED_PREFIX: Final = "_"
 _LEASE_NAME: Final = "_lease.json"
 _QUARANTINE_DIR: Final = "_quarantine"
 _CONFIG_DIR: Final = "_config"
+_FINGERPRINT_DIR: Final = "_fingerprints"
 _RETIERED_DIR: Final = "_retiered"
 _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
 _INIT_NAME: Final = "INIT.json"
 _RETENTION_DIR: Final = "RETENTION"
+_STOPPED_DIR: Final = "STOPPED"
 _DIGEST_PREFIX_LEN: Final = 16
 #: The broker's ``config/`` files the sidecar keeps copies of (and ``restore`` puts back).
 CONFIG_FILES: Final = (
@@ -679,6 +692,27 @@ def quarantine_loss_key(loss: LossKey, *, stamp_ms: int) -> str:
 # -- provenance records: what must be in cold (tieredstore.provenance) --------------------
 
 
+def fingerprint_prefix(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_fingerprints``, where hot fingerprints live."""
+    return f"{broker_prefix(cluster, broker)}/{_FINGERPRINT_DIR}"
+
+
+def fingerprint_key(cluster: str, broker: str, *, stamp_ms: int) -> str:
+    """Return ``<fingerprint_prefix>/<stamp_ms:013d>.json``: one hot fingerprint, named by
+    the time it was taken so that a listing sorts oldest first."""
+    stamp = _validate_offset(stamp_ms, "fingerprint stamp")
+    return f"{fingerprint_prefix(cluster, broker)}/{stamp:013d}{MANIFEST_SUFFIX}"
+
+
+def parse_fingerprint_stamp(name: str) -> int | None:
+    """The stamp of a fingerprint object's name (``0001700000000000.json``), None if the
+    name is not one."""
+    digits = name.removesuffix(MANIFEST_SUFFIX)
+    if digits == name or not digits.isascii() or not digits.isdigit() or len(digits) < 13:
+        return None
+    return int(digits)
+
+
 def tiering_key(cluster: str, broker: str) -> str:
     """Return ``<cluster_dir>/<broker>/_tiering.json``: the broker's tiering record (which
     topics the sidecar tiers, and since when)."""
@@ -708,17 +742,28 @@ def retention_key(queue: QueuePath, first_offset: int) -> str:
     return f"{queue_record_prefix(queue)}/{_RETENTION_DIR}/{name}{MANIFEST_SUFFIX}"
 
 
+def stop_key(queue: QueuePath, excluded_since_ms: int) -> str:
+    """Return ``<queue_record_prefix>/STOPPED/<name(since)>.json``: the record of where the
+    queue's tiering stopped when the topic rules in force from ``excluded_since_ms`` (the
+    tiering record's epoch) excluded its topic. Keyed by that time, so a topic excluded,
+    included and excluded again gets one record per exclusion."""
+    name = object_name(_validate_offset(excluded_since_ms, "tiering stop time"))
+    return f"{queue_record_prefix(queue)}/{_STOPPED_DIR}/{name}{MANIFEST_SUFFIX}"
+
+
 class QueueRecordKind(enum.Enum):
-    """The two kinds of per-queue provenance record."""
+    """The kinds of per-queue provenance record."""
 
     INIT = "INIT"
     RETENTION = "RETENTION"
+    STOPPED = "STOPPED"
 
 
 @dataclass(frozen=True, slots=True)
 class QueueRecordKey:
-    """A parsed per-queue record key (``offset`` is a retention record's first offset,
-    0 for an init record); ``.key`` and :func:`parse_queue_record_key` invert."""
+    """A parsed per-queue record key (``offset`` is a retention record's first offset, a
+    stop record's exclusion time, 0 for an init record); ``.key`` and
+    :func:`parse_queue_record_key` invert."""
 
     queue: QueuePath
     kind: QueueRecordKind
@@ -728,6 +773,8 @@ class QueueRecordKey:
     def key(self) -> str:
         if self.kind is QueueRecordKind.INIT:
             return init_key(self.queue)
+        if self.kind is QueueRecordKind.STOPPED:
+            return stop_key(self.queue, self.offset)
         return retention_key(self.queue, self.offset)
 
 
@@ -736,8 +783,8 @@ def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
     per-queue record; None when it is not under ``_queues/`` at all.
 
     Raises:
-        InvalidNameError: under ``_queues/`` but not a key :func:`init_key` or
-            :func:`retention_key` makes.
+        InvalidNameError: under ``_queues/`` but not a key :func:`init_key`,
+            :func:`retention_key` or :func:`stop_key` makes.
     """
     rest = key[len(prefix) :]
     if not rest.startswith(_QUEUES_DIR + "/"):
@@ -749,7 +796,7 @@ def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
     queue = _parse_queue_parts([*head, parts[1], parts[2]], key)
     if len(parts) == 4 and parts[3] == _INIT_NAME:
         return QueueRecordKey(queue, QueueRecordKind.INIT)
-    if len(parts) == 5 and parts[3] == _RETENTION_DIR:
+    if len(parts) == 5 and parts[3] in (_RETENTION_DIR, _STOPPED_DIR):
         offset = _parse_name(parts[4], SegmentKind.MANIFEST, key)[0]
-        return QueueRecordKey(queue, QueueRecordKind.RETENTION, offset)
+        return QueueRecordKey(queue, QueueRecordKind(parts[3]), offset)
     raise InvalidNameError("not a queue record key", where=key)

@@ -15,11 +15,18 @@ them for segment objects, and deleting a queue's data leaves them behind):
 * a **retention record** (``_queues/<topic>/<queueId>/RETENTION/<name(first)>.json``,
   :class:`RetentionMark`) each time retention removes the queue's head: the new first
   offset, created *before* the head's manifest is deleted, so a crash in between never
-  leaves a missing head nothing explains.
+  leaves a missing head nothing explains;
+* a **stop record** (``_queues/<topic>/<queueId>/STOPPED/<name(since)>.json``,
+  :class:`StopMark`) when the topic rules stop tiering a topic the queue was tiered
+  under: the offset tiering had committed up to when the rules that exclude it took
+  effect (``excluded_since_ms``, the tiering record epoch's ``since_ms``), created
+  once per exclusion.
 
 Together with the loss records they define each queue's **required range**: from
 ``max(init offset, highest retention first offset)`` to the hot max, less the lag
-allowance. No other reason may explain a missing offset (docs/verification.md).
+allowance — or, for a queue whose topic is excluded now but was tiered before, to where
+its stop record says tiering stopped. No other reason may explain a missing offset
+(docs/verification.md).
 
 Every record is canonical JSON parsed strictly (:class:`CorruptProvenanceError` naming
 the object), written under the writer lease, which the caller holds.
@@ -56,6 +63,7 @@ from tieredstore.layout import (
     parse_object_key,
     parse_queue_record_key,
     retention_key,
+    stop_key,
     tiering_key,
 )
 from tieredstore.topic_rules import TopicDecision, TopicRules
@@ -64,9 +72,11 @@ __all__ = [
     "PROVENANCE_FORMAT_VERSION",
     "NotTieredError",
     "QueueInit",
+    "QueueProvenance",
     "RecordSource",
     "RetentionMark",
     "RuleEpoch",
+    "StopMark",
     "TieringRecord",
     "find_tiered_prefix",
     "read_queue_record",
@@ -151,6 +161,21 @@ class TieringRecord:
         """What the current rules say of ``topic``, the rule named with its since-when."""
         d = self.current.rules.decide(topic)
         return TopicDecision(d.tiered, f"{d.rule} (tiering record, since {self.current.since_ms})")
+
+    def tiered_since(self, topic: str) -> int | None:
+        """When rules first tiered ``topic`` (epoch ms; None: no entry ever did)."""
+        return next((e.since_ms for e in self.history if e.rules.decide(topic).tiered), None)
+
+    def excluded_since(self, topic: str) -> int | None:
+        """Since when the current rules' unbroken run of entries excludes ``topic``, if
+        an earlier entry tiered it (None: tiered now, or never tiered): the time its
+        tiering stopped, which a :class:`StopMark` of each of its queues names."""
+        since: int | None = None
+        for e in reversed(self.history):
+            if e.rules.decide(topic).tiered:
+                return since
+            since = e.since_ms
+        return None
 
     def with_rules(
         self, rules: TopicRules, *, now_ms: int, writer_id: str, lease_epoch: int
@@ -318,6 +343,37 @@ class RetentionMark(_QueueRecord):
         return retention_key(self.queue, self.first_offset)
 
 
+@dataclass(frozen=True, slots=True)
+class StopMark(_QueueRecord):
+    """Tiering of the queue stopped at ``stop_offset`` (its cold commit then: offsets
+    below it were tiered, offsets from it on are not required) because the rules in
+    force from ``excluded_since_ms`` exclude its topic; decided at ``stopped_at_ms``."""
+
+    excluded_since_ms: int
+    stop_offset: int
+    stopped_at_ms: int
+
+    def __post_init__(self) -> None:
+        where = f"stop record of {self.topic}/{self.queue_id}"
+        _check_queue_fields(self, where)
+        _check(0 <= self.stop_offset <= MAX_OFFSET, f"stop_offset {self.stop_offset}", where)
+        _check(0 <= self.excluded_since_ms <= self.stopped_at_ms,
+               "excluded_since_ms < 0 or after stopped_at_ms", where)  # fmt: skip
+
+    @property
+    def key(self) -> str:
+        return stop_key(self.queue, self.excluded_since_ms)
+
+    @classmethod
+    def new(cls, queue: QueuePath, *, excluded_since_ms: int, stop_offset: int,
+            stopped_at_ms: int, writer_id: str, lease_epoch: int) -> StopMark:  # fmt: skip
+        return cls(
+            PROVENANCE_FORMAT_VERSION, queue.cluster, queue.broker, queue.topic,
+            queue.queue_id, writer_id, lease_epoch, excluded_since_ms, stop_offset,
+            stopped_at_ms,
+        )  # fmt: skip
+
+
 def _check_queue_fields(rec: _QueueRecord, where: str) -> None:
     _check(rec.format_version == PROVENANCE_FORMAT_VERSION,
            f"unsupported format_version {rec.format_version}", where)  # fmt: skip
@@ -335,9 +391,17 @@ _RETENTION_FIELDS: Final = _QUEUE_FIELDS | {
     "max_store_timestamp": int,
     "deleted_at_ms": int,
 }
+_STOP_FIELDS: Final = _QUEUE_FIELDS | {
+    "excluded_since_ms": int,
+    "stop_offset": int,
+    "stopped_at_ms": int,
+}
+
+#: A per-queue provenance record.
+QueueProvenance = QueueInit | RetentionMark | StopMark
 
 
-def read_queue_record(data: bytes, key: str, prefix: str) -> QueueInit | RetentionMark:
+def read_queue_record(data: bytes, key: str, prefix: str) -> QueueProvenance:
     """Parse the per-queue record at ``key`` (listed under broker ``prefix``, ending in
     ``/``); CorruptProvenanceError if it does not validate or describes another key."""
     try:
@@ -346,10 +410,12 @@ def read_queue_record(data: bytes, key: str, prefix: str) -> QueueInit | Retenti
         raise CorruptProvenanceError(exc.message, where=key) from exc
     _check(parsed is not None, "not a queue record key", key)
     assert parsed is not None
-    rec: QueueInit | RetentionMark
+    rec: QueueProvenance
     try:
         if parsed.kind is QueueRecordKind.INIT:
             rec = QueueInit(**_parse(data, key, "init record", _INIT_FIELDS))
+        elif parsed.kind is QueueRecordKind.STOPPED:
+            rec = StopMark(**_parse(data, key, "stop record", _STOP_FIELDS))
         else:
             rec = RetentionMark(**_parse(data, key, "retention record", _RETENTION_FIELDS))
     except CorruptProvenanceError as exc:
@@ -358,7 +424,7 @@ def read_queue_record(data: bytes, key: str, prefix: str) -> QueueInit | Retenti
     return rec
 
 
-async def create_record(backend: Any, record: QueueInit | RetentionMark) -> None:
+async def create_record(backend: Any, record: QueueProvenance) -> None:
     """Store ``record`` unless one is already at its key (create-if-absent: the first
     stays, so a repeated call after a crash is a no-op). The caller holds the lease."""
     try:

@@ -8,11 +8,17 @@ Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
 * :mod:`verifier.job` — the job: read, check, collect, decide (:func:`~verifier.job.verify`);
 * :mod:`verifier.cli` — the flags, the run and its exit code;
 * :mod:`verifier.spark_session` — the SparkSession (local and quiet, or spark-submit's);
-* :mod:`verifier.vocabulary` — anomaly classes, verdicts, levels, lag allowance, options;
+* :mod:`verifier.vocabulary` — anomaly classes, levels, lag allowance, options;
+* :mod:`verifier.verdict` — the verdicts: ordering, exit codes, colours (defined once);
 * :mod:`verifier.outcome` — the outcome of a run: anomalies, per-queue reports, totals;
 * :mod:`verifier.schemas` — Spark schemas of every frame;
 * :mod:`verifier.readers` — driver listing and the Spark tasks that read;
 * :mod:`verifier.segmentcheck` — per-segment numpy checks (no I/O);
 * :mod:`verifier.checks` — pure DataFrame → DataFrame anomaly checks;
-* :mod:`verifier.report` — report.json, anomalies.parquet, report.html.
+* :mod:`verifier.report` — report.json, anomalies.parquet, report.html;
+* :mod:`verifier.fingerprint` — hot fingerprints (``tieredstore fingerprint``);
+* :mod:`verifier.fleet` — the fleet job (``verify --fleet``), with
+  :mod:`verifier.fleetcheck` (one queue against a fingerprint),
+  :mod:`verifier.fleet_report` (fleet.html, fleet.json, verify.prom) and
+  :mod:`verifier.fleet_cli` (its flags).
 """

@@ -8,6 +8,7 @@ otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
 refreshes ``history.html`` one level up when ``--out`` is one of several dated report
 folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
+``--fleet`` runs the fleet job instead (:mod:`verifier.fleet_cli`; 4 INCOMPLETE).
 
 While it runs, ``--progress`` (on a terminal by default) writes one line per stage on
 stderr, prefixed by the time since the start, so stdout keeps only the verdict line::
@@ -45,6 +46,7 @@ from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
 from tieredstore.humanize import human_seconds
 from verifier import readers
 from verifier.catalogue import CATALOGUE_FILE
+from verifier.fleet_cli import add_fleet_arguments, run_fleet
 from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.interrupt import StopOnSignal
 from verifier.job import silent, verify
@@ -52,6 +54,7 @@ from verifier.metrics_file import write_metrics_file
 from verifier.outcome import Anomaly, VerificationResult
 from verifier.report import ReportPaths, queue_status, write_reports
 from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
+from verifier.verdict import rank_of
 from verifier.vocabulary import (
     DEFAULT_LAG_ALLOWANCE,
     DEFAULT_ORPHAN_GRACE_S,
@@ -208,9 +211,11 @@ def _add_location_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra fsspec storage option (VALUE parsed as JSON when it is JSON); repeatable",
     )
+    add_fleet_arguments(p)
 
 
-def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+def storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The fsspec storage options the flags give (ConfigError for a bad one)."""
     opts: dict[str, Any] = {}
     if args.endpoint_url:
         opts["endpoint_url"] = args.endpoint_url
@@ -301,7 +306,7 @@ def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions
         lag_allowance=parse_lag_allowance(args.lag_allowance),
         orphan_grace_s=grace,
         metadata_dir=args.metadata,
-        storage_options=_storage_options(args),
+        storage_options=storage_options(args),
     )
 
 
@@ -367,6 +372,8 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
     SIGINT/SIGTERM stop it (Spark's jobs are cancelled, no report is written) with one
     line and exit 130/143, whatever error the cancelled Spark job raised.
     """
+    if args.fleet:
+        return run_fleet(args, prog=prog, clock=clock)
     job: JobArgs | None = None
     clock = clock or SystemClock()
     with StopOnSignal() as stop:
@@ -415,10 +422,16 @@ def _queues_done(result: VerificationResult) -> str:
     statuses = Counter(
         queue_status(q, by_queue.get((q.topic, q.queue_id), [])) for q in result.queues
     )
-    order = sorted(statuses, key=lambda s: ({"corrupt": 0, "dirty": 1}.get(s, 2), s))
+    order = sorted(statuses, key=_worst_status_first)
     counts = ", ".join(f"{statuses[s]} {s}" for s in order)
     found = len(result.anomalies)
     return f"verified {len(result.queues)} queues: {counts or 'none'}; {found} anomalies"
+
+
+def _worst_status_first(status: str) -> tuple[int, str]:
+    """A queue status named for a verdict (``corrupt``, ``dirty``) sorts by that verdict's
+    rank, worst first; the others after, by name."""
+    return (-rank_of(status), status)
 
 
 def _check_before_spark(job: JobArgs) -> None:

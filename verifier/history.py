@@ -26,6 +26,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from tieredstore.humanize import human_bytes, human_seconds, iso_time
+from verifier.verdict import Verdict, colour_of
 
 __all__ = [
     "DEFAULT_HISTORY_RUNS",
@@ -40,7 +41,6 @@ __all__ = [
 DEFAULT_HISTORY_RUNS: Final = 30
 HISTORY_FILE_NAME: Final = "history.html"
 _REPORT: Final = "report.json"
-_VERDICT_COLOURS: Final = {"CLEAN": "#2e7d32", "DIRTY": "#b26a00", "CORRUPT": "#c62828"}
 #: The charts' drawing box (SVG user units): plot area plus room for the axes' labels.
 _CHART_W: Final = 720
 _CHART_H: Final = 170
@@ -152,8 +152,10 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 svg.chart { width: 100%; max-width: 720px; height: auto; display: block; }
 svg.chart text { font: 11px system-ui, sans-serif; fill: #444; }
 svg.chart line { stroke: #999; stroke-width: 1; }
-.warning { background: #fff3e0; border-left: 4px solid #b26a00; padding: .4em .8em; }
-"""
+""" + (
+    ".warning { background: #fff3e0; border-left: 4px solid "
+    f"{Verdict.DIRTY.colour}; padding: .4em .8em; }}\n"
+)
 
 
 def _e(value: object) -> str:
@@ -180,7 +182,7 @@ def _bar(i: int, step: float, run: RunSummary, v: float | None, top: float, s: _
     label = s.short if v is None else text
     h = 2.0 if v is None else max(v / top * plot_h, 1.0)
     y = _CHART_H - _BOTTOM - h
-    colour = "#bbb" if v is None else _VERDICT_COLOURS.get(run.verdict, "#777")
+    colour = "#bbb" if v is None else colour_of(run.verdict)
     hover = f"{iso_time(run.finished_ms)} {run.verdict} ({run.level}): {text}"
     if s.mixed:
         hover = f"{run.where} {hover}"
@@ -231,7 +233,7 @@ _NOT_READ: Final = "not read (offsets)"
 
 
 def _row(run: RunSummary, *, mixed: bool = False) -> str:
-    colour = _VERDICT_COLOURS.get(run.verdict, "#777")
+    colour = colour_of(run.verdict)
     href = quote(run.folder) + "/report.html"
     verified = human_bytes(run.bytes_verified) if run.reads_bytes else _NOT_READ
     return (

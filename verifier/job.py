@@ -21,10 +21,11 @@ from tieredstore.errors import OffsetOutOfRangeError, StoreError
 from tieredstore.findings import FindingKind
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import SegmentKind
+from tieredstore.loss import LossRecord
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.scope import Requirements, apply_requirements
+from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge
 from verifier.vocabulary import VerifyOptions
 
 __all__ = ["Reporter", "silent", "verify"]
@@ -83,6 +84,10 @@ class _Run:
     state: DataFrame
     losses: DataFrame
     spans: DataFrame
+    #: What hot proves per queue, collected from HOT_QUEUES (:mod:`verifier.scope`).
+    hot_facts: dict[tuple[str, int], HotFacts]
+    #: Loss records that contradict hot: left out of LOSSES and LOSS_SPANS.
+    impossible_losses: tuple[LossRecord, ...]
 
 
 def _read_inputs(opts: VerifyOptions) -> _Inputs:
@@ -143,11 +148,14 @@ def _read(
     """The three reading stages, each collected to the driver once (one Spark job
     each): hot queues, manifests, segments. Everything after relates their results."""
     listed = readers.objects_frame(spark, inputs.listing)
+    times = _epoch_times(inputs.listing)
     progress(f"reading {len(inputs.hot_queues)} hot queues")
     hot_q = readers.hot_queue_frame(
-        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts
+        spark, inputs.hot_queues, opts.hot, opts.lag_allowance, inputs.reference_ts, times
     ).toArrow()
     _raise_hot_errors(hot_q)  # before the expensive stage: its results would be meaningless
+    hot_facts = _hot_facts(hot_q, times)
+    bad_losses = impossible_losses(inputs.listing.losses, hot_facts)
     objects = listed.coalesce(1)  # the listing, already a driver-side table
     hot = _local(spark, hot_q, schemas.HOT_QUEUES)
     progress(f"reading {inputs.manifests} manifests")
@@ -162,7 +170,8 @@ def _read(
     )
     facts = readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
     cold_ranges = checks.cold_queue_ranges(valid)
-    losses, spans = readers.losses_frames(spark, inputs.listing.losses)
+    kept = tuple(x for x in inputs.listing.losses if x not in bad_losses)
+    losses, spans = readers.losses_frames(spark, kept)
     return _Run(
         objects=objects,
         segments=segments,
@@ -174,7 +183,26 @@ def _read(
         state=checks.queue_state(cold_ranges, hot),
         losses=losses.coalesce(1),
         spans=spans.coalesce(1),
+        hot_facts=hot_facts,
+        impossible_losses=tuple(bad_losses),
     )
+
+
+def _epoch_times(listing: readers.ColdListing) -> tuple[int, ...]:
+    """The tiering record's distinct since_ms values (HOT_QUEUES ``stored_from``)."""
+    if listing.tiering is None:
+        return ()
+    return tuple(sorted({e.since_ms for e in listing.tiering.history}))
+
+
+def _hot_facts(hot_q: pa.Table, times: tuple[int, ...]) -> dict[tuple[str, int], HotFacts]:
+    cols = ("topic", "queue_id", "hot_min", "hot_max", "stored_from")
+    return {
+        (r["topic"], r["queue_id"]): HotFacts(
+            r["hot_min"], r["hot_max"], dict(zip(times, r["stored_from"], strict=True))
+        )
+        for r in hot_q.select(list(cols)).to_pylist()
+    }
 
 
 def _anomalies(
@@ -224,17 +252,21 @@ def _queues(opts: VerifyOptions, inputs: _Inputs, run: _Run) -> tuple[QueueRepor
 
 
 def _required(
-    inputs: _Inputs, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
+    inputs: _Inputs, run: _Run, queues: tuple[QueueReport, ...], anomalies: tuple[Anomaly, ...]
 ) -> tuple[tuple[QueueReport, ...], tuple[Anomaly, ...]]:
-    """Each queue's required range from the cold store's own records (driver side,
-    :mod:`verifier.scope`), its findings added to the others; both sorted."""
+    """Each queue's required range from the cold store's own records checked against
+    hot, its findings merged with the segment checks' (driver side,
+    :func:`verifier.scope.judge`); both sorted."""
     listing = inputs.listing
     assert listing.tiering is not None  # checked by _read_inputs
-    req = Requirements.of(listing.tiering, listing.inits, listing.retention, listing.losses)
-    queues, found = apply_requirements(queues, req)
+    records = ProvenanceRecords(listing.tiering, listing.inits, listing.retention,
+                                listing.stops)  # fmt: skip
+    queues, found = judge(
+        queues, anomalies, records, listing.losses, run.impossible_losses, run.hot_facts
+    )
     return (
         tuple(sorted(queues, key=lambda q: (q.topic, q.queue_id))),
-        tuple(sorted((*anomalies, *found), key=_anomaly_order)),
+        tuple(sorted(found, key=_anomaly_order)),
     )
 
 
@@ -267,7 +299,7 @@ def verify(
     progress("looking for anomalies")
     anomalies = _anomalies(session, opts, inputs, run)
     progress(f"summing up {len(inputs.hot_queues)} queues")
-    queues, anomalies = _required(inputs, _queues(opts, inputs, run), anomalies)
+    queues, anomalies = _required(inputs, run, _queues(opts, inputs, run), anomalies)
     return VerificationResult(
         options=opts,
         queues=queues,

@@ -13,9 +13,9 @@ metric                                              value
 ==================================================  =====================================
 ``tieredstore_verify_last_run_timestamp_seconds``   when the run finished (epoch seconds)
 ``tieredstore_verify_duration_seconds``             how long it took
-``tieredstore_verify_verdict{verdict}``             1 for the run's verdict (CLEAN, DIRTY,
-                                                    CORRUPT), 0 for the other two
-``tieredstore_verify_exit_code``                    0 CLEAN, 1 DIRTY, 2 CORRUPT
+``tieredstore_verify_verdict{verdict}``             1 for the run's verdict, 0 for each
+                                                    other one (:mod:`verifier.verdict`)
+``tieredstore_verify_exit_code``                    the verdict's exit code
 ``tieredstore_verify_bytes_verified``               hot bytes compared with cold
 ``tieredstore_verify_units_verified``               consume-queue units compared
 ``tieredstore_verify_cold_bytes``                   commit-log bytes in committed segments
@@ -33,11 +33,13 @@ and its timestamp grows old — which is what the "verification too old" alert w
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from verifier.outcome import VerificationResult
-from verifier.vocabulary import VERIFIER_KINDS, Verdict
+from verifier.verdict import Verdict
+from verifier.vocabulary import VERIFIER_KINDS
 
 __all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
 
@@ -45,76 +47,71 @@ __all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
 METRICS_FILE_NAME = "verify.prom"
 
 _LABELS = ("cluster", "broker", "level")
+_EXIT_HELP = ", ".join(
+    f"{v.exit_code} {v.value}" for v in sorted(Verdict, key=lambda v: v.exit_code)
+)
 
 
-def verify_registry(result: VerificationResult) -> CollectorRegistry:
-    """The run's metrics (see the module doc) in a registry of their own."""
-    registry = CollectorRegistry()
-    opts = result.options
-    labels = (opts.cluster, opts.broker, opts.level.value)
+_SERIES: Final = (
+    ("tieredstore_verify_last_run_timestamp_seconds", "When the last verification finished"),
+    ("tieredstore_verify_duration_seconds", "How long the last verification took"),
+    ("tieredstore_verify_exit_code", _EXIT_HELP),
+    ("tieredstore_verify_bytes_verified", "Hot bytes compared with cold"),
+    ("tieredstore_verify_units_verified", "Consume-queue units compared with cold"),
+    ("tieredstore_verify_cold_bytes", "Commit-log bytes in committed segments"),
+    ("tieredstore_verify_queues", "Queues seen, hot or cold"),
+    ("tieredstore_verify_segments", "Committed segments"),
+    ("tieredstore_verify_lag_messages", "Untiered hot messages"),
+    ("tieredstore_verify_max_lag_seconds", "Age of the oldest untiered hot message"),
+)
 
-    def gauge(name: str, doc: str, value: float) -> None:
-        Gauge(name, doc, _LABELS, registry=registry).labels(*labels).set(value)
 
+def _values(result: VerificationResult) -> tuple[float, ...]:
+    """The run's value of each of :data:`_SERIES`, in that order."""
     totals = result.totals
     lags = [q.lag_seconds for q in result.queues if q.lag_seconds is not None]
-    gauge(
-        "tieredstore_verify_last_run_timestamp_seconds",
-        "When the last verification finished",
+    return (
         result.finished_ms / 1000,
-    )
-    gauge(
-        "tieredstore_verify_duration_seconds",
-        "How long the last verification took",
         (result.finished_ms - result.started_ms) / 1000,
-    )
-    gauge("tieredstore_verify_exit_code", "0 CLEAN, 1 DIRTY, 2 CORRUPT", result.verdict.exit_code)
-    gauge(
-        "tieredstore_verify_bytes_verified", "Hot bytes compared with cold", totals.bytes_compared
-    )
-    gauge(
-        "tieredstore_verify_units_verified",
-        "Consume-queue units compared with cold",
+        result.verdict.exit_code,
+        totals.bytes_compared,
         totals.units_compared,
-    )
-    gauge(
-        "tieredstore_verify_cold_bytes",
-        "Commit-log bytes in committed segments",
         sum(q.cold_bytes for q in result.queues),
-    )
-    gauge("tieredstore_verify_queues", "Queues seen, hot or cold", totals.queues)
-    gauge("tieredstore_verify_segments", "Committed segments", totals.segments)
-    gauge("tieredstore_verify_lag_messages", "Untiered hot messages", totals.lag_messages)
-    gauge(
-        "tieredstore_verify_max_lag_seconds",
-        "Age of the oldest untiered hot message",
+        totals.queues,
+        totals.segments,
+        totals.lag_messages,
         max(lags, default=0.0),
     )
-    _labelled(result, registry, labels)
-    return registry
 
 
-def _labelled(
-    result: VerificationResult, registry: CollectorRegistry, labels: tuple[str, ...]
-) -> None:
-    """The verdict and the anomaly counts: one labelled series per verdict and kind."""
+def verify_registry(*results: VerificationResult) -> CollectorRegistry:
+    """The runs' metrics (see the module doc) in a registry of their own: one series
+    per metric and broker (a fleet run has one result per broker)."""
+    registry = CollectorRegistry()
+    gauges = [Gauge(name, doc, _LABELS, registry=registry) for name, doc in _SERIES]
     verdict = Gauge(
         "tieredstore_verify_verdict",
         "1 for the last verification's verdict",
         (*_LABELS, "verdict"),
         registry=registry,
     )
-    for v in Verdict:
-        verdict.labels(*labels, v.value).set(1 if v is result.verdict else 0)
     anomalies = Gauge(
         "tieredstore_verify_anomalies",
         "Anomalies of each class found by the last verification",
         (*_LABELS, "anomaly"),
         registry=registry,
     )
-    counts = result.counts()
-    for cls in VERIFIER_KINDS:
-        anomalies.labels(*labels, cls.value).set(counts[cls])
+    for result in results:
+        opts = result.options
+        labels = (opts.cluster, opts.broker, opts.level.value)
+        for gauge, value in zip(gauges, _values(result), strict=True):
+            gauge.labels(*labels).set(value)
+        for v in Verdict:
+            verdict.labels(*labels, v.value).set(1 if v is result.verdict else 0)
+        counts = result.counts()
+        for cls in VERIFIER_KINDS:
+            anomalies.labels(*labels, cls.value).set(counts[cls])
+    return registry
 
 
 def write_metrics_file(result: VerificationResult, path: Path) -> Path:

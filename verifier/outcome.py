@@ -11,7 +11,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tieredstore.findings import FindingKind
-from verifier.vocabulary import VERIFIER_KINDS, Verdict, VerifyOptions, verdict_of
+from verifier.verdict import Verdict, verdict_of, worst
+from verifier.vocabulary import VERIFIER_KINDS, VerifyOptions
 
 __all__ = ["Anomaly", "QueueReport", "Totals", "VerificationResult"]
 
@@ -82,6 +83,9 @@ class QueueReport:
     #: Where the queue's cold history must start (None: not on record), and why.
     required_start: int | None = None
     required_because: str | None = None
+    #: Where it ends, when its topic is excluded now after being tiered (None: at the
+    #: hot max, less the lag allowance; :mod:`verifier.scope`).
+    required_end: int | None = None
     #: The init record's offset (None: the queue has none).
     init_offset: int | None = None
 
@@ -119,7 +123,10 @@ class Totals:
 @dataclass(frozen=True)
 class VerificationResult:
     """Everything a run found. ``reference_ts`` is the time lag is measured from: the
-    verifier's clock when the run started (``options.now_ms``)."""
+    verifier's clock when the run started (``options.now_ms``), or for a fleet run the
+    time the broker's hot fingerprint was taken. ``incomplete`` says what could not be
+    proven (a fleet run's broker without a recent fingerprint): the verdict is then at
+    least INCOMPLETE, never CLEAN."""
 
     options: VerifyOptions
     queues: tuple[QueueReport, ...]
@@ -129,10 +136,12 @@ class VerificationResult:
     reference_ts: int | None
     started_ms: int
     finished_ms: int
+    incomplete: str | None = None
 
     @property
     def verdict(self) -> Verdict:
-        return verdict_of(a.anomaly for a in self.anomalies)
+        found = verdict_of(a.anomaly for a in self.anomalies)
+        return found if self.incomplete is None else worst([found, Verdict.INCOMPLETE])
 
     def counts(self) -> dict[FindingKind, int]:
         """Number of anomalies per kind (every kind the verifier reports, zero when none)."""

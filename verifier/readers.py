@@ -69,6 +69,7 @@ from tieredstore.manifest import FenceMarker, read_stored
 from tieredstore.provenance import (
     QueueInit,
     RetentionMark,
+    StopMark,
     TieringRecord,
     find_tiered_prefix,
     read_queue_record,
@@ -159,6 +160,7 @@ class ColdListing:
     tiering: TieringRecord | None = None
     inits: tuple[QueueInit, ...] = ()
     retention: tuple[RetentionMark, ...] = ()
+    stops: tuple[StopMark, ...] = ()
 
 
 def _mtime_ms(fs: AbstractFileSystem, path: str, info: Mapping[str, Any]) -> int:
@@ -251,7 +253,7 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
     table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
     return ColdListing(
         table, tuple(unrecognised), tuple(losses), records.tiering, tuple(records.inits),
-        tuple(records.retention),
+        tuple(records.retention), tuple(records.stops),
     )  # fmt: skip
 
 
@@ -265,6 +267,7 @@ class _Provenance:
         self.tiering: TieringRecord | None = None
         self.inits: list[QueueInit] = []
         self.retention: list[RetentionMark] = []
+        self.stops: list[StopMark] = []
 
     def take(self, path: str, key: str) -> bool:
         """Read ``key`` if it is a provenance record; False if it is one that is corrupt."""
@@ -281,7 +284,12 @@ class _Provenance:
             return True
         except (CorruptProvenanceError, InvalidNameError):
             return False
-        (self.inits if isinstance(rec, QueueInit) else self.retention).append(rec)  # type: ignore[arg-type]
+        if isinstance(rec, QueueInit):
+            self.inits.append(rec)
+        elif isinstance(rec, StopMark):
+            self.stops.append(rec)
+        else:
+            self.retention.append(rec)
         return True
 
 
@@ -510,13 +518,17 @@ class HotQueueTask:
 
     The lag cutoff is the first offset allowed to be untiered: ``max - N`` for a message
     allowance, else the first offset whose storeTimestamp is at least ``reference_ts -
-    allowance`` (binary search; store times grow with queue offsets). Queues whose
-    consume-queue directory holds no file are left out: to the checks they are absent.
+    allowance`` (binary search; store times grow with queue offsets). ``stored_from``
+    is, for each of ``epoch_times``, the first offset stored at or after it (the same
+    search): what hot proves of which rules were in force when its messages were stored.
+    Queues whose consume-queue directory holds no file are left out: to the checks they
+    are absent.
     """
 
     hot_root: str
     allowance: LagAllowance
     reference_ts: int
+    epoch_times: tuple[int, ...] = ()
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         hot = HotStore(self.hot_root)
@@ -526,7 +538,7 @@ class HotQueueTask:
         try:
             return self._inspect(hot, q)
         except TieredStoreError as exc:  # a hot file that does not parse: stop the run
-            zero = {"hot_min": 0, "hot_max": 0, "lag_cutoff": 0}
+            zero = {"hot_min": 0, "hot_max": 0, "lag_cutoff": 0, "stored_from": []}
             return {"topic": q["topic"], "queue_id": q["queue_id"], "error": str(exc)} | zero
 
     def _inspect(self, hot: HotStore, q: Row) -> Row | None:
@@ -540,21 +552,29 @@ class HotQueueTask:
             "hot_min": rng.min,
             "hot_max": rng.max,
             "lag_cutoff": self._cutoff(hot, QueueKey(topic, qid), rng),
+            "stored_from": [
+                _stored_from(hot, QueueKey(topic, qid), rng, t) for t in self.epoch_times
+            ],
             "error": None,
         }
 
     def _cutoff(self, hot: HotStore, queue: QueueKey, rng: HotRange) -> int:
         if self.allowance.unit is LagUnit.MESSAGES:
             return max(rng.min, rng.max - int(self.allowance.value))
-        oldest_allowed = self.reference_ts - int(self.allowance.value * 1000)
-        lo, hi = rng.min, rng.max
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _timestamp(hot, queue.topic, queue.queue_id, mid) < oldest_allowed:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return _stored_from(hot, queue, rng, self.reference_ts - int(self.allowance.value * 1000))
+
+
+def _stored_from(hot: HotStore, queue: QueueKey, rng: HotRange, ms: int) -> int:
+    """The first offset of ``rng`` stored at or after ``ms`` (``rng.max``: none); binary
+    search, store times growing with queue offsets."""
+    lo, hi = rng.min, rng.max
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _timestamp(hot, queue.topic, queue.queue_id, mid) < ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _retry_once(read: Callable[[], HotRange]) -> HotRange:
@@ -576,8 +596,10 @@ def hot_queue_frame(
     hot_root: Path,
     allowance: LagAllowance,
     reference_ts: int,
+    epoch_times: tuple[int, ...] = (),
 ) -> DataFrame:
-    """HOT_QUEUES for the hot ``queues`` the driver listed.
+    """HOT_QUEUES for the hot ``queues`` the driver listed (``stored_from`` for each of
+    ``epoch_times``).
 
     The input is spread over partitions directly (no shuffle): at most 50 queues per task
     (finding a queue's range reads its newest consume-queue file), up to four tasks per
@@ -585,7 +607,7 @@ def hot_queue_frame(
     """
     n = _partitions(spark, len(queues), 50)
     rows = spark.sparkContext.parallelize([(q.topic, q.queue_id) for q in queues], n)
-    task = HotQueueTask(str(hot_root), allowance, reference_ts)
+    task = HotQueueTask(str(hot_root), allowance, reference_ts, epoch_times)
     return spark.createDataFrame(rows, schema=schemas.HOT_INPUT).mapInArrow(
         task, schemas.HOT_QUEUES
     )

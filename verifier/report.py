@@ -2,7 +2,8 @@
 
 ``report.json`` (format version 1) is the machine-readable verdict::
 
-    {"format_version": 1, "verdict": "CLEAN|DIRTY|CORRUPT", "exit_code": 0..2,
+    {"format_version": 1, "verdict": "CLEAN|DIRTY|INCOMPLETE|CORRUPT", "exit_code"
+     (verifier.verdict), "incomplete": what could not be proven (a fleet run) | null,
      "parameters": {...}, "reference_ts": <the verifier's clock at the start (epoch ms)>,
      "totals": {...}, "anomaly_counts": {"gap": 0, ...},
      "topics": [{"topic", "queues", "status", "statuses": {status: count}, "segments",
@@ -10,7 +11,9 @@
                  "bytes_compared", "cold_only", "anomalies"}],
      "queues": [{"topic", "queue_id", "status", "hot": {"min", "max"} | null,
                  "cold": {"min", "max"} | null, "init_offset" (the init record's),
-                 "required_start", "required_because", "tiering": {"tiered", "rule"},
+                 "required_start", "required_because", "required_end" (null: the hot
+                 max; set when the topic is excluded now after being tiered),
+                 "tiering": {"tiered", "rule"},
                  "scope": {"start", "end"},
                  "segments", "lag": {"messages", "seconds"}, "cold_only", ...}],
      "anomalies": [{"anomaly", "severity", "topic", "queue_id", "start", "end", "count",
@@ -39,11 +42,11 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tieredstore.findings import Severity
 from verifier import schemas
 from verifier.metrics_file import METRICS_FILE_NAME, write_metrics_file
 from verifier.outcome import Anomaly, QueueReport, VerificationResult
 from verifier.report_html import render_html
+from verifier.verdict import Verdict, verdict_of
 
 __all__ = [
     "REPORT_FORMAT_VERSION",
@@ -77,11 +80,9 @@ def _redact(url: str) -> str:
 def queue_status(q: QueueReport, anomalies: list[Anomaly]) -> str:
     """``corrupt`` / ``dirty`` / ``ok`` / ``untiered`` / ``excluded`` / ``cold_only``
     (module doc)."""
-    severities = {a.anomaly.severity for a in anomalies}
-    if Severity.CORRUPT in severities:
-        return "corrupt"
-    if Severity.DIRTY in severities:
-        return "dirty"
+    verdict = verdict_of(a.anomaly for a in anomalies)
+    if verdict is not Verdict.CLEAN:
+        return str(verdict.value).lower()
     if q.cold_min is None:
         return "untiered" if q.tiered else "excluded"
     if not q.hot_present:
@@ -114,6 +115,7 @@ def _queue_doc(q: QueueReport, anomalies: list[Anomaly]) -> dict[str, Any]:
         "init_offset": q.init_offset,
         "required_start": q.required_start,
         "required_because": q.required_because,
+        "required_end": q.required_end,
         "tiering": {"tiered": q.tiered, "rule": q.tiering_rule},
         "scope": {"start": scope[0], "end": scope[1]} if scope else None,
         "segments": q.segments,
@@ -174,6 +176,7 @@ def report_document(result: VerificationResult) -> dict[str, Any]:
         "format_version": REPORT_FORMAT_VERSION,
         "verdict": result.verdict.value,
         "exit_code": result.verdict.exit_code,
+        "incomplete": result.incomplete,
         "started_ms": result.started_ms,
         "finished_ms": result.finished_ms,
         "parameters": {

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
 from verifier.outcome import VerificationResult
+from verifier.verdict import Verdict, colour_of, rank_of
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
 
@@ -47,7 +48,6 @@ _COLOURS: Final = {
     "lag": "#f0b400",
     "anomaly": "#d32f2f",
 }
-_VERDICT_COLOURS: Final = {"CLEAN": "#2e7d32", "DIRTY": "#b26a00", "CORRUPT": "#c62828"}
 
 _CSS: Final = """
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -66,14 +66,16 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.nowrap { white-space: nowrap; }
 td.name span { display: block; max-width: 18em; overflow: hidden; text-overflow: ellipsis;
                white-space: nowrap; }
-.status-corrupt { color: #c62828; font-weight: bold; }
-.status-dirty { color: #b26a00; font-weight: bold; }
 .legend span { display: inline-block; margin-right: 1em; font-size: .85em; }
 .legend i { display: inline-block; width: 1em; height: .8em; margin-right: .3em;
             vertical-align: middle; }
 code { font-size: 1em; font-family: ui-monospace, monospace; word-break: break-all; }
 svg.bar { width: 100%; min-width: 10em; height: 14px; display: block; }
-"""
+""" + "".join(
+    f".status-{v.value.lower()} {{ color: {v.colour}; font-weight: bold; }}\n"
+    for v in Verdict
+    if v is not Verdict.CLEAN
+)
 #: Names longer than this many characters are shortened in the middle.
 _NAME_CHARS: Final = 28
 
@@ -171,15 +173,11 @@ def _lag_td(text: str) -> str:
     )
 
 
-#: Anomalies are listed worst first.
-_SEVERITY_RANK: Final = {"CORRUPT": 0, "DIRTY": 1}
-
-
 def _worst_first(anomalies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(
         anomalies,
         key=lambda a: (
-            _SEVERITY_RANK.get(str(a["severity"]).upper(), 2),
+            -rank_of(str(a["severity"])),
             a["topic"] or "", a["queue_id"] if a["queue_id"] is not None else -1,
             a["start"] if a["start"] is not None else -1,
         ),
@@ -229,12 +227,9 @@ def _totals(doc: dict[str, Any]) -> dict[str, str]:
     return shown
 
 
-#: Rows that need a look first: corrupt, then dirty, then the rest in name order.
-_STATUS_RANK: Final = {"corrupt": 0, "dirty": 1}
-
-
 def _worst_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(rows, key=lambda r: _STATUS_RANK.get(str(r["status"]), 2))
+    """Rows that need a look first: corrupt, then dirty, then the rest in name order."""
+    return sorted(rows, key=lambda r: -rank_of(str(r["status"])))
 
 
 def _topics_table(doc: dict[str, Any]) -> str:
@@ -361,6 +356,12 @@ def _run_parameters(doc: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+def _incomplete(doc: dict[str, Any]) -> str:
+    """Why the verdict is INCOMPLETE (a fleet run's broker), or nothing."""
+    why = doc.get("incomplete")
+    return f'<p id="incomplete">Not proven: {_e(why)}.</p>' if why else ""
+
+
 def render_html(
     result: VerificationResult, doc: dict[str, Any], *, history_href: str | None = None
 ) -> str:
@@ -377,9 +378,10 @@ def render_html(
         f"<style>{_CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f'<p><span class="verdict" id="verdict" style="background:'
-        f'{_VERDICT_COLOURS[verdict]}">{_e(verdict)}</span> exit code {doc["exit_code"]}; '
+        f'{colour_of(verdict)}">{_e(verdict)}</span> exit code {doc["exit_code"]}; '
         f"{len(result.anomalies)} anomalies{_e(f' ({counts})') if counts else ''}; "
         f"finished {_e(iso_time(doc['finished_ms']))}{history}</p>"
+        f"{_incomplete(doc)}"
         "<h2>Run</h2>"
         f"{_kv_table('parameters', _run_parameters(doc))}"
         "<h2>Totals</h2>"

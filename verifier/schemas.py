@@ -6,7 +6,8 @@ Frames, in the order a run builds them::
     SEGMENTS       one row per MANIFEST object, parsed in Spark tasks; ``error`` is set
                    (and the manifest's fields are null) when it does not validate
     HOT_INPUT      the hot queues to inspect (listed by the driver)
-    HOT_QUEUES     per hot queue: hot [min, max) and the lag cutoff
+    HOT_QUEUES     per hot queue: hot [min, max), the lag cutoff, and where the
+                   messages stored since each tiering record entry begin
     SEGMENT_WORK   a valid segment, what the listing found for its objects, its queue's
                    hot range: the input of the per-segment verification tasks
     SEGMENT_FACTS  what each segment task found (digests, counts, fact ranges)
@@ -104,6 +105,9 @@ HOT_QUEUES: Final = StructType(
         _s("hot_max", LongType()),
         # Offsets >= lag_cutoff may be untiered (within the lag allowance).
         _s("lag_cutoff", LongType()),
+        # Per time of the run's ``epoch_times`` (the tiering record's since_ms values, in
+        # order): the first hot offset stored at or after it (hot_max: none).
+        _s("stored_from", ArrayType(LongType(), False)),
         # Set when the queue's hot files could not be read; the run then fails.
         _s("error", StringType(), True),
     ]

@@ -5,8 +5,8 @@ reconcile share); the verifier reports the kinds in :data:`VERIFIER_KINDS`, each
 its fixed severity and meaning (the one table: :data:`tieredstore.findings.FINDINGS`,
 rendered in docs/verification.md, "Anomaly classes").
 
-The verdict is CORRUPT if any CORRUPT-class anomaly exists, else DIRTY if any DIRTY-class
-one does, else CLEAN. Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run.
+The verdict, its ordering, exit codes and colours are defined once, in
+:mod:`verifier.verdict` (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from tieredstore.errors import ConfigError
-from tieredstore.findings import FindingKind, Severity
+from tieredstore.findings import FindingKind
+from verifier.verdict import EXIT_COULD_NOT_RUN, Verdict, verdict_of
 
 __all__ = [
     "DEFAULT_LAG_ALLOWANCE",
@@ -36,8 +37,6 @@ __all__ = [
     "verdict_of",
 ]
 
-#: Exit code when the verifier could not produce a verdict at all.
-EXIT_COULD_NOT_RUN: Final = 3
 #: Objects without a manifest younger than this are a commit in flight, not orphans.
 DEFAULT_ORPHAN_GRACE_S: Final = 3600.0
 
@@ -61,29 +60,10 @@ VERIFIER_KINDS: Final = (
     FindingKind.CATALOGUE_DRIFT,
     FindingKind.LOST_BEFORE_TIERING,
     FindingKind.UNPROVEN_START,
+    FindingKind.UNPROVEN_STOP,
+    FindingKind.IMPOSSIBLE_LOSS_RECORD,
+    FindingKind.IMPOSSIBLE_RETENTION_RECORD,
 )
-
-
-class Verdict(enum.Enum):
-    """The outcome of one verification; ``exit_code`` is what the command returns."""
-
-    CLEAN = "CLEAN"
-    DIRTY = "DIRTY"
-    CORRUPT = "CORRUPT"
-
-    @property
-    def exit_code(self) -> int:
-        return {Verdict.CLEAN: 0, Verdict.DIRTY: 1, Verdict.CORRUPT: 2}[self]
-
-
-def verdict_of(classes: Iterable[FindingKind]) -> Verdict:
-    """Return the verdict for a collection of anomaly kinds (empty → CLEAN)."""
-    severities = {c.severity for c in classes}
-    if Severity.CORRUPT in severities:
-        return Verdict.CORRUPT
-    if Severity.DIRTY in severities:
-        return Verdict.DIRTY
-    return Verdict.CLEAN
 
 
 class Level(enum.Enum):

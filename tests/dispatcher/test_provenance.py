@@ -25,9 +25,10 @@ from tieredstore.layout import (
     init_key,
     lease_key,
     retention_key,
+    stop_key,
     tiering_key,
 )
-from tieredstore.provenance import QueueInit, read_queue_record, read_tiering_record
+from tieredstore.provenance import QueueInit, StopMark, read_queue_record, read_tiering_record
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 SPEC = deletion.SPEC  # the store the `store` fixture (tests/dispatcher/conftest.py) writes
@@ -81,6 +82,42 @@ async def test_a_reload_with_other_rules_adds_an_entry_since_then(
     ]  # fmt: skip
     assert record.decide("SynthTopic1").tiered is False
     assert "exclude_topics 'SynthTopic1'" in record.decide("SynthTopic1").rule
+
+
+async def test_excluding_a_tiered_topic_records_where_each_queue_stopped(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    later = END + 60_000
+    settings = _settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
+    for now in (later, later + 1000):  # a restart under the same rules keeps the records
+        clock.set_ms(now)
+        async with open_runtime(settings, clock=clock) as rt:
+            await rt.dispatcher.start(wait_for_lease=False)
+            await rt.dispatcher.tick()
+            rows = rt.catalogue.queues.all()
+    prefix = broker_prefix(CLUSTER, BROKER) + "/"
+    stopped = sorted(p.relative_to(cold).as_posix() for p in cold.rglob("STOPPED/*.json"))
+    expected = []
+    for row in rows:
+        if row.topic != "SynthTopic1":
+            continue
+        mark = read_queue_record(
+            (
+                cold / stop_key(QueuePath(CLUSTER, BROKER, row.topic, row.queue_id), later)
+            ).read_bytes(),
+            stop_key(QueuePath(CLUSTER, BROKER, row.topic, row.queue_id), later),
+            prefix,
+        )
+        assert isinstance(mark, StopMark)
+        assert (mark.stop_offset, mark.excluded_since_ms, mark.stopped_at_ms) == (
+            row.cold_commit, later, later,
+        )  # fmt: skip
+        assert row.cold_commit > row.init_offset  # it was tiered: its history is owed
+        expected.append(mark.key)
+    assert stopped == sorted(expected) and len(expected) == SPEC.queues
 
 
 async def test_retention_records_the_new_first_offset_before_the_manifest_goes(
@@ -140,6 +177,22 @@ async def test_inits_are_written_only_where_hot_proves_the_start(store: Path) ->
     writer._settled = None  # a restart: nothing known in memory
     await writer.ensure_inits([_row("SynthTopic0", 0, lo + 5, lo + 5, lo + 5)], "earliest")
     assert await init_of("SynthTopic0", 0) == first
+
+
+async def test_an_offset_above_hot_min_is_never_labelled_earliest(store: Path) -> None:
+    # A row initialised under another policy (say latest), nothing tiered yet, its init
+    # record written under earliest: the verifier holds an earliest init to hot min.
+    hot = HotStore(store)
+    writer, backend = await _writer(hot, VirtualClock(start_ms=END))
+    lo = hot.queue_range("SynthTopic0", 0).min
+    await writer.ensure_inits(
+        [_row("SynthTopic0", 0, lo, lo, lo), _row("SynthTopic0", 1, lo + 7, lo + 7, lo + 7)],
+        "earliest",
+    )
+    for qid, expected in ((0, (lo, "earliest")), (1, (lo + 7, "adopted"))):
+        key = init_key(QueuePath(CLUSTER, BROKER, "SynthTopic0", qid))
+        init = _parse_init(await backend.read(key), key)
+        assert (init.init_offset, init.policy) == expected
 
 
 def _records(cold: Path) -> set[str]:

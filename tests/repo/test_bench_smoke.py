@@ -68,6 +68,12 @@ CASES = [
         id="analytics_scan",
         marks=pytest.mark.spark,
     ),
+    pytest.param(
+        "verify_fleet.py",
+        ["--brokers", "2", "--queues", "2", "--messages", "100"],
+        id="verify_fleet",
+        marks=pytest.mark.spark,
+    ),
     pytest.param("cq_parse.py", ["--units", "30000"], id="cq_parse"),
     pytest.param("record_checks.py", [*TINY_STORE, "--runs", "1"], id="record_checks"),
     pytest.param(

@@ -32,6 +32,8 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.findings import FindingKind
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
+from verifier.fleet import FleetOptions, FleetResult
+from verifier.fleet_report import fleet_registry
 from verifier.metrics_file import verify_registry
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.vocabulary import Level, VerifyOptions
@@ -103,6 +105,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str] | N
     metrics = asyncio.run(_sidecar_metrics(tmp_path_factory.mktemp("deploy")))
     _exported_from(metrics.registry, out)
     _exported_from(verify_registry(_verify_result()), out)
+    fleet = FleetResult(FleetOptions("/cold", 0), (_verify_result(),), 0, 1000)
+    _exported_from(fleet_registry(fleet), out)
     return out
 
 
@@ -221,7 +225,8 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not() -> None:
         "TieredstoreLagOverBudget", "TieredstoreQueueDiverged", "TieredstoreQueuePaused",
         "TieredstoreLeaseLost", "TieredstoreLeaseFlapping", "TieredstoreNoTick",
         "TieredstoreVerificationCorrupt", "TieredstoreVerificationDirty",
-        "TieredstoreVerificationTooOld", "TieredstoreVerificationNeverReported",
+        "TieredstoreVerificationTooOld", "TieredstoreVerificationIncomplete",
+        "TieredstoreFleetVerificationTooOld", "TieredstoreVerificationNeverReported",
         "TieredstoreBrokerNeverVerified",
     }  # fmt: skip
     tested = _alert_tests()

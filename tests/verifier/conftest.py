@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import Clock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot_store import QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.manifest import Manifest
 from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
@@ -80,6 +80,17 @@ class World:
         report = self.out / "report.json"
         doc = json.loads(report.read_text()) if report.exists() else {}
         return code, doc
+
+
+def delete_hot_head(world: World, queue: QueueKey, below: int) -> None:
+    """Delete ``world``'s oldest commitlog files, as the broker does, until ``queue``'s
+    hot min is at least ``below`` (``world`` must own its hot store: ``hot_copy``)."""
+    hot = HotStore(world.hot)
+    for f in sorted((world.hot / "commitlog").iterdir()):
+        if hot.queue_range(queue.topic, queue.queue_id).min >= below:
+            return
+        f.unlink()
+    raise AssertionError(f"hot min of {queue} stays below {below}")
 
 
 @pytest.fixture(scope="session")

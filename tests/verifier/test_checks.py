@@ -246,6 +246,7 @@ def _hot(spark: SparkSession, hot_min: int, hot_max: int) -> DataFrame:
         "hot_min": hot_min,
         "hot_max": hot_max,
         "lag_cutoff": hot_max,
+        "stored_from": [],
         "error": None,
     }
     return spark.createDataFrame([row], schema=schemas.HOT_QUEUES)
@@ -376,9 +377,9 @@ def test_queue_summary_joins_both_sides(spark: SparkSession) -> None:
     hot = spark.createDataFrame(
         [
             {"topic": T, "queue_id": 0, "hot_min": 150, "hot_max": 320, "lag_cutoff": 300,
-             "error": None},
+             "stored_from": [], "error": None},
             {"topic": T, "queue_id": 1, "hot_min": 0, "hot_max": 50, "lag_cutoff": 50,
-             "error": None},
+             "stored_from": [], "error": None},
         ],
         schema=schemas.HOT_QUEUES,
     )  # fmt: skip

@@ -1,5 +1,7 @@
 """Property: whatever subset of cold objects and records is deleted or damaged, the
-verdict is never CLEAN (issue 26).
+verdict is never CLEAN (issue 26); and no forged record excuses deleted data that hot
+still holds and a rule tiered (issue 34: loss, retention, init, tiering and stop records
+forged as the excuse for what they delete).
 
 The store is the verifier suite's tiered synthetic store with one queue's head expired
 the way retention does it (its first segment gone, a retention record in its place).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -22,10 +25,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from tieredstore.hot_store import QueueKey
+from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath, init_key, tiering_key
-from tieredstore.provenance import RetentionMark
+from tieredstore.loss import LossRecord
+from tieredstore.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
+from tieredstore.testing.coldimage import CREATED_AT_MS, init_record
 from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.topic_rules import TopicRules
 
 from .conftest import World
 
@@ -97,3 +103,106 @@ def test_damage_is_never_clean(base: World, spark: SparkSession, data: st.DataOb
         code, doc = world.verify("--level", "content")
     assert code != 0, f"CLEAN after damaging {chosen}"
     assert doc.get("verdict") != "CLEAN"
+
+
+# -- forged records (issue 34) -----------------------------------------------------------
+
+FORGERIES = ("loss", "retention", "init", "tiering", "stop")
+
+
+@dataclass
+class _Forger:
+    """Forges records on a copy of ``base``, each one as an excuse for data it deletes."""
+
+    world: World
+    topic_queues: dict[str, list[QueueKey]]
+    exclusions: list[tuple[int, str]] = field(default_factory=list)
+
+    def _put(self, key: str, data: bytes) -> None:
+        self.world.path(key).parent.mkdir(parents=True, exist_ok=True)
+        self.world.path(key).write_bytes(data)
+
+    def _drop(self, q: QueueKey, first: int, last: int | None = None) -> None:
+        for m in self.world.manifests(q)[first:last]:
+            for key in (m.key, m.commit_log_key, m.consume_queue_key):
+                self.world.path(key).unlink(missing_ok=True)
+
+    def _first(self, q: QueueKey) -> int:
+        return 1 if q == Q else 0  # Q's first segment is expired (on record)
+
+    def forge(self, kind: str, topic: str, data: st.DataObject) -> None:
+        q = data.draw(st.sampled_from(self.topic_queues[topic]), label=f"{kind} queue")
+        ms = self.world.manifests(q)
+        hot_max = HotStore(self.world.hot).queue_range(q.topic, q.queue_id).max
+        qp = QueuePath(CLUSTER, BROKER, q.topic, q.queue_id)
+        if kind == "loss":  # "the broker deleted it before it was tiered": hot holds it
+            k = data.draw(st.integers(self._first(q), len(ms) - 1), label="lost segment")
+            self._drop(q, k, k + 1)
+            loss = LossRecord.new(qp, ms[k].start_offset, ms[k].end_offset,
+                                  accepted_at_ms=CREATED_AT_MS, writer_id="w",
+                                  lease_epoch=1)  # fmt: skip
+            self._put(loss.key, loss.to_json())
+        elif kind == "retention":  # "retention removed it all": past what was committed
+            k = data.draw(st.integers(self._first(q), len(ms) - 1), label="kept segments")
+            self._drop(q, k)
+            first = hot_max + data.draw(st.sampled_from([0, 1, 50]), label="past hot max")
+            mark = RetentionMark(1, CLUSTER, BROKER, q.topic, q.queue_id, "w", 1, first,
+                                 ms[-1].key, ms[-1].max_store_timestamp, CREATED_AT_MS)  # fmt: skip
+            self._put(mark.key, mark.to_json())
+        elif kind == "init":  # "its history starts later": as if hot min had been there
+            k = data.draw(st.integers(self._first(q) + 1, len(ms) - 1), label="head cut")
+            self._drop(q, self._first(q), k)
+            forged = init_record(q, ms[k].start_offset, "earliest")
+            self._put(forged.key, forged.to_json())
+        else:  # "the topic was excluded from t on" (and, for "stop", tiering stopped at s)
+            t = CREATED_AT_MS + data.draw(st.integers(0, 3200), label="excluded at")
+            self.exclusions.append((t, topic))
+            self._drop(q, 0)
+            if kind == "stop":
+                low = ms[self._first(q)].start_offset + 1
+                s = data.draw(st.integers(low, hot_max), label="stopped at")
+                stop = StopMark.new(qp, excluded_since_ms=t, stop_offset=s,
+                                    stopped_at_ms=t, writer_id="w", lease_epoch=1)  # fmt: skip
+                self._put(stop.key, stop.to_json())
+
+    def write_tiering_record(self) -> None:
+        if not self.exclusions:
+            return
+        epochs = [RuleEpoch(CREATED_AT_MS, TopicRules(), "test-writer", 1)]
+        excluded: list[str] = []
+        for t, topic in sorted(self.exclusions):
+            excluded.append(topic)
+            epochs.append(RuleEpoch(t, TopicRules(exclude=tuple(excluded)), "w", 2))
+        record = TieringRecord(CLUSTER, BROKER, tuple(epochs))
+        self._put(record.key, record.to_json())
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_forged_records_never_hide_what_hot_holds(
+    base: World, spark: SparkSession, data: st.DataObject
+) -> None:
+    """Each forged record (a loss over offsets hot holds, a retention record past what
+    was committed, an earliest init above hot min, an exclusion, a stop record) excuses
+    data deleted with it: cold then lacks offsets hot holds that a rule tiered, and the
+    verdict is never CLEAN (CORRUPT, unless only exclusions without stop records were
+    forged: their loss may lie beyond what hot proves, but never silently)."""
+    topic_queues: dict[str, list[QueueKey]] = {}
+    for q in sorted(base.image.manifests):
+        topic_queues.setdefault(q.topic, []).append(q)
+    topics = data.draw(
+        st.lists(st.sampled_from(sorted(topic_queues)), min_size=1, max_size=2, unique=True),
+        label="topics",
+    )
+    kinds = [data.draw(st.sampled_from(FORGERIES), label=f"forgery for {t}") for t in topics]
+    with tempfile.TemporaryDirectory() as tmp:
+        world = World(base.hot, Path(tmp) / "cold", Path(tmp) / "out", base.image)
+        shutil.copytree(base.cold, world.cold)
+        forger = _Forger(world, topic_queues)
+        for topic, kind in zip(topics, kinds, strict=True):
+            forger.forge(kind, topic, data)
+        forger.write_tiering_record()
+        code, doc = world.verify()
+    assert code != 0 and doc.get("verdict") != "CLEAN", f"CLEAN after forging {kinds}"
+    if set(kinds) != {"tiering"}:
+        assert doc["verdict"] == "CORRUPT", f"{doc['verdict']} after forging {kinds}"

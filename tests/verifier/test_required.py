@@ -3,7 +3,9 @@ records), so deleted data, a wrong prefix or a manifest that lies is never CLEAN
 
 Each case of issue 26's table is here on POSIX (the deleted-queue and missing-head cases
 also on S3, in test_s3.py); the stores that must keep their verdict (healthy, expired
-heads, an accepted loss, a partly excluded topic set) are here too.
+heads, an accepted loss of offsets the broker really deleted, a partly excluded topic
+set) are here too. Issue 34's cases (records checked against hot) are in
+test_records_vs_hot.py.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tieredstore.testing.coldimage import init_record, tiering_record
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.topic_rules import TopicRules
 
-from .conftest import World
+from .conftest import World, delete_hot_head
 from .test_damage import found, queue_doc
 
 pytestmark = pytest.mark.spark
@@ -172,14 +174,28 @@ def test_a_retention_record_that_does_not_parse_explains_nothing(world: World) -
     assert mark.key in doc["unrecognised_objects"]
 
 
-def test_an_accepted_loss_at_the_head_is_dirty(world: World) -> None:
+def test_an_accepted_loss_the_broker_really_deleted_is_dirty(hot_copy: World) -> None:
+    cold_min = drop_head(hot_copy, 2)
+    delete_hot_head(hot_copy, Q, cold_min)
+    loss = LossRecord.new(QP, 0, cold_min, accepted_at_ms=1_700_000_000_000,
+                          writer_id="w-1", lease_epoch=2)  # fmt: skip
+    put(hot_copy, loss.key, loss.to_json())
+    code, doc = hot_copy.verify()
+    assert (code, doc["verdict"]) == (1, "DIRTY")
+    assert found(doc) == {("lost_before_tiering", Q.topic, Q.queue_id, 0, cold_min, loss.key)}
+
+
+def test_an_accepted_loss_at_the_head_hot_still_holds_is_corrupt(world: World) -> None:
     cold_min = drop_head(world, 2)
     loss = LossRecord.new(QP, 0, cold_min, accepted_at_ms=1_700_000_000_000,
                           writer_id="w-1", lease_epoch=2)  # fmt: skip
     put(world, loss.key, loss.to_json())
     code, doc = world.verify()
-    assert (code, doc["verdict"]) == (1, "DIRTY")
-    assert found(doc) == {("lost_before_tiering", Q.topic, Q.queue_id, 0, cold_min, loss.key)}
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {
+        ("impossible_loss_record", Q.topic, Q.queue_id, 0, cold_min, loss.key),
+        ("missing_head", Q.topic, Q.queue_id, 0, cold_min, None),
+    }
 
 
 def test_an_excluded_topic_stays_clean_and_the_rule_is_named(world: World) -> None:

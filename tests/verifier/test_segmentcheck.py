@@ -89,13 +89,16 @@ def test_verdict_is_the_worst_severity() -> None:
         FindingKind.CATALOGUE_DRIFT,
         FindingKind.LOST_BEFORE_TIERING,
         FindingKind.UNPROVEN_START,
+        FindingKind.UNPROVEN_STOP,
     }
+    assert FindingKind.IMPOSSIBLE_LOSS_RECORD.damage
+    assert FindingKind.IMPOSSIBLE_RETENTION_RECORD.damage
     # gc's and reconcile's own kinds share the vocabulary and its severities
     assert FindingKind.UNRECOGNISED.severity is Severity.DIRTY
     assert not FindingKind.NOT_ADOPTED.damage
     assert FindingKind.CORRUPT_LOSS_RECORD.damage and FindingKind.SIZE_MISMATCH.damage
     assert verdict_of([FindingKind.LOST_BEFORE_TIERING]) is Verdict.DIRTY
-    assert [v.exit_code for v in Verdict] == [0, 1, 2]
+    assert {v.exit_code for v in Verdict} == {0, 1, 2, 4}
 
 
 # -- check_segment on a real segment ----------------------------------------------------

@@ -9,7 +9,8 @@ Exit codes (every command): 0 success; 1 a runtime failure (one line on stderr);
 3 bad usage or configuration (bad flag, bad config file, a cold store that does not
 answer — :class:`~tieredstore.errors.ColdStoreUnreachableError`, one message for every
 command — a ``--store`` that is not a broker store, a state dir with no catalogue or one
-of another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run.
+of another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run /
+4 INCOMPLETE (``--fleet``: a broker without a recent hot fingerprint).
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": (
         "tieredstore.cli.commands.verify",
         "prove the cold store covers the hot store (Spark)",
+    ),
+    "fingerprint": (
+        "tieredstore.cli.commands.fingerprint",
+        "fingerprint the hot store into the cold store (for verify --fleet)",
     ),
     "run": ("tieredstore.cli.commands.run", "run the sidecar (--once: one catch-up pass)"),
     "status": ("tieredstore.cli.commands.status", "per-queue hot/cold offsets, lag and state"),

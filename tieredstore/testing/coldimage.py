@@ -43,12 +43,21 @@ class ColdImage:
         self.manifests.setdefault(QueueKey(m.topic, m.queue_id), []).append(m)
 
 
-def build(hot: HotStore, queue: QueueKey, start: int, end: int, cl_base: int) -> Segment:
+def build(
+    hot: HotStore,
+    queue: QueueKey,
+    start: int,
+    end: int,
+    cl_base: int,
+    *,
+    cluster: str = CLUSTER,
+    broker: str = BROKER,
+) -> Segment:
     """One segment of ``queue`` covering hot offsets ``[start, end)`` at ``cl_base``."""
     units = hot.read_units(queue.topic, queue.queue_id, start, end)
     records = hot.read_records_bytes(units["commitlog_offset"], units["size"])
     return build_segment(
-        QueuePath(CLUSTER, BROKER, queue.topic, queue.queue_id),
+        QueuePath(cluster, broker, queue.topic, queue.queue_id),
         start_offset=start,
         cl_base=cl_base,
         records=records,
@@ -59,41 +68,59 @@ def build(hot: HotStore, queue: QueueKey, start: int, end: int, cl_base: int) ->
     )
 
 
-def tiering_record(rules: TopicRules | None = None) -> TieringRecord:
+def tiering_record(
+    rules: TopicRules | None = None, *, cluster: str = CLUSTER, broker: str = BROKER
+) -> TieringRecord:
     """The broker's tiering record a sidecar tiering by ``rules`` (default: every topic)
     would have written."""
     epoch = RuleEpoch(CREATED_AT_MS, rules or TopicRules(), "test-writer", 1)
-    return TieringRecord(CLUSTER, BROKER, (epoch,))
+    return TieringRecord(cluster, broker, (epoch,))
 
 
-def init_record(queue: QueueKey, init_offset: int, policy: str = "earliest") -> QueueInit:
+def init_record(
+    queue: QueueKey,
+    init_offset: int,
+    policy: str = "earliest",
+    *,
+    cluster: str = CLUSTER,
+    broker: str = BROKER,
+) -> QueueInit:
     """The init record of ``queue`` as the sidecar writes it when it initialises it."""
     return QueueInit.new(
-        QueuePath(CLUSTER, BROKER, queue.topic, queue.queue_id), init_offset, policy,
+        QueuePath(cluster, broker, queue.topic, queue.queue_id), init_offset, policy,
         created_at_ms=CREATED_AT_MS, writer_id="test-writer", lease_epoch=1,
     )  # fmt: skip
 
 
-def tier(hot_root: Path, *, segment_messages: int, records: bool = True) -> ColdImage:
+def tier(
+    hot_root: Path,
+    *,
+    segment_messages: int,
+    records: bool = True,
+    cluster: str = CLUSTER,
+    broker: str = BROKER,
+) -> ColdImage:
     """Tier every queue of the hot store from hot min to hot max.
 
     With ``records`` (the default) the image also holds what a sidecar writes besides
     segments: the broker's tiering record (every topic) and each queue's init record
     (``earliest``, at the hot min); without, it is a store an older sidecar wrote.
+    ``cluster``/``broker`` name the broker prefix (a fleet is several).
     """
     hot = HotStore(hot_root)
     image = ColdImage()
     if records:
-        rec = tiering_record()
+        rec = tiering_record(cluster=cluster, broker=broker)
         image.objects[rec.key] = rec.to_json()
     for q in hot.queues():
         rng = hot.queue_range(q.topic, q.queue_id)
         if records:
-            init = init_record(q, rng.min)
+            init = init_record(q, rng.min, cluster=cluster, broker=broker)
             image.objects[init.key] = init.to_json()
         cl_base = 0
         for start in range(rng.min, rng.max, segment_messages):
-            segment = build(hot, q, start, min(start + segment_messages, rng.max), cl_base)
+            end = min(start + segment_messages, rng.max)
+            segment = build(hot, q, start, end, cl_base, cluster=cluster, broker=broker)
             image.add(segment)
             cl_base = segment.manifest.cl_end
     return image

@@ -1,7 +1,8 @@
 """``tieredstore verify``: run the Spark verifier (the same flags as ``python -m verifier``).
 
-Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one line on stderr). Every
-failure is mapped here, so the CLI's generic error handling never turns one into 1.
+Exit codes: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one line on stderr), 4
+INCOMPLETE (``--fleet`` only; verifier/verdict.py). Every failure is mapped here, so the
+CLI's generic error handling never turns one into 1.
 """
 
 from __future__ import annotations

@@ -1,0 +1,104 @@
+"""``tieredstore fingerprint``: fingerprint the hot store into the cold store.
+
+Run on each broker host (cron), before the nightly fleet verification
+(``tieredstore verify --fleet``). Reads every hot queue block by block, paced by
+``--max-bytes-per-second`` so that it never starves the broker, and writes one hot
+fingerprint (:mod:`verifier.fingerprint`) under the broker's cold prefix,
+``_fingerprints/<taken_ms>.json``, create-if-absent. No Spark, no JVM; memory is one
+block's records. The fingerprint is computed from hot bytes only: never from the
+sidecar's catalogue or its tiering path.
+
+Exit codes: 0 written; 1 a runtime failure (a hot file that does not read, the cold
+store refusing the write); 3 bad flag or configuration, no tiering record at the broker
+prefix, or a cold store that cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from tieredstore.backends import open_backend
+from tieredstore.backends.factory import COMMAND_RETRY, canonical_cold_url
+from tieredstore.backends.options import BackendOptions
+from tieredstore.clock import SystemClock
+from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
+from tieredstore.hot_store import HotStore
+from tieredstore.humanize import human_bytes
+from tieredstore.layout import fingerprint_key
+from tieredstore.provenance import find_tiered_prefix
+from tieredstore.ratelimit import TokenBucket
+from verifier.fingerprint import DEFAULT_BLOCK_OFFSETS, take_fingerprint
+
+#: The default pace: a tenth of a modest disk's sequential read rate.
+DEFAULT_MAX_BYTES_PER_SECOND = 64 << 20
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", required=True, type=Path, help="broker store root (read-only)")
+    p.add_argument("--cold", required=True, help="cold store root URL (path, file://, s3://)")
+    p.add_argument("--cluster", required=True, help="broker cluster name")
+    p.add_argument("--broker", required=True, help="broker name")
+    p.add_argument("--endpoint-url", default=None, help="S3 endpoint URL (MinIO, moto, ...)")
+    p.add_argument("--region", default=None, help="S3 region")
+    p.add_argument(
+        "--max-bytes-per-second",
+        type=_non_negative,
+        default=DEFAULT_MAX_BYTES_PER_SECOND,
+        help="read at most this many hot bytes per second (0: unlimited; default "
+        f"{human_bytes(DEFAULT_MAX_BYTES_PER_SECOND)}/s)",
+    )
+    p.add_argument(
+        "--block-offsets",
+        type=_non_negative,
+        default=DEFAULT_BLOCK_OFFSETS,
+        help="queue offsets per digest block (default %(default)s)",
+    )
+
+
+async def _fingerprint(args: argparse.Namespace) -> int:
+    if args.block_offsets == 0:
+        raise ConfigError("bad --block-offsets: must be at least 1")
+    if not args.store.is_dir():
+        raise NotAStoreError("hot store directory does not exist", where=str(args.store))
+    hot = HotStore(args.store)
+    cluster, broker = args.cluster, args.broker
+    options = BackendOptions(endpoint_url=args.endpoint_url, region=args.region)
+    clock = SystemClock()
+    bucket = TokenBucket(clock, args.max_bytes_per_second) if args.max_bytes_per_second else None
+    where = canonical_cold_url(args.cold)
+    async with open_backend(args.cold, options=options, retry=COMMAND_RETRY) as cold:
+        await find_tiered_prefix(cold, cluster, broker, where=where, require_record=True)
+        fp = await take_fingerprint(
+            hot, cluster=cluster, broker=broker, clock=clock, bucket=bucket,
+            block_offsets=args.block_offsets,
+        )  # fmt: skip
+        key = fingerprint_key(cluster, broker, stamp_ms=fp.taken_ms)
+        data = fp.to_bytes()
+        try:
+            await cold.create(key, data)
+        except ConditionFailedError as exc:
+            raise ConditionFailedError(
+                "a fingerprint of that time already exists", where=key
+            ) from exc
+    blocks = sum(len(q.blocks) for q in fp.queues)
+    print(
+        f"fingerprint {key}: {len(fp.queues)} queues, {blocks} blocks, "
+        f"{human_bytes(fp.hot_bytes)} of hot data read, {human_bytes(len(data))} written"
+    )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_fingerprint(args))
