@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
@@ -38,9 +39,11 @@ from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
 from dispatcher.lease import Lease
+from dispatcher.lease_guard import mirror_lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.provenance_writer import ProvenanceWriter
+from dispatcher.queue_status import untiered
 from dispatcher.tick_report import TickReport, record_error
 from dispatcher.tiering_round import Rounds
 from dispatcher.topic_filter import TopicFilter
@@ -102,6 +105,7 @@ class Dispatcher:
         self.state = DispatcherState.CREATED
         self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
         self._stopping = asyncio.Event()
+        self._abandoning = asyncio.Event()  # a second stop: in-flight segments go now
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
@@ -206,6 +210,7 @@ class Dispatcher:
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
         stop = asyncio.create_task(self._stopping.wait(), name="stop request")
         total = TickReport()
+        before = dataclasses.replace(self.rounds.committed)
         try:
             while not self._stopping.is_set():
                 tick = asyncio.ensure_future(self.tick(flush=True))
@@ -215,13 +220,16 @@ class Dispatcher:
                     await asyncio.gather(tick, return_exceptions=True)
                     raise renew.exception()  # type: ignore[misc]
                 if not tick.done():  # a stop while the tick runs: drain, then abandon
-                    await wait_at_most(self.clock, tick, shutdown_deadline)
+                    await wait_at_most(self.clock, tick, shutdown_deadline, cut=self._abandoning)
+                    total.abandoned = self.rounds.in_flight if not tick.done() else 0
                     await _keep_or_abandon(tick, total, self._abandon_inflight)
                     break
                 total.merge(report := await tick)
                 if report.idle:
                     return total
             total.interrupted = True
+            total.count_since(before, self.rounds.committed)  # an abandoned tick's too
+            total.left_messages, total.left_queues = await _untiered(self.hot, self.catalogue)
             return total
         except LeaseLostError as exc:
             self._fenced(exc)
@@ -239,6 +247,7 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
+        mirror_lease(self.catalogue, self.lease)
         self.damaged.clear()
         self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
@@ -266,7 +275,8 @@ class Dispatcher:
             stopped_file.save(self._stopped_path, self.stopped, self.damaged)
 
     async def _renew_loop(self) -> None:
-        await renew_until(self.lease, self.clock, self._writes_done)
+        renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
+        await renew_until(self.lease, self.clock, self._writes_done, on_renewed=renewed)
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(
@@ -304,7 +314,7 @@ class Dispatcher:
                         self._fenced(task.exception())  # type: ignore[arg-type]
                     raise task.exception()  # type: ignore[misc]
             self.stop()
-            await wait_at_most(self.clock, ticks, shutdown_deadline)
+            await wait_at_most(self.clock, ticks, shutdown_deadline, cut=self._abandoning)
         finally:
             for task in (ticks, stop, *jobs):
                 task.cancel()
@@ -319,6 +329,11 @@ class Dispatcher:
         if self.state is DispatcherState.RUNNING:
             self.state = DispatcherState.STOPPING
         self._stopping.set()
+
+    def abandon(self) -> None:
+        """Stop, and abandon the segments in flight now (a second Ctrl-C), not later."""
+        self.stop()
+        self._abandoning.set()
 
     def _fenced(self, exc: LeaseLostError) -> None:
         """Count and log that this writer lost its lease: it writes nothing more."""
@@ -343,8 +358,15 @@ class Dispatcher:
         self._writes_done.set()
         with contextlib.suppress(TieredStoreError):
             await self.lease.release()
+        if self.lease.epoch:  # it was held: `status` learns since when nobody holds it
+            mirror_lease(self.catalogue, self.lease, released=True)
         self.metrics.lease_held.set(0)
         self.state = DispatcherState.STOPPED
+
+
+async def _untiered(hot: HotStore, catalogue: Catalogue) -> tuple[int, int]:
+    """What an interrupted pass leaves for the next run (:func:`untiered`, in a thread)."""
+    return await asyncio.to_thread(untiered, hot, catalogue.queues.all())
 
 
 async def _keep_or_abandon(

@@ -95,6 +95,23 @@ def _recheck(
     )
 
 
+@contextlib.asynccontextmanager
+async def _spool(root: Path | None) -> AsyncIterator[Path]:
+    """A fresh spool directory for one round under ``root``, removed (with its files)
+    afterwards; made and removed in a thread (a round may leave a thousand files)."""
+    directory = Path(await asyncio.to_thread(_new_spool, root))
+    try:
+        yield directory
+    finally:
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+
+
+def _new_spool(root: Path | None) -> str:
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(dir=root, prefix="round-")
+
+
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
@@ -125,6 +142,8 @@ class Rounds:
         self.on_segment = on_segment
         self._stopping = stopping
         self._sem = asyncio.Semaphore(tiering.concurrency)
+        self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
+        self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
 
     async def new_tick(self) -> None:
@@ -224,19 +243,23 @@ class Rounds:
         if not planned:
             return []
         jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
-        async with self._spool() as directory:
-            try:
-                gathered = await self._gather(jobs, directory)
-            except TieredStoreError as exc:
-                gathered = [exc] * len(jobs)
-            gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-            outcomes = await asyncio.gather(
-                *(
-                    self._commit_gathered(row, plan, spooled, report)
-                    for (row, plan), spooled in zip(planned, gathered, strict=True)
-                ),
-                return_exceptions=True,
-            )
+        self.in_flight = len(planned)
+        try:
+            async with _spool(self.spool_dir) as directory:
+                try:
+                    gathered = await self._gather(jobs, directory)
+                except TieredStoreError as exc:
+                    gathered = [exc] * len(jobs)
+                gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
+                outcomes = await asyncio.gather(
+                    *(
+                        self._commit_gathered(row, plan, spooled, report)
+                        for (row, plan), spooled in zip(planned, gathered, strict=True)
+                    ),
+                    return_exceptions=True,
+                )
+        finally:
+            self.in_flight = 0
         going: list[QueueRow] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -244,22 +267,6 @@ class Rounds:
             elif outcome is not None:
                 going.append(outcome)
         return going
-
-    @contextlib.asynccontextmanager
-    async def _spool(self) -> AsyncIterator[Path]:
-        """A fresh spool directory for one round, removed (with its files) afterwards;
-        made and removed in a thread (a round may leave a thousand files)."""
-        directory = Path(await asyncio.to_thread(self._new_spool))
-        try:
-            yield directory
-        finally:
-            await asyncio.to_thread(shutil.rmtree, directory, True)
-
-    def _new_spool(self) -> str:
-        root = self.spool_dir
-        if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(dir=root, prefix="round-")
 
     async def _gather(
         self, jobs: Sequence[GatherJob], directory: Path
@@ -289,14 +296,17 @@ class Rounds:
     ) -> QueueRow | None:
         """Commit one gathered segment; return the queue's new row to go on with, or None
         to stop (diverged, or nothing more was pending when it was planned)."""
-        if isinstance(spooled, CorruptRecordError):
-            self.committer.stop_inconsistent(row, spooled)
-            return None
-        if isinstance(spooled, TieredStoreError):
-            raise spooled
-        async with self._sem:
-            started = time.perf_counter()
-            result = await self.committer.commit(row, plan, spooled)
+        try:
+            if isinstance(spooled, CorruptRecordError):
+                self.committer.stop_inconsistent(row, spooled)
+                return None
+            if isinstance(spooled, TieredStoreError):
+                raise spooled
+            async with self._sem:
+                started = time.perf_counter()
+                result = await self.committer.commit(row, plan, spooled)
+        finally:
+            self.in_flight = max(self.in_flight - 1, 0)
         if result.kind is CommitKind.DIVERGED:
             report.diverged.append(QueueKey(row.topic, row.queue_id))
             return None
@@ -308,9 +318,10 @@ class Rounds:
         self.metrics.segments_tiered.labels(plan.reason.value).inc()
         self.metrics.messages_tiered.inc(plan.count)
         self.metrics.bytes_tiered.inc(plan.nbytes)
-        report.segments += 1
-        report.messages += plan.count
-        report.bytes += plan.nbytes
+        for counts in (report, self.committed):
+            counts.segments += 1
+            counts.messages += plan.count
+            counts.bytes += plan.nbytes
         if self.on_segment:
             self.on_segment(plan)
         if plan.end < plan.hot.max:

@@ -16,10 +16,12 @@ URLs. Checks that touch the outside world (store readable, state dir writable) a
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -131,6 +133,12 @@ def _as_text(value: object) -> object:
     return value
 
 
+def _suggest(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean tiering.segment_max_bytes?)`` for the closest known name, or ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:
     flat: dict[str, object] = {}
     for section, table in doc.items():
@@ -139,7 +147,7 @@ def _flatten(doc: Mapping[str, Any], where: str) -> dict[str, object]:
         for name, value in table.items():
             key = f"{section}.{name}"
             if key not in _BY_KEY:
-                raise ConfigError(f"unknown setting {key!r}", where=where)
+                raise ConfigError(f"unknown setting {key!r}{_suggest(key, _BY_KEY)}", where=where)
             flat[key] = value
     return flat
 
@@ -176,13 +184,13 @@ def load_settings(
         if not name.startswith("TIEREDSTORE_") or name in known_env:
             continue
         if name != "TIEREDSTORE_CONFIG" and not name.startswith("TIEREDSTORE_CACHE"):
-            raise ConfigError(f"unknown environment variable {name}")
+            raise ConfigError(f"unknown environment variable {name}{_suggest(name, known_env)}")
     for s in SETTINGS:
         if s.env in env:
             raw[s.key], sources[s.key] = env[s.env], f"env {s.env}"
     for key, value in (overrides or {}).items():
         if key not in _BY_KEY:
-            raise ConfigError(f"unknown setting {key!r}")
+            raise ConfigError(f"unknown setting {key!r}{_suggest(key, _BY_KEY)}")
         if value is not None:
             raw[key], sources[key] = value, "flag"
     values: dict[str, Any] = {}
@@ -221,7 +229,8 @@ def check_environment(settings: Settings) -> None:
     """Check what a sidecar needs from the machine before it starts.
 
     The store must be a readable directory with a consume-queue layout; the state dir
-    must be creatable and writable. Raises ConfigError (one line) otherwise.
+    must be creatable and writable (tried, then what the try created is removed: the
+    catalogue creates it for real). Raises ConfigError (one line) otherwise.
     """
     store = settings.store.path
     if not store.is_dir():
@@ -229,6 +238,7 @@ def check_environment(settings: Settings) -> None:
     if not os.access(store, os.R_OK | os.X_OK):
         raise ConfigError("store directory is not readable", where=f"store.path={store}")
     state = settings.state.dir
+    created = [d for d in (state, *state.parents) if not d.exists()]
     try:
         state.mkdir(parents=True, exist_ok=True)
         probe = state / ".write-probe"
@@ -238,3 +248,9 @@ def check_environment(settings: Settings) -> None:
         raise ConfigError(
             f"state directory is not writable: {exc.strerror}", where=f"state.dir={state}"
         ) from exc
+    finally:
+        # Only checked here: the catalogue creates it when the sidecar really starts, so
+        # a start that fails later (an unreachable cold store) leaves no empty directory.
+        for made in created:
+            with contextlib.suppress(OSError):
+                made.rmdir()

@@ -616,11 +616,14 @@ class ShutdownSettings(Section):
     deadline: float = key(
         parse_positive(parse_duration),
         "30s",
-        "On SIGTERM/SIGINT no new segment starts; segments in flight get this long to commit, "
-        "then are abandoned (their objects stay uncommitted, never read, and are rewritten or "
-        "collected later). Then the lease is released and the sidecar exits 0. Keep it below "
-        "the orchestrator's kill timeout (Kubernetes `terminationGracePeriodSeconds`, Compose "
-        "`stop_grace_period`).",
+        "On SIGTERM/SIGINT no new segment starts and a log line says at once how many uploads "
+        "are in flight and this bound (`SIGINT: finishing 3 uploads, at most 30.0 s; Ctrl-C "
+        "again to abandon them`); segments in flight get this long to commit, then are "
+        "abandoned (their objects stay uncommitted, never read, and are rewritten or "
+        "collected later); a second signal abandons them at once. Then the lease is released "
+        "and the sidecar exits 0 (`run --once`: 130/143, its last line saying what was "
+        "committed, abandoned and left). Keep it below the orchestrator's kill timeout "
+        "(Kubernetes `terminationGracePeriodSeconds`, Compose `stop_grace_period`).",
     )
 
 

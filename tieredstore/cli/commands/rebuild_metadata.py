@@ -15,6 +15,7 @@ import sys
 from metadata.reconcile import rebuild
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import check_cold_store
 from tieredstore.config import Settings
 
 
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _rebuild(settings: Settings) -> int:
-    async with open_cold(settings.cold, retry=None) as backend:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
+    async with open_cold(settings.cold) as backend:  # retried: an outage says so in one line
         report = await rebuild(
             backend, settings.state.dir, cluster=settings.cold.cluster, broker=settings.cold.broker
         )

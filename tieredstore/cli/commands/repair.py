@@ -23,7 +23,7 @@ from tieredstore.cli.commands._settings import (
     print_dry_run,
     settings_from_args,
 )
-from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
 from tieredstore.config import Settings
 from tieredstore.hot_store import HotStore
 from tieredstore.logs import configure_logging
@@ -50,6 +50,7 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPla
 
 
 async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests, interrupted deletions.
         await rt.dispatcher.start(wait_for_lease=False)

@@ -27,20 +27,42 @@ from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHoo
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from metadata.catalogue import Catalogue
-from tieredstore.backends import open_cold
+from tieredstore.backends import backend_options, open_cold
 from tieredstore.backends.base import Backend
 from tieredstore.backends.counting import CountingBackend
+from tieredstore.backends.factory import reach_of
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import Settings
+from tieredstore.errors import BackendError, ConfigError
 from tieredstore.hot_store import HotStore
 from tieredstore.layout import lease_key
 from tieredstore.ratelimit import TokenBucket
 
-__all__ = ["Runtime", "lease_for", "open_runtime"]
+__all__ = ["Runtime", "check_cold_store", "lease_for", "open_runtime"]
 
 log = logging.getLogger(__name__)
+
+
+async def check_cold_store(settings: Settings) -> None:
+    """Probe the cold store once (a listing of the lease key, with a few quick retries)
+    before anything is created locally: ``run`` and the maintenance commands call it
+    first, so a cold store that does not answer leaves no state dir behind.
+
+    Raises ColdStoreUnreachableError (the one message every command gives for this
+    fault) when it does not answer, and ConfigError naming ``cold.url`` when it refuses
+    us (no such bucket, access denied), so a misconfigured sidecar stops at start.
+    """
+    policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
+    where = f"cold.url={settings.redacted()['cold.url']}"
+    backend = open_cold(settings.cold, retry=policy)
+    try:
+        await backend.list(lease_key(settings.cold.cluster, settings.cold.broker))
+    except BackendError as exc:
+        raise ConfigError(f"cold store refused the first request: {exc}", where=where) from exc
+    finally:
+        await backend.close()
 
 
 @dataclass(slots=True)
@@ -197,6 +219,7 @@ async def _backend(
         policy,
         on_retry=lambda op, _attempt, _exc: metrics.retries.labels(op).inc(),
         sleep=clock.sleep,
+        reach=reach_of(settings.cold.url, backend_options(settings.cold)),
     )
 
 
