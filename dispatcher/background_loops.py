@@ -43,30 +43,46 @@ async def sleep_until(clock: Clock, event: asyncio.Event, seconds: float) -> Non
             t.cancel()
 
 
-async def wait_at_most(clock: Clock, task: asyncio.Future[Any], seconds: float) -> None:
-    """Wait up to ``seconds`` (on ``clock``) for ``task`` to end; it is not cancelled."""
+async def wait_at_most(
+    clock: Clock, task: asyncio.Future[Any], seconds: float, *, cut: asyncio.Event | None = None
+) -> None:
+    """Wait up to ``seconds`` (on ``clock``) for ``task`` to end, or until ``cut`` is set
+    (a second Ctrl-C: stop waiting now); ``task`` is not cancelled."""
     timer = asyncio.ensure_future(clock.sleep(seconds))
+    cutter = asyncio.ensure_future(cut.wait()) if cut is not None else None
     try:
-        await asyncio.wait({task, timer}, return_when=asyncio.FIRST_COMPLETED)
+        waits = {task, timer} if cutter is None else {task, timer, cutter}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         timer.cancel()
+        if cutter is not None:
+            cutter.cancel()
 
 
-async def renew_until(lease: Lease, clock: Clock, done: asyncio.Event, interval: float) -> None:
-    """Renew the lease every interval until ``done`` (every write has returned — not
-    merely a stop asked: segments still draining must stay fenced).
+async def renew_until(
+    lease: Lease,
+    clock: Clock,
+    done: asyncio.Event,
+    *,
+    on_renewed: Callable[[], None] = lambda: None,
+) -> None:
+    """Renew the lease every ``lease.renew_interval`` until ``done`` (every write has
+    returned — not merely a stop asked: segments still draining must stay fenced);
+    ``on_renewed`` is called after each renewal that landed.
 
     A retryable failure is logged and retried next interval; any other error ends the
     loop with it (the caller stops the dispatcher).
     """
     while not done.is_set():
-        await sleep_until(clock, done, interval)
+        await sleep_until(clock, done, lease.renew_interval)
         if done.is_set():
             return
         try:
             await lease.renew()
         except RetryableError as exc:
             log.warning("lease renewal failed, will retry: %s", exc)
+        else:
+            on_renewed()
 
 
 async def run_periodic(

@@ -14,10 +14,11 @@ import logging
 from collections.abc import Sequence
 
 from dispatcher.committer import Reminded, Stopped
-from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.metrics import Metrics
+from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
+from tieredstore.config import InitStart, TieringSettings
 from tieredstore.errors import InvalidNameError, TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey, SkippedDir
 from tieredstore.layout import validate_topic
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 class Discovery:
     """Finds the queues to tier; see the module docstring.
 
-    ``config`` is swapped by a reload (the init policy and topic filter apply to queues
+    ``tiering`` is swapped by a reload (the init policy and topic filter apply to queues
     seen from then on). ``reminded`` is shared with the committer, which reminds of the
     queues it stops itself.
     """
@@ -41,14 +42,14 @@ class Discovery:
         hot: HotStore,
         catalogue: Catalogue,
         metrics: Metrics,
-        config: DispatcherConfig,
+        tiering: TieringSettings,
         reminded: Reminded,
         stopped: Stopped | None = None,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue
         self.metrics = metrics
-        self.config = config
+        self.tiering = tiering
         self._reminded = reminded
         self._stopped: Stopped = {} if stopped is None else stopped
         self._refused: set[str] = set()  # topics whose names the cold store cannot hold
@@ -59,11 +60,11 @@ class Discovery:
 
     def _init_offset(self, key: QueueKey) -> int:
         rng = self.hot.queue_range(key.topic, key.queue_id)
-        policy = self.config.init_policy
-        if policy == "latest":
+        policy = self.tiering.init_policy
+        if policy.start is InitStart.LATEST:
             return rng.max
-        if policy.startswith("timestamp:"):
-            return self.hot.offset_by_time(key.topic, key.queue_id, int(policy.split(":", 1)[1]))
+        if policy.start is InitStart.TIMESTAMP:
+            return self.hot.offset_by_time(key.topic, key.queue_id, policy.timestamp_ms)
         return rng.min
 
     async def discover(self) -> list[QueueRow]:
@@ -78,10 +79,11 @@ class Discovery:
         scan = await asyncio.to_thread(self.hot.scan_queues)
         self._skip(scan.skipped)
         keys = list(scan.queues)
+        topics = TopicFilter.of(self.tiering)
         known: dict[QueueKey, QueueRow] = {}
         fresh: list[QueueKey] = []
         for key in keys:
-            if not self.config.topic_filter.accepts(key.topic) or key.topic in self._refused:
+            if not topics.accepts(key.topic) or key.topic in self._refused:
                 continue
             row = self.catalogue.queues.get(key.topic, key.queue_id)
             if row is not None:
@@ -159,7 +161,7 @@ class Discovery:
             [(k.topic, k.queue_id, init) for k, init in zip(fresh, inits, strict=True)]
         )
         for key, init in zip(fresh, inits, strict=True):
-            log.info("queue %s initialised at offset %d (%s)", key, init, self.config.init_policy)
+            log.info("queue %s initialised at offset %d (%s)", key, init, self.tiering.init_policy)
         return dict(zip(fresh, created, strict=True))
 
     async def _watch_stopped(self, row: QueueRow) -> None:

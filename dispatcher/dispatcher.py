@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
@@ -36,22 +37,25 @@ from dispatcher.background_loops import (
 from dispatcher.cold_writer import ColdWriter, Damaged, heal_damaged, report_damage
 from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
-from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import CommitlogSyncer, DurabilityGuard
 from dispatcher.lease import Lease
+from dispatcher.lease_guard import mirror_lease
 from dispatcher.metrics import Metrics
 from dispatcher.planner import SegmentPlan
 from dispatcher.provenance_writer import ProvenanceWriter
+from dispatcher.queue_status import untiered
 from dispatcher.tick_report import TickReport, record_error
 from dispatcher.tiering_round import Rounds
+from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
+from tieredstore.config import TieringSettings
 from tieredstore.errors import LeaseLostError, TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
 
-__all__ = ["Dispatcher", "DispatcherConfig", "DispatcherState", "Periodic", "TickReport"]
+__all__ = ["Dispatcher", "DispatcherState", "Periodic", "TickReport"]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +85,8 @@ class Dispatcher:
         lease: Lease,
         writer: ColdWriter,
         clock: Clock,
-        config: DispatcherConfig,
+        tiering: TieringSettings,
+        spool_dir: Path | None = None,
         metrics: Metrics | None = None,
         on_segment: Callable[[SegmentPlan], None] | None = None,
         periodic: Sequence[Periodic] = (),
@@ -100,6 +105,7 @@ class Dispatcher:
         self.state = DispatcherState.CREATED
         self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
         self._stopping = asyncio.Event()
+        self._abandoning = asyncio.Event()  # a second stop: in-flight segments go now
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
         self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
         reminded: Reminded = set()  # stopped queues already explained to the operator
@@ -108,7 +114,7 @@ class Dispatcher:
         self.damaged: Damaged = {}  # queues with cold damage found at start (DEGRADED)
         self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)
         self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
-                                   config=config, reminded=reminded,
+                                   tiering=tiering, reminded=reminded,
                                    stopped=self.stopped)  # fmt: skip
         committer = SegmentCommitter(
             catalogue=catalogue,
@@ -121,27 +127,23 @@ class Dispatcher:
             on_stop=self._save_stopped,
         )
         self.rounds = Rounds(
-            hot=hot,
-            clock=clock,
-            metrics=self.metrics,
-            config=config,
-            guard=DurabilityGuard(hot, self.metrics),
-            committer=committer,
-            stopping=self._stopping,
-            on_segment=on_segment,
-        )
-        self._config = config
+            hot=hot, clock=clock, metrics=self.metrics, tiering=tiering, spool_dir=spool_dir,
+            guard=DurabilityGuard(hot, self.metrics), committer=committer,
+            stopping=self._stopping, on_segment=on_segment,
+        )  # fmt: skip
+        self._tiering = tiering
 
     @property
-    def config(self) -> DispatcherConfig:
-        return self._config
+    def tiering(self) -> TieringSettings:
+        """The ``[tiering]`` settings in force."""
+        return self._tiering
 
-    @config.setter
-    def config(self, config: DispatcherConfig) -> None:
+    @tiering.setter
+    def tiering(self, tiering: TieringSettings) -> None:
         """Swap the settings live (a reload); the parts use them from their next step."""
-        self._config = config
-        self.discovery.config = config
-        self.rounds.config = config
+        self._tiering = tiering
+        self.discovery.tiering = tiering
+        self.rounds.tiering = tiering
 
     @property
     def syncer(self) -> CommitlogSyncer:
@@ -173,7 +175,7 @@ class Dispatcher:
         report = TickReport()
         await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
         rows = await self.discover()
-        await self.provenance.before_tiering(rows, self.config)
+        await self.provenance.before_tiering(rows, self.tiering)
         await self.rounds.new_tick()
         report.new_queues = list(self.discovery.new_queues)
         idle = [r for r in rows if QueueKey(r.topic, r.queue_id) not in self._inflight]
@@ -208,6 +210,7 @@ class Dispatcher:
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
         stop = asyncio.create_task(self._stopping.wait(), name="stop request")
         total = TickReport()
+        before = dataclasses.replace(self.rounds.committed)
         try:
             while not self._stopping.is_set():
                 tick = asyncio.ensure_future(self.tick(flush=True))
@@ -217,13 +220,16 @@ class Dispatcher:
                     await asyncio.gather(tick, return_exceptions=True)
                     raise renew.exception()  # type: ignore[misc]
                 if not tick.done():  # a stop while the tick runs: drain, then abandon
-                    await wait_at_most(self.clock, tick, shutdown_deadline)
+                    await wait_at_most(self.clock, tick, shutdown_deadline, cut=self._abandoning)
+                    total.abandoned = self.rounds.in_flight if not tick.done() else 0
                     await _keep_or_abandon(tick, total, self._abandon_inflight)
                     break
                 total.merge(report := await tick)
                 if report.idle:
                     return total
             total.interrupted = True
+            total.count_since(before, self.rounds.committed)  # an abandoned tick's too
+            total.left_messages, total.left_queues = await _untiered(self.hot, self.catalogue)
             return total
         except LeaseLostError as exc:
             self._fenced(exc)
@@ -241,6 +247,7 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
+        mirror_lease(self.catalogue, self.lease)
         self.damaged.clear()
         self._save_stopped()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
@@ -254,7 +261,7 @@ class Dispatcher:
                 metrics=self.metrics, clock=self.clock, lease=self.lease,
             )  # fmt: skip
         self._save_stopped()  # with the damaged queues: `status` shows them DEGRADED
-        await self.provenance.publish_rules(self.config.topic_filter.rules())
+        await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self._lock:
             for job in self.startup:
@@ -268,8 +275,8 @@ class Dispatcher:
             stopped_file.save(self._stopped_path, self.stopped, self.damaged)
 
     async def _renew_loop(self) -> None:
-        interval = self.config.lease_renew_interval
-        await renew_until(self.lease, self.clock, self._writes_done, interval)
+        renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
+        await renew_until(self.lease, self.clock, self._writes_done, on_renewed=renewed)
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(
@@ -279,7 +286,7 @@ class Dispatcher:
     async def _tick_loop(self) -> None:
         while not self._stopping.is_set():
             await self.tick()
-            await sleep_until(self.clock, self._stopping, self.config.tick_interval)
+            await sleep_until(self.clock, self._stopping, self.tiering.tick_interval)
 
     async def run(self, *, shutdown_deadline: float = 30.0) -> None:
         """Run until :meth:`stop` is called (a signal handler calls it).
@@ -307,7 +314,7 @@ class Dispatcher:
                         self._fenced(task.exception())  # type: ignore[arg-type]
                     raise task.exception()  # type: ignore[misc]
             self.stop()
-            await wait_at_most(self.clock, ticks, shutdown_deadline)
+            await wait_at_most(self.clock, ticks, shutdown_deadline, cut=self._abandoning)
         finally:
             for task in (ticks, stop, *jobs):
                 task.cancel()
@@ -322,6 +329,11 @@ class Dispatcher:
         if self.state is DispatcherState.RUNNING:
             self.state = DispatcherState.STOPPING
         self._stopping.set()
+
+    def abandon(self) -> None:
+        """Stop, and abandon the segments in flight now (a second Ctrl-C), not later."""
+        self.stop()
+        self._abandoning.set()
 
     def _fenced(self, exc: LeaseLostError) -> None:
         """Count and log that this writer lost its lease: it writes nothing more."""
@@ -346,8 +358,15 @@ class Dispatcher:
         self._writes_done.set()
         with contextlib.suppress(TieredStoreError):
             await self.lease.release()
+        if self.lease.epoch:  # it was held: `status` learns since when nobody holds it
+            mirror_lease(self.catalogue, self.lease, released=True)
         self.metrics.lease_held.set(0)
         self.state = DispatcherState.STOPPED
+
+
+async def _untiered(hot: HotStore, catalogue: Catalogue) -> tuple[int, int]:
+    """What an interrupted pass leaves for the next run (:func:`untiered`, in a thread)."""
+    return await asyncio.to_thread(untiered, hot, catalogue.queues.all())
 
 
 async def _keep_or_abandon(

@@ -55,7 +55,6 @@ newest millisecond waits for the broker's next flushed write.
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
 import time
@@ -63,6 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatcher.metrics import Metrics
+from tieredstore.config import GuardMode
 from tieredstore.errors import StoreError, TieredStoreError
 from tieredstore.hot_files import MappedFile
 from tieredstore.hot_store import HotStore
@@ -76,14 +76,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class GuardMode(enum.Enum):
-    """``tiering.guard``; see the module docstring."""
-
-    SYNC = "sync"
-    CHECKPOINT = "checkpoint"
-    NONE = "none"
 
 
 def checkpoint_guard_ts(hot: HotStore) -> int:

@@ -54,7 +54,8 @@ class BreakReport:
 
 
 def describe_lease(record: LeaseRecord | None, *, now_ms: int) -> list[str]:
-    """Lines for ``lease show``: holder, epoch, lease time, and the record's own clock.
+    """Lines for ``lease show``: holder, epoch, lease time, and the record's own clock
+    (a released record: only that it is free, its epoch and when it was released).
 
     The times in the record come from its writer's wall clock; they are shown with
     their distance from this host's clock, which says how far the two clocks disagree
@@ -62,8 +63,14 @@ def describe_lease(record: LeaseRecord | None, *, now_ms: int) -> list[str]:
     """
     if record is None:
         return ["no lease record: no sidecar has written to this broker's prefix yet"]
-    holder = record.owner or "nobody (released)"
     renewed = iso_time(record.renewed_at_ms, timespec="auto", zulu=False)
+    if not record.owner:  # released: no lease time, and its clock says nothing now
+        return [
+            "holder:     nobody (released)",
+            f"epoch:      {record.epoch} (the next sidecar takes {record.epoch + 1} at once)",
+            f"released:   {renewed} by the last holder's clock",
+        ]
+    holder = record.owner
     ahead = (record.renewed_at_ms - now_ms) / 1000
     return [
         f"holder:     {holder}",

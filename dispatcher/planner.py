@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tieredstore.config import TieringSettings
 from tieredstore.errors import DivergedError
 from tieredstore.formats.consumequeue import Units
 from tieredstore.hot_store import HotRange, HotStore, QueueKey
@@ -53,6 +54,15 @@ class Limits:
     max_bytes: int = 64 << 20
     max_messages: int = 1_000_000
     max_age_ms: int = 60_000
+
+    @classmethod
+    def of(cls, tiering: TieringSettings) -> Limits:
+        """The ``tiering.segment_max_*`` settings as limits."""
+        return cls(
+            max_bytes=tiering.segment_max_bytes,
+            max_messages=tiering.segment_max_messages,
+            max_age_ms=int(tiering.segment_max_age * 1000),
+        )
 
 
 class CutReason(enum.Enum):

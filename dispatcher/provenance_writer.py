@@ -28,11 +28,12 @@ import asyncio
 import logging
 
 from dispatcher.cold_writer import ColdWriter
-from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.lease import Lease
+from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.backends.base import Backend
+from tieredstore.config import TieringSettings
 from tieredstore.errors import StoreError
 from tieredstore.hot_store import HotStore, QueueKey
 from tieredstore.layout import QueuePath, QueueRecordKind, broker_prefix, parse_queue_record_key
@@ -85,13 +86,13 @@ class ProvenanceWriter:
         return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker,
                    catalogue=catalogue)  # fmt: skip
 
-    async def before_tiering(self, rows: list[QueueRow], config: DispatcherConfig) -> None:
+    async def before_tiering(self, rows: list[QueueRow], tiering: TieringSettings) -> None:
         """What must be in cold, in cold, before any of it is: the rules (after a reload
         too), where tiering stopped for the queues they exclude now, and each of
         ``rows``' init record, ahead of its first manifest."""
-        await self.publish_rules(config.topic_filter.rules())
+        await self.publish_rules(TopicFilter.of(tiering).rules())
         await self.record_stops()
-        await self.ensure_inits(rows, config.init_policy)
+        await self.ensure_inits(rows, str(tiering.init_policy))
 
     async def publish_rules(self, rules: TopicRules) -> None:
         """Make ``rules`` the tiering record's current rules (once per change)."""

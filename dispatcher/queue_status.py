@@ -4,20 +4,51 @@ What ``tieredstore status`` prints and the HTTP API's ``/v1/queues`` serves: hot
 min/max, cold min/commit, lag, state, losses and retention headroom of each queue
 (:func:`collect`). Reads the broker store and catalogue rows only; it never contacts the
 cold store.
+
+The writer — is a sidecar tiering this broker? — is judged here too
+(:func:`writer_status`). ``status`` judges it from the catalogue's mirror of the lease
+(:meth:`metadata.catalogue.Catalogue.lease`, written by the sidecar when it takes the
+lease, at each renewal and when it releases it) and from the queues' last change
+(``updated_at_ms``: a commit moves it):
+
+==============  ==========================================================  =========
+state           when                                                        verdict
+==============  ==========================================================  =========
+``HELD``        the mirrored hold has not ended, and there is no stall      —
+``STALLED``     held, messages wait, and no queue moved for ``stall_after``  WARNING
+``NOT_HELD``    the hold ended (a release, or a renewal that never came)    WARNING
+                or none was ever recorded                                   if lag
+==============  ==========================================================  =========
+
+Without lag, nobody holding the lease is not a problem (a ``run --once`` from cron).
+The times are the sidecar's wall clock compared with this host's. A sidecar that has
+just taken over a backlog counts as stalled only once ``stall_after`` passes without
+its first commit.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
-from metadata.rows import QueueRow
+from metadata.rows import LeaseRow, QueueRow, QueueState
 from tieredstore.errors import TieredStoreError
 from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.humanize import human_seconds, iso_time
 from tieredstore.loss import LossRecord
 
-__all__ = ["LossStatus", "QueueStatus", "collect", "mark_stopped"]
+__all__ = [
+    "LossStatus",
+    "QueueStatus",
+    "WriterState",
+    "WriterStatus",
+    "collect",
+    "mark_stopped",
+    "untiered",
+    "writer_status",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +166,76 @@ def mark_stopped(
             s = replace(s, state="DEGRADED", note=reason)
         out.append(s)
     return out
+
+
+def untiered(hot: HotStore, rows: Sequence[QueueRow]) -> tuple[int, int]:
+    """(messages, queues) the hot store holds beyond the cold commit of the ACTIVE
+    ``rows`` (blocking): what a stopped pass leaves for the next run. A queue the hot
+    store cannot read is skipped."""
+    messages = queues = 0
+    for row in rows:
+        if row.state is not QueueState.ACTIVE:
+            continue
+        try:
+            hot_max = hot.queue_range(row.topic, row.queue_id).max
+        except TieredStoreError:
+            continue
+        if hot_max > row.cold_commit:
+            messages += hot_max - row.cold_commit
+            queues += 1
+    return messages, queues
+
+
+class WriterState(enum.Enum):
+    HELD = "held"
+    STALLED = "stalled"
+    NOT_HELD = "not_held"
+
+
+@dataclass(frozen=True, slots=True)
+class WriterStatus:
+    """The writer as ``status`` sees it: ``warning`` (short, None when nothing is wrong)
+    and ``detail`` (who: the last or current holder), which the health line puts after
+    the lag, so that a narrow screen cuts the owner's long name before the lag."""
+
+    state: WriterState
+    holder: str  # the current or last holder ("" when none was ever recorded)
+    since_ms: int | None  # NOT_HELD: when the hold ended; STALLED: the last progress
+    warning: str | None
+    detail: str = ""
+
+
+def writer_status(
+    lease: LeaseRow | None,
+    rows: Sequence[QueueRow],
+    *,
+    lag_messages: int,
+    now_ms: int,
+    stall_after_s: float,
+) -> WriterStatus:
+    """Judge the writer (module docstring) from the mirrored ``lease``, the queue ``rows``
+    and the total lag in messages."""
+    if lease is None or not lease.owner or lease.expires_at_ms <= now_ms:
+        holder = lease.owner if lease is not None else ""
+        since = lease.expires_at_ms if lease is not None and lease.owner else None
+        if since is None:
+            text = "no sidecar holds the writer lease (none recorded in this state dir)"
+        else:
+            text = f"no sidecar holds the writer lease since {iso_time(since)}"
+        return WriterStatus(
+            WriterState.NOT_HELD,
+            holder,
+            since,
+            text if lag_messages else None,
+            f"last holder {holder}" if holder and lag_messages else "",
+        )
+    progress = max((r.updated_at_ms for r in rows), default=lease.updated_at_ms)
+    idle_s = (now_ms - progress) / 1000
+    if lag_messages and idle_s >= stall_after_s:
+        text = (
+            f"the lease holder made no progress for {human_seconds(idle_s)} "
+            f"(since {iso_time(progress)})"
+        )
+        detail = f"lease holder {lease.owner}"
+        return WriterStatus(WriterState.STALLED, lease.owner, progress, text, detail)
+    return WriterStatus(WriterState.HELD, lease.owner, None, None)

@@ -36,11 +36,24 @@ class TickReport:
     #: A stop (SIGINT/SIGTERM) ended the pass before it tiered everything: what it
     #: reports was committed, the rest was not attempted or was abandoned uncommitted.
     interrupted: bool = False
+    #: Set by an interrupted catch-up only: segments in flight abandoned uncommitted (the
+    #: deadline passed, or a second stop asked for it), and what hot still holds untiered
+    #: in ACTIVE queues after the stop (0 and 0: the pass had in fact finished).
+    abandoned: int = 0
+    left_messages: int = 0
+    left_queues: int = 0
 
     @property
     def idle(self) -> bool:
         """Nothing tiered and nothing abandoned to a lapsed lease: a catch-up is done."""
         return self.segments == 0 and not self.lapsed
+
+    def count_since(self, before: TickReport, after: TickReport) -> None:
+        """Take segments, messages and bytes as ``after`` less ``before`` (two readings
+        of a running count)."""
+        self.segments = after.segments - before.segments
+        self.messages = after.messages - before.messages
+        self.bytes = after.bytes - before.bytes
 
     def merge(self, other: TickReport) -> None:
         self.segments += other.segments

@@ -1,7 +1,7 @@
 """Tiering in rounds: plan many queues, guard, one commitlog pass, commit each.
 
 A round plans one segment per queue still going (the group-commit rules, up to about
-``pass_max_records`` records in all), makes the planned records durable (the guard,
+``PASS_MAX_RECORDS`` records in all), makes the planned records durable (the guard,
 :mod:`dispatcher.durability`), reads their records with **one commitlog-order pass**
 (:mod:`dispatcher.commitlog_pass`: sequential windows, checked, rewritten and hashed in bulk,
 spooled per segment), then commits the segments (:mod:`dispatcher.committer`),
@@ -20,14 +20,15 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 from dispatcher.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.committer import CommitKind, SegmentCommitter
-from dispatcher.dispatcher_config import DispatcherConfig
 from dispatcher.durability import DurabilityGuard
 from dispatcher.metrics import Metrics
 from dispatcher.planner import (
     HotDataLost,
+    Limits,
     SegmentPlan,
     Wait,
     WaitReason,
@@ -39,6 +40,7 @@ from dispatcher.spool_room import RoundBudget, spool_room
 from dispatcher.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
+from tieredstore.config import TieringSettings
 from tieredstore.errors import (
     CorruptRecordError,
     DivergedError,
@@ -48,7 +50,12 @@ from tieredstore.errors import (
 )
 from tieredstore.hot_store import HotStore, QueueKey
 
-__all__ = ["Rounds"]
+__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
+
+#: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.commitlog_pass`).
+PASS_WINDOW_BYTES: Final = 2 << 20
+#: Records planned per round at most (bounds the unit arrays' memory).
+PASS_MAX_RECORDS: Final = 1 << 20
 
 
 def _cl_end(planned: tuple[QueueRow, SegmentPlan]) -> int:
@@ -88,11 +95,28 @@ def _recheck(
     )
 
 
+@contextlib.asynccontextmanager
+async def _spool(root: Path | None) -> AsyncIterator[Path]:
+    """A fresh spool directory for one round under ``root``, removed (with its files)
+    afterwards; made and removed in a thread (a round may leave a thousand files)."""
+    directory = Path(await asyncio.to_thread(_new_spool, root))
+    try:
+        yield directory
+    finally:
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+
+
+def _new_spool(root: Path | None) -> str:
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(dir=root, prefix="round-")
+
+
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
-    ``config`` is swapped by a reload; the commit semaphore keeps the ``concurrency`` it
-    was built with. A round stops being started once ``stopping`` is set.
+    ``tiering`` is swapped by a reload (the commit semaphore keeps its ``concurrency``);
+    spools go in ``spool_dir`` (None: the temp dir); no round starts once ``stopping``.
     """
 
     def __init__(
@@ -101,7 +125,8 @@ class Rounds:
         hot: HotStore,
         clock: Clock,
         metrics: Metrics,
-        config: DispatcherConfig,
+        tiering: TieringSettings,
+        spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
         stopping: asyncio.Event,
@@ -110,12 +135,15 @@ class Rounds:
         self.hot = hot
         self.clock = clock
         self.metrics = metrics
-        self.config = config
+        self.tiering = tiering
+        self.spool_dir = spool_dir
         self.guard = guard
         self.committer = committer
         self.on_segment = on_segment
         self._stopping = stopping
-        self._sem = asyncio.Semaphore(config.concurrency)
+        self._sem = asyncio.Semaphore(tiering.concurrency)
+        self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
+        self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
 
     async def new_tick(self) -> None:
@@ -123,11 +151,11 @@ class Rounds:
         fresh sync round, and the guard mode in force (a gauge)."""
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         self.guard.syncer.new_round()
-        self.metrics.set_guard_mode(self.guard.mode(self.config.guard).value)
+        self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
-        root = self.config.spool_dir
+        root = self.spool_dir
         if root is None or not root.is_dir():
             return
         for stale in root.glob("round-*"):
@@ -148,7 +176,7 @@ class Rounds:
         while todo and not self._stopping.is_set():
             planned, later = await self._plan_round(todo, flush, report)
             if planned and not await self.guard.make_durable(
-                self.config.guard, max(planned, key=_cl_end)[1].cl_end
+                self.tiering.guard, max(planned, key=_cl_end)[1].cl_end
             ):
                 continue  # fdatasync refused: plan again under the checkpoint rule
             todo = later + await self._run_round(planned, report)
@@ -160,11 +188,9 @@ class Rounds:
         """Plan the next segment of each row, up to the round's size; return the plans
         and the rows left for a later round. Waits, losses and divergence are handled
         (and reported) here; a queue whose planning failed is recorded and dropped."""
-        guard = await asyncio.to_thread(self.guard.guard_ts, self.config.guard)
-        room = await asyncio.to_thread(
-            spool_room, self.config.spool_dir, self.config.spool_max_bytes
-        )
-        budget = RoundBudget(self.config.pass_max_records, room)
+        guard = await asyncio.to_thread(self.guard.guard_ts, self.tiering.guard)
+        room = await asyncio.to_thread(spool_room, self.spool_dir, self.tiering.spool_max_bytes)
+        budget = RoundBudget(PASS_MAX_RECORDS, room)
         outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
         self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
         planned: list[tuple[QueueRow, SegmentPlan]] = []
@@ -198,7 +224,7 @@ class Rounds:
             key = QueueKey(row.topic, row.queue_id)
             try:
                 outcome = plan_segment(
-                    self.hot, key, row.cold_commit, self.config.limits,
+                    self.hot, key, row.cold_commit, Limits.of(self.tiering),
                     now_ms=now_ms, guard_ts=guard, flush=flush,
                 )  # fmt: skip
             except Exception as exc:  # the caller records it (or re-raises a bug)
@@ -217,19 +243,23 @@ class Rounds:
         if not planned:
             return []
         jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
-        async with self._spool() as directory:
-            try:
-                gathered = await self._gather(jobs, directory)
-            except TieredStoreError as exc:
-                gathered = [exc] * len(jobs)
-            gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-            outcomes = await asyncio.gather(
-                *(
-                    self._commit_gathered(row, plan, spooled, report)
-                    for (row, plan), spooled in zip(planned, gathered, strict=True)
-                ),
-                return_exceptions=True,
-            )
+        self.in_flight = len(planned)
+        try:
+            async with _spool(self.spool_dir) as directory:
+                try:
+                    gathered = await self._gather(jobs, directory)
+                except TieredStoreError as exc:
+                    gathered = [exc] * len(jobs)
+                gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
+                outcomes = await asyncio.gather(
+                    *(
+                        self._commit_gathered(row, plan, spooled, report)
+                        for (row, plan), spooled in zip(planned, gathered, strict=True)
+                    ),
+                    return_exceptions=True,
+                )
+        finally:
+            self.in_flight = 0
         going: list[QueueRow] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
@@ -238,29 +268,13 @@ class Rounds:
                 going.append(outcome)
         return going
 
-    @contextlib.asynccontextmanager
-    async def _spool(self) -> AsyncIterator[Path]:
-        """A fresh spool directory for one round, removed (with its files) afterwards;
-        made and removed in a thread (a round may leave a thousand files)."""
-        directory = Path(await asyncio.to_thread(self._new_spool))
-        try:
-            yield directory
-        finally:
-            await asyncio.to_thread(shutil.rmtree, directory, True)
-
-    def _new_spool(self) -> str:
-        root = self.config.spool_dir
-        if root is not None:
-            root.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkdtemp(dir=root, prefix="round-")
-
     async def _gather(
         self, jobs: Sequence[GatherJob], directory: Path
     ) -> list[Spooled | TieredStoreError]:
         """Run the pass in a thread; if cancelled, stop it and wait for it to return (its
         spool files must not be written after the directory is removed)."""
         stop = threading.Event()
-        window = max(self.config.pass_window_bytes, 1)
+        window = PASS_WINDOW_BYTES
         work = asyncio.ensure_future(
             asyncio.to_thread(
                 gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop
@@ -282,14 +296,17 @@ class Rounds:
     ) -> QueueRow | None:
         """Commit one gathered segment; return the queue's new row to go on with, or None
         to stop (diverged, or nothing more was pending when it was planned)."""
-        if isinstance(spooled, CorruptRecordError):
-            self.committer.stop_inconsistent(row, spooled)
-            return None
-        if isinstance(spooled, TieredStoreError):
-            raise spooled
-        async with self._sem:
-            started = time.perf_counter()
-            result = await self.committer.commit(row, plan, spooled)
+        try:
+            if isinstance(spooled, CorruptRecordError):
+                self.committer.stop_inconsistent(row, spooled)
+                return None
+            if isinstance(spooled, TieredStoreError):
+                raise spooled
+            async with self._sem:
+                started = time.perf_counter()
+                result = await self.committer.commit(row, plan, spooled)
+        finally:
+            self.in_flight = max(self.in_flight - 1, 0)
         if result.kind is CommitKind.DIVERGED:
             report.diverged.append(QueueKey(row.topic, row.queue_id))
             return None
@@ -301,9 +318,10 @@ class Rounds:
         self.metrics.segments_tiered.labels(plan.reason.value).inc()
         self.metrics.messages_tiered.inc(plan.count)
         self.metrics.bytes_tiered.inc(plan.nbytes)
-        report.segments += 1
-        report.messages += plan.count
-        report.bytes += plan.nbytes
+        for counts in (report, self.committed):
+            counts.segments += 1
+            counts.messages += plan.count
+            counts.bytes += plan.nbytes
         if self.on_segment:
             self.on_segment(plan)
         if plan.end < plan.hot.max:

@@ -3,7 +3,7 @@ built from the settings."""
 
 from __future__ import annotations
 
-from tieredstore.config import Settings
+from tieredstore.config import TieringSettings
 from tieredstore.topic_rules import TopicRules
 
 __all__ = ["TopicFilter"]
@@ -15,13 +15,14 @@ class TopicFilter(TopicRules):
     __slots__ = ()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TopicFilter:
+    def of(cls, tiering: TieringSettings) -> TopicFilter:
+        """The filter of ``tiering``'s topic settings."""
         return cls(
-            include=tuple(settings.tiering.include_topics),
-            exclude=tuple(settings.tiering.exclude_topics),
-            system=tuple(settings.tiering.system_topics),
-            include_retry=bool(settings.tiering.include_retry),
-            include_dlq=bool(settings.tiering.include_dlq),
+            include=tiering.include_topics,
+            exclude=tiering.exclude_topics,
+            system=tiering.system_topics,
+            include_retry=tiering.include_retry,
+            include_dlq=tiering.include_dlq,
         )
 
     def rules(self) -> TopicRules:

@@ -80,11 +80,11 @@ class Catalogue:
         broker, checked against their cold store): what a command beside a running
         sidecar reads."""
         return cls.open(
-            settings.state_dir,
-            cluster=settings.cluster,
-            broker=settings.broker,
+            settings.state.dir,
+            cluster=settings.cold.cluster,
+            broker=settings.cold.broker,
             read_only=True,
-            cold_url=settings.cold_url,
+            cold_url=settings.cold.url,
         )
 
     @property

@@ -10,6 +10,7 @@ tell the operator?* (:class:`FatalError`).
     TieredStoreError
     ├── RetryableError                  transient: retry with backoff, never a failure
     │   ├── BackendUnavailableError     connection refused/reset, 5xx
+    │   │   └── ColdStoreUnreachableError  every retry of a command failed (exit 3)
     │   ├── BackendTimeoutError         a call exceeded its deadline
     │   └── ThrottledError              SlowDown / 429 / 503 throttling replies
     └── FatalError                      retrying will not help
@@ -60,6 +61,7 @@ __all__ = [
     "CatalogueError",
     "CatalogueMismatchError",
     "ColdDataError",
+    "ColdStoreUnreachableError",
     "ConditionFailedError",
     "ConfigError",
     "CorruptDataError",
@@ -113,6 +115,14 @@ class RetryableError(TieredStoreError):
 
 class BackendUnavailableError(RetryableError):
     """The backend could not be reached or answered with a server error."""
+
+
+class ColdStoreUnreachableError(BackendUnavailableError):
+    """A command gave up on the cold store: every attempt of one request failed with
+    connection errors or timeouts. The one message for this fault, whatever the command
+    (``run``, ``verify``, ``read``, ``export``, ``restore``, ``lease``, ...): the store, the
+    endpoint, what was tried, how often and for how long, the timeouts, and the last
+    error (:func:`tieredstore.backends.retry.unreachable`). Every command exits 3 on it."""
 
 
 class BackendTimeoutError(RetryableError):

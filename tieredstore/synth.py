@@ -261,7 +261,13 @@ class SyntheticStore:
         return self._last_store_ts
 
     # -- writing -------------------------------------------------------------------
-    def append(self, count: int | None = None, *, store_time: int | None = None) -> int:
+    def append(
+        self,
+        count: int | None = None,
+        *,
+        store_time: int | None = None,
+        interval_ms: int | None = None,
+    ) -> int:
         """Append the next ``count`` messages of the spec (default: ``spec.messages``).
 
         ``store_time`` (epoch ms) places this batch in time, as a live broker would
@@ -269,7 +275,8 @@ class SyntheticStore:
         (``j`` counted within the batch; born timestamps keep their offset) instead of
         the spec's ``start_time + index * interval_ms``. Everything else about the
         messages is unchanged. A store time before the last one written raises
-        ConfigError (a broker's clock does not run backwards here).
+        ConfigError (a broker's clock does not run backwards here). ``interval_ms``
+        spaces this batch only (default: the spec's).
 
         Commitlog bytes are written first, then the consume-queue units, then the
         checkpoint. Returns the number of messages appended.
@@ -277,7 +284,8 @@ class SyntheticStore:
         n = self.spec.messages if count is None else count
         plans = list(generate_messages(replace(self.spec, messages=n), first_index=self.written))
         if store_time is not None:
-            plans = self._restamp(plans, store_time)
+            step = self.spec.interval_ms if interval_ms is None else interval_ms
+            plans = self._restamp(plans, store_time, step)
         placed = self._write_commitlog(plans)
         self._write_units(placed)
         self.written += n
@@ -285,13 +293,12 @@ class SyntheticStore:
         self._save_state()
         return n
 
-    def _restamp(self, plans: list[MessagePlan], store_time: int) -> list[MessagePlan]:
+    def _restamp(self, plans: list[MessagePlan], store_time: int, step: int) -> list[MessagePlan]:
         if store_time < self._last_store_ts:
             raise ConfigError(
                 f"store time {store_time} is before the last store time {self._last_store_ts}",
                 where=str(self.root),
             )
-        step = self.spec.interval_ms
         return [
             replace(
                 p,

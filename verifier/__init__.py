@@ -1,6 +1,6 @@
 """The Spark verifier: proves the cold store covers the hot store exactly.
 
-The job graph is described in docs/architecture.md ("The verifier").
+The job graph is described in :mod:`verifier.job`'s docstring.
 
 Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
 ``tieredstore verify`` (same flags, :mod:`verifier.cli`). Modules:

@@ -3,6 +3,51 @@
 :func:`verify` is the whole run against a given SparkSession (tests pass the shared
 one); the session is started by :mod:`verifier.spark_session`, and the command line
 (``python -m verifier``, ``tieredstore verify``) is :mod:`verifier.cli`.
+
+The job graph. A run is **five Spark jobs** whatever the store's size (the fixed cost
+per run is planning and scheduling, not data): three reading stages whose results are
+collected to the driver once, then every check over those results. It works in a
+session of its own (:func:`_session`, over the caller's SparkContext, whose SQL settings
+it leaves alone): no broadcasts, one shuffle partition, no adaptive re-planning, no code
+generation. Frames (schemas in :mod:`verifier.schemas`):
+
+1. **Driver inputs** (:func:`_read_inputs`, cheap metadata only): open the hot store,
+   take the run's clock (``now_ms``: the lag reference), list the broker's cold prefix
+   once with fsspec (``readers.list_cold_objects`` → ``ColdListing``: objects, loss
+   records, the provenance records and unrecognised keys), list the hot queues, and
+   optionally read the catalogue. A prefix without a tiering record was refused before
+   Spark started (``readers.require_tiered``).
+2. **OBJECTS** (``readers.objects_frame``): the listing as a DataFrame.
+3. **HOT_QUEUES** (``readers.hot_queue_frame``): each hot queue's ``[min, max)`` and lag
+   cutoff, read by the tasks and collected (job 1). The driver raises any error here
+   first (:func:`_raise_hot_errors`), before the expensive stage.
+4. **SEGMENTS** (``readers.manifest_frame``): MANIFEST objects parsed in Spark tasks
+   (``mapInArrow``), once, and collected (job 2); a manifest that does not validate
+   becomes a row with ``error`` set. ``checks.valid_segments`` keeps the valid ones;
+   ``checks.cold_queue_ranges`` gives each queue's cold min/max.
+5. **SEGMENT_WORK** (``checks.segment_work``): valid segments joined with their objects'
+   listed sizes and the hot range.
+6. **SEGMENT_FACTS** (``readers.segment_facts_frame``, repartitioned into small
+   partitions): each segment read and checked with numpy (:mod:`verifier.segmentcheck`):
+   digests, CQ offsets tiling, record fields (content level), cold vs hot units and
+   record bytes. Collected (job 3: the data stage, the only one that scales with the
+   bytes).
+7. **QUEUE state** (``checks.queue_state``) and **LOSSES / LOSS_SPANS**
+   (``readers.losses_frames``, built on the driver from the loss records).
+8. **ANOMALIES**: one pure check per class over those frames (:mod:`verifier.checks`),
+   unioned and **collected once** (job 4). Every frame here is a driver-side table in
+   one partition (:func:`_local`), which satisfies any distribution a window, aggregate
+   or join asks for: the whole union is planned without an exchange.
+9. **QUEUE_SUMMARY** (``checks.queue_summary``), collected (job 5); the driver then adds
+   the lag in seconds for lagging queues, and relates each queue to what the cold
+   store's own records require (:mod:`verifier.scope`, pure Python).
+
+The driver thus holds a few hundred bytes per segment and per queue (it already holds
+the listing: three objects per segment). Python workers are reused across tasks; a JVM
+that :func:`verifier.spark_session.spark_session` starts with a local master starts them
+from :mod:`verifier.pydaemon`. Each anomaly is a ``FindingKind`` of
+:mod:`tieredstore.findings`; the verdict is CORRUPT, DIRTY or CLEAN (exit 2, 1, 0; 3 when
+it could not run), and :mod:`verifier.report` writes the reports.
 """
 
 from __future__ import annotations
@@ -273,7 +318,7 @@ def _required(
 def verify(
     spark: SparkSession, opts: VerifyOptions, progress: Reporter = silent
 ) -> VerificationResult:
-    """Verify that the cold store covers the hot store exactly; see docs/architecture.md.
+    """Verify that the cold store covers the hot store exactly; see the module docstring.
 
     Five Spark jobs whatever the store's size: hot queues, manifests and segments (each
     read once, in tasks, and collected), then all anomalies, then the queue summary.

@@ -34,9 +34,12 @@ from fsspec.spec import AbstractFileSystem
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from tieredstore.backends.factory import COMMAND_RETRY, probe
+from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
 from tieredstore.digests import DigestAlgorithm, digest
 from tieredstore.errors import (
+    ColdStoreUnreachableError,
     ConfigError,
     CorruptLossRecordError,
     CorruptManifestError,
@@ -326,13 +329,38 @@ def require_tiered(
 
     Raises:
         NotTieredError: nothing at the prefix (one line: what was looked for, which
-            brokers the cluster has); ConfigError as :func:`open_cold_filesystem`.
+            brokers the cluster has); ConfigError as :func:`open_cold_filesystem`;
+            ColdStoreUnreachableError when an object store does not answer.
     """
+    _probe(cold, tiering_key(cluster, broker))
     fs, root = open_cold_filesystem(cold)
     return asyncio.run(
         find_tiered_prefix(_FsRecords(fs, root), cluster, broker, where=cold.url,
                            require_record=require_record)
     )  # fmt: skip
+
+
+def _probe(cold: ColdLocation, key: str) -> None:
+    """Ask an S3 store for one key through the core backend before fsspec's sync API
+    does: a store that does not answer raises ColdStoreUnreachableError, the message
+    every command gives for it (fsspec's ``exists`` would say False after its own
+    retries, and the operator would look for a missing bucket). Other stores: nothing."""
+    if not cold.url.strip().lower().startswith(("s3://", "s3a://")):
+        return
+    so = cold.storage_options
+    options = BackendOptions(
+        endpoint_url=so.get("endpoint_url"),
+        region=dict(so.get("client_kwargs") or {}).get("region_name"),
+        access_key=so.get("key"),
+        secret_key=so.get("secret"),
+        session_token=so.get("token"),
+    )
+    try:
+        asyncio.run(probe(cold.url.rstrip("/"), options, key, retry=COMMAND_RETRY))
+    except ColdStoreUnreachableError:
+        raise
+    except TieredStoreError:
+        return  # it answered (no bucket, denied, ...): the checks below say what is wrong
 
 
 def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:

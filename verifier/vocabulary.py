@@ -123,6 +123,8 @@ def parse_lag_allowance(text: str) -> LagAllowance:
         ConfigError: anything else, naming the text.
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
+    if not m and text.strip().startswith("-"):
+        raise ConfigError(f"bad lag allowance {text!r}: must not be negative")
     if not m:
         raise ConfigError(
             f"bad lag allowance {text!r}: a message count (1000) or a duration (60s, 5m)"

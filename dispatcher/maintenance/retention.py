@@ -1,7 +1,6 @@
 """Retention: the fixed expiry rules, planned purely, executed in order.
 
-The rules are also described in docs/architecture.md ("Expiry and retention") and
-docs/retention.md.
+The rules are also described, for operators, in docs/retention.md.
 
 The rules, exactly:
 
@@ -59,7 +58,7 @@ from metadata.reconcile import reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.config import Settings
+from tieredstore.config_keys import RetentionSettings
 from tieredstore.errors import (
     CatalogueError,
     ConfigError,
@@ -118,11 +117,11 @@ class RetentionPolicy:
         return self.per_topic_ms.get(topic, self.default_ms)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RetentionPolicy:
+    def of(cls, retention: RetentionSettings) -> RetentionPolicy:
         """``retention.default`` and ``retention.topics`` (seconds) as a policy."""
-        per_topic: Mapping[str, float] = settings.retention.topics
+        per_topic: Mapping[str, float] = retention.topics
         return cls(
-            default_ms=round(settings.retention.default * 1000),
+            default_ms=round(retention.default * 1000),
             per_topic_ms={topic: round(s * 1000) for topic, s in per_topic.items()},
         )
 

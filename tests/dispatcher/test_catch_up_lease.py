@@ -73,3 +73,29 @@ async def test_catch_up_longer_than_the_lease_renews_it(tmp_path: Path) -> None:
         hot = HotStore(store.root)
         for q in rt.catalogue.queues.all():
             assert q.cold_commit == hot.queue_range(q.topic, q.queue_id).max
+
+
+async def test_the_catalogue_mirrors_the_hold_for_status(tmp_path: Path) -> None:
+    """``status`` reads the lease from the catalogue: taken, renewed, released (owner kept,
+    the hold ended at the release)."""
+    store = synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=2000))
+    clock = VirtualClock()
+    cold = SlowUploads(MemoryBackend("mirror-lease"), clock, SEGMENT_S)
+    settings = settings_for(store.root, "memory://mirror-lease", tmp_path / "state",
+                            lease__renew_interval=f"{RENEW_S}s", tiering__concurrency=1,
+                            tiering__guard="none", tiering__segment_max_messages=100)  # fmt: skip
+    async with open_runtime(settings, clock=clock, backend=cold) as rt:
+        assert rt.catalogue.lease() is None
+        await rt.dispatcher.start(wait_for_lease=False)
+        lease = rt.dispatcher.lease
+        taken = rt.catalogue.lease()
+        assert taken is not None and (taken.owner, taken.epoch) == (lease.owner, lease.epoch)
+        assert taken.expires_at_ms == clock.now_ms() + 3 * RENEW_S * 1000
+        await rt.dispatcher.catch_up()
+        renewed = rt.catalogue.lease()
+        assert renewed is not None and renewed.expires_at_ms > taken.expires_at_ms
+        assert renewed.expires_at_ms == lease.expires_at_ms
+        await rt.dispatcher.close()
+        released = rt.catalogue.lease()
+        assert released is not None and released.owner == lease.owner
+        assert released.expires_at_ms == clock.now_ms()  # nobody holds it from now on

@@ -54,7 +54,7 @@ async def test_the_sidecar_records_its_rules_and_every_queues_init(
     key = tiering_key(CLUSTER, BROKER)
     record = read_tiering_record((cold / key).read_bytes(), key)
     assert [e.rules for e in record.history] == [
-        TopicFilter.from_settings(_settings(tmp_path)).rules()
+        TopicFilter.of(_settings(tmp_path).tiering).rules()
     ]
     assert record.current.since_ms == END and record.current.lease_epoch == 1
     hot = HotStore(store)

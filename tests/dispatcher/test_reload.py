@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dispatcher.topic_filter import TopicFilter
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
@@ -34,11 +35,11 @@ def test_plan_splits_live_changes_from_restart_ones(tmp_path: Path) -> None:
     # Applied keys take the new value; the others keep the running one.
     assert plan.settings.tiering.segment_max_bytes == 1 << 20
     assert plan.settings.log.level == "debug"
-    assert plan.settings.cold_url == "memory://a"
+    assert plan.settings.cold.url == "memory://a"
     assert plan.settings.tiering.concurrency == 4
 
 
-async def test_apply_swaps_the_dispatcher_config_and_retention_policy(tmp_path: Path) -> None:
+async def test_apply_swaps_the_tiering_settings_and_retention_policy(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=1, queues=1, messages=10))
     reset_memory_stores()
     running = settings_for(tmp_path / "store", "memory://reload", tmp_path / "state")
@@ -54,8 +55,8 @@ async def test_apply_swaps_the_dispatcher_config_and_retention_policy(tmp_path: 
         )
         plan = apply_reload(rt, new)
         assert plan.needs_restart == ("tiering.concurrency",)
-        assert rt.dispatcher.config.tick_interval == 0.25
-        assert not rt.dispatcher.config.topic_filter.accepts("SecretTopic")
-        assert rt.dispatcher.config.concurrency == 4  # its semaphore was built with 4
+        assert rt.dispatcher.tiering.tick_interval == 0.25
+        assert not TopicFilter.of(rt.dispatcher.discovery.tiering).accepts("SecretTopic")
+        assert rt.dispatcher.tiering.concurrency == 4  # its semaphore was built with 4
         assert rt.retention.policy.default_ms == 3_600_000
         assert rt.settings is plan.settings

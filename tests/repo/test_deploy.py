@@ -226,7 +226,8 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not() -> None:
         "TieredstoreLeaseLost", "TieredstoreLeaseFlapping", "TieredstoreNoTick",
         "TieredstoreVerificationCorrupt", "TieredstoreVerificationDirty",
         "TieredstoreVerificationTooOld", "TieredstoreVerificationIncomplete",
-        "TieredstoreFleetVerificationTooOld",
+        "TieredstoreFleetVerificationTooOld", "TieredstoreVerificationNeverReported",
+        "TieredstoreBrokerNeverVerified",
     }  # fmt: skip
     tested = _alert_tests()
     assert set(tested) == alerts

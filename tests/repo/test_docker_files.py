@@ -132,9 +132,9 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     sidecar = services["sidecar"]
     settings = settings_from_env(check_envs(sidecar["environment"], "sidecar"))
     mounts = compose_mounts(sidecar)
-    store = mount_at(mounts, str(settings.store_path))
+    store = mount_at(mounts, str(settings.store.path))
     assert store.read_only, "the sidecar must mount the broker's store read-only"
-    state = mount_at(mounts, str(settings.state_dir))
+    state = mount_at(mounts, str(settings.state.dir))
     assert not state.read_only
     assert sidecar["build"]["target"] == "sidecar"
     assert settings.http.bind == "0.0.0.0", "in a container the API must leave loopback"
@@ -153,7 +153,10 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     conf_mount = next(m for m in compose_mounts(broker) if m.target.endswith("broker.conf"))
     conf = parse_broker_conf((DOCKER / conf_mount.source).read_text())
     assert f"{conf_mount.target}" in broker["command"], "the broker must load its broker.conf"
-    assert (conf["brokerClusterName"], conf["brokerName"]) == (settings.cluster, settings.broker)
+    assert (conf["brokerClusterName"], conf["brokerName"]) == (
+        settings.cold.cluster,
+        settings.cold.broker,
+    )
     broker_store = mount_at(compose_mounts(broker), conf["storePathRootDir"])
     assert broker_store.source == store.source, "broker and sidecar must share the store volume"
     assert not broker_store.read_only
@@ -165,11 +168,11 @@ def check_compose(doc: Mapping[str, Any]) -> None:
     script = shlex.split(" ".join(verifier["entrypoint"][2:]).replace(";", " ; "))
     flags = {script[i]: script[i + 1] for i, a in enumerate(script[:-1]) if a.startswith("--")}
     assert script[script.index("tieredstore") + 1] == "verify"
-    assert flags["--store"] == str(settings.store_path)
+    assert flags["--store"] == str(settings.store.path)
     hot = mount_at(compose_mounts(verifier), flags["--store"])
     assert hot.source == store.source and hot.read_only
-    assert flags["--cold"] == settings.cold_url
-    assert (flags["--cluster"], flags["--broker"]) == (settings.cluster, settings.broker)
+    assert flags["--cold"] == settings.cold.url
+    assert (flags["--cluster"], flags["--broker"]) == (settings.cold.cluster, settings.cold.broker)
     assert flags["--endpoint-url"] == settings.cold.endpoint_url
 
 
@@ -213,11 +216,14 @@ def check_k8s(docs: list[Any], tmp_path: Path) -> None:
     toml.write_text(config_map["data"][config_mount["subPath"]])
     settings = load_settings(toml, env={k: v for k, v in env.items() if k != CONFIG_ENV})
 
-    store = mounts[str(settings.store_path)]
+    store = mounts[str(settings.store.path)]
     assert store.get("readOnly") is True
-    assert not mounts[str(settings.state_dir)].get("readOnly", False)
+    assert not mounts[str(settings.state.dir)].get("readOnly", False)
     conf = parse_broker_conf(config_map["data"]["broker.conf"])
-    assert (conf["brokerClusterName"], conf["brokerName"]) == (settings.cluster, settings.broker)
+    assert (conf["brokerClusterName"], conf["brokerName"]) == (
+        settings.cold.cluster,
+        settings.cold.broker,
+    )
     check_plugin_conf(conf, settings, "k8s broker.conf")
     broker_mounts = {m["mountPath"]: m for m in broker["volumeMounts"]}
     assert broker_mounts[conf["storePathRootDir"]]["name"] == store["name"]

@@ -108,11 +108,11 @@ def test_defaults_and_precedence(tmp_path: Path) -> None:
     )
     env = {"TIEREDSTORE_STORE_PATH": "/from/env", "TIEREDSTORE_TIERING_CONCURRENCY": "7"}
     s = load_settings(cfg, env=env, overrides={"cold.url": "s3://bucket/p", "cold.broker": None})
-    assert s.store.path == "/from/env"
+    assert s.store.path == Path("/from/env")
     assert s.sources["store.path"] == "env TIEREDSTORE_STORE_PATH"
-    assert s.cold_url == "s3://bucket/p"
+    assert s.cold.url == "s3://bucket/p"
     assert s.sources["cold.url"] == "flag"
-    assert s.broker == "B"
+    assert s.cold.broker == "B"
     assert s.tiering.segment_max_bytes == 1 << 20
     assert s.tiering.segment_max_age == 120.0
     assert s.tiering.concurrency == 7
@@ -144,7 +144,7 @@ def test_check_environment(tmp_path: Path) -> None:
     good = {**REQUIRED, "store.path": str(tmp_path / "store"), "state.dir": str(tmp_path / "state")}
     ok = load_settings(env={}, overrides=good)
     check_environment(ok)
-    assert (tmp_path / "state").is_dir()
+    assert not (tmp_path / "state").exists()  # checked, not left behind: a run makes it
     missing = load_settings(env={}, overrides={**REQUIRED, "store.path": str(tmp_path / "no")})
     with pytest.raises(ConfigError, match="store directory does not exist"):
         check_environment(missing)
@@ -283,7 +283,10 @@ def test_start_refuses_an_unknown_key_in_the_file(
     cfg.write_text('[tiering]\nsegment_max_byte = "1M"\n')
     code, err = _run_cli(["--config", str(cfg), *_start_args(tmp_path)], capsys)
     assert code == 3
-    assert err == f"tieredstore run: unknown setting 'tiering.segment_max_byte' ({cfg})\n"
+    assert err == (
+        "tieredstore run: unknown setting 'tiering.segment_max_byte' (did you mean "
+        f"tiering.segment_max_bytes?) ({cfg})\n"
+    )
 
 
 def test_start_refuses_a_bad_url(
@@ -323,9 +326,10 @@ def test_start_refuses_an_unreachable_cold_store(
     code, err = _run_cli(args, capsys)
     assert code == 3
     assert err.count("\n") == 1
-    assert err.startswith("tieredstore run: cold store is unreachable: ")
-    assert err.rstrip().endswith("(cold.url=s3://bucket/prefix)")
-    assert list((tmp_path / "state").iterdir()) == [], "nothing started"
+    assert err.startswith(
+        f"tieredstore run: cold store s3://bucket/prefix unreachable at endpoint {closed}: "
+    )
+    assert not (tmp_path / "state").exists(), "nothing started, nothing left behind"
 
 
 def test_every_key_has_a_typed_field_and_every_field_a_key() -> None:
@@ -352,3 +356,13 @@ def test_typed_fields_hold_the_parsed_values_with_their_declared_types() -> None
             assert value == settings.values[f"{name}.{f.name}"]
             expected = typing.get_origin(hints[f.name]) or hints[f.name]
             assert isinstance(value, expected), f"{name}.{f.name}: {value!r}"
+
+
+def test_redacted_values_read_as_the_file_would_hold_them() -> None:
+    """The reload's log lines show ``'/tmp/state'`` and ``'sync'``, not reprs of objects."""
+    s = load_settings(env={}, overrides={**REQUIRED, "cold.url": "memory://user:pw@x"})
+    shown = s.redacted()
+    assert shown["state.dir"] == "/tmp/state"
+    assert shown["tiering.guard"] == "sync"
+    assert repr(shown["tiering.init_policy"]) == "'earliest'"
+    assert shown["cold.url"] == "memory://***@x"

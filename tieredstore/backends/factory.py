@@ -11,9 +11,13 @@ any other scheme fsspec knows          :class:`FsspecBackend` (best effort)
 
 With ``retry``, the backend is wrapped in :class:`RetryingBackend`; without it, every
 call is tried once (S3's own SDK retries are off, see :mod:`tieredstore.backends.s3`).
+A retried backend that runs out of attempts on connection errors or timeouts raises
+:class:`~tieredstore.errors.ColdStoreUnreachableError`, whose one message names the
+store, its endpoint, what was tried and the timeouts (:func:`~.retry.unreachable`);
+:func:`probe` asks for one key that way (the verifier does, before Spark starts).
 
 :func:`open_cold` is the one place a command or the sidecar builds the cold store a
-:class:`~tieredstore.config.Settings` names (URL, endpoint, region, multipart threshold);
+:class:`~tieredstore.config_keys.ColdSettings` names (URL, endpoint, region, multipart threshold);
 :func:`open_backend` is for a URL alone (an export target, tests).
 """
 
@@ -26,11 +30,19 @@ from tieredstore.backends.fsspec_generic import FsspecBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend, posix_root_from_url
-from tieredstore.backends.retry import OnRetry, RetryingBackend, RetryPolicy
-from tieredstore.config import Settings
+from tieredstore.backends.retry import OnRetry, Reach, RetryingBackend, RetryPolicy
+from tieredstore.config_keys import ColdSettings
 from tieredstore.errors import ConfigError
 
-__all__ = ["BackendOptions", "backend_options", "canonical_cold_url", "open_backend", "open_cold"]
+__all__ = [
+    "BackendOptions",
+    "backend_options",
+    "canonical_cold_url",
+    "open_backend",
+    "open_cold",
+    "probe",
+    "reach_of",
+]
 
 #: The retry policy of one-shot commands (read, gc, repair, restore, export, ...).
 COMMAND_RETRY = RetryPolicy()
@@ -103,26 +115,45 @@ def open_backend(
             backend = FsspecBackend(url, opts.storage_options)
     if retry is None:
         return backend
-    return RetryingBackend(backend, retry, on_retry=on_retry)
+    return RetryingBackend(backend, retry, on_retry=on_retry, reach=reach_of(url, opts))
 
 
-def backend_options(settings: Settings) -> BackendOptions:
-    """Backend options from settings (credentials come from the AWS chain, never config)."""
+def reach_of(url: str, options: BackendOptions) -> Reach:
+    """How ``url`` is reached, as an unreachable store's message names it (no
+    credentials). Only S3 has an endpoint and timeouts of its own."""
+    match = _SCHEME.match(url)
+    scheme = _ALIASES.get(match.group(1).lower(), match.group(1).lower()) if match else "file"
+    shown = re.sub(r"^([^:/]+://)[^/@]*@", r"\1", url)
+    if scheme != "s3":
+        return Reach(shown)
+    return Reach(shown, options.endpoint_url or "", options.connect_timeout, options.read_timeout)
+
+
+async def probe(url: str, options: BackendOptions, key: str, *, retry: RetryPolicy) -> None:
+    """List ``key`` once through a retried backend: ColdStoreUnreachableError when the
+    store does not answer (its one message); other errors as the backend raises them."""
+    backend = open_backend(url, options=options, retry=retry)
+    try:
+        await backend.list(key)
+    finally:
+        await backend.close()
+
+
+def backend_options(cold: ColdSettings) -> BackendOptions:
+    """Backend options from ``[cold]`` (credentials come from the AWS chain, never config)."""
     return BackendOptions(
-        endpoint_url=settings.cold.endpoint_url or None,
-        region=settings.cold.region or None,
-        multipart_threshold=settings.cold.multipart_threshold,
+        endpoint_url=cold.endpoint_url or None,
+        region=cold.region or None,
+        multipart_threshold=cold.multipart_threshold,
     )
 
 
 def open_cold(
-    settings: Settings,
+    cold: ColdSettings,
     *,
     retry: RetryPolicy | None = COMMAND_RETRY,
     on_retry: OnRetry | None = None,
 ) -> Backend:
-    """The cold store ``settings`` name (``cold.url`` and its options); ``retry=None``
+    """The cold store ``[cold]`` names (``cold.url`` and its options); ``retry=None``
     gives the bare backend (the sidecar wraps it itself, to count requests inside)."""
-    return open_backend(
-        settings.cold_url, options=backend_options(settings), retry=retry, on_retry=on_retry
-    )
+    return open_backend(cold.url, options=backend_options(cold), retry=retry, on_retry=on_retry)

@@ -21,6 +21,12 @@ Delay before retry ``n`` (``n`` = 1 after the first failure), for
 
 Jitter only ever shortens a delay, so ``max_delay`` is a hard cap. Sleep and randomness
 are injected: tests pass a recording fake sleep and a fixed random source.
+
+Given a :class:`Reach` (what the operator needs to find the store: its URL, endpoint and
+timeouts), a backend that runs out of attempts on a connection error or a timeout raises
+:class:`~tieredstore.errors.ColdStoreUnreachableError` instead, with one message for the
+fault whatever the command (:func:`unreachable`); throttling and other errors pass
+unchanged. Commands get this through :func:`tieredstore.backends.factory.open_cold`.
 """
 
 from __future__ import annotations
@@ -28,15 +34,22 @@ from __future__ import annotations
 import asyncio
 import builtins
 import random
+import time
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from tieredstore.backends.base import Backend, ObjectInfo, Versioned
-from tieredstore.errors import ConfigError, RetryableError
+from tieredstore.errors import (
+    BackendTimeoutError,
+    BackendUnavailableError,
+    ColdStoreUnreachableError,
+    ConfigError,
+    RetryableError,
+)
 
-__all__ = ["OnRetry", "RetryPolicy", "RetryingBackend", "retry_call"]
+__all__ = ["OnRetry", "Reach", "RetryPolicy", "RetryingBackend", "retry_call", "unreachable"]
 
 T = TypeVar("T")
 
@@ -86,6 +99,42 @@ class RetryPolicy:
         return capped * (1.0 - self.jitter * rand)
 
 
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """How a store is reached, for the message of :func:`unreachable`: its URL (without
+    credentials), the endpoint (``""``: the scheme's default) and the per-request
+    timeouts in seconds (None: the backend has none, e.g. POSIX)."""
+
+    url: str
+    endpoint: str = ""
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+
+
+def unreachable(
+    reach: Reach, op: str, exc: RetryableError, *, attempts: int, elapsed_s: float
+) -> ColdStoreUnreachableError:
+    """The one message for a cold store that did not answer (:class:`Reach`)::
+
+    cold store s3://bkt/tiered unreachable at endpoint http://127.0.0.1:1: list of
+    s3://bkt/tiered/…/_lease.json failed 6 times in 8.1 s (connect timeout 10 s,
+    read timeout 60 s); last error: EndpointConnectionError: Could not connect …
+    """
+    at = f"endpoint {reach.endpoint}" if reach.endpoint else "its default endpoint"
+    what = f"{op} of {exc.where}" if exc.where else op
+    limits = [
+        f"{name} timeout {value:g} s"
+        for name, value in (("connect", reach.connect_timeout), ("read", reach.read_timeout))
+        if value is not None
+    ]
+    timeouts = f" ({', '.join(limits)})" if limits else ""
+    last = exc.message.removeprefix(f"{op} failed: ")
+    return ColdStoreUnreachableError(
+        f"cold store {reach.url} unreachable at {at}: {what} failed {attempts} "
+        f"time{'s' if attempts != 1 else ''} in {elapsed_s:.1f} s{timeouts}; last error: {last}"
+    )
+
+
 class RetryingBackend(Backend):
     """``inner`` with every operation retried per ``policy``.
 
@@ -102,9 +151,11 @@ class RetryingBackend(Backend):
         on_retry: OnRetry | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         random_source: Callable[[], float] = random.random,
+        reach: Reach | None = None,
     ) -> None:
         self.inner = inner
         self.policy = policy
+        self.reach = reach
         self.url = inner.url
         self.conditional_writes = inner.conditional_writes
         self._on_retry = on_retry
@@ -164,14 +215,22 @@ class RetryingBackend(Backend):
         await self.inner.close()
 
     async def _retry(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
-        return await retry_call(
-            op,
-            call,
-            self.policy,
-            sleep=self._sleep,
-            random_source=self._random,
-            on_retry=self._on_retry,
-        )
+        started = time.monotonic()
+        try:
+            return await retry_call(
+                op,
+                call,
+                self.policy,
+                sleep=self._sleep,
+                random_source=self._random,
+                on_retry=self._on_retry,
+            )
+        except (BackendUnavailableError, BackendTimeoutError) as exc:
+            if self.reach is None or isinstance(exc, ColdStoreUnreachableError):
+                raise
+            elapsed = time.monotonic() - started
+            attempts = self.policy.max_attempts
+            raise unreachable(self.reach, op, exc, attempts=attempts, elapsed_s=elapsed) from exc
 
 
 async def retry_call(

@@ -6,26 +6,30 @@ their command runs, so ``tieredstore --help`` stays fast and a broken optional
 dependency only affects its own command.
 
 Exit codes (every command): 0 success; 1 a runtime failure (one line on stderr);
-3 bad usage or configuration (bad flag, bad config file, unreachable store or backend
-at start, a ``--store`` that is not a broker store, a state dir with no catalogue or one of
-another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run /
+3 bad usage or configuration (bad flag, bad config file, a cold store that does not
+answer — :class:`~tieredstore.errors.ColdStoreUnreachableError`, one message for every
+command — a ``--store`` that is not a broker store, a state dir with no catalogue or one
+of another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run /
 4 INCOMPLETE (``--fleet``: a broker without a recent hot fingerprint).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import FrameType
-from typing import Any, NoReturn, Protocol, cast
+from typing import Any, Final, NoReturn, Protocol, cast
 
 from tieredstore.errors import (
     CatalogueMismatchError,
+    ColdStoreUnreachableError,
     ConfigError,
     NotAStoreError,
     TieredStoreError,
@@ -101,14 +105,49 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+        # ``-5m`` or ``-1.5`` after a flag is its (bad) value, which the flag's own check
+        # then names ("must not be negative"), not a flag: argparse's default takes
+        # ``-5m`` for an unknown option and says "expected one argument".
+        self._negative_number_matcher = NEGATIVE_VALUE
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
     def refuse_unknown(self, extra: Sequence[str]) -> NoReturn:
-        """Name the command and show its usage, then the one-line error (last)."""
-        sys.stderr.write(self.format_usage())
-        self.error(f"unrecognized arguments: {' '.join(extra)} (see {self.prog} --help)")
+        """One line: the command, the unknown arguments, the closest flags it has."""
+        self.error(f"unrecognized arguments: {' '.join(extra)}{did_you_mean(self, extra)} "
+                   f"(see {self.prog} --help)")  # fmt: skip
+
+
+#: What argparse takes for a value rather than a flag: a number, with a unit after it.
+NEGATIVE_VALUE: Final = re.compile(r"^-(\d+\.?\d*|\.\d+)[A-Za-z]*$")
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag of ``parser`` and of its subcommands' parsers (``lease show``)."""
+    flags: list[str] = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags += _flags(sub)
+    return flags
+
+
+def _unknown_flag(arg: str, parser: argparse.ArgumentParser) -> bool:
+    return arg.startswith("--") and arg != "--" and arg.split("=", 1)[0] not in _flags(parser)
+
+
+def did_you_mean(parser: argparse.ArgumentParser, extra: Sequence[str]) -> str:
+    """``; did you mean --store?`` for the first unknown flag close to one of
+    ``parser``'s, else ``""``."""
+    flags = _flags(parser)
+    for arg in extra:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.75)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
 
 
 def _version() -> str:
@@ -142,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in args_list if a in COMMANDS), None)
     parser, parsers = build_parser(command)
+    if command is not None:  # a typo'd flag is named first, not as a missing required one
+        unknown = [a for a in args_list if _unknown_flag(a, parsers[command])]
+        if unknown:
+            parsers[command].refuse_unknown(unknown)
     args, extra = parser.parse_known_args(args_list)
     if extra:
         parsers[args.command].refuse_unknown(extra)
@@ -149,8 +192,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _run(args)
         except KeyboardInterrupt:
-            print(f"tieredstore {args.command}: interrupted by {stop.name}", file=sys.stderr)
+            hint = AFTER_INTERRUPT.get(args.command, "")
+            print(f"tieredstore {args.command}: interrupted by {stop.name}{hint}", file=sys.stderr)
             return 128 + int(stop.signal)
+
+
+#: What an interrupted command's one line adds: how to carry on where it stopped.
+AFTER_INTERRUPT: Final = {
+    "restore": "; run the same command again to resume where it stopped",
+    "export": "; run it again to continue where it stopped (exported segments are kept)",
+}
 
 
 class _TermAsInterrupt:
@@ -189,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command, translating our errors into one line and an exit code."""
     try:
         return _load(args.command).run(args)
-    except (ConfigError, NotAStoreError, CatalogueMismatchError) as exc:
+    except (ConfigError, NotAStoreError, CatalogueMismatchError, ColdStoreUnreachableError) as exc:
         print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TieredStoreError as exc:

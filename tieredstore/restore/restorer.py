@@ -5,8 +5,10 @@ the manifests (:mod:`.plan`) → stream every segment in merge order (:mod:`.str
 appending its records to the commitlog (:mod:`.commitlog`, physicalOffset rewritten),
 its units to the queue's consume queue (:mod:`.consumequeue`, the new commitlog offsets,
 the cold sizes and tagsCodes) and its keys to the index (:mod:`.index`) → commit the
-journal every ``commit_bytes`` → write the ``checkpoint`` and ``config/`` → mark the
-journal complete.
+journal every ``commit_bytes`` or ``commit_seconds``, whichever comes first, so an
+interrupted restore resumes from at most that much before the interruption (a slow
+restore of small segments no longer restarts from 0) → write the ``checkpoint`` and
+``config/`` → mark the journal complete.
 
 What changes in a restored message, and nothing else: its physicalOffset field (bytes
 [28, 36)), and so its offset message id (store host + physicalOffset). Its topic, queue
@@ -21,6 +23,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,6 +60,7 @@ I64 = npt.NDArray[np.int64]
 _CHECKPOINT_FILE_SIZE: Final = 4096
 _DEFAULT_BATCH: Final = 8 << 20
 _DEFAULT_COMMIT: Final = 256 << 20
+_DEFAULT_COMMIT_SECONDS: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,13 +103,17 @@ class Restorer:
         *,
         batch_bytes: int = _DEFAULT_BATCH,
         commit_bytes: int = _DEFAULT_COMMIT,
+        commit_seconds: float = _DEFAULT_COMMIT_SECONDS,
         on_progress: Callable[[RestoreProgress], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend = backend
         self.params = params
         self.out = out
         self.batch_bytes = batch_bytes
         self.commit_bytes = commit_bytes
+        self.commit_seconds = commit_seconds
+        self.monotonic = monotonic  # injected: tests move time per segment
         self.on_progress = on_progress
         self.window = TimeWindow(params.since, params.until)
 
@@ -300,6 +308,7 @@ class _Run:
         self.files = files
         self.claim = claim
         self.uncommitted = 0
+        self.committed_at = restorer.monotonic()
 
     def _todo(self) -> list[tuple[Manifest, int]]:
         """Every segment still to restore, in merge order, with its first queue offset."""
@@ -346,7 +355,8 @@ class _Run:
 
     async def _segment_done(self) -> None:
         self.journal.segments += 1
-        if self.uncommitted >= self.r.commit_bytes:
+        due = self.r.monotonic() - self.committed_at >= self.r.commit_seconds
+        if self.uncommitted >= self.r.commit_bytes or (self.uncommitted and due):
             await asyncio.to_thread(self.commit)
         if self.r.on_progress:
             self.r.on_progress(
@@ -417,6 +427,7 @@ class _Run:
         self.files.sync()
         self.journal.save(self.claim.journal_path)
         self.uncommitted = 0
+        self.committed_at = self.r.monotonic()
 
 
 _HEAD = struct.Struct(">ii")

@@ -257,7 +257,7 @@ def _live_holder(cold: Path) -> Iterator[None]:
                 done.set()
 
             stopping = asyncio.create_task(stopper())
-            await renew_until(lease, clock, done, lease.renew_interval)
+            await renew_until(lease, clock, done)
             await stopping
             await lease.release()
 

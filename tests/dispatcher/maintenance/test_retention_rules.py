@@ -1,4 +1,4 @@
-"""The five expiry rules (docs/architecture.md, "Expiry and retention"), one by one, on
+"""The five expiry rules (dispatcher/maintenance/retention.py's docstring), one by one, on
 the pure planner; eager init.
 
 The planner is a pure function, so these tests feed it hand-made catalogue rows and a
@@ -242,7 +242,7 @@ def test_policy_from_settings_and_validation(tmp_path: Path) -> None:
             "retention.topics": {"Orders": "7d"},
         },
     )
-    policy = RetentionPolicy.from_settings(settings)
+    policy = RetentionPolicy.of(settings.retention)
     assert policy.for_topic("Orders") == 7 * 24 * H
     assert policy.for_topic("Other") == 72 * H
     with pytest.raises(ConfigError, match="topic 'x'"):

@@ -54,16 +54,16 @@ def test_open_cold_builds_the_backend_the_settings_name(tmp_path: Path) -> None:
             "state.dir": str(tmp_path / "state"),
         },
     )
-    options = backends.backend_options(settings)
+    options = backends.backend_options(settings.cold)
     assert (options.endpoint_url, options.region, options.multipart_threshold) == (
         "http://127.0.0.1:9",
         "eu-west-1",
         8 << 20,
     )
-    wrapped = backends.open_cold(settings)
+    wrapped = backends.open_cold(settings.cold)
     assert isinstance(wrapped, backends.RetryingBackend)
     assert isinstance(wrapped.inner, backends.S3Backend)
-    bare = backends.open_cold(settings, retry=None)
+    bare = backends.open_cold(settings.cold, retry=None)
     assert isinstance(bare, backends.S3Backend) and bare.url == "s3://bucket/prefix"
 
 

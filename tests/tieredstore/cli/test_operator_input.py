@@ -161,7 +161,14 @@ def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0
-    assert re.fullmatch(r"tieredstore \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert re.fullmatch(r"tieredstore \d+\.\d+\.\d+\S*\n", printed)
+    # The version printed, pyproject's and the CHANGELOG's newest heading are one.
+    root = Path(__file__).resolve().parents[3]
+    declared = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
+    newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (root / "CHANGELOG.md").read_text(), re.M)
+    assert declared and newest
+    assert printed == f"tieredstore {declared[1]}\n" and declared[1] == newest[1]
 
 
 def test_flags_are_never_abbreviated(tiered: Path) -> None:
@@ -171,15 +178,76 @@ def test_flags_are_never_abbreviated(tiered: Path) -> None:
     assert done.stderr.splitlines()[-1].startswith("tieredstore inspect: error:")
 
 
-def test_an_unknown_flag_names_the_command_and_shows_its_usage(tiered: Path) -> None:
+def test_an_unknown_flag_is_one_line_naming_the_command(tiered: Path) -> None:
     done = _cli("inspect", "--store", str(tiered / "store"), "--colour")
     assert done.returncode == 3 and done.stdout == ""
-    usage, error = done.stderr.splitlines()
-    assert usage.startswith("usage: tieredstore inspect ") and "--store STORE" in usage
-    assert error == (
+    assert done.stderr == (
         "tieredstore inspect: error: unrecognized arguments: --colour "
-        "(see tieredstore inspect --help)"
+        "(see tieredstore inspect --help)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["inspect", "--stor", "x"], "tieredstore inspect: error: unrecognized arguments: "
+         "--stor; did you mean --store? (see tieredstore inspect --help)"),
+        (["lease", "show", "--brokr", "b"], "tieredstore lease: error: unrecognized "
+         "arguments: --brokr; did you mean --broker? (see tieredstore lease --help)"),
+        (["run", "--onse"], "tieredstore run: error: unrecognized arguments: --onse; did "
+         "you mean --once? (see tieredstore run --help)"),
+    ],
+)  # fmt: skip
+def test_a_typod_flag_is_named_first_with_the_closest_flag(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tieredstore.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 3
+    assert capsys.readouterr().err == line + "\n"  # one line: no usage before it
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["verify", "--lag-allowance", "-5m"], "bad lag allowance '-5m': must not be negative"),
+        (["read", "--timestamp", "-1d", "--topic", "T", "--queue", "0"],
+         "'-1d' is neither epoch milliseconds nor an ISO 8601 time"),
+        (["gc", "--grace", "-5m", "--store", "/", "--state-dir", "/nonexistent/x"],
+         "bad value for gc.grace: not a duration: '-5m'"),
+    ],
+)  # fmt: skip
+def test_a_negative_value_is_a_value_not_a_flag(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``-5m`` after a flag is its (bad) value: the flag's own check names it, never
+    argparse's "expected one argument"."""
+    from tieredstore.cli.main import main
+
+    where = ["--cold", str(tmp_path), "--cluster", "C", "--broker", "B"]
+    extra = ["--hot", str(tmp_path), "--out", str(tmp_path / "o")] if argv[0] == "verify" else []
+    try:
+        code = main([*argv, *where, *extra])
+    except SystemExit as exc:
+        code = int(str(exc.code))
+    err = capsys.readouterr().err
+    assert code == 3 and err.count("\n") == 1, err
+    assert error in err and "expected one argument" not in err
+
+
+def test_unknown_settings_and_variables_suggest_the_closest(tmp_path: Path) -> None:
+    toml = tmp_path / "s.toml"
+    toml.write_text('[tiering]\nsegment_max_byte = "1M"\n')
+    with pytest.raises(ConfigError, match=r"unknown setting 'tiering.segment_max_byte' \(did "
+                       r"you mean tiering.segment_max_bytes\?\)"):  # fmt: skip
+        load_settings(toml, env={})
+    with pytest.raises(ConfigError, match=r"TIEREDSTORE_COLD_URI \(did you mean "
+                       r"TIEREDSTORE_COLD_URL\?\)"):  # fmt: skip
+        load_settings(env={"TIEREDSTORE_COLD_URI": "x"})
+    with pytest.raises(ConfigError, match=r"unknown setting 'nothing.alike'$"):
+        load_settings(env={}, overrides={"nothing.alike": 1})
 
 
 @pytest.mark.slow
@@ -294,5 +362,48 @@ def test_inspect_marks_a_cut_topic_name(tmp_path: Path) -> None:
     synthesize(tmp_path / "s", SynthSpec(messages=20, topics=1, queues=1, long_topic=True))
     done = _cli("inspect", "--store", str(tmp_path / "s"))
     assert done.returncode == 0, done.stderr
-    (row,) = done.stdout.splitlines()[1:]
+    checkpoint, blank, _header, row = done.stdout.splitlines()
     assert row.split()[0] == "SynthTopicLong" + "x" * 25 + "…"  # 40 characters, cut visibly
+    # The checkpoint, as the README promises, in the text output too (not only --json).
+    assert (
+        re.fullmatch(
+            r"checkpoint: commitlog flushed to \S+Z, consume queues to \S+Z, index to \S+Z; "
+            r"master flushed offset \d+, confirm offset \d+",
+            checkpoint,
+        )
+        and blank == ""
+    )
+
+
+@pytest.mark.slow
+def test_lease_show_of_a_released_lease_and_of_a_typod_broker(tiered: Path) -> None:
+    where = ["--cold", str(tiered / "cold"), "--cluster", "C"]
+    shown = _cli("lease", "show", *where, "--broker", "B")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "holder:     nobody (released)"  # run --once released it
+    assert re.fullmatch(r"epoch:      1 \(the next sidecar takes 2 at once\)", lines[1])
+    assert lines[2].startswith("released:   20") and len(lines) == 3
+    assert "lease time" not in shown.stdout and "from this host" not in shown.stdout
+    typo = _cli("lease", "show", *where, "--broker", "b")
+    assert typo.returncode == 3 and typo.stdout == ""
+    assert typo.stderr.startswith("tieredstore lease: nothing tiered for broker 'b' of cluster")
+    assert "(brokers tiered in that cluster there: B)" in typo.stderr
+
+
+def test_synth_append_never_stamps_the_future(tmp_path: Path) -> None:
+    """A live broker stamps what it stores now: the appended batch ends about now."""
+    from tieredstore.hot_store import HotStore
+
+    out = tmp_path / "s"
+    flags = ["--topics", "1", "--queues", "1", "--interval-ms", "1000"]
+    made = _cli("synth", "--out", str(out), "--messages", "4", *flags)
+    assert made.returncode == 0, made.stderr
+    more = _cli("synth", "--out", str(out), "--append", "30")
+    after = time.time_ns() // 1_000_000
+    assert more.returncode == 0, more.stderr
+    hot = HotStore(out)
+    (q,) = hot.queues()
+    stamps = [hot.read_message(q.topic, q.queue_id, i).store_timestamp for i in range(34)]
+    assert stamps == sorted(stamps) and stamps[-1] <= after  # 30 s apart on the old code
+    assert stamps[-1] >= after - 60_000  # still recent

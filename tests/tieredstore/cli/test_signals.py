@@ -64,10 +64,18 @@ def test_run_once_stops_within_the_deadline_and_says_it_did_not_finish(
     assert code == 128 + sig, text[-2000:]
     assert stopped_after < 15, f"took {stopped_after:.1f}s for a 1 s shutdown.deadline"
     assert "Traceback" not in text and "catch-up done" not in text
-    assert text.splitlines()[-1] == (
-        f"tieredstore run: interrupted by {sig.name} before the catch-up finished; "
-        "committed segments are kept, run again to tier the rest"
-    )
+    again_key = "Ctrl-C" if sig is signal.SIGINT else sig.name
+    assert re.search(
+        rf"{sig.name}: (finishing \d+ uploads?, at most 1\.0 s; {again_key} again to abandon "
+        r"them|stopping \(no upload in flight\))",
+        text,
+    ), text[-2000:]
+    assert re.fullmatch(
+        rf"tieredstore run: stopped by {sig.name}: (\d+ uploads? in flight abandoned "
+        r"uncommitted \(never read; `tieredstore gc` removes them\), )?\d+ segments? "
+        r"committed; \d+ messages in \d+ queues? left: run again to tier them",
+        text.splitlines()[-1],
+    ), text[-2000:]
     # The progress line was ended before the log lines that followed it.
     assert not re.search(r"tiered \d+ segments[^\n]*(INFO|WARNING|ERROR) ", text), text[-2000:]
     # What was committed stays; a second run finishes the rest and succeeds.
@@ -80,6 +88,35 @@ def test_run_once_stops_within_the_deadline_and_says_it_did_not_finish(
     )
     assert again.returncode == 0, again.stderr
     assert re.search(r"catch-up done: [1-9]\d* segments", again.stderr)
+
+
+def test_a_second_ctrl_c_abandons_the_uploads_in_flight(store: Path, tmp_path: Path) -> None:
+    """A minute's deadline, slow uploads: the first Ctrl-C says what it finishes and how
+    long it may take; the second ends the wait at once, and the last line says so."""
+    log, cold, state = tmp_path / "run.log", tmp_path / "cold", tmp_path / "state"
+    env = {**SLOW, "TIEREDSTORE_SHUTDOWN_DEADLINE": "60s"}
+    proc = start(store, cold, state, "--once", "--progress", "on", log=log, **env)
+    try:
+        wait_for(log, r"tiered \d+ segments", proc)
+        proc.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        wait_for(log, r"SIGINT: (finishing|stopping)", proc)
+        if "SIGINT: finishing" in log.read_text():
+            assert re.search(r"finishing \d+ uploads?, at most 1 m 00 s; Ctrl-C again to "
+                             r"abandon them", log.read_text())  # fmt: skip
+            proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+        stopped_after = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert code == 130, text[-2000:]
+    assert stopped_after < 15, f"took {stopped_after:.1f}s after the second Ctrl-C"
+    if "SIGINT again: abandoning" in text:
+        assert " in flight abandoned uncommitted " in text.splitlines()[-1], text[-2000:]
+    assert "Traceback" not in text
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +203,10 @@ def test_restore_stops_in_one_line_and_a_rerun_resumes_it(
     code = _interrupt_when(proc, lambda: "restored " in log.read_text(errors="replace"), sig)
     text = log.read_text()
     assert code == 128 + sig, text
-    assert text.splitlines()[-1] == f"tieredstore restore: interrupted by {sig.name}"
+    assert text.splitlines()[-1] == (
+        f"tieredstore restore: interrupted by {sig.name}; run the same command again to "
+        "resume where it stopped"
+    )
     assert "Traceback" not in text and "into" not in text  # no success line
     again = subprocess.run(
         [sys.executable, "-m", "tieredstore.cli", "restore", *_cold_args(cold), "--out", str(out)],
@@ -189,7 +229,10 @@ def test_export_stops_in_one_line_and_a_rerun_finishes_it(
     code = _interrupt_when(proc, lambda: any(out.rglob("*.parquet")), sig)
     text = log.read_text()
     assert code == 128 + sig, text
-    assert text == f"tieredstore export: interrupted by {sig.name}\n"
+    assert text == (
+        f"tieredstore export: interrupted by {sig.name}; run it again to continue where it "
+        "stopped (exported segments are kept)\n"
+    )
     again = subprocess.run(
         [sys.executable, "-m", "tieredstore.cli", *args],
         capture_output=True,

@@ -30,7 +30,7 @@ DOCS = Path(__file__).resolve().parents[3] / "docs" / "screens"
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """160 queues (one topic name too long for any screen), tiered, then 10 messages
-    behind on most queues: the status flags."""
+    behind on most queues: the status flags. No sidecar runs any more, so status warns."""
     root = tmp_path_factory.mktemp("screen")
     store = root / "store"
     now = time.time_ns() // 1_000_000
@@ -84,7 +84,7 @@ def screen_with(
     deadline = time.monotonic() + timeout
     while True:
         lines = capture(socket)
-        if len(lines) > 3 and re.search(pattern, lines[0]) and whole(lines):
+        if len(lines) >= 3 and re.search(pattern, lines[0]) and whole(lines):
             return lines
         assert time.monotonic() < deadline, "\n".join(lines)
         subprocess.run(["tmux", "-L", socket, "wait-for", "-S", "never"], timeout=5)
@@ -102,15 +102,16 @@ def test_watch_keeps_health_and_header_on_screen_and_rows_unwrapped(
         # before tmux gave the pane its size (the next one measures again).
         lines = screen_with(
             socket,
-            r" OK: 160 queues",
+            r"WARNING: 160 queues",
             lambda s: len(s) == height and re.match(r"… \d+ more queues", s[-1]) is not None,
         )
     assert len(lines) <= height
     assert all(len(line) <= width for line in lines), max(lines, key=len)
     health, blank, header, *rows = lines
-    # The date goes first on a narrow screen, never the verdict, lag or worst queue.
-    assert re.match(r"(\d{4}-\d\d-\d\dT)?\d\d:\d\d:\d\dZ OK: 160 queues", health)
-    assert re.search(r"; lag \d+ messages, .*oldest .+ \(SynthTopic\w+/\d\)$", health)
+    # The date goes first on a narrow screen, never the verdict, lag or worst queue; the
+    # writer's warning (no sidecar runs) comes after them.
+    assert re.match(r"((\d{4}-\d\d-\d\dT)?\d\d:\d\d:\d\dZ )?WARNING: 160 queues", health)
+    assert re.search(r"; lag \d+ messages, .*oldest .+ \(SynthTopic\w+/\d\)(?:; no s|$)", health)
     assert blank == ""
     assert header.startswith("topic") and " lag s" in header and " lag msgs" in header
     assert rows[-1].startswith("… ") and rows[-1].split()[2:4] == ["more", "queues"]
@@ -132,7 +133,7 @@ def test_watch_filters_by_topic_and_long_names_are_shortened_in_the_middle(
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--topic",
            "'SynthTopicLong*'", *sidecar]  # fmt: skip
     with tmux(80, 24, cmd) as socket:
-        lines = screen_with(socket, r"OK: 160 queues", lambda s: len(s) == 3 + 4)
+        lines = screen_with(socket, r"WARNING: 160 queues", lambda s: len(s) == 3 + 4)
     rows = lines[3:]
     assert len(rows) == 4 and all(r.startswith("SynthTopicLo") for r in rows)
     assert all(re.fullmatch(r"SynthTopicLo\w*…x+", r.split()[0]) for r in rows)
@@ -144,7 +145,8 @@ TWIN = "OrdersFromTheEuropeanWebShopCheckoutServiceForTheNightlyBatchReconciliat
 
 @pytest.fixture(scope="module")
 def twins(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """Topics ``TWIN0`` and ``TWIN1`` (2 queues each), tiered, then 100 messages behind."""
+    """Topics ``TWIN0`` and ``TWIN1`` (2 queues each), tiered, then 100 messages behind
+    (and no sidecar running: WARNING)."""
     root = tmp_path_factory.mktemp("twins")
     store = root / "store"
     now = time.time_ns() // 1_000_000
@@ -169,11 +171,12 @@ def test_watch_never_cuts_the_verdict_lag_oldest_age_or_worst_queue(
     cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
            *twins]  # fmt: skip
     with tmux(width, height, cmd) as socket:
-        lines = screen_with(socket, r"OK: 4 queues", lambda s: len(s) == 3 + 4)
+        lines = screen_with(socket, r"WARNING: 4 queues", lambda s: len(s) == 3 + 4)
     health, _, header, *rows = lines
     assert all(len(line) <= width for line in lines), max(lines, key=len)
     found = re.search(
-        r"OK: 4 queues.*; lag 100 messages, .*oldest [\d.]+ \w+ \((.+)/(\d)\)$", health
+        r"WARNING: 4 queues.*; lag 100 messages, .*oldest [\d.]+ \w+ \((.+)/(\d)\)(?:; no s.*|$)",
+        health,
     )
     assert found is not None, health
     worst, _ = found.groups()
@@ -197,8 +200,28 @@ def test_status_json_has_the_overall_health_and_honours_the_filters(sidecar: lis
         return doc
 
     everything = status()
-    assert everything["health"] == "OK"
-    assert str(everything["summary"]).split(" ", 1)[1].startswith("OK: 160 queues")
+    assert everything["health"] == "WARNING"  # messages wait and no sidecar runs
+    assert str(everything["summary"]).split(" ", 1)[1].startswith("WARNING: 160 queues")
+    assert isinstance(everything["writer"], dict) and everything["writer"]["state"] == "not_held"
     assert isinstance(everything["queues"], list) and len(everything["queues"]) == 160
     assert status("--problems")["queues"] == []
     assert len(status("--topic", "SynthTopic1")["queues"]) == 4  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 30)])
+def test_watch_warns_when_no_sidecar_holds_the_lease(
+    sidecar: list[str], width: int, height: int
+) -> None:
+    """Messages arrived after the only sidecar stopped: WARNING, not OK, and (where the
+    screen has room) who held the lease last and since when nobody does. ``--problems``
+    with no queue to show says so instead of drawing a bare header."""
+    cmd = [sys.executable, "-m", "tieredstore.cli", "status", "--watch", "--interval", "1s",
+           "--problems", *sidecar]  # fmt: skip
+    with tmux(width, height, cmd) as socket:
+        lines = screen_with(socket, r"(OK|WARNING): 160 queues", lambda s: len(s) == 3)
+    assert re.search(r"WARNING: 160 queues.*; lag \d+ messages, ", lines[0]), lines[0]
+    if width >= 100:  # 80 has room for the verdict and the lag, maybe no more
+        assert "; no sidecar holds the" in lines[0]
+    assert all(len(line) <= width for line in lines)
+    assert lines[2].startswith("no problems: none of the 160 queues is DIVERGED, PAUSED")

@@ -70,3 +70,16 @@ def test_rows_fit_the_width_and_the_height_keeps_the_header() -> None:
     assert lines[3].split()[1] == "49"  # the oldest lag first
     wide = render_table(many[:1], Layout())  # piped: every column, the name whole
     assert wide[1].startswith("T" + "x" * 150 + "end ") and "room MiB" in wide[0]
+
+
+def test_a_filter_that_leaves_nothing_says_so_instead_of_a_bare_header() -> None:
+    healthy = QUEUES[:2]
+    lines = frame(healthy, T0, View(problems=True)).splitlines()
+    assert lines[1:] == [
+        "",
+        "no problems: none of the 2 queues is DIVERGED, PAUSED, losing messages or unreadable",
+    ]
+    lines = frame(healthy, T0, View(topic="Nothing*")).splitlines()
+    assert lines[2:] == ["no queue matching --topic 'Nothing*' (of 2)"]
+    narrow = frame(healthy, T0, View(problems=True, layout=Layout(40, 10))).splitlines()
+    assert len(narrow[2]) == 40 and narrow[2].endswith("…")

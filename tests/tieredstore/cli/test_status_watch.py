@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue_status import QueueStatus
-from tieredstore.cli.commands.status import CLEAR, health_line, watch
+from tieredstore.cli.commands.status import CLEAR, Snapshot, health_line, watch
 from tieredstore.clock import VirtualClock
 from tieredstore.synth import SynthSpec, synthesize
 
@@ -37,6 +37,27 @@ def test_health_line_names_the_worst_and_the_oldest_lag() -> None:
     diverged = [*paused, _q("D", 0, "DIVERGED")]
     assert " CRITICAL: 5 queues (1 DIVERGED, 1 PAUSED, 3 ACTIVE);" in health_line(diverged, T0)
     assert health_line([], T0) == "2023-11-14T22:13:20Z NO QUEUES: 0 queues; lag 0 messages, 0 B"
+
+
+def test_health_line_warns_when_no_sidecar_holds_the_lease() -> None:
+    from dispatcher.queue_status import WriterState, WriterStatus
+
+    lagging = [_q("A", 0, lag_messages=3000, lag_bytes=1 << 20, lag_seconds=40.0)]
+    gone = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000,
+                        "no sidecar holds the writer lease since 2023-11-14T22:12:20Z",
+                        "last holder u@h")  # fmt: skip
+    assert health_line(lagging, T0, writer=gone) == (
+        "2023-11-14T22:13:20Z WARNING: 1 queues (1 ACTIVE); lag 3000 messages, 1.0 MiB, "
+        "oldest 40.0 s (A/0); no sidecar holds the writer lease since 2023-11-14T22:12:20Z; "
+        "last holder u@h"
+    )
+    # On a narrow screen the holder goes first, then what the line drops anyway; the
+    # verdict and the lag stay whole and the warning keeps what room is left.
+    narrow = health_line(lagging, T0, 80, writer=gone)
+    assert len(narrow) == 80 and "last holder" not in narrow and narrow.endswith("…")
+    assert narrow.startswith("WARNING: 1 queues; lag 3000 messages, oldest 40.0 s (A/0); no sid")
+    quiet = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000, None)  # nothing waits
+    assert health_line([_q("A", 0)], T0, writer=quiet).startswith("2023-11-14T22:13:20Z OK: ")
 
 
 LONG = "OrdersFromTheEuropeanWebShopCheckoutServiceForTheNightlyBatch"
@@ -65,10 +86,10 @@ async def test_watch_redraws_in_place_every_interval() -> None:
     clock = VirtualClock(start_ms=T0)
     seen: list[int] = []
 
-    def snapshot(now_ms: int) -> list[QueueStatus]:
+    def snapshot(now_ms: int) -> Snapshot:
         seen.append(now_ms)
         lag = 30 - 10 * len(seen)  # the sidecar catches up between refreshes
-        return [_q("Orders", 0, lag_messages=lag, lag_seconds=float(lag))]
+        return Snapshot([_q("Orders", 0, lag_messages=lag, lag_seconds=float(lag))])
 
     out = io.StringIO()
     task = asyncio.create_task(
@@ -91,8 +112,8 @@ async def test_watch_without_a_terminal_prints_frames_one_after_another() -> Non
     clock = VirtualClock(start_ms=T0)
     out = io.StringIO()
     task = asyncio.create_task(
-        watch(lambda _now: [_q("A", 0)], clock=clock, out=out, interval=1.0, in_place=False,
-              frames=2)
+        watch(lambda _now: Snapshot([_q("A", 0)]), clock=clock, out=out, interval=1.0,
+              in_place=False, frames=2)
     )  # fmt: skip
     await clock.advance(1.0)
     await task

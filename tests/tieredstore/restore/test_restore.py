@@ -362,3 +362,35 @@ def test_fence_markers_are_no_segment_to_restore(tiered: tuple[Path, Path], tmp_
     out = tmp_path / "out"
     _restore(cold, out)
     assert _check(cold, out).startswith("CLEAN: 2,400 messages of 4 queues")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("seconds_per_segment", "kept"), [(11.0, 7), (0.0, 0)])
+def test_a_slow_restore_saves_its_place_every_few_seconds(
+    tiered: tuple[Path, Path], tmp_path: Path, seconds_per_segment: float, kept: int
+) -> None:
+    """Far below ``commit_bytes`` (256 MiB by default), a restore still commits its
+    journal every ``commit_seconds`` (10 s): interrupted, it resumes from there, not 0."""
+    from tieredstore.restore.journal import Journal
+
+    _, cold = tiered
+    out = tmp_path / "out"
+    now = [0.0]
+
+    def monotonic() -> float:
+        return now[0]
+
+    def interrupt(p: RestoreProgress) -> None:
+        now[0] += seconds_per_segment  # the next segment's commit check sees it
+        if p.segments == 7:
+            raise KeyboardInterrupt
+
+    async def go() -> None:
+        async with open_backend(str(cold)) as backend:
+            await Restorer(backend, _params(cold), out, batch_bytes=20_000,
+                           on_progress=interrupt, monotonic=monotonic).run()  # fmt: skip
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(go())
+    journal = Journal.load(out / "tieredstore-restore.json")
+    assert journal.segments == kept  # each segment's commit check runs before its progress

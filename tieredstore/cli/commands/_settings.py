@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tieredstore.config import Settings, check_environment, load_settings
+from tieredstore.config_values import LOG_FORMATS, LOG_LEVELS
 
 #: flag dest → setting key
 _FLAGS: dict[str, str] = {
@@ -38,8 +39,8 @@ def add_settings_arguments(p: argparse.ArgumentParser, *, store: bool = True) ->
     p.add_argument("--broker", help="broker name [cold.broker]")
     p.add_argument("--state-dir", help="state directory for the catalogue [state.dir]")
     p.add_argument("--endpoint-url", help="S3 endpoint URL [cold.endpoint_url]")
-    p.add_argument("--log-format", choices=["text", "json"], help="[log.format]")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="[log.level]")
+    p.add_argument("--log-format", choices=LOG_FORMATS, help="[log.format]")
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="[log.level]")
 
 
 def settings_from_args(

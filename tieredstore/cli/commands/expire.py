@@ -4,9 +4,10 @@ Without ``--dry-run`` it takes the catalogue for writing and the writer lease, s
 runs while the sidecar is stopped (the sidecar runs the same pass every
 ``retention.interval``); it first adopts manifests the catalogue missed and finishes
 interrupted deletions. ``--dry-run`` opens the catalogue read-only, never contacts the
-cold store and changes nothing, so it also works beside a running sidecar: it prints
-each segment that would expire (queue, offsets, max store timestamp, age, retention)
-and each queue that would be destroyed, with the reason.
+cold store and changes nothing, so it also works beside a running sidecar: it prints,
+per queue, the segments that would expire (how many, the offsets they span, the newest
+max store timestamp among them, its age, the retention and the reason) and each queue
+that would be destroyed, with the reason; a real pass prints the same of what it did.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dispatcher.maintenance.retention import (
     ExpireSegment,
     QueueSnapshot,
     RetentionPolicy,
+    format_age,
     plan_purge,
     plan_retention,
     read_hot_view,
@@ -27,7 +29,7 @@ from dispatcher.maintenance.retention import (
 )
 from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
-from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
 from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
@@ -77,9 +79,9 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
     with Catalogue.read_only_for(settings) as catalogue:
         snaps: Sequence[QueueSnapshot] = snapshot_catalogue(catalogue)
     hot = read_hot_view(
-        HotStore(settings.store_path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
+        HotStore(settings.store.path), [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
     )
-    policy = RetentionPolicy.from_settings(settings)
+    policy = RetentionPolicy.of(settings.retention)
     if args.purge:
         return plan_purge(snaps, hot, topic=args.topic, now_ms=now_ms, policy=policy)
     if args.topic:
@@ -90,6 +92,7 @@ def _plan_only(settings: Settings, args: argparse.Namespace, now_ms: int) -> tup
 async def _expire(
     settings: Settings, args: argparse.Namespace, now_ms: int
 ) -> tuple[Decision, ...]:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests, interrupted deletions.
         await rt.dispatcher.start(wait_for_lease=False)
@@ -100,12 +103,38 @@ async def _expire(
         return report.decisions
 
 
+def per_queue(decisions: Sequence[Decision]) -> list[tuple[bool, str]]:
+    """One line per queue (``(expires, text)``): its expiring segments summarised — how
+    many, the offsets they span, the newest store time among them, its age and the
+    retention and reason — then each queue destroyed. In the order decided."""
+    groups: dict[tuple[str, int], list[ExpireSegment]] = {}
+    out: list[tuple[bool, str]] = []
+    for d in decisions:
+        if isinstance(d, ExpireSegment):
+            groups.setdefault((d.segment.topic, d.segment.queue_id), []).append(d)
+    for (topic, queue), segs in groups.items():
+        newest = max(segs, key=lambda d: d.max_store_timestamp)
+        reasons = sorted({d.reason.value for d in segs})
+        n = len(segs)
+        out.append((True, (
+            f"{n} segment{'s' if n != 1 else ''} "
+            f"[{min(d.segment.start_offset for d in segs)}, "
+            f"{max(d.segment.end_offset for d in segs)}) of queue {topic}/{queue}: newest "
+            f"max store timestamp {newest.max_store_timestamp} "
+            f"({iso_time(newest.max_store_timestamp, timespec='milliseconds')}), age "
+            f"{format_age(newest.age_ms)}, retention {format_age(newest.retention_ms)}: "
+            f"{', '.join(reasons)}"
+        )))  # fmt: skip
+    out += [(False, d.describe()) for d in decisions if not isinstance(d, ExpireSegment)]
+    return out
+
+
 def _print(decisions: Sequence[Decision], *, dry_run: bool, now_ms: int) -> None:
     segments = sum(isinstance(d, ExpireSegment) for d in decisions)
     queues = len(decisions) - segments
     verbs = {True: ("would expire", "would destroy"), False: ("expired", "destroyed")}[dry_run]
-    for d in decisions:
-        print(f"{verbs[0] if isinstance(d, ExpireSegment) else verbs[1]} {d.describe()}")
+    for expires, text in per_queue(decisions):
+        print(f"{verbs[0] if expires else verbs[1]} {text}")
     print(
         f"{'dry run: ' if dry_run else ''}{verbs[0]} {segments} segments and {verbs[1]} "
         f"{queues} queues (retention evaluated at {iso_time(now_ms, timespec='milliseconds')})"

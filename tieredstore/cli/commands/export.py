@@ -72,20 +72,20 @@ def _progress_text(p: ExportProgress, elapsed: float) -> str:
 
 
 async def _export(settings: Settings, args: argparse.Namespace, line: RewrittenLine) -> int:
-    options = backend_options(settings)
+    options = backend_options(settings.cold)
     request = ExportRequest(
-        cluster=settings.cluster,
-        broker=settings.broker,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
         topics=tuple(args.topics),
         since_ms=args.since,
         until_ms=args.until,
     )
     async with (
-        open_cold(settings) as cold,
+        open_cold(settings.cold) as cold,
         open_backend(args.out, options=options, retry=RetryPolicy()) as out,
     ):
         await find_tiered_prefix(
-            cold, settings.cluster, settings.broker,
+            cold, settings.cold.cluster, settings.cold.broker,
             where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
         unhook = before_each_line(line.close)
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--since {args.since} is not before --until {args.until}")
     # export needs only the cold store: the broker store and state dir are not used.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
-    _check_local_root(settings.cold_url)
+    _check_local_root(settings.cold.url)
     try:
         return asyncio.run(_export(settings, args, RewrittenLine(progress_enabled(args))))
     except OverlapError as exc:  # damaged history: refused as restore refuses it

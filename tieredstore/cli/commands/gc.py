@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _catalogue_keys(settings: Settings) -> tuple[frozenset[str], frozenset[str]]:
     """Every object key the catalogue references, and those of its COMMITTED segments
     (none when there is no catalogue)."""
-    if not (settings.state_dir / DB_NAME).exists():
+    if not (settings.state.dir / DB_NAME).exists():
         return frozenset(), frozenset()
     with Catalogue.read_only_for(settings) as catalogue:
         keys: set[str] = set()
@@ -57,7 +57,7 @@ def _catalogue_keys(settings: Settings) -> tuple[frozenset[str], frozenset[str]]
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
     clock = SystemClock()
     protected, committed = _catalogue_keys(settings)
-    backend = open_cold(settings)
+    backend = open_cold(settings.cold)
     async with backend:
         lease = lease_for(settings, backend, clock)
         if not dry_run:
@@ -66,8 +66,8 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
         try:
             report = await scan_garbage(
                 backend,
-                cluster=settings.cluster,
-                broker=settings.broker,
+                cluster=settings.cold.cluster,
+                broker=settings.cold.broker,
                 now_ms=clock.now_ms(),
                 grace_s=settings.gc.grace,
                 protected=protected,

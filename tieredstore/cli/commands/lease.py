@@ -5,7 +5,9 @@ holder's clock is from this host's). ``break --force`` frees a lease whose holde
 gone: it watches the record for one lease time on this host's monotonic clock, refuses
 (exit 1) if the record is renewed meanwhile, and otherwise releases it at the next epoch,
 which fences the old holder (:mod:`dispatcher.lease_admin`). Without ``--force`` it
-refuses (exit 3). Neither command needs the broker's store or the state directory.
+refuses (exit 3). Neither command needs the broker's store or the state directory. A
+broker prefix with no lease and nothing tiered (a typo'd ``--broker``) exits 3 naming
+the brokers that exist, as ``read``, ``export`` and ``restore`` do.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tieredstore.clock import SystemClock
 from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
 from tieredstore.logs import configure_logging
+from tieredstore.provenance import find_tiered_prefix
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,8 +42,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 async def _show(settings: Settings) -> list[str]:
     clock = SystemClock()
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         record = await lease_for(settings, backend, clock).read()
+        if record is None:  # a typo'd --broker or --cold: exit 3 naming the brokers there
+            await find_tiered_prefix(
+                backend, settings.cold.cluster, settings.cold.broker,
+                where=settings.cold_url_redacted, require_record=False,
+            )  # fmt: skip
     return describe_lease(record, now_ms=clock.now_ms())
 
 
@@ -52,7 +60,7 @@ async def _break(settings: Settings) -> str:
             flush=True,
         )
 
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         report = await break_lease(lease_for(settings, backend, SystemClock()), on_watch=announce)
     return report.describe()
 

@@ -81,12 +81,12 @@ def _print_text(m: ColdMessage, out: TextIO) -> None:
 
 
 async def _read(settings: Settings, args: argparse.Namespace, out: TextIO) -> int:
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         await find_tiered_prefix(
-            backend, settings.cluster, settings.broker,
+            backend, settings.cold.cluster, settings.cold.broker,
             where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
-        reader = ColdReader(backend, settings.cluster, settings.broker)
+        reader = ColdReader(backend, settings.cold.cluster, settings.cold.broker)
         offset = args.offset
         if args.timestamp is not None:
             boundary = BoundaryType(args.boundary)

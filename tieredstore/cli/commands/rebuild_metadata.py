@@ -15,6 +15,7 @@ import sys
 from metadata.reconcile import rebuild
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import check_cold_store
 from tieredstore.config import Settings
 
 
@@ -23,12 +24,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _rebuild(settings: Settings) -> int:
-    async with open_cold(settings, retry=None) as backend:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
+    async with open_cold(settings.cold) as backend:  # retried: an outage says so in one line
         report = await rebuild(
-            backend, settings.state_dir, cluster=settings.cluster, broker=settings.broker
+            backend, settings.state.dir, cluster=settings.cold.cluster, broker=settings.cold.broker
         )
     print(
-        f"rebuilt {settings.state_dir}: {len(report.created)} queues, "
+        f"rebuilt {settings.state.dir}: {len(report.created)} queues, "
         f"{len(report.adopted)} segments adopted, {len(report.issues)} issues"
     )
     for issue in report.issues:

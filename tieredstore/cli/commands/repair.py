@@ -23,7 +23,7 @@ from tieredstore.cli.commands._settings import (
     print_dry_run,
     settings_from_args,
 )
-from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
 from tieredstore.config import Settings
 from tieredstore.hot_store import HotStore
 from tieredstore.logs import configure_logging
@@ -37,11 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPlan:
-    backend = open_cold(settings)
+    backend = open_cold(settings.cold)
     async with backend:
         with Catalogue.read_only_for(settings) as catalogue:
             return await plan_repair(
-                hot=HotStore(settings.store_path),
+                hot=HotStore(settings.store.path),
                 backend=backend,
                 catalogue=catalogue,
                 topic=topic,
@@ -50,6 +50,7 @@ async def _plan_only(settings: Settings, topic: str, queue_id: int) -> RepairPla
 
 
 async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests, interrupted deletions.
         await rt.dispatcher.start(wait_for_lease=False)

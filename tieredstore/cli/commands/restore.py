@@ -139,8 +139,8 @@ def _params(settings: Settings, args: argparse.Namespace) -> RestoreParams:
     cq = -(-args.consume_queue_file_size // _CQ_UNIT) * _CQ_UNIT  # the broker rounds up
     return RestoreParams(
         cold_url=settings.cold_url_redacted,
-        cluster=settings.cluster,
-        broker=settings.broker,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
         topics=tuple(args.topics),
         since=args.since,
         until=args.until,
@@ -178,10 +178,10 @@ def _print_report(report: RestoreReport, seconds: float, out: TextIO) -> None:
 
 async def _restore(settings: Settings, args: argparse.Namespace, progress: bool) -> int:
     params = _params(settings, args)
-    async with open_cold(settings) as backend:
+    async with open_cold(settings.cold) as backend:
         # Before anything is written: a wrong prefix leaves no --out behind.
         await find_tiered_prefix(
-            backend, settings.cluster, settings.broker,
+            backend, settings.cold.cluster, settings.cold.broker,
             where=settings.cold_url_redacted, require_record=False,
         )  # fmt: skip
         if args.check:

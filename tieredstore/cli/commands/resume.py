@@ -23,7 +23,7 @@ from tieredstore.cli.commands._settings import (
     print_dry_run,
     settings_from_args,
 )
-from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
 from tieredstore.config import Settings
 from tieredstore.hot_store import HotStore
 from tieredstore.logs import configure_logging
@@ -44,11 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def _plan_only(settings: Settings, topic: str, queue_id: int) -> ResumePlan:
     with Catalogue.read_only_for(settings) as catalogue:
         return await plan_resume(
-            hot=HotStore(settings.store_path), catalogue=catalogue, topic=topic, queue_id=queue_id
+            hot=HotStore(settings.store.path), catalogue=catalogue, topic=topic, queue_id=queue_id
         )
 
 
 async def _resume(settings: Settings, topic: str, queue_id: int, accept: bool) -> ResumeReport:
+    await check_cold_store(settings)  # before the state dir: nothing left if unreachable
     async with open_runtime(settings) as rt:
         # start(): the lease, adoption of missed manifests and loss records.
         await rt.dispatcher.start(wait_for_lease=False)

@@ -12,16 +12,19 @@ Lifecycle of the long-running mode:
 
 * start: settings are validated and the cold store is probed (one listing of the
   lease key): a bad setting, a missing store, an unwritable state dir or an
-  unreachable cold store each end the command with one line and exit 3;
+  unreachable cold store each end the command with one line and exit 3, leaving no
+  state dir behind (it is created only once the cold store answered);
 * the HTTP API (``http.enabled``: health, metrics) and the read API (``reads.enabled``:
   message contents, the broker plugin's reads) start before the lease is acquired, each
   on its own listener, so ``/healthz`` answers 503 "starting" while the sidecar waits for
   the lease and a standby sidecar serves reads; the log lines ``HTTP API listening on
   http://HOST:PORT`` and ``read API listening on http://HOST:PORT`` give the real ports;
-* ``SIGTERM``/``SIGINT``: no new segment starts, segments in flight get
-  ``shutdown.deadline`` seconds to commit (else they are abandoned: uncommitted objects
-  are never read), the lease is released, exit 0. ``--once`` stops the same way but
-  exits 130 (SIGINT) or 143 (SIGTERM) with one line saying the pass did not finish;
+* ``SIGTERM``/``SIGINT``: no new segment starts; a line says at once how many uploads
+  are in flight and that they get at most ``shutdown.deadline`` to commit; a second
+  signal abandons them now (uncommitted objects are never read; ``gc`` removes them), as
+  the deadline does; the lease is released, exit 0. ``--once`` stops the same way but
+  exits 130 (SIGINT) or 143 (SIGTERM) with a last line saying what happened
+  (:func:`closing_line`: committed, abandoned, and whether anything is left to tier);
 * ``SIGHUP``: the config file and environment are read again; the settings that can
   change live are applied, the others are logged as needing a restart
   (:mod:`tieredstore.cli.sidecar.reload`). A reload that does not validate changes nothing.
@@ -39,20 +42,18 @@ import signal
 import sys
 from collections.abc import Callable
 
+from dispatcher.tick_report import TickReport
 from metadata.rows import QueueState
-from tieredstore.backends import open_cold
-from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.http import HttpServer, build_app
 from tieredstore.cli.sidecar.progress import ProgressLine, pass_total
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
-from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.cli.sidecar.runtime import Runtime, check_cold_store, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
-from tieredstore.config import Settings
-from tieredstore.errors import BackendError, ConfigError, RetryableError
-from tieredstore.humanize import human_bytes
-from tieredstore.layout import lease_key
+from tieredstore.config import GuardMode, Settings
+from tieredstore.errors import ConfigError
+from tieredstore.humanize import human_bytes, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
 
 log = logging.getLogger("tieredstore.run")
@@ -62,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_settings_arguments(p)
     p.add_argument("--once", action="store_true", help="one catch-up pass, then exit")
     p.add_argument("--init-policy", help="earliest | latest | timestamp:<ms> [tiering.init_policy]")
-    p.add_argument("--guard", choices=["sync", "checkpoint", "none"], help="[tiering.guard]")
+    p.add_argument("--guard", choices=[m.value for m in GuardMode], help="[tiering.guard]")
     p.add_argument("--no-wait", action="store_true", help="exit if another sidecar holds the lease")
     p.add_argument(
         "--progress",
@@ -70,23 +71,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="progress line on stderr (auto: only on a TTY)",
     )
-
-
-async def check_cold_store(settings: Settings) -> None:
-    """Probe the cold store once (a listing of the lease key, with a few quick retries).
-
-    Raises ConfigError naming ``cold.url`` when it cannot be reached or refuses us
-    (no such bucket, access denied), so a misconfigured sidecar stops at start.
-    """
-    policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
-    where = f"cold.url={settings.redacted()['cold.url']}"
-    backend = open_cold(settings, retry=policy)
-    try:
-        await backend.list(lease_key(settings.cluster, settings.broker))
-    except (RetryableError, BackendError) as exc:
-        raise ConfigError(f"cold store is unreachable: {exc}", where=where) from exc
-    finally:
-        await backend.close()
 
 
 class _Reloader:
@@ -165,12 +149,32 @@ class _Stopper:
         self._starting: asyncio.Task[None] | None = None
 
     def __call__(self, signum: signal.Signals = signal.SIGTERM) -> None:
-        log.info("stop requested (%s)", signum.name)
+        dispatcher = self.rt.dispatcher
+        if self.requested:  # the second signal: stop waiting for the segments in flight
+            log.warning(
+                "%s again: abandoning %s in flight (uncommitted: never read, gc removes them)",
+                signum.name, _uploads(dispatcher.rounds.in_flight),
+            )  # fmt: skip
+            dispatcher.abandon()
+            return
         self.requested = True
-        self.signal = self.signal or signum
-        self.rt.dispatcher.stop()
+        self.signal = signum
+        busy = dispatcher.rounds.in_flight
+        if busy:
+            log.warning(
+                "%s: finishing %s, at most %s; %s again to abandon them",
+                signum.name, _uploads(busy), human_seconds(self.rt.settings.shutdown.deadline),
+                "Ctrl-C" if signum is signal.SIGINT else signum.name,
+            )  # fmt: skip
+        else:
+            log.warning("%s: stopping (no upload in flight)", signum.name)
+        dispatcher.stop()
         if self._starting is not None:
             self._starting.cancel()
+
+    @property
+    def name(self) -> str:
+        return (self.signal or signal.SIGTERM).name
 
     def interrupted(self) -> int:
         """The exit code of a ``--once`` pass a signal stopped: 128 + the signal."""
@@ -216,9 +220,35 @@ async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settin
             await server.close()
 
 
-async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None]) -> int:
+def _uploads(n: int) -> str:
+    return f"{n} upload{'s' if n != 1 else ''}"
+
+
+def closing_line(report: TickReport, signame: str) -> str:
+    """What an interrupted ``run --once`` says last: what happened to the segments in
+    flight and what is left, so that "run again" is said only when it is true."""
+    done = f"{report.segments} segment{'s' if report.segments != 1 else ''} committed"
+    if report.abandoned:
+        head = (
+            f"stopped by {signame}: {_uploads(report.abandoned)} in flight abandoned "
+            f"uncommitted (never read; `tieredstore gc` removes them), {done}"
+        )
+    else:
+        head = f"stopped by {signame}: {done}"
+    if not report.left_messages:
+        return f"{head}; nothing is left to tier, the catch-up had finished"
+    queues = f"{report.left_queues} queue{'s' if report.left_queues != 1 else ''}"
+    return f"{head}; {report.left_messages} messages in {queues} left: run again to tier them"
+
+
+async def _catch_up(
+    rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None], closing: list[str]
+) -> int:
     if not await stopper.start():
         bar_close()
+        closing.append(
+            f"stopped by {stopper.name} before the writer lease was held; nothing tiered"
+        )
         return stopper.interrupted()
     report = await rt.dispatcher.catch_up(shutdown_deadline=rt.settings.shutdown.deadline)
     bar_close()
@@ -230,6 +260,7 @@ async def _catch_up(rt: Runtime, stopper: _Stopper, bar_close: Callable[[], None
             human_bytes(report.bytes),
             report.bytes,
         )
+        closing.append(closing_line(report, stopper.name))
         return stopper.interrupted()
     log.info(
         "catch-up done: %d segments, %d messages, %s (%d bytes)",
@@ -268,20 +299,30 @@ def _stopped_queues(rt: Runtime) -> int:
 
 
 async def _serve(
-    settings: Settings, *, once: bool, progress: bool, load: Callable[[], Settings]
+    settings: Settings,
+    *,
+    once: bool,
+    progress: bool,
+    load: Callable[[], Settings],
+    closing: list[str],
 ) -> int:
     await check_cold_store(settings)
     bar = ProgressLine(enabled=progress)
     unhook = before_each_line(bar.close)
     try:
-        return await _serve_runtime(settings, once=once, bar=bar, load=load)
+        return await _serve_runtime(settings, once=once, bar=bar, load=load, closing=closing)
     finally:
         unhook()
         bar.close()
 
 
 async def _serve_runtime(
-    settings: Settings, *, once: bool, bar: ProgressLine, load: Callable[[], Settings]
+    settings: Settings,
+    *,
+    once: bool,
+    bar: ProgressLine,
+    load: Callable[[], Settings],
+    closing: list[str],
 ) -> int:
     async with open_runtime(settings, on_segment=bar.update) as rt:
         # Everything built so far (imported modules, the runtime) lives as long as the
@@ -298,7 +339,7 @@ async def _serve_runtime(
         try:
             if once:
                 bar.measure(pass_total(rt.catalogue, rt.hot))  # a total and an ETA
-                return await _catch_up(rt, stopper, bar.close)
+                return await _catch_up(rt, stopper, bar.close, closing)
             return await _run_forever(rt, stopper, load)
         finally:
             summaries.cancel()
@@ -320,11 +361,10 @@ def run(args: argparse.Namespace) -> int:
     settings = load()
     configure_logging(settings.log.format, settings.log.level)
     progress = args.progress == "on" or (args.progress == "auto" and sys.stderr.isatty())
-    code = asyncio.run(_serve(settings, once=args.once, progress=progress, load=load))
-    if code > 128:  # said last, after the lease is released and the runtime closed
-        print(
-            f"tieredstore run: interrupted by {signal.Signals(code - 128).name} before the "
-            "catch-up finished; committed segments are kept, run again to tier the rest",
-            file=sys.stderr,
-        )
+    closing: list[str] = []  # an interrupted pass's last line (closing_line)
+    code = asyncio.run(
+        _serve(settings, once=args.once, progress=progress, load=load, closing=closing)
+    )
+    for line in closing:  # said last, after the lease is released and the runtime closed
+        print(f"tieredstore run: {line}", file=sys.stderr)
     return code

@@ -3,7 +3,8 @@ retention headroom.
 
 Reads the broker store and the catalogue (read-only, so it works next to a running
 sidecar); it never contacts the cold store. The table starts with a one-line health
-summary (:func:`health_line`). ``--watch`` redraws it in place every ``--interval``
+summary (:func:`health_line`; WARNING also when messages wait and no sidecar holds the
+writer lease, or its holder makes no progress). ``--watch`` redraws it in place every ``--interval``
 until Ctrl-C (on a terminal; piped, it prints one frame after another).
 
 Columns beyond the offsets and lag (JSON field names in brackets):
@@ -31,19 +32,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Final, TextIO
 
-from dispatcher.queue_status import QueueStatus, collect
+from dispatcher.queue_status import QueueStatus, WriterStatus, collect, writer_status
 from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import parse_duration
+from tieredstore.config import Settings, parse_duration
 from tieredstore.errors import ConfigError
 from tieredstore.hot_store import HotStore
 from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
-_STATES: Final = ("DIVERGED", "DEGRADED", "PAUSED", "ACTIVE", "DELETED")
+_STATES: Final = ("DIVERGED", "DEGRADED", "PAUSED", "STOPPED", "ACTIVE", "DELETED")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,11 +62,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def health(statuses: Sequence[QueueStatus]) -> str:
-    """The overall verdict: ``CRITICAL`` when a queue is DIVERGED or DEGRADED (cold
-    damage), ``WARNING`` when one is PAUSED or could not be read (it has a note), ``NO
-    QUEUES`` when the catalogue has none, ``OK`` otherwise. ``status --json`` gives it
-    as ``health``."""
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one look at the state dir and the broker store gives: the queues and, when
+    known, the writer (:func:`dispatcher.queue_status.writer_status`)."""
+
+    queues: Sequence[QueueStatus]
+    writer: WriterStatus | None = None
+
+
+def health(statuses: Sequence[QueueStatus], writer: WriterStatus | None = None) -> str:
+    """The overall verdict, decided here only: ``NO QUEUES`` when the catalogue has none,
+    ``CRITICAL`` when a queue is DIVERGED or DEGRADED (cold damage), ``WARNING`` when one
+    is PAUSED or could not be read (it has a note) or the writer has a warning (no
+    sidecar holds the lease while messages wait, or the holder makes no progress),
+    ``OK`` otherwise. ``status --json`` gives it as ``health``."""
     states = Counter(s.state for s in statuses)
     if not statuses:
         return "NO QUEUES"
@@ -73,40 +84,58 @@ def health(statuses: Sequence[QueueStatus]) -> str:
         return "CRITICAL"
     if states["PAUSED"] or any(s.note for s in statuses):
         return "WARNING"
+    if writer is not None and writer.warning:
+        return "WARNING"
     return "OK"
 
 
-def health_line(statuses: Sequence[QueueStatus], now_ms: int, width: int | None = None) -> str:
-    """One line: when, a verdict, queues by state, and the lag (total, oldest, where).
-
-    The verdict is ``CRITICAL`` when a queue is DIVERGED or DEGRADED, ``WARNING`` when one is PAUSED
-    or could not be read (it has a note), ``NO QUEUES`` when the catalogue has none, and
-    ``OK`` otherwise.
+def health_line(
+    statuses: Sequence[QueueStatus],
+    now_ms: int,
+    width: int | None = None,
+    *,
+    writer: WriterStatus | None = None,
+) -> str:
+    """One line: when, the verdict (:func:`health`), queues by state, the lag (total,
+    oldest, where), then the writer's warning if any and who the writer is or was.
 
     Given a ``width`` (a terminal's), the line fits it without losing what matters most
     — the verdict, the lag, the oldest age and the worst queue: first the queue counts
     by state, then the lag in bytes, the date, the time are left out, and only then is the
     worst queue's topic shortened in the middle (its queue id kept). Only a screen too
-    narrow even for that cuts the line's end.
+    narrow even for that cuts the line's end — the writer's warning, which comes after
+    the lag (who held the lease goes first of all).
     """
-    parts = _HealthParts.of(statuses, now_ms)
+    parts = _HealthParts.of(statuses, now_ms, writer)
     if width is None:
         return parts.line()
     for dropped in _DROP_ORDER:
         line = parts.line(dropped)
         if len(line) <= width:
             return line
-    room = width - len(parts.line(_DROP_ORDER[-1], topic=""))
-    return fit(parts.line(_DROP_ORDER[-1], topic=shorten_middle(parts.topic, max(room, 8))), width)
+    last = _DROP_ORDER[-1]
+    room = width - len(parts.line(last, topic="", warning=False))
+    topic = shorten_middle(parts.topic, max(room, 8))
+    base = parts.line(last, topic=topic, warning=False)
+    # The writer's warning takes what room is left after them, if it is worth showing:
+    # it never pushes the lag or the worst queue off the line.
+    if not parts.warning or len(base) + _WARNING_GLIMPSE > width:
+        return fit(base, width)
+    return fit(parts.line(last, topic=topic), width)
+
+
+#: The least of the writer's warning worth showing, its "; " included (``; no side…``).
+_WARNING_GLIMPSE: Final = 10
 
 
 #: Which optional parts of the health line go, in turn, on a narrow screen.
 _DROP_ORDER: Final[tuple[frozenset[str], ...]] = (
     frozenset(),
-    frozenset({"counts"}),
-    frozenset({"counts", "bytes"}),
-    frozenset({"counts", "bytes", "date"}),
-    frozenset({"counts", "bytes", "date", "time"}),
+    frozenset({"detail"}),
+    frozenset({"detail", "counts"}),
+    frozenset({"detail", "counts", "bytes"}),
+    frozenset({"detail", "counts", "bytes", "date"}),
+    frozenset({"detail", "counts", "bytes", "date", "time"}),
 )
 
 
@@ -124,15 +153,20 @@ class _HealthParts:
     oldest: str
     topic: str
     queue: int
+    warning: str = ""  # the writer's (no sidecar holds the lease, ...), after the lag
+    detail: str = ""  # who held it: the first part a narrow screen loses
 
     @classmethod
-    def of(cls, statuses: Sequence[QueueStatus], now_ms: int) -> _HealthParts:
+    def of(
+        cls, statuses: Sequence[QueueStatus], now_ms: int, writer: WriterStatus | None = None
+    ) -> _HealthParts:
+        warned = writer is not None and bool(writer.warning)
         states = Counter(s.state for s in statuses)
         oldest = max(statuses, key=lambda s: s.lag_seconds, default=None)
         lagging = oldest is not None and oldest.lag_seconds > 0
         return cls(
             time=iso_time(now_ms),
-            verdict=health(statuses),
+            verdict=health(statuses, writer),
             queues=len(statuses),
             counts=", ".join(f"{states[s]} {s}" for s in _STATES if states[s]),
             noted=sum(1 for s in statuses if s.note),
@@ -141,9 +175,17 @@ class _HealthParts:
             oldest=human_seconds(oldest.lag_seconds) if oldest is not None and lagging else "",
             topic=oldest.topic if oldest is not None and lagging else "",
             queue=oldest.queue if oldest is not None else 0,
+            warning=(writer.warning or "") if writer is not None and warned else "",
+            detail=writer.detail if writer is not None and warned else "",
         )
 
-    def line(self, dropped: frozenset[str] = frozenset(), *, topic: str | None = None) -> str:
+    def line(
+        self,
+        dropped: frozenset[str] = frozenset(),
+        *,
+        topic: str | None = None,
+        warning: bool = True,
+    ) -> str:
         head = f"{self.verdict}: {self.queues} queues"
         if "time" not in dropped:  # 2026-11-25T21:16:23Z, or 21:16:23Z without the date
             head = f"{self.time.partition('T')[2] if 'date' in dropped else self.time} {head}"
@@ -158,6 +200,10 @@ class _HealthParts:
         if self.oldest:
             lag += f", oldest {self.oldest} ({self.topic if topic is None else topic}/{self.queue})"
         parts.append(lag)
+        if self.warning and warning:
+            parts.append(self.warning)
+        if self.detail and warning and "detail" not in dropped:
+            parts.append(self.detail)
         return "; ".join(parts)
 
 
@@ -170,17 +216,36 @@ class View:
     layout: Layout = field(default_factory=Layout)
 
 
-def frame(statuses: Sequence[QueueStatus], now_ms: int, view: View | None = None) -> str:
-    """What one refresh shows: the health line (of every queue), a blank line, the table
-    (of the selected queues, worst first), fitted to the view's screen."""
+def frame(
+    statuses: Sequence[QueueStatus],
+    now_ms: int,
+    view: View | None = None,
+    writer: WriterStatus | None = None,
+) -> str:
+    """What one refresh shows: the health line (of every queue, and the writer), a blank
+    line, the table (of the selected queues, worst first), fitted to the view's screen."""
     view = view or View()
-    top = health_line(statuses, now_ms, view.layout.width)
+    top = health_line(statuses, now_ms, view.layout.width, writer=writer)
     shown = select(statuses, topic=view.topic, problems=view.problems)
+    if statuses and not shown:  # a filter left nothing: say so, not a bare header
+        return "\n".join([top, "", _nothing_shown(view, len(statuses))]) + "\n"
     return "\n".join([top, "", *render_table(shown, view.layout, reserved=2)]) + "\n"
 
 
+def _nothing_shown(view: View, total: int) -> str:
+    what = f"matching --topic {view.topic!r}" if view.topic is not None else ""
+    if view.problems:
+        line = (
+            f"no problems: none of the {total} queues {what + ' ' if what else ''}is "
+            "DIVERGED, PAUSED, losing messages or unreadable"
+        )
+    else:
+        line = f"no queue {what} (of {total})"
+    return line if view.layout.width is None else fit(line, view.layout.width)
+
+
 async def watch(
-    snapshot: Callable[[int], Sequence[QueueStatus]],
+    snapshot: Callable[[int], Snapshot],
     *,
     clock: Clock,
     out: TextIO,
@@ -198,7 +263,8 @@ async def watch(
     drawn = 0
     while frames is None or drawn < frames:
         now = clock.now_ms()
-        text = frame(snapshot(now), now, view())
+        seen = snapshot(now)
+        text = frame(seen.queues, now, view(), seen.writer)
         if in_place:  # no newline after the last line: the screen must not scroll
             out.write(CLEAR + text.removesuffix("\n"))
         else:
@@ -229,21 +295,27 @@ def run(args: argparse.Namespace) -> int:
 
     # status never touches the cold store, so a cold URL is not required here.
     settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})
-    hot = HotStore(settings.store_path)
+    hot = HotStore(settings.store.path)
 
-    def snapshot(now_ms: int) -> list[QueueStatus]:
+    def snapshot(now_ms: int) -> Snapshot:
         with Catalogue.open(
-            settings.state_dir,
-            cluster=settings.cluster,
-            broker=settings.broker,
+            settings.state.dir,
+            cluster=settings.cold.cluster,
+            broker=settings.cold.broker,
             read_only=True,
             cold_url=args.cold,  # checked when given (status never needs it)
         ) as catalogue:
             rows = catalogue.queues.all()
             losses = catalogue.queues.losses()
-        marks = settings.state_dir / stopped_file.FILE_NAME
+            lease = catalogue.lease()
+        marks = settings.state.dir / stopped_file.FILE_NAME
         stopped, degraded = stopped_file.load(marks), stopped_file.load_degraded(marks)
-        return mark_stopped(collect(hot, rows, now_ms, losses), stopped, degraded)
+        queues = mark_stopped(collect(hot, rows, now_ms, losses), stopped, degraded)
+        lag = sum(q.lag_messages for q in queues)
+        writer = writer_status(
+            lease, rows, lag_messages=lag, now_ms=now_ms, stall_after_s=_stall_after(settings)
+        )
+        return Snapshot(queues, writer)
 
     tty = sys.stdout.isatty()
     if args.watch:
@@ -263,18 +335,36 @@ def run(args: argparse.Namespace) -> int:
             return 0  # Ctrl-C is how a watch ends
         return 0
     now_ms = time.time_ns() // 1_000_000
-    statuses = snapshot(now_ms)
+    seen = snapshot(now_ms)
+    statuses, writer = seen.queues, seen.writer
     if args.json:
         shown = select(statuses, topic=args.topic, problems=args.problems)
         doc = {
-            "health": health(statuses),
-            "summary": health_line(statuses, now_ms),
+            "health": health(statuses, writer),
+            "summary": health_line(statuses, now_ms, writer=writer),
+            "writer": None if writer is None else _writer_json(writer),
             "queues": [asdict(s) for s in shown],
         }
         print(json.dumps(doc, indent=1))
         return 0
-    sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False)))
+    sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False), writer))
     return 0
+
+
+def _stall_after(settings: Settings) -> float:
+    """How long a lease holder may go without moving any queue while messages wait:
+    three segment ages, at least five minutes (a segment is cut within one age)."""
+    return max(300.0, 3 * settings.tiering.segment_max_age)
+
+
+def _writer_json(writer: WriterStatus) -> dict[str, object]:
+    return {
+        "state": writer.state.value,
+        "holder": writer.holder,
+        "since_ms": writer.since_ms,
+        "warning": writer.warning,
+        "detail": writer.detail,
+    }
 
 
 def _view(args: argparse.Namespace, *, tty: bool, pinned: bool) -> View:

@@ -33,8 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--append",
         type=positive_int,
         metavar="N",
-        help="append N more messages to the store synth made in --out, stamped from now "
-        "(or --start-time) as a live broker would; the other flags come from its synth.json",
+        help="append N more messages to the store synth made in --out, stamped as a live "
+        "broker would: the last about now, never in the future (or from --start-time); the "
+        "other flags come from its synth.json",
     )
     p.add_argument("--topics", type=int, default=d.topics, help="number of topics (default 4)")
     p.add_argument("--queues", type=int, default=d.queues, help="queues per topic (default 4)")
@@ -121,15 +122,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _append_times(args: argparse.Namespace, store: SyntheticStore, now_ms: int) -> tuple[int, int]:
+    """(first store time, interval) of an appended batch. With ``--start-time``: from
+    there at the store's interval. Otherwise the batch ends about now, as a live broker
+    stamps what it stores now (never the future), and starts no earlier than the store's
+    last store time: when the two do not leave room at the store's interval, the batch's
+    messages are spaced closer."""
+    interval = store.spec.interval_ms
+    last = store.last_store_time
+    if args.start_time is not None:
+        return max(args.start_time, last), interval
+    span = max(args.append - 1, 0)
+    start = recent_start(args.append, interval, now_ms)
+    if start >= last or span == 0:
+        return max(start, last), interval
+    return last, max((now_ms - last) // span, 0)
+
+
 def _append(args: argparse.Namespace, now_ms: int) -> int:
     """``--append N``: continue the store as a live broker would (later store times)."""
     try:
         store = SyntheticStore.open(args.out)
     except StoreNotFoundError as exc:  # wrong input: not a store synth made
         raise ConfigError(f"--append: {exc.message}", where=exc.where) from exc
-    stamp = max(args.start_time if args.start_time is not None else now_ms, store.last_store_time)
+    stamp, step = _append_times(args, store, now_ms)
     try:
-        store.append(args.append, store_time=stamp)
+        store.append(args.append, store_time=stamp, interval_ms=step)
     except OSError as exc:
         raise ConfigError(f"cannot write store: {exc.strerror}", where=str(args.out)) from exc
     print(

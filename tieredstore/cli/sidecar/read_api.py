@@ -131,7 +131,7 @@ def reader_for(rt: Runtime) -> ColdReader:
     )
     metrics.readahead_bytes.set_function(lambda: readahead.stats.bytes)
     return ServingReader(
-        rt.backend, rt.settings.cluster, rt.settings.broker, readahead=readahead,
+        rt.backend, rt.settings.cold.cluster, rt.settings.cold.broker, readahead=readahead,
         listing_ttl=LISTING_TTL,
     )  # fmt: skip
 

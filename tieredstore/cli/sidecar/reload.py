@@ -1,7 +1,8 @@
 """Applying a re-read configuration to a running sidecar (``SIGHUP``).
 
 Only settings that are read afresh on every tick or pass, or only when a queue is first
-seen, change live (:data:`LIVE_KEYS`): log level and format, the group-commit limits, the
+seen, change live (:data:`LIVE_KEYS`, the keys declared ``live`` in
+:mod:`tieredstore.config_keys`): log level and format, the group-commit limits, the
 tick interval, the durability guard, the init policy (for queues seen from now on), the
 topic filters, the upload bandwidth limit (the next chunk uploaded waits at the new rate)
 and the retention periods (the next retention pass uses them). Everything
@@ -10,8 +11,8 @@ interval, GC, HTTP, shutdown deadline — is wired into objects built at start a
 restart: a reload keeps the running value and says so.
 
 :func:`plan_reload` is pure; :func:`apply_reload` also swaps the dispatcher's frozen
-config and the retention policy, which are read at every use, and sets the new rate on
-the upload token bucket.
+``[tiering]`` settings and the retention policy, which are read at every use, and sets
+the new rate on the upload token bucket.
 """
 
 from __future__ import annotations
@@ -20,32 +21,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from dispatcher.maintenance.retention import RetentionPolicy
-from tieredstore.cli.sidecar.runtime import Runtime, dispatcher_config
+from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.config import SETTINGS, Settings
 
 __all__ = ["LIVE_KEYS", "ReloadPlan", "apply_reload", "plan_reload"]
 
-LIVE_KEYS: Final = frozenset(
-    {
-        "log.level",
-        "log.format",
-        "tiering.segment_max_bytes",
-        "tiering.segment_max_messages",
-        "tiering.segment_max_age",
-        "tiering.tick_interval",
-        "tiering.init_policy",
-        "tiering.guard",
-        "tiering.guard_age",
-        "tiering.max_bytes_per_second",
-        "tiering.include_topics",
-        "tiering.exclude_topics",
-        "tiering.system_topics",
-        "tiering.include_retry",
-        "tiering.include_dlq",
-        "retention.default",
-        "retention.topics",
-    }
-)
+#: The keys a ``SIGHUP`` applies at once (declared ``live`` in tieredstore/config_keys.py).
+LIVE_KEYS: Final = frozenset(s.key for s in SETTINGS if s.live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +70,8 @@ def apply_reload(rt: Runtime, new: Settings) -> ReloadPlan:
     """
     plan = plan_reload(rt.settings, new)
     if plan.applied:
-        rt.dispatcher.config = dispatcher_config(plan.settings)
-        rt.retention.policy = RetentionPolicy.from_settings(plan.settings)
+        rt.dispatcher.tiering = plan.settings.tiering
+        rt.retention.policy = RetentionPolicy.of(plan.settings.retention)
         rt.upload_limit.set_rate(plan.settings.tiering.max_bytes_per_second)
         rt.metrics.upload_rate_limit.set(rt.upload_limit.rate)
         rt.settings = plan.settings

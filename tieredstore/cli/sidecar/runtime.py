@@ -20,48 +20,49 @@ from pathlib import Path
 
 from dispatcher import stopped_file
 from dispatcher.cold_writer import ColdWriter
-from dispatcher.dispatcher import Dispatcher, DispatcherConfig, Periodic
-from dispatcher.durability import GuardMode
+from dispatcher.dispatcher import Dispatcher, Periodic
 from dispatcher.lease import Lease
 from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.metrics import Metrics
-from dispatcher.planner import Limits, SegmentPlan
-from dispatcher.topic_filter import TopicFilter
+from dispatcher.planner import SegmentPlan
 from metadata.catalogue import Catalogue
-from tieredstore.backends import open_cold
+from tieredstore.backends import backend_options, open_cold
 from tieredstore.backends.base import Backend
 from tieredstore.backends.counting import CountingBackend
+from tieredstore.backends.factory import reach_of
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.config import Settings
+from tieredstore.errors import BackendError, ConfigError
 from tieredstore.hot_store import HotStore
 from tieredstore.layout import lease_key
 from tieredstore.ratelimit import TokenBucket
 
-__all__ = ["Runtime", "dispatcher_config", "lease_for", "open_runtime"]
+__all__ = ["Runtime", "check_cold_store", "lease_for", "open_runtime"]
 
 log = logging.getLogger(__name__)
 
 
-def dispatcher_config(settings: Settings) -> DispatcherConfig:
-    return DispatcherConfig(
-        limits=Limits(
-            max_bytes=settings.tiering.segment_max_bytes,
-            max_messages=settings.tiering.segment_max_messages,
-            max_age_ms=int(settings.tiering.segment_max_age * 1000),
-        ),
-        tick_interval=settings.tiering.tick_interval,
-        concurrency=settings.tiering.concurrency,
-        read_batch_bytes=settings.tiering.read_batch_bytes,
-        init_policy=settings.tiering.init_policy,
-        guard=GuardMode(settings.tiering.guard),
-        topic_filter=TopicFilter.from_settings(settings),
-        lease_renew_interval=settings.lease.renew_interval,
-        spool_dir=settings.state_dir / "spool",
-        spool_max_bytes=settings.tiering.spool_max_bytes,
-    )
+async def check_cold_store(settings: Settings) -> None:
+    """Probe the cold store once (a listing of the lease key, with a few quick retries)
+    before anything is created locally: ``run`` and the maintenance commands call it
+    first, so a cold store that does not answer leaves no state dir behind.
+
+    Raises ColdStoreUnreachableError (the one message every command gives for this
+    fault) when it does not answer, and ConfigError naming ``cold.url`` when it refuses
+    us (no such bucket, access denied), so a misconfigured sidecar stops at start.
+    """
+    policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
+    where = f"cold.url={settings.redacted()['cold.url']}"
+    backend = open_cold(settings.cold, retry=policy)
+    try:
+        await backend.list(lease_key(settings.cold.cluster, settings.cold.broker))
+    except BackendError as exc:
+        raise ConfigError(f"cold store refused the first request: {exc}", where=where) from exc
+    finally:
+        await backend.close()
 
 
 @dataclass(slots=True)
@@ -131,7 +132,7 @@ def lease_for(settings: Settings, backend: Backend, clock: Clock) -> Lease:
     """The broker's writer lease as ``settings`` configure it (not acquired yet)."""
     return Lease(
         backend,
-        lease_key(settings.cluster, settings.broker),
+        lease_key(settings.cold.cluster, settings.cold.broker),
         clock,
         renew_interval=settings.lease.renew_interval,
         allow_unconditional_writes=settings.cold.allow_unconditional_writes,
@@ -153,13 +154,13 @@ def _assemble(
     dispatcher of :func:`open_runtime`."""
     commitlog_dir = settings.store.commitlog_dir or None
     hot = HotStore(
-        settings.store_path, commitlog_dir=Path(commitlog_dir) if commitlog_dir else None
+        settings.store.path, commitlog_dir=Path(commitlog_dir) if commitlog_dir else None
     )
     catalogue = Catalogue.open(
-        settings.state_dir,
-        cluster=settings.cluster,
-        broker=settings.broker,
-        cold_url=settings.cold_url,
+        settings.state.dir,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
+        cold_url=settings.cold.url,
     )
     stack.callback(catalogue.close)
     lease = lease_for(settings, backend, clock)
@@ -167,7 +168,7 @@ def _assemble(
     writer = _cold_writer(settings, paced, hot, catalogue, lease, clock, policy, metrics)
     retention = Retention(
         hot=hot, backend=backend, catalogue=catalogue, lease=lease, clock=clock,
-        policy=RetentionPolicy.from_settings(settings), metrics=metrics, on_step=on_deletion_step,
+        policy=RetentionPolicy.of(settings.retention), metrics=metrics, on_step=on_deletion_step,
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
@@ -178,12 +179,13 @@ def _assemble(
         lease=lease,
         writer=writer,
         clock=clock,
-        config=dispatcher_config(settings),
+        tiering=settings.tiering,
+        spool_dir=settings.state.dir / "spool",
         metrics=metrics,
         on_segment=on_segment,
         periodic=periodic,
         startup=startup,
-        stopped_path=settings.state_dir / stopped_file.FILE_NAME,
+        stopped_path=settings.state.dir / stopped_file.FILE_NAME,
     )
     return Runtime(
         settings,
@@ -210,13 +212,14 @@ async def _backend(
     a backend opened here (closed with ``stack``), counted per call for an injected one."""
     if injected is not None:
         return _counted(injected, metrics)
-    inner = open_cold(settings, retry=None)
+    inner = open_cold(settings.cold, retry=None)
     stack.push_async_callback(inner.close)
     return RetryingBackend(
         _counted(inner, metrics),
         policy,
         on_retry=lambda op, _attempt, _exc: metrics.retries.labels(op).inc(),
         sleep=clock.sleep,
+        reach=reach_of(settings.cold.url, backend_options(settings.cold)),
     )
 
 
@@ -235,8 +238,8 @@ def _cold_writer(
         backend,
         hot,
         catalogue,
-        cluster=settings.cluster,
-        broker=settings.broker,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
         writer_id=lease.owner,
         clock=clock,
         batch_bytes=settings.tiering.read_batch_bytes,
@@ -263,13 +266,13 @@ def _config_backup(
     """The config backup job (None when ``config_backup.enabled`` is false)."""
     if not settings.config_backup.enabled:
         return None
-    config_dir = settings.store.config_dir or settings.store_path / "config"
+    config_dir = settings.store.config_dir or settings.store.path / "config"
     return ConfigBackup(
         config_dir=Path(config_dir),
         backend=backend,
         lease=lease,
         clock=clock,
-        cluster=settings.cluster,
-        broker=settings.broker,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
         history=settings.config_backup.history,
     )
