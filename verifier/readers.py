@@ -566,7 +566,10 @@ class HotQueueTask:
 
 def _stored_from(hot: HotStore, queue: QueueKey, rng: HotRange, ms: int) -> int:
     """The first offset of ``rng`` stored at or after ``ms`` (``rng.max``: none); binary
-    search, store times growing with queue offsets."""
+    search, store times growing with queue offsets. At or before time 0 (a tiering
+    record's first entry may start there) every record qualifies: no record is read."""
+    if ms <= 0:
+        return rng.min
     lo, hi = rng.min, rng.max
     while lo < hi:
         mid = (lo + hi) // 2
