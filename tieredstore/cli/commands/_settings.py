@@ -58,14 +58,26 @@ def settings_from_args(
     return settings
 
 
-def positive_int(text: str) -> int:
-    """argparse type for a whole number >= 1 (``--count``, ``--jobs``, ...)."""
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type for a whole number >= 1 (``--count``, ``--jobs``, ...)."""
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type for a whole number >= 0 (``--max-bytes-per-second``, ...)."""
+    value = _whole_number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
     return value
 
 

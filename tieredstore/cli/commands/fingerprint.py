@@ -23,6 +23,7 @@ from pathlib import Path
 from tieredstore.backends import open_backend
 from tieredstore.backends.factory import COMMAND_RETRY, canonical_cold_url
 from tieredstore.backends.options import BackendOptions
+from tieredstore.cli.commands._settings import non_negative_int
 from tieredstore.clock import SystemClock
 from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
 from tieredstore.hot_store import HotStore
@@ -36,16 +37,6 @@ from verifier.fingerprint import DEFAULT_BLOCK_OFFSETS, take_fingerprint
 DEFAULT_MAX_BYTES_PER_SECOND = 64 << 20
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative")
-    return value
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True, type=Path, help="broker store root (read-only)")
     p.add_argument("--cold", required=True, help="cold store root URL (path, file://, s3://)")
@@ -55,14 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", default=None, help="S3 region")
     p.add_argument(
         "--max-bytes-per-second",
-        type=_non_negative,
+        type=non_negative_int,
         default=DEFAULT_MAX_BYTES_PER_SECOND,
         help="read at most this many hot bytes per second (0: unlimited; default "
         f"{human_bytes(DEFAULT_MAX_BYTES_PER_SECOND)}/s)",
     )
     p.add_argument(
         "--block-offsets",
-        type=_non_negative,
+        type=non_negative_int,
         default=DEFAULT_BLOCK_OFFSETS,
         help="queue offsets per digest block (default %(default)s)",
     )
