@@ -34,14 +34,14 @@ from tieredstore.cli.sidecar.progress import (
     eta,
     progress_enabled,
 )
-from tieredstore.config import Settings, parse_size
+from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConfigError
 from tieredstore.humanize import human_bytes, human_rate, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
-from tieredstore.provenance import find_tiered_prefix
 from tieredstore.restore.check import check_restored
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer, RestoreReport
+from tieredstore.settings.loader import Settings, parse_size
 
 log = logging.getLogger("tieredstore.restore")
 
