@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_spark"]
+pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_sidecar", "tests.fixtures_spark"]
 
 #: Every Spark JVM the suite starts (its session, ``tieredstore verify`` and
 #: ``spark-submit`` subprocesses, the bench scripts' smoke runs) compiles with C1 only

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests.broker.make_golden import GOLDEN_STORE
-from tests.tieredstore.cold.test_reader import tier
+from tests.fixtures_sidecar import Tier
 from tieredstore.backends import open_backend
 from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.cold.manifest import Manifest, read_manifest
 from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import InvalidNameError
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.broker.make_golden import GOLDEN_STORE
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 BROKER_B = "broker-b"
@@ -115,7 +115,7 @@ def normalise(rows: list[Row]) -> list[Row]:
 
 
 @pytest.fixture(scope="package")
-def archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
+def archive(tmp_path_factory: pytest.TempPathFactory, tier: Tier) -> Archive:
     root = tmp_path_factory.mktemp("archive")
     stores = {}
     for broker, spec in SPECS.items():
@@ -127,7 +127,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Archive:
 
 
 @pytest.fixture(scope="package")
-def golden(tmp_path_factory: pytest.TempPathFactory) -> Archive:
+def golden(tmp_path_factory: pytest.TempPathFactory, tier: Tier) -> Archive:
     root = tmp_path_factory.mktemp("golden-archive")
     # %RETRY% topics too: their names need escaping in exported partition directories.
     asyncio.run(tier(GOLDEN_STORE, str(root / "cold"), root / "state", tiering__include_retry=True))

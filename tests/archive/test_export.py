@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.tieredstore.cold.test_reader import tier
+from tests.fixtures_sidecar import Tier
 from tieredstore.archive.export import (
     DICTIONARY_COLUMNS,
     STATISTICS_COLUMNS,
@@ -144,7 +144,7 @@ def test_a_changed_segment_is_exported_again_and_its_stale_files_go(
     assert read_back(tmp_path) == normalise(archive.rows())
 
 
-def test_the_next_run_exports_only_new_segments(tmp_path: Path) -> None:
+def test_the_next_run_exports_only_new_segments(tmp_path: Path, tier: Tier) -> None:
     store, cold, state, out = (tmp_path / d for d in ("store", "cold", "state", "out"))
     synthesize(store, SynthSpec(topics=1, queues=2, messages=150, seed=9))
     asyncio.run(tier(store, str(cold), state))

@@ -12,12 +12,13 @@ from pathlib import Path
 import pyarrow.dataset as pads
 import pytest
 
-from tests.dispatcher.maintenance.test_repair import T0, TOPIC, _diverge, _repair, _settings
+from tests.fixtures_sidecar import Diverge, RepairQueue
 from tieredstore.archive.export import ExportReport, ExportRequest, export_parquet
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.store import HotStore
+from tieredstore.testing.divergence import T0, TOPIC, divergence_settings
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
@@ -44,17 +45,19 @@ def _rows(out: Path) -> collections.Counter[tuple[int, int, int]]:
 
 def test_export_after_repair_and_a_new_segment_size_has_one_row_per_offset(
     tmp_path: Path,
+    diverge: Diverge,
+    repair_queue: RepairQueue,
 ) -> None:
-    asyncio.run(_diverge(tmp_path))  # tiered in 24 KB segments, then the broker diverged
+    asyncio.run(diverge(tmp_path))  # tiered in 24 KB segments, then the broker diverged
     cold, out = tmp_path / "cold", tmp_path / "export"
     first = _export(cold, out)
     assert first.exported > 0
 
     async def repair_and_retier() -> None:
         for qid in (0, 1):
-            async with open_runtime(_settings(tmp_path)) as rt:
-                await _repair(rt, qid)
-        other_size = replace(_settings(tmp_path))
+            async with open_runtime(divergence_settings(tmp_path)) as rt:
+                await repair_queue(rt, qid)
+        other_size = replace(divergence_settings(tmp_path))
         values = dict(other_size.values, **{"tiering.segment_max_bytes": 9 << 10})
         async with open_runtime(replace(other_size, values=values)) as rt:
             await rt.dispatcher.start(wait_for_lease=False)
@@ -80,10 +83,10 @@ def test_export_after_repair_and_a_new_segment_size_has_one_row_per_offset(
     assert _rows(out) == rows
 
 
-def test_segments_retention_expired_stay_exported(tmp_path: Path) -> None:
+def test_segments_retention_expired_stay_exported(tmp_path: Path, diverge: Diverge) -> None:
     """Expiry removes a segment from the cold store, and nothing supersedes it: the
     export keeps its rows (it is the archive that outlives cold retention)."""
-    asyncio.run(_diverge(tmp_path))
+    asyncio.run(diverge(tmp_path))
     cold, out = tmp_path / "cold", tmp_path / "export"
     _export(cold, out)
     before = _rows(out)

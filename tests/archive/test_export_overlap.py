@@ -16,7 +16,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tests.tieredstore.cold.test_reader import tier
+from tests.fixtures_sidecar import Tier
 from tieredstore.cli.main import main
 from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.cold.manifest import Manifest, read_manifest
@@ -40,7 +40,7 @@ def _manifests(cold: Path) -> dict[int, tuple[Path, Manifest]]:
     return out
 
 
-def _overlapping_cold(tmp_path: Path) -> tuple[Path, Manifest]:
+def _overlapping_cold(tmp_path: Path, tier: Tier) -> tuple[Path, Manifest]:
     """A cold root whose queue commits some offsets twice; return it and the intruder."""
     store = synthesize(tmp_path / "store", SPEC).root
     cold, other = tmp_path / "cold", tmp_path / "other"
@@ -62,9 +62,9 @@ def _export(cold: str, out: str, *flags: str) -> int:
 
 
 def test_overlapping_history_is_refused_with_exit_2_and_nothing_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tier: Tier
 ) -> None:
-    cold, intruder = _overlapping_cold(tmp_path)
+    cold, intruder = _overlapping_cold(tmp_path, tier)
     out = tmp_path / "out"
     capsys.readouterr()
     assert _export(str(cold), str(out)) == 2
@@ -76,9 +76,9 @@ def test_overlapping_history_is_refused_with_exit_2_and_nothing_written(
 
 @pytest.mark.s3
 def test_overlapping_history_on_s3_is_refused(
-    tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, s3_bucket: S3Bucket, capsys: pytest.CaptureFixture[str], tier: Tier
 ) -> None:
-    cold, intruder = _overlapping_cold(tmp_path)
+    cold, intruder = _overlapping_cold(tmp_path, tier)
     fs = fsspec.filesystem("s3", endpoint_url=s3_bucket.endpoint_url, key=ACCESS_KEY,
                            secret=SECRET_KEY)  # fmt: skip
     fs.pipe({f"{s3_bucket.name}/cold/{p.relative_to(cold)}": p.read_bytes()

@@ -8,9 +8,9 @@ import hashlib
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.broker.make_golden import GOLDEN_MANIFEST
-from tests.broker.manifest import Manifest as GoldenManifest
-from tests.broker.traffic import Kind
+from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST
+from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
+from tieredstore.testing.broker.traffic import Kind
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.archive import read_archive
 

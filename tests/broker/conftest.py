@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.broker.conformance import index_store
-from tests.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
-from tests.broker.sidecar import LiveSidecar
-from tests.broker.suite import StoreView
 from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.conformance import index_store
+from tieredstore.testing.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
+from tieredstore.testing.broker.sidecar import LiveSidecar
+from tieredstore.testing.broker.suite import StoreView
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.broker.scenario import BrokerRun
-from tests.broker.suite import ConformanceSuite, StoreView
+from tieredstore.testing.broker.scenario import BrokerRun
+from tieredstore.testing.broker.suite import ConformanceSuite, StoreView
 
 pytestmark = pytest.mark.broker
 

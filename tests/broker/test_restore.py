@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.restore_scenario import (
+from tieredstore.backends import open_backend
+from tieredstore.cli.main import main
+from tieredstore.cold.reader import ColdReader
+from tieredstore.formats.msgid import decode_offset_msg_id
+from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.restore_scenario import (
     BROKER,
     CLUSTER,
     ORDERS,
@@ -32,21 +37,22 @@ from tests.broker.restore_scenario import (
     produce,
     query_keys,
     queue_counts,
-    tieredstore,
     wait_dispatched,
 )
-from tests.broker.scenario import now_ms, wait_for_clean_stop
-from tests.broker.traffic import ExpectedMessage
-from tieredstore.backends import open_backend
-from tieredstore.cold.reader import ColdReader
-from tieredstore.formats.msgid import decode_offset_msg_id
-from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.scenario import now_ms, wait_for_clean_stop
+from tieredstore.testing.broker.traffic import ExpectedMessage
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
+
+
+def tieredstore(*args: str) -> int:
+    """Run a ``tieredstore`` command in this process; return its exit code."""
+    return main(list(args))
+
 
 pytestmark = pytest.mark.broker
 
@@ -67,13 +73,15 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
         consumed = consume_group(cluster, ORDERS, len(orders1), "group-before")
         assert consumed == orders1
         src = Source(cluster, work / "cold", work / "state", tuple(batch1), (), frozenset(), 0, 0)
-        assert src.sidecar(cluster.store_root, "--guard", "none") == 0  # segment 1 per queue
+        assert (
+            tieredstore(*src.sidecar_args(cluster.store_root, "--guard", "none")) == 0
+        )  # segment 1
         start = now_ms()
         batch2 = produce(cluster, plan_batch(2, 450, 240), "batch2")
         end = now_ms()
         wait_dispatched(cluster, queue_counts(batch1 + batch2))
         wait_for_clean_stop(cluster)  # the broker writes config/ as it stops
-        assert src.sidecar(cluster.store_root) == 0  # segment 2; config copied on change
+        assert tieredstore(*src.sidecar_args(cluster.store_root)) == 0  # segment 2; config copied
         shutil.rmtree(cluster.store_root)  # the broker is lost
         yield Source(
             cluster,
@@ -105,8 +113,8 @@ def _restored(
     source: Source, tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str
 ) -> Path:
     out = tmp_path_factory.mktemp(name) / "store"
-    assert source.restore(out, *extra) == 0
-    assert source.restore(out, "--check") == 0
+    assert tieredstore(*source.restore_args(out, *extra)) == 0
+    assert tieredstore(*source.restore_args(out, "--check")) == 0
     return out
 
 
@@ -133,7 +141,7 @@ def test_full_restore_serves_every_message(source: Source, full_restore: Path) -
     _assert_offsets_continue(batch3, counts)
     _assert_offset_ids_follow_positions(full_restore, d)
     # The sidecar tiers the restored broker on into the same cold prefix.
-    assert source.sidecar(full_restore, "--guard", "none") == 0
+    assert tieredstore(*source.sidecar_args(full_restore, "--guard", "none")) == 0
     _assert_cold_ends(source, queue_counts(list(source.messages) + batch3))
 
 

@@ -13,22 +13,34 @@ stock Java client (``BrokerTool consume``).
 
 from __future__ import annotations
 
-import base64
 import itertools
-import random
-import socket
-import struct
-import urllib.request
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.broker.sidecar import LiveSidecar
-from tests.broker.traffic import ExpectedMessage, Kind, PlannedMessage, read_results, write_plan
 from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.serving import (
+    BATCHES,
+    QUEUES,
+    TOPIC,
+    Delivery,
+    all_tiered,
+    by_queue,
+    cold_commit,
+    free_port,
+    old_files_deleted,
+    parse_deliveries,
+    plan_messages,
+)
+from tieredstore.testing.broker.sidecar import LiveSidecar
+from tieredstore.testing.broker.traffic import (
+    ExpectedMessage,
+    Kind,
+    read_results,
+    write_plan,
+)
 from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
@@ -40,87 +52,7 @@ from tieredstore.testing.rocketmq import (
 
 pytestmark = pytest.mark.broker
 
-TOPIC = "TieredStoreServed"
-QUEUES = 2
 MESSAGES = 2400
-BATCHES = 10
-
-
-@dataclass(frozen=True)
-class Delivery:
-    queue_id: int
-    queue_offset: int
-    msg_id: str
-    store_timestamp: int
-    tags: str
-    keys: str
-    properties: dict[str, str]
-    body_sha256: str
-
-
-def _text(b64: str) -> str:
-    return base64.b64decode(b64).decode() if b64 else ""
-
-
-def parse_deliveries(path: Path) -> list[Delivery]:
-    """BrokerTool's "M" lines (see its ``dump`` and ``consume`` commands), in order."""
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        _m, _topic, qid, off, msg_id, _omid, ts, tags, keys, props, sha, _len = line.split("\t")
-        pairs = [p.split("\x01", 1) for p in _text(props).split("\x02") if p]
-        out.append(Delivery(int(qid), int(off), msg_id, int(ts), _text(tags), _text(keys),
-                            dict(pairs), sha))  # fmt: skip
-    return out
-
-
-def _plan(n: int, seed: int) -> list[PlannedMessage]:
-    """Plain messages: tags TagA/TagB/none, keys, user properties, 1 in 12 bodies over the
-    client's 4 KiB compression threshold (compressible text: stored zlib-compressed), the
-    first ``BATCHES`` x 8 sent as batches."""
-    rng = random.Random(seed)
-    plan = []
-    for i in range(n):
-        if i % 12 == 5:
-            body = (" ".join(f"word{rng.randrange(50)}" for _ in range(1500))).encode()[:7000]
-        else:
-            body = rng.randbytes(rng.randint(300, 2600))
-        tags = rng.choice(("TagA", "TagB", None))
-        keys = (f"key-{i}",) + ((f"order#{i % 7}",) if i % 3 == 0 else ())
-        props = {"i": str(i), **({"note": "ünïcødé"} if i % 5 == 0 else {})}
-        # The first BATCHES x 8 go out as batches (send(Collection)), so cold holds some.
-        kind, batch = (Kind.BATCH, i // 8) if i < BATCHES * 8 else (Kind.NORMAL, 0)
-        plan.append(PlannedMessage(i, kind, TOPIC, tags, keys, props, body, batch))
-    return plan
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _tiered(sidecar: LiveSidecar, store: Path) -> bool:
-    """The sidecar's cold commit has reached hot max for every queue of TOPIC."""
-    hot = HotStore(store)
-    maxes = [hot.queue_range(TOPIC, q).max for q in range(QUEUES)]
-    return all(maxes) and all(_cold_commit(sidecar, q) == m for q, m in enumerate(maxes))
-
-
-def _cold_commit(sidecar: LiveSidecar, queue: int) -> int:
-    url = f"{sidecar.reads_url()}/v1/cold/range?topic={TOPIC}&queue={queue}"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        _magic, _lo, hi, _ts = struct.unpack(">4sqqq", reply.read())
-    return int(hi)
-
-
-def _old_files_deleted(store: Path) -> bool:
-    hot = HotStore(store)
-    return all(
-        hot.cq_files(TOPIC, q).files
-        and hot.cq_files(TOPIC, q).files[0].base > 0
-        and hot.queue_range(TOPIC, q).min > 0
-        for q in range(QUEUES)
-    )
 
 
 @dataclass
@@ -167,7 +99,7 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Produced]:
     jar = build_plugin()
     toolchain = prepare_toolchain()
     toolchain = type(toolchain)(toolchain.version, toolchain.lib_dir, toolchain.classes_dir, (jar,))
-    reads_port = _free_port()
+    reads_port = free_port()
     plugin_conf = (
         ("messageStorePlugIn", PLUGIN_CLASS),
         ("tieredstoreReadAddress", f"127.0.0.1:{reads_port}"),
@@ -183,13 +115,13 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Produced]:
     overrides = {"TIEREDSTORE_READS_PORT": str(reads_port), "TIEREDSTORE_READS_ENABLED": "true"}
     with cluster, LiveSidecar.start(cluster, workdir / "tiering", overrides=overrides) as sidecar:
         cluster.create_topics({TOPIC: QUEUES})
-        plan = _plan(MESSAGES, seed=29)
+        plan = plan_messages(MESSAGES, seed=29)
         write_plan(plan, workdir / "plan.tsv")
         cluster.run_tool("produce", cluster.namesrv_addr, str(workdir / "plan.tsv"),
                          str(workdir / "results.tsv"))  # fmt: skip
         results = read_results(plan, workdir / "results.tsv")
         assert all(m.send_status == "SEND_OK" for m in results)
-        wait_until(lambda: _tiered(sidecar, cluster.store_root), timeout=180,
+        wait_until(lambda: all_tiered(sidecar, cluster.store_root), timeout=180,
                    what="the sidecar to tier")  # fmt: skip
         yield Produced(cluster, sidecar, workdir, results, plugin_conf, overrides)
 
@@ -216,7 +148,7 @@ def served(produced: Produced) -> Served:
     produced.set_plugin(True)
     cluster, store = produced.cluster, produced.cluster.store_root
     cluster.run_tool("expire", cluster.namesrv_addr, cluster.broker_addr)
-    wait_until(lambda: _old_files_deleted(store), timeout=120,
+    wait_until(lambda: old_files_deleted(store), timeout=120,
                what="the broker to delete its old commitlog and CQ files")  # fmt: skip
     hot = HotStore(store)
     ranges = {q: hot.queue_range(TOPIC, q) for q in range(QUEUES)}
@@ -226,13 +158,6 @@ def served(produced: Produced) -> Served:
         {q: r.min for q, r in ranges.items()}, {q: r.max for q, r in ranges.items()},
         produced.overrides, produced,
     )  # fmt: skip
-
-
-def _by_queue(deliveries: list[Delivery]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = defaultdict(list)
-    for d in deliveries:
-        out[d.queue_id].append(d.queue_offset)
-    return out
 
 
 def _check_as_produced(served: Served, deliveries: list[Delivery]) -> None:
@@ -258,7 +183,7 @@ def test_while_hot_starts_at_0_a_default_group_starts_where_it_would_without_the
     hot = HotStore(produced.cluster.store_root)
     maxes = {q: hot.queue_range(TOPIC, q).max for q in range(QUEUES)}
     assert all(hot.queue_range(TOPIC, q).min == 0 for q in range(QUEUES)), "hot must start at 0"
-    assert all(_cold_commit(produced.sidecar, q) == maxes[q] for q in range(QUEUES))
+    assert all(cold_commit(produced.sidecar, q) == maxes[q] for q in range(QUEUES))
     every = {q: list(range(maxes[q])) for q in range(QUEUES)}
     starts = {}
     for on in (False, True):
@@ -266,7 +191,7 @@ def test_while_hot_starts_at_0_a_default_group_starts_where_it_would_without_the
         name = "plugin" if on else "stock"
         got = produced.consume(f"default-hot0-{name}", "push-concurrent", f"GID_hot0_{name}",
                                TOPIC, "default", "*", str(sum(maxes.values())), "0")  # fmt: skip
-        lists = _by_queue(got)
+        lists = by_queue(got)
         starts[on] = {q: min(offsets) for q, offsets in lists.items()}
         assert {q: sorted(set(offsets)) for q, offsets in lists.items()} == every, name
     assert starts[True] == starts[False]
@@ -280,7 +205,7 @@ def test_a_new_group_from_the_first_offset_reads_cold_then_hot(served: Served) -
     got = served.consume("push-first", "push", "GID_served_first", TOPIC, "first", "*",
                          str(total), "0")  # fmt: skip
     # Exactly once per queue offset, in order per queue, from 0 through cold into hot.
-    assert _by_queue(got) == {q: list(range(served.hot_max[q])) for q in range(QUEUES)}
+    assert by_queue(got) == {q: list(range(served.hot_max[q])) for q in range(QUEUES)}
     _check_as_produced(served, got)
     compressed = [m for m in served.messages.values() if m.body_length > 4096]
     assert any(m.queue_offset < served.hot_min[m.queue_id] for m in compressed)
@@ -307,7 +232,7 @@ def test_a_lite_pull_consumer_and_a_tag_filter(served: Served) -> None:
     total = sum(served.hot_max.values())
     got = served.consume("lite-first", "lite", "GID_served_lite", TOPIC, "first", "*",
                          str(total), "0")  # fmt: skip
-    lists = _by_queue(got)
+    lists = by_queue(got)
     for q in range(QUEUES):  # fresh messages from the test before may follow
         assert lists[q][: served.hot_max[q]] == list(range(served.hot_max[q]))
         assert len(set(lists[q])) == len(lists[q])
@@ -317,7 +242,7 @@ def test_a_lite_pull_consumer_and_a_tag_filter(served: Served) -> None:
     got = served.consume("push-taga", "push", "GID_served_taga", TOPIC, "first", "TagA",
                          str(len(tagged)), "0")  # fmt: skip
     assert sorted((d.queue_id, d.queue_offset) for d in got) == tagged
-    assert all(b > a for q in _by_queue(got).values() for a, b in itertools.pairwise(q))
+    assert all(b > a for q in by_queue(got).values() for a, b in itertools.pairwise(q))
     _check_as_produced(served, got)
 
 
@@ -347,7 +272,7 @@ def test_a_sql92_filter_reads_exactly_the_matching_messages_through_cold(served:
     got = served.consume("push-sql", "push", "GID_served_sql", TOPIC, "first", sql,
                          str(len(expected)), "0")  # fmt: skip
     assert sorted((d.queue_id, d.queue_offset) for d in got) == expected
-    assert all(b > a for q in _by_queue(got).values() for a, b in itertools.pairwise(q))
+    assert all(b > a for q in by_queue(got).values() for a, b in itertools.pairwise(q))
     _check_as_produced(served, got)
 
 
@@ -366,7 +291,7 @@ def test_reset_offset_by_time_to_a_time_only_cold_holds(served: Served) -> None:
     remaining = sum(served.hot_max[q] - expected_start[q] for q in range(QUEUES))
     got = served.consume("push-reset", "push", group, TOPIC, "default", "*",
                          str(remaining), "0")  # fmt: skip
-    lists = _by_queue(got)
+    lists = by_queue(got)
     for q in range(QUEUES):
         assert lists[q][0] == expected_start[q], (q, lists[q][:3])
         assert lists[q][: served.hot_max[q] - expected_start[q]] == list(
@@ -402,7 +327,7 @@ def test_the_sidecar_stopped_mid_read_pauses_the_consumer_and_skips_nothing(
             tool.kill()
             tool.wait()
     got = parse_deliveries(out)
-    lists = _by_queue(got)
+    lists = by_queue(got)
     for q in range(QUEUES):  # fresh messages from an earlier test may follow
         assert lists[q][: served.hot_max[q]] == list(range(served.hot_max[q]))
         assert len(set(lists[q])) == len(lists[q])
@@ -422,7 +347,7 @@ def test_control_without_the_plugin_the_broker_answers_as_stock(served: Served) 
     expected = sum(r.max - r.min for r in ranges.values())
     got = served.consume("push-control", "push", "GID_served_control", TOPIC, "first", "*",
                          str(expected), "0")  # fmt: skip
-    assert _by_queue(got) == {q: list(range(r.min, r.max)) for q, r in ranges.items()}
+    assert by_queue(got) == {q: list(range(r.min, r.max)) for q, r in ranges.items()}
 
     got = served.consume("push-control-default", "push-concurrent", "GID_control_default",
                          TOPIC, "default", "*", "8", "8")  # fmt: skip

@@ -17,20 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.sidecar import LiveSidecar
-from tests.broker.test_serving_plugin import (
+from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.serving import (
     BATCHES,
     QUEUES,
     TOPIC,
-    _by_queue,
-    _free_port,
-    _old_files_deleted,
-    _plan,
-    _tiered,
+    all_tiered,
+    by_queue,
+    free_port,
+    old_files_deleted,
     parse_deliveries,
+    plan_messages,
 )
-from tests.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
-from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.sidecar import LiveSidecar
+from tieredstore.testing.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
 from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
@@ -59,7 +59,7 @@ def newest(
     jar = build_plugin()  # as users build it: against the POM's 5.3.3
     base = prepare_toolchain(NEWEST)
     toolchain = Toolchain(base.version, base.lib_dir, base.classes_dir, (jar,))
-    reads_port = _free_port()
+    reads_port = free_port()
     settings = BrokerSettings(
         commitlog_file_size=256 << 10,
         max_message_size=64 << 10,
@@ -74,16 +74,16 @@ def newest(
     overrides = {"TIEREDSTORE_READS_PORT": str(reads_port), "TIEREDSTORE_READS_ENABLED": "true"}
     with cluster, LiveSidecar.start(cluster, workdir / "tiering", overrides=overrides) as sidecar:
         cluster.create_topics({TOPIC: QUEUES})
-        plan = _plan(MESSAGES, seed=551)
+        plan = plan_messages(MESSAGES, seed=551)
         write_plan(plan, workdir / "plan.tsv")
         cluster.run_tool("produce", cluster.namesrv_addr, str(workdir / "plan.tsv"),
                          str(workdir / "results.tsv"))  # fmt: skip
         results = read_results(plan, workdir / "results.tsv")
         assert all(m.send_status == "SEND_OK" for m in results)
         store = cluster.store_root
-        wait_until(lambda: _tiered(sidecar, store), timeout=180, what="the sidecar to tier")
+        wait_until(lambda: all_tiered(sidecar, store), timeout=180, what="the sidecar to tier")
         cluster.run_tool("expire", cluster.namesrv_addr, cluster.broker_addr)
-        wait_until(lambda: _old_files_deleted(store), timeout=120,
+        wait_until(lambda: old_files_deleted(store), timeout=120,
                    what="the broker to delete its old commitlog and CQ files")  # fmt: skip
         yield cluster, workdir, results
 
@@ -101,7 +101,7 @@ def test_a_new_group_from_the_first_offset_reads_cold_then_hot_on_the_newest_5x(
     cluster.run_tool("consume", cluster.namesrv_addr, "push", "GID_newest_first", TOPIC,
                      "first", "*", str(total), "0", "240000", str(out), timeout=300)  # fmt: skip
     got = parse_deliveries(out)
-    assert _by_queue(got) == {q: list(range(r.max)) for q, r in ranges.items()}
+    assert by_queue(got) == {q: list(range(r.max)) for q, r in ranges.items()}
     messages = {(m.queue_id, m.queue_offset): m for m in results}
     for d in got:
         m = messages[(d.queue_id, d.queue_offset)]

@@ -9,12 +9,12 @@ import pytest
 
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
-from tests.broker.scenario import BrokerRun
-from tests.broker.traffic import Kind
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.loader import SETTINGS
+from tieredstore.testing.broker.scenario import BrokerRun
+from tieredstore.testing.broker.traffic import Kind
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.rocketmq import wait_until
 
 pytestmark = pytest.mark.broker

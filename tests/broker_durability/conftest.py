@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.broker.sidecar import LiveSidecar
+from tieredstore.testing.broker.sidecar import LiveSidecar
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.retention import retention_settings
+
+#: ``await tier_expiring(tmp_path, clock)``: see :func:`tier_expiring`.
+TierExpiring = Callable[[Path, VirtualClock], Coroutine[Any, Any, None]]
 
 
 @pytest.fixture
@@ -16,3 +24,20 @@ def store(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     spec = request.module.SPEC
     assert isinstance(spec, SynthSpec), f"{request.module.__name__} defines no SPEC"
     return synthesize(tmp_path / "store", spec).root
+
+
+async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
+    async with open_runtime(retention_settings(tmp_path), clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert not (await rt.dispatcher.catch_up()).errors
+        for q in rt.catalogue.queues.all():
+            assert len(rt.catalogue.segments.of(q.topic, q.queue_id)) >= 3
+
+
+@pytest.fixture(scope="session")
+def tier_expiring() -> TierExpiring:
+    """Tier the retention tests' store (:mod:`tieredstore.testing.retention`, written at
+    ``tmp_path / "store"``) completely with the real sidecar runtime at ``clock``'s time,
+    in several segments per queue. A fixture, not test support: it runs the CLI's
+    runtime, which ``tieredstore.testing`` (core layer) never imports."""
+    return _tier_expiring

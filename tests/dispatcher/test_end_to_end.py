@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

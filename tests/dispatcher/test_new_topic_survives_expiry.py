@@ -30,12 +30,12 @@ import pytest
 from dispatcher.maintenance.retention import DestroyQueue, ExpireSegment
 from dispatcher.tiering.planner import SegmentPlan
 from metadata.rows import QueueState
-from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 T0 = 1_800_000_000_000

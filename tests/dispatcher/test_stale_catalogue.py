@@ -29,13 +29,13 @@ import pytest
 from dispatcher.maintenance.repair import execute_repair, plan_repair
 from dispatcher.maintenance.retention import delete_segment
 from metadata.rows import QueueState
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import CatalogueError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 T0 = 1_800_000_000_000

@@ -15,7 +15,7 @@ from dispatcher.metrics import Metrics
 from tieredstore.cli.sidecar.summary import Summary, log_summaries
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar import start
+from tieredstore.testing.sidecar import start, wait_for_log
 
 T0 = 1_700_000_000_000
 
@@ -70,8 +70,6 @@ async def test_one_line_per_interval_on_the_clock(caplog: pytest.LogCaptureFixtu
 
 @pytest.mark.slow
 def test_a_working_sidecar_logs_summaries_and_each_start_up_line_once(tmp_path: Path) -> None:
-    from tests.tieredstore.cli.test_signals import wait_for
-
     synthesize(tmp_path / "store", SynthSpec(topics=2, queues=2, messages=4000))
     log = tmp_path / "run.log"
     proc = start(
@@ -80,7 +78,7 @@ def test_a_working_sidecar_logs_summaries_and_each_start_up_line_once(tmp_path: 
         TIEREDSTORE_TIERING_MAX_BYTES_PER_SECOND="256K",  # seconds of work, not a blink
     )  # fmt: skip
     try:
-        wait_for(log, r"INFO +tieredstore\.summary: tiered [1-9][\d,]* segments", proc)
+        wait_for_log(log, r"INFO +tieredstore\.summary: tiered [1-9][\d,]* segments", proc)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
     finally:

@@ -14,7 +14,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.metrics import Metrics
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.faults import FaultyBackend
@@ -23,6 +22,7 @@ from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify

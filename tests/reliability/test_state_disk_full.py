@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 

@@ -4,13 +4,18 @@
 several commitlog and CQ files) tiered with the real segment codec into 100-message
 segments under a local cold root. ``world`` gives each test its own copy of the cold
 root (and, on request, of the hot store) so damage never leaks between tests.
+
+:func:`sample_result` and :func:`history_run` build finished runs without Spark for the
+report and publishing tests (``reporting/``, ``test_quiet.py``, ``test_config_and_progress.py``):
+they are made of the verifier's own result types, so they live here, not in
+``tieredstore.testing`` (core layer, which never imports the verifier).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,8 @@ from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.cli import main as job_main
+from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.vocabulary import Level, VerifyOptions
 
 SPEC = SynthSpec(
     topics=3,
@@ -113,3 +120,53 @@ def world(pristine: World, tmp_path: Path, spark: SparkSession) -> World:
 def hot_copy(world: World, tmp_path: Path) -> World:
     shutil.copytree(world.hot, tmp_path / "hot")
     return World(tmp_path / "hot", world.cold, world.out, world.image)
+
+
+DAY_MS = 86_400_000
+
+
+def sample_result(tmp_path: Path, anomalies: list[Anomaly]) -> VerificationResult:
+    """A finished content-level run of one queue (``T<&>``, cold 0..90 of hot 0..100) with
+    ``anomalies``: the report and publishing tests' input, built without Spark."""
+    opts = VerifyOptions(
+        hot=tmp_path,
+        cold_url="s3://user:secret@bucket/prefix",
+        cluster="C",
+        broker="B",
+        now_ms=1_700_000_000_000,
+        level=Level.CONTENT,
+    )
+    queue = QueueReport(
+        topic="T<&>",
+        queue_id=0,
+        hot_present=True,
+        hot_min=0,
+        hot_max=100,
+        cold_min=0,
+        cold_max=90,
+        segments=3,
+        cold_messages=90,
+        cold_bytes=9000,
+        lag_messages=10,
+        lag_seconds=1.5,
+        units_compared=90,
+        bytes_compared=9000,
+        cold_only=0,
+        pending_objects=0,
+    )
+    totals = Totals(1, 3, 0, 9, 0, 0, 90, 9000, 0, 10)
+    return VerificationResult(
+        opts, (queue,), tuple(anomalies), totals, (), 1_700_000_000_000, 0, 10
+    )
+
+
+def history_run(tmp_path: Path, day: int, anomalies: list[Anomaly], lag: int) -> VerificationResult:
+    """:func:`sample_result` as the run of ``day`` (days after the first), ``lag`` messages
+    behind: one of a series of dated runs for ``history.html``."""
+    base = sample_result(tmp_path, anomalies)
+    finished = 1_700_000_000_000 + day * DAY_MS
+    queue = replace(base.queues[0], lag_messages=lag, lag_seconds=float(lag))
+    totals = replace(base.totals, lag_messages=lag, bytes_compared=day << 20)
+    return replace(
+        base, queues=(queue,), totals=totals, started_ms=finished - 1, finished_ms=finished
+    )

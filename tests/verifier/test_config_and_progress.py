@@ -13,7 +13,7 @@ import pytest
 from tieredstore.cli.main import main as cli_main
 from tieredstore.testing.settings import BROKER, CLUSTER
 
-from .conftest import World
+from .conftest import World, sample_result
 
 
 def _config(path: Path, world: World, state: Path) -> Path:
@@ -104,9 +104,7 @@ def test_the_last_stage_line_counts_the_queues_by_status_worst_first(tmp_path: P
     from verifier.cli import _queues_done
     from verifier.outcome import Anomaly
 
-    from .reporting.test_report import _result
-
-    base = _result(tmp_path, [])
+    base = sample_result(tmp_path, [])
     q = base.queues[0]
     queues = tuple(replace(q, topic=t) for t in ("A", "B", "C", "D"))
     anomalies = (

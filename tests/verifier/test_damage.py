@@ -18,6 +18,7 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import generate_messages
 from tieredstore.testing.coldimage import age, build
+from tieredstore.testing.report_doc import found, queue_doc
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier import schemas
 
@@ -27,20 +28,6 @@ pytestmark = pytest.mark.spark
 
 Q = QueueKey("SynthTopic1", 0)
 TWO_HOURS = 7200.0
-
-
-def found(doc: dict[str, Any]) -> set[tuple[Any, ...]]:
-    """The report's anomalies as (class, topic, queue, start, end, object key)."""
-    return {
-        (a["anomaly"], a["topic"], a["queue_id"], a["start"], a["end"], a["object_key"])
-        for a in doc["anomalies"]
-    }
-
-
-def queue_doc(doc: dict[str, Any], q: QueueKey) -> dict[str, Any]:
-    rows: list[dict[str, Any]] = doc["queues"]
-    (row,) = [r for r in rows if (r["topic"], r["queue_id"]) == (q.topic, q.queue_id)]
-    return row
 
 
 def hot_range(world: World, q: QueueKey = Q) -> tuple[int, int]:

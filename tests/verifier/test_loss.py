@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.dispatcher.maintenance.test_resume import SPEC as LOSSY_SPEC
-from tests.dispatcher.maintenance.test_resume import TOPIC, _lose_untiered_head
 from tieredstore.cli.main import main as cli_main
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.lost_head import SPEC as LOSSY_SPEC
+from tieredstore.testing.lost_head import TOPIC, lose_untiered_head
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 
 from .conftest import World, delete_hot_head
 
@@ -86,7 +86,8 @@ def _verify(store: Path, cold: Path, out: Path) -> tuple[int, dict[str, Any]]:
 def test_paused_is_corrupt_resumed_is_dirty(tmp_path: Path, spark: SparkSession) -> None:
     store, cold, state = tmp_path / "store", tmp_path / "cold", tmp_path / "state"
     synthesize(store, LOSSY_SPEC)
-    start, end = _lose_untiered_head(store, str(cold), state)
+    assert cli_main(["run", "--once", *location_args(store, str(cold), state)]) == 0
+    start, end = lose_untiered_head(store)
     where = ["--store", str(store), "--cold", str(cold), "--state-dir", str(state),
              "--cluster", CLUSTER, "--broker", BROKER]  # fmt: skip
     assert cli_main(["run", "--once", *where]) == 1  # PAUSED

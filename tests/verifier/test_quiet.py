@@ -18,8 +18,7 @@ from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.cli import JobArgs
 from verifier.spark_session import SPARK_LOG_NAME, output_to
 
-from .conftest import World
-from .reporting.test_report import _result
+from .conftest import World, sample_result
 
 _CLI = Path(sys.executable).parent / "tieredstore"
 # What reached the terminal before: none of it may appear on ours.
@@ -98,7 +97,7 @@ def test_output_to_hands_a_child_the_log_and_gives_the_terminal_back(
 
 
 def test_verbose_keeps_spark_on_the_terminal(tmp_path: Path) -> None:
-    base = JobArgs(options=_result(tmp_path, []).options, out=tmp_path / "out", master=None)
+    base = JobArgs(options=sample_result(tmp_path, []).options, out=tmp_path / "out", master=None)
     assert (base.spark_log, base.spark_log_level) == (tmp_path / "out" / SPARK_LOG_NAME, "WARN")
     loud = JobArgs(base.options, base.out, None, verbose=True)
     assert (loud.spark_log, loud.spark_log_level) == (None, "WARN")

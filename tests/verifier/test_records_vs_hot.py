@@ -29,12 +29,12 @@ from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.coldimage import CREATED_AT_MS, ColdImage, init_record
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.report_doc import found, queue_doc
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.topic_rules import TopicRules
 from verifier.verdict import Verdict
 
 from .conftest import World
-from .test_damage import found, queue_doc
 
 pytestmark = pytest.mark.spark
 

@@ -22,11 +22,11 @@ from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import QueueInit, RetentionMark
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.testing.coldimage import init_record, tiering_record
+from tieredstore.testing.report_doc import found, queue_doc
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.topic_rules import TopicRules
 
 from .conftest import World, delete_hot_head
-from .test_damage import found, queue_doc
 
 pytestmark = pytest.mark.spark
 

@@ -21,10 +21,10 @@ from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.testing.coldimage import write_fs
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.report_doc import found
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import World
-from .test_damage import found
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

@@ -1,10 +1,12 @@
-"""Run ``tieredstore run`` as a real subprocess (for crash, lease and signal tests)."""
+"""Run ``tieredstore run`` as a real subprocess (for crash, lease and signal tests), and
+wait for a line it logs."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -107,3 +109,15 @@ def crash_cycles(
         if ending == "exited":
             assert proc.returncode == 0, log.read_text()[-3000:]
     return kills
+
+
+def wait_for_log(
+    log: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float = 60
+) -> None:
+    """Block until ``pattern`` (a regex) appears in the log the process writes, or fail."""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, log.read_text(errors="replace")):
+        assert proc.poll() is None, f"exited early:\n{log.read_text()[-2000:]}"
+        assert time.monotonic() < deadline, f"no {pattern!r}:\n{log.read_text()[-2000:]}"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)

@@ -27,13 +27,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.errors import InvalidNameError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start

@@ -3,7 +3,7 @@ nor stall committed data — POSIX and S3 (moto server, real conditional request
 
 Each round (seeded; 12 on POSIX: every pause point with every takeover, 8 on S3: every
 pause point with ``gc`` and ``race``; 20 in all) starts sidecar A through
-:mod:`tests.dispatcher.pausing_sidecar`, which SIGSTOPs the process at a random point of
+:mod:`tieredstore.testing.pausing_sidecar`, which SIGSTOPs the process at a random point of
 a random segment's commit (inside an upload, after the last lease check right before
 the manifest create, inside a create the retry wrapper retries without any lease
 check, after the create before the catalogue commit). Then the lease is taken over:
@@ -41,8 +41,6 @@ from pyspark.sql import SparkSession
 
 from dispatcher.lease.lease import LeaseRecord
 from dispatcher.maintenance.gc import scan_garbage
-from tests.coldcheck import assert_cold_matches_hot
-from tests.dispatcher.pausing_sidecar import POINTS
 from tieredstore.backends import open_backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cold.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
@@ -50,7 +48,9 @@ from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import InvalidNameError, ObjectNotFoundError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.pausing_sidecar import POINTS
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import kill9, sidecar_cmd, sidecar_env
 from verifier.job import verify
@@ -155,7 +155,7 @@ def _round(
     log_a = tmp / "a.log"
     with log_a.open("ab") as out:
         a = subprocess.Popen(
-            [sys.executable, "-m", "tests.dispatcher.pausing_sidecar", point, str(nth), "--",
+            [sys.executable, "-m", "tieredstore.testing.pausing_sidecar", point, str(nth), "--",
              *sidecar_cmd(store, cold.url, tmp / "state-a")[3:]],
             env=env, stdout=out, stderr=out, cwd=REPO,
         )  # fmt: skip

@@ -17,7 +17,6 @@ import pytest
 from dispatcher.background_loops import renew_until
 from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.main import main
@@ -37,6 +36,7 @@ from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.segments import chain
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 

@@ -3,7 +3,6 @@ delete), truncate, resume; a crash at any point is finished by running repair ag
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 from dispatcher.maintenance.repair import Agreement, execute_repair, plan_repair
 from metadata.rows import QueueState
-from tests.coldcheck import assert_cold_matches_hot, read_cold
+from tests.fixtures_sidecar import Diverge, RepairQueue
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
@@ -22,25 +21,11 @@ from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.segment import read_segment
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SyntheticStore, SynthSpec, generate_messages, synthesize
-from tieredstore.settings.loader import Settings
+from tieredstore.hot.synth import generate_messages, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.testing.divergence import KEPT, SPEC, TOPIC, divergence_settings
 from tieredstore.testing.segments import hot_batch, segment_of, upload
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
-
-T0 = 1_800_000_000_000
-SPEC = SynthSpec(
-    topics=1,
-    queues=2,
-    messages=1200,
-    body_min=100,
-    body_max=500,
-    start_time=T0,
-    interval_ms=1,
-    seed=3,
-    commitlog_file_size=64 << 10,
-)
-KEPT = 900  # the broker keeps this many messages; the rest is re-written differently
-TOPIC = "SynthTopic0"
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 
 
 class CrashError(Exception):
@@ -71,33 +56,6 @@ class CrashingBackend(ForwardingBackend):
         await self.inner.delete(key)
 
 
-def _settings(tmp_path: Path) -> Settings:
-    return settings_for(
-        tmp_path / "store",
-        str(tmp_path / "cold"),
-        tmp_path / "state",
-        tiering__segment_max_bytes="24K",
-        tiering__guard="none",
-    )
-
-
-async def _diverge(tmp_path: Path) -> None:
-    """Tier a store, then let the broker lose its tail and re-write those offsets."""
-    store = tmp_path / "store"
-    synthesize(store, SPEC)
-    async with open_runtime(_settings(tmp_path)) as rt:
-        await rt.dispatcher.start(wait_for_lease=False)
-        await rt.dispatcher.catch_up()
-    shutil.rmtree(store)
-    synthesize(store, replace(SPEC, messages=KEPT))
-    # Same offsets, other bytes: a later store time than the lost messages had.
-    SyntheticStore.open(store).append(SPEC.messages - KEPT + 200, store_time=T0 + 10_000_000)
-    async with open_runtime(_settings(tmp_path)) as rt:
-        await rt.dispatcher.start(wait_for_lease=False)
-        report = await rt.dispatcher.catch_up()
-        assert sorted(str(q) for q in report.diverged) == [f"{TOPIC}/0", f"{TOPIC}/1"]
-
-
 def _agreeing(queue_id: int) -> int:
     """How many leading offsets of the queue the broker kept as they were."""
     plans = generate_messages(replace(SPEC, messages=KEPT))
@@ -112,21 +70,6 @@ def _objects(cold: Path) -> dict[str, bytes]:
     }
 
 
-async def _repair(rt: Runtime, queue_id: int) -> None:
-    """What ``tieredstore repair`` does: start (lease, reconcile), plan, execute."""
-    await rt.dispatcher.start(wait_for_lease=False)
-    plan = await plan_repair(
-        hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=queue_id
-    )
-    await execute_repair(
-        plan,
-        backend=rt.backend,
-        catalogue=rt.catalogue,
-        lease=rt.dispatcher.lease,
-        clock=rt.dispatcher.clock,
-    )
-
-
 def _assert_quarantine_holds(originals: dict[str, bytes], cold: Path) -> None:
     """Every original object is in quarantine, byte for byte (under some stamp)."""
     quarantined = {k: v for k, v in _objects(cold).items() if "/_quarantine/" in k}
@@ -137,10 +80,12 @@ def _assert_quarantine_holds(originals: dict[str, bytes], cold: Path) -> None:
 
 
 @pytest.mark.slow
-async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(tmp_path: Path) -> None:
-    await _diverge(tmp_path)
+async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(
+    tmp_path: Path, diverge: Diverge
+) -> None:
+    await diverge(tmp_path)
     cold = tmp_path / "cold"
-    async with open_runtime(_settings(tmp_path)) as rt:
+    async with open_runtime(divergence_settings(tmp_path)) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         for qid in (0, 1):
             segments = rt.catalogue.segments.of(TOPIC, qid)
@@ -191,23 +136,23 @@ async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(tmp_pat
     [("write", 1), ("write", 3), ("write", 4), ("delete", 1), ("delete", 2), ("delete", 4)],
 )
 async def test_a_crash_anywhere_in_repair_is_finished_by_repairing_again(
-    tmp_path: Path, op: str, nth: int
+    tmp_path: Path, op: str, nth: int, diverge: Diverge, repair_queue: RepairQueue
 ) -> None:
-    await _diverge(tmp_path)
+    await diverge(tmp_path)
     cold = tmp_path / "cold"
     originals = {k: v for k, v in _objects(cold).items() if f"/{TOPIC}/0/" in k}
     async with open_backend(str(cold)) as inner:
         crashing = CrashingBackend(inner, op=op, nth=nth)
-        async with open_runtime(_settings(tmp_path), backend=crashing) as rt:
+        async with open_runtime(divergence_settings(tmp_path), backend=crashing) as rt:
             with pytest.raises(CrashError):
-                await _repair(rt, 0)
+                await repair_queue(rt, 0)
             assert rt.catalogue.queues.get(TOPIC, 0).state is QueueState.DIVERGED  # type: ignore[union-attr]
             # The bucket's committed segments are still a contiguous prefix, each whole.
             view = await read_cold(inner, CLUSTER, BROKER)
             for m in view[next(q for q in view if q.queue_id == 0)].manifests:
                 await read_segment(inner, m.key)
-    async with open_runtime(_settings(tmp_path)) as rt:
-        await _repair(rt, 0)  # the same command again finishes the job
+    async with open_runtime(divergence_settings(tmp_path)) as rt:
+        await repair_queue(rt, 0)  # the same command again finishes the job
         await _repair_other(rt)
         await rt.dispatcher.catch_up()
         await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
@@ -220,9 +165,10 @@ async def test_a_crash_anywhere_in_repair_is_finished_by_repairing_again(
 @pytest.mark.slow
 async def test_a_committed_manifest_the_catalogue_never_adopted_is_quarantined(
     tmp_path: Path,
+    diverge: Diverge,
 ) -> None:
-    await _diverge(tmp_path)
-    async with open_runtime(_settings(tmp_path)) as rt:
+    await diverge(tmp_path)
+    async with open_runtime(divergence_settings(tmp_path)) as rt:
         row = rt.catalogue.queues.get(TOPIC, 0)
         assert row is not None
         # A writer committed one more segment but crashed before its catalogue caught up.
@@ -263,14 +209,16 @@ async def _repair_other(rt: Runtime) -> None:
     )
 
 
-async def test_offsets_the_broker_already_deleted_are_kept(tmp_path: Path) -> None:
-    await _diverge(tmp_path)
+async def test_offsets_the_broker_already_deleted_are_kept(
+    tmp_path: Path, diverge: Diverge
+) -> None:
+    await diverge(tmp_path)
     store = tmp_path / "store"
     oldest = sorted((store / "commitlog").iterdir())[0]
     oldest.unlink()  # the broker's own retention removed its oldest commitlog file
     hot = HotStore(store)
     assert hot.queue_range(TOPIC, 0).min > 0
-    async with open_runtime(_settings(tmp_path)) as rt:
+    async with open_runtime(divergence_settings(tmp_path)) as rt:
         plan = await plan_repair(
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=0
         )
@@ -282,7 +230,7 @@ async def test_offsets_the_broker_already_deleted_are_kept(tmp_path: Path) -> No
 
 async def test_repair_refuses_a_queue_that_is_not_diverged(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SPEC)
-    async with open_runtime(_settings(tmp_path)) as rt:
+    async with open_runtime(divergence_settings(tmp_path)) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.catch_up()
         for topic, qid, message in ((TOPIC, 0, "is ACTIVE, not DIVERGED"), ("Nope", 0, "no queue")):
@@ -298,11 +246,11 @@ async def test_repair_refuses_a_queue_that_is_not_diverged(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_repair_command_dry_run_changes_nothing_then_repairs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], diverge: Diverge
 ) -> None:
     import asyncio
 
-    asyncio.run(_diverge(tmp_path))
+    asyncio.run(diverge(tmp_path))
     cold = tmp_path / "cold"
     before = _objects(cold)
     common = [

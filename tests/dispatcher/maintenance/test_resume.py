@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,22 +29,12 @@ from tieredstore.cold.loss import LossRecord, list_loss_records, write_loss_reco
 from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth import synthesize
 from tieredstore.settings.loader import Settings
+from tieredstore.testing.lost_head import SPEC, TOPIC, lose_untiered_head
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
-SPEC = SynthSpec(
-    topics=1,
-    queues=1,
-    messages=300,
-    body_min=500,
-    body_max=500,
-    commitlog_file_size=64 << 10,
-    compress_over=0,
-    seed=5,
-)
-TOPIC = SPEC.topic_names()[0]
 QUEUE = QueuePath(CLUSTER, BROKER, TOPIC, 0)
 
 
@@ -68,24 +57,6 @@ class Lost:
         return location_args(self.store, self.cold, self.state)
 
 
-def _lose_untiered_head(store: Path, cold: str, state: Path) -> tuple[int, int]:
-    """Tier everything, append 400 untiered messages, delete the commitlog files that
-    hold the first of them, append 1000 more. Returns the lost range."""
-    assert main(["run", "--once", *location_args(store, cold, state)]) == 0
-    tiered = HotStore(store).queue_range(TOPIC, 0).max
-    live = SyntheticStore.open(store)
-    live.append(400)
-    hot = HotStore(store)
-    first_new = int(hot.read_units(TOPIC, 0, tiered, tiered + 1)["commitlog_offset"][0])
-    for f in hot.commitlog_files().files:
-        if f.base <= first_new + 2 * SPEC.commitlog_file_size:
-            os.remove(f.path)
-    live.append(1000)
-    hot_min = HotStore(store).queue_range(TOPIC, 0).min
-    assert hot_min > tiered
-    return tiered, hot_min
-
-
 @pytest.fixture(params=["memory", "posix", pytest.param("s3", marks=pytest.mark.s3)])
 def lost(request: pytest.FixtureRequest, tmp_path: Path) -> Lost:
     store, state = tmp_path / "store", tmp_path / "state"
@@ -102,7 +73,8 @@ def lost(request: pytest.FixtureRequest, tmp_path: Path) -> Lost:
         options = bucket.options()
         mp = request.getfixturevalue("monkeypatch")
         mp.setenv("TIEREDSTORE_COLD_ENDPOINT_URL", bucket.endpoint_url)
-    start, end = _lose_untiered_head(store, cold, state)
+    assert main(["run", "--once", *location_args(store, cold, state)]) == 0
+    start, end = lose_untiered_head(store)
     return Lost(store, state, cold, options, start, end)
 
 
@@ -271,7 +243,8 @@ def test_repair_quarantines_a_loss_record_at_or_after_its_cut(
 ) -> None:
     store, cold, state = tmp_path / "store", tmp_path / "cold", tmp_path / "state"
     synthesize(store, SPEC)
-    start, end = _lose_untiered_head(store, str(cold), state)
+    assert main(["run", "--once", *location_args(store, str(cold), state)]) == 0
+    start, end = lose_untiered_head(store)
     where = location_args(store, str(cold), state)
     assert main(["run", "--once", *where]) == 1
     assert main(["resume", "--topic", TOPIC, "--queue", "0", "--accept-loss", *where]) == 0

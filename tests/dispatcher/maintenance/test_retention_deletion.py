@@ -14,8 +14,7 @@ import pytest
 from dispatcher.maintenance.retention import DeletionStep, ExpireSegment
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
-from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.retention_support import advance
+from tests.dispatcher.conftest import TierExpiring
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
@@ -25,45 +24,14 @@ from tieredstore.cold.manifest import FenceMarker
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.hot.synth import SynthSpec
-from tieredstore.settings.loader import Settings
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
-
-T0 = 1_800_000_000_000
-H = 3600.0
-SPEC = SynthSpec(
-    topics=2,
-    queues=2,
-    messages=600,
-    body_min=200,
-    body_max=800,
-    start_time=T0,
-    interval_ms=1000,
-    seed=21,
-)
-END = T0 + SPEC.messages * 1000  # just after the last store time
+from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.testing.lease_time import advance
+from tieredstore.testing.retention import END, SPEC, H, retention_settings
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 
 
 class CrashError(Exception):
     """Stands for the process dying between two steps."""
-
-
-def _settings(tmp_path: Path, **kw: object) -> Settings:
-    values: dict[str, object] = {
-        "retention__default": "1h",
-        "lease__renew_interval": "30m",
-        "tiering__segment_max_bytes": "24K",
-    }
-    values.update(kw)
-    return settings_for(tmp_path / "store", str(tmp_path / "cold"), tmp_path / "state", **values)
-
-
-async def _tier(tmp_path: Path, clock: VirtualClock) -> None:
-    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
-        await rt.dispatcher.start(wait_for_lease=False)
-        assert not (await rt.dispatcher.catch_up()).errors
-        for q in rt.catalogue.queues.all():
-            assert len(rt.catalogue.segments.of(q.topic, q.queue_id)) >= 3
 
 
 def _segment_objects(cold: Path) -> set[str]:
@@ -94,9 +62,11 @@ async def _assert_readers_see_whole_segments(rt: Runtime) -> None:
 
 
 # -- the order --------------------------------------------------------------------------
-async def test_each_segment_is_deleted_in_the_fixed_order(store: Path, tmp_path: Path) -> None:
+async def test_each_segment_is_deleted_in_the_fixed_order(
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
+) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     cold = tmp_path / "cold"
     seen: list[tuple[str, DeletionStep, tuple[bool, ...], str]] = []
 
@@ -110,7 +80,9 @@ async def test_each_segment_is_deleted_in_the_fixed_order(store: Path, tmp_path:
         seen.append((str(seg), step, exists, status))
 
     clock.set_ms(END + int(2 * H * 1000))
-    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=observe) as rt:
+    async with open_runtime(
+        retention_settings(tmp_path), clock=clock, on_deletion_step=observe
+    ) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         report = await rt.retention.run_pass()
         expired = report.expired
@@ -140,10 +112,10 @@ async def test_each_segment_is_deleted_in_the_fixed_order(store: Path, tmp_path:
 
 @pytest.mark.parametrize("crash_after", list(DeletionStep))
 async def test_a_crash_after_any_step_is_finished_on_restart(
-    store: Path, tmp_path: Path, crash_after: DeletionStep
+    store: Path, tmp_path: Path, crash_after: DeletionStep, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     cold = tmp_path / "cold"
     victim: list[SegmentRow] = []
 
@@ -153,7 +125,9 @@ async def test_a_crash_after_any_step_is_finished_on_restart(
             raise CrashError(f"after {step.value}")
 
     clock.set_ms(END + int(2 * H * 1000))
-    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=crash) as rt:
+    async with open_runtime(
+        retention_settings(tmp_path), clock=clock, on_deletion_step=crash
+    ) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         planned = await rt.retention.plan()
         with pytest.raises(CrashError):
@@ -164,7 +138,7 @@ async def test_a_crash_after_any_step_is_finished_on_restart(
         with pytest.raises(OffsetOutOfRangeError):
             rt.catalogue.segments.at(seg.topic, seg.queue_id, seg.start_offset)
     # Restart: start() finishes the interrupted deletion before anything else.
-    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+    async with open_runtime(retention_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         rows = rt.catalogue.segments.of(seg.topic, seg.queue_id)
         assert all(s.status is SegmentStatus.COMMITTED for s in rows)
@@ -181,13 +155,13 @@ async def test_a_crash_after_any_step_is_finished_on_restart(
 
 
 async def test_a_fence_marker_put_after_an_interrupted_deletion_stays(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     """Retention crashed after deleting a manifest; GC then fenced that start (its
     objects were orphans). Finishing the deletion must not delete the marker: that
     would let a stale writer of an older epoch create a manifest there again."""
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     cold = tmp_path / "cold"
     victim: list[SegmentRow] = []
 
@@ -197,7 +171,9 @@ async def test_a_fence_marker_put_after_an_interrupted_deletion_stays(
             raise CrashError("after the manifest")
 
     clock.set_ms(END + int(2 * H * 1000))
-    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=crash) as rt:
+    async with open_runtime(
+        retention_settings(tmp_path), clock=clock, on_deletion_step=crash
+    ) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         with pytest.raises(CrashError):
             await rt.retention.run_pass()
@@ -206,7 +182,7 @@ async def test_a_fence_marker_put_after_an_interrupted_deletion_stays(
     marker = FenceMarker(m.cluster, m.broker, m.topic, m.queue_id, m.start_offset,
                          lease_epoch=m.lease_epoch, writer_id="gc@h", created_at_ms=1)  # fmt: skip
     (cold / m.key).write_bytes(marker.to_json())
-    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+    async with open_runtime(retention_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)  # finishes the deletion
         rows = rt.catalogue.segments.of(seg.topic, seg.queue_id)
         assert seg.start_offset not in {s.start_offset for s in rows}
@@ -216,10 +192,10 @@ async def test_a_fence_marker_put_after_an_interrupted_deletion_stays(
 
 
 async def test_a_failed_backend_delete_is_finished_by_the_next_pass(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     calls = {"n": 0}
 
     def flaky(_seg: SegmentRow, step: DeletionStep) -> None:
@@ -228,7 +204,9 @@ async def test_a_failed_backend_delete_is_finished_by_the_next_pass(
             raise OSError("stands for a backend error the retry wrapper gave up on")
 
     clock.set_ms(END + int(2 * H * 1000))
-    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=flaky) as rt:
+    async with open_runtime(
+        retention_settings(tmp_path), clock=clock, on_deletion_step=flaky
+    ) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         with pytest.raises(OSError, match="backend error"):
             await rt.retention.run_pass()
@@ -242,7 +220,7 @@ async def test_a_failed_backend_delete_is_finished_by_the_next_pass(
 async def test_the_sidecar_runs_retention_every_interval_and_resumes_at_start(
     store: Path, tmp_path: Path
 ) -> None:
-    settings = _settings(tmp_path, retention__interval="45s")
+    settings = retention_settings(tmp_path, retention__interval="45s")
     async with open_runtime(settings, clock=VirtualClock(start_ms=END)) as rt:
         (job,) = [j for j in rt.dispatcher.periodic if j.name == "retention"]
         assert job.interval == 45.0
@@ -262,17 +240,17 @@ def _remove_topic(store: Path, topic: str) -> None:
 
 
 async def test_a_deleted_topic_keeps_its_cold_data_until_retention_passes(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     _remove_topic(store, "SynthTopic0")
-    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+    async with open_runtime(retention_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         # Within retention: nothing of the gone topic is touched.
-        await advance(rt, clock, 0.5 * H)
+        await advance(rt.dispatcher.lease, clock, 0.5 * H)
         assert (await rt.retention.run_pass()).decisions == ()
-        await advance(rt, clock, 1 * H)
+        await advance(rt.dispatcher.lease, clock, 1 * H)
         report = await rt.retention.run_pass()
         assert {(d.topic, d.queue_id) for d in report.destroyed} == {
             ("SynthTopic0", 0),
@@ -293,13 +271,15 @@ async def test_a_deleted_topic_keeps_its_cold_data_until_retention_passes(
     assert not [k for k in keys if "/SynthTopic0/" in k]
 
 
-async def test_a_topic_still_in_topics_json_is_not_destroyed(store: Path, tmp_path: Path) -> None:
+async def test_a_topic_still_in_topics_json_is_not_destroyed(
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
+) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     shutil.rmtree(store / "consumequeue" / "SynthTopic0")  # topics.json still lists it
-    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+    async with open_runtime(retention_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
-        await advance(rt, clock, 5 * H)
+        await advance(rt.dispatcher.lease, clock, 5 * H)
         report = await rt.retention.run_pass()
         assert not report.destroyed
         for q in rt.catalogue.queues.all():
@@ -331,9 +311,9 @@ def _cold_bytes(tmp_path: Path) -> dict[str, bytes]:
 
 
 def test_expire_dry_run_prints_what_and_why_and_changes_nothing(
-    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], tier_expiring: TierExpiring
 ) -> None:
-    asyncio.run(_tier(tmp_path, VirtualClock(start_ms=END)))
+    asyncio.run(tier_expiring(tmp_path, VirtualClock(start_ms=END)))
     before = (_catalogue_view(tmp_path), _cold_bytes(tmp_path))
     at = END + int(2 * H * 1000)
     common = _cli(tmp_path, "expire", "--now", str(at), "--retention", "1h")
@@ -360,9 +340,9 @@ def test_expire_dry_run_prints_what_and_why_and_changes_nothing(
 
 
 def test_expire_purge_needs_confirmation_and_a_topic_gone_from_the_broker(
-    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], tier_expiring: TierExpiring
 ) -> None:
-    asyncio.run(_tier(tmp_path, VirtualClock(start_ms=END)))
+    asyncio.run(tier_expiring(tmp_path, VirtualClock(start_ms=END)))
     purge = _cli(tmp_path, "expire", "--topic", "SynthTopic0", "--purge")
     assert main(purge) == 3
     assert "add --confirm" in capsys.readouterr().err

@@ -36,13 +36,13 @@ from dispatcher.maintenance.retention import DeletionStep
 from dispatcher.tiering.planner import SegmentPlan
 from metadata.catalogue import DB_NAME
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
-from tests.coldcheck import assert_cold_matches_hot, read_cold
-from tests.dispatcher.retention_support import advance
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings
+from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.testing.lease_time import advance
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 T0 = 1_800_000_000_000
@@ -188,7 +188,7 @@ async def _play(ops: list[Op], root: Path) -> World:
             if kind == "produce":
                 store.append(arg, store_time=clock.now_ms())
             elif kind == "advance":
-                await advance(rt, clock, arg)
+                await advance(rt.dispatcher.lease, clock, arg)
             elif kind == "tick":
                 report = await rt.dispatcher.tick()
                 assert not (report.errors or report.diverged or report.lost), report

@@ -26,7 +26,6 @@ from dispatcher.maintenance.retention import (
     plan_retention,
 )
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
-from tests.dispatcher.retention_support import advance
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import QueuePath
@@ -35,6 +34,7 @@ from tieredstore.hot.store import HotRange, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.humanize import iso_time
 from tieredstore.settings.loader import load_settings
+from tieredstore.testing.lease_time import advance
 from tieredstore.testing.segments import chain
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
@@ -281,7 +281,7 @@ async def test_a_new_queue_is_born_initialised_and_nothing_expires_it(tmp_path: 
         # No segment object: only the lease and what must be in cold (the records).
         keys = [o.key for o in await rt.backend.list() if "_lease" not in o.key]
         assert [k for k in keys if "/_queues/" not in k and "_tiering" not in k] == []
-        await advance(rt, clock, 3600)  # every message is far older than 1 ms now
+        await advance(rt.dispatcher.lease, clock, 3600)  # every message is far older than 1 ms now
         assert (await rt.retention.run_pass()).decisions == ()
         assert {r.state for r in rt.catalogue.queues.all()} == {QueueState.ACTIVE}
         assert (await rt.dispatcher.tick()).messages == 50

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=1, queues=1, messages=200, body_min=100, body_max=400, seed=11)

@@ -14,8 +14,7 @@ from dispatcher.tiering.provenance_writer import ProvenanceWriter
 from dispatcher.topic_filter import TopicFilter
 from metadata.reconcile import rebuild
 from metadata.rows import QueueRow, QueueState, SegmentRow
-from tests.dispatcher.maintenance import test_retention_deletion as deletion
-from tests.dispatcher.maintenance.test_retention_deletion import END, H, _settings, _tier
+from tests.dispatcher.conftest import TierExpiring
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
@@ -30,9 +29,10 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record, read_tiering_record
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.settings import BROKER, CLUSTER
 
-SPEC = deletion.SPEC  # the store the `store` fixture (tests/dispatcher/conftest.py) writes
+# SPEC: the store the `store` fixture (tests/dispatcher/conftest.py) writes.
+from tieredstore.testing.retention import END, SPEC, H, retention_settings
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 
 def _parse_init(data: bytes, key: str) -> QueueInit:
@@ -47,15 +47,15 @@ def _init(cold: Path, topic: str, queue_id: int) -> QueueInit:
 
 
 async def test_the_sidecar_records_its_rules_and_every_queues_init(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     cold = tmp_path / "cold"
     key = tiering_key(CLUSTER, BROKER)
     record = read_tiering_record((cold / key).read_bytes(), key)
     assert [e.rules for e in record.history] == [
-        TopicFilter.of(_settings(tmp_path).tiering).rules()
+        TopicFilter.of(retention_settings(tmp_path).tiering).rules()
     ]
     assert record.current.since_ms == END and record.current.lease_epoch == 1
     hot = HotStore(store)
@@ -66,13 +66,13 @@ async def test_the_sidecar_records_its_rules_and_every_queues_init(
 
 
 async def test_a_reload_with_other_rules_adds_an_entry_since_then(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     later = END + 60_000
     clock.set_ms(later)
-    settings = _settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
+    settings = retention_settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
     async with open_runtime(settings, clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         await rt.dispatcher.tick()
@@ -86,13 +86,13 @@ async def test_a_reload_with_other_rules_adds_an_entry_since_then(
 
 
 async def test_excluding_a_tiered_topic_records_where_each_queue_stopped(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     cold = tmp_path / "cold"
     later = END + 60_000
-    settings = _settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
+    settings = retention_settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
     for now in (later, later + 1000):  # a restart under the same rules keeps the records
         clock.set_ms(now)
         async with open_runtime(settings, clock=clock) as rt:
@@ -122,10 +122,10 @@ async def test_excluding_a_tiered_topic_records_where_each_queue_stopped(
 
 
 async def test_retention_records_the_new_first_offset_before_the_manifest_goes(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     cold = tmp_path / "cold"
     seen: list[tuple[DeletionStep, bool, bool]] = []
 
@@ -135,7 +135,9 @@ async def test_retention_records_the_new_first_offset_before_the_manifest_goes(
         seen.append((step, mark.exists(), (cold / seg.manifest.key).exists()))
 
     clock.set_ms(END + int(2 * H * 1000))
-    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=observe) as rt:
+    async with open_runtime(
+        retention_settings(tmp_path), clock=clock, on_deletion_step=observe
+    ) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         assert (await rt.retention.run_pass()).expired
     # The record is there from the first deletion on; never a manifest gone without it.
@@ -203,12 +205,12 @@ def _records(cold: Path) -> set[str]:
 
 
 async def test_gc_never_collects_the_records_and_rebuild_starts_queues_from_them(
-    store: Path, tmp_path: Path
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
 ) -> None:
     clock = VirtualClock(start_ms=END)
-    await _tier(tmp_path, clock)
+    await tier_expiring(tmp_path, clock)
     clock.set_ms(END + int(2 * H * 1000))
-    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+    async with open_runtime(retention_settings(tmp_path), clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         assert (await rt.retention.run_pass()).expired
         records = _records(tmp_path / "cold")

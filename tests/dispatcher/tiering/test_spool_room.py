@@ -9,12 +9,12 @@ import numpy as np
 
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.spool_room import SPOOL_RESERVE, RoundBudget, spool_room
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import SpoolTooSmallError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 KEY = QueueKey("T", 0)

@@ -28,7 +28,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from dispatcher.lease.lease import LeaseRecord
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.http import build_app
@@ -39,6 +38,7 @@ from tieredstore.cold.layout import SegmentKind, broker_prefix, lease_key, parse
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=2, queues=2, messages=800, body_max=900, compress_over=600, seed=31)

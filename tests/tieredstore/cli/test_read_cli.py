@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
-from tests.broker.manifest import Manifest as GoldenManifest
-from tests.broker.traffic import Kind
-from tests.tieredstore.cold.test_reader import tier
+from tests.fixtures_sidecar import Tier
 from tieredstore.cli.main import main
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
+from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
+from tieredstore.testing.broker.traffic import Kind
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 SPEC = SynthSpec(topics=1, queues=2, messages=600, interval_ms=2, compress_over=800, seed=21)
@@ -24,7 +24,7 @@ TOPIC = SPEC.topic_names()[0]
 
 
 @pytest.fixture(scope="module")
-def tiered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def tiered(tmp_path_factory: pytest.TempPathFactory, tier: Tier) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("read-cli")
     synthesize(root / "store", SPEC)
     asyncio.run(tier(root / "store", str(root / "cold"), root / "state"))
@@ -163,7 +163,7 @@ def test_bad_usage_exits_3(
 
 @pytest.mark.slow
 def test_the_golden_store_reads_back_through_the_cli(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tier: Tier
 ) -> None:
     golden = GoldenManifest.load(GOLDEN_MANIFEST)
     asyncio.run(tier(GOLDEN_STORE, str(tmp_path / "cold"), tmp_path / "state"))

@@ -19,22 +19,12 @@ import pytest
 
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_for_log
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 
 #: slow enough that the whole pass takes minutes, so only the signal can end it early
 SLOW = {"TIEREDSTORE_TIERING_MAX_BYTES_PER_SECOND": "64K", "TIEREDSTORE_SHUTDOWN_DEADLINE": "1s"}
-
-
-def wait_for(log: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    """Block until ``pattern`` (a regex) appears in the log the process writes, or fail."""
-    deadline = time.monotonic() + timeout
-    while not re.search(pattern, log.read_text(errors="replace")):
-        assert proc.poll() is None, f"exited early:\n{log.read_text()[-2000:]}"
-        assert time.monotonic() < deadline, f"no {pattern!r}:\n{log.read_text()[-2000:]}"
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.05)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +41,7 @@ def test_run_once_stops_within_the_deadline_and_says_it_did_not_finish(
     log, cold, state = tmp_path / "run.log", tmp_path / "cold", tmp_path / "state"
     proc = start(store, cold, state, "--once", "--progress", "on", log=log, **SLOW)
     try:
-        wait_for(log, r"tiered \d+ segments", proc)  # the pass is under way
+        wait_for_log(log, r"tiered \d+ segments", proc)  # the pass is under way
         proc.send_signal(sig)
         signalled = time.monotonic()
         code = proc.wait(timeout=60)
@@ -97,10 +87,10 @@ def test_a_second_ctrl_c_abandons_the_uploads_in_flight(store: Path, tmp_path: P
     env = {**SLOW, "TIEREDSTORE_SHUTDOWN_DEADLINE": "60s"}
     proc = start(store, cold, state, "--once", "--progress", "on", log=log, **env)
     try:
-        wait_for(log, r"tiered \d+ segments", proc)
+        wait_for_log(log, r"tiered \d+ segments", proc)
         proc.send_signal(signal.SIGINT)
         signalled = time.monotonic()
-        wait_for(log, r"SIGINT: (finishing|stopping)", proc)
+        wait_for_log(log, r"SIGINT: (finishing|stopping)", proc)
         if "SIGINT: finishing" in log.read_text():
             assert re.search(r"finishing \d+ uploads?, at most 1 m 00 s; Ctrl-C again to "
                              r"abandon them", log.read_text())  # fmt: skip

@@ -18,13 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
-from tests.broker.manifest import Manifest as GoldenManifest
-from tests.broker.traffic import Kind
+from tests.fixtures_sidecar import Tier
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
-from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.reader import BoundaryType, ColdMessage, ColdReader
@@ -38,20 +35,14 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, make_units
 from tieredstore.formats.record import MessageRecord, SysFlag
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, generate_messages, synthesize
+from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
+from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
+from tieredstore.testing.broker.traffic import Kind
 from tieredstore.testing.oracle import build_segment
 from tieredstore.testing.segments import upload
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.settings import BROKER, CLUSTER
 
 LOWER, UPPER = BoundaryType.LOWER, BoundaryType.UPPER
-
-
-async def tier(store: Path, cold: str, state: Path, **overrides: object) -> None:
-    """Tier ``store`` completely into ``cold`` with the real dispatcher (small segments)."""
-    settings = settings_for(store, cold, state, **{"tiering__guard": "none", **overrides})
-    async with open_runtime(settings) as rt:
-        await rt.dispatcher.start(wait_for_lease=False)
-        report = await rt.dispatcher.catch_up()
-        assert not report.errors, report.errors
 
 
 def _same_record(cold: ColdMessage, hot: MessageRecord) -> None:
@@ -79,7 +70,9 @@ SPECS = {
 
 
 @pytest.fixture(params=sorted(SPECS))
-async def tiered(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[SynthSpec, Path, str]:
+async def tiered(
+    request: pytest.FixtureRequest, tmp_path: Path, tier: Tier
+) -> tuple[SynthSpec, Path, str]:
     spec = SPECS[request.param]
     synthesize(tmp_path / "store", spec)
     reset_memory_stores()
@@ -164,7 +157,7 @@ async def test_batches_and_segment_boundaries_do_not_change_a_read(
     assert len(await whole.read(q.topic, q.queue_id, rng.commit - 1, 1000)) == 1
 
 
-async def test_offsets_outside_cold_are_refused_with_the_range(tmp_path: Path) -> None:
+async def test_offsets_outside_cold_are_refused_with_the_range(tmp_path: Path, tier: Tier) -> None:
     spec = SynthSpec(topics=1, queues=1, messages=300, queue_start=100, seed=4)
     synthesize(tmp_path / "store", spec)
     reset_memory_stores()
@@ -263,7 +256,7 @@ async def test_offset_by_time_agrees_with_a_brute_force_search(seed: int) -> Non
         assert await reader.offset_by_time(QUEUE.topic, 0, ts, UPPER) == upper, ts
 
 
-async def test_offset_by_time_matches_the_hot_store(tmp_path: Path) -> None:
+async def test_offset_by_time_matches_the_hot_store(tmp_path: Path, tier: Tier) -> None:
     spec = SynthSpec(topics=1, queues=2, messages=800, interval_ms=3, seed=9)
     synthesize(tmp_path / "store", spec)
     reset_memory_stores()
@@ -357,7 +350,7 @@ def golden() -> GoldenManifest:
 
 
 async def test_golden_store_reads_back_what_the_producers_sent(
-    golden: GoldenManifest, tmp_path: Path
+    golden: GoldenManifest, tmp_path: Path, tier: Tier
 ) -> None:
     reset_memory_stores()
     await tier(GOLDEN_STORE, "memory://golden", tmp_path / "state")
@@ -379,7 +372,7 @@ async def test_golden_store_reads_back_what_the_producers_sent(
 
 @pytest.mark.slow
 async def test_golden_store_offsets_by_time_at_every_boundary(
-    golden: GoldenManifest, tmp_path: Path
+    golden: GoldenManifest, tmp_path: Path, tier: Tier
 ) -> None:
     reset_memory_stores()
     await tier(GOLDEN_STORE, "memory://golden-time", tmp_path / "state")

@@ -19,12 +19,12 @@ from pyspark.sql import SparkSession
 
 from dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from metadata.reconcile import rebuild
-from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.manifest import FenceMarker, read_stored
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions

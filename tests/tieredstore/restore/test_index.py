@@ -6,7 +6,6 @@ Lookups here follow the broker's ``IndexService#queryOffset`` and
 
 from __future__ import annotations
 
-import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,49 +22,19 @@ from tieredstore.restore.index import (
     index_keys,
     key_hashes,
 )
-
-HEADER = struct.Struct(">qqqqii")
-
-
-def _java_abs(h: int) -> int:
-    return 0 if h == -(2**31) else abs(h)
+from tieredstore.testing.broker_index import HEADER, java_abs, lookup
 
 
 @given(st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=20))
 def test_key_hashes_are_javas(strings: list[str]) -> None:
     keys = [s.encode() for s in strings]
-    assert key_hashes(keys).tolist() == [_java_abs(java_string_hashcode(s)) for s in strings]
+    assert key_hashes(keys).tolist() == [java_abs(java_string_hashcode(s)) for s in strings]
 
 
 @given(st.lists(st.text(st.characters(max_codepoint=127), min_size=1, max_size=40), min_size=1))
 def test_ascii_key_hashes_are_javas(strings: list[str]) -> None:
     keys = [s.encode() for s in strings]
-    assert key_hashes(keys).tolist() == [_java_abs(java_string_hashcode(s)) for s in strings]
-
-
-def lookup(
-    directory: Path, geo: IndexGeometry, key: str, begin: int = 0, end: int = 2**63 - 1
-) -> list[int]:
-    """Physical offsets of ``key`` (``topic#key``), newest file first, as the broker."""
-    found: list[int] = []
-    h = _java_abs(java_string_hashcode(key))
-    for path in sorted(directory.iterdir(), reverse=True):
-        data = path.read_bytes()
-        b_ts, e_ts, _, _, _, count = HEADER.unpack_from(data, 0)
-        if not ((begin < b_ts and end > e_ts) or b_ts <= begin <= e_ts or b_ts <= end <= e_ts):
-            continue
-        (slot,) = struct.unpack_from(">i", data, 40 + (h % geo.hash_slots) * 4)
-        i = slot
-        while 0 < i <= count and count > 1:
-            at = 40 + geo.hash_slots * 4 + i * 20
-            kh, phy, diff, prev = struct.unpack_from(">iqii", data, at)
-            t = b_ts + diff * 1000
-            if kh == h and begin <= t <= end:
-                found.append(phy)
-            if prev <= 0 or prev > count or prev == i or t < begin:
-                break
-            i = prev
-    return found
+    assert key_hashes(keys).tolist() == [java_abs(java_string_hashcode(s)) for s in strings]
 
 
 def _batch(n: int, topic: str = "Orders") -> tuple[bytearray, np.ndarray, np.ndarray]:
@@ -226,4 +195,4 @@ def test_keys_and_hashes_match_javas_parsing(records: list[tuple[list[str], byte
     assert list(zip(rec.tolist(), [k.decode() for k in found], strict=True)) == expect
     hrec, hashes = index_hashes(data, starts)
     assert hrec.tolist() == rec.tolist()
-    assert hashes.tolist() == [_java_abs(java_string_hashcode(k)) for _, k in expect]
+    assert hashes.tolist() == [java_abs(java_string_hashcode(k)) for _, k in expect]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.tieredstore.restore.test_index import lookup
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
@@ -34,6 +33,7 @@ from tieredstore.restore.check import check_restored
 from tieredstore.restore.index import IndexGeometry
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer
+from tieredstore.testing.broker_index import lookup
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(

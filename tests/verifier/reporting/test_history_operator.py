@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from tieredstore.findings import FindingKind
+from tieredstore.testing.browser import browser_command, chromium, layout
 from verifier.outcome import Anomaly
 from verifier.reporting.history import write_history
 from verifier.reporting.report import write_reports
 from verifier.vocabulary import Level
 
-from ..browser import browser_command, chromium, layout
-from .test_publish import _run
+from ..conftest import history_run
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "screens"
 
@@ -29,7 +29,7 @@ def _history(tmp_path: Path) -> Path:
     root = tmp_path / "nightly"
     orphan = Anomaly("T", 0, None, FindingKind.ORPHAN_OBJECT, None, None, "k", "orphan")
     for day in range(8):
-        run = _run(tmp_path, day, [orphan] if day == 5 else [], 100 * day + 3)
+        run = history_run(tmp_path, day, [orphan] if day == 5 else [], 100 * day + 3)
         run = replace(run, totals=replace(run.totals, bytes_compared=(day + 30) * 1_288_490))
         if day % 3 == 2:  # a quick offsets-level run between the nightly content runs
             run = replace(run, options=replace(run.options, level=Level.OFFSETS),
@@ -61,7 +61,7 @@ def test_title_charts_and_offsets_runs(tmp_path: Path) -> None:
 def _two_brokers(tmp_path: Path) -> Path:
     root = tmp_path / "shared"
     for day in range(4):
-        run = _run(tmp_path, day, [], 10 * day)
+        run = history_run(tmp_path, day, [], 10 * day)
         broker = "broker-a" if day % 2 else "broker-b"
         run = replace(run, options=replace(run.options, broker=broker))
         write_reports(run, root / f"2023-11-{14 + day}-{broker}")

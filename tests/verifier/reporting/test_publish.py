@@ -14,13 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from tieredstore.findings import FindingKind
 from tieredstore.humanize import human_bytes, human_seconds
 from verifier.cli import JobArgs, _publish
-from verifier.outcome import Anomaly, VerificationResult
+from verifier.outcome import Anomaly
 from verifier.reporting.history import find_runs, write_history
 from verifier.reporting.report import write_reports
 
-from .test_report import _result
-
-DAY_MS = 86_400_000
+from ..conftest import history_run, sample_result
 
 
 def _samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -37,7 +35,7 @@ def _labels(**extra: str) -> tuple[tuple[str, str], ...]:
 
 def test_verify_prom_holds_the_verdict_for_the_textfile_collector(tmp_path: Path) -> None:
     gap = Anomaly("T", 0, 5, FindingKind.GAP, 9, 4, None, "gap")
-    result = _result(tmp_path, [gap])
+    result = sample_result(tmp_path, [gap])
     paths = write_reports(result, tmp_path / "out")
     samples = _samples(paths.metrics)
     assert samples[("tieredstore_verify_verdict", _labels(verdict="CORRUPT"))] == 1
@@ -53,16 +51,6 @@ def test_verify_prom_holds_the_verdict_for_the_textfile_collector(tmp_path: Path
     assert samples[("tieredstore_verify_last_run_timestamp_seconds", _labels())] == 0.01
     assert samples[("tieredstore_verify_duration_seconds", _labels())] == 0.01
     assert not list(paths.metrics.parent.glob("verify.prom.*"))  # no temporary left over
-
-
-def _run(tmp_path: Path, day: int, anomalies: list[Anomaly], lag: int) -> VerificationResult:
-    base = _result(tmp_path, anomalies)
-    finished = 1_700_000_000_000 + day * DAY_MS
-    queue = replace(base.queues[0], lag_messages=lag, lag_seconds=float(lag))
-    totals = replace(base.totals, lag_messages=lag, bytes_compared=day << 20)
-    return replace(
-        base, queues=(queue,), totals=totals, started_ms=finished - 1, finished_ms=finished
-    )
 
 
 class _Rows(HTMLParser):
@@ -95,7 +83,7 @@ def test_history_shows_the_last_runs_newest_first(tmp_path: Path) -> None:
         ("2023-11-14", 0, [], 5),
         ("2023-11-15", 1, [orphan], 6),
     ):
-        write_reports(_run(tmp_path, day, found, lag), root / folder)
+        write_reports(history_run(tmp_path, day, found, lag), root / folder)
     (root / "broken").mkdir()
     (root / "broken" / "report.json").write_text("{not json")
     (root / "notes").mkdir()  # no report.json: not a run
@@ -119,28 +107,28 @@ def test_history_shows_the_last_runs_newest_first(tmp_path: Path) -> None:
 
 
 def test_a_single_run_gets_no_history_page(tmp_path: Path) -> None:
-    write_reports(_run(tmp_path, 0, [], 0), tmp_path / "verify" / "only")
+    write_reports(history_run(tmp_path, 0, [], 0), tmp_path / "verify" / "only")
     assert write_history(tmp_path / "verify") is None
     assert not (tmp_path / "verify" / "history.html").exists()
 
 
 def test_publish_writes_the_metrics_file_and_links_the_history(tmp_path: Path) -> None:
     root = tmp_path / "verify"
-    write_reports(_run(tmp_path, 0, [], 0), root / "2023-11-14")
+    write_reports(history_run(tmp_path, 0, [], 0), root / "2023-11-14")
     job = JobArgs(
-        options=_result(tmp_path, []).options,
+        options=sample_result(tmp_path, []).options,
         out=root / "2023-11-15",
         master=None,
         metrics_file=tmp_path / "textfile" / "tieredstore_verify.prom",
     )
     (tmp_path / "textfile").mkdir()
-    paths = _publish(_run(tmp_path, 1, [], 3), job)
+    paths = _publish(history_run(tmp_path, 1, [], 3), job)
     assert paths.metrics.read_text() == job.metrics_file.read_text() != ""  # type: ignore[union-attr]
     assert '<a href="../history.html">history</a>' in paths.html.read_text()
     assert (root / "history.html").is_file()
     assert json.loads(paths.json.read_text())["totals"]["lag_messages"] == 3
     alone = replace(job, out=tmp_path / "alone" / "run", metrics_file=None)
-    lone = _publish(_run(tmp_path, 2, [], 0), alone)
+    lone = _publish(history_run(tmp_path, 2, [], 0), alone)
     assert "history.html" not in lone.html.read_text()
     assert not (tmp_path / "alone" / "history.html").exists()
 

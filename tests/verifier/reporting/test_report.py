@@ -21,12 +21,11 @@ import pytest
 
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import QueueKey
-from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from tieredstore.testing.browser import browser_command, chromium, layout
+from verifier.outcome import Anomaly, VerificationResult
 from verifier.reporting.report import anomalies_table, report_document, write_reports
-from verifier.vocabulary import Level, VerifyOptions
 
-from ..browser import browser_command, chromium, layout
-from ..conftest import World
+from ..conftest import World, sample_result
 
 
 class _Page(HTMLParser):
@@ -114,39 +113,6 @@ def test_reports_of_a_damaged_store(world: World) -> None:
     assert (world.out / "verify.prom").is_file()
 
 
-def _result(tmp_path: Path, anomalies: list[Anomaly]) -> VerificationResult:
-    opts = VerifyOptions(
-        hot=tmp_path,
-        cold_url="s3://user:secret@bucket/prefix",
-        cluster="C",
-        broker="B",
-        now_ms=1_700_000_000_000,
-        level=Level.CONTENT,
-    )
-    queue = QueueReport(
-        topic="T<&>",
-        queue_id=0,
-        hot_present=True,
-        hot_min=0,
-        hot_max=100,
-        cold_min=0,
-        cold_max=90,
-        segments=3,
-        cold_messages=90,
-        cold_bytes=9000,
-        lag_messages=10,
-        lag_seconds=1.5,
-        units_compared=90,
-        bytes_compared=9000,
-        cold_only=0,
-        pending_objects=0,
-    )
-    totals = Totals(1, 3, 0, 9, 0, 0, 90, 9000, 0, 10)
-    return VerificationResult(
-        opts, (queue,), tuple(anomalies), totals, (), 1_700_000_000_000, 0, 10
-    )
-
-
 def test_html_escapes_what_it_shows_and_json_redacts_credentials(tmp_path: Path) -> None:
     nasty = Anomaly(
         topic="T<&>",
@@ -158,24 +124,24 @@ def test_html_escapes_what_it_shows_and_json_redacts_credentials(tmp_path: Path)
         object_key="a/<script>alert(1)</script>",
         detail='"quoted" & <b>bold</b>',
     )
-    paths = write_reports(_result(tmp_path, [nasty]), tmp_path / "out")
+    paths = write_reports(sample_result(tmp_path, [nasty]), tmp_path / "out")
     page = _page(paths.html)
     assert "script" not in page.tags and "b" not in page.tags
     text = "".join(page.text)
     assert "a/<script>alert(1)</script>" in text and '"quoted" & <b>bold</b>' in text
-    doc = report_document(_result(tmp_path, [nasty]))
+    doc = report_document(sample_result(tmp_path, [nasty]))
     assert doc["parameters"]["cold"] == "s3://***@bucket/prefix"
     assert doc["verdict"] == "DIRTY" and doc["queues"][0]["status"] == "dirty"
     assert doc["queues"][0]["lag"] == {"messages": 10, "seconds": 1.5}
 
 
 def test_a_clean_result_says_so_everywhere(tmp_path: Path) -> None:
-    paths = write_reports(_result(tmp_path, []), tmp_path / "out")
+    paths = write_reports(sample_result(tmp_path, []), tmp_path / "out")
     page = _page(paths.html)
     assert page.ids["verdict"] == "CLEAN"
     assert page.ids["no-anomalies"] == "No anomalies."
     assert pq.read_table(paths.parquet).num_rows == 0
-    assert anomalies_table(_result(tmp_path, [])).schema.names[0] == "anomaly"
+    assert anomalies_table(sample_result(tmp_path, [])).schema.names[0] == "anomaly"
 
 
 def _anomaly(i: int) -> Anomaly:
@@ -187,7 +153,7 @@ def test_the_page_lists_a_bounded_number_of_anomalies(tmp_path: Path) -> None:
     from verifier.reporting.html import MAX_ANOMALY_ROWS
 
     many: list[Any] = [_anomaly(i) for i in range(MAX_ANOMALY_ROWS + 5)]
-    paths = write_reports(_result(tmp_path, many), tmp_path / "out")
+    paths = write_reports(sample_result(tmp_path, many), tmp_path / "out")
     page = _page(paths.html)
     assert page.table_rows["anomalies"] == 1 + MAX_ANOMALY_ROWS
     assert "5 more anomalies in anomalies.parquet." in "".join(page.text)
@@ -197,7 +163,7 @@ def test_the_page_lists_a_bounded_number_of_anomalies(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="headless Chromium is not installed")
 def test_the_page_renders_in_headless_chromium(tmp_path: Path) -> None:
-    paths = write_reports(_result(tmp_path, [_anomaly(3)]), tmp_path / "out")
+    paths = write_reports(sample_result(tmp_path, [_anomaly(3)]), tmp_path / "out")
     browser = browser_command(tmp_path)
     url = paths.html.resolve().as_uri()
     dom = subprocess.run(
@@ -221,7 +187,7 @@ def test_times_are_iso_8601_utc_and_long_names_are_shortened_with_the_full_name_
     tmp_path: Path,
 ) -> None:
     assert len(LONG_TOPIC) == 127
-    result = _result(tmp_path, [])
+    result = sample_result(tmp_path, [])
     queue = replace(result.queues[0], topic=LONG_TOPIC, lag_seconds=3725.0)
     paths = write_reports(replace(result, queues=(queue,)), tmp_path / "out")
     page = _page(paths.html)
@@ -263,7 +229,7 @@ def test_topic_summaries_aggregate_the_queues_worst_status_first() -> None:
 def _wide_result(tmp_path: Path) -> VerificationResult:
     """The widest page a real run can make: 127-character names everywhere, 10-digit
     offsets, long paths and object keys, an anomaly with a long detail."""
-    base = _result(tmp_path, [])
+    base = sample_result(tmp_path, [])
     opts = replace(
         base.options,
         hot=tmp_path / ("store-" + "d" * 120),

@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 
 from tieredstore.findings import FindingKind
+from tieredstore.testing.browser import browser_command, chromium, layout
 from verifier.outcome import Anomaly, VerificationResult
 from verifier.reporting.report import write_reports
 from verifier.vocabulary import Level
 
-from ..browser import browser_command, chromium, layout
-from .test_report import _result
+from ..conftest import sample_result
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "screens"
 
 
 def _operator_result(tmp_path: Path, level: Level = Level.CONTENT) -> VerificationResult:
-    base = _result(tmp_path, [])
+    base = sample_result(tmp_path, [])
     queue = replace(base.queues[0], topic="Orders", lag_seconds=-0.614, lag_messages=228,
                     hot_min=0, hot_max=4936, cold_max=4708)  # fmt: skip
     anomalies = (

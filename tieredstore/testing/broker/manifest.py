@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.traffic import ExpectedMessage
+from tieredstore.testing.broker.traffic import ExpectedMessage
 from tieredstore.testing.rocketmq import BrokerOffsets
 
 __all__ = ["Manifest"]

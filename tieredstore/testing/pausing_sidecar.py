@@ -1,6 +1,6 @@
 """Run ``tieredstore`` as a real process that SIGSTOPs itself at a chosen call.
 
-``python -m tests.dispatcher.pausing_sidecar POINT N -- <tieredstore arguments>``
+``python -m tieredstore.testing.pausing_sidecar POINT N -- <tieredstore arguments>``
 
 The sidecar's cold store (the backend under its retry wrapper, as the runtime opens it)
 is wrapped in :class:`SelfStop`, which freezes the whole process with SIGSTOP at the
@@ -18,16 +18,24 @@ Nothing is mocked: every call still goes to the real backend; only the moment mo
 from __future__ import annotations
 
 import os
+import runpy
 import signal
 import sys
 from collections.abc import AsyncIterable, Callable
 from pathlib import Path
+from typing import Any
 
+import tieredstore.backends
+import tieredstore.backends.factory
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.errors import BackendUnavailableError
 
 POINTS = ("upload", "create", "retried-create", "after-create")
+#: The module that opens the sidecar's cold store, binding ``open_cold`` at import.
+RUNTIME = "tieredstore.cli.sidecar.runtime"
+#: Exit status when the SelfStop could not be put under the sidecar.
+NOT_WRAPPED = 86
 
 
 def _freeze() -> None:
@@ -76,19 +84,35 @@ class SelfStop(ForwardingBackend):
         return version
 
 
+def _fail(why: str) -> None:
+    print(f"pausing_sidecar: {why}", file=sys.stderr, flush=True)
+    sys.exit(NOT_WRAPPED)
+
+
 def main() -> None:
     point, nth, sep, *args = sys.argv[1:]
     assert point in POINTS and sep == "--", sys.argv
-    import tieredstore.cli.sidecar.runtime as runtime
-    from tieredstore.cli.main import main as cli_main
+    if RUNTIME in sys.modules:
+        _fail(f"{RUNTIME} was imported before open_cold was replaced: it would not freeze")
+    opened: Callable[..., Backend] = tieredstore.backends.factory.open_cold
+    wrapped: list[SelfStop] = []
 
-    opened = vars(runtime)["open_cold"]
+    def open_cold(*a: Any, **kw: Any) -> Backend:
+        wrapped.append(SelfStop(opened(*a, **kw), point, int(nth)))
+        return wrapped[-1]
 
-    def open_cold(*a: object, **kw: object) -> Backend:
-        return SelfStop(opened(*a, **kw), point, int(nth))
-
-    vars(runtime)["open_cold"] = open_cold  # the runtime opens the cold store through it
-    sys.exit(cli_main(args))
+    # Wherever the runtime imports it from, it binds this one when it is first imported.
+    tieredstore.backends.open_cold = open_cold
+    tieredstore.backends.factory.open_cold = open_cold
+    sys.argv = ["tieredstore", *args]
+    code: str | int | None = 0
+    try:
+        runpy.run_module("tieredstore.cli", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+    if not wrapped:
+        _fail(f"the sidecar never opened its cold store through open_cold (exit {code})")
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Usage (from the repository root; needs java, javac and mvn)::
 
-    python -m tests.broker.make_golden          # or: python tests/broker/make_golden.py
+    python -m tieredstore.testing.broker.make_golden
 
 Starts a broker with small files (256 KiB commitlog files, 30-unit CQ files), runs the
 same traffic as the live tests at a smaller scale, stops the broker cleanly and copies
@@ -20,13 +20,36 @@ files and their ``.bak`` copies.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.conformance import (
+    check_checkpoint,
+    check_commitlog,
+    check_consume_queue_files,
+    check_messages,
+    check_offsets,
+    check_records,
+    check_topics,
+    index_store,
+)
+from tieredstore.testing.broker.manifest import Manifest
+from tieredstore.testing.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
+from tieredstore.testing.rocketmq import (
+    BrokerSettings,
+    LocalCluster,
+    missing_tools,
+    prepare_toolchain,
+)
+
+#: The golden store is data of the test suite: it stays in ``tests/data/`` (read from the
+#: source checkout, as :mod:`tieredstore.testing.rocketmq` reads the broker test POM).
+REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data"
 GOLDEN_STORE = DATA / "golden_store"
 GOLDEN_MANIFEST = DATA / "golden_store_manifest.json"
@@ -49,33 +72,9 @@ def _copy_store(src: Path, dst: Path) -> int:
     return sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
 
 
-def _run(args: argparse.Namespace) -> int:
-    # Imported here so that running this file as a script can fix sys.path first.
-    import dataclasses
-
-    from tests.broker.conformance import (
-        check_checkpoint,
-        check_commitlog,
-        check_consume_queue_files,
-        check_messages,
-        check_offsets,
-        check_records,
-        check_topics,
-        index_store,
-    )
-    from tests.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
-    from tieredstore.hot.store import HotStore
-    from tieredstore.testing.rocketmq import (
-        BrokerSettings,
-        LocalCluster,
-        missing_tools,
-        prepare_toolchain,
-    )
-
-    missing = missing_tools()
-    if missing:
-        print(f"make_golden needs {', '.join(missing)} on PATH", file=sys.stderr)
-        return 2
+def _record(args: argparse.Namespace) -> tuple[Manifest, int]:
+    """Run the traffic on a real broker, stop it cleanly, copy its store: (what was
+    produced, the copy's size in bytes)."""
     settings = BrokerSettings(
         commitlog_file_size=256 << 10, cq_file_size=30 * 20, max_message_size=128 << 10
     )
@@ -86,14 +85,12 @@ def _run(args: argparse.Namespace) -> int:
             wait_for_clean_stop(cluster)
             manifest = dataclasses.replace(manifest, window_end_ms=now_ms())
         size = _copy_store(cluster.store_root, args.store)
-    if size > MAX_GOLDEN_BYTES:
-        print(f"golden store is {size} bytes, over {MAX_GOLDEN_BYTES}", file=sys.stderr)
-        return 1
-    manifest.dump(args.manifest)
-    print(f"wrote {args.store} ({size} bytes) and {args.manifest} "
-          f"({len(manifest.messages)} messages, RocketMQ {manifest.rocketmq_version})")  # fmt: skip
+    return manifest, size
 
-    store = HotStore(args.store)
+
+def _check(store_dir: Path, manifest: Manifest) -> None:
+    """Run the conformance checks on the copy and print what they report."""
+    store = HotStore(store_dir)
     index = index_store(store, manifest)
     checks: dict[str, Callable[[], None]] = {
         "records": lambda: check_records(index),
@@ -112,6 +109,21 @@ def _run(args: argparse.Namespace) -> int:
             failed += 1
             print(f"conformance check {name!r} FAILED on the new golden store:\n{exc}")
     print(f"{len(checks) - failed} passed, {failed} failed")
+
+
+def _run(args: argparse.Namespace) -> int:
+    missing = missing_tools()
+    if missing:
+        print(f"make_golden needs {', '.join(missing)} on PATH", file=sys.stderr)
+        return 2
+    manifest, size = _record(args)
+    if size > MAX_GOLDEN_BYTES:
+        print(f"golden store is {size} bytes, over {MAX_GOLDEN_BYTES}", file=sys.stderr)
+        return 1
+    manifest.dump(args.manifest)
+    print(f"wrote {args.store} ({size} bytes) and {args.manifest} "
+          f"({len(manifest.messages)} messages, RocketMQ {manifest.rocketmq_version})")  # fmt: skip
+    _check(args.store, manifest)
     return 0
 
 
@@ -121,10 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", type=Path, default=GOLDEN_MANIFEST, help="output JSON")
     parser.add_argument("--normal", type=int, default=GOLDEN_NORMAL_MESSAGES)
     parser.add_argument("--seed", type=int, default=GOLDEN_SEED)
-    args = parser.parse_args(argv)
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    return _run(args)
+    return _run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -10,16 +10,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.conformance import (
+from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.conformance import (
     HALF_TOPIC,
     OP_HALF_TOPIC,
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
     op_half_offsets,
 )
-from tests.broker.manifest import Manifest
-from tests.broker.sidecar import LiveSidecar
-from tests.broker.traffic import (
+from tieredstore.testing.broker.manifest import Manifest
+from tieredstore.testing.broker.sidecar import LiveSidecar
+from tieredstore.testing.broker.traffic import (
     RETRY_GROUP,
     RETRY_SOURCE_TOPIC,
     RETRY_TAG,
@@ -31,7 +32,6 @@ from tests.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.hot.store import HotStore
 from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 __all__ = ["BrokerRun", "now_ms", "run_scenario", "wait_for_clean_stop"]

@@ -18,15 +18,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tests.broker.manifest import Manifest
-from tests.broker.traffic import (
-    COMPRESS_THRESHOLD,
-    DELAY_LEVEL_MS,
-    RETRY_TOPIC,
-    USER_TOPICS,
-    ExpectedMessage,
-    Kind,
-)
 from tieredstore.formats.checkpoint import Checkpoint
 from tieredstore.formats.msgid import offset_msg_id
 from tieredstore.formats.record import (
@@ -39,6 +30,15 @@ from tieredstore.formats.record import (
 )
 from tieredstore.formats.tags import tags_code
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
+from tieredstore.testing.broker.manifest import Manifest
+from tieredstore.testing.broker.traffic import (
+    COMPRESS_THRESHOLD,
+    DELAY_LEVEL_MS,
+    RETRY_TOPIC,
+    USER_TOPICS,
+    ExpectedMessage,
+    Kind,
+)
 
 __all__ = [
     "HALF_TOPIC",

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.broker.conformance import (
+from tieredstore.formats.record import MagicCode, TransactionType
+from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.conformance import (
     StoreIndex,
     check_checkpoint,
     check_commitlog,
@@ -19,10 +21,8 @@ from tests.broker.conformance import (
     check_records,
     check_topics,
 )
-from tests.broker.manifest import Manifest
-from tests.broker.traffic import LONG_TOPIC, QUEUES_PER_TOPIC, USER_TOPICS
-from tieredstore.formats.record import MagicCode, TransactionType
-from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.manifest import Manifest
+from tieredstore.testing.broker.traffic import LONG_TOPIC, QUEUES_PER_TOPIC, USER_TOPICS
 
 __all__ = ["ConformanceSuite", "StoreView"]
 
@@ -46,7 +46,7 @@ class StoreView:
 
 
 class ConformanceSuite:
-    """Every check of :mod:`tests.broker.conformance`, one test each."""
+    """Every check of :mod:`tieredstore.testing.broker.conformance`, one test each."""
 
     def test_traffic_covers_the_edge_cases(self, view: StoreView) -> None:
         """Guards the traffic plan: each format feature is really in the store."""

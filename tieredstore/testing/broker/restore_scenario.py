@@ -4,7 +4,9 @@ One broker receives two batches of varied traffic (tags, keys, user properties, 
 the Java client compresses) on three topics; a consumer group consumes the first batch
 of one topic; the sidecar tiers after each batch (``run --once``), backing up the
 broker's ``config/`` as it does; then the broker stops and its store is deleted.
-:class:`Source` keeps what was sent, what the broker answered and when.
+:class:`Source` keeps what was sent, what the broker answered and when, and gives the
+``tieredstore`` arguments that tier and restore it (the test runs the command: the CLI
+is on top of every layer, and test support never imports it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.broker.traffic import (
+from tieredstore.testing.broker.traffic import (
     COMPRESS_THRESHOLD,
     ExpectedMessage,
     Kind,
@@ -24,7 +26,6 @@ from tests.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.cli.main import main
 from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 ORDERS = "RestoreOrders"
@@ -175,11 +176,6 @@ def query_keys(
     return found
 
 
-def tieredstore(*args: str) -> int:
-    """Run a ``tieredstore`` command in this process; return its exit code."""
-    return main(list(args))
-
-
 @dataclass(frozen=True, slots=True)
 class Source:
     """The lost broker: what it received, where its cold copy is, when batch 2 ran."""
@@ -197,8 +193,9 @@ class Source:
     def messages(self) -> tuple[ExpectedMessage, ...]:
         return self.batch1 + self.batch2
 
-    def sidecar(self, store: Path, *extra: str) -> int:
-        return tieredstore(
+    def sidecar_args(self, store: Path, *extra: str) -> list[str]:
+        """The ``tieredstore`` arguments that tier ``store`` once into the cold copy."""
+        return [
             "run",
             "--once",
             "--store",
@@ -213,11 +210,12 @@ class Source:
             BROKER,
             "--no-wait",
             *extra,
-        )
+        ]
 
-    def restore(self, out: Path, *extra: str) -> int:
+    def restore_args(self, out: Path, *extra: str) -> list[str]:
+        """The ``tieredstore`` arguments that restore the lost broker into ``out``."""
         s = self.cluster.settings
-        return tieredstore(
+        return [
             "restore",
             "--cold",
             str(self.cold),
@@ -238,4 +236,4 @@ class Source:
             "--progress",
             "off",
             *extra,
-        )
+        ]

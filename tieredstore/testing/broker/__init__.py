@@ -1,0 +1,20 @@
+"""The real-broker test harness: traffic for a real RocketMQ broker, the conformance
+checks run on its store, the live sidecar beside it, the scenarios the broker tests and
+the golden store share (see :mod:`tieredstore.testing` for the rules of this package).
+
+* :mod:`~tieredstore.testing.broker.traffic`: the planned messages, their kinds, and the
+  plan and result files the Java client (``BrokerTool``) reads and writes;
+* :mod:`~tieredstore.testing.broker.manifest`: what was produced, as stored beside a
+  store (the golden store's manifest);
+* :mod:`~tieredstore.testing.broker.conformance`: the checks of a broker's store against
+  what was produced, and :mod:`~tieredstore.testing.broker.suite`, every check one test;
+* :mod:`~tieredstore.testing.broker.sidecar`: a live ``tieredstore run`` beside a broker;
+* :mod:`~tieredstore.testing.broker.scenario`: the live conformance scenario;
+* :mod:`~tieredstore.testing.broker.make_golden`: regenerates the golden store
+  (``python -m tieredstore.testing.broker.make_golden``);
+* :mod:`~tieredstore.testing.broker.restore_scenario`: the disaster-recovery scenario;
+* :mod:`~tieredstore.testing.broker.serving`: the read plugin tests' traffic and what
+  the stock consumers received;
+* :mod:`~tieredstore.testing.broker.powercut`: the power-cut test's view of what a store
+  keeps after a cut.
+"""
