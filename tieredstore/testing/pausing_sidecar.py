@@ -4,7 +4,15 @@
 
 The sidecar's cold store (the backend under its retry wrapper, as the runtime opens it)
 is wrapped in :class:`SelfStop`, which freezes the whole process with SIGSTOP at the
-``N``-th call matching ``POINT``; the test thaws it with SIGCONT. Points:
+``N``-th call matching ``POINT``; the test thaws it with SIGCONT.
+
+This module is core-layer test support, so it does not import the CLI as a library: it
+replaces the core's ``open_cold`` (``tieredstore.backends``, where the runtime imports it
+from) before anything imports the sidecar's runtime, which binds the name when it is first
+imported, then runs the program as ``python -m tieredstore.cli`` would (``runpy``). When
+the replacement cannot take (the runtime was already imported) or the sidecar never
+opened its cold store through it, the process fails loudly (a message on stderr, exit
+status :data:`NOT_WRAPPED`) rather than run a sidecar that never freezes. Points:
 
 * ``upload``: before a COMMIT_LOG object's write goes out (after its lease check);
 * ``create``: before a manifest create goes out (after the last lease check);

@@ -50,7 +50,7 @@ from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.pausing_sidecar import POINTS
+from tieredstore.testing.pausing_sidecar import NOT_WRAPPED, POINTS
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import kill9, sidecar_cmd, sidecar_env
 from verifier.job import verify
@@ -233,3 +233,16 @@ def test_pause_points_are_markers_of_no_segment() -> None:
         CLUSTER, BROKER, "T", 0, 200, lease_epoch=3, writer_id="gc", created_at_ms=1
     )
     assert read_stored(marker.to_json(), marker.key) == marker
+
+
+def test_the_pausing_sidecar_fails_loudly_when_it_wraps_no_cold_store(tmp_path: Path) -> None:
+    """A run that never opens the cold store through the replaced ``open_cold`` (here
+    ``--version``; as well a runtime that stopped importing it from the core) exits
+    NOT_WRAPPED and says why, instead of a sidecar that would never freeze."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tieredstore.testing.pausing_sidecar", "upload", "1", "--",
+         "--version"],
+        capture_output=True, text=True, cwd=REPO, timeout=BOUND_S,
+    )  # fmt: skip
+    assert run.returncode == NOT_WRAPPED, run.stdout + run.stderr
+    assert "never opened its cold store through open_cold" in run.stderr
