@@ -48,7 +48,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m tieredstore.config_docs --check
+	$(BIN)/python -m tieredstore.settings.docs --check
 
 ## typecheck: mypy --strict over the four packages, tests and bench
 typecheck: $(STAMP)
@@ -61,9 +61,9 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 ## docs: rewrite docs/configuration.md's settings tables and docs/sidecar.toml from
-##   the declaration of the settings (tieredstore/config_keys.py)
+##   the declaration of the settings (tieredstore/settings/keys.py)
 docs: $(STAMP)
-	$(BIN)/python -m tieredstore.config_docs
+	$(BIN)/python -m tieredstore.settings.docs
 
 ## bench: every benchmark at its default size, one after another; the output goes to
 ##   bench/results/latest.log and the table at the top of BENCHMARKS.md is rewritten from it

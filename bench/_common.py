@@ -32,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from tieredstore.config import parse_size
-from tieredstore.digests import digest
+from tieredstore.cold.digests import digest
+from tieredstore.cold.layout import object_name
+from tieredstore.cold.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
 from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
-from tieredstore.layout import object_name
-from tieredstore.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.settings.loader import parse_size
 from tieredstore.testing.moto import AWS_ENV as MOTO_ENV
 
 #: The upload attempt in the names of the objects the offsets-store builder writes.
@@ -671,8 +671,8 @@ def offsets_store(root: Path, queues: int, units: int, segment_units: int) -> in
 def _records(cold: Path, queues: int) -> None:
     """What a sidecar writes besides segments: the tiering record (every topic) and each
     queue's init record (offset 0), so the verifier has a required range to check."""
-    from tieredstore.layout import QueuePath
-    from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord
+    from tieredstore.cold.layout import QueuePath
+    from tieredstore.cold.provenance import QueueInit, RuleEpoch, TieringRecord
     from tieredstore.topic_rules import TopicRules
 
     record = TieringRecord(CLUSTER, BROKER, (RuleEpoch(0, TopicRules(), "bench", 1),))
@@ -744,7 +744,7 @@ def timed_verify_jobs(spark: Any, opts: Any) -> tuple[float, int, Any]:
 
 def verifier_stage_seconds(spark: Any, opts: Any) -> float:
     """Seconds of the per-segment verification stage over cached inputs."""
-    from tieredstore.hot_store import HotStore
+    from tieredstore.hot.store import HotStore
     from verifier import checks, readers
 
     cold = readers.ColdLocation(opts.cold_url)

@@ -57,11 +57,11 @@ from _common import (
     verify_options,
 )
 
-from tieredstore.archive_rows import ARCHIVE_SCHEMA, SegmentSlice
+from tieredstore.archive.export import ExportRequest, export_parquet
+from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends import open_backend
 from tieredstore.clock import SystemClock
-from tieredstore.export import ExportRequest, export_parquet
-from tieredstore.manifest import Manifest, read_stored
+from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 TARGET = 0.5

@@ -19,7 +19,7 @@ import numpy as np
 from _common import machine, result_line
 
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 
 
 def _write_queue(root: Path, units: int, file_units: int) -> None:

@@ -39,8 +39,8 @@ from _common import (
 
 from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
 
 _READY = "reconciled catalogue with cold store"
 

@@ -42,7 +42,7 @@ from _common import (
     warm,
 )
 
-from dispatcher.commitlog_pass import (
+from dispatcher.tiering.commitlog_pass import (
     WINDOW_BYTES,
     GatherJob,
     Spooled,
@@ -51,11 +51,11 @@ from dispatcher.commitlog_pass import (
     _windows,
     gather_segments,
 )
-from dispatcher.committer import check_built
-from dispatcher.planner import Limits, SegmentPlan, plan_segment
-from tieredstore.hot_commitlog import read_span
-from tieredstore.hot_store import HotStore
-from tieredstore.segment import RecordHeads, RecordOwners
+from dispatcher.tiering.committer import check_built
+from dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
+from tieredstore.cold.segment import RecordHeads, RecordOwners
+from tieredstore.hot.commitlog import read_span
+from tieredstore.hot.store import HotStore
 
 TARGET = 0.05
 
@@ -121,7 +121,7 @@ def main() -> None:
             for arr, rel, rec, sel in windows:
                 job = rec.job[sel]
                 RecordOwners.check(
-                    arr, rel, rec.size[sel], np.zeros(job.shape[0], bool),
+                    arr, starts=rel, sizes=rec.size[sel], skip=np.zeros(job.shape[0], bool),
                     queue_ids=owners.queue_ids[job], physical=rec.offset[sel],
                     topics=owners.topics, topic_of=job,
                 )  # fmt: skip

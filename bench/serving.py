@@ -49,8 +49,8 @@ from _common import (
 )
 
 from tieredstore.backends import open_backend
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import broker_prefix
+from tieredstore.cold.layout import broker_prefix
+from tieredstore.hot.store import HotStore
 
 THROUGHPUT_TARGET = 0.8
 P99_TARGET_MS = 50.0

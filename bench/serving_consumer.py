@@ -39,7 +39,7 @@ from pathlib import Path
 
 from _common import MIB, machine, result_line, sidecar_cmd, sidecar_env, table, vm_hwm
 
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
 from tieredstore.testing.rocketmq import (
     BrokerSettings,

@@ -53,7 +53,7 @@ from _common import (
     warm,
 )
 
-from tieredstore.digests import DigestAlgorithm, digest
+from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE
 
 TARGET = 200 * MIB  # bytes/s

@@ -50,14 +50,14 @@ from _common import (
 )
 
 from tieredstore.clock import SystemClock
+from tieredstore.cold.layout import fingerprint_key, tiering_key
+from tieredstore.cold.provenance import read_tiering_record
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import fingerprint_key, tiering_key
-from tieredstore.provenance import read_tiering_record
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import write_local
 from tieredstore.testing.fleet import fleet_image
-from verifier.fingerprint import take_fingerprint
+from verifier.fleet.fingerprint import take_fingerprint
 
 CLUSTER = "BenchFleet"
 VS_SINGLE = 3.0

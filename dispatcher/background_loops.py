@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.lease import Lease
+from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from tieredstore.clock import Clock
 from tieredstore.errors import LeaseLapsedError, RetryableError

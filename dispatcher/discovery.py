@@ -13,15 +13,15 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from dispatcher.committer import Reminded, Stopped
 from dispatcher.metrics import Metrics
+from dispatcher.tiering.committer import Reminded, Stopped
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
-from tieredstore.config import InitStart, TieringSettings
+from tieredstore.cold.layout import validate_topic
 from tieredstore.errors import InvalidNameError, TieredStoreError
-from tieredstore.hot_store import HotStore, QueueKey, SkippedDir
-from tieredstore.layout import validate_topic
+from tieredstore.hot.store import HotStore, QueueKey, SkippedDir
+from tieredstore.settings.loader import InitStart, TieringSettings
 
 __all__ = ["Discovery"]
 

@@ -9,7 +9,8 @@ Lifecycle (:class:`DispatcherState`)::
 Each tick: discover queues in the hot store and create catalogue rows for new ones
 eagerly (:mod:`dispatcher.discovery`), then start one task that tiers every ACTIVE queue
 not already in flight, in rounds, until the group-commit rules say wait for each
-(:mod:`dispatcher.tiering_round`; each segment is committed by :mod:`dispatcher.committer`). A
+(:mod:`dispatcher.tiering.rounds`; each segment is committed by
+:mod:`dispatcher.tiering.committer`). A
 queue is never tiered by two tasks at once. The lease is renewed until every write has
 returned, also while draining on stop; periodic jobs (retention, config backup) run
 under the same lock as catalogue writes.
@@ -34,26 +35,26 @@ from dispatcher.background_loops import (
     sleep_until,
     wait_at_most,
 )
-from dispatcher.cold_writer import ColdWriter, Damaged, heal_damaged, report_damage
-from dispatcher.committer import Reminded, SegmentCommitter, Stopped
 from dispatcher.discovery import Discovery
-from dispatcher.durability import CommitlogSyncer, DurabilityGuard
-from dispatcher.lease import Lease
-from dispatcher.lease_guard import mirror_lease
+from dispatcher.lease.guard import mirror_lease
+from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
-from dispatcher.planner import SegmentPlan
-from dispatcher.provenance_writer import ProvenanceWriter
 from dispatcher.queue_status import untiered
 from dispatcher.tick_report import TickReport, record_error
-from dispatcher.tiering_round import Rounds
+from dispatcher.tiering.cold_writer import ColdWriter, Damaged, heal_damaged, report_damage
+from dispatcher.tiering.committer import Reminded, SegmentCommitter, Stopped
+from dispatcher.tiering.durability import CommitlogSyncer, DurabilityGuard
+from dispatcher.tiering.planner import SegmentPlan
+from dispatcher.tiering.provenance_writer import ProvenanceWriter
+from dispatcher.tiering.rounds import Rounds
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.config import TieringSettings
 from tieredstore.errors import LeaseLostError, TieredStoreError
-from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.settings.loader import TieringSettings
 
 __all__ = ["Dispatcher", "DispatcherState", "Periodic", "TickReport"]
 

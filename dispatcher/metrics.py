@@ -206,7 +206,7 @@ class Metrics:
         )
 
     def _spool(self, r: CollectorRegistry) -> None:
-        """The tiering spool in the state dir (:mod:`dispatcher.spool_room`)."""
+        """The tiering spool in the state dir (:mod:`dispatcher.tiering.spool_room`)."""
         self.spool_too_small = Gauge(
             "tieredstore_spool_too_small",
             "1 while a segment does not fit the spool alone (state dir disk too small or "

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field, replace
 
 from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
 from metadata.rows import LeaseRow, QueueRow, QueueState
+from tieredstore.cold.loss import LossRecord
 from tieredstore.errors import TieredStoreError
-from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.humanize import human_seconds, iso_time
-from tieredstore.loss import LossRecord
 
 __all__ = [
     "LossStatus",

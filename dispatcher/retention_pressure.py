@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from tieredstore.errors import TieredStoreError
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 
 __all__ = ["Headroom", "HotOldest", "hot_oldest"]
 

@@ -11,9 +11,9 @@ import logging
 from dataclasses import dataclass, field
 
 from dispatcher.metrics import Metrics
-from dispatcher.planner import HotDataLost
+from dispatcher.tiering.planner import HotDataLost
 from tieredstore.errors import LeaseLapsedError, LeaseLostError, RetryableError, TieredStoreError
-from tieredstore.hot_store import QueueKey
+from tieredstore.hot.store import QueueKey
 
 __all__ = ["TickReport", "record_error"]
 

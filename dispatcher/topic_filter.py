@@ -3,7 +3,7 @@ built from the settings."""
 
 from __future__ import annotations
 
-from tieredstore.config import TieringSettings
+from tieredstore.settings.loader import TieringSettings
 from tieredstore.topic_rules import TopicRules
 
 __all__ = ["TopicFilter"]

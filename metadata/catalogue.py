@@ -16,7 +16,7 @@ Rules it enforces:
 * **Prefix expiry.** Only the oldest COMMITTED segment may be marked DELETING, and only
   the oldest segment, once DELETING, may be dropped; ``cold_min`` follows.
 * **Accepted losses.** ``catalogue.queues.accept_loss`` records offsets the broker deleted
-  before they were tiered (a :class:`~tieredstore.loss.LossRecord` already written to the
+  before they were tiered (a :class:`~tieredstore.cold.loss.LossRecord` already written to the
   bucket by ``resume``) and moves ``cold_commit`` past them: the only way a queue's
   committed range may hold offsets no segment covers.
 * **One writer.** A writer holds ``catalogue.lock`` (``flock``) for its lifetime; a
@@ -36,7 +36,7 @@ from metadata.database import DB_NAME, LOCK_NAME, CatalogueDatabase, CatalogueSt
 from metadata.queue_table import QueueTable
 from metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
 from metadata.segment_table import SegmentTable
-from tieredstore.config import Settings
+from tieredstore.settings.loader import Settings
 
 __all__ = [
     "DB_NAME",

@@ -28,10 +28,10 @@ from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from metadata.schema import MIGRATIONS, Migration, migrate, schema_version
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import Clock, SystemClock
+from tieredstore.cold.layout import broker_prefix, object_name
+from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError, CatalogueMismatchError, ConfigError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.layout import broker_prefix, object_name
-from tieredstore.manifest import Manifest, ObjectRef
 
 __all__ = [
     "DB_NAME",

@@ -3,7 +3,7 @@
 A queue row is created eagerly (:meth:`QueueTable.ensure`) with its init offset and cold
 commitlog base in one transaction; its state changes only through
 :meth:`~QueueTable.set_state` and :meth:`~QueueTable.accept_loss`, which records an
-accepted loss (a :class:`~tieredstore.loss.LossRecord` already in the bucket) and moves
+accepted loss (a :class:`~tieredstore.cold.loss.LossRecord` already in the bucket) and moves
 ``cold_commit`` past it. Callers reach it as ``catalogue.queues``
 (:class:`metadata.catalogue.Catalogue`).
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 from metadata.database import LOSS_COLUMNS, QUEUE_COLUMNS, CatalogueDatabase
 from metadata.rows import QueueRow, QueueState
+from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.loss import LossRecord
 from tieredstore.errors import CatalogueError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.layout import QueuePath
-from tieredstore.loss import LossRecord
 
 __all__ = ["QueueTable"]
 

@@ -8,10 +8,10 @@ broker's cold prefix:
   present with the recorded sizes are committed to the catalogue, in order — the crash
   between manifest write and catalogue commit, healed. A queue the catalogue does not know
   is created from its init record (``_queues/<topic>/<id>/INIT.json``,
-  :mod:`tieredstore.provenance`) at ``max(init offset, the highest retention record's
+  :mod:`tieredstore.cold.provenance`) at ``max(init offset, the highest retention record's
   first offset)`` — so a missing head shows as a gap — or, in a store an older sidecar
   wrote, from its first manifest or loss record (init offset = its start).
-* **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.loss`) are adopted in the
+* **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.cold.loss`) are adopted in the
   same order: a loss record that starts at ``cold_commit`` of an ACTIVE or PAUSED queue
   moves the queue past it (:meth:`~metadata.queue_table.QueueTable.accept_loss`) — how a
   rebuilt catalogue keeps a loss ``resume`` accepted, and how a ``resume`` interrupted
@@ -30,7 +30,7 @@ broker's cold prefix:
   and the cold store's own history adopted from there (``catalogue_drift``). A key that
   holds nothing or something unreadable is reported, never truncated (the catalogue
   then still protects what its rows name).
-* **Fence markers** (:class:`~tieredstore.manifest.FenceMarker`, GC's) are no segment:
+* **Fence markers** (:class:`~tieredstore.cold.manifest.FenceMarker`, GC's) are no segment:
   skipped, never adopted, never reported.
 
 Sizes come from the listing; digests are not read here (that is the verifier's job, and
@@ -51,6 +51,18 @@ from typing import TYPE_CHECKING
 from metadata.catalogue import DB_NAME, Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.clock import Clock
+from tieredstore.cold.layout import (
+    LossKey,
+    ObjectKey,
+    SegmentKind,
+    Unrecognised,
+    broker_prefix,
+    classify_listed,
+    parse_queue_record_key,
+)
+from tieredstore.cold.loss import LossRecord, read_loss_record
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record
 from tieredstore.errors import (
     CatalogueError,
     CorruptLossRecordError,
@@ -60,18 +72,6 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
-from tieredstore.layout import (
-    LossKey,
-    ObjectKey,
-    SegmentKind,
-    Unrecognised,
-    broker_prefix,
-    classify_listed,
-    parse_queue_record_key,
-)
-from tieredstore.loss import LossRecord, read_loss_record
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.provenance import QueueInit, StopMark, read_queue_record
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend, ObjectInfo

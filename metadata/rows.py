@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tieredstore.manifest import Manifest
+from tieredstore.cold.manifest import Manifest
 
 __all__ = ["LeaseRow", "QueueRow", "QueueState", "SegmentRow", "SegmentStatus"]
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from metadata.database import SEGMENT_COLUMNS, CatalogueDatabase
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, OffsetOutOfRangeError
-from tieredstore.manifest import Manifest
 
 __all__ = ["SegmentTable"]
 

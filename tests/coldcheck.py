@@ -12,11 +12,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.segment import verify_segment
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.segment import verify_segment
+from tieredstore.hot.store import HotStore, QueueKey
 
 
 @dataclass(frozen=True)

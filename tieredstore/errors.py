@@ -214,7 +214,7 @@ class CorruptLossRecordError(ColdDataError):
 
 
 class CorruptProvenanceError(ColdDataError):
-    """A tiering, init or retention record (tieredstore.provenance) that is not valid JSON
+    """A tiering, init or retention record (tieredstore.cold.provenance) that is not valid JSON
     or fails validation."""
 
 

@@ -2,7 +2,7 @@
 
 One copy of the rules, shared by the dispatcher (which topics to tier) and the verifier
 (which hot data must be in cold, read back from the broker's tiering record,
-:mod:`tieredstore.provenance`). :meth:`TopicRules.decide` names the rule that decided,
+:mod:`tieredstore.cold.provenance`). :meth:`TopicRules.decide` names the rule that decided,
 so a report can say *why* a topic is not tiered.
 
 Order: an explicit exclude wins; then ``%RETRY%``/``%DLQ%`` topics need their switch;

@@ -15,10 +15,10 @@ Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
 * :mod:`verifier.readers` — driver listing and the Spark tasks that read;
 * :mod:`verifier.segmentcheck` — per-segment numpy checks (no I/O);
 * :mod:`verifier.checks` — pure DataFrame → DataFrame anomaly checks;
-* :mod:`verifier.report` — report.json, anomalies.parquet, report.html;
-* :mod:`verifier.fingerprint` — hot fingerprints (``tieredstore fingerprint``);
-* :mod:`verifier.fleet` — the fleet job (``verify --fleet``), with
-  :mod:`verifier.fleetcheck` (one queue against a fingerprint),
-  :mod:`verifier.fleet_report` (fleet.html, fleet.json, verify.prom) and
-  :mod:`verifier.fleet_cli` (its flags).
+* :mod:`verifier.reporting.report` — report.json, anomalies.parquet, report.html;
+* :mod:`verifier.fleet.fingerprint` — hot fingerprints (``tieredstore fingerprint``);
+* :mod:`verifier.fleet.job` — the fleet job (``verify --fleet``), with
+  :mod:`verifier.fleet.check` (one queue against a fingerprint),
+  :mod:`verifier.fleet.report` (fleet.html, fleet.json, verify.prom) and
+  :mod:`verifier.fleet.cli` (its flags).
 """

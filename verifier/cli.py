@@ -8,7 +8,7 @@ otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
 refreshes ``history.html`` one level up when ``--out`` is one of several dated report
 folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
-``--fleet`` runs the fleet job instead (:mod:`verifier.fleet_cli`; 4 INCOMPLETE).
+``--fleet`` runs the fleet job instead (:mod:`verifier.fleet.cli`; 4 INCOMPLETE).
 
 While it runs, ``--progress`` (on a terminal by default) writes one line per stage on
 stderr, prefixed by the time since the start, so stdout keeps only the verdict line::
@@ -41,18 +41,18 @@ from py4j.protocol import Py4JError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
 
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import load_settings, parse_duration
 from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
 from tieredstore.humanize import human_seconds
+from tieredstore.settings.loader import load_settings, parse_duration
 from verifier import readers
 from verifier.catalogue import CATALOGUE_FILE
-from verifier.fleet_cli import add_fleet_arguments, run_fleet
-from verifier.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
+from verifier.fleet.cli import add_fleet_arguments, run_fleet
 from verifier.interrupt import StopOnSignal
 from verifier.job import silent, verify
-from verifier.metrics_file import write_metrics_file
 from verifier.outcome import Anomaly, VerificationResult
-from verifier.report import ReportPaths, queue_status, write_reports
+from verifier.reporting.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
+from verifier.reporting.metrics_file import write_metrics_file
+from verifier.reporting.report import ReportPaths, queue_status, write_reports
 from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
 from verifier.verdict import rank_of
 from verifier.vocabulary import (

@@ -47,7 +47,7 @@ the listing: three objects per segment). Python workers are reused across tasks;
 that :func:`verifier.spark_session.spark_session` starts with a local master starts them
 from :mod:`verifier.pydaemon`. Each anomaly is a ``FindingKind`` of
 :mod:`tieredstore.findings`; the verdict is CORRUPT, DIRTY or CLEAN (exit 2, 1, 0; 3 when
-it could not run), and :mod:`verifier.report` writes the reports.
+it could not run), and :mod:`verifier.reporting.report` writes the reports.
 """
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from tieredstore.cold.layout import SegmentKind
+from tieredstore.cold.loss import LossRecord
 from tieredstore.errors import OffsetOutOfRangeError, StoreError
 from tieredstore.findings import FindingKind
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import SegmentKind
-from tieredstore.loss import LossRecord
+from tieredstore.hot.store import HotStore, QueueKey
 from verifier import checks, readers, schemas
 from verifier.catalogue import read_catalogue
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult

@@ -1,7 +1,7 @@
 """The outcome of one verification run, as plain frozen dataclasses (no Spark types).
 
 :func:`verifier.job.verify` builds a :class:`VerificationResult` from the collected
-frames; :mod:`verifier.report` writes it out. Tests assert on it directly.
+frames; :mod:`verifier.reporting.report` writes it out. Tests assert on it directly.
 """
 
 from __future__ import annotations

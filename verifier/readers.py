@@ -37,7 +37,28 @@ from pyspark.sql.types import StructType
 from tieredstore.backends.factory import COMMAND_RETRY, probe
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
-from tieredstore.digests import DigestAlgorithm, digest
+from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.layout import (
+    LossKey,
+    ObjectKey,
+    OwnEntry,
+    SegmentKind,
+    broker_prefix,
+    classify_listed,
+    parse_queue_record_key,
+    tiering_key,
+)
+from tieredstore.cold.loss import LossRecord, read_loss_record
+from tieredstore.cold.manifest import FenceMarker, read_stored
+from tieredstore.cold.provenance import (
+    QueueInit,
+    RetentionMark,
+    StopMark,
+    TieringRecord,
+    find_tiered_prefix,
+    read_queue_record,
+    read_tiering_record,
+)
 from tieredstore.errors import (
     ColdStoreUnreachableError,
     ConfigError,
@@ -51,30 +72,9 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hot_commitlog import HotCommitlog
-from tieredstore.hot_store import HotRange, HotStore, QueueKey
+from tieredstore.hot.commitlog import HotCommitlog
+from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
-from tieredstore.layout import (
-    LossKey,
-    ObjectKey,
-    OwnEntry,
-    SegmentKind,
-    broker_prefix,
-    classify_listed,
-    parse_queue_record_key,
-    tiering_key,
-)
-from tieredstore.loss import LossRecord, read_loss_record
-from tieredstore.manifest import FenceMarker, read_stored
-from tieredstore.provenance import (
-    QueueInit,
-    RetentionMark,
-    StopMark,
-    TieringRecord,
-    find_tiered_prefix,
-    read_queue_record,
-    read_tiering_record,
-)
 from verifier import schemas
 from verifier.segmentcheck import (
     FactKind,
@@ -258,7 +258,7 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
 
 
 class _Provenance:
-    """The provenance records met in a listing (:mod:`tieredstore.provenance`), read and
+    """The provenance records met in a listing (:mod:`tieredstore.cold.provenance`), read and
     validated; one that does not validate explains nothing (it is listed as
     unrecognised, so the offsets it would have explained stay an anomaly)."""
 
@@ -294,7 +294,8 @@ class _Provenance:
 
 
 class _FsRecords:
-    """The driver's sync fsspec filesystem as a :class:`~tieredstore.provenance.RecordSource`."""
+    """The driver's sync fsspec filesystem as a
+    :class:`~tieredstore.cold.provenance.RecordSource`."""
 
     def __init__(self, fs: AbstractFileSystem, root: str) -> None:
         self.fs, self.root = fs, root
@@ -324,7 +325,7 @@ def require_tiered(
     cold: ColdLocation, cluster: str, broker: str, *, require_record: bool = True
 ) -> TieringRecord | None:
     """The broker's tiering record, read on the driver before Spark starts
-    (:func:`~tieredstore.provenance.find_tiered_prefix` over the driver's filesystem;
+    (:func:`~tieredstore.cold.provenance.find_tiered_prefix` over the driver's filesystem;
     None only when not ``require_record`` and the prefix holds segments but no record).
 
     Raises:

@@ -1,7 +1,7 @@
 """What each queue must hold, from the cold store's own records; and what is missing.
 
 Pure Python on the driver, over small inputs: the collected queue summary (one row per
-queue), the provenance records of the listing (:mod:`tieredstore.provenance`) once
+queue), the provenance records of the listing (:mod:`tieredstore.cold.provenance`) once
 checked against hot (below), and what hot proves of when its messages
 were stored (:class:`HotFacts`). Per queue:
 
@@ -74,9 +74,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from tieredstore.cold.loss import LossRecord
+from tieredstore.cold.provenance import QueueInit, RetentionMark, StopMark, TieringRecord
 from tieredstore.findings import FindingKind
-from tieredstore.loss import LossRecord
-from tieredstore.provenance import QueueInit, RetentionMark, StopMark, TieringRecord
 from verifier.outcome import Anomaly, QueueReport
 from verifier.readers import loss_detail
 
@@ -507,7 +507,7 @@ def apply_requirements(
 
 @dataclass(frozen=True)
 class ProvenanceRecords:
-    """The broker's provenance records as listed (:mod:`tieredstore.provenance`)."""
+    """The broker's provenance records as listed (:mod:`tieredstore.cold.provenance`)."""
 
     tiering: TieringRecord
     inits: Sequence[QueueInit]

@@ -47,7 +47,7 @@ from tieredstore.formats.record import (
     SysFlag,
 )
 from tieredstore.formats.vector import differing_bytes, gather_be
-from tieredstore.hot_commitlog import gather
+from tieredstore.hot.commitlog import gather
 from verifier.ranges import OffsetRange, mask_to_ranges
 
 __all__ = [

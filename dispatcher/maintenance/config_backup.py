@@ -5,9 +5,9 @@ every ``config_backup.interval``) reads each of ``topics.json``,
 ``subscriptionGroup.json``, ``consumerOffset.json`` and ``delayOffset.json`` from the
 broker's config directory and, when its bytes differ from the newest copy, stores them
 byte for byte as a new version (``_config/<file>/<stamp>-<sha256[:16]>``, see
-:mod:`tieredstore.layout`). Only the ``history`` newest versions of each file are kept;
+:mod:`tieredstore.cold.layout`). Only the ``history`` newest versions of each file are kept;
 older ones are deleted. Each write and delete first makes sure the writer lease is
-still held (:func:`~dispatcher.lease_guard.hold_lease`).
+still held (:func:`~dispatcher.lease.guard.hold_lease`).
 
 A missing file is skipped (the broker writes some only once they have content). A file
 that does not parse as the broker's JSON (:mod:`tieredstore.formats.fastjson_dialect`) is not
@@ -23,14 +23,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dispatcher.lease import Lease
-from dispatcher.lease_guard import hold_lease
+from dispatcher.lease.guard import hold_lease
+from dispatcher.lease.lease import Lease
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.configcopies import list_copies
+from tieredstore.cold.configcopies import list_copies
+from tieredstore.cold.layout import CONFIG_FILES, config_copy_key
 from tieredstore.errors import CorruptDataError, RetryableError
 from tieredstore.formats.fastjson_dialect import loads
-from tieredstore.layout import CONFIG_FILES, config_copy_key
 
 __all__ = ["BackupReport", "ConfigBackup"]
 

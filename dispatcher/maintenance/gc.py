@@ -29,7 +29,7 @@ its own, and a manifest only ever names the objects its own attempt wrote.
 its manifest create (or inside a create its backend retries), would otherwise commit a
 manifest naming objects GC just deleted. So before deleting the objects of a segment
 start S whose manifest key holds no manifest, :func:`delete_garbage` puts a *fence
-marker* of its own lease epoch there (:class:`~tieredstore.manifest.FenceMarker`:
+marker* of its own lease epoch there (:class:`~tieredstore.cold.manifest.FenceMarker`:
 create-if-absent, or compare-and-swap over an older marker): the paused writer's create
 then finds the key taken, reads a newer epoch and stops as fenced. If the create finds a
 manifest instead, it landed since the scan and its objects are spared. S is the
@@ -48,18 +48,11 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from dispatcher.lease import Lease
-from dispatcher.lease_guard import hold_lease
+from dispatcher.lease.guard import hold_lease
+from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.retention import format_age
 from tieredstore.backends.base import Backend, ObjectInfo
-from tieredstore.errors import (
-    ConditionFailedError,
-    CorruptManifestError,
-    ObjectNotFoundError,
-)
-from tieredstore.findings import FindingKind
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.layout import (
+from tieredstore.cold.layout import (
     ObjectKey,
     QueuePath,
     SegmentKind,
@@ -70,7 +63,14 @@ from tieredstore.layout import (
     parse_object_key,
     queue_root,
 )
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.errors import (
+    ConditionFailedError,
+    CorruptManifestError,
+    ObjectNotFoundError,
+)
+from tieredstore.findings import FindingKind
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 __all__ = [
     "Fence",

@@ -44,12 +44,24 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dispatcher.lease import Lease
-from dispatcher.lease_guard import hold_lease
+from dispatcher.lease.guard import hold_lease
+from dispatcher.lease.lease import Lease
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
+from tieredstore.cold.layout import (
+    QueuePath,
+    SegmentKind,
+    kind_prefix,
+    loss_prefix,
+    parse_loss_key,
+    parse_object_key,
+    quarantine_key,
+    quarantine_loss_key,
+)
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.segment import verify_segment
 from tieredstore.errors import (
     CatalogueError,
     ColdDataError,
@@ -60,19 +72,7 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.formats.record import same_outside_physical_offset
-from tieredstore.hot_store import HotRange, HotStore
-from tieredstore.layout import (
-    QueuePath,
-    SegmentKind,
-    kind_prefix,
-    loss_prefix,
-    parse_loss_key,
-    parse_object_key,
-    quarantine_key,
-    quarantine_loss_key,
-)
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.segment import verify_segment
+from tieredstore.hot.store import HotRange, HotStore
 
 log = logging.getLogger(__name__)
 

@@ -49,16 +49,16 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dispatcher.lease import Lease
-from dispatcher.lease_guard import hold_lease
+from dispatcher.lease.guard import hold_lease
+from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
-from dispatcher.provenance_writer import record_head_removal
+from dispatcher.tiering.provenance_writer import record_head_removal
 from metadata.catalogue import Catalogue
 from metadata.reconcile import reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
-from tieredstore.config_keys import RetentionSettings
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import (
     CatalogueError,
     ConfigError,
@@ -67,9 +67,9 @@ from tieredstore.errors import (
     StoreError,
     StoreNotFoundError,
 )
-from tieredstore.hot_store import HotRange, HotStore, QueueKey
+from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.settings.keys import RetentionSettings
 
 __all__ = [
     "Decision",

@@ -4,7 +4,7 @@
 ``broker-a`` (two topics, one longer than 127 bytes, IPv6 hosts, ZLIB bodies, PREPARED
 half messages, store times 50 ms apart) and ``broker-b`` (one more topic). ``golden``
 tiers the store a real RocketMQ broker wrote. Expected rows come from
-:class:`~tieredstore.cold_reader.ColdReader`, the code behind ``tieredstore read``.
+:class:`~tieredstore.cold.reader.ColdReader`, the code behind ``tieredstore read``.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from tests.broker.make_golden import GOLDEN_STORE
-from tests.tieredstore.test_cold_reader import tier
+from tests.tieredstore.cold.test_reader import tier
 from tieredstore.backends import open_backend
-from tieredstore.cold_reader import ColdReader
+from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.cold.manifest import Manifest, read_manifest
+from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import InvalidNameError
-from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import Manifest, read_manifest
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 BROKER_B = "broker-b"

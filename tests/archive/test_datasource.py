@@ -15,9 +15,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from tieredstore.archive_rows import ARCHIVE_COLUMNS
+from tieredstore.archive.rows import ARCHIVE_COLUMNS
+from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import ConfigError
-from tieredstore.manifest import Manifest
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.archive import SPARK_SCHEMA, read_archive, register
 

@@ -15,11 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.tieredstore.test_cold_reader import tier
-from tieredstore.backends import open_backend
-from tieredstore.cli.main import main
-from tieredstore.clock import VirtualClock
-from tieredstore.export import (
+from tests.tieredstore.cold.test_reader import tier
+from tieredstore.archive.export import (
     DICTIONARY_COLUMNS,
     STATISTICS_COLUMNS,
     ExportReport,
@@ -27,7 +24,10 @@ from tieredstore.export import (
     export_manifest_key,
     export_parquet,
 )
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.backends import open_backend
+from tieredstore.cli.main import main
+from tieredstore.clock import VirtualClock
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 

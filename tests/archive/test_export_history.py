@@ -13,11 +13,11 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.dispatcher.maintenance.test_repair import T0, TOPIC, _diverge, _repair, _settings
+from tieredstore.archive.export import ExportReport, ExportRequest, export_parquet
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.export import ExportReport, ExportRequest, export_parquet
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick

@@ -16,11 +16,11 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from tests.tieredstore.test_cold_reader import tier
+from tests.tieredstore.cold.test_reader import tier
 from tieredstore.cli.main import main
-from tieredstore.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.manifest import Manifest, read_manifest
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.cold.manifest import Manifest, read_manifest
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 

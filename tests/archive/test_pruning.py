@@ -18,7 +18,7 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from tieredstore.archive_rows import TimeWindow
+from tieredstore.archive.rows import TimeWindow
 from verifier.archive.pruning import IntBounds, NameBounds, Pruning, SegmentCut
 
 UTC = dt.UTC

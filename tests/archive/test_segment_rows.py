@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tieredstore.archive_rows import SegmentSlice, TimeWindow
-from tieredstore.cold_reader import ColdMessage, decode_messages
+from tieredstore.archive.rows import SegmentSlice, TimeWindow
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.reader import ColdMessage, decode_messages
 from tieredstore.errors import CorruptDataError, CorruptRecordError
 from tieredstore.formats.record import (
     HEAD_DTYPE,
@@ -21,7 +22,6 @@ from tieredstore.formats.record import (
     SYS_FLAG_AT,
     SysFlag,
 )
-from tieredstore.manifest import Manifest
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, archive_row

@@ -2,7 +2,7 @@
 
 Used by the live broker tests (``tests/broker/test_conformance.py``, store read while
 the broker runs and again after it stopped) and by the offline golden-store tests
-(``tests/tieredstore/test_golden_store.py``). Every check reads the store only through the
+(``tests/tieredstore/hot/test_golden_store.py``). Every check reads the store only through the
 tieredstore scanner (``HotStore``) and compares with the :class:`Manifest`: the
 producer's messages and the broker's own answers (SendResult, per-queue offsets).
 
@@ -38,7 +38,7 @@ from tieredstore.formats.record import (
     body_crc,
 )
 from tieredstore.formats.tags import tags_code
-from tieredstore.hot_store import HotRange, HotStore, QueueKey
+from tieredstore.hot.store import HotRange, HotStore, QueueKey
 
 __all__ = [
     "HALF_TOPIC",

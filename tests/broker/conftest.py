@@ -20,7 +20,7 @@ from tests.broker.conformance import index_store
 from tests.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
 from tests.broker.sidecar import LiveSidecar
 from tests.broker.suite import StoreView
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,

@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         index_store,
     )
     from tests.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
-    from tieredstore.hot_store import HotStore
+    from tieredstore.hot.store import HotStore
     from tieredstore.testing.rocketmq import (
         BrokerSettings,
         LocalCluster,

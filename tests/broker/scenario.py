@@ -31,7 +31,7 @@ from tests.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 __all__ = ["BrokerRun", "now_ms", "run_scenario", "wait_for_clean_stop"]

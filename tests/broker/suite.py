@@ -22,7 +22,7 @@ from tests.broker.conformance import (
 from tests.broker.manifest import Manifest
 from tests.broker.traffic import LONG_TOPIC, QUEUES_PER_TOPIC, USER_TOPICS
 from tieredstore.formats.record import MagicCode, TransactionType
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 
 __all__ = ["ConformanceSuite", "StoreView"]
 

@@ -38,9 +38,9 @@ from tests.broker.restore_scenario import (
 from tests.broker.scenario import now_ms, wait_for_clean_stop
 from tests.broker.traffic import ExpectedMessage
 from tieredstore.backends import open_backend
-from tieredstore.cold_reader import ColdReader
+from tieredstore.cold.reader import ColdReader
 from tieredstore.formats.msgid import decode_offset_msg_id
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.rocketmq import (
     BrokerSettings,
     LocalCluster,
@@ -264,8 +264,8 @@ def _segment_end_times(source: Source) -> list[int]:
     """The newest store time of each ORDERS queue's first segment."""
     import asyncio
 
-    from tieredstore.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
-    from tieredstore.manifest import read_manifest
+    from tieredstore.cold.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
+    from tieredstore.cold.manifest import read_manifest
 
     async def read() -> list[int]:
         out = []

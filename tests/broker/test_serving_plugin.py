@@ -28,7 +28,7 @@ import pytest
 
 from tests.broker.sidecar import LiveSidecar
 from tests.broker.traffic import ExpectedMessage, Kind, PlannedMessage, read_results, write_plan
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
 from tieredstore.testing.rocketmq import (
     BrokerSettings,

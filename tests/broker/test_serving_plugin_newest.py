@@ -30,7 +30,7 @@ from tests.broker.test_serving_plugin import (
     parse_deliveries,
 )
 from tests.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
 from tieredstore.testing.rocketmq import (
     BrokerSettings,

@@ -13,8 +13,8 @@ from tests.broker.scenario import BrokerRun
 from tests.broker.traffic import Kind
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
-from tieredstore.config import SETTINGS
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
+from tieredstore.settings.loader import SETTINGS
 from tieredstore.testing.rocketmq import wait_until
 
 pytestmark = pytest.mark.broker

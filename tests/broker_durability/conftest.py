@@ -4,7 +4,7 @@ A package of its own (not ``tests/broker``), so this broker starts only after th
 conformance broker has stopped: never two broker JVMs at once on a small machine.
 
 Two sidecars tier the same store into two cold roots, one per durability rule:
-``sync`` (the default) and ``checkpoint`` (see dispatcher/durability.py). Both cut
+``sync`` (the default) and ``checkpoint`` (see dispatcher/tiering/durability.py). Both cut
 segments at 2 s of age with a 1 s tick, serve HTTP on a free loopback port (metrics),
 and renew their leases every 30 s so a paused sidecar (SIGSTOP, while the broker's
 power is "cut") still holds its lease when it resumes.

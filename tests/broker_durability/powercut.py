@@ -3,7 +3,7 @@
 Only what the broker had flushed survives. Which position that is, seen from outside, is
 what the checkpoint vouches for: every record stored strictly before its
 ``physicMsgTimestamp`` (``MappedFileQueue.flush`` records a file's last store time before
-flushing it; see dispatcher/durability.py). That is a lower bound — the broker's 500 ms
+flushing it; see dispatcher/tiering/durability.py). That is a lower bound — the broker's 500 ms
 flushes, the kernel's writeback and the sidecar's own ``fdatasync`` make more durable —
 so this cut is the *worst* power cut the broker's own guarantee allows.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 
 __all__ = ["PowerCut", "cut_power", "flushed_position"]
 

@@ -41,7 +41,7 @@ from tests.broker_durability.conftest import (
     Durability,
 )
 from tests.broker_durability.powercut import cut_power
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 pytestmark = pytest.mark.broker

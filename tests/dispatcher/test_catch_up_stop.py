@@ -19,7 +19,7 @@ from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.commands.run import closing_line
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 
 

@@ -29,10 +29,10 @@ import pytest
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.config import Settings
-from tieredstore.layout import broker_prefix, parse_object_key
-from tieredstore.manifest import read_manifest
-from tieredstore.synth import SynthSpec
+from tieredstore.cold.layout import broker_prefix, parse_object_key
+from tieredstore.cold.manifest import read_manifest
+from tieredstore.hot.synth import SynthSpec
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 

@@ -11,8 +11,8 @@ import pytest
 
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 

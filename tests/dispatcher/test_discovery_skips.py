@@ -18,7 +18,7 @@ import pytest
 
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.synth import SynthSpec
+from tieredstore.hot.synth import SynthSpec
 from tieredstore.testing.settings import location_args, settings_for
 
 SPEC = SynthSpec(topics=3, queues=2, messages=300, body_min=50, body_max=200, seed=6)

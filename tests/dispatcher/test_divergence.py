@@ -7,7 +7,7 @@ from pathlib import Path
 
 from metadata.rows import QueueState
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 
 

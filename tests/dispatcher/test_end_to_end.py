@@ -10,8 +10,8 @@ from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

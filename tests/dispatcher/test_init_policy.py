@@ -8,9 +8,9 @@ import pytest
 
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.config import InitPolicy, InitStart
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.settings.loader import InitPolicy, InitStart
 from tieredstore.testing.settings import settings_for
 
 SPEC = SynthSpec(topics=1, queues=1, messages=200, interval_ms=10)

@@ -15,8 +15,8 @@ from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import BackendUnavailableError
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
 
 START = 1_700_000_000_000

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from dispatcher.planner import SegmentPlan
+from dispatcher.tiering.planner import SegmentPlan
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 

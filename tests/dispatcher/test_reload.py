@@ -8,8 +8,8 @@ from dispatcher.topic_filter import TopicFilter
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.config import SETTINGS
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.settings.loader import SETTINGS
 from tieredstore.testing.settings import settings_for
 
 

@@ -14,8 +14,8 @@ from dispatcher.retention_pressure import hot_oldest
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import location_args, settings_for
 
 SPEC = SynthSpec(

@@ -32,10 +32,10 @@ from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.config import Settings
 from tieredstore.errors import CatalogueError
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 T0 = 1_800_000_000_000

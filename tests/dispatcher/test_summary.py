@@ -14,7 +14,7 @@ import pytest
 from dispatcher.metrics import Metrics
 from tieredstore.cli.sidecar.summary import Summary, log_summaries
 from tieredstore.clock import VirtualClock
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.sidecar import start
 
 T0 = 1_700_000_000_000

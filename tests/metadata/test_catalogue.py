@@ -11,9 +11,9 @@ import pytest
 from metadata.catalogue import DB_NAME, Catalogue, CatalogueState
 from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import QueuePath, object_name
+from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, InvalidNameError, OffsetOutOfRangeError
-from tieredstore.layout import QueuePath, object_name
-from tieredstore.manifest import Manifest
 from tieredstore.testing.segments import chain
 from tieredstore.testing.settings import BROKER, CLUSTER
 

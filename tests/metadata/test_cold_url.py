@@ -13,7 +13,7 @@ from metadata.schema import MIGRATIONS
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 

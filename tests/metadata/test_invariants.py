@@ -29,9 +29,9 @@ from hypothesis.stateful import (
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import object_name
+from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError
-from tieredstore.layout import object_name
-from tieredstore.manifest import Manifest, ObjectRef
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 QUEUES = [("A", 0), ("%DLQ%g", 1)]

@@ -13,6 +13,15 @@ from metadata.reconcile import ReconcileReport, rebuild, reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import (
+    QueuePath,
+    config_copy_key,
+    lease_key,
+    parse_object_key,
+    quarantine_key,
+)
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.segment import Segment, read_segment
 from tieredstore.errors import (
     CatalogueError,
     CorruptManifestError,
@@ -20,15 +29,6 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
-from tieredstore.layout import (
-    QueuePath,
-    config_copy_key,
-    lease_key,
-    parse_object_key,
-    quarantine_key,
-)
-from tieredstore.manifest import Manifest
-from tieredstore.segment import Segment, read_segment
 from tieredstore.testing.segments import chain, upload
 from tieredstore.testing.settings import BROKER, CLUSTER
 

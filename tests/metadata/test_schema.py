@@ -10,8 +10,8 @@ import pytest
 from metadata.catalogue import DB_NAME, Catalogue
 from metadata.schema import LATEST_VERSION, MIGRATIONS, Migration, schema_version
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import object_name
 from tieredstore.errors import CatalogueError
-from tieredstore.layout import object_name
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 #: A probe migration one past the real ones, as the next release would add.

@@ -21,8 +21,8 @@ from tieredstore.backends.faults import FaultyBackend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 from verifier.job import verify

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
 from tieredstore.testing.sidecar import crash_cycles, sidecar_cmd, sidecar_env
 from verifier.job import verify

@@ -15,17 +15,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.lease import LeaseRecord
+from dispatcher.lease.lease import LeaseRecord
+from tieredstore.cold.layout import QueuePath, SegmentKind, object_key
+from tieredstore.cold.manifest import read_manifest
+from tieredstore.cold.segment import parse_cq_object, verify_segment
 from tieredstore.errors import TieredStoreError
 from tieredstore.formats.checkpoint import Checkpoint
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.formats.record import MessageRecord, decode_record, probe_record
 from tieredstore.formats.topics import TopicConfig, decode_topics, encode_topics
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import QueuePath, SegmentKind, object_key
-from tieredstore.manifest import read_manifest
-from tieredstore.segment import parse_cq_object, verify_segment
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

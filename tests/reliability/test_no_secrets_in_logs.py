@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
 

@@ -92,7 +92,7 @@ def test_every_named_path_exists() -> None:
 def test_the_checker_finds_what_is_defined_and_only_that() -> None:
     here = Path(__file__)
     assert _defines(here, "test_the_index_is_short")
-    assert _defines(ROOT / "dispatcher/committer.py", "SegmentCommitter.commit")
+    assert _defines(ROOT / "dispatcher/tiering/committer.py", "SegmentCommitter.commit")
     assert _defines(ROOT / "metadata/schema.py", "MIGRATIONS")
-    assert not _defines(ROOT / "dispatcher/committer.py", "SegmentCommitter.no_such_method")
+    assert not _defines(ROOT / "dispatcher/tiering/committer.py", "SegmentCommitter.no_such_method")
     assert not _defines(here, "no_such_function")

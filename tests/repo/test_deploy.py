@@ -30,12 +30,12 @@ from dispatcher.metrics import Metrics
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.findings import FindingKind
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import settings_for
-from verifier.fleet import FleetOptions, FleetResult
-from verifier.fleet_report import fleet_registry
-from verifier.metrics_file import verify_registry
+from verifier.fleet.job import FleetOptions, FleetResult
+from verifier.fleet.report import fleet_registry
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from verifier.reporting.metrics_file import verify_registry
 from verifier.vocabulary import Level, VerifyOptions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tieredstore.config import SETTINGS, Settings, load_settings, parse_duration
+from tieredstore.settings.loader import SETTINGS, Settings, load_settings, parse_duration
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

@@ -111,7 +111,7 @@ def test_no_file_names_an_outside_design_document() -> None:
 def test_the_scan_sees_the_project() -> None:
     """The file walk must find the packages and the docs, or the check above proves nothing."""
     names = {p.relative_to(ROOT).as_posix() for p in _project_files()}
-    assert {"tieredstore/layout.py", "docs/format.md", "pyproject.toml", "README.md"} <= names
+    assert {"tieredstore/cold/layout.py", "docs/format.md", "pyproject.toml", "README.md"} <= names
 
 
 @pytest.mark.parametrize("doc", _docs(), ids=lambda p: p.relative_to(ROOT).as_posix())

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 
 pytestmark = pytest.mark.spark
 

@@ -19,10 +19,10 @@ from pyspark.sql import SparkSession
 
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import Clock
+from tieredstore.cold.manifest import Manifest
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.manifest import Manifest
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import ColdImage, tier, write_local
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.cli import main as job_main

@@ -104,7 +104,7 @@ def test_the_last_stage_line_counts_the_queues_by_status_worst_first(tmp_path: P
     from verifier.cli import _queues_done
     from verifier.outcome import Anomaly
 
-    from .test_report import _result
+    from .reporting.test_report import _result
 
     base = _result(tmp_path, [])
     q = base.queues[0]

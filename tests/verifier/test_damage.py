@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 
 from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.synth import generate_messages
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.synth import generate_messages
 from tieredstore.testing.coldimage import age, build
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier import schemas

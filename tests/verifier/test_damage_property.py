@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import QueuePath, init_key, tiering_key
-from tieredstore.loss import LossRecord
-from tieredstore.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
+from tieredstore.cold.layout import QueuePath, init_key, tiering_key
+from tieredstore.cold.loss import LossRecord
+from tieredstore.cold.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.testing.coldimage import CREATED_AT_MS, init_record
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.topic_rules import TopicRules

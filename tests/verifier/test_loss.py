@@ -14,11 +14,11 @@ from pyspark.sql import SparkSession
 from tests.dispatcher.maintenance.test_resume import SPEC as LOSSY_SPEC
 from tests.dispatcher.maintenance.test_resume import TOPIC, _lose_untiered_head
 from tieredstore.cli.main import main as cli_main
-from tieredstore.hot_store import QueueKey
-from tieredstore.layout import QueuePath
-from tieredstore.loss import LossRecord
-from tieredstore.manifest import Manifest
-from tieredstore.synth import synthesize
+from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.loss import LossRecord
+from tieredstore.cold.manifest import Manifest
+from tieredstore.hot.store import QueueKey
+from tieredstore.hot.synth import synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 from .conftest import World, delete_hot_head

@@ -19,7 +19,7 @@ from verifier.cli import JobArgs
 from verifier.spark_session import SPARK_LOG_NAME, output_to
 
 from .conftest import World
-from .test_report import _result
+from .reporting.test_report import _result
 
 _CLI = Path(sys.executable).parent / "tieredstore"
 # What reached the terminal before: none of it may appear on ours.

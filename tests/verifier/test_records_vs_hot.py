@@ -22,11 +22,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tieredstore.cli.main import main as cli_main
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import QueuePath, broker_prefix, init_key
-from tieredstore.loss import LossRecord
-from tieredstore.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.cold.layout import QueuePath, broker_prefix, init_key
+from tieredstore.cold.loss import LossRecord
+from tieredstore.cold.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.coldimage import CREATED_AT_MS, ColdImage, init_record
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args

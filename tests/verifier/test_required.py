@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tieredstore.cli.main import main as cli_main
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import QueuePath, broker_prefix, init_key
-from tieredstore.loss import LossRecord
-from tieredstore.provenance import QueueInit, RetentionMark
+from tieredstore.cold.layout import QueuePath, broker_prefix, init_key
+from tieredstore.cold.loss import LossRecord
+from tieredstore.cold.provenance import QueueInit, RetentionMark
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.testing.coldimage import init_record, tiering_record
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.topic_rules import TopicRules

@@ -16,9 +16,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tieredstore.cli.main import main as cli_main
+from tieredstore.cold.layout import broker_prefix
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import broker_prefix
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.testing.coldimage import write_fs
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER

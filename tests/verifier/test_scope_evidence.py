@@ -7,11 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from tieredstore.errors import CorruptProvenanceError
-from tieredstore.findings import FindingKind
-from tieredstore.layout import QueuePath, broker_prefix
-from tieredstore.loss import LossRecord
-from tieredstore.provenance import (
+from tieredstore.cold.layout import QueuePath, broker_prefix
+from tieredstore.cold.loss import LossRecord
+from tieredstore.cold.provenance import (
     QueueInit,
     RetentionMark,
     RuleEpoch,
@@ -19,6 +17,8 @@ from tieredstore.provenance import (
     TieringRecord,
     read_queue_record,
 )
+from tieredstore.errors import CorruptProvenanceError
+from tieredstore.findings import FindingKind
 from tieredstore.topic_rules import TopicRules
 from verifier.outcome import Anomaly, QueueReport
 from verifier.scope import (

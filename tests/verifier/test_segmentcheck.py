@@ -7,9 +7,9 @@ import pytest
 
 from tieredstore.findings import FindingKind, Severity
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units, encode_units
-from tieredstore.hot_commitlog import HotCommitlog, gather, runs
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.commitlog import HotCommitlog, gather, runs
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.coldimage import build
 from verifier.ranges import OffsetRange, mask_to_ranges
 from verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment

@@ -17,7 +17,7 @@ store, its endpoint, what was tried and the timeouts (:func:`~.retry.unreachable
 :func:`probe` asks for one key that way (the verifier does, before Spark starts).
 
 :func:`open_cold` is the one place a command or the sidecar builds the cold store a
-:class:`~tieredstore.config_keys.ColdSettings` names (URL, endpoint, region, multipart threshold);
+:class:`~tieredstore.settings.keys.ColdSettings` names (URL, endpoint, region, multipart threshold);
 :func:`open_backend` is for a URL alone (an export target, tests).
 """
 
@@ -31,8 +31,8 @@ from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend, posix_root_from_url
 from tieredstore.backends.retry import OnRetry, Reach, RetryingBackend, RetryPolicy
-from tieredstore.config_keys import ColdSettings
 from tieredstore.errors import ConfigError
+from tieredstore.settings.keys import ColdSettings
 
 __all__ = [
     "BackendOptions",

@@ -2,7 +2,7 @@
 
 The restore journal (``complete``) says what the store was built from: the parameters
 (cold prefix, topics, time window) and every queue's restored range ``[start, next)``.
-The check reads the store as a broker would (:class:`~tieredstore.hot_store.HotStore`)
+The check reads the store as a broker would (:class:`~tieredstore.hot.store.HotStore`)
 and the cold segments again, and confirms:
 
 * the store has exactly the journal's queues, each with min/max offsets ``start``/``next``;
@@ -33,7 +33,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.errors import ConfigError, StoreError, TieredStoreError
 from tieredstore.formats.record import BLANK_MAGIC_CODE, PHYSICAL_OFFSET_AT
 from tieredstore.formats.vector import gather_be, physical_offset_bytes
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.restore.journal import (
     JOURNAL_NAME,
     Journal,

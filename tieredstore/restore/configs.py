@@ -1,6 +1,6 @@
 """Putting the broker's ``config/`` back into a restored store.
 
-For each file the sidecar backs up (:data:`~tieredstore.layout.CONFIG_FILES`) the copy
+For each file the sidecar backs up (:data:`~tieredstore.cold.layout.CONFIG_FILES`) the copy
 current at ``--config-at`` (default: the newest) is written to ``<out>/config/``:
 
 * ``topics.json`` and ``subscriptionGroup.json`` byte for byte. If a restored queue's
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from tieredstore.backends.base import Backend
-from tieredstore.configcopies import list_copies, pick_copy
+from tieredstore.cold.configcopies import list_copies, pick_copy
+from tieredstore.cold.layout import CONFIG_FILES
 from tieredstore.errors import CorruptDataError
 from tieredstore.formats import fastjson_dialect
 from tieredstore.formats.topics import TopicConfig, encode_topics
-from tieredstore.layout import CONFIG_FILES
 from tieredstore.restore.journal import Journal, RestoreParams
 
 __all__ = ["clamp_consumer_offsets", "clamp_delay_offsets", "restore_configs", "widen_topics"]

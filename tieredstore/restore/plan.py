@@ -12,7 +12,7 @@ offsets (store times rise with queue offsets; if they ever go backwards inside a
 the run still ends at the first later message).
 
 **Accepted losses.** Offsets the broker deleted before they were tiered, accepted by
-``resume --accept-loss`` (loss records, :mod:`tieredstore.loss`), leave a hole no
+``resume --accept-loss`` (loss records, :mod:`tieredstore.cold.loss`), leave a hole no
 segment covers, and a broker's consume queue cannot have one. A queue with loss records
 is therefore restored from the first offset after its *last* accepted loss: the
 segments before it are left out, and the plan says so (:class:`LossCut`, one line per
@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from tieredstore.backends.base import Backend
-from tieredstore.errors import ColdDataError, InvalidNameError
-from tieredstore.layout import (
+from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
     broker_prefix,
@@ -46,8 +45,9 @@ from tieredstore.layout import (
     parse_loss_key,
     parse_object_key,
 )
-from tieredstore.loss import LossRecord, read_loss_record
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.loss import LossRecord, read_loss_record
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.errors import ColdDataError, InvalidNameError
 
 __all__ = ["LossCut", "QueuePlan", "RestoreFilter", "RestorePlan", "TimeWindow", "build_plan"]
 

@@ -35,12 +35,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import ColdDataError
 from tieredstore.formats.checkpoint import Checkpoint
 from tieredstore.formats.consumequeue import make_units
 from tieredstore.formats.record import BLANK_MAGIC_CODE
 from tieredstore.formats.vector import store_timestamps
-from tieredstore.manifest import Manifest
 from tieredstore.restore.commitlog import CommitLogWriter
 from tieredstore.restore.configs import restore_configs
 from tieredstore.restore.consumequeue import ConsumeQueueWriter

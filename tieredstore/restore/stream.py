@@ -20,12 +20,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
-from tieredstore.digests import Hasher, hasher
+from tieredstore.cold.digests import Hasher, hasher
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.segment import MIN_RECORD_SIZE, check_record_heads
 from tieredstore.errors import CorruptUnitError, DigestMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.vector import store_timestamps
-from tieredstore.manifest import Manifest
-from tieredstore.segment import MIN_RECORD_SIZE, check_record_heads
 
 __all__ = ["Chunk", "segment_chunks"]
 

@@ -1,7 +1,7 @@
 """Tier a synthetic hot store into cold objects with the real segment codec (no sidecar),
 and age them the ways the verifier must notice.
 
-:func:`tier` cuts each queue into fixed-size segments (``tieredstore.segment``) and
+:func:`tier` cuts each queue into fixed-size segments (``tieredstore.cold.segment``) and
 returns a :class:`ColdImage` — object key → bytes, plus the manifests per queue — that
 :func:`write_local` / :func:`write_fs` store under a cold root.
 """
@@ -16,11 +16,11 @@ from typing import Any
 
 import fsspec
 
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import QueuePath
-from tieredstore.manifest import Manifest
-from tieredstore.provenance import QueueInit, RuleEpoch, TieringRecord
-from tieredstore.segment import Segment
+from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.provenance import QueueInit, RuleEpoch, TieringRecord
+from tieredstore.cold.segment import Segment
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.testing.oracle import build_segment
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.topic_rules import TopicRules

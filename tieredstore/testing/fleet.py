@@ -14,10 +14,10 @@ import dataclasses
 from pathlib import Path
 from typing import Final
 
-from tieredstore.digests import digest
-from tieredstore.hot_store import QueueKey
-from tieredstore.layout import SegmentKind, kind_prefix
-from tieredstore.manifest import Manifest
+from tieredstore.cold.digests import digest
+from tieredstore.cold.layout import SegmentKind, kind_prefix
+from tieredstore.cold.manifest import Manifest
+from tieredstore.hot.store import QueueKey
 from tieredstore.testing.coldimage import ColdImage, tier
 
 __all__ = ["CLEAN", "DELETED", "FLIPPED", "NO_FINGERPRINT", "damage_delete_queue",

@@ -1,10 +1,10 @@
 """The test oracle: the plain segment builder production output is compared with.
 
-The sidecar builds segments its own way, for speed: :mod:`dispatcher.commitlog_pass` gathers
+The sidecar builds segments its own way, for speed: :mod:`dispatcher.tiering.commitlog_pass` gathers
 many queues' records in one commitlog-order read and spools them, and
-:mod:`dispatcher.cold_writer` writes their units and manifest. This module builds the
+:mod:`dispatcher.tiering.cold_writer` writes their units and manifest. This module builds the
 same segment the simple way, one queue at a time, all in memory, from the format's rules
-alone (:mod:`tieredstore.segment`): tests compare the sidecar's objects with it byte for
+alone (:mod:`tieredstore.cold.segment`): tests compare the sidecar's objects with it byte for
 byte, and test helpers (:mod:`tieredstore.testing.segments`,
 :mod:`tieredstore.testing.coldimage`) use it to make cold stores without a sidecar. The
 sidecar never imports it (an import-linter contract keeps ``tieredstore.testing`` out).
@@ -12,8 +12,8 @@ sidecar never imports it (an import-linter contract keeps ``tieredstore.testing`
 :class:`SegmentBuilder` takes records one at a time (:meth:`~SegmentBuilder.add`) or as a
 batch with their hot CQ units (:meth:`~SegmentBuilder.extend`, vectorised by
 :func:`rewrite_records`), and :meth:`~SegmentBuilder.seal` returns a
-:class:`~tieredstore.segment.Segment`; :func:`build_segment` does all three at once.
-Every record is held to the one record-head check, :class:`~tieredstore.segment.RecordHeads`.
+:class:`~tieredstore.cold.segment.Segment`; :func:`build_segment` does all three at once.
+Every record is held to the one record-head check, :class:`~tieredstore.cold.segment.RecordHeads`.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tieredstore.digests import digest
+from tieredstore.cold.digests import digest
+from tieredstore.cold.layout import MAX_OFFSET, QueuePath, new_attempt, object_name
+from tieredstore.cold.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
+from tieredstore.cold.segment import MIN_RECORD_SIZE, RecordHeads, Segment
 from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, encode_units, make_units
 from tieredstore.formats.record import PHYSICAL_OFFSET_AT
 from tieredstore.formats.vector import scatter_be_i64, store_timestamps
-from tieredstore.layout import MAX_OFFSET, QueuePath, new_attempt, object_name
-from tieredstore.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
-from tieredstore.segment import MIN_RECORD_SIZE, RecordHeads, Segment
 
 __all__ = ["RewrittenBatch", "SegmentBuilder", "build_segment", "rewrite_records"]
 

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.segment import Segment
 from tieredstore.formats.consumequeue import Units, make_units
 from tieredstore.formats.record import MessageRecord
 from tieredstore.formats.tags import tags_code
-from tieredstore.layout import QueuePath
-from tieredstore.manifest import Manifest
-from tieredstore.segment import Segment
 from tieredstore.testing.oracle import build_segment
 
 T0 = 1_700_000_000_000

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tieredstore.config import Settings, load_settings
+from tieredstore.settings.loader import Settings, load_settings
 
 CLUSTER = "DefaultCluster"
 BROKER = "broker-a"

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from tieredstore.synth import SyntheticStore
+from tieredstore.hot.synth import SyntheticStore
 from tieredstore.testing.settings import location_args
 
 #: How a sidecar run ended under :func:`kill_after_objects`.

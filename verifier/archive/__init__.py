@@ -11,7 +11,7 @@
 Modules: :mod:`~verifier.archive.options` (what can be asked), :mod:`~verifier.archive.pruning`
 (filters as bounds), :mod:`~verifier.archive.planner` (one partition per segment),
 :mod:`~verifier.archive.source` (the data source and its tasks). Rows and their decoding
-live in the core (:mod:`tieredstore.archive_rows`), shared with ``tieredstore export``.
+live in the core (:mod:`tieredstore.archive.rows`), shared with ``tieredstore export``.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from tieredstore.cold.layout import cluster_dir, validate_name
 from tieredstore.errors import ConfigError, InvalidNameError
-from tieredstore.layout import cluster_dir, validate_name
 from verifier.readers import ColdLocation
 
 __all__ = ["SOURCE_NAME", "ArchiveOptions", "parse_options"]

@@ -26,17 +26,17 @@ from typing import Any
 from fsspec.spec import AbstractFileSystem
 from pyspark.sql.datasource import InputPartition
 
-from tieredstore.archive_rows import TimeWindow
-from tieredstore.errors import ConfigError, InvalidNameError
-from tieredstore.layout import (
+from tieredstore.archive.rows import TimeWindow
+from tieredstore.cold.layout import (
     ObjectKey,
     SegmentKind,
     cluster_dir,
     parse_object_key,
     validate_topic,
 )
-from tieredstore.manifest import FenceMarker, Manifest, read_manifest, read_stored
-from tieredstore.provenance import NotTieredError
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_manifest, read_stored
+from tieredstore.cold.provenance import NotTieredError
+from tieredstore.errors import ConfigError, InvalidNameError
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions
 from verifier.archive.pruning import Pruning
 from verifier.readers import ColdLocation, open_cold_filesystem, require_tiered

@@ -14,7 +14,7 @@ so a mistake is one line there instead of a Python traceback inside a Spark erro
   jars), reads the segment's two objects by the keys its manifest names — whole, then
   checked against the manifest's sizes and digests; or, when offset filters cut the
   segment, only the consume-queue units and records wanted — and yields Arrow batches
-  of :data:`~tieredstore.archive_rows.ARCHIVE_SCHEMA`.
+  of :data:`~tieredstore.archive.rows.ARCHIVE_SCHEMA`.
 
 A task raises (and so fails the query) for an object that is missing or does not match
 its manifest: a query never returns a silently partial archive.
@@ -36,11 +36,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from tieredstore.archive_rows import ARCHIVE_SCHEMA, SegmentSlice, record_span
-from tieredstore.cold_reader import check_units
+from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice, record_span
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.reader import check_units
 from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from tieredstore.manifest import Manifest
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions, parse_options
 from verifier.archive.planner import SegmentPartition, check_sources, plan
 from verifier.archive.pruning import Pruning
@@ -59,7 +59,7 @@ __all__ = [
 
 #: Spark's switch for Python data source filter pushdown (off by default in Spark 4.1).
 PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
-#: The DataFrame's schema: :data:`~tieredstore.archive_rows.ARCHIVE_SCHEMA` in Spark types.
+#: The DataFrame's schema: :data:`~tieredstore.archive.rows.ARCHIVE_SCHEMA` in Spark types.
 SPARK_SCHEMA: Final[StructType] = from_arrow_schema(ARCHIVE_SCHEMA)
 
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.lease import Lease
+from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.config_backup import ConfigBackup
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.configcopies import list_copies, pick_copy
+from tieredstore.cold.configcopies import list_copies, pick_copy
+from tieredstore.cold.layout import lease_key
 from tieredstore.errors import LeaseLostError
-from tieredstore.layout import lease_key
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden_store" / "config"

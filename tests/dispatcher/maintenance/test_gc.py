@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.background_loops import renew_until
-from dispatcher.lease import Lease
+from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
@@ -23,10 +23,7 @@ from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock, VirtualClock
-from tieredstore.errors import ConditionFailedError, LeaseLostError
-from tieredstore.findings import FindingKind
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import (
+from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
     config_copy_key,
@@ -35,8 +32,11 @@ from tieredstore.layout import (
     parse_object_key,
     quarantine_key,
 )
-from tieredstore.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.errors import ConditionFailedError, LeaseLostError
+from tieredstore.findings import FindingKind
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.segments import chain
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 

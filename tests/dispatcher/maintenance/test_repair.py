@@ -18,12 +18,12 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
-from tieredstore.config import Settings
+from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.segment import read_segment
 from tieredstore.errors import ConfigError
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import QueuePath
-from tieredstore.segment import read_segment
-from tieredstore.synth import SyntheticStore, SynthSpec, generate_messages, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, generate_messages, synthesize
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.segments import hot_batch, segment_of, upload
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 

@@ -25,13 +25,13 @@ from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.cold_reader import ColdReader
-from tieredstore.config import Settings
+from tieredstore.cold.layout import QueuePath, loss_key
+from tieredstore.cold.loss import LossRecord, list_loss_records, write_loss_record
+from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import OffsetOutOfRangeError
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import QueuePath, loss_key
-from tieredstore.loss import LossRecord, list_loss_records, write_loss_record
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 

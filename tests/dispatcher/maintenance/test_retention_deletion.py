@@ -20,13 +20,13 @@ from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.config import Settings
+from tieredstore.cold.layout import broker_prefix
+from tieredstore.cold.manifest import FenceMarker
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
-from tieredstore.hot_store import HotStore, QueueKey
-from tieredstore.layout import broker_prefix
-from tieredstore.manifest import FenceMarker
-from tieredstore.synth import SynthSpec
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.synth import SynthSpec
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 T0 = 1_800_000_000_000

@@ -33,16 +33,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dispatcher.maintenance.retention import DeletionStep
-from dispatcher.planner import SegmentPlan
+from dispatcher.tiering.planner import SegmentPlan
 from metadata.catalogue import DB_NAME
 from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tests.dispatcher.retention_support import advance
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.config import Settings
-from tieredstore.hot_store import QueueKey
-from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.hot.store import QueueKey
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 T0 = 1_800_000_000_000

@@ -29,12 +29,12 @@ from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tests.dispatcher.retention_support import advance
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.config import load_settings
+from tieredstore.cold.layout import QueuePath
 from tieredstore.errors import ConfigError
-from tieredstore.hot_store import HotRange, QueueKey
+from tieredstore.hot.store import HotRange, QueueKey
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.humanize import iso_time
-from tieredstore.layout import QueuePath
-from tieredstore.synth import SyntheticStore, SynthSpec
+from tieredstore.settings.loader import load_settings
 from tieredstore.testing.segments import chain
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 

@@ -39,7 +39,7 @@ def test_public_names() -> None:
 
 def test_open_cold_builds_the_backend_the_settings_name(tmp_path: Path) -> None:
     """The one place commands and the sidecar build their cold store."""
-    from tieredstore.config import load_settings
+    from tieredstore.settings.loader import load_settings
 
     settings = load_settings(
         env={},

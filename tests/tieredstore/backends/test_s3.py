@@ -13,12 +13,13 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from dispatcher.lease import Lease
+from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tieredstore.backends import S3Backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.s3 import UPLOAD_MARK, parse_s3_url, translate_s3_error
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import broker_prefix, lease_key
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
@@ -28,7 +29,6 @@ from tieredstore.errors import (
     ThrottledError,
     TieredStoreError,
 )
-from tieredstore.layout import broker_prefix, lease_key
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.cli.main import main
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,9 @@ from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.http import build_app
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.config import SETTINGS, load_settings
 from tieredstore.errors import ConfigError
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.settings.loader import SETTINGS, load_settings
 from tieredstore.testing.settings import settings_for
 
 

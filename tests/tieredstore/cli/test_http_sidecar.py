@@ -27,7 +27,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from dispatcher.lease import LeaseRecord
+from dispatcher.lease.lease import LeaseRecord
 from tests.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
@@ -35,10 +35,10 @@ from tieredstore.cli.sidecar.http import build_app
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.cold_reader import ColdReader
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.cold.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
+from tieredstore.cold.reader import ColdReader
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=2, queues=2, messages=800, body_max=900, compress_over=600, seed=31)

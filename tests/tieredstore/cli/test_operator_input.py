@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.config import SETTINGS, load_settings
 from tieredstore.errors import ConfigError
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.settings.loader import SETTINGS, load_settings
 
 REQUIRED = {
     "store.path": "/tmp/store",
@@ -252,7 +252,7 @@ def test_unknown_settings_and_variables_suggest_the_closest(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_read_timestamp_takes_an_iso_time_like_export_and_restore(tiered: Path) -> None:
-    from tieredstore.synth import SynthSpec as Spec
+    from tieredstore.hot.synth import SynthSpec as Spec
 
     first_ms = Spec().start_time
     iso = datetime.fromtimestamp(first_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
@@ -285,8 +285,8 @@ def test_synth_help_gives_every_flag_a_readable_help() -> None:
 
 @pytest.mark.slow
 def test_synth_stamps_recent_times_and_append_continues_the_store(tmp_path: Path) -> None:
-    from tieredstore.hot_store import HotStore
-    from tieredstore.synth import SyntheticStore
+    from tieredstore.hot.store import HotStore
+    from tieredstore.hot.synth import SyntheticStore
 
     out = tmp_path / "s"
     before = time.time_ns() // 1_000_000
@@ -393,7 +393,7 @@ def test_lease_show_of_a_released_lease_and_of_a_typod_broker(tiered: Path) -> N
 
 def test_synth_append_never_stamps_the_future(tmp_path: Path) -> None:
     """A live broker stamps what it stores now: the appended batch ends about now."""
-    from tieredstore.hot_store import HotStore
+    from tieredstore.hot.store import HotStore
 
     out = tmp_path / "s"
     flags = ["--topics", "1", "--queues", "1", "--interval-ms", "1000"]

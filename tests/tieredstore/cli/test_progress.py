@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.cli.sidecar.progress import ProgressLine
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 
 
 class _Seconds:

@@ -13,10 +13,10 @@ import pytest
 from tests.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tests.broker.manifest import Manifest as GoldenManifest
 from tests.broker.traffic import Kind
-from tests.tieredstore.test_cold_reader import tier
+from tests.tieredstore.cold.test_reader import tier
 from tieredstore.cli.main import main
-from tieredstore.hot_store import HotStore
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 SPEC = SynthSpec(topics=1, queues=2, messages=600, interval_ms=2, compress_over=800, seed=21)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
 from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 

@@ -14,7 +14,7 @@ import pytest
 from dispatcher.queue_status import QueueStatus
 from tieredstore.cli.commands.status import CLEAR, Snapshot, health_line, watch
 from tieredstore.clock import VirtualClock
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 

@@ -18,7 +18,7 @@ from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.retry import Reach, RetryingBackend, RetryPolicy, unreachable
 from tieredstore.errors import BackendTimeoutError, ColdStoreUnreachableError, ThrottledError
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
 
 
 def test_the_message_names_store_endpoint_what_was_tried_and_the_timeouts() -> None:

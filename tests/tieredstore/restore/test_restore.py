@@ -18,6 +18,8 @@ from tests.tieredstore.restore.test_index import lookup
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.manifest import FenceMarker
 from tieredstore.errors import (
     ColdDataError,
     DigestMismatchError,
@@ -26,14 +28,12 @@ from tieredstore.errors import (
 )
 from tieredstore.formats import fastjson_dialect
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE, decode_record
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import QueuePath
-from tieredstore.manifest import FenceMarker
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.restore.check import check_restored
 from tieredstore.restore.index import IndexGeometry
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer
-from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(

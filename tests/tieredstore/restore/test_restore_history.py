@@ -18,13 +18,13 @@ import pytest
 
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import QueuePath, loss_key, parse_object_key
-from tieredstore.loss import LOSS_FORMAT_VERSION, LossRecord, write_loss_record
-from tieredstore.manifest import read_manifest
+from tieredstore.cold.layout import QueuePath, loss_key, parse_object_key
+from tieredstore.cold.loss import LOSS_FORMAT_VERSION, LossRecord, write_loss_record
+from tieredstore.cold.manifest import read_manifest
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.restore.check import check_restored
 from tieredstore.restore.journal import JOURNAL_NAME
-from tieredstore.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tieredstore.config import Settings, check_environment, load_settings
-from tieredstore.config_values import LOG_FORMATS, LOG_LEVELS
+from tieredstore.settings.loader import Settings, check_environment, load_settings
+from tieredstore.settings.values import LOG_FORMATS, LOG_LEVELS
 
 #: flag dest → setting key
 _FLAGS: dict[str, str] = {

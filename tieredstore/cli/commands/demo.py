@@ -19,9 +19,9 @@ from pathlib import Path
 
 from tieredstore.cli.commands.synth import recent_start
 from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.config import load_settings
 from tieredstore.errors import ConfigError
-from tieredstore.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.settings.loader import load_settings
 from verifier.cli import main as verify_main
 
 _MARKER = ".tieredstore-demo"

@@ -31,11 +31,11 @@ from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
 from tieredstore.clock import SystemClock
-from tieredstore.config import Settings
 from tieredstore.errors import ConfigError
-from tieredstore.hot_store import HotStore, QueueKey
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.humanize import iso_time
 from tieredstore.logs import configure_logging
+from tieredstore.settings.loader import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 Reads one broker's committed segments from the cold store (manifests, never the
 catalogue) and writes them under ``--out`` with pyarrow — no Spark needed — exporting
 only what the output's export manifest does not record yet (see
-:mod:`tieredstore.export`). ``--since``/``--until`` take epoch milliseconds or an ISO
+:mod:`tieredstore.archive.export`). ``--since``/``--until`` take epoch milliseconds or an ISO
 8601 date or time (UTC unless it says otherwise) and select the segments whose store
 times overlap ``[since, until)``. The output URL uses the cold store's S3 endpoint and
 region settings.
@@ -16,6 +16,7 @@ import asyncio
 import sys
 from typing import Final
 
+from tieredstore.archive.export import ExportProgress, ExportRequest, export_parquet
 from tieredstore.backends import backend_options, open_backend, open_cold
 from tieredstore.backends.posix import posix_root_from_url
 from tieredstore.backends.retry import RetryPolicy
@@ -32,12 +33,11 @@ from tieredstore.cli.sidecar.progress import (
     progress_enabled,
 )
 from tieredstore.clock import SystemClock
-from tieredstore.config import Settings
+from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConfigError, OverlapError
-from tieredstore.export import ExportProgress, ExportRequest, export_parquet
 from tieredstore.humanize import human_bytes, human_rate, human_seconds
 from tieredstore.logs import before_each_line
-from tieredstore.provenance import find_tiered_prefix
+from tieredstore.settings.loader import Settings
 
 #: Exit code of a refused export: the history has two versions of some offsets.
 EXIT_OVERLAP: Final = 2

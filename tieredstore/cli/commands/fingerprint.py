@@ -3,7 +3,7 @@
 Run on each broker host (cron), before the nightly fleet verification
 (``tieredstore verify --fleet``). Reads every hot queue block by block, paced by
 ``--max-bytes-per-second`` so that it never starves the broker, and writes one hot
-fingerprint (:mod:`verifier.fingerprint`) under the broker's cold prefix,
+fingerprint (:mod:`verifier.fleet.fingerprint`) under the broker's cold prefix,
 ``_fingerprints/<taken_ms>.json``, create-if-absent. No Spark, no JVM; memory is three
 blocks' records (a worker thread hashes two while the next is read). The fingerprint is
 computed from hot bytes only: never from the sidecar's catalogue or its tiering path;
@@ -26,13 +26,13 @@ from tieredstore.backends.factory import COMMAND_RETRY, canonical_cold_url
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.commands._settings import non_negative_int
 from tieredstore.clock import SystemClock
+from tieredstore.cold.layout import fingerprint_key
+from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes
-from tieredstore.layout import fingerprint_key
-from tieredstore.provenance import find_tiered_prefix
 from tieredstore.ratelimit import TokenBucket
-from verifier.fingerprint import DEFAULT_BLOCK_OFFSETS, take_fingerprint
+from verifier.fleet.fingerprint import DEFAULT_BLOCK_OFFSETS, take_fingerprint
 
 #: The default pace: a tenth of a modest disk's sequential read rate.
 DEFAULT_MAX_BYTES_PER_SECOND = 64 << 20

@@ -23,8 +23,8 @@ from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import lease_for
 from tieredstore.clock import SystemClock
-from tieredstore.config import Settings
 from tieredstore.logs import configure_logging
+from tieredstore.settings.loader import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

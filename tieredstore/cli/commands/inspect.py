@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tieredstore.cli.commands.status_view import fit
 from tieredstore.formats.checkpoint import Checkpoint
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.humanize import iso_time
 
 

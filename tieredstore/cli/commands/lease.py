@@ -4,7 +4,7 @@
 holder's clock is from this host's). ``break --force`` frees a lease whose holder is
 gone: it watches the record for one lease time on this host's monotonic clock, refuses
 (exit 1) if the record is renewed meanwhile, and otherwise releases it at the next epoch,
-which fences the old holder (:mod:`dispatcher.lease_admin`). Without ``--force`` it
+which fences the old holder (:mod:`dispatcher.lease.admin`). Without ``--force`` it
 refuses (exit 3). Neither command needs the broker's store or the state directory. A
 broker prefix with no lease and nothing tiered (a typo'd ``--broker``) exits 3 naming
 the brokers that exist, as ``read``, ``export`` and ``restore`` do.
@@ -15,16 +15,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from dispatcher.lease import Sighting
-from dispatcher.lease_admin import break_lease, describe_lease
+from dispatcher.lease.admin import break_lease, describe_lease
+from dispatcher.lease.lease import Sighting
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import lease_for
 from tieredstore.clock import SystemClock
-from tieredstore.config import Settings
+from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConfigError
 from tieredstore.logs import configure_logging
-from tieredstore.provenance import find_tiered_prefix
+from tieredstore.settings.loader import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ Works from the cold store's manifests (no catalogue, no broker store), so it run
 anywhere the bucket is reachable. ``--offset N`` reads from queue offset N;
 ``--timestamp MS`` first finds the offset by store time (``--boundary lower``: the first
 message at or after MS; ``upper``: the last one at or before MS — see
-:mod:`tieredstore.cold_reader` for the table). ``--count K`` messages are printed (fewer at
+:mod:`tieredstore.cold.reader` for the table). ``--count K`` messages are printed (fewer at
 the end of what cold holds), as JSON lines or readable text.
 """
 
@@ -23,11 +23,11 @@ from tieredstore.cli.commands._settings import (
     positive_int,
     settings_from_args,
 )
-from tieredstore.cold_reader import BoundaryType, ColdMessage, ColdReader
-from tieredstore.config import Settings
+from tieredstore.cold.provenance import find_tiered_prefix
+from tieredstore.cold.reader import BoundaryType, ColdMessage, ColdReader
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.humanize import iso_time
-from tieredstore.provenance import find_tiered_prefix
+from tieredstore.settings.loader import Settings
 
 
 def _non_negative(text: str) -> int:

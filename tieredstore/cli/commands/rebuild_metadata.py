@@ -16,7 +16,7 @@ from metadata.reconcile import rebuild
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.runtime import check_cold_store
-from tieredstore.config import Settings
+from tieredstore.settings.loader import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

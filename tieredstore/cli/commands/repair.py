@@ -24,9 +24,9 @@ from tieredstore.cli.commands._settings import (
     settings_from_args,
 )
 from tieredstore.cli.sidecar.runtime import check_cold_store, open_runtime
-from tieredstore.config import Settings
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.logs import configure_logging
+from tieredstore.settings.loader import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

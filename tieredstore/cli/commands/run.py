@@ -51,10 +51,10 @@ from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, check_cold_store, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
-from tieredstore.config import GuardMode, Settings
 from tieredstore.errors import ConfigError
 from tieredstore.humanize import human_bytes, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
+from tieredstore.settings.loader import GuardMode, Settings
 
 log = logging.getLogger("tieredstore.run")
 

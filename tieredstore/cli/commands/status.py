@@ -37,10 +37,10 @@ from metadata.catalogue import Catalogue
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import Settings, parse_duration
 from tieredstore.errors import ConfigError
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
+from tieredstore.settings.loader import Settings, parse_duration
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"

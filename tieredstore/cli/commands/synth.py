@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from tieredstore.cli.commands._settings import parse_time, positive_int
-from tieredstore.config import parse_size
 from tieredstore.errors import ConfigError, StoreNotFoundError
-from tieredstore.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.settings.loader import parse_size
 
 
 def _size(text: str) -> int:

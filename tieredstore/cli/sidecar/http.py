@@ -31,7 +31,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dispatcher.dispatcher import Dispatcher, DispatcherState
-from dispatcher.lease import LeaseState
+from dispatcher.lease.lease import LeaseState
 from dispatcher.queue_status import collect, mark_stopped
 from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.clock import Clock, SystemClock

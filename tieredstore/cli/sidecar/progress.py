@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable
 from typing import Final, TextIO
 
-from dispatcher.planner import SegmentPlan
+from dispatcher.tiering.planner import SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState
 from tieredstore.errors import TieredStoreError
-from tieredstore.hot_store import HotStore
+from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes, human_rate, human_seconds
 
 __all__ = [

@@ -10,7 +10,7 @@ endpoint                   answer
 =========================  ===============================================================
 
 The binary answers are the broker plugin's (``broker-plugin/``); their format is in
-:mod:`tieredstore.serving` and ``docs/serving.md``. Every endpoint takes ``topic`` and
+:mod:`tieredstore.cold.serving` and ``docs/serving.md``. Every endpoint takes ``topic`` and
 ``queue``.
 
 * ``/v1/messages``: ``offset`` *or* ``timestamp`` (epoch ms, with
@@ -26,10 +26,10 @@ outside what cold holds (or a queue cold holds nothing of, for ``/v1/cold/offset
 while the cold store is unreachable, 500 for damaged cold data. ``/v1/cold/range`` answers
 an empty range, never 404, for a queue cold does not hold. There is no write endpoint.
 
-Everything is read from manifests (:class:`~tieredstore.cold_reader.ColdReader`), never from
+Everything is read from manifests (:class:`~tieredstore.cold.reader.ColdReader`), never from
 the catalogue and without the writer lease, so a standby sidecar serves too. Segment
 objects are read through the read-ahead cache (``reads.cache_bytes``,
-``reads.part_bytes``; :mod:`tieredstore.readahead`).
+``reads.part_bytes``; :mod:`tieredstore.cold.readahead`).
 
 This listener (``reads.bind``/``reads.port``) is loopback by default and must stay inside
 the pod: it has no authentication, and it returns message bodies.
@@ -45,20 +45,20 @@ from typing import Final
 from aiohttp import web
 
 from tieredstore.cli.sidecar.runtime import Runtime
-from tieredstore.cold_reader import BoundaryType, ColdMessage, ColdReader
-from tieredstore.errors import (
-    InvalidNameError,
-    OffsetOutOfRangeError,
-    RetryableError,
-    TieredStoreError,
-)
-from tieredstore.readahead import ReadAhead
-from tieredstore.serving import (
+from tieredstore.cold.readahead import ReadAhead
+from tieredstore.cold.reader import BoundaryType, ColdMessage, ColdReader
+from tieredstore.cold.serving import (
     ServingReader,
     encode_offset,
     encode_range,
     encode_records,
     read_raw,
+)
+from tieredstore.errors import (
+    InvalidNameError,
+    OffsetOutOfRangeError,
+    RetryableError,
+    TieredStoreError,
 )
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_COUNT", "build_read_app", "reader_for"]

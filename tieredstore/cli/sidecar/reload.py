@@ -2,7 +2,7 @@
 
 Only settings that are read afresh on every tick or pass, or only when a queue is first
 seen, change live (:data:`LIVE_KEYS`, the keys declared ``live`` in
-:mod:`tieredstore.config_keys`): log level and format, the group-commit limits, the
+:mod:`tieredstore.settings.keys`): log level and format, the group-commit limits, the
 tick interval, the durability guard, the init policy (for queues seen from now on), the
 topic filters, the upload bandwidth limit (the next chunk uploaded waits at the new rate)
 and the retention periods (the next retention pass uses them). Everything
@@ -22,11 +22,11 @@ from typing import Final
 
 from dispatcher.maintenance.retention import RetentionPolicy
 from tieredstore.cli.sidecar.runtime import Runtime
-from tieredstore.config import SETTINGS, Settings
+from tieredstore.settings.loader import SETTINGS, Settings
 
 __all__ = ["LIVE_KEYS", "ReloadPlan", "apply_reload", "plan_reload"]
 
-#: The keys a ``SIGHUP`` applies at once (declared ``live`` in tieredstore/config_keys.py).
+#: The keys a ``SIGHUP`` applies at once (declared ``live`` in tieredstore/settings/keys.py).
 LIVE_KEYS: Final = frozenset(s.key for s in SETTINGS if s.live)
 
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher import stopped_file
-from dispatcher.cold_writer import ColdWriter
 from dispatcher.dispatcher import Dispatcher, Periodic
-from dispatcher.lease import Lease
+from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.metrics import Metrics
-from dispatcher.planner import SegmentPlan
+from dispatcher.tiering.cold_writer import ColdWriter
+from dispatcher.tiering.planner import SegmentPlan
 from metadata.catalogue import Catalogue
 from tieredstore.backends import backend_options, open_cold
 from tieredstore.backends.base import Backend
@@ -34,11 +34,11 @@ from tieredstore.backends.factory import reach_of
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.config import Settings
+from tieredstore.cold.layout import lease_key
 from tieredstore.errors import BackendError, ConfigError
-from tieredstore.hot_store import HotStore
-from tieredstore.layout import lease_key
+from tieredstore.hot.store import HotStore
 from tieredstore.ratelimit import TokenBucket
+from tieredstore.settings.loader import Settings
 
 __all__ = ["Runtime", "check_cold_store", "lease_for", "open_runtime"]
 

@@ -1,0 +1,510 @@
+"""The dispatcher's cold-side writes: segment objects, manifests, continuity checks.
+
+Segment uploads are retried as a whole on RetryableError (a streamed upload cannot be
+replayed chunk by chunk, so the backend's own retry wrapper does not retry it), with the
+injected :class:`RetryPolicy` and clock. Every attempt writes under fresh names (a new
+upload attempt, :func:`~tieredstore.cold.layout.new_attempt`), so no write ever lands on an
+object another attempt — or another writer — wrote; objects no manifest names are
+garbage that GC collects.
+
+The manifest is the commit point and is only ever *created* (:meth:`Backend.create`),
+or put in the place of a GC fence marker of an epoch no newer than ours
+(:meth:`Backend.replace` on the marker's version). Losing that race is an ordinary
+outcome, reported as a :class:`ManifestOutcome`: what is already there is our own
+manifest (a retry after a lost reply), another writer's manifest, which the caller
+checks and adopts, a manifest of a format this version cannot read (the queue stops) —
+or a manifest or marker of a newer lease epoch: this writer has been fenced and stops.
+
+On start, :meth:`ColdWriter.recover` reconciles the catalogue with cold; what it finds
+damaged in a committed history is made loud (:func:`report_damage`) and a lost tail the
+broker still holds is tiered again (:func:`heal_lost_tail`): see their sections below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+from dispatcher.lease.lease import Lease
+from dispatcher.metrics import Metrics
+from dispatcher.tiering.commitlog_pass import Spooled
+from dispatcher.tiering.planner import SegmentPlan
+from dispatcher.tiering.uploader import UploadedObjects, upload_objects
+from metadata.catalogue import Catalogue
+from metadata.reconcile import ReconcileIssue, ReconcileReport, reconcile
+from metadata.rows import QueueRow, SegmentStatus
+from tieredstore.backends.base import Backend
+from tieredstore.backends.retry import RetryPolicy, retry_call
+from tieredstore.canonical_json import canonical
+from tieredstore.clock import Clock
+from tieredstore.cold.layout import (
+    QueuePath,
+    SegmentKind,
+    is_loss_key,
+    new_attempt,
+    object_key,
+    object_name,
+    parse_loss_key,
+    parse_object_key,
+    retiered_key,
+)
+from tieredstore.cold.manifest import (
+    DIGEST_ALGORITHM,
+    FORMAT_VERSION,
+    FenceMarker,
+    Manifest,
+    ObjectRef,
+    read_stored,
+)
+from tieredstore.errors import (
+    CatalogueError,
+    ConditionFailedError,
+    InvalidNameError,
+    LeaseLostError,
+    ObjectNotFoundError,
+    RetryableError,
+    TieredStoreError,
+    UnsupportedFormatError,
+)
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.formats.record import same_outside_physical_offset
+from tieredstore.hot.store import HotStore, QueueKey
+
+__all__ = [
+    "RETIERED_FORMAT",
+    "ColdWriter",
+    "Damaged",
+    "HealOutcome",
+    "ManifestOutcome",
+    "heal_damaged",
+    "heal_lost_tail",
+    "report_damage",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ManifestOutcome(enum.Enum):
+    """What creating a segment's manifest came to."""
+
+    CREATED = "created"  # ours is the commit point (also: ours, after a lost reply)
+    EXISTS = "exists"  # another writer's manifest is there: check it, adopt or quarantine
+    UNREADABLE = "unreadable"  # a manifest of a newer format is there: stop the queue
+
+
+#: How many times a manifest may find a fence marker changed under it before giving up
+#: (each loss means another writer replaced it: the next read sees a manifest).
+_MAX_SWAPS = 3
+
+
+class ColdWriter:
+    """Writes one broker's segments under its cold prefix."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        hot: HotStore,
+        catalogue: Catalogue,
+        *,
+        cluster: str,
+        broker: str,
+        writer_id: str,
+        clock: Clock,
+        batch_bytes: int,
+        retry: RetryPolicy,
+        on_retry: Callable[[str], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.hot = hot
+        self.catalogue = catalogue
+        self.cluster = cluster
+        self.broker = broker
+        self.writer_id = writer_id
+        self.clock = clock
+        self.batch_bytes = batch_bytes
+        self.retry = retry
+        self.on_retry = on_retry
+
+    def queue_path(self, topic: str, queue_id: int) -> QueuePath:
+        return QueuePath(self.cluster, self.broker, topic, queue_id)
+
+    async def _retrying(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
+        return await retry_call(
+            op, call, self.retry, sleep=self.clock.sleep, on_retry=self._retried
+        )
+
+    def _retried(self, op: str, attempt: int, exc: RetryableError) -> None:
+        log.warning("%s failed (attempt %d), retrying: %s", op, attempt, exc)
+        if self.on_retry:
+            self.on_retry(op)
+
+    async def write_segment(
+        self,
+        plan: SegmentPlan,
+        spooled: Spooled,
+        row: QueueRow,
+        epoch: int,
+        *,
+        check: Callable[[], None],
+    ) -> Manifest:
+        """Upload the plan's COMMIT_LOG and CONSUME_QUEUE objects; return its manifest.
+
+        ``spooled`` holds the plan's COMMIT_LOG bytes, gathered by the commitlog-order
+        pass (:mod:`dispatcher.tiering.commitlog_pass`) for ``cl_base = row.cold_cl_end``.
+
+        ``check`` (the lease's) runs before every chunk: a writer that lost its lease
+        stops uploading at once. Each try uses a fresh upload attempt in the names. The
+        manifest is *not* written: the caller checks its lease first.
+        """
+        queue = self.queue_path(row.topic, row.queue_id)
+        cl_base = row.cold_cl_end
+        cq_base = plan.start * CQ_UNIT_SIZE
+        attempts: list[str] = []
+
+        async def upload() -> UploadedObjects:
+            attempts.append(new_attempt())
+            keys = (
+                object_key(queue, SegmentKind.COMMIT_LOG, cl_base, attempts[-1]),
+                object_key(queue, SegmentKind.CONSUME_QUEUE, cq_base, attempts[-1]),
+            )
+            try:
+                return await upload_objects(
+                    plan,
+                    spooled,
+                    backend=self.backend,
+                    cl_key=keys[0],
+                    cq_key=keys[1],
+                    cl_base=cl_base,
+                    batch_bytes=self.batch_bytes,
+                    check=check,
+                )
+            except TieredStoreError:
+                await self._discard(keys)  # no manifest can name this attempt
+                raise
+
+        uploaded = await self._retrying("segment upload", upload)
+        return self._manifest(plan, row, epoch, attempts[-1], uploaded)
+
+    def _manifest(
+        self, plan: SegmentPlan, row: QueueRow, epoch: int, attempt: str, up: UploadedObjects
+    ) -> Manifest:
+        """The manifest naming the objects of ``attempt`` that :meth:`write_segment` wrote."""
+        cl_base, cq_base = row.cold_cl_end, plan.start * CQ_UNIT_SIZE
+        return Manifest(
+            format_version=FORMAT_VERSION,
+            cluster=self.cluster,
+            broker=self.broker,
+            topic=row.topic,
+            queue_id=row.queue_id,
+            start_offset=plan.start,
+            end_offset=plan.end,
+            cl_base=cl_base,
+            cl_end=cl_base + up.cl_size,
+            commit_log=ObjectRef(object_name(cl_base, attempt), up.cl_size, up.cl_digest),
+            consume_queue=ObjectRef(object_name(cq_base, attempt), up.cq_size, up.cq_digest),
+            digest_algorithm=DIGEST_ALGORITHM,
+            min_store_timestamp=up.min_store_timestamp,
+            max_store_timestamp=up.max_store_timestamp,
+            message_count=plan.count,
+            writer_id=self.writer_id,
+            lease_epoch=epoch,
+            created_at_ms=self.clock.now_ms(),
+        )
+
+    async def create_manifest(
+        self, manifest: Manifest, *, check: Callable[[], None]
+    ) -> ManifestOutcome:
+        """Create the commit point of a segment whose objects are already written.
+
+        ``check`` (the lease's) runs before every try of the create and before a marker
+        is replaced, so a retried create never lands after the lease was lost locally.
+        Never replaces a manifest. If the key is taken: the very same bytes are ours (a
+        retry after a lost reply: CREATED); a fence marker of our epoch or an older one
+        is replaced by compare-and-swap (CREATED); a manifest of an older or the same
+        epoch is another writer's commit (EXISTS); a manifest of a newer format
+        (UNREADABLE); a manifest or a marker of a newer epoch means a newer writer holds
+        the lease and this one is fenced (LeaseLostError).
+        """
+        data = manifest.to_json()
+
+        async def create() -> str:
+            check()
+            return await self.backend.create(manifest.key, data)
+
+        try:
+            await self._retrying("manifest create", create)
+            return ManifestOutcome.CREATED
+        except ConditionFailedError:
+            pass
+        for _ in range(_MAX_SWAPS):
+            got = await self.backend.read_versioned(manifest.key)
+            if got.data == data:
+                return ManifestOutcome.CREATED
+            try:
+                theirs = read_stored(got.data, manifest.key)
+            except UnsupportedFormatError:
+                return ManifestOutcome.UNREADABLE
+            if theirs.lease_epoch > manifest.lease_epoch:
+                raise self._fenced(manifest, theirs.lease_epoch, theirs.writer_id)
+            if not isinstance(theirs, FenceMarker):
+                return ManifestOutcome.EXISTS
+            check()
+            try:
+                await self.backend.replace(manifest.key, data, version=got.version)
+                return ManifestOutcome.CREATED
+            except ConditionFailedError:
+                continue  # replaced under us: read what is there now
+        raise ConditionFailedError(
+            f"the fence marker changed {_MAX_SWAPS} times while replacing it", where=manifest.key
+        )
+
+    @staticmethod
+    def _fenced(manifest: Manifest, epoch: int, writer_id: str) -> LeaseLostError:
+        fenced = LeaseLostError(
+            f"fenced: epoch {epoch} ({writer_id}) took queue offset {manifest.start_offset} "
+            f"of {manifest.queue} first",
+            where=manifest.key,
+        )
+        log.error("%s; this writer (epoch %d) stops", fenced, manifest.lease_epoch)
+        return fenced
+
+    async def discard(self, manifest: Manifest) -> None:
+        """Best effort: delete the data objects of an attempt whose manifest lost the race
+        (another manifest is the commit point at its start). Their names are this
+        attempt's own, so nothing else can name them; what is left, GC collects."""
+        await self._discard((manifest.commit_log_key, manifest.consume_queue_key))
+
+    async def _discard(self, keys: tuple[str, ...]) -> None:
+        for key in keys:
+            try:
+                await self.backend.delete(key)
+            except TieredStoreError as exc:
+                log.warning("could not delete abandoned upload %s (GC will): %s", key, exc)
+
+    async def continuity_ok(self, row: QueueRow) -> bool:
+        """Whether the hot record just below the cold commit offset still equals cold's.
+
+        A broker that lost unflushed data and re-wrote offsets has different bytes at an
+        offset cold already holds. Compared outside bytes [28, 36). True when nothing is
+        tiered yet or the hot record is gone (deleted by retention: nothing to compare).
+        """
+        last = row.cold_commit - 1
+        if last < row.cold_min:
+            return True  # nothing committed (or all of it expired)
+        hot = self.hot
+        rng = await asyncio.to_thread(hot.queue_range, row.topic, row.queue_id)
+        if not rng.min <= last < rng.max:
+            return True  # also right after an accepted loss: ``last`` is in no segment
+        seg = self.catalogue.segments.at(row.topic, row.queue_id, last)
+        unit = (await asyncio.to_thread(hot.read_units, row.topic, row.queue_id, last, last + 1))[0]
+        size = int(unit["size"])
+        hot_bytes = await asyncio.to_thread(
+            hot.read_record_bytes, int(unit["commitlog_offset"]), size
+        )
+        key = seg.manifest.commit_log_key
+        rel_end = seg.cl_end - seg.cl_base
+        try:
+            cold_bytes = await self.backend.read_exact(key, rel_end - size, rel_end)
+        except ObjectNotFoundError:
+            return False
+        return same_outside_physical_offset(hot_bytes, cold_bytes)
+
+    async def recover(self) -> ReconcileReport:
+        """Adopt manifests committed to cold but not yet to the catalogue (a crash);
+        return what reconcile found (the caller makes its damage loud)."""
+        report = await reconcile(self.catalogue, self.backend)
+        log.info("reconciled catalogue with cold store: %s", report)
+        return report
+
+
+# -- cold damage found by reconcile, made loud ---------------------------------
+#
+# Damage in a queue's committed history, made loud: what reconcile found, per queue.
+#
+# Reconcile (:mod:`metadata.reconcile`) runs when the sidecar starts and reports, never
+# drops, what does not add up: a committed manifest missing, emptied, unparsable or of a
+# newer format, an object missing or of the wrong size, a gap or an overlap. Those are
+# damage to data cold had committed (findings of severity CORRUPT). Each is
+#
+# * one ERROR line naming the finding, the key and the queue;
+# * the queue's ``status`` state DEGRADED, its note the first finding (saved beside the
+#   catalogue with the stopped queues, :mod:`dispatcher.stopped_file`, for ``tieredstore
+#   status``; served by ``/v1/queues``);
+# * ``tieredstore_queue_cold_damaged{topic, queue, kind} = 1`` (the alert
+#   ``TieredstoreColdDamaged``).
+#
+# Findings that need the operator but lose nothing (NOT_ADOPTED, UNRECOGNISED, …) stay in
+# the reconcile summary. A finding whose key names no queue is logged, not attributed.
+#: Queues whose committed history is damaged, with the reason ``status`` shows.
+Damaged = dict[QueueKey, str]
+
+
+def _queue_of(key: str) -> QueueKey | None:
+    try:
+        if is_loss_key(key):
+            q = parse_loss_key(key).queue
+            return QueueKey(q.topic, q.queue_id)
+        parsed = parse_object_key(key)
+    except InvalidNameError:
+        return None
+    return QueueKey(parsed.topic, parsed.queue_id)
+
+
+def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged:
+    """Log every damaging issue as an ERROR, set its gauge; return the damaged queues
+    (each with its first finding as the reason)."""
+    damaged: Damaged = {}
+    for issue in issues:
+        if not issue.kind.damage:
+            continue
+        queue = _queue_of(issue.key)
+        where = f"queue {queue}" if queue is not None else "no queue"
+        log.error(
+            "cold damage (%s): %s; %s is DEGRADED until the damage is repaired",
+            where, issue, queue if queue is not None else "nothing",
+        )  # fmt: skip
+        if queue is None:
+            continue
+        metrics.queue_damaged.labels(queue.topic, str(queue.queue_id), issue.kind.value).set(1)
+        damaged.setdefault(queue, f"cold damage: {issue}")
+    return damaged
+
+
+# -- healing a lost committed tail from hot ------------------------------------
+#
+# Healing a lost committed tail from hot, without ever hiding the loss.
+#
+# When reconcile finds that the manifests of a queue's newest committed segments are
+# gone from cold (deleted by hand, a bucket lifecycle rule, a bad restore of the bucket)
+# while the broker still holds their offsets, those messages are tiered again. The rules:
+#
+# * only a **tail**: every catalogue segment from the first lost one to the queue's end
+#   has its manifest key absent. A lost segment with intact ones after it is left
+#   DEGRADED (tiering it again would overlap them);
+# * only when the broker still holds **every** offset from the first lost one (hot min at
+#   or below it): a partial heal would hide the part it cannot restore;
+# * never over a committed key: a manifest key that still holds something (an emptied,
+#   unparsable or newer-format manifest) is never replaced, and such a queue is not
+#   healed. The new segments are uploaded under new attempt names (as every upload is)
+#   and their manifests *created* where the lost ones were;
+# * the event is **recorded in cold** before anything changes (a ``_retiered`` record,
+#   :func:`~tieredstore.cold.layout.retiered_key`: the lost range, the lost manifests' keys,
+#   when, by whom) and **counted** (``tieredstore_cold_ranges_retiered_total``). The
+#   queue stays DEGRADED in ``status`` for the rest of the process.
+#
+# Then the catalogue forgets the lost segments (:meth:`SegmentTable.truncate`) and the
+# next tick tiers the offsets again from hot.
+RETIERED_FORMAT = "tieredstore-retiered/1"
+
+
+class HealOutcome(enum.Enum):
+    HEALED = "the lost tail is tiered again from hot"
+    NOT_A_TAIL = "a committed segment after the lost one is intact"
+    KEY_TAKEN = "its damaged segment's manifest key still holds something (never replaced)"
+    HOT_LOST = "the broker no longer holds every lost offset"
+
+
+async def heal_lost_tail(
+    queue: QueueKey,
+    *,
+    catalogue: Catalogue,
+    backend: Backend,
+    hot: HotStore,
+    queue_path: QueuePath,
+    metrics: Metrics,
+    clock: Clock,
+    writer_id: str,
+    epoch: int,
+    check: Callable[[], None],
+) -> HealOutcome:
+    """Heal ``queue``'s lost committed tail if the rules allow (module doc); the
+    caller holds the writer lease (``check`` raises when it is lost) and the lock of
+    catalogue writes, and calls this only for a queue reconcile found damaged. Returns
+    what was done (anything but HEALED is one ERROR line); backend errors propagate."""
+    segments = [
+        s
+        for s in await asyncio.to_thread(catalogue.segments.of, queue.topic, queue.queue_id)
+        if s.status is SegmentStatus.COMMITTED
+    ]
+    present = [await backend.exists(s.manifest.key) for s in segments]
+    if all(present):  # damaged, not gone: an object missing, a manifest emptied
+        return _said(queue, HealOutcome.KEY_TAKEN)
+    first = present.index(False)
+    if any(present[first:]):
+        return _said(queue, HealOutcome.NOT_A_TAIL)
+    lost = segments[first:]
+    start, end = lost[0].start_offset, lost[-1].end_offset
+    try:
+        rng = await asyncio.to_thread(hot.queue_range, queue.topic, queue.queue_id)
+    except TieredStoreError:
+        return _said(queue, HealOutcome.HOT_LOST)
+    if rng.min > start or rng.max < end:
+        return _said(queue, HealOutcome.HOT_LOST)
+    now = clock.now_ms()
+    record = {
+        "format": RETIERED_FORMAT,
+        "topic": queue.topic,
+        "queue_id": queue.queue_id,
+        "lost_start_offset": start,
+        "lost_end_offset": end,
+        "lost_manifests": [s.manifest.key for s in lost],
+        "recorded_at_ms": now,
+        "writer_id": writer_id,
+        "lease_epoch": epoch,
+    }
+    check()
+    key = retiered_key(queue_path, start, stamp_ms=now)
+    with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
+        await backend.create(key, canonical(record))
+    await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, start)
+    metrics.cold_ranges_retiered.labels(queue.topic, str(queue.queue_id)).inc()
+    log.error(
+        "queue %s: committed offsets [%d, %d) were lost from cold (%d manifests gone); "
+        "the broker still holds them, so they are tiered again from hot under new "
+        "names; the loss is recorded in cold",
+        queue, start, end, len(lost),
+    )  # fmt: skip
+    return HealOutcome.HEALED
+
+
+def _said(queue: QueueKey, outcome: HealOutcome) -> HealOutcome:
+    log.error("queue %s: its cold damage is not healed: %s", queue, outcome.value)
+    return outcome
+
+
+async def heal_damaged(
+    damaged: Damaged,
+    *,
+    writer: ColdWriter,
+    hot: HotStore,
+    metrics: Metrics,
+    clock: Clock,
+    lease: Lease,
+) -> None:
+    """:func:`heal_lost_tail` of every damaged queue; each note (``damaged[queue]``)
+    then says what was done. A catalogue that refuses the truncation (e.g. an accepted
+    loss inside the lost tail) leaves the queue as it is, said in its note."""
+    for queue, reason in sorted(damaged.items()):
+        try:
+            outcome = await heal_lost_tail(
+                queue,
+                catalogue=writer.catalogue,
+                backend=writer.backend,
+                hot=hot,
+                queue_path=writer.queue_path(queue.topic, queue.queue_id),
+                metrics=metrics,
+                clock=clock,
+                writer_id=writer.writer_id,
+                epoch=lease.epoch,
+                check=lease.check,
+            )
+        except CatalogueError as exc:
+            log.error("queue %s: its cold damage is not healed: %s", queue, exc)
+            damaged[queue] = f"{reason}; not healed: {exc}"
+            continue
+        damaged[queue] = f"{reason}; {outcome.value}"

@@ -1,0 +1,202 @@
+"""The sidecar's side of the provenance records (:mod:`tieredstore.cold.provenance`).
+
+* :meth:`ProvenanceWriter.publish_rules` — the broker's tiering record, current with
+  the topic filter: on start and after every reload that changes the filter
+  (compare-and-swap; a no-op when unchanged).
+* :meth:`ProvenanceWriter.ensure_inits` — an init record for every ACTIVE queue before
+  it is tiered, so before its first manifest (create-if-absent). A queue this process
+  has not seen a record for gets one when hot still proves its start (hot min ≤ the
+  catalogue's init offset, and retention has not removed its head): with the policy in
+  force when nothing of it is tiered yet, else as ``adopted`` (a store an older sidecar
+  wrote). Where hot no longer proves it, none is invented (the verifier says
+  ``unproven_start``).
+* :meth:`ProvenanceWriter.record_stops` — a stop record for every catalogue queue
+  whose topic the current rules exclude after an earlier entry tiered it: where its
+  tiering stopped (its cold commit), for that exclusion (its ``since_ms``), created
+  once (create-if-absent) on the first tick after the rules were published — on start
+  too, so a store excluded by an older sidecar gets its records. A segment still in
+  flight may commit past it: cold then holds more than required, never less.
+* :func:`record_head_removal` — the retention record, created before retention deletes
+  a head segment's manifest, so a crash in between never leaves a head nothing explains.
+
+Every write checks the lease first (:meth:`~dispatcher.lease.lease.Lease.check`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dispatcher.lease.lease import Lease
+from dispatcher.tiering.cold_writer import ColdWriter
+from dispatcher.topic_filter import TopicFilter
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow, QueueState, SegmentRow
+from tieredstore.backends.base import Backend
+from tieredstore.cold.layout import (
+    QueuePath,
+    QueueRecordKind,
+    broker_prefix,
+    parse_queue_record_key,
+)
+from tieredstore.cold.provenance import (
+    PROVENANCE_FORMAT_VERSION,
+    QueueInit,
+    RetentionMark,
+    StopMark,
+    TieringRecord,
+    create_record,
+    publish_tiering_rules,
+)
+from tieredstore.errors import StoreError
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.settings.loader import TieringSettings
+from tieredstore.topic_rules import TopicRules
+
+__all__ = ["ProvenanceWriter", "record_head_removal"]
+
+log = logging.getLogger(__name__)
+
+
+class ProvenanceWriter:
+    """Keeps one broker's tiering record and init records (module docstring)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        lease: Lease,
+        hot: HotStore,
+        *,
+        cluster: str,
+        broker: str,
+        catalogue: Catalogue | None = None,
+    ) -> None:
+        self.backend, self.lease, self.hot = backend, lease, hot
+        self.cluster, self.broker = cluster, broker
+        self.catalogue = catalogue  # the queues stop records are due for (None: none)
+        self._rules: TopicRules | None = None  # as last published by this process
+        self._settled: set[QueueKey] | None = None  # queues with an init record (or none due)
+        self._record: TieringRecord | None = None  # stop records not yet written for it
+
+    @classmethod
+    def for_writer(
+        cls,
+        backend: Backend,
+        lease: Lease,
+        hot: HotStore,
+        writer: ColdWriter,
+        catalogue: Catalogue | None = None,
+    ) -> ProvenanceWriter:
+        """The records of the broker ``writer`` writes segments of."""
+        return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker,
+                   catalogue=catalogue)  # fmt: skip
+
+    async def before_tiering(self, rows: list[QueueRow], tiering: TieringSettings) -> None:
+        """What must be in cold, in cold, before any of it is: the rules (after a reload
+        too), where tiering stopped for the queues they exclude now, and each of
+        ``rows``' init record, ahead of its first manifest."""
+        await self.publish_rules(TopicFilter.of(tiering).rules())
+        await self.record_stops()
+        await self.ensure_inits(rows, str(tiering.init_policy))
+
+    async def publish_rules(self, rules: TopicRules) -> None:
+        """Make ``rules`` the tiering record's current rules (once per change)."""
+        if rules == self._rules:
+            return
+        self.lease.check()
+        self._record = await publish_tiering_rules(
+            self.backend, self.cluster, self.broker, rules,
+            now_ms=self.lease.clock.now_ms(), writer_id=self.lease.owner,
+            lease_epoch=self.lease.epoch,
+        )  # fmt: skip
+        self._rules = rules
+
+    async def record_stops(self) -> None:
+        """A stop record for each catalogue queue the published rules stopped tiering
+        (module docstring); once per publication."""
+        record, self._record = self._record, None
+        if record is None or self.catalogue is None:
+            return
+        now = self.lease.clock.now_ms()
+        for row in self.catalogue.queues.all():
+            since = record.excluded_since(row.topic)
+            if since is None or row.state is QueueState.DELETED:
+                continue
+            self.lease.check()
+            await create_record(
+                self.backend,
+                StopMark.new(
+                    QueuePath(self.cluster, self.broker, row.topic, row.queue_id),
+                    excluded_since_ms=since, stop_offset=row.cold_commit,
+                    stopped_at_ms=max(now, since), writer_id=self.lease.owner,
+                    lease_epoch=self.lease.epoch,
+                ),
+            )  # fmt: skip
+
+    async def _known(self) -> set[QueueKey]:
+        """The queues whose init record is in cold (listed once per process)."""
+        if self._settled is None:
+            prefix = broker_prefix(self.cluster, self.broker) + "/"
+            found: set[QueueKey] = set()
+            for info in await self.backend.list(prefix + "_queues/"):
+                parsed = parse_queue_record_key(info.key, prefix)
+                if parsed is not None and parsed.kind is QueueRecordKind.INIT:
+                    found.add(QueueKey(parsed.queue.topic, parsed.queue.queue_id))
+            self._settled = found
+        return self._settled
+
+    async def ensure_inits(self, rows: list[QueueRow], policy: str) -> None:
+        """An init record for each of ``rows`` this process has not settled yet."""
+        known = await self._known()
+        for row in rows:
+            key = QueueKey(row.topic, row.queue_id)
+            if key in known:
+                continue
+            record = await self._init_for(row, policy)
+            if record is not None:
+                self.lease.check()
+                await create_record(self.backend, record)
+            known.add(key)  # written, or not provable: either way not asked again
+
+    async def _init_for(self, row: QueueRow, policy: str) -> QueueInit | None:
+        try:
+            rng = await asyncio.to_thread(self.hot.queue_range, row.topic, row.queue_id)
+        except StoreError:
+            return None
+        if rng.min > row.init_offset or row.cold_min != row.init_offset:
+            log.warning(
+                "queue %s/%d has no init record and hot no longer proves its start "
+                "(init offset %d, cold min %d, hot min %d): none is written; the verifier "
+                "reports it as unproven_start",
+                row.topic, row.queue_id, row.init_offset, row.cold_min, rng.min,
+            )  # fmt: skip
+            return None
+        # An offset the policy in force did not choose (tiered already, or an earliest
+        # policy now for an offset above hot min: set under another policy) is adopted;
+        # the verifier holds an earliest init to hot min.
+        chosen = row.cold_commit == row.init_offset and not (
+            policy == "earliest" and row.init_offset != rng.min
+        )
+        return QueueInit.new(
+            QueuePath(self.cluster, self.broker, row.topic, row.queue_id),
+            row.init_offset,
+            policy if chosen else "adopted",
+            created_at_ms=self.lease.clock.now_ms(),
+            writer_id=self.lease.owner,
+            lease_epoch=self.lease.epoch,
+        )
+
+
+async def record_head_removal(backend: Backend, lease: Lease, segment: SegmentRow) -> None:
+    """Create the retention record of deleting ``segment`` (the queue's head): its new
+    first offset is the segment's end. Before the manifest goes; idempotent."""
+    m = segment.manifest
+    lease.check()
+    await create_record(
+        backend,
+        RetentionMark(
+            PROVENANCE_FORMAT_VERSION, m.cluster, m.broker, m.topic, m.queue_id,
+            lease.owner, lease.epoch, m.end_offset, m.key, m.max_store_timestamp,
+            lease.clock.now_ms(),
+        ),
+    )  # fmt: skip

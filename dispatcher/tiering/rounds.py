@@ -1,0 +1,369 @@
+"""Tiering in rounds: plan many queues, guard, one commitlog pass, commit each.
+
+A round plans one segment per queue still going (the group-commit rules, up to about
+``PASS_MAX_RECORDS`` records in all), makes the planned records durable (the guard,
+:mod:`dispatcher.tiering.durability`), reads their records with **one commitlog-order pass**
+(:mod:`dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and hashed
+in bulk,
+spooled per segment), then commits the segments (:mod:`dispatcher.tiering.committer`),
+``tiering.concurrency`` at once. Planning also refreshes each queue's lag and retention
+headroom gauges from the hot store and catalogue alone, so they stay current while the
+cold store is down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from dispatcher.metrics import Metrics
+from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
+from dispatcher.tick_report import TickReport, record_error
+from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
+from dispatcher.tiering.committer import CommitKind, SegmentCommitter
+from dispatcher.tiering.durability import DurabilityGuard
+from dispatcher.tiering.planner import (
+    HotDataLost,
+    Limits,
+    SegmentPlan,
+    Wait,
+    WaitReason,
+    plan_segment,
+    units_unchanged,
+)
+from dispatcher.tiering.spool_room import RoundBudget, spool_room
+from metadata.rows import QueueRow
+from tieredstore.clock import Clock
+from tieredstore.errors import (
+    CorruptRecordError,
+    DivergedError,
+    SpoolTooSmallError,
+    StoreError,
+    TieredStoreError,
+)
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.settings.loader import TieringSettings
+
+__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
+
+#: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.tiering.commitlog_pass`).
+PASS_WINDOW_BYTES: Final = 2 << 20
+#: Records planned per round at most (bounds the unit arrays' memory).
+PASS_MAX_RECORDS: Final = 1 << 20
+
+
+def _cl_end(planned: tuple[QueueRow, SegmentPlan]) -> int:
+    return planned[1].cl_end
+
+
+def _recheck_units(
+    hot: HotStore,
+    planned: Sequence[tuple[QueueRow, SegmentPlan]],
+    gathered: Sequence[Spooled | TieredStoreError],
+) -> list[Spooled | TieredStoreError]:
+    """Read each gathered segment's consume-queue units again, after the pass (blocking;
+    one thread hop for the round). A segment planned on a unit the broker was still
+    writing (:func:`~dispatcher.tiering.planner.units_unchanged`) gets a StoreError in place of
+    its spool: it is not committed, and planned again next tick."""
+    return [
+        _recheck(hot, plan, spooled) for (_, plan), spooled in zip(planned, gathered, strict=True)
+    ]
+
+
+def _recheck(
+    hot: HotStore, plan: SegmentPlan, spooled: Spooled | TieredStoreError
+) -> Spooled | TieredStoreError:
+    """The gathered segment, or its error; a record that disagreed with a unit the broker
+    was still writing is no inconsistency (the segment is planned again)."""
+    if isinstance(spooled, TieredStoreError) and not isinstance(spooled, CorruptRecordError):
+        return spooled
+    try:
+        if units_unchanged(hot, plan):
+            return spooled  # a CorruptRecordError stands: the queue stops
+    except TieredStoreError as exc:
+        return exc
+    return StoreError(
+        f"consume-queue units [{plan.start}, {plan.end}) changed while they were tiered "
+        "(read while the broker was writing them); planned again next tick",
+        where=str(plan.queue),
+    )
+
+
+@contextlib.asynccontextmanager
+async def _spool(root: Path | None) -> AsyncIterator[Path]:
+    """A fresh spool directory for one round under ``root``, removed (with its files)
+    afterwards; made and removed in a thread (a round may leave a thousand files)."""
+    directory = Path(await asyncio.to_thread(_new_spool, root))
+    try:
+        yield directory
+    finally:
+        await asyncio.to_thread(shutil.rmtree, directory, True)
+
+
+def _new_spool(root: Path | None) -> str:
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(dir=root, prefix="round-")
+
+
+class Rounds:
+    """Tiers queues in rounds until the rules say wait; see the module docstring.
+
+    ``tiering`` is swapped by a reload (the commit semaphore keeps its ``concurrency``);
+    spools go in ``spool_dir`` (None: the temp dir); no round starts once ``stopping``.
+    """
+
+    def __init__(
+        self,
+        *,
+        hot: HotStore,
+        clock: Clock,
+        metrics: Metrics,
+        tiering: TieringSettings,
+        spool_dir: Path | None = None,
+        guard: DurabilityGuard,
+        committer: SegmentCommitter,
+        stopping: asyncio.Event,
+        on_segment: Callable[[SegmentPlan], None] | None = None,
+    ) -> None:
+        self.hot = hot
+        self.clock = clock
+        self.metrics = metrics
+        self.tiering = tiering
+        self.spool_dir = spool_dir
+        self.guard = guard
+        self.committer = committer
+        self.on_segment = on_segment
+        self._stopping = stopping
+        self._sem = asyncio.Semaphore(tiering.concurrency)
+        self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
+        self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
+        self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
+
+    async def new_tick(self) -> None:
+        """Read what a tick's rounds share: the broker's oldest file (for headroom), a
+        fresh sync round, and the guard mode in force (a gauge)."""
+        self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
+        self.guard.syncer.new_round()
+        self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
+
+    def clear_spool(self) -> None:
+        """Remove spool directories a crashed run left (they are never read again)."""
+        root = self.spool_dir
+        if root is None or not root.is_dir():
+            return
+        for stale in root.glob("round-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    async def tier_queues(self, rows: Sequence[QueueRow], *, flush: bool) -> TickReport:
+        """Tier ready segments of many queues, in rounds, until the rules say wait.
+
+        A queue whose segment was adopted, or committed with more pending behind it
+        when it was planned, goes on to the next round; one whose segment reached the
+        hot max it was planned against is done for this call (what arrived since waits
+        for the next tick: planning every queue again only to find most idle cost as
+        much as a round); one that waits, lost data, diverged or failed stops (a
+        failure is recorded; the next tick tries again).
+        """
+        report = TickReport()
+        todo = list(rows)
+        while todo and not self._stopping.is_set():
+            planned, later = await self._plan_round(todo, flush, report)
+            if planned and not await self.guard.make_durable(
+                self.tiering.guard, max(planned, key=_cl_end)[1].cl_end
+            ):
+                continue  # fdatasync refused: plan again under the checkpoint rule
+            todo = later + await self._run_round(planned, report)
+        return report
+
+    async def _plan_round(
+        self, rows: Sequence[QueueRow], flush: bool, report: TickReport
+    ) -> tuple[list[tuple[QueueRow, SegmentPlan]], list[QueueRow]]:
+        """Plan the next segment of each row, up to the round's size; return the plans
+        and the rows left for a later round. Waits, losses and divergence are handled
+        (and reported) here; a queue whose planning failed is recorded and dropped."""
+        guard = await asyncio.to_thread(self.guard.guard_ts, self.tiering.guard)
+        room = await asyncio.to_thread(spool_room, self.spool_dir, self.tiering.spool_max_bytes)
+        budget = RoundBudget(PASS_MAX_RECORDS, room)
+        outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
+        self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
+        planned: list[tuple[QueueRow, SegmentPlan]] = []
+        for row, outcome in zip(rows, outcomes, strict=False):
+            key = QueueKey(row.topic, row.queue_id)
+            if isinstance(outcome, DivergedError):
+                await self.committer.diverge(row, str(outcome))
+                report.diverged.append(key)
+            elif isinstance(outcome, Exception):
+                record_error(outcome, report, self.metrics)
+            else:
+                self._update_lag(row, outcome)
+                if isinstance(outcome, HotDataLost):
+                    self.committer.hot_data_lost(outcome)
+                    report.lost.append(outcome)
+                elif isinstance(outcome, SegmentPlan):
+                    planned.append((row, outcome))
+        return planned, list(rows[len(outcomes) :])
+
+    def _plan_rows(
+        self, rows: Sequence[QueueRow], flush: bool, guard: int | None, budget: RoundBudget
+    ) -> list[SegmentPlan | Wait | HotDataLost | Exception]:
+        """Plan rows in order while the round's ``budget`` (records, spool bytes) lasts
+        (blocking). Errors are returned in place of the queue's outcome, for the caller
+        to record; a row planned past the budget is left for a later round."""
+        out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
+        now_ms = self.clock.now_ms()
+        for row in rows:
+            if budget.full():
+                break
+            key = QueueKey(row.topic, row.queue_id)
+            try:
+                outcome = plan_segment(
+                    self.hot, key, row.cold_commit, Limits.of(self.tiering),
+                    now_ms=now_ms, guard_ts=guard, flush=flush,
+                )  # fmt: skip
+            except Exception as exc:  # the caller records it (or re-raises a bug)
+                out.append(exc)
+                continue
+            admitted = budget.admit(key, outcome) if isinstance(outcome, SegmentPlan) else outcome
+            if admitted is None:
+                break
+            out.append(admitted)
+        return out
+
+    async def _run_round(
+        self, planned: Sequence[tuple[QueueRow, SegmentPlan]], report: TickReport
+    ) -> list[QueueRow]:
+        """Gather the planned segments in one pass, commit each; return the rows to go on."""
+        if not planned:
+            return []
+        jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
+        self.in_flight = len(planned)
+        try:
+            async with _spool(self.spool_dir) as directory:
+                try:
+                    gathered = await self._gather(jobs, directory)
+                except TieredStoreError as exc:
+                    gathered = [exc] * len(jobs)
+                gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
+                outcomes = await asyncio.gather(
+                    *(
+                        self._commit_gathered(row, plan, spooled, report)
+                        for (row, plan), spooled in zip(planned, gathered, strict=True)
+                    ),
+                    return_exceptions=True,
+                )
+        finally:
+            self.in_flight = 0
+        going: list[QueueRow] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                record_error(outcome, report, self.metrics)
+            elif outcome is not None:
+                going.append(outcome)
+        return going
+
+    async def _gather(
+        self, jobs: Sequence[GatherJob], directory: Path
+    ) -> list[Spooled | TieredStoreError]:
+        """Run the pass in a thread; if cancelled, stop it and wait for it to return (its
+        spool files must not be written after the directory is removed)."""
+        stop = threading.Event()
+        window = PASS_WINDOW_BYTES
+        work = asyncio.ensure_future(
+            asyncio.to_thread(
+                gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop
+            )
+        )
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            stop.set()
+            await asyncio.gather(work, return_exceptions=True)
+            raise
+
+    async def _commit_gathered(
+        self,
+        row: QueueRow,
+        plan: SegmentPlan,
+        spooled: Spooled | TieredStoreError,
+        report: TickReport,
+    ) -> QueueRow | None:
+        """Commit one gathered segment; return the queue's new row to go on with, or None
+        to stop (diverged, or nothing more was pending when it was planned)."""
+        try:
+            if isinstance(spooled, CorruptRecordError):
+                self.committer.stop_inconsistent(row, spooled)
+                return None
+            if isinstance(spooled, TieredStoreError):
+                raise spooled
+            async with self._sem:
+                started = time.perf_counter()
+                result = await self.committer.commit(row, plan, spooled)
+        finally:
+            self.in_flight = max(self.in_flight - 1, 0)
+        if result.kind is CommitKind.DIVERGED:
+            report.diverged.append(QueueKey(row.topic, row.queue_id))
+            return None
+        if result.kind is CommitKind.STOPPED:
+            return None
+        if result.kind is CommitKind.ADOPTED:
+            return result.row
+        self.metrics.upload_seconds.observe(time.perf_counter() - started)
+        self.metrics.segments_tiered.labels(plan.reason.value).inc()
+        self.metrics.messages_tiered.inc(plan.count)
+        self.metrics.bytes_tiered.inc(plan.nbytes)
+        for counts in (report, self.committed):
+            counts.segments += 1
+            counts.messages += plan.count
+            counts.bytes += plan.nbytes
+        if self.on_segment:
+            self.on_segment(plan)
+        if plan.end < plan.hot.max:
+            return result.row
+        # Drained to the hot max it was planned against: done for this tick. Its gauges
+        # say so now (no planning follows that would set them).
+        self._update_lag(result.row, Wait(WaitReason.IDLE, plan.hot))
+        return None
+
+    def _update_lag(self, row: QueueRow, outcome: SegmentPlan | Wait | HotDataLost) -> None:
+        """Set the lag gauges from the plan alone (hot store + catalogue, no backend).
+
+        Also for a ready segment: if its upload then fails (backend down), the gauges
+        still show what is waiting.
+        """
+        hot = outcome.hot
+        labels = (row.topic, str(row.queue_id))
+        self.metrics.lag_messages.labels(*labels).set(max(hot.max - row.cold_commit, 0))
+        self.metrics.cold_ahead.labels(*labels).set(0)
+        if isinstance(outcome, HotDataLost):
+            self.metrics.lost_unacknowledged.labels(*labels).set(outcome.end - outcome.start)
+            self.metrics.retention_headroom_bytes.labels(*labels).set(0)
+            self.metrics.retention_headroom_seconds.labels(*labels).set(0)
+            return
+        self.metrics.lost_unacknowledged.labels(*labels).set(0)
+        self.metrics.lag_bytes.labels(*labels).set(outcome.pending_bytes)
+        oldest = outcome.oldest_ms
+        age = (self.clock.now_ms() - oldest) / 1000 if oldest is not None else 0.0
+        self.metrics.lag_seconds.labels(*labels).set(max(age, 0.0))
+        self._set_headroom(labels, outcome)
+
+    def _set_headroom(self, labels: tuple[str, str], outcome: SegmentPlan | Wait) -> None:
+        """Retention pressure (:mod:`dispatcher.retention_pressure`) of the oldest pending
+        message."""
+        cl: int | None = outcome.oldest_cl
+        ms: int | None = outcome.oldest_ms
+        if cl is None or ms is None:
+            room = Headroom.none_pending()
+        elif self._oldest is None:
+            return  # the broker's oldest file could not be read this tick
+        else:
+            room = self._oldest.headroom(cl, ms)
+        self.metrics.retention_headroom_bytes.labels(*labels).set(room.bytes)
+        self.metrics.retention_headroom_seconds.labels(*labels).set(room.seconds)

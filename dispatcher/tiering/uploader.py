@@ -1,0 +1,94 @@
+"""Uploading one gathered segment: its COMMIT_LOG and CONSUME_QUEUE objects, at once.
+
+The COMMIT_LOG bytes were already read from the hot store, checked against their CQ
+units, rewritten (bytes [28, 36) = cold offset) and hashed by the commitlog-order pass
+(:mod:`dispatcher.tiering.commitlog_pass`), which left them in a local spool file. Here that file is
+handed to :meth:`Backend.write_file`: streamed in chunks of ``batch_bytes`` with the lease
+checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
+memory per upload is one chunk whatever the segment size, and a retried upload writes
+the same spool file again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+
+from dispatcher.tiering.commitlog_pass import Spooled
+from dispatcher.tiering.planner import SegmentPlan
+from tieredstore.backends.base import Backend
+from tieredstore.cold.digests import digest
+from tieredstore.errors import StoreError
+from tieredstore.formats.consumequeue import encode_units, make_units
+
+__all__ = ["UploadedObjects", "upload_objects"]
+
+
+@dataclass(frozen=True, slots=True)
+class UploadedObjects:
+    """What was written for one segment, for its manifest."""
+
+    cl_size: int
+    cl_digest: str
+    cq_size: int
+    cq_digest: str
+    min_store_timestamp: int
+    max_store_timestamp: int
+
+
+async def upload_objects(
+    plan: SegmentPlan,
+    spooled: Spooled,
+    *,
+    backend: Backend,
+    cl_key: str,
+    cq_key: str,
+    cl_base: int,
+    batch_bytes: int,
+    check: Callable[[], None],
+) -> UploadedObjects:
+    """Write the segment's COMMIT_LOG (from its spool file) and CONSUME_QUEUE objects
+    concurrently.
+
+    The caller gives names unique to this upload attempt; the objects count only once a
+    manifest names them. ``check`` runs before each chunk and before the CONSUME_QUEUE
+    write; whatever it raises (the lease is lost) aborts the upload and no object of
+    this attempt is published past that point.
+    """
+    sizes = plan.units["size"].astype(np.int64)
+    cold = cl_base + np.cumsum(sizes) - sizes
+    cq = encode_units(make_units(cold, sizes, plan.units["tags_code"]))
+
+    async def write_cq() -> None:
+        check()
+        await backend.write(cq_key, cq)
+
+    # Both objects at once: neither counts before the manifest, which the caller writes
+    # only after both returned. If one fails, the other finishes (or fails) before the
+    # error is raised, so nothing of this attempt is written afterwards.
+    written = await asyncio.gather(
+        backend.write_file(cl_key, spooled.path, chunk_bytes=batch_bytes, check=check),
+        write_cq(),
+        return_exceptions=True,
+    )
+    for outcome in written:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    cl_size = cast(int, written[0])
+    if cl_size != spooled.size:
+        raise StoreError(
+            f"wrote {cl_size} bytes from a spool file of {spooled.size}",
+            where=str(spooled.path),
+        )
+    return UploadedObjects(
+        cl_size=cl_size,
+        cl_digest=spooled.digest,
+        cq_size=len(cq),
+        cq_digest=digest(cq),
+        min_store_timestamp=spooled.min_store_timestamp,
+        max_store_timestamp=spooled.max_store_timestamp,
+    )

@@ -1,0 +1,319 @@
+"""No writer can replace committed cold data: the three races of a rolling restart.
+
+Two sidecars (A, then B) share one cold store — POSIX, and S3 on the moto server with its
+real conditional requests — and one injected clock. A's backend sits behind a
+:class:`~tests.dispatcher.stall.Stall`, so the test decides exactly when A's requests
+land:
+
+* **stalled upload**: A is paused mid-upload past its lease; B takes over and commits;
+  then A's upload lands.
+* **late manifest**: A passed its lease check and its manifest create is stuck; B takes
+  over and commits the same offsets; then A's create lands (or, in the other order, A's
+  lands first and B adopts it).
+* **SIGTERM while uploading**: A is asked to stop with a slow upload in flight while B
+  waits for the lease; A keeps renewing while it drains, abandons the upload at its
+  deadline and releases the lease only after the upload returned; the abandoned request
+  lands after B committed.
+
+Afterwards every committed manifest's objects match their sizes and digests and cover
+the hot store exactly, the Spark verifier says CLEAN at content level, and a fenced A
+has logged and counted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from dispatcher.lease.lease import LeaseState
+from tests.coldcheck import assert_cold_matches_hot
+from tests.dispatcher.stall import Stall
+from tieredstore.backends import open_backend
+from tieredstore.backends.base import Backend
+from tieredstore.backends.options import BackendOptions
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.clock import VirtualClock
+from tieredstore.errors import LeaseLostError
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec
+from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from verifier.job import verify
+from verifier.vocabulary import Level, Verdict, VerifyOptions
+
+pytestmark = pytest.mark.spark
+
+SPEC = SynthSpec(topics=2, queues=2, messages=600, body_min=50, body_max=1500, seed=14)
+RENEW_S = 10  # lease: 30 s; the holder's own deadline: 20 s after a renewal was sent
+WAIT_S = 60.0  # upper bound for a stall to be reached (real seconds; never slept)
+
+
+@dataclass(frozen=True)
+class Cold:
+    """One cold store under test: its URL, backend options, settings and verifier options."""
+
+    url: str
+    options: BackendOptions = field(default_factory=BackendOptions)
+    settings: dict[str, object] = field(default_factory=dict)
+    storage: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
+def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Cold:
+    if request.param == "posix":
+        return Cold(str(tmp_path / "cold"))
+    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+    return Cold(
+        f"{bucket.url}/fencing",
+        bucket.options(),
+        {"cold__endpoint_url": bucket.endpoint_url},
+        bucket.fsspec_options(),
+    )
+
+
+def nth(op: str, part: str, n: int) -> Callable[[str, str], bool]:
+    """A trigger matching the ``n``-th call of ``op`` on a key containing ``part``."""
+    seen = 0
+
+    def trigger(called: str, key: str) -> bool:
+        nonlocal seen
+        if called == op and part in key:
+            seen += 1
+        return called == op and part in key and seen == n
+
+    return trigger
+
+
+@asynccontextmanager
+async def sidecar(
+    name: str, cold: Cold, store: Path, tmp_path: Path, clock: VirtualClock, wrap: Any = None
+) -> AsyncIterator[tuple[Runtime, Backend]]:
+    """An opened runtime named ``name`` on its own backend instance and state dir."""
+    async with AsyncExitStack() as stack:
+        inner = await stack.enter_async_context(open_backend(cold.url, options=cold.options))
+        backend = wrap(inner) if wrap else inner
+        settings = settings_for(
+            store,
+            cold.url,
+            tmp_path / f"state-{name}",
+            lease__renew_interval=f"{RENEW_S}s",
+            tiering__guard="none",
+            **cold.settings,
+        )
+        rt = await stack.enter_async_context(open_runtime(settings, clock=clock, backend=backend))
+        if isinstance(backend, Stall):
+            stack.callback(backend.release)  # never leave a held call behind a failure
+        yield rt, inner
+
+
+def fenced(rt: Runtime) -> float:
+    return sum(
+        s.value
+        for m in rt.metrics.registry.collect()
+        if m.name == "tieredstore_fenced"
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
+
+
+async def check_exact(backend: Backend, store: Path, spark: SparkSession, cold: Cold) -> None:
+    """Every manifest's objects match; cold covers hot exactly; the verifier says CLEAN."""
+    await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+    result = await asyncio.to_thread(
+        verify,
+        spark,
+        VerifyOptions(
+            hot=store, cold_url=cold.url, cluster=CLUSTER, broker=BROKER,
+            now_ms=time.time_ns() // 1_000_000, level=Level.CONTENT,
+            storage_options=cold.storage,
+        ),
+    )  # fmt: skip
+    assert result.verdict is Verdict.CLEAN, [str(a) for a in result.anomalies][:10]
+
+
+async def first_done(parked: Coroutine[Any, Any, None], task: asyncio.Task[None]) -> None:
+    """Return when ``parked`` returns or ``task`` is done; ``task`` is never cancelled."""
+    waiter = asyncio.ensure_future(parked)
+    try:
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
+async def take_over(b: Runtime, clock: VirtualClock) -> None:
+    """B starts beside A and watches A's lease record; A renews nothing while stalled,
+    so B takes over once the record stayed unchanged for the lease time on B's clock.
+
+    Time moves only while B sleeps between its looks at the record, never while B's
+    read or swap is in flight: a swap sent at T gives B a deadline counted from T, and
+    time moved past it meanwhile would lapse B's new lease before it wrote anything."""
+    starting = asyncio.create_task(b.dispatcher.start(wait_for_lease=False))
+
+    def watching() -> bool:
+        return b.dispatcher.lease.state is not LeaseState.HELD and not starting.done()
+
+    async def until_held() -> None:  # then no further: B's own deadline runs on it
+        while watching():
+            await clock.parked_or_done(starting)
+            if watching():
+                await clock.advance(1)
+
+    await asyncio.wait_for(until_held(), WAIT_S)
+    await asyncio.wait_for(starting, WAIT_S)
+    assert b.dispatcher.lease.epoch == 2
+
+
+async def test_stalled_upload_past_lease_expiry(
+    cold: Cold, store: Path, tmp_path: Path, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = VirtualClock()
+    stall = None
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall
+        stall = Stall(inner, nth("write_chunks", "/COMMIT_LOG/", 3))  # A pauses, whole
+        return stall
+
+    async with (
+        sidecar("a", cold, store, tmp_path, clock, wrap) as (a, _),
+        sidecar("b", cold, store, tmp_path, clock) as (b, backend),
+    ):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_pass = asyncio.create_task(a.dispatcher.catch_up())
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        await take_over(b, clock)
+        await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)
+        stall.release()  # A wakes up: its upload lands, beside B's objects
+        with pytest.raises(LeaseLostError):
+            await asyncio.wait_for(a_pass, WAIT_S)
+        assert fenced(a) == 1
+        assert "fenced:" in caplog.text
+        await check_exact(backend, store, spark, cold)
+
+
+async def test_a_paused_sidecar_whose_lease_nobody_took_reclaims_it_and_goes_on(
+    cold: Cold, store: Path, tmp_path: Path, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lapse is not a loss: paused past its lease's expiry with nobody waiting, A
+    abandons the segment in hand, reclaims the lease (same epoch) and finishes the pass."""
+    clock = VirtualClock()
+    stall = None
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall
+        stall = Stall(inner, nth("write_chunks", "/COMMIT_LOG/", 3))  # A pauses, whole
+        return stall
+
+    async with sidecar("a", cold, store, tmp_path, clock, wrap) as (a, backend):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_pass = asyncio.create_task(a.dispatcher.catch_up())
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        await clock.advance(3 * RENEW_S + 1)  # past A's deadline and its record's expiry
+        stall.release()
+        report = await asyncio.wait_for(a_pass, WAIT_S)
+        assert report.lapsed >= 1 and not report.errors
+        assert a.dispatcher.lease.epoch == 1
+        assert fenced(a) == 0
+        assert "lease reclaimed after it lapsed" in caplog.text
+        assert "fenced" not in caplog.text
+        await check_exact(backend, store, spark, cold)
+
+
+@pytest.mark.parametrize("a_lands_first", [False, True])
+async def test_late_manifest_never_replaces_a_commit(
+    cold: Cold,
+    store: Path,
+    tmp_path: Path,
+    spark: SparkSession,
+    caplog: pytest.LogCaptureFixture,
+    a_lands_first: bool,
+) -> None:
+    clock = VirtualClock()
+    stall = None
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall  # A passed its lease check; then its manifest create, and A, stall
+        stall = Stall(inner, nth("create", "/MANIFEST/", 3))
+        return stall
+
+    async with (
+        sidecar("a", cold, store, tmp_path, clock, wrap) as (a, _),
+        sidecar("b", cold, store, tmp_path, clock) as (b, backend),
+    ):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_pass = asyncio.create_task(a.dispatcher.catch_up())
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        await take_over(b, clock)
+        if a_lands_first:
+            stall.release("create", "read")  # A's stale manifest lands before B's ...
+            await asyncio.wait_for(stall.landed("create"), WAIT_S)
+            await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)  # ... and B adopts it
+            stall.release()
+            with pytest.raises(LeaseLostError):
+                await asyncio.wait_for(a_pass, WAIT_S)
+        else:
+            await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)
+            # Too late: B committed these offsets. A's create loses (and A reads whose
+            # manifest won); A's renewal is still stuck, so the manifest is what fences A.
+            stall.release("create", "read")
+            with pytest.raises(LeaseLostError):
+                await asyncio.wait_for(a_pass, WAIT_S)
+            stall.release()
+            assert "fenced: epoch 2" in caplog.text  # A saw B's manifest where it meant its own
+        assert fenced(a) == 1
+        assert "fenced" in caplog.text
+        await check_exact(backend, store, spark, cold)
+
+
+async def test_sigterm_with_a_slow_upload_while_a_second_sidecar_waits(
+    cold: Cold, store: Path, tmp_path: Path, spark: SparkSession
+) -> None:
+    clock = VirtualClock()
+    stall = None
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall  # one slow upload; everything else (renewals) goes on
+        stall = Stall(
+            inner, nth("write_chunks", "/COMMIT_LOG/", 3), hold_all=False, land_if_cancelled=True
+        )
+        return stall
+
+    async with (
+        sidecar("a", cold, store, tmp_path, clock, wrap) as (a, _),
+        sidecar("b", cold, store, tmp_path, clock) as (b, backend),
+    ):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_run = asyncio.create_task(a.dispatcher.run(shutdown_deadline=30))
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        b_start = asyncio.create_task(b.dispatcher.start(wait_for_lease=True))
+        a.dispatcher.stop()  # SIGTERM
+        for _ in range(5):  # 25 s of draining: A keeps renewing, B keeps waiting
+            await clock.advance(5)
+            await asyncio.sleep(0)
+        assert not b_start.done()
+        assert (await b.dispatcher.lease.read()).owner == a.dispatcher.lease.owner  # type: ignore[union-attr]
+        await clock.advance(6)  # the drain deadline: the upload is abandoned
+        await asyncio.wait_for(a_run, WAIT_S)
+        await a.dispatcher.close()  # releases only now, after the upload returned
+        # B may be reading the lease in a worker thread: let it park before time moves.
+        await asyncio.wait_for(first_done(clock.parked(), b_start), WAIT_S)
+        await clock.advance(RENEW_S)
+        await asyncio.wait_for(b_start, WAIT_S)
+        assert b.dispatcher.lease.epoch == 2
+        await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)
+        stall.release()  # the abandoned request lands after all, under its own name
+        await asyncio.wait_for(stall.drained(), WAIT_S)
+        assert fenced(a) == 0
+        await check_exact(backend, store, spark, cold)

@@ -1,0 +1,133 @@
+"""Real processes: a writer frozen by SIGSTOP, a successor, and the thaw.
+
+1. Sidecar A tiers a store (lease renewed every second, so it lasts 3 s).
+2. A is frozen with SIGSTOP once it has committed some segments — wherever it is,
+   mid-upload included.
+3. Sidecar B (`run --once`, waiting for the lease) takes over once A's lease has
+   expired, and commits everything.
+4. A is thawed with SIGCONT. Its own deadline passed long ago and its renewal loses
+   the compare-and-swap: it stops with "lease" in its error, exit status 1, and writes
+   nothing over B's commits.
+
+The cold store then covers the hot store exactly and the Spark verifier says CLEAN at
+content level — on POSIX and on S3 (moto server, real conditional requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.coldcheck import assert_cold_matches_hot
+from tieredstore.backends import open_backend
+from tieredstore.backends.options import BackendOptions
+from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
+from tieredstore.errors import InvalidNameError
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
+from verifier.job import verify
+from verifier.vocabulary import Level, Verdict, VerifyOptions
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SPEC = SynthSpec(topics=2, queues=2, messages=3000, body_min=200, body_max=1200, seed=3)
+FAST = {
+    "TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s",
+    "TIEREDSTORE_TIERING_TICK_INTERVAL": "100ms",
+    "TIEREDSTORE_TIERING_GUARD": "none",
+    "TIEREDSTORE_TIERING_CONCURRENCY": "1",
+    # The synthetic store's messages are from 2023: keep them (no expiry during the test).
+    "TIEREDSTORE_RETENTION_DEFAULT": "87600h",
+}
+BOUND_S = 120.0  # upper bound for each step (real seconds); the steps end on events
+
+
+def _manifests(url: str, options: BackendOptions) -> int:
+    async def count() -> int:
+        async with open_backend(url, options=options) as backend:
+            infos = await backend.list(broker_prefix(CLUSTER, BROKER) + "/")
+        kinds = []
+        for info in infos:
+            with contextlib.suppress(InvalidNameError):  # _lease.json
+                kinds.append(parse_object_key(info.key).kind)
+        return kinds.count(SegmentKind.MANIFEST)
+
+    return asyncio.run(count())
+
+
+def _until(what: str, done: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait (bounded) until ``done()``, watching ``proc`` exit instead of sleeping."""
+    deadline = time.monotonic() + BOUND_S
+    while not done():
+        if proc.poll() is not None:
+            pytest.fail(f"exited while waiting for {what}:\n{log.read_text()[-3000:]}")
+        assert time.monotonic() < deadline, f"no {what} in {BOUND_S}s:\n{log.read_text()[-3000:]}"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+
+
+@pytest.mark.parametrize("kind", ["posix", pytest.param("s3", marks=pytest.mark.s3)])
+def test_sigstop_a_writer_let_another_take_over_then_sigcont(
+    kind: str, tmp_path: Path, spark: SparkSession, request: pytest.FixtureRequest
+) -> None:
+    store = synthesize(tmp_path / "store", SPEC).root
+    env = dict(FAST)
+    storage: dict[str, Any] = {}
+    options = BackendOptions()
+    if kind == "posix":
+        url = str(tmp_path / "cold")
+    else:
+        bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+        url, options = f"{bucket.url}/sigstop", bucket.options()
+        env["TIEREDSTORE_COLD_ENDPOINT_URL"] = bucket.endpoint_url
+        storage = bucket.fsspec_options()
+    log_a = tmp_path / "a.log"
+    a = start(store, url, tmp_path / "state-a", log=log_a, **env)
+    try:
+        _until("three commits by A", lambda: _manifests(url, options) >= 3, a, log_a)
+        a.send_signal(signal.SIGSTOP)  # frozen wherever it is: mid-upload, mid-commit
+        committed_by_a = _manifests(url, options)
+        b = subprocess.run(
+            sidecar_cmd(store, url, tmp_path / "state-b", "--once"),  # url: never a Path
+            env=sidecar_env(**env),
+            capture_output=True,
+            timeout=BOUND_S,
+        )
+        assert b.returncode == 0, b.stderr.decode()[-3000:]
+        assert b"epoch 2" in b.stderr
+        assert _manifests(url, options) > committed_by_a
+        a.send_signal(signal.SIGCONT)
+        assert a.wait(timeout=BOUND_S) == 1
+        out = log_a.read_text()
+        assert "fenced" in out and "lease" in out
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+            a.kill()
+            a.wait(timeout=30)
+
+    async def exact() -> None:
+        async with open_backend(url, options=options) as backend:
+            await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+
+    asyncio.run(exact())
+    result = verify(
+        spark,
+        VerifyOptions(
+            hot=store, cold_url=url, cluster=CLUSTER, broker=BROKER,
+            now_ms=time.time_ns() // 1_000_000, level=Level.CONTENT, storage_options=storage,
+        ),
+    )  # fmt: skip
+    assert result.verdict is Verdict.CLEAN, [str(a) for a in result.anomalies][:10]

@@ -1,0 +1,226 @@
+"""The sidecar writes what must be in cold into cold: the tiering record (its topic rules,
+since when), an init record per queue before its first manifest, and a retention record
+before retention deletes a head (tieredstore.cold.provenance,
+dispatcher.tiering.provenance_writer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dispatcher.lease.lease import Lease
+from dispatcher.maintenance.gc import delete_garbage, scan_garbage
+from dispatcher.maintenance.retention import DeletionStep
+from dispatcher.tiering.provenance_writer import ProvenanceWriter
+from dispatcher.topic_filter import TopicFilter
+from metadata.reconcile import rebuild
+from metadata.rows import QueueRow, QueueState, SegmentRow
+from tests.dispatcher.maintenance import test_retention_deletion as deletion
+from tests.dispatcher.maintenance.test_retention_deletion import END, H, _settings, _tier
+from tieredstore.backends.memory import MemoryBackend
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import (
+    QueuePath,
+    broker_prefix,
+    init_key,
+    lease_key,
+    retention_key,
+    stop_key,
+    tiering_key,
+)
+from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record, read_tiering_record
+from tieredstore.hot.store import HotStore
+from tieredstore.testing.settings import BROKER, CLUSTER
+
+SPEC = deletion.SPEC  # the store the `store` fixture (tests/dispatcher/conftest.py) writes
+
+
+def _parse_init(data: bytes, key: str) -> QueueInit:
+    rec = read_queue_record(data, key, broker_prefix(CLUSTER, BROKER) + "/")
+    assert isinstance(rec, QueueInit)
+    return rec
+
+
+def _init(cold: Path, topic: str, queue_id: int) -> QueueInit:
+    key = init_key(QueuePath(CLUSTER, BROKER, topic, queue_id))
+    return _parse_init((cold / key).read_bytes(), key)
+
+
+async def test_the_sidecar_records_its_rules_and_every_queues_init(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((cold / key).read_bytes(), key)
+    assert [e.rules for e in record.history] == [
+        TopicFilter.of(_settings(tmp_path).tiering).rules()
+    ]
+    assert record.current.since_ms == END and record.current.lease_epoch == 1
+    hot = HotStore(store)
+    for q in hot.queues():
+        init = _init(cold, q.topic, q.queue_id)
+        assert (init.init_offset, init.policy) == (hot.queue_range(q.topic, q.queue_id).min,
+                                                   "earliest")  # fmt: skip
+
+
+async def test_a_reload_with_other_rules_adds_an_entry_since_then(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    later = END + 60_000
+    clock.set_ms(later)
+    settings = _settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
+    async with open_runtime(settings, clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        await rt.dispatcher.tick()
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((tmp_path / "cold" / key).read_bytes(), key)
+    assert [(e.since_ms, e.rules.exclude) for e in record.history] == [
+        (END, ()), (later, ("SynthTopic1",))
+    ]  # fmt: skip
+    assert record.decide("SynthTopic1").tiered is False
+    assert "exclude_topics 'SynthTopic1'" in record.decide("SynthTopic1").rule
+
+
+async def test_excluding_a_tiered_topic_records_where_each_queue_stopped(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    later = END + 60_000
+    settings = _settings(tmp_path, tiering__exclude_topics=["SynthTopic1"])
+    for now in (later, later + 1000):  # a restart under the same rules keeps the records
+        clock.set_ms(now)
+        async with open_runtime(settings, clock=clock) as rt:
+            await rt.dispatcher.start(wait_for_lease=False)
+            await rt.dispatcher.tick()
+            rows = rt.catalogue.queues.all()
+    prefix = broker_prefix(CLUSTER, BROKER) + "/"
+    stopped = sorted(p.relative_to(cold).as_posix() for p in cold.rglob("STOPPED/*.json"))
+    expected = []
+    for row in rows:
+        if row.topic != "SynthTopic1":
+            continue
+        mark = read_queue_record(
+            (
+                cold / stop_key(QueuePath(CLUSTER, BROKER, row.topic, row.queue_id), later)
+            ).read_bytes(),
+            stop_key(QueuePath(CLUSTER, BROKER, row.topic, row.queue_id), later),
+            prefix,
+        )
+        assert isinstance(mark, StopMark)
+        assert (mark.stop_offset, mark.excluded_since_ms, mark.stopped_at_ms) == (
+            row.cold_commit, later, later,
+        )  # fmt: skip
+        assert row.cold_commit > row.init_offset  # it was tiered: its history is owed
+        expected.append(mark.key)
+    assert stopped == sorted(expected) and len(expected) == SPEC.queues
+
+
+async def test_retention_records_the_new_first_offset_before_the_manifest_goes(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    cold = tmp_path / "cold"
+    seen: list[tuple[DeletionStep, bool, bool]] = []
+
+    def observe(seg: SegmentRow, step: DeletionStep) -> None:
+        q = QueuePath(CLUSTER, BROKER, seg.topic, seg.queue_id)
+        mark = cold / retention_key(q, seg.end_offset)
+        seen.append((step, mark.exists(), (cold / seg.manifest.key).exists()))
+
+    clock.set_ms(END + int(2 * H * 1000))
+    async with open_runtime(_settings(tmp_path), clock=clock, on_deletion_step=observe) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert (await rt.retention.run_pass()).expired
+    # The record is there from the first deletion on; never a manifest gone without it.
+    assert seen[:2] == [(DeletionStep.MARKED, False, True), (DeletionStep.MANIFEST, True, False)]
+    assert all(mark for step, mark, _ in seen if step is not DeletionStep.MARKED)
+
+
+async def _writer(hot: HotStore, clock: VirtualClock) -> tuple[ProvenanceWriter, MemoryBackend]:
+    backend = MemoryBackend.from_url("memory://provenance-" + str(id(clock)))
+    lease = Lease(backend, lease_key(CLUSTER, BROKER), clock)
+    await lease.acquire(wait=False)
+    return ProvenanceWriter(backend, lease, hot, cluster=CLUSTER, broker=BROKER), backend
+
+
+def _row(topic: str, queue_id: int, init: int, cold_min: int, commit: int) -> QueueRow:
+    return QueueRow(topic, queue_id, init, cold_min, commit, 0, 0, QueueState.ACTIVE, 0)
+
+
+async def test_inits_are_written_only_where_hot_proves_the_start(store: Path) -> None:
+    hot = HotStore(store)
+    writer, backend = await _writer(hot, VirtualClock(start_ms=END))
+    lo = hot.queue_range("SynthTopic0", 0).min
+    rows = [
+        _row("SynthTopic0", 0, lo, lo, lo),  # new: nothing tiered yet
+        _row("SynthTopic1", 0, 0, 0, 40),  # tiered by an older sidecar, head intact
+        _row("SynthTopic1", 1, 0, 30, 40),  # its head removed: retention left no record
+    ]
+    await writer.ensure_inits(rows, "latest")
+
+    async def init_of(topic: str, queue_id: int) -> QueueInit:
+        key = init_key(QueuePath(CLUSTER, BROKER, topic, queue_id))
+        return _parse_init(await backend.read(key), key)
+
+    first = await init_of("SynthTopic0", 0)
+    assert (first.init_offset, first.policy) == (lo, "latest")
+    adopted = await init_of("SynthTopic1", 0)
+    assert (adopted.init_offset, adopted.policy) == (0, "adopted")
+    assert not await backend.exists(init_key(QueuePath(CLUSTER, BROKER, "SynthTopic1", 1)))
+    # Create-if-absent: a later process's call never replaces the first record.
+    writer._settled = None  # a restart: nothing known in memory
+    await writer.ensure_inits([_row("SynthTopic0", 0, lo + 5, lo + 5, lo + 5)], "earliest")
+    assert await init_of("SynthTopic0", 0) == first
+
+
+async def test_an_offset_above_hot_min_is_never_labelled_earliest(store: Path) -> None:
+    # A row initialised under another policy (say latest), nothing tiered yet, its init
+    # record written under earliest: the verifier holds an earliest init to hot min.
+    hot = HotStore(store)
+    writer, backend = await _writer(hot, VirtualClock(start_ms=END))
+    lo = hot.queue_range("SynthTopic0", 0).min
+    await writer.ensure_inits(
+        [_row("SynthTopic0", 0, lo, lo, lo), _row("SynthTopic0", 1, lo + 7, lo + 7, lo + 7)],
+        "earliest",
+    )
+    for qid, expected in ((0, (lo, "earliest")), (1, (lo + 7, "adopted"))):
+        key = init_key(QueuePath(CLUSTER, BROKER, "SynthTopic0", qid))
+        init = _parse_init(await backend.read(key), key)
+        assert (init.init_offset, init.policy) == expected
+
+
+def _records(cold: Path) -> set[str]:
+    prefix = cold / broker_prefix(CLUSTER, BROKER)
+    found = set((prefix / "_queues").rglob("*.json")) | {prefix / "_tiering.json"}
+    return {p.relative_to(cold).as_posix() for p in found}
+
+
+async def test_gc_never_collects_the_records_and_rebuild_starts_queues_from_them(
+    store: Path, tmp_path: Path
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await _tier(tmp_path, clock)
+    clock.set_ms(END + int(2 * H * 1000))
+    async with open_runtime(_settings(tmp_path), clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert (await rt.retention.run_pass()).expired
+        records = _records(tmp_path / "cold")
+        assert any("/RETENTION/" in k for k in records)
+        report = await scan_garbage(rt.backend, cluster=CLUSTER, broker=BROKER,
+                                    now_ms=clock.now_ms() + 10**9, grace_s=0)  # fmt: skip
+        assert not report.garbage and not report.findings
+        await delete_garbage(report, backend=rt.backend, lease=rt.dispatcher.lease)
+        assert _records(tmp_path / "cold") == records
+        expected = {(q.topic, q.queue_id): q.cold_min for q in rt.catalogue.queues.all()}
+        # A catalogue rebuilt from the bucket starts each queue where its records say
+        # (the retention watermark), so every remaining manifest is adopted.
+        rebuilt = await rebuild(rt.backend, tmp_path / "state2", cluster=CLUSTER, broker=BROKER)
+    assert rebuilt.clean, rebuilt
+    assert {(q.topic, q.queue_id): q.init_offset for q in rebuilt.created} == expected

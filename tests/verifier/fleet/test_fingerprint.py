@@ -1,0 +1,182 @@
+"""``tieredstore fingerprint`` and the block digest (verifier/fleet/fingerprint.py): no Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tieredstore.cli.main import main as cli_main
+from tieredstore.clock import VirtualClock
+from tieredstore.cold.layout import fingerprint_prefix, parse_fingerprint_stamp, tiering_key
+from tieredstore.cold.provenance import read_tiering_record
+from tieredstore.errors import CorruptProvenanceError
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.ratelimit import TokenBucket
+from tieredstore.testing.coldimage import tier, write_local
+from tieredstore.testing.settings import BROKER, CLUSTER
+from verifier.fleet.fingerprint import BlockHasher, read_fingerprint, take_fingerprint
+
+SPEC = SynthSpec(
+    topics=1, queues=2, messages=600, body_min=100, body_max=300,
+    commitlog_file_size=128 << 10, cq_file_size=100 * CQ_UNIT_SIZE, seed=7,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("fingerprint")
+    synthesize(base / "hot", SPEC)
+    write_local(tier(base / "hot", segment_messages=100), base / "cold")
+    return base / "hot", base / "cold"
+
+
+def _records(hot: Path, start: int, end: int) -> tuple[np.ndarray, bytes]:
+    store = HotStore(hot)
+    q = store.queues()[0]
+    units = store.read_units(q.topic, q.queue_id, start, end)
+    data = b"".join(store.read_records_bytes(units["commitlog_offset"], units["size"]))
+    return units, data
+
+
+def test_the_block_digest_ignores_the_physical_offset_only(stores: tuple[Path, Path]) -> None:
+    units, data = _records(stores[0], 0, 10)
+    whole = BlockHasher()
+    whole.update(units, data)
+    first = int(units["size"][0])
+    pieces = BlockHasher()  # fed in two runs, as a block that spans two cold segments
+    pieces.update(units[:1], data[:first])
+    pieces.update(units[1:], data[first:])
+    assert pieces.hexdigest() == whole.hexdigest()
+    moved = bytearray(data)
+    moved[PHYSICAL_OFFSET_SLICE.start + first] ^= 0xFF  # the second record's physicalOffset
+    other = BlockHasher()
+    other.update(units, bytes(moved))
+    assert other.hexdigest() == whole.hexdigest()
+    moved[first + PHYSICAL_OFFSET_SLICE.stop] ^= 0xFF  # the byte after it
+    changed = BlockHasher()
+    changed.update(units, bytes(moved))
+    assert changed.hexdigest() != whole.hexdigest()
+
+
+async def test_each_block_digest_is_its_own_records_hashed_one_after_another(
+    stores: tuple[Path, Path],
+) -> None:
+    # The digests are taken on a worker thread while the next blocks are read: each must
+    # still be the digest of its own block, as a BlockHasher fed in order gives it.
+    store = HotStore(stores[0])
+    fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                block_offsets=37)  # fmt: skip
+    assert sum(len(q.blocks) for q in fp.queues) > 10
+    for q in fp.queues:
+        for b in q.blocks:
+            units = store.read_units(q.topic, q.queue_id, b.start, b.end)
+            hasher = BlockHasher()
+            hasher.update(units, b"".join(store.read_records_bytes(units["commitlog_offset"],
+                                                                  units["size"])))  # fmt: skip
+            assert hasher.hexdigest() == b.digest, (q.topic, q.queue_id, b.start)
+
+
+def test_the_command_writes_one_fingerprint_per_run_under_the_broker_prefix(
+    stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    hot, cold = stores
+    argv = ["fingerprint", "--store", str(hot), "--cold", str(cold), "--cluster", CLUSTER,
+            "--broker", BROKER, "--block-offsets", "100", "--max-bytes-per-second=0"]  # fmt: skip
+    assert cli_main(argv) == 0
+    assert "fingerprint " in capsys.readouterr().out
+    folder = cold / fingerprint_prefix(CLUSTER, BROKER)
+    (path,) = folder.iterdir()
+    assert parse_fingerprint_stamp(path.name) is not None
+    fp = read_fingerprint(path.read_bytes(), path.name)
+    store = HotStore(hot)
+    assert {(q.topic, q.queue_id, q.hot_min, q.hot_max) for q in fp.queues} == {
+        (q.topic, q.queue_id, r.min, r.max)
+        for q in store.queues()
+        for r in [store.queue_range(q.topic, q.queue_id)]
+    }
+    for q in fp.queues:  # fixed blocks: [k * 100, (k + 1) * 100) clipped to the hot range
+        assert [(b.start, b.end) for b in q.blocks] == [
+            (s, min(s + 100, q.hot_max)) for s in range(q.hot_min, q.hot_max, 100)
+        ]
+    assert len(path.read_bytes()) < fp.hot_bytes / 100  # grows with blocks, not bytes
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((cold / key).read_bytes(), key)
+    for q in fp.queues:  # stored_from at each of the tiering record's times
+        assert [t for t, _ in q.stored_from] == sorted({e.since_ms for e in record.history})
+    path.unlink()  # the next test of this module writes its own
+
+
+def _store_times(hot: Path) -> list[int]:
+    """Every store time of the first hot queue, in offset order (the hot store's reads)."""
+    store = HotStore(hot)
+    q = store.queues()[0]
+    rng = store.queue_range(q.topic, q.queue_id)
+    units = store.read_units(q.topic, q.queue_id, rng.min, rng.max)
+    return [store.read_store_timestamp(int(o)) for o in units["commitlog_offset"]]
+
+
+async def test_stored_from_is_the_first_hot_offset_stored_at_each_time(
+    stores: tuple[Path, Path],
+) -> None:
+    times = _store_times(stores[0])
+    # before every message, inside a block, on a block edge, at the last, after all
+    since = (times[0] - 10**6, times[137], times[200], times[-1], times[-1] + 10**6)
+    store = HotStore(stores[0])
+    fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                block_offsets=100, since_ms=since)  # fmt: skip
+    for q in fp.queues:
+        expected = [(t, store.offset_by_time(q.topic, q.queue_id, t)) for t in sorted(since)]
+        assert list(q.stored_from) == expected
+        assert expected[0][1] == q.hot_min and expected[-1][1] == q.hot_max
+    assert read_fingerprint(fp.to_bytes(), "k") == fp
+
+
+def test_a_fingerprint_of_another_format_is_refused_naming_it() -> None:
+    doc = {"format_version": 1, "cluster": CLUSTER, "broker": BROKER, "taken_ms": 1,
+           "block_offsets": 100, "hot_bytes": 0, "queues": []}  # fmt: skip
+    with pytest.raises(CorruptProvenanceError, match="fingerprint format 1") as exc:
+        read_fingerprint(json.dumps(doc).encode(), "fp/1.json")
+    assert "fp/1.json" in str(exc.value)
+
+
+def test_a_broker_without_a_tiering_record_is_refused_and_nothing_written(
+    stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    hot, cold = stores
+    code = cli_main(["fingerprint", "--store", str(hot), "--cold", str(cold),
+                     "--cluster", CLUSTER, "--broker", "nobody"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 3 and len(err.splitlines()) == 1 and "nobody" in err
+    assert not (cold / fingerprint_prefix(CLUSTER, "nobody")).exists()
+
+
+async def test_the_reads_are_paced_by_the_rate_limit(stores: tuple[Path, Path]) -> None:
+    clock = VirtualClock()
+    rate = 20_000
+    bucket = TokenBucket(clock, rate)
+    hot = HotStore(stores[0])
+    task = asyncio.create_task(
+        take_fingerprint(hot, cluster=CLUSTER, broker=BROKER, clock=clock, bucket=bucket,
+                         block_offsets=50)
+    )  # fmt: skip
+    waited = 0
+    while True:
+        await asyncio.wait_for(clock.parked_or_done(task), 30)
+        if task.done():
+            break
+        await clock.advance(1)
+        waited += 1
+    fp = task.result()
+    assert fp.taken_ms == 1_700_000_000_000  # the reference time: when it started
+    # At most one second's burst, then `rate` bytes per second of virtual time.
+    assert waited >= (fp.hot_bytes - rate) // rate
+    assert waited <= fp.hot_bytes // rate + 1
+    doc = json.loads(fp.to_bytes())
+    assert doc["hot_bytes"] == fp.hot_bytes

@@ -1,0 +1,431 @@
+"""Manifests: the commit point of one cold segment, as canonical JSON.
+
+A manifest names and checks the two data objects of a segment (COMMIT_LOG and
+CONSUME_QUEUE: name, size, digest by the algorithm it names, see
+:mod:`tieredstore.cold.digests`) and says what they cover: queue offsets ``[start, end)``,
+cold commitlog ``[cl_base, cl_end)``, min/max store timestamps, the message count, and
+who wrote it (writer id, lease epoch, creation time). It is written after both objects,
+so a segment exists exactly when its manifest does; the catalogue can
+always be rebuilt from manifests.
+
+Format versions: 2 (written since 0.2) names each data object with its upload attempt
+(``<name(base)>.<attempt>``, the same attempt for both objects; see
+:mod:`tieredstore.cold.layout`); 1 (0.1.0) names them by base offset alone. Both are read;
+object keys always come from the names recorded here, never from the offsets.
+
+A **fence marker** (:class:`FenceMarker`) may stand at a manifest key instead of a
+manifest: GC creates one, stamped with its lease epoch, before it deletes the
+uncommitted objects of a segment start that has no manifest, so a paused writer of an
+older epoch can never create that manifest afterwards (its create finds the key taken).
+A marker means "no segment here": every reader takes manifests through
+:func:`read_stored` and skips markers; only a writer of the marker's epoch or newer
+replaces one (compare-and-swap) with its manifest. docs/format.md has both formats.
+
+Parsing is strict (:meth:`Manifest.from_json`): unknown, missing or duplicate fields,
+wrong JSON types and every violated invariant raise
+:class:`~tieredstore.errors.CorruptManifestError` naming the object. The encoding is
+canonical (sorted keys, no whitespace), so ``to_json(from_json(b)) == b`` for every
+manifest we write and equal manifests are equal bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from tieredstore.canonical_json import Fields, canonical, parse_object
+from tieredstore.cold.digests import WRITTEN, DigestAlgorithm
+from tieredstore.cold.layout import (
+    MAX_OFFSET,
+    QueuePath,
+    QueueRecord,
+    SegmentKind,
+    object_key,
+    object_name,
+    parse_object_key,
+)
+from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+
+__all__ = [
+    "DIGEST_ALGORITHM",
+    "FENCE_VERSION",
+    "FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "FenceMarker",
+    "Manifest",
+    "ObjectRef",
+    "read_manifest",
+    "read_stored",
+]
+
+FORMAT_VERSION: Final = 2
+#: Every manifest format this tieredstore reads (1: 0.1.0 layout without attempts).
+READABLE_VERSIONS: Final = frozenset({1, 2})
+#: The fence-marker format this tieredstore writes and reads.
+FENCE_VERSION: Final = 1
+#: The digest algorithm new manifests record (older ones may name another; both read).
+DIGEST_ALGORITHM: Final = WRITTEN
+
+_HEXDIGITS: Final = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """One object of a segment as its manifest records it: name (not key), size, digest."""
+
+    name: str
+    size: int
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest(QueueRecord):
+    """The commit point of one segment: what it covers and how to check its objects.
+
+    Invariants (checked on construction; :class:`CorruptManifestError` otherwise):
+    ``0 <= start < end``, ``message_count == end - start``, ``0 <= cl_base < cl_end``,
+    ``commit_log.size == cl_end - cl_base``, ``consume_queue.size == 20 * message_count``,
+    object names match ``cl_base`` and ``start * 20`` (format 2: both carry the same
+    upload attempt; format 1: neither does), ``digest_algorithm`` is one we know
+    (:class:`~tieredstore.cold.digests.DigestAlgorithm`) and both digests have its length,
+    ``0 <= min_store_timestamp <= max_store_timestamp`` (real times: there is no empty
+    segment and no sentinel), ``lease_epoch >= 1`` (epochs start at 1), a non-empty
+    ``writer_id``, ``created_at_ms >= 0``.
+    """
+
+    start_offset: int
+    end_offset: int
+    cl_base: int
+    cl_end: int
+    commit_log: ObjectRef
+    consume_queue: ObjectRef
+    digest_algorithm: str
+    min_store_timestamp: int
+    max_store_timestamp: int
+    message_count: int
+    writer_id: str
+    lease_epoch: int
+    created_at_ms: int
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            where = f"manifest of {self.topic}/{self.queue_id} at offset {self.start_offset}"
+            raise CorruptManifestError(problem, where=where)
+
+    def _problem(self) -> str:
+        """Return the first violated invariant, or ``""``."""
+        if self.format_version not in READABLE_VERSIONS:
+            return (
+                f"unsupported format_version {self.format_version} "
+                f"(this tieredstore reads {sorted(READABLE_VERSIONS)})"
+            )
+        return (
+            QueuePath.problem(self.cluster, self.broker, self.topic, self.queue_id)
+            or self._range_problem()
+            or self._object_problem()
+            or self._provenance_problem()
+        )
+
+    def _range_problem(self) -> str:
+        count = self.end_offset - self.start_offset
+        if not 0 <= self.start_offset < self.end_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
+            return (
+                f"queue offsets [{self.start_offset}, {self.end_offset}) are not a "
+                "non-empty range of valid offsets"
+            )
+        if self.message_count != count:
+            return f"message_count {self.message_count} != end - start = {count}"
+        if not 0 <= self.cl_base < self.cl_end <= MAX_OFFSET:
+            return (
+                f"cold commitlog range [{self.cl_base}, {self.cl_end}) is not a non-empty "
+                "range of valid offsets"
+            )
+        if not 0 <= self.min_store_timestamp <= self.max_store_timestamp:
+            return (
+                f"store timestamps min {self.min_store_timestamp} / max "
+                f"{self.max_store_timestamp} are not 0 <= min <= max"
+            )
+        return ""
+
+    def _object_problem(self) -> str:
+        if self.digest_algorithm not in _ALGORITHMS:
+            return f"digest_algorithm {self.digest_algorithm!r} is not one of {sorted(_ALGORITHMS)}"
+        expected = (
+            ("commit_log", self.commit_log, self.cl_base, self.cl_end - self.cl_base),
+            ("consume_queue", self.consume_queue, self.cq_base,
+             CQ_UNIT_SIZE * self.message_count),
+        )  # fmt: skip
+        attempt = _attempt_of(self.commit_log.name)
+        if self.format_version >= 2 and not attempt:
+            return f"commit_log.name {self.commit_log.name!r} lacks its upload attempt"
+        if self.format_version == 1:
+            attempt = ""
+        for field, ref, base, size in expected:
+            if ref.name != _safe_name(base, attempt):
+                of = f" of attempt {attempt}" if attempt else ""
+                return f"{field}.name {ref.name!r} does not name base offset {base}{of}"
+            if ref.size != size:
+                return f"{field}.size {ref.size} does not match the ranges ({size})"
+            length = self.algorithm.hex_length
+            if len(ref.digest) != length or not set(ref.digest) <= _HEXDIGITS:
+                return (
+                    f"{field}.digest {ref.digest!r} is not {length} lowercase hex digits "
+                    f"({self.digest_algorithm})"
+                )
+        return ""
+
+    def _provenance_problem(self) -> str:
+        if self.lease_epoch < 1:
+            return f"lease_epoch {self.lease_epoch} < 1 (epochs start at 1)"
+        if not self.writer_id:
+            return "writer_id is empty"
+        if self.created_at_ms < 0:
+            return f"created_at_ms {self.created_at_ms} < 0"
+        return ""
+
+    # -- derived views ---------------------------------------------------------------
+    @property
+    def algorithm(self) -> DigestAlgorithm:
+        """The digest algorithm of both data objects (one a manifest may name: a
+        manifest that validated names a known one)."""
+        return DigestAlgorithm(self.digest_algorithm)
+
+    @property
+    def cq_base(self) -> int:
+        """Base offset of the CONSUME_QUEUE object: ``start * 20``."""
+        return self.start_offset * CQ_UNIT_SIZE
+
+    @property
+    def attempt(self) -> str:
+        """The upload attempt both data objects carry (``""`` for format 1)."""
+        return _attempt_of(self.commit_log.name)
+
+    @property
+    def key(self) -> str:
+        """This manifest's own object key."""
+        return object_key(self.queue, SegmentKind.MANIFEST, self.start_offset)
+
+    @property
+    def commit_log_key(self) -> str:
+        """The COMMIT_LOG object's key, from the name this manifest records."""
+        return object_key(self.queue, SegmentKind.COMMIT_LOG, self.cl_base, self.attempt)
+
+    @property
+    def consume_queue_key(self) -> str:
+        """The CONSUME_QUEUE object's key, from the name this manifest records."""
+        return object_key(self.queue, SegmentKind.CONSUME_QUEUE, self.cq_base, self.attempt)
+
+    # -- JSON ------------------------------------------------------------------------
+    def to_json(self) -> bytes:
+        """Canonical JSON: sorted keys, no whitespace, ASCII. ``from_json`` inverts it."""
+        return canonical(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes, *, where: str) -> Manifest:
+        """Parse and fully validate manifest JSON; ``where`` names the object.
+
+        Unknown, missing or duplicate fields, wrong types (a bool is not an int) and
+        every violated invariant raise :class:`CorruptManifestError` naming ``where``.
+        """
+        fields = parse_object(data, error=CorruptManifestError, what="manifest", where=where)
+        return cls._from_fields(fields, where=where)
+
+    @classmethod
+    def _from_fields(cls, fields: Fields, *, where: str) -> Manifest:
+        version = fields.integer("format_version")
+        if version not in READABLE_VERSIONS:
+            error = UnsupportedFormatError if version > FORMAT_VERSION else CorruptManifestError
+            raise error(
+                f"unsupported format_version {version} "
+                f"(this tieredstore reads {sorted(READABLE_VERSIONS)})",
+                where=where,
+            )
+        values: dict[str, Any] = {
+            name: _object_ref(fields, name) if name in _REF_FIELDS else fields.scalar(name, typ)
+            for name, typ in _MANIFEST_FIELDS.items()
+        }
+        fields.no_extra()
+        try:
+            return cls(**values)
+        except CorruptManifestError as exc:
+            raise CorruptManifestError(exc.message, where=where) from exc
+
+
+def _attempt_of(name: str) -> str:
+    """The ``.<attempt>`` suffix of a data object's name, or ``""``."""
+    _, _, attempt = name.partition(".")
+    return attempt
+
+
+def _safe_name(base: int, attempt: str) -> str:
+    """``object_name(base, attempt)``, or ``""`` (matching no name) if it cannot be one."""
+    try:
+        return object_name(base, attempt)
+    except InvalidNameError:
+        return ""
+
+
+_ALGORITHMS: Final = frozenset(a.value for a in DigestAlgorithm)
+
+
+_REF_FIELDS: Final = frozenset({"commit_log", "consume_queue"})
+_MANIFEST_FIELDS: Final[dict[str, type]] = {
+    "format_version": int,
+    "cluster": str,
+    "broker": str,
+    "topic": str,
+    "queue_id": int,
+    "start_offset": int,
+    "end_offset": int,
+    "cl_base": int,
+    "cl_end": int,
+    "commit_log": ObjectRef,
+    "consume_queue": ObjectRef,
+    "digest_algorithm": str,
+    "min_store_timestamp": int,
+    "max_store_timestamp": int,
+    "message_count": int,
+    "writer_id": str,
+    "lease_epoch": int,
+    "created_at_ms": int,
+}
+
+
+def _object_ref(fields: Fields, name: str) -> ObjectRef:
+    sub = fields.nested(name)
+    ref = ObjectRef(
+        name=str(sub.scalar("name", str)),
+        size=sub.integer("size"),
+        digest=str(sub.scalar("digest", str)),
+    )
+    sub.no_extra()
+    return ref
+
+
+def read_manifest(data: bytes, key: str) -> Manifest:
+    """Parse the manifest stored at ``key`` and check it describes that very key.
+
+    Raises:
+        CorruptManifestError: invalid manifest, or one whose cluster, broker, topic,
+            queue or start offset differs from what its key says (a copied or
+            misplaced manifest), or a key that is not a manifest key.
+    """
+    stored = read_stored(data, key)
+    if isinstance(stored, FenceMarker):
+        raise CorruptManifestError(
+            f"{stored.describe()}: no segment is committed at this key", where=key
+        )
+    return stored
+
+
+def _parse_manifest_key(key: str) -> None:
+    try:
+        parsed = parse_object_key(key)
+    except InvalidNameError as exc:
+        raise CorruptManifestError(f"not a manifest key: {exc.message}", where=key) from exc
+    if parsed.kind is not SegmentKind.MANIFEST:
+        raise CorruptManifestError(f"a {parsed.kind.value} object is not a manifest", where=key)
+
+
+@dataclass(frozen=True, slots=True)
+class FenceMarker:
+    """ "No segment starts here, and none of an epoch below ``lease_epoch`` ever will."
+
+    Stored at ``MANIFEST/<name(start)>.json`` by GC (create-if-absent) before it deletes
+    uncommitted objects of that segment start; replaced only by a manifest of a writer
+    whose lease epoch is ``>= lease_epoch``. Never collected except with its queue.
+    """
+
+    cluster: str
+    broker: str
+    topic: str
+    queue_id: int
+    start_offset: int
+    lease_epoch: int
+    writer_id: str
+    created_at_ms: int
+    fence_version: int = FENCE_VERSION
+
+    def __post_init__(self) -> None:
+        problem = ""
+        if self.lease_epoch < 1:
+            problem = f"lease_epoch {self.lease_epoch} < 1 (epochs start at 1)"
+        elif not self.writer_id:
+            problem = "writer_id is empty"
+        elif not 0 <= self.start_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
+            problem = f"start_offset {self.start_offset} is not a valid queue offset"
+        if problem:
+            raise CorruptManifestError(
+                problem, where=f"fence marker of {self.topic}/{self.queue_id}"
+            )
+
+    @property
+    def queue(self) -> QueuePath:
+        return QueuePath(self.cluster, self.broker, self.topic, self.queue_id)
+
+    @property
+    def key(self) -> str:
+        """The manifest key this marker occupies."""
+        return object_key(self.queue, SegmentKind.MANIFEST, self.start_offset)
+
+    def to_json(self) -> bytes:
+        return canonical(asdict(self))
+
+    def describe(self) -> str:
+        return f"fence marker of epoch {self.lease_epoch} ({self.writer_id}) at {self.key}"
+
+
+_FENCE_FIELDS: Final[dict[str, type]] = {
+    "cluster": str,
+    "broker": str,
+    "topic": str,
+    "queue_id": int,
+    "start_offset": int,
+    "lease_epoch": int,
+    "writer_id": str,
+    "created_at_ms": int,
+}
+
+
+def _fence_from_fields(fields: Fields, *, where: str) -> FenceMarker:
+    version = fields.integer("fence_version")
+    if version != FENCE_VERSION:
+        error = UnsupportedFormatError if version > FENCE_VERSION else CorruptManifestError
+        raise error(
+            f"unsupported fence_version {version} (this tieredstore reads {FENCE_VERSION})",
+            where=where,
+        )
+    values: dict[str, Any] = {n: fields.scalar(n, t) for n, t in _FENCE_FIELDS.items()}
+    fields.no_extra()
+    try:
+        return FenceMarker(**values)
+    except (CorruptManifestError, InvalidNameError) as exc:
+        raise CorruptManifestError(exc.message, where=where) from exc
+
+
+def read_stored(data: bytes, key: str) -> Manifest | FenceMarker:
+    """Parse what is stored at manifest key ``key``: a manifest, or a fence marker.
+
+    The one rule every reader of the committed history follows: a :class:`Manifest`
+    commits a segment; a :class:`FenceMarker` means there is no segment at its start.
+
+    Raises:
+        UnsupportedFormatError: a manifest or marker of a newer format than this reads.
+        CorruptManifestError: anything else that does not validate, or describes
+            another key than ``key`` (see :func:`read_manifest`).
+    """
+    _parse_manifest_key(key)
+    fields = parse_object(data, error=CorruptManifestError, what="manifest", where=key)
+    if "fence_version" in fields.doc:
+        stored: Manifest | FenceMarker = _fence_from_fields(fields, where=key)
+    else:
+        stored = Manifest._from_fields(fields, where=key)
+    if stored.key != key:
+        raise CorruptManifestError(
+            f"{'fence marker' if isinstance(stored, FenceMarker) else 'manifest'} describes "
+            f"{stored.key}, not the key it is stored at",
+            where=key,
+        )
+    return stored
