@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -307,13 +307,7 @@ async def take_fingerprint(
     taken = clock.now_ms()
     read: list[_ReadQueue] = []
     total = 0
-    # Each block's digest is taken on a worker thread (blake2b lets go of the GIL) while
-    # this one reads the next blocks: at most _DIGESTS_QUEUED + 1 blocks' records held.
-    with (
-        HotCommitlog(hot.commitlog_files()) as cl,
-        ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest") as digests,
-    ):
-        hashing: deque[Future[str]] = deque()
+    with HotCommitlog(hot.commitlog_files()) as cl, _Digests() as digests:
         for key in hot.queues():
             if not hot.cq_files(key.topic, key.queue_id):
                 continue
@@ -337,10 +331,7 @@ async def take_fingerprint(
                 for t in since_ms:
                     if t not in found and last >= t:
                         found[t] = start + first_stored_at(records, sizes, t)
-                if len(hashing) == _DIGESTS_QUEUED:
-                    hashing.popleft().result()  # bounds the records held
-                hashing.append(digests.submit(_block_digest, *block_streams(units, records)))
-                blocks.append(_ReadBlock(start, end, hashing[-1], first, last))
+                blocks.append(_ReadBlock(start, end, digests.take(units, records), first, last))
                 size = len(records) + 20 * units.shape[0]
                 total += size
                 if bucket is not None:
@@ -348,20 +339,36 @@ async def take_fingerprint(
             top = max(low, rng.max)
             stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
             read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored))
-    queues = tuple(
-        QueuePrint(
-            q.topic, q.queue_id, q.hot_min, q.hot_max,
-            tuple(Block(b.start, b.end, b.digest.result(), b.first, b.last) for b in q.blocks),
-            q.stored_from,
-        )
-        for q in read
-    )  # fmt: skip
+    queues = tuple(q.printed() for q in read)
     return Fingerprint(cluster, broker, taken, block_offsets, total, queues)
+
+
+class _Digests:
+    """Block digests taken on a worker thread (hashlib lets go of the GIL) while the
+    caller reads the next blocks; at most ``_DIGESTS_QUEUED`` wait, each holding its
+    records (a context manager: leaving it waits for them)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest")
+        self._queued: deque[Future[str]] = deque()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown()
+
+    def take(self, units: Units, records: bytearray) -> Future[str]:
+        """The digest of one whole block (its ``records`` are zeroed in place)."""
+        if len(self._queued) == _DIGESTS_QUEUED:
+            self._queued.popleft().result()  # bounds the records held
+        self._queued.append(self._pool.submit(_block_digest, *block_streams(units, records)))
+        return self._queued[-1]
 
 
 def _block_digest(units: bytes, records: bytearray) -> str:
     hasher = BlockHasher()
-    hasher.feed(units, records)  # hashlib lets go of the GIL: the reads go on meanwhile
+    hasher.feed(units, records)
     return hasher.hexdigest()
 
 
@@ -386,3 +393,11 @@ class _ReadQueue:
     hot_max: int
     blocks: list[_ReadBlock]
     stored_from: tuple[tuple[int, int], ...]
+
+    def printed(self) -> QueuePrint:
+        """The queue's print, each block's digest waited for."""
+        blocks = tuple(Block(b.start, b.end, b.digest.result(), b.first, b.last)
+                       for b in self.blocks)  # fmt: skip
+        return QueuePrint(
+            self.topic, self.queue_id, self.hot_min, self.hot_max, blocks, self.stored_from
+        )
