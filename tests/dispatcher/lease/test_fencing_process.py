@@ -52,6 +52,10 @@ FAST = {
     "TIEREDSTORE_RETENTION_DEFAULT": "87600h",
 }
 BOUND_S = 120.0  # upper bound for each step (real seconds); the steps end on events
+#: B's own lease: nobody takes over from B, so it needs no short one, and a 3 s lease
+#: could lapse while a busy host starves B's first renewal (``--once`` exits 1 on a lapse).
+#: How soon B takes over depends on A's lease time (the holder's), not on this.
+SUCCESSOR = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "5s"}
 
 
 def _manifests(url: str, options: BackendOptions) -> int:
@@ -101,7 +105,7 @@ def test_sigstop_a_writer_let_another_take_over_then_sigcont(
         committed_by_a = _manifests(url, options)
         b = subprocess.run(
             sidecar_cmd(store, url, tmp_path / "state-b", "--once"),  # url: never a Path
-            env=sidecar_env(**env),
+            env=sidecar_env(**env, **SUCCESSOR),
             capture_output=True,
             timeout=BOUND_S,
         )
