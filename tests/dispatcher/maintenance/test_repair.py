@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.repair import Agreement, execute_repair, plan_repair
+from dispatcher.maintenance.repair import execute_repair, plan_repair
+from dispatcher.tiering.quarantine import Agreement
 from metadata.rows import QueueState
 from tests.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.backends import open_backend
