@@ -121,7 +121,7 @@ def main() -> None:
             for arr, rel, rec, sel in windows:
                 job = rec.job[sel]
                 RecordOwners.check(
-                    arr, rel, rec.size[sel], np.zeros(job.shape[0], bool),
+                    arr, starts=rel, sizes=rec.size[sel], skip=np.zeros(job.shape[0], bool),
                     queue_ids=owners.queue_ids[job], physical=rec.offset[sel],
                     topics=owners.topics, topic_of=job,
                 )  # fmt: skip

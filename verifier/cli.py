@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import enum
-import json
 import os
 import re
 import sys
@@ -53,7 +52,8 @@ from verifier.outcome import Anomaly, VerificationResult
 from verifier.reporting.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.reporting.metrics_file import write_metrics_file
 from verifier.reporting.report import ReportPaths, queue_status, write_reports
-from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
+from verifier.spark_session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
+from verifier.storage_flags import add_storage_arguments, storage_options
 from verifier.verdict import rank_of
 from verifier.vocabulary import (
     DEFAULT_LAG_ALLOWANCE,
@@ -198,38 +198,8 @@ def _add_location_arguments(p: argparse.ArgumentParser) -> None:
         help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
         "checked when it holds a catalogue]",
     )
-    p.add_argument(
-        "--endpoint-url",
-        default=None,
-        help="S3 endpoint URL (MinIO, moto, ...) [cold.endpoint_url]",
-    )
-    p.add_argument("--region", default=None, help="S3 region [cold.region]")
-    p.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra fsspec storage option (VALUE parsed as JSON when it is JSON); repeatable",
-    )
+    add_storage_arguments(p)
     add_fleet_arguments(p)
-
-
-def storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The fsspec storage options the flags give (ConfigError for a bad one)."""
-    opts: dict[str, Any] = {}
-    if args.endpoint_url:
-        opts["endpoint_url"] = args.endpoint_url
-    if args.region:
-        opts["client_kwargs"] = {"region_name": args.region}
-    for item in args.storage_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"bad --storage-option {item!r}: expected KEY=VALUE")
-        try:
-            opts[key] = json.loads(value)
-        except ValueError:
-            opts[key] = value
-    return opts
 
 
 #: flag (its argparse dest) → the sidecar setting it stands for
@@ -350,19 +320,6 @@ class JobArgs:
         return "WARN" if self.verbose or self.spark_log is not None else "ERROR"
 
 
-_SPARK_REASON = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
-
-
-def _one_line(exc: BaseException) -> str:
-    """A one-line reason, digging the Python error out of a Spark task failure."""
-    text = str(exc)
-    found = _SPARK_REASON.findall(text)
-    if isinstance(exc, PySparkException | Py4JError) and found:
-        name, message = found[-1]
-        return f"Spark job failed: {name}: {message.strip()}"
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-
-
 def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None = None) -> int:
     """Run a verification from parsed flags; return the exit code (see module doc).
 
@@ -403,7 +360,7 @@ def run(args: argparse.Namespace, *, prog: str = "verifier", clock: Clock | None
                 raise
             log = job.spark_log if job is not None else None
             where = f" (Spark log: {log})" if log is not None and log.exists() else ""
-            print(f"{prog}: could not run: {_one_line(exc)}{where}", file=sys.stderr)
+            print(f"{prog}: could not run: {failure_line(exc)}{where}", file=sys.stderr)
             return EXIT_COULD_NOT_RUN
     counts = ", ".join(f"{c.value} {n}" for c, n in result.counts().items() if n)
     print(

@@ -8,15 +8,18 @@ command line), so the terminal shows only the verifier's own lines.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-__all__ = ["SPARK_LOG_NAME", "output_to", "spark_session", "under_spark_submit"]
+__all__ = ["SPARK_LOG_NAME", "failure_line", "output_to", "spark_session", "under_spark_submit"]
 
 _APP_NAME: Final = "tieredstore-verify"
 #: Where a Spark JVM started by the verifier writes its output (inside ``--out``).
@@ -105,3 +108,17 @@ def spark_session(
         yield spark
     finally:
         spark.stop()
+
+
+_SPARK_REASON = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def failure_line(exc: BaseException) -> str:
+    """A failed run's reason in one line: the Python error dug out of a Spark task
+    failure when there is one, else the error's first line (its type when empty)."""
+    text = str(exc)
+    found = _SPARK_REASON.findall(text)
+    if isinstance(exc, PySparkException | Py4JError) and found:
+        name, message = found[-1]
+        return f"Spark job failed: {name}: {message.strip()}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

@@ -27,7 +27,6 @@ import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import TypeVar
 
 from dispatcher.lease.lease import Lease
@@ -38,7 +37,7 @@ from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
 from metadata.reconcile import ReconcileIssue, ReconcileReport, reconcile
-from metadata.rows import QueueRow, SegmentRow, SegmentStatus
+from metadata.rows import QueueRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
@@ -408,19 +407,6 @@ class HealOutcome(enum.Enum):
     HOT_LOST = "the broker no longer holds every lost offset"
 
 
-@dataclass(frozen=True, slots=True)
-class _Tail:
-    segments: tuple[SegmentRow, ...]
-
-    @property
-    def start(self) -> int:
-        return self.segments[0].start_offset
-
-    @property
-    def end(self) -> int:
-        return self.segments[-1].end_offset
-
-
 async def heal_lost_tail(
     queue: QueueKey,
     *,
@@ -449,36 +435,37 @@ async def heal_lost_tail(
     first = present.index(False)
     if any(present[first:]):
         return _said(queue, HealOutcome.NOT_A_TAIL)
-    tail = _Tail(tuple(segments[first:]))
+    lost = segments[first:]
+    start, end = lost[0].start_offset, lost[-1].end_offset
     try:
         rng = await asyncio.to_thread(hot.queue_range, queue.topic, queue.queue_id)
     except TieredStoreError:
         return _said(queue, HealOutcome.HOT_LOST)
-    if rng.min > tail.start or rng.max < tail.end:
+    if rng.min > start or rng.max < end:
         return _said(queue, HealOutcome.HOT_LOST)
     now = clock.now_ms()
     record = {
         "format": RETIERED_FORMAT,
         "topic": queue.topic,
         "queue_id": queue.queue_id,
-        "lost_start_offset": tail.start,
-        "lost_end_offset": tail.end,
-        "lost_manifests": [s.manifest.key for s in tail.segments],
+        "lost_start_offset": start,
+        "lost_end_offset": end,
+        "lost_manifests": [s.manifest.key for s in lost],
         "recorded_at_ms": now,
         "writer_id": writer_id,
         "lease_epoch": epoch,
     }
     check()
-    key = retiered_key(queue_path, tail.start, stamp_ms=now)
+    key = retiered_key(queue_path, start, stamp_ms=now)
     with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
         await backend.create(key, canonical(record))
-    await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, tail.start)
+    await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, start)
     metrics.cold_ranges_retiered.labels(queue.topic, str(queue.queue_id)).inc()
     log.error(
         "queue %s: committed offsets [%d, %d) were lost from cold (%d manifests gone); "
         "the broker still holds them, so they are tiered again from hot under new "
         "names; the loss is recorded in cold",
-        queue, tail.start, tail.end, len(tail.segments),
+        queue, start, end, len(lost),
     )  # fmt: skip
     return HealOutcome.HEALED
 

@@ -402,7 +402,7 @@ def _check(
     job = rec.job[sel]
     heads = RecordHeads.check(win, rel, rec.size[sel], expect)
     owner = RecordOwners.check(
-        win, rel, rec.size[sel], heads.bad,
+        win, starts=rel, sizes=rec.size[sel], skip=heads.bad,
         queue_ids=owners.queue_ids[job], physical=rec.offset[sel],
         topics=owners.topics, topic_of=job,
     )  # fmt: skip

@@ -374,7 +374,7 @@ def test_a_hot_queue_that_does_not_read_stops_the_run(hot_copy: World) -> None:
 
 def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession) -> None:
     from verifier import readers
-    from verifier.cli import _one_line
+    from verifier.spark_session import failure_line
     from verifier.vocabulary import Level
 
     work = spark.createDataFrame([], schema=schemas.SEGMENT_WORK).unionByName(
@@ -384,7 +384,7 @@ def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession
     facts = readers.segment_facts_frame(work, cold, world.hot / "absent", Level.OFFSETS, 1)
     with pytest.raises(PySparkException) as info:
         facts.collect()
-    assert _one_line(info.value) == (
+    assert failure_line(info.value) == (
         f"Spark job failed: NotAStoreError: store directory does not exist ({world.hot / 'absent'})"
     )
 

@@ -238,20 +238,20 @@ class RecordOwners:
     :class:`RecordHeads` found bad are skipped (their fields may point anywhere).
     """
 
+    bad: Mask
     fields: tuple[tuple[str, I64, I64], ...]  # (field, found, expected) of the int fields
     topic_ok: Mask
     topics: TopicTable
     topic_of: I64  # row of each record's expected topic in ``topics``
-    bad: Mask
 
     @classmethod
     def check(
         cls,
         arr: npt.NDArray[np.uint8],
+        *,
+        skip: Mask,
         starts: I64,
         sizes: I64,
-        skip: Mask,
-        *,
         queue_ids: I64,
         physical: I64,
         topics: TopicTable,
@@ -259,6 +259,8 @@ class RecordOwners:
     ) -> RecordOwners:
         """Check the records starting at ``starts`` in ``arr`` (``sizes`` bytes each,
         the units' sizes, already proven by :class:`RecordHeads` unless ``skip``).
+        Every array is passed by name: they share one type and one length, so a swap
+        would type-check.
 
         Record ``i`` belongs to topic ``topics.names[topic_of[i]]`` and queue
         ``queue_ids[i]``, and its unit points at hot commitlog offset ``physical[i]``.
@@ -274,7 +276,7 @@ class RecordOwners:
         for _name, found, expected in fields:
             bad |= found != expected
         bad &= ~skip
-        return cls(fields, topic_ok, topics, topic_of, bad)
+        return cls(bad, fields, topic_ok, topics, topic_of)
 
     def fault(self, i: int) -> str:
         """What is wrong with record ``i`` (the first check it fails)."""
@@ -338,7 +340,7 @@ def verify_objects(
     commit_log: bytes | bytearray | memoryview,
     consume_queue: bytes | bytearray | memoryview,
     *,
-    where: str = "",
+    where: str,
 ) -> None:
     """Check both objects' sizes, then digests, against ``manifest``.
 

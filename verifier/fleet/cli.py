@@ -22,7 +22,8 @@ from tieredstore.settings.loader import parse_duration
 from verifier.fleet.job import DEFAULT_MAX_FINGERPRINT_AGE_S, FleetOptions, verify_fleet
 from verifier.fleet.report import write_fleet_reports
 from verifier.interrupt import StopOnSignal
-from verifier.spark_session import SPARK_LOG_NAME, spark_session, under_spark_submit
+from verifier.spark_session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
+from verifier.storage_flags import storage_options
 from verifier.verdict import EXIT_COULD_NOT_RUN
 from verifier.vocabulary import parse_lag_allowance
 
@@ -68,14 +69,8 @@ def _options(args: argparse.Namespace, now_ms: int) -> FleetOptions:
         clusters=(args.cluster,) if args.cluster else (),
         lag_allowance=parse_lag_allowance(args.lag_allowance),
         max_fingerprint_age_s=age,
-        storage_options=_storage_options(args),
+        storage_options=storage_options(args),
     )
-
-
-def _storage_options(args: argparse.Namespace) -> dict[str, object]:
-    from verifier.cli import storage_options  # the single run's flags, parsed once
-
-    return storage_options(args)
 
 
 def run_fleet(args: argparse.Namespace, *, prog: str, clock: Clock | None = None) -> int:
@@ -102,9 +97,7 @@ def run_fleet(args: argparse.Namespace, *, prog: str, clock: Clock | None = None
             if isinstance(exc, KeyboardInterrupt):
                 raise
             where = f" (Spark log: {log})" if log is not None and log.exists() else ""
-            from verifier.cli import _one_line as one_line
-
-            print(f"{prog}: could not run: {one_line(exc)}{where}", file=sys.stderr)
+            print(f"{prog}: could not run: {failure_line(exc)}{where}", file=sys.stderr)
             return EXIT_COULD_NOT_RUN
     counts = {v: sum(1 for r in result.brokers if r.verdict is v) for v in type(result.verdict)}
     shown = ", ".join(f"{v.value} {n}" for v, n in counts.items() if n)

@@ -131,7 +131,7 @@ def test_the_owner_check_knows_each_topic_byte_for_byte(tmp_path: Path, spec: Sy
         starts = np.cumsum(sizes) - sizes
         for claimed in range(len(topics)):
             owners = RecordOwners.check(
-                data, starts, sizes, np.zeros(n, bool),
+                data, starts=starts, sizes=sizes, skip=np.zeros(n, bool),
                 queue_ids=np.zeros(n, np.int64),
                 physical=units["commitlog_offset"].astype(np.int64),
                 topics=table, topic_of=np.full(n, claimed, np.int64),

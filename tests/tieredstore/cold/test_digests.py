@@ -75,6 +75,6 @@ def test_new_segments_record_crc32c_and_old_sha256_ones_still_verify() -> None:
     flipped = bytearray(seg.commit_log)
     flipped[-1] ^= 1
     with pytest.raises(DigestMismatchError, match=r"object sha256 is [0-9a-f]{64}, its manifest"):
-        verify_objects(old, bytes(flipped), seg.consume_queue)
+        verify_objects(old, bytes(flipped), seg.consume_queue, where="")
     with pytest.raises(DigestMismatchError, match=r"object crc32c is [0-9a-f]{8}, its manifest"):
-        verify_objects(seg.manifest, bytes(flipped), seg.consume_queue)
+        verify_objects(seg.manifest, bytes(flipped), seg.consume_queue, where="")

@@ -240,7 +240,7 @@ def test_verify_accepts_what_the_builder_wrote(seg: Segment) -> None:
 def test_size_mismatch_names_the_object(seg: Segment) -> None:
     m = seg.manifest
     with pytest.raises(SizeMismatchError, match="is 10 bytes, its manifest says") as info:
-        verify_objects(m, seg.commit_log[:10], seg.consume_queue)
+        verify_objects(m, seg.commit_log[:10], seg.consume_queue, where="")
     assert info.value.where == m.commit_log_key
     with pytest.raises(SizeMismatchError) as info:
         verify_objects(m, seg.commit_log, seg.consume_queue + b"x", where="s3://bucket/root/")
@@ -252,7 +252,7 @@ def test_digest_mismatch_names_the_object(seg: Segment) -> None:
     flipped = bytearray(seg.commit_log)
     flipped[100] ^= 1
     with pytest.raises(DigestMismatchError, match="object crc32c is ") as info:
-        verify_objects(m, bytes(flipped), seg.consume_queue)
+        verify_objects(m, bytes(flipped), seg.consume_queue, where="")
     assert info.value.where == m.commit_log_key
     cq = bytearray(seg.consume_queue)
     cq[-1] ^= 1

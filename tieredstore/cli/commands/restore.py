@@ -28,12 +28,7 @@ from tieredstore.cli.commands._settings import (
     positive_int,
     settings_from_args,
 )
-from tieredstore.cli.sidecar.progress import (
-    RewrittenLine,
-    add_progress_argument,
-    eta,
-    progress_enabled,
-)
+from tieredstore.cli.sidecar import progress as progress_line
 from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConfigError
 from tieredstore.humanize import human_bytes, human_rate, human_seconds
@@ -83,7 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="verify the store in --out against the cold messages it was built from",
     )
-    add_progress_argument(p)
+    progress_line.add_progress_argument(p)
 
 
 def _broker_geometry_arguments(p: argparse.ArgumentParser) -> None:
@@ -160,7 +155,7 @@ def _progress_text(p: RestoreProgress, elapsed: float) -> str:
     return (
         f"restored {p.segments:,}/{p.segments_total:,} segments, {p.messages:,} messages, "
         f"{human_bytes(p.bytes)}/{human_bytes(p.bytes_total)} ({rate}), "
-        f"{eta(p.bytes, p.bytes_total, elapsed)}"
+        f"{progress_line.eta(p.bytes, p.bytes_total, elapsed)}"
     )
 
 
@@ -190,7 +185,7 @@ async def _restore(settings: Settings, args: argparse.Namespace, progress: bool)
             )
             sys.stdout.write(result.describe() + "\n")
             return 0 if result.ok else 2
-        line = RewrittenLine(progress)
+        line = progress_line.RewrittenLine(progress)
         unhook = before_each_line(line.close)
         started = time.monotonic()
         try:
@@ -211,4 +206,4 @@ def run(args: argparse.Namespace) -> int:
     # restore needs only the cold store: no broker store, no state dir.
     settings = settings_from_args(args, extra={"store.path": "-", "state.dir": "-"}, check=False)
     configure_logging(settings.log.format, settings.log.level)
-    return asyncio.run(_restore(settings, args, progress_enabled(args)))
+    return asyncio.run(_restore(settings, args, progress_line.progress_enabled(args)))
