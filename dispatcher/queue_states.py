@@ -18,7 +18,7 @@ Who may change what:
 * the stopped queues: added by :meth:`QueueStates.stop_queue` alone (the committer);
   discovery keeps them out of the ACTIVE set; a restart (a new process) tries them again;
 * the damaged queues: filled by the dispatcher's start only, before the first tick;
-* the reminders: :meth:`QueueStates.reminded` (the committer, which explains the
+* the reminders: :meth:`QueueStates.mark_reminded` (the committer, which explains the
   queues it stops itself) and :meth:`QueueStates.first_reminder` (discovery).
 """
 
@@ -103,7 +103,7 @@ class QueueStates:
             stopped_file.save(self._stopped_path, self._stopped, self.damaged)
 
     # -- reminders: the operator is told once per process and state --------------------
-    def reminded(self, key: QueueKey, state: QueueState) -> None:
+    def mark_reminded(self, key: QueueKey, state: QueueState) -> None:
         """Note that the operator was told why the queue is in ``state`` (the committer,
         which says so when it stops the queue itself)."""
         self._reminded.add((key, state))

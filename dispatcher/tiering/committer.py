@@ -176,7 +176,7 @@ class SegmentCommitter:
             "--topic %s --queue %d`",
             row.topic, row.queue_id, why, row.topic, row.queue_id,
         )  # fmt: skip
-        self.states.reminded(QueueKey(row.topic, row.queue_id), QueueState.DIVERGED)
+        self.states.mark_reminded(QueueKey(row.topic, row.queue_id), QueueState.DIVERGED)
         async with self.states.lock:
             self.catalogue.queues.set_state(row.topic, row.queue_id, QueueState.DIVERGED)
         self.metrics.set_queue_state(row.topic, row.queue_id, "DIVERGED")
@@ -195,7 +195,7 @@ class SegmentCommitter:
             lost.queue.topic,
             lost.queue.queue_id,
         )
-        self.states.reminded(lost.queue, QueueState.PAUSED)
+        self.states.mark_reminded(lost.queue, QueueState.PAUSED)
         self.metrics.hot_data_lost.labels(lost.queue.topic, str(lost.queue.queue_id)).inc(
             lost.end - lost.start
         )

@@ -49,7 +49,7 @@ def test_the_operator_is_reminded_once_per_queue_and_state() -> None:
     assert not states.first_reminder(KEY, QueueState.PAUSED)
     assert states.first_reminder(KEY, QueueState.DIVERGED)
     other = QueueKey("T", 1)
-    states.reminded(other, QueueState.DIVERGED)  # the committer said it already
+    states.mark_reminded(other, QueueState.DIVERGED)  # the committer said it already
     assert not states.first_reminder(other, QueueState.DIVERGED)
 
 
