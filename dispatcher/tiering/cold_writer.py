@@ -435,8 +435,7 @@ async def heal_lost_tail(
     first = present.index(False)
     if any(present[first:]):
         return _said(queue, HealOutcome.NOT_A_TAIL)
-    lost = segments[first:]
-    start, end = lost[0].start_offset, lost[-1].end_offset
+    start, end = segments[first].start_offset, segments[-1].end_offset
     try:
         rng = await asyncio.to_thread(hot.queue_range, queue.topic, queue.queue_id)
     except TieredStoreError:
@@ -450,7 +449,7 @@ async def heal_lost_tail(
         "queue_id": queue.queue_id,
         "lost_start_offset": start,
         "lost_end_offset": end,
-        "lost_manifests": [s.manifest.key for s in lost],
+        "lost_manifests": [s.manifest.key for s in segments[first:]],
         "recorded_at_ms": now,
         "writer_id": writer_id,
         "lease_epoch": epoch,
@@ -465,7 +464,7 @@ async def heal_lost_tail(
         "queue %s: committed offsets [%d, %d) were lost from cold (%d manifests gone); "
         "the broker still holds them, so they are tiered again from hot under new "
         "names; the loss is recorded in cold",
-        queue, start, end, len(lost),
+        queue, start, end, len(segments) - first,
     )  # fmt: skip
     return HealOutcome.HEALED
 

@@ -17,6 +17,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 RESULT = re.compile(r"^RESULT (\w+) ratio=(\S+) target=(\S+) (PASS|FAIL)$")
 TINY_STORE = ["--size", "2M", "--topics", "2", "--queues", "2"]
+# 4 queues, 10 s segments, 1 simulated minute counted: a few seconds.
+TINY_TRICKLE = ["--topics", "2", "--queues", "2", "--minutes", "1", "--age", "10s"]
 
 CASES = [
     pytest.param("tiering_posix.py", [*TINY_STORE, "--cp-runs", "1"], id="tiering_posix"),
@@ -80,6 +82,11 @@ CASES = [
         "lag.py",
         ["--duration", "2", "--age", "0.5", "--tick", "0.2", "--topics", "1", "--queues", "2"],
         id="lag",
+    ),
+    pytest.param("requests.py", TINY_TRICKLE, id="requests"),
+    pytest.param("requests.py", [*TINY_TRICKLE, "--cold", "posix"], id="requests_posix"),
+    pytest.param(
+        "requests.py", [*TINY_TRICKLE, "--cold", "s3"], id="requests_s3", marks=pytest.mark.s3
     ),
 ]
 

@@ -59,11 +59,16 @@ def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | memoryview:
 
     A single run is returned as a zero-copy ``memoryview``. Spans must lie inside ``buf``.
     """
-    view = memoryview(buf)
+    parts = _run_views(memoryview(buf), starts, sizes)
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
+
+
+def _run_views(view: memoryview, starts: Int64s, sizes: Int64s) -> list[memoryview]:
+    """The spans' maximal contiguous runs as views into ``view``, in order (no copy)."""
     run_starts, run_ends = runs(starts, sizes)
-    if run_starts.size == 1:
-        return view[int(run_starts[0]) : int(run_ends[0])]
-    return b"".join(view[s:e] for s, e in zip(run_starts.tolist(), run_ends.tolist(), strict=True))
+    return [view[s:e] for s, e in zip(run_starts.tolist(), run_ends.tolist(), strict=True)]
 
 
 class HotCommitlog:
@@ -134,33 +139,37 @@ class HotCommitlog:
                 "broker deleted it)",
                 where="commitlog",
             )
-        parts: list[bytes | memoryview] = []
         # Records of one queue move forward through the files: group consecutive
-        # records living in the same file and gather each group from its mapping.
+        # records living in the same file and take each group's runs from its mapping.
         breaks = np.flatnonzero(index[1:] != index[:-1]) + 1
-        for lo, hi in zip(
-            np.concatenate(([0], breaks)).tolist(),
-            np.concatenate((breaks, [offsets.size])).tolist(),
-            strict=True,
-        ):
-            i = int(index[lo])
-            f = self._files[i]
-            rel = offsets[lo:hi] - f.base
-            size = sizes[lo:hi]
-            over = np.flatnonzero(rel + size > f.size)
-            if over.size:  # the first record in order that the file does not hold whole
-                at = int(rel[int(over[0])])
-                if at >= f.size:
-                    raise OffsetOutOfRangeError(
-                        f"commitlog offset {f.base + at} is in no commitlog file (past the newest)",
-                        where=str(f.path),
+        parts: list[memoryview] = []
+        try:
+            for lo, hi in zip(
+                np.concatenate(([0], breaks)).tolist(),
+                np.concatenate((breaks, [offsets.size])).tolist(),
+                strict=True,
+            ):
+                i = int(index[lo])
+                f = self._files[i]
+                rel = offsets[lo:hi] - f.base
+                size = sizes[lo:hi]
+                over = np.flatnonzero(rel + size > f.size)
+                if over.size:  # the first record in order that the file does not hold whole
+                    at = int(rel[int(over[0])])
+                    if at >= f.size:
+                        raise OffsetOutOfRangeError(
+                            f"commitlog offset {f.base + at} is in no commitlog file (past "
+                            "the newest)",
+                            where=str(f.path),
+                        )
+                    raise TruncatedDataError(
+                        "record crosses the end of its file", where=f"{f.path}@{at}"
                     )
-                raise TruncatedDataError(
-                    "record crosses the end of its file", where=f"{f.path}@{at}"
-                )
-            parts.append(gather(self._map(i), rel, size))
-        # One copy, owned by the caller (views into the mappings must not outlive them).
-        return bytearray().join(parts)
+                parts += _run_views(memoryview(self._map(i)), rel, size)
+            # One copy of every run of every file, owned by the caller.
+            return bytearray().join(parts)
+        finally:
+            parts.clear()  # views into the mappings must not outlive this call
 
 
 def read_span(f: MappedFile, first: int, end: int, buffer: bytearray) -> bytearray:

@@ -35,16 +35,19 @@ hashed piecewise and gives the same digest.
 
 Its size grows with blocks, not messages: one block is about 80 bytes of JSON, so a
 queue of ``n`` offsets costs ``80 * n / block_offsets`` bytes (docs/format.md).
-Memory is bounded by one block's records.
+Memory is bounded by three blocks' records: the one being read and the two before it,
+whose digests a worker thread takes meanwhile (hashlib lets go of the GIL).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +85,8 @@ FINGERPRINT_FORMAT_VERSION: Final = 2
 #: Queue offsets per block: 256 blocks per million messages.
 DEFAULT_BLOCK_OFFSETS: Final = 4096
 _DIGEST_SIZE: Final = 16
+#: Blocks whose digest is being taken while the next is read (each holds its records).
+_DIGESTS_QUEUED: Final = 2
 _UNIT_HEAD: Final = np.dtype([("size", ">i4"), ("tags_code", ">i8")])
 
 
@@ -95,23 +100,34 @@ class BlockHasher:
     def update(self, units: Units, records: bytes | bytearray | memoryview) -> None:
         """Add the offsets of ``units`` whose records are ``records``, back to back. A
         ``bytearray`` is changed in place (its physicalOffset fields zeroed): no copy."""
-        head = np.empty(units.shape[0], dtype=_UNIT_HEAD)
-        head["size"] = units["size"]
-        head["tags_code"] = units["tags_code"]
-        self._units.update(head.tobytes())
-        buf = records if isinstance(records, bytearray) else bytearray(records)
-        arr = np.frombuffer(buf, dtype=np.uint8)
-        sizes = units["size"].astype(np.int64)
-        starts = np.zeros(sizes.size, dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        drop = physical_offset_bytes(starts)
-        arr[drop[drop < arr.size]] = 0
-        self._records.update(buf)
+        self.feed(*block_streams(units, records))
+
+    def feed(self, units: bytes, records: bytes | bytearray) -> None:
+        """Add one run's two streams as :func:`block_streams` gives them."""
+        self._units.update(units)
+        self._records.update(records)
 
     def hexdigest(self) -> str:
         outer = hashlib.blake2b(digest_size=_DIGEST_SIZE)
         outer.update(self._units.digest() + self._records.digest())
         return outer.hexdigest()
+
+
+def block_streams(units: Units, records: bytes | bytearray | memoryview) -> tuple[bytes, bytearray]:
+    """The two streams of the block digest (module doc) for one run of offsets: the units'
+    size and tagsCode, and ``records`` with their physicalOffset fields zeroed (in place
+    when ``records`` is a ``bytearray``, else in a copy)."""
+    head = np.empty(units.shape[0], dtype=_UNIT_HEAD)
+    head["size"] = units["size"]
+    head["tags_code"] = units["tags_code"]
+    buf = records if isinstance(records, bytearray) else bytearray(records)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    sizes = units["size"].astype(np.int64)
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    drop = physical_offset_bytes(starts)
+    arr[drop[drop < arr.size]] = 0
+    return head.tobytes(), buf
 
 
 def _store_time_at(buf: memoryview, pos: int) -> int:
@@ -289,14 +305,14 @@ async def take_fingerprint(
     if block_offsets <= 0:
         raise ValueError(f"block_offsets must be > 0, got {block_offsets}")
     taken = clock.now_ms()
-    queues: list[QueuePrint] = []
+    read: list[_ReadQueue] = []
     total = 0
-    with HotCommitlog(hot.commitlog_files()) as cl:
+    with HotCommitlog(hot.commitlog_files()) as cl, _Digests() as digests:
         for key in hot.queues():
             if not hot.cq_files(key.topic, key.queue_id):
                 continue
             rng = hot.queue_range(key.topic, key.queue_id)
-            blocks: list[Block] = []
+            blocks: list[_ReadBlock] = []
             found: dict[int, int] = {}
             low = rng.min
             for start, end in block_ranges(rng.min, rng.max, block_offsets):
@@ -311,18 +327,77 @@ async def take_fingerprint(
                         ) from exc
                     low = end  # deleted by the broker's retention while we read
                     continue
-                hasher = BlockHasher()
-                hasher.update(units, records)
                 first, last = store_times(records, sizes)
                 for t in since_ms:
                     if t not in found and last >= t:
                         found[t] = start + first_stored_at(records, sizes, t)
-                blocks.append(Block(start, end, hasher.hexdigest(), first, last))
-                read = len(records) + 20 * units.shape[0]
-                total += read
+                blocks.append(_ReadBlock(start, end, digests.take(units, records), first, last))
+                size = len(records) + 20 * units.shape[0]
+                total += size
                 if bucket is not None:
-                    await bucket.acquire(read)
+                    await bucket.acquire(size)
             top = max(low, rng.max)
             stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
-            queues.append(QueuePrint(key.topic, key.queue_id, low, top, tuple(blocks), stored))
-    return Fingerprint(cluster, broker, taken, block_offsets, total, tuple(queues))
+            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored))
+    queues = tuple(q.printed() for q in read)
+    return Fingerprint(cluster, broker, taken, block_offsets, total, queues)
+
+
+class _Digests:
+    """Block digests taken on a worker thread (hashlib lets go of the GIL) while the
+    caller reads the next blocks; at most ``_DIGESTS_QUEUED`` wait, each holding its
+    records (a context manager: leaving it waits for them)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest")
+        self._queued: deque[Future[str]] = deque()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown()
+
+    def take(self, units: Units, records: bytearray) -> Future[str]:
+        """The digest of one whole block (its ``records`` are zeroed in place)."""
+        if len(self._queued) == _DIGESTS_QUEUED:
+            self._queued.popleft().result()  # bounds the records held
+        self._queued.append(self._pool.submit(_block_digest, *block_streams(units, records)))
+        return self._queued[-1]
+
+
+def _block_digest(units: bytes, records: bytearray) -> str:
+    hasher = BlockHasher()
+    hasher.feed(units, records)
+    return hasher.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadBlock:
+    """A block read, its digest being taken."""
+
+    start: int
+    end: int
+    digest: Future[str]
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadQueue:
+    """A queue read: :class:`QueuePrint` once its blocks' digests are taken."""
+
+    topic: str
+    queue_id: int
+    hot_min: int
+    hot_max: int
+    blocks: list[_ReadBlock]
+    stored_from: tuple[tuple[int, int], ...]
+
+    def printed(self) -> QueuePrint:
+        """The queue's print, each block's digest waited for."""
+        blocks = tuple(Block(b.start, b.end, b.digest.result(), b.first, b.last)
+                       for b in self.blocks)  # fmt: skip
+        return QueuePrint(
+            self.topic, self.queue_id, self.hot_min, self.hot_max, blocks, self.stored_from
+        )

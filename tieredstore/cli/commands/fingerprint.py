@@ -4,10 +4,11 @@ Run on each broker host (cron), before the nightly fleet verification
 (``tieredstore verify --fleet``). Reads every hot queue block by block, paced by
 ``--max-bytes-per-second`` so that it never starves the broker, and writes one hot
 fingerprint (:mod:`verifier.fleet.fingerprint`) under the broker's cold prefix,
-``_fingerprints/<taken_ms>.json``, create-if-absent. No Spark, no JVM; memory is one
-block's records. The fingerprint is computed from hot bytes only: never from the
-sidecar's catalogue or its tiering path; the only thing read from cold is the broker's
-tiering record, for the times its ``stored_from`` offsets are searched at.
+``_fingerprints/<taken_ms>.json``, create-if-absent. No Spark, no JVM; memory is three
+blocks' records (a worker thread hashes two while the next is read). The fingerprint is
+computed from hot bytes only: never from the sidecar's catalogue or its tiering path;
+the only thing read from cold is the broker's tiering record, for the times its
+``stored_from`` offsets are searched at.
 
 Exit codes: 0 written; 1 a runtime failure (a hot file that does not read, the cold
 store refusing the write); 3 bad flag or configuration, no tiering record at the broker
