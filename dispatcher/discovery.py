@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from dispatcher.metrics import Metrics
-from dispatcher.tiering.committer import Reminded, Stopped
+from dispatcher.queue_states import QueueStates
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState
@@ -32,8 +32,8 @@ class Discovery:
     """Finds the queues to tier; see the module docstring.
 
     ``tiering`` is swapped by a reload (the init policy and topic filter apply to queues
-    seen from then on). ``reminded`` is shared with the committer, which reminds of the
-    queues it stops itself.
+    seen from then on). ``states`` (shared with the committer) says which queues this
+    process stopped, and which the operator was already told about.
     """
 
     def __init__(
@@ -43,15 +43,13 @@ class Discovery:
         catalogue: Catalogue,
         metrics: Metrics,
         tiering: TieringSettings,
-        reminded: Reminded,
-        stopped: Stopped | None = None,
+        states: QueueStates,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue
         self.metrics = metrics
         self.tiering = tiering
-        self._reminded = reminded
-        self._stopped: Stopped = {} if stopped is None else stopped
+        self.states = states
         self._refused: set[str] = set()  # topics whose names the cold store cannot hold
         self._skipped_seen: set[str] = set()  # skipped directories and queues, told once
         self._skipped_now = 0  # skipped this tick (the gauge)
@@ -96,7 +94,7 @@ class Discovery:
             row = known.get(key)
             if row is None:
                 continue  # filtered out or refused
-            if key in self._stopped:  # stopped by the committer, reason and all
+            if self.states.is_stopped(key):  # stopped by the committer, reason and all
                 self.metrics.set_queue_state(key.topic, key.queue_id, "STOPPED")
                 continue
             self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)
@@ -176,10 +174,8 @@ class Discovery:
         self.metrics.lag_messages.labels(*labels).set(max(rng.max - row.cold_commit, 0))
         self.metrics.lost_unacknowledged.labels(*labels).set(lost)
         self.metrics.cold_ahead.labels(*labels).set(max(row.cold_commit - rng.max, 0))
-        key = (QueueKey(row.topic, row.queue_id), row.state)
-        if key in self._reminded:
+        if not self.states.first_reminder(QueueKey(row.topic, row.queue_id), row.state):
             return
-        self._reminded.add(key)
         flags = f"--topic {row.topic} --queue {row.queue_id}"
         if row.state is QueueState.PAUSED:
             log.error(

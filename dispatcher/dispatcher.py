@@ -6,6 +6,10 @@ Lifecycle (:class:`DispatcherState`)::
                             │                                      ▲
                             └──────── fatal error ──▶ FAILED ──────┘ (close)
 
+The parts are built by :func:`dispatcher.assembly.build_dispatcher` (the one place that
+builds them) and handed in; the queue state they share is one
+:class:`~dispatcher.queue_states.QueueStates`.
+
 Each tick: discover queues in the hot store and create catalogue rows for new ones
 eagerly (:mod:`dispatcher.discovery`), then start one task that tiers every ACTIVE queue
 not already in flight, in rounds, until the group-commit rules say wait for each
@@ -25,9 +29,7 @@ import enum
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 
-from dispatcher import stopped_file
 from dispatcher.background_loops import (
     Periodic,
     renew_until,
@@ -39,24 +41,22 @@ from dispatcher.discovery import Discovery
 from dispatcher.lease.guard import mirror_lease
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
 from dispatcher.queue_status import untiered
-from dispatcher.tick_report import TickReport, record_error
-from dispatcher.tiering.cold_writer import ColdWriter, Damaged, heal_damaged, report_damage
-from dispatcher.tiering.committer import Reminded, SegmentCommitter, Stopped
-from dispatcher.tiering.durability import CommitlogSyncer, DurabilityGuard
-from dispatcher.tiering.planner import SegmentPlan
+from dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_damage
+from dispatcher.tiering.durability import CommitlogSyncer
 from dispatcher.tiering.provenance_writer import ProvenanceWriter
 from dispatcher.tiering.rounds import Rounds
+from dispatcher.tiering.tick_report import TickReport, record_error
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
-from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.errors import LeaseLostError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.loader import TieringSettings
 
-__all__ = ["Dispatcher", "DispatcherState", "Periodic", "TickReport"]
+__all__ = ["Dispatcher", "DispatcherState"]
 
 log = logging.getLogger(__name__)
 
@@ -72,67 +72,49 @@ class DispatcherState(enum.Enum):
 class Dispatcher:
     """Tiers one broker's store into one cold prefix. See the module docstring.
 
-    Composes :class:`Discovery` (which queues), :class:`Rounds` (tiering them) and
-    :class:`SegmentCommitter` (committing each segment); owns the lifecycle, the ticks,
-    the lease renewals and the periodic jobs.
+    Composes :class:`Discovery` (which queues), :class:`Rounds` (tiering them, each
+    segment committed by its :class:`~dispatcher.tiering.committer.SegmentCommitter`) and
+    the :class:`ProvenanceWriter`; owns the lifecycle, the ticks, the lease renewals and
+    the periodic jobs. It only stores the parts it is given
+    (:func:`dispatcher.assembly.build_dispatcher` builds them).
     """
 
     def __init__(
         self,
         *,
         hot: HotStore,
-        backend: Backend,
         catalogue: Catalogue,
         lease: Lease,
         writer: ColdWriter,
         clock: Clock,
         tiering: TieringSettings,
-        spool_dir: Path | None = None,
-        metrics: Metrics | None = None,
-        on_segment: Callable[[SegmentPlan], None] | None = None,
+        metrics: Metrics,
+        states: QueueStates,
+        discovery: Discovery,
+        rounds: Rounds,
+        provenance: ProvenanceWriter,
         periodic: Sequence[Periodic] = (),
         startup: Sequence[Callable[[], Awaitable[object]]] = (),
-        stopped_path: Path | None = None,
     ) -> None:
         self.hot = hot
-        self.backend = backend
         self.catalogue = catalogue
         self.lease = lease
         self.writer = writer
         self.clock = clock
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics
+        #: The queue state shared with discovery, the rounds and the committer: the lock,
+        #: the stopping flag, the stopped and damaged queues.
+        self.states = states
+        self.discovery = discovery
+        self.rounds = rounds
+        self.provenance = provenance
         self.periodic = tuple(periodic)
         self.startup = tuple(startup)
+        self._tiering = tiering
         self.state = DispatcherState.CREATED
         self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
-        self._stopping = asyncio.Event()
         self._abandoning = asyncio.Event()  # a second stop: in-flight segments go now
         self._writes_done = asyncio.Event()  # renewals go on until every write returned
-        self._lock = asyncio.Lock()  # serialises catalogue writes across queue tasks
-        reminded: Reminded = set()  # stopped queues already explained to the operator
-        self.provenance = ProvenanceWriter.for_writer(backend, lease, hot, writer, catalogue)
-        self.stopped: Stopped = {}  # queues stopped, with the reason (committer.Stopped)
-        self.damaged: Damaged = {}  # queues with cold damage found at start (DEGRADED)
-        self._stopped_path = stopped_path  # where `status` finds them (None: nowhere)
-        self.discovery = Discovery(hot=hot, catalogue=catalogue, metrics=self.metrics,
-                                   tiering=tiering, reminded=reminded,
-                                   stopped=self.stopped)  # fmt: skip
-        committer = SegmentCommitter(
-            catalogue=catalogue,
-            lease=lease,
-            writer=writer,
-            metrics=self.metrics,
-            lock=self._lock,
-            reminded=reminded,
-            stopped=self.stopped,
-            on_stop=self._save_stopped,
-        )
-        self.rounds = Rounds(
-            hot=hot, clock=clock, metrics=self.metrics, tiering=tiering, spool_dir=spool_dir,
-            guard=DurabilityGuard(hot, self.metrics), committer=committer,
-            stopping=self._stopping, on_segment=on_segment,
-        )  # fmt: skip
-        self._tiering = tiering
 
     @property
     def tiering(self) -> TieringSettings:
@@ -209,11 +191,11 @@ class Dispatcher:
         the report says ``interrupted``: a stopped pass never reads as a finished one."""
         self._writes_done.clear()
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
-        stop = asyncio.create_task(self._stopping.wait(), name="stop request")
+        stop = asyncio.create_task(self.states.stopping.wait(), name="stop request")
         total = TickReport()
         before = dataclasses.replace(self.rounds.committed)
         try:
-            while not self._stopping.is_set():
+            while not self.states.stopping.is_set():
                 tick = asyncio.ensure_future(self.tick(flush=True))
                 await asyncio.wait({tick, renew, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if renew.done() and renew.exception() is not None:
@@ -249,31 +231,26 @@ class Dispatcher:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
         mirror_lease(self.catalogue, self.lease)
-        self.damaged.clear()
-        self._save_stopped()  # empty: this process tries every queue once more
+        damaged = self.states.damaged
+        damaged.clear()
+        self.states.save()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
         report = await self.writer.recover()
-        self.damaged.clear()
-        self.damaged.update(report_damage(report.issues, self.metrics))
-        async with self._lock:  # the lost tails the broker still holds: tiered again
+        damaged.clear()
+        damaged.update(report_damage(report.issues, self.metrics))
+        async with self.states.lock:  # the lost tails the broker still holds: tiered again
             await heal_damaged(
-                self.damaged, writer=self.writer, hot=self.hot,
+                damaged, writer=self.writer, hot=self.hot,
                 metrics=self.metrics, clock=self.clock, lease=self.lease,
             )  # fmt: skip
-        self._save_stopped()  # with the damaged queues: `status` shows them DEGRADED
+        self.states.save()  # with the damaged queues: `status` shows them DEGRADED
         await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())
         await asyncio.to_thread(self.rounds.clear_spool)
-        async with self._lock:
+        async with self.states.lock:
             for job in self.startup:
                 await job()
         self.state = DispatcherState.RUNNING
-
-    def _save_stopped(self) -> None:
-        """Write :attr:`stopped` and :attr:`damaged` where ``tieredstore status`` reads
-        them (a small file)."""
-        if self._stopped_path is not None:
-            stopped_file.save(self._stopped_path, self.stopped, self.damaged)
 
     async def _renew_loop(self) -> None:
         renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
@@ -281,13 +258,17 @@ class Dispatcher:
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(
-            job, clock=self.clock, stopping=self._stopping, lock=self._lock, metrics=self.metrics
+            job,
+            clock=self.clock,
+            stopping=self.states.stopping,
+            lock=self.states.lock,
+            metrics=self.metrics,
         )
 
     async def _tick_loop(self) -> None:
-        while not self._stopping.is_set():
+        while not self.states.stopping.is_set():
             await self.tick()
-            await sleep_until(self.clock, self._stopping, self.tiering.tick_interval)
+            await sleep_until(self.clock, self.states.stopping, self.tiering.tick_interval)
 
     async def run(self, *, shutdown_deadline: float = 30.0) -> None:
         """Run until :meth:`stop` is called (a signal handler calls it).
@@ -302,7 +283,7 @@ class Dispatcher:
         self._writes_done.clear()
         renew = asyncio.create_task(self._renew_loop(), name="lease renewal")
         ticks = asyncio.create_task(self._tick_loop(), name="tick loop")
-        stop = asyncio.create_task(self._stopping.wait(), name="stop request")
+        stop = asyncio.create_task(self.states.stopping.wait(), name="stop request")
         jobs = [asyncio.create_task(self._periodic_loop(j), name=j.name) for j in self.periodic]
         try:
             done, _ = await asyncio.wait(
@@ -329,7 +310,7 @@ class Dispatcher:
         """Ask the loop to stop taking new segments (idempotent)."""
         if self.state is DispatcherState.RUNNING:
             self.state = DispatcherState.STOPPING
-        self._stopping.set()
+        self.states.request_stop()
 
     def abandon(self) -> None:
         """Stop, and abandon the segments in flight now (a second Ctrl-C), not later."""

@@ -12,40 +12,33 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
    **cut**: the first queue offset to re-tier from hot.
 2. **Quarantines** (moves, never deletes) every segment at or after the cut — the
    catalogue's, and any committed manifest there the catalogue never adopted — to
-   ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>`` (:func:`quarantine_key`).
-   Loss records (``LOSS/``: offsets accepted as lost by ``resume``) at or after the cut
-   describe a history the cut removes; they are quarantined the same way.
+   ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>``
+   (:func:`~tieredstore.cold.layout.quarantine_key`). Loss records (``LOSS/``: offsets
+   accepted as lost by ``resume``) at or after the cut describe a history the cut
+   removes; they are quarantined the same way.
 3. **Truncates** the catalogue to the cut and sets the queue ACTIVE; the next tick
    re-tiers from there.
 
-Crash safety of a move, for each segment (newest first, so the committed set in the
-bucket stays a contiguous prefix at every instant):
-
-* copy COMMIT_LOG, then CONSUME_QUEUE, then the MANIFEST (*last written*): a quarantined
-  manifest always has its objects beside it;
-* delete the original MANIFEST (*first deleted*: the segment is uncommitted before any
-  of its data goes), then CONSUME_QUEUE, then COMMIT_LOG.
-
-A crash therefore leaves each segment either still committed (its originals intact) or
-with a complete quarantined copy. The catalogue is changed only after every move, and
-the queue stays DIVERGED until then, so nothing tiers or adopts meanwhile (reconcile
-reports the catalogue rows whose manifest a move already took). Running repair again
-finishes the job: a segment whose manifest is gone is unreadable, so it is moved again
-— every original still present is copied (under the new stamp) before it is deleted,
-so nothing is ever deleted without a copy. An interrupted copy leaves partial evidence
-under the old stamp; quarantine is never cleaned automatically.
+Segments are moved newest first, so the committed set in the bucket stays a contiguous
+prefix at every instant, each by the crash-safe move of :mod:`dispatcher.tiering.quarantine`
+(a crash leaves a segment either still committed or with a complete quarantined copy).
+The catalogue is changed only after every move, and the queue stays DIVERGED until then,
+so nothing tiers or adopts meanwhile (reconcile reports the catalogue rows whose
+manifest a move already took). Running repair again finishes the job: a segment whose
+manifest is gone is unreadable, so it is moved again. An interrupted copy leaves partial
+evidence under the old stamp; quarantine is never cleaned automatically.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
+from dispatcher.tiering.quarantine import Move, SegmentCheck, check_segment, quarantine
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.backends.base import Backend
@@ -57,79 +50,22 @@ from tieredstore.cold.layout import (
     loss_prefix,
     parse_loss_key,
     parse_object_key,
-    quarantine_key,
     quarantine_loss_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.cold.segment import verify_segment
 from tieredstore.errors import (
     CatalogueError,
     ColdDataError,
     ConfigError,
-    CorruptDataError,
     DivergedError,
     InvalidNameError,
     ObjectNotFoundError,
 )
-from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hot.store import HotRange, HotStore
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "Agreement",
-    "Move",
-    "RepairPlan",
-    "RepairReport",
-    "SegmentCheck",
-    "check_segment",
-    "execute_repair",
-    "plan_repair",
-    "quarantine",
-]
-
-
-class Agreement(enum.Enum):
-    """How one cold segment compares with the hot store (named apart from the
-    verifier's whole-run :class:`verifier.vocabulary.Verdict`)."""
-
-    AGREES = "agrees with the hot store"
-    HOT_GONE = "the broker deleted these offsets; nothing contradicts cold (kept)"
-    HOT_SHORT = "reaches past the hot max offset"
-    DIFFERS = "differs from the hot store"
-    UNREADABLE = "its cold objects are missing or corrupt"
-
-    @property
-    def kept(self) -> bool:
-        return self in (Agreement.AGREES, Agreement.HOT_GONE)
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentCheck:
-    """How one catalogue segment compares with the hot store."""
-
-    manifest: Manifest
-    agreement: Agreement
-    detail: str
-
-    def describe(self) -> str:
-        m = self.manifest
-        extra = f": {self.detail}" if self.detail else ""
-        return f"segment [{m.start_offset}, {m.end_offset}) {self.agreement.value}{extra}"
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One segment to quarantine. ``keys`` are its objects with the manifest last
-    (copied last, deleted first); ``why`` says how it was found. ``manifest`` is the
-    manifest's bytes as decided on: nothing of the move is deleted unless the manifest
-    key still holds exactly them (a stale catalogue never moves another writer's
-    segment); empty for a manifest that did not parse (moved alone, whatever it is)."""
-
-    start_offset: int
-    keys: tuple[str, ...]
-    why: str
-    manifest: bytes = b""
+__all__ = ["RepairPlan", "RepairReport", "execute_repair", "plan_repair"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,41 +180,6 @@ def _segment_keys(m: Manifest) -> tuple[str, ...]:
     return (m.commit_log_key, m.consume_queue_key, m.key)
 
 
-async def check_segment(
-    m: Manifest, hot: HotStore, backend: Backend, rng: HotRange
-) -> SegmentCheck:
-    """Compare one committed segment with the hot store: its objects are read and
-    fully verified (sizes, digests, CQ pointers), then every record the hot store still
-    holds is compared outside bytes [28, 36), with each unit's size and tagsCode."""
-    if m.end_offset > rng.max:
-        return SegmentCheck(m, Agreement.HOT_SHORT, f"hot max offset is {rng.max}")
-    lo = max(m.start_offset, rng.min)
-    if lo >= m.end_offset:
-        return SegmentCheck(m, Agreement.HOT_GONE, f"hot min offset is {rng.min}")
-    try:
-        cl = await backend.read(m.commit_log_key)
-        cq = await backend.read(m.consume_queue_key)
-        units = verify_segment(m, cl, cq, where=backend.url)
-    except (ColdDataError, CorruptDataError) as exc:
-        return SegmentCheck(m, Agreement.UNREADABLE, str(exc))
-    hot_units = await asyncio.to_thread(hot.read_units, m.topic, m.queue_id, lo, m.end_offset)
-    cold_units = units[lo - m.start_offset :]
-    for field in ("size", "tags_code"):
-        bad = (cold_units[field] != hot_units[field]).nonzero()[0]
-        if bad.size:
-            return SegmentCheck(
-                m, Agreement.DIFFERS, f"CQ {field} differs at queue offset {lo + int(bad[0])}"
-            )
-    records = await asyncio.to_thread(
-        hot.read_records_bytes, hot_units["commitlog_offset"], hot_units["size"]
-    )
-    for i, record in enumerate(records):
-        pos = int(cold_units["commitlog_offset"][i]) - m.cl_base
-        if not same_outside_physical_offset(record, cl[pos : pos + len(record)]):
-            return SegmentCheck(m, Agreement.DIFFERS, f"record differs at queue offset {lo + i}")
-    return SegmentCheck(m, Agreement.AGREES, "")
-
-
 async def _stray_moves(
     backend: Backend,
     catalogue: Catalogue,
@@ -350,47 +251,6 @@ async def execute_repair(
     await asyncio.to_thread(catalogue.segments.truncate, topic, queue_id, plan.cut)
     row = await asyncio.to_thread(catalogue.queues.set_state, topic, queue_id, QueueState.ACTIVE)
     return RepairReport(plan, stamp, tuple(moved), row)
-
-
-async def quarantine(
-    move: Move, *, backend: Backend, lease: Lease, stamp: int
-) -> Sequence[tuple[str, str]]:
-    """Copy the segment's objects (manifest last), then delete them (manifest first).
-
-    Right before the deletes, the manifest key is read again: unless it still holds
-    ``move.manifest`` (when given), nothing is deleted (the copies stay as evidence) and
-    the move is reported skipped in the log — the segment there is not the one decided
-    about (another writer's, e.g. judged by a stale catalogue).
-    """
-    await hold_lease(lease)
-    copied: list[tuple[str, str]] = []
-    for key in move.keys:
-        try:
-            data = await backend.read(key)
-        except ObjectNotFoundError:
-            continue  # moved by an interrupted earlier repair, or never written
-        target = quarantine_key(parse_object_key(key), stamp_ms=stamp)
-        await backend.write(target, data)
-        copied.append((key, target))
-    await hold_lease(lease)
-    if move.manifest and not await _still_there(backend, move.keys[-1], move.manifest):
-        log.warning(
-            "not quarantining the segment at %s: the manifest there is not the one repair "
-            "decided about (another writer's); left in place",
-            move.keys[-1],
-        )
-        return ()
-    for key in reversed(move.keys):
-        await backend.delete(key)
-    return copied
-
-
-async def _still_there(backend: Backend, key: str, expected: bytes) -> bool:
-    """Whether ``key`` holds ``expected`` (absent counts: there is nothing to protect)."""
-    try:
-        return await backend.read(key) == expected
-    except ObjectNotFoundError:
-        return True
 
 
 async def _quarantine_loss(

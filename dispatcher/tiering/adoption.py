@@ -5,8 +5,8 @@ older epoch that committed first, or this sidecar's own earlier run whose catalo
 commit a crash lost) never overwrites it. It adopts it only once it has proved it: the
 segment's objects are read and fully verified (sizes, digests, CQ pointers) and every
 record the hot store still holds equals the cold one outside bytes [28, 36)
-(:func:`dispatcher.maintenance.repair.check_segment`), and the catalogue's reconcile accepts it as
-the exact continuation of the queue. Anything else — objects missing or damaged,
+(:func:`dispatcher.tiering.quarantine.check_segment`), and the catalogue's reconcile accepts
+it as the exact continuation of the queue. Anything else — objects missing or damaged,
 records the hot store disowns, a manifest that does not continue the catalogue — is
 moved to the quarantine (copy, then delete, and the delete only if the manifest is
 still the one checked) and the queue tiers on from the hot store. The successor thus
@@ -19,8 +19,8 @@ import asyncio
 import logging
 
 from dispatcher.lease.lease import Lease
-from dispatcher.maintenance.repair import Move, check_segment, quarantine
 from dispatcher.tiering.cold_writer import ColdWriter
+from dispatcher.tiering.quarantine import Move, check_segment, quarantine
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored

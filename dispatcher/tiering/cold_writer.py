@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
+from dispatcher.queue_states import Damaged
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.uploader import UploadedObjects, upload_objects
@@ -77,7 +78,6 @@ from tieredstore.hot.store import HotStore, QueueKey
 __all__ = [
     "RETIERED_FORMAT",
     "ColdWriter",
-    "Damaged",
     "HealOutcome",
     "ManifestOutcome",
     "heal_damaged",
@@ -340,8 +340,6 @@ class ColdWriter:
 #
 # Findings that need the operator but lose nothing (NOT_ADOPTED, UNRECOGNISED, …) stay in
 # the reconcile summary. A finding whose key names no queue is logged, not attributed.
-#: Queues whose committed history is damaged, with the reason ``status`` shows.
-Damaged = dict[QueueKey, str]
 
 
 def _queue_of(key: str) -> QueueKey | None:

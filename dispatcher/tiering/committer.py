@@ -23,7 +23,6 @@ import asyncio
 import enum
 import logging
 import mmap
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +31,7 @@ import numpy.typing as npt
 
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.adoption import adopt_or_quarantine
 from dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
 from dispatcher.tiering.commitlog_pass import Spooled
@@ -50,30 +50,11 @@ from tieredstore.errors import (
 from tieredstore.formats.vector import store_timestamps
 from tieredstore.hot.store import QueueKey
 
-__all__ = [
-    "CommitKind",
-    "CommitResult",
-    "Reminded",
-    "SegmentCommitter",
-    "Stopped",
-    "check_built",
-]
+__all__ = ["CommitKind", "CommitResult", "SegmentCommitter", "check_built"]
 
 log = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
-
-#: Stopped queues (and the state they stopped in) already explained to the operator by
-#: this process; shared with :class:`dispatcher.discovery.Discovery`.
-Reminded = set[tuple[QueueKey, QueueState]]
-
-#: Queues this process stopped, with the reason (one line naming the key or offset):
-#: cold holds a manifest (or marker) of a newer format at their frontier, or a hot
-#: record disagrees with its consume-queue unit, or a built segment failed its check.
-#: Not tiered again until a restart (which tries once more: an upgraded sidecar may
-#: have moved past it, an operator may have fixed the store). Shared with
-#: :class:`dispatcher.discovery.Discovery`, which keeps them out of the ACTIVE set.
-Stopped = dict[QueueKey, str]
 
 
 class CommitKind(enum.Enum):
@@ -93,8 +74,9 @@ class CommitResult:
 class SegmentCommitter:
     """Commits gathered segments and stops queues (DIVERGED, PAUSED) in the catalogue.
 
-    ``lock`` serialises catalogue writes across queue tasks (the dispatcher's lock, also
-    held by its periodic jobs).
+    Its catalogue writes hold ``states.lock`` (also held by the dispatcher's jobs); the
+    queues it stops go to ``states`` (:meth:`QueueStates.stop_queue`), which discovery
+    reads.
     """
 
     def __init__(
@@ -104,20 +86,14 @@ class SegmentCommitter:
         lease: Lease,
         writer: ColdWriter,
         metrics: Metrics,
-        lock: asyncio.Lock,
-        reminded: Reminded,
-        stopped: Stopped | None = None,
-        on_stop: Callable[[], None] | None = None,
+        states: QueueStates,
     ) -> None:
         self.catalogue = catalogue
         self.lease = lease
         self.writer = writer
         self.metrics = metrics
-        self._lock = lock
-        self._reminded = reminded
-        self.stopped: Stopped = {} if stopped is None else stopped
-        self._on_stop = on_stop  # told after a queue joined ``stopped``
-        self._group = GroupCommit(catalogue, lock)
+        self.states = states
+        self._group = GroupCommit(catalogue, states.lock)
 
     async def commit(self, row: QueueRow, plan: SegmentPlan, spooled: Spooled) -> CommitResult:
         """Upload and commit one planned segment; return the queue's new row.
@@ -164,7 +140,7 @@ class SegmentCommitter:
             writer=self.writer,
             hot=self.writer.hot,
             lease=self.lease,
-            lock=self._lock,
+            lock=self.states.lock,
         )
 
     def stop_unreadable(self, row: QueueRow, key: str) -> None:
@@ -189,9 +165,7 @@ class SegmentCommitter:
         self._stop(row, f"inconsistent hot store: {error}", type(error).__name__)
 
     def _stop(self, row: QueueRow, reason: str, error_kind: str) -> None:
-        self.stopped[QueueKey(row.topic, row.queue_id)] = reason
-        if self._on_stop is not None:
-            self._on_stop()
+        self.states.stop_queue(QueueKey(row.topic, row.queue_id), reason)
         self.metrics.set_queue_state(row.topic, row.queue_id, "STOPPED")
         self.metrics.errors.labels(error_kind).inc()
 
@@ -202,8 +176,8 @@ class SegmentCommitter:
             "--topic %s --queue %d`",
             row.topic, row.queue_id, why, row.topic, row.queue_id,
         )  # fmt: skip
-        self._reminded.add((QueueKey(row.topic, row.queue_id), QueueState.DIVERGED))
-        async with self._lock:
+        self.states.mark_reminded(QueueKey(row.topic, row.queue_id), QueueState.DIVERGED)
+        async with self.states.lock:
             self.catalogue.queues.set_state(row.topic, row.queue_id, QueueState.DIVERGED)
         self.metrics.set_queue_state(row.topic, row.queue_id, "DIVERGED")
         self.metrics.errors.labels("DivergedError").inc()
@@ -221,7 +195,7 @@ class SegmentCommitter:
             lost.queue.topic,
             lost.queue.queue_id,
         )
-        self._reminded.add((lost.queue, QueueState.PAUSED))
+        self.states.mark_reminded(lost.queue, QueueState.PAUSED)
         self.metrics.hot_data_lost.labels(lost.queue.topic, str(lost.queue.queue_id)).inc(
             lost.end - lost.start
         )

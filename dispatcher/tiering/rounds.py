@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Final
 
 from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
 from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
-from dispatcher.tick_report import TickReport, record_error
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter
 from dispatcher.tiering.durability import DurabilityGuard
@@ -39,6 +39,7 @@ from dispatcher.tiering.planner import (
     units_unchanged,
 )
 from dispatcher.tiering.spool_room import RoundBudget, spool_room
+from dispatcher.tiering.tick_report import TickReport, record_error
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock
 from tieredstore.errors import (
@@ -117,7 +118,8 @@ class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
     ``tiering`` is swapped by a reload (the commit semaphore keeps its ``concurrency``);
-    spools go in ``spool_dir`` (None: the temp dir); no round starts once ``stopping``.
+    spools go in ``spool_dir`` (None: the temp dir); no round starts once a stop was asked
+    (``states.stopping``, shared with the committer, discovery and the dispatcher).
     """
 
     def __init__(
@@ -130,7 +132,7 @@ class Rounds:
         spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
-        stopping: asyncio.Event,
+        states: QueueStates,
         on_segment: Callable[[SegmentPlan], None] | None = None,
     ) -> None:
         self.hot = hot
@@ -141,7 +143,7 @@ class Rounds:
         self.guard = guard
         self.committer = committer
         self.on_segment = on_segment
-        self._stopping = stopping
+        self.states = states
         self._sem = asyncio.Semaphore(tiering.concurrency)
         self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
@@ -174,7 +176,7 @@ class Rounds:
         """
         report = TickReport()
         todo = list(rows)
-        while todo and not self._stopping.is_set():
+        while todo and not self.states.stopping.is_set():
             planned, later = await self._plan_round(todo, flush, report)
             if planned and not await self.guard.make_durable(
                 self.tiering.guard, max(planned, key=_cl_end)[1].cl_end

@@ -96,7 +96,7 @@ async def test_a_second_stop_abandons_the_upload_in_flight_at_once(tmp_path: Pat
     ],
 )  # fmt: skip
 def test_the_closing_line_says_what_happened(counts: tuple[int, ...], line: str) -> None:
-    from dispatcher.tick_report import TickReport
+    from dispatcher.tiering.tick_report import TickReport
 
     segments, abandoned, left, queues = counts
     report = TickReport(segments=segments, interrupted=True, abandoned=abandoned,

@@ -27,7 +27,8 @@ CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
         300,
         "the sidecar's lifecycle state machine: start, tick, catch-up, drain and stop "
         "share its state and its transitions; the steps it composes already live in "
-        "discovery, tiering_round, committer, provenance writer and background_loops",
+        "discovery, rounds, committer, provenance writer and background_loops, and "
+        "assembly builds them all",
     ),
     "tieredstore/testing/rocketmq.py LocalCluster": (
         330,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.repair import Agreement, execute_repair, plan_repair
+from dispatcher.maintenance.repair import execute_repair, plan_repair
+from dispatcher.tiering.quarantine import Agreement
 from metadata.rows import QueueState
 from tests.fixtures_sidecar import Diverge, RepairQueue
 from tieredstore.backends import open_backend

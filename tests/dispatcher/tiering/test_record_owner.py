@@ -77,7 +77,9 @@ async def test_a_unit_pointing_at_another_topics_record_stops_only_its_queue(
             assert row.cold_commit == rt.hot.queue_range(topic, queue).max
         gauge = rt.dispatcher.metrics.queue_state
         assert gauge.labels(BROKEN, "0", "STOPPED")._value.get() == 1
-        views = mark_stopped(collect(rt.hot, rt.catalogue.queues.all(), 0), rt.dispatcher.stopped)
+        views = mark_stopped(
+            collect(rt.hot, rt.catalogue.queues.all(), 0), rt.dispatcher.states.stopped
+        )
         stopped = [v for v in views if v.state == "STOPPED"]
         assert [(v.topic, v.queue) for v in stopped] == [(BROKEN, 0)]
         assert f"queue offset {offset}" in stopped[0].note  # the HTTP API's /v1/queues

@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from dispatcher.assembly import lease_for
 from dispatcher.maintenance.gc import GcReport, delete_garbage, scan_garbage
 from metadata.catalogue import DB_NAME, Catalogue
 from metadata.rows import SegmentStatus
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
-from tieredstore.cli.sidecar.runtime import lease_for
 from tieredstore.clock import SystemClock
 from tieredstore.logs import configure_logging
 from tieredstore.settings.loader import Settings

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from dispatcher.assembly import lease_for
 from dispatcher.lease.admin import break_lease, describe_lease
 from dispatcher.lease.lease import Sighting
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
-from tieredstore.cli.sidecar.runtime import lease_for
 from tieredstore.clock import SystemClock
 from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConfigError

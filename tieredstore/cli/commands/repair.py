@@ -3,7 +3,8 @@
 Compares the queue's cold segments with the hot store, moves every segment from the
 first disagreeing one on to the quarantine prefix (never deleting anything), truncates
 the catalogue there and sets the queue ACTIVE: the sidecar re-tiers from the cut on its
-next tick. See :mod:`dispatcher.maintenance.repair` for the crash-safe order of a move.
+next tick. See :mod:`dispatcher.maintenance.repair` for the order of the moves and
+:mod:`dispatcher.tiering.quarantine` for the crash-safe order within one.
 
 Without ``--dry-run`` it takes the catalogue for writing and the writer lease (the
 sidecar must be stopped). ``--dry-run`` prints the comparison and the plan and changes

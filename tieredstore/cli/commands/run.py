@@ -40,9 +40,9 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from dispatcher.tick_report import TickReport
+from dispatcher.tiering.tick_report import TickReport
 from metadata.rows import QueueState
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.http import HttpServer, build_app
@@ -52,6 +52,7 @@ from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, check_cold_store, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
 from tieredstore.errors import ConfigError
+from tieredstore.hot.store import QueueKey
 from tieredstore.humanize import human_bytes, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.settings.loader import GuardMode, Settings
@@ -291,7 +292,11 @@ def _stopped_queues(rt: Runtime) -> int:
             "queue %s is %s and not tiered; run `tieredstore %s --topic %s --queue %d%s`",
             row, row.state.value, fix[row.state], row.topic, row.queue_id, extra,
         )  # fmt: skip
-    marked = [("STOPPED", rt.dispatcher.stopped), ("DEGRADED", rt.dispatcher.damaged)]
+    states = rt.dispatcher.states
+    marked: list[tuple[str, Mapping[QueueKey, str]]] = [
+        ("STOPPED", states.stopped),
+        ("DEGRADED", states.damaged),
+    ]
     for state, queues in marked:
         for queue, reason in sorted(queues.items()):
             log.error("queue %s is %s: %s", queue, state, reason)

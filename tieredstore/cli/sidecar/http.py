@@ -96,7 +96,8 @@ class _Api:
         rows = self.rt.catalogue.queues.all()
         losses = self.rt.catalogue.queues.losses()
         statuses = await asyncio.to_thread(collect, self.rt.hot, rows, self.clock.now_ms(), losses)
-        statuses = mark_stopped(statuses, self.rt.dispatcher.stopped, self.rt.dispatcher.damaged)
+        states = self.rt.dispatcher.states
+        statuses = mark_stopped(statuses, states.stopped, states.damaged)
         return web.json_response({"queues": [asdict(s) for s in statuses]})
 
 

@@ -1,0 +1,213 @@
+"""The composition root: the one function that builds the sidecar's object graph.
+
+The process edge (:func:`tieredstore.cli.sidecar.runtime.open_runtime`) opens what lives
+outside the graph and must be closed — the cold store's backend, the hot store, the
+catalogue — and chooses the clock, the metrics registry and the retry policy.
+:func:`build_dispatcher` builds everything else from the settings, once:
+
+* the writer lease (:func:`lease_for`) and the upload pacing (a token bucket);
+* the cold writer, whose uploads go through the paced backend;
+* the retention pass and the config backup, run as the dispatcher's periodic and
+  start-up jobs;
+* one :class:`~dispatcher.queue_states.QueueStates`, the queue state the tiering parts
+  share, handed explicitly to each of them;
+* :class:`~dispatcher.discovery.Discovery`,
+  :class:`~dispatcher.tiering.committer.SegmentCommitter`,
+  :class:`~dispatcher.tiering.rounds.Rounds` (with its durability guard), the
+  provenance writer, and the :class:`~dispatcher.dispatcher.Dispatcher` that composes
+  them and only stores what it is given.
+
+Nothing else constructs the dispatcher or its tiering parts (tests/repo/ holds this).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dispatcher import stopped_file
+from dispatcher.background_loops import Periodic
+from dispatcher.discovery import Discovery
+from dispatcher.dispatcher import Dispatcher
+from dispatcher.lease.lease import Lease
+from dispatcher.maintenance.config_backup import ConfigBackup
+from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
+from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
+from dispatcher.tiering.cold_writer import ColdWriter
+from dispatcher.tiering.committer import SegmentCommitter
+from dispatcher.tiering.durability import DurabilityGuard
+from dispatcher.tiering.planner import SegmentPlan
+from dispatcher.tiering.provenance_writer import ProvenanceWriter
+from dispatcher.tiering.rounds import Rounds
+from metadata.catalogue import Catalogue
+from tieredstore.backends.base import Backend
+from tieredstore.backends.retry import RetryPolicy
+from tieredstore.backends.throttled import ThrottledBackend
+from tieredstore.clock import Clock
+from tieredstore.cold.layout import lease_key
+from tieredstore.hot.store import HotStore
+from tieredstore.ratelimit import TokenBucket
+from tieredstore.settings.loader import Settings
+
+__all__ = ["Assembly", "build_dispatcher", "lease_for"]
+
+StartupJob = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """What :func:`build_dispatcher` built that the sidecar's edge holds too."""
+
+    dispatcher: Dispatcher
+    retention: Retention
+    #: Paces segment uploads (``tiering.max_bytes_per_second``); a reload sets its rate.
+    upload_limit: TokenBucket
+    config_backup: ConfigBackup | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outside:
+    """What the edge opened and hands in (see the module docstring)."""
+
+    settings: Settings
+    backend: Backend
+    hot: HotStore
+    catalogue: Catalogue
+    clock: Clock
+    metrics: Metrics
+
+
+def build_dispatcher(
+    settings: Settings,
+    *,
+    backend: Backend,
+    hot: HotStore,
+    catalogue: Catalogue,
+    clock: Clock,
+    metrics: Metrics,
+    retry: RetryPolicy,
+    on_segment: Callable[[SegmentPlan], None] | None = None,
+    on_deletion_step: StepHook | None = None,
+) -> Assembly:
+    """Build the sidecar's object graph for ``settings`` on what the edge opened.
+
+    Segment uploads (the cold writer's writes) go through ``backend`` paced by the
+    ``tiering.max_bytes_per_second`` token bucket; lease, retention and provenance calls
+    do not. ``retry`` is the cold writer's policy for its own retries;
+    ``on_segment`` observes each committed segment, ``on_deletion_step`` each step of a
+    segment deletion. Nothing is opened, started or acquired here.
+    """
+    out = _Outside(settings, backend, hot, catalogue, clock, metrics)
+    lease = lease_for(settings, backend, clock)
+    upload_limit = TokenBucket(clock, settings.tiering.max_bytes_per_second)
+    metrics.upload_rate_limit.set(upload_limit.rate)
+    paced = ThrottledBackend(backend, upload_limit, on_wait=metrics.upload_throttled.inc)
+    writer = _cold_writer(out, paced, lease, retry)
+    retention = Retention(
+        hot=hot, backend=backend, catalogue=catalogue, lease=lease, clock=clock,
+        policy=RetentionPolicy.of(settings.retention), metrics=metrics, on_step=on_deletion_step,
+    )  # fmt: skip
+    backup = _config_backup(settings, backend, lease, clock)
+    periodic, startup = _jobs(settings, retention, backup)
+    dispatcher = _dispatcher(out, lease, writer, on_segment, periodic, startup)
+    return Assembly(dispatcher, retention, upload_limit, backup)
+
+
+def _dispatcher(
+    out: _Outside,
+    lease: Lease,
+    writer: ColdWriter,
+    on_segment: Callable[[SegmentPlan], None] | None,
+    periodic: list[Periodic],
+    startup: list[StartupJob],
+) -> Dispatcher:
+    """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
+    settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
+    states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
+    discovery = Discovery(
+        hot=hot, catalogue=catalogue, metrics=metrics, tiering=settings.tiering, states=states
+    )
+    committer = SegmentCommitter(
+        catalogue=catalogue, lease=lease, writer=writer, metrics=metrics, states=states
+    )
+    rounds = Rounds(
+        hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
+        spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics),
+        committer=committer, states=states, on_segment=on_segment,
+    )  # fmt: skip
+    return Dispatcher(
+        hot=hot,
+        catalogue=catalogue,
+        lease=lease,
+        writer=writer,
+        clock=out.clock,
+        tiering=settings.tiering,
+        metrics=metrics,
+        states=states,
+        discovery=discovery,
+        rounds=rounds,
+        provenance=ProvenanceWriter.for_writer(out.backend, lease, hot, writer, catalogue),
+        periodic=periodic,
+        startup=startup,
+    )
+
+
+def lease_for(settings: Settings, backend: Backend, clock: Clock) -> Lease:
+    """The broker's writer lease as ``settings`` configure it (not acquired yet); the
+    lease commands build theirs here too."""
+    return Lease(
+        backend,
+        lease_key(settings.cold.cluster, settings.cold.broker),
+        clock,
+        renew_interval=settings.lease.renew_interval,
+        allow_unconditional_writes=settings.cold.allow_unconditional_writes,
+    )
+
+
+def _cold_writer(out: _Outside, paced: Backend, lease: Lease, retry: RetryPolicy) -> ColdWriter:
+    """The segment writer; its uploads go through ``paced``."""
+    settings = out.settings
+    return ColdWriter(
+        paced,
+        out.hot,
+        out.catalogue,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
+        writer_id=lease.owner,
+        clock=out.clock,
+        batch_bytes=settings.tiering.read_batch_bytes,
+        retry=retry,
+        on_retry=lambda op: out.metrics.retries.labels(op).inc(),
+    )
+
+
+def _jobs(
+    settings: Settings, retention: Retention, backup: ConfigBackup | None
+) -> tuple[list[Periodic], list[StartupJob]]:
+    """The dispatcher's periodic jobs and the jobs it runs once at start."""
+    periodic = [Periodic("retention", settings.retention.interval, retention.run_pass)]
+    startup: list[StartupJob] = [retention.resume]
+    if backup is not None:
+        periodic.append(Periodic("config backup", settings.config_backup.interval, backup.run_pass))
+        startup.append(backup.run_pass_logged)
+    return periodic, startup
+
+
+def _config_backup(
+    settings: Settings, backend: Backend, lease: Lease, clock: Clock
+) -> ConfigBackup | None:
+    """The config backup job (None when ``config_backup.enabled`` is false)."""
+    if not settings.config_backup.enabled:
+        return None
+    config_dir = settings.store.config_dir or settings.store.path / "config"
+    return ConfigBackup(
+        config_dir=Path(config_dir),
+        backend=backend,
+        lease=lease,
+        clock=clock,
+        cluster=settings.cold.cluster,
+        broker=settings.cold.broker,
+        history=settings.config_backup.history,
+    )
