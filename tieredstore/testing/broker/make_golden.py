@@ -28,16 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.conformance import (
-    check_checkpoint,
-    check_commitlog,
-    check_consume_queue_files,
-    check_messages,
-    check_offsets,
-    check_records,
-    check_topics,
-    index_store,
-)
+from tieredstore.testing.broker import conformance
 from tieredstore.testing.broker.manifest import Manifest
 from tieredstore.testing.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
 from tieredstore.testing.rocketmq import (
@@ -91,15 +82,17 @@ def _record(args: argparse.Namespace) -> tuple[Manifest, int]:
 def _check(store_dir: Path, manifest: Manifest) -> None:
     """Run the conformance checks on the copy and print what they report."""
     store = HotStore(store_dir)
-    index = index_store(store, manifest)
+    index = conformance.index_store(store, manifest)
     checks: dict[str, Callable[[], None]] = {
-        "records": lambda: check_records(index),
-        "messages": lambda: check_messages(index, manifest),
-        "offsets": lambda: check_offsets(store, manifest),
-        "commitlog": lambda: check_commitlog(store, index, manifest, min_data_files=3),
-        "cq files": lambda: check_consume_queue_files(store, manifest, min_files=2),
-        "topics": lambda: check_topics(store),
-        "checkpoint": lambda: check_checkpoint(store.checkpoint(), index, manifest, clean=True),
+        "records": lambda: conformance.check_records(index),
+        "messages": lambda: conformance.check_messages(index, manifest),
+        "offsets": lambda: conformance.check_offsets(store, manifest),
+        "commitlog": lambda: conformance.check_commitlog(store, index, manifest, min_data_files=3),
+        "cq files": lambda: conformance.check_consume_queue_files(store, manifest, min_files=2),
+        "topics": lambda: conformance.check_topics(store),
+        "checkpoint": lambda: conformance.check_checkpoint(
+            store.checkpoint(), index, manifest, clean=True
+        ),
     }
     failed = 0
     for name, check in checks.items():

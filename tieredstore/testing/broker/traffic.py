@@ -111,9 +111,15 @@ class ExpectedMessage:
     of ``topic`` the message is finally delivered to.
     """
 
+    # In the order of the golden manifest's entries (:meth:`to_json`): where the broker
+    # put the message first, then what was sent.
     index: int
     kind: Kind
     topic: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+    offset_msg_id: str
     tags: str | None
     keys: tuple[str, ...]
     properties: Mapping[str, str]
@@ -121,10 +127,6 @@ class ExpectedMessage:
     body_length: int
     delay: int
     fails_once: bool
-    msg_id: str
-    offset_msg_id: str
-    queue_id: int
-    queue_offset: int
     send_status: str = field(default="SEND_OK")
 
     def to_json(self) -> dict[str, object]:
