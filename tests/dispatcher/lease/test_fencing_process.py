@@ -105,7 +105,7 @@ def test_sigstop_a_writer_let_another_take_over_then_sigcont(
         committed_by_a = _manifests(url, options)
         b = subprocess.run(
             sidecar_cmd(store, url, tmp_path / "state-b", "--once"),  # url: never a Path
-            env=sidecar_env(**env, **SUCCESSOR),
+            env=sidecar_env(**{**env, **SUCCESSOR}),
             capture_output=True,
             timeout=BOUND_S,
         )
