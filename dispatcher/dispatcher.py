@@ -30,16 +30,11 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from dispatcher.background_loops import (
-    Periodic,
-    renew_until,
-    run_periodic,
-    sleep_until,
-    wait_at_most,
-)
+from dispatcher.background_loops import Periodic, run_periodic
 from dispatcher.discovery import Discovery
 from dispatcher.lease.guard import mirror_lease
 from dispatcher.lease.lease import Lease
+from dispatcher.lease.renewal import renew_until
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.queue_status import untiered
@@ -51,7 +46,7 @@ from dispatcher.tiering.tick_report import TickReport, record_error
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
-from tieredstore.clock import Clock
+from tieredstore.clock import Clock, sleep_until, wait_at_most
 from tieredstore.errors import LeaseLostError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.loader import TieringSettings

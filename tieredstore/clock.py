@@ -13,7 +13,7 @@ import itertools
 import time
 from typing import Any, Protocol
 
-__all__ = ["Clock", "SystemClock", "VirtualClock"]
+__all__ = ["Clock", "SystemClock", "VirtualClock", "sleep_until", "wait_at_most"]
 
 
 class Clock(Protocol):
@@ -128,3 +128,30 @@ class VirtualClock:
     def set_ms(self, now_ms: int) -> None:
         """Jump to an absolute time without waking anyone (for synchronous tests)."""
         self._now = now_ms
+
+
+async def sleep_until(clock: Clock, event: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds`` on ``clock``, or less if ``event`` is set meanwhile."""
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    stopper = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (sleeper, stopper):
+            t.cancel()
+
+
+async def wait_at_most(
+    clock: Clock, task: asyncio.Future[Any], seconds: float, *, cut: asyncio.Event | None = None
+) -> None:
+    """Wait up to ``seconds`` (on ``clock``) for ``task`` to end, or until ``cut`` is set
+    (a second Ctrl-C: stop waiting now); ``task`` is not cancelled."""
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    cutter = asyncio.ensure_future(cut.wait()) if cut is not None else None
+    try:
+        waits = {task, timer} if cutter is None else {task, timer, cutter}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+        if cutter is not None:
+            cutter.cancel()

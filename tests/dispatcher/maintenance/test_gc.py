@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.background_loops import renew_until
 from dispatcher.lease.lease import Lease
+from dispatcher.lease.renewal import renew_until
 from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
