@@ -1,0 +1,2 @@
+"""One round of tiering: plan (:mod:`.planner`), make durable, gather in commitlog order,
+upload, commit (:mod:`.committer`), adopt or quarantine; run by :mod:`.rounds`."""
