@@ -52,7 +52,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +63,7 @@ from dispatcher.tiering.planner import SegmentPlan
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot.synth import SyntheticStore, SynthSpec, generate_messages
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings, load_settings
 
 PUTS_TARGET = 60.0  # PUTs per minute per broker (issue 37: 1 a second)
@@ -87,37 +87,6 @@ KIND_ORDER = ("PUT", "GET", "HEAD", "LIST", "DELETE")
 #: Modes measured side by side: the settings each changes. ``per-queue`` is today's
 #: sidecar (issue 37's baseline); the batch mode is added here when it exists.
 MODES: dict[str, dict[str, object]] = {"per-queue": {}}
-
-
-class TrickleStore(SyntheticStore):
-    """A synthetic store whose appends go to the queues named, one message each."""
-
-    @classmethod
-    def empty(cls, root: Path, spec: SynthSpec) -> TrickleStore:
-        """:meth:`SyntheticStore.create`, typed as this class."""
-        store = cls.create(root, spec)
-        assert isinstance(store, TrickleStore)
-        return store
-
-    def append_to(self, queues: Sequence[tuple[str, int]], store_time: int) -> None:
-        """Append one message to each of ``queues`` (in that order; a queue named twice
-        gets two), all stored at ``store_time``: commitlog, consume queues, checkpoint."""
-        spec = replace(self.spec, messages=len(queues))
-        plans = [
-            replace(
-                plan,
-                topic=topic,
-                queue_id=queue_id,
-                store_timestamp=store_time,
-                born_timestamp=store_time - (plan.store_timestamp - plan.born_timestamp),
-            )
-            for plan, (topic, queue_id) in zip(
-                generate_messages(spec, first_index=self.written), queues, strict=True
-            )
-        ]
-        self._write_units(self._write_commitlog(plans))
-        self.written += len(plans)
-        self._write_checkpoint()
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +270,7 @@ async def measure(args: argparse.Namespace, mode: str, root: Path) -> Measured:
         start_time=START_MS,
         compress_over=0,
     )
-    store = TrickleStore.empty(root / f"store-{mode}", spec)
+    store = SyntheticStore.create(root / f"store-{mode}", spec)
     with cold_store(args.cold, mode, root) as cold:
         settings = sidecar_settings(args, mode, store.root, root / f"state-{mode}", cold)
         shape = shape_of(settings, len(keys), args.messages_per_minute, args.minutes)
@@ -313,7 +282,7 @@ async def measure(args: argparse.Namespace, mode: str, root: Path) -> Measured:
             if len(queues):
                 counts = due[queues] - timeline.count[queues]
                 to = [keys[q] for q, n in zip(queues, counts, strict=True) for _ in range(n)]
-                store.append_to(to, START_MS + now)
+                store.append(store_time=START_MS + now, interval_ms=0, queues=to)
                 timeline.append(queues, counts, now)
 
         t0 = time.perf_counter()

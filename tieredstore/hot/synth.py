@@ -24,7 +24,7 @@ import os
 import random
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -267,8 +267,13 @@ class SyntheticStore:
         *,
         store_time: int | None = None,
         interval_ms: int | None = None,
+        queues: Sequence[tuple[str, int]] | None = None,
     ) -> int:
         """Append the next ``count`` messages of the spec (default: ``spec.messages``).
+
+        ``queues`` (``(topic, queue id)`` pairs) places the batch's messages one each on
+        the queues named, in order (a queue named twice gets two; ``count`` defaults to
+        their number and must match it), instead of the spec's round robin.
 
         ``store_time`` (epoch ms) places this batch in time, as a live broker would
         stamp it: its messages get store timestamps ``store_time + j * interval_ms``
@@ -281,8 +286,16 @@ class SyntheticStore:
         Commitlog bytes are written first, then the consume-queue units, then the
         checkpoint. Returns the number of messages appended.
         """
-        n = self.spec.messages if count is None else count
+        if count is None:
+            count = self.spec.messages if queues is None else len(queues)
+        n = count
+        if queues is not None and n != len(queues):
+            raise ConfigError(f"{n} messages for {len(queues)} queues", where=str(self.root))
         plans = list(generate_messages(replace(self.spec, messages=n), first_index=self.written))
+        if queues is not None:
+            plans = [
+                replace(p, topic=t, queue_id=q) for p, (t, q) in zip(plans, queues, strict=True)
+            ]
         if store_time is not None:
             step = self.spec.interval_ms if interval_ms is None else interval_ms
             plans = self._restamp(plans, store_time, step)

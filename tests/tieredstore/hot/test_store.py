@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tieredstore.errors import (
+    ConfigError,
     CorruptUnitError,
     NotAStoreError,
     OffsetOutOfRangeError,
@@ -132,6 +133,21 @@ def test_append_is_seen_and_equals_one_shot(tmp_path: Path) -> None:
         b = sorted((tmp_path / "oneshot" / name).iterdir())
         assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
     assert live.root.exists()
+
+
+def test_append_to_named_queues_places_one_message_on_each(tmp_path: Path) -> None:
+    spec = SynthSpec(topics=2, queues=2, messages=0, seed=5)
+    store = SyntheticStore.create(tmp_path / "s", spec)
+    named = [("SynthTopic1", 1), ("SynthTopic0", 0), ("SynthTopic1", 1)]
+    assert store.append(store_time=spec.start_time + 5_000, interval_ms=0, queues=named) == 3
+    hot = HotStore(store.root)
+    ends = {(k.topic, k.queue_id): hot.queue_range(k.topic, k.queue_id).max for k in hot.queues()}
+    assert ends.get(("SynthTopic1", 1)) == 2 and ends.get(("SynthTopic0", 0)) == 1
+    assert not ends.get(("SynthTopic0", 1)) and not ends.get(("SynthTopic1", 0))
+    times = [hot.read_message("SynthTopic1", 1, o).store_timestamp for o in (0, 1)]
+    assert times == [spec.start_time + 5_000] * 2
+    with pytest.raises(ConfigError, match="2 messages for 3 queues"):
+        store.append(2, queues=named)
 
 
 def test_queue_start_writes_filler_units(tmp_path: Path) -> None:
