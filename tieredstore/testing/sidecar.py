@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -111,13 +111,31 @@ def crash_cycles(
     return kills
 
 
+def wait_until(
+    what: str,
+    done: Callable[[], bool],
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    *,
+    timeout: float = 60,
+) -> None:
+    """Block until ``done()``, or fail (an AssertionError with the end of ``log``) when
+    ``proc`` exits first or ``timeout`` seconds pass. Waits on the process, never sleeps:
+    a process that exits ends the wait at once."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, f"exited while waiting for {what}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout}s:\n{log.read_text()[-3000:]}"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)
+
+
 def wait_for_log(
     log: Path, pattern: str, proc: subprocess.Popen[bytes], timeout: float = 60
 ) -> None:
     """Block until ``pattern`` (a regex) appears in the log the process writes, or fail."""
-    deadline = time.monotonic() + timeout
-    while not re.search(pattern, log.read_text(errors="replace")):
-        assert proc.poll() is None, f"exited early:\n{log.read_text()[-2000:]}"
-        assert time.monotonic() < deadline, f"no {pattern!r}:\n{log.read_text()[-2000:]}"
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.05)
+
+    def seen() -> bool:
+        return re.search(pattern, log.read_text(errors="replace")) is not None
+
+    wait_until(repr(pattern), seen, proc, log, timeout=timeout)

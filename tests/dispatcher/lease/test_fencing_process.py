@@ -20,7 +20,6 @@ import contextlib
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_until
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 
@@ -71,17 +70,6 @@ def _manifests(url: str, options: BackendOptions) -> int:
     return asyncio.run(count())
 
 
-def _until(what: str, done: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait (bounded) until ``done()``, watching ``proc`` exit instead of sleeping."""
-    deadline = time.monotonic() + BOUND_S
-    while not done():
-        if proc.poll() is not None:
-            pytest.fail(f"exited while waiting for {what}:\n{log.read_text()[-3000:]}")
-        assert time.monotonic() < deadline, f"no {what} in {BOUND_S}s:\n{log.read_text()[-3000:]}"
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.1)
-
-
 @pytest.mark.parametrize("kind", ["posix", pytest.param("s3", marks=pytest.mark.s3)])
 def test_sigstop_a_writer_let_another_take_over_then_sigcont(
     kind: str, tmp_path: Path, spark: SparkSession, request: pytest.FixtureRequest
@@ -100,7 +88,9 @@ def test_sigstop_a_writer_let_another_take_over_then_sigcont(
     log_a = tmp_path / "a.log"
     a = start(store, url, tmp_path / "state-a", log=log_a, **env)
     try:
-        _until("three commits by A", lambda: _manifests(url, options) >= 3, a, log_a)
+        wait_until(
+            "three commits by A", lambda: _manifests(url, options) >= 3, a, log_a, timeout=BOUND_S
+        )
         a.send_signal(signal.SIGSTOP)  # frozen wherever it is: mid-upload, mid-commit
         committed_by_a = _manifests(url, options)
         b = subprocess.run(

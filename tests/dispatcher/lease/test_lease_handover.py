@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import subprocess
 from pathlib import Path
@@ -11,25 +10,11 @@ import pytest
 
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_for_log
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 
 RENEW = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s", "TIEREDSTORE_TIERING_TICK_INTERVAL": "100ms"}
-
-
-def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Block until ``text`` appears in the log (the process writes it), or fail."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text(errors="replace"):
-        assert proc.poll() is None, f"sidecar exited early:\n{log.read_text()[-2000:]}"
-        assert time.monotonic() < deadline, (
-            f"no {text!r} within {timeout}s:\n{log.read_text()[-2000:]}"
-        )
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.05)
 
 
 def test_second_sidecar_refused_then_takes_over_fast(tmp_path: Path) -> None:
@@ -38,7 +23,7 @@ def test_second_sidecar_refused_then_takes_over_fast(tmp_path: Path) -> None:
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     a = start(store, cold, tmp_path / "state-a", log=log_a, **RENEW)
     try:
-        _wait_for(log_a, "lease acquired", a, 60)
+        wait_for_log(log_a, "lease acquired", a, 60)
         # A second sidecar that must not wait exits at once with a clear message.
         refused = subprocess.run(
             sidecar_cmd(store, cold, tmp_path / "state-b", "--no-wait"),
@@ -51,11 +36,11 @@ def test_second_sidecar_refused_then_takes_over_fast(tmp_path: Path) -> None:
         # One that waits says so, then takes over as soon as A stops gracefully.
         b = start(store, cold, tmp_path / "state-b", log=log_b, **RENEW)
         try:
-            _wait_for(log_b, "waiting", b, 60)
+            wait_for_log(log_b, "waiting", b, 60)
             a.send_signal(signal.SIGTERM)
             assert a.wait(timeout=60) == 0
             assert "lease released" in log_a.read_text()
-            _wait_for(log_b, "lease acquired", b, 5)  # renew interval is 1 s: fast
+            wait_for_log(log_b, "lease acquired", b, 5)  # renew interval is 1 s: fast
             assert "epoch 2" in log_b.read_text()
         finally:
             b.send_signal(signal.SIGTERM)

@@ -52,7 +52,7 @@ from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.pausing_sidecar import NOT_WRAPPED, POINTS
 from tieredstore.testing.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.sidecar import kill9, sidecar_cmd, sidecar_env
+from tieredstore.testing.sidecar import kill9, sidecar_cmd, sidecar_env, wait_until
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 
@@ -109,17 +109,6 @@ def _frozen(proc: subprocess.Popen[bytes]) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
-def _until(what: str, done: Callable[[], bool], watch: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait (bounded) until ``done()``, ticking on ``watch``'s exit instead of sleeping."""
-    deadline = time.monotonic() + BOUND_S
-    while not done():
-        if watch.poll() is not None:
-            pytest.fail(f"exited while waiting for {what}:\n{log.read_text()[-3000:]}")
-        assert time.monotonic() < deadline, f"no {what} in {BOUND_S}s:\n{log.read_text()[-3000:]}"
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            watch.wait(timeout=0.05)
-
-
 async def _committed(backend: Any) -> dict[str, bytes]:
     """Every manifest key that holds a manifest (not a fence marker), with its bytes."""
     out = {}
@@ -164,12 +153,12 @@ def _round(
         )  # fmt: skip
     b: subprocess.Popen[bytes] | None = None
     try:
-        _until(f"A frozen at {point} #{nth}", lambda: _frozen(a), a, log_a)
+        wait_until(f"A frozen at {point} #{nth}", lambda: _frozen(a), a, log_a, timeout=BOUND_S)
         before = cold.run(_committed)
         epoch_a = cold.run(_lease).epoch
         if mode == "gc":
-            _until("A's lease to expire", lambda: cold.run(_lease).expires_at_ms
-                   < time.time() * 1000, a, log_a)  # fmt: skip
+            wait_until("A's lease to expire", lambda: cold.run(_lease).expires_at_ms
+                       < time.time() * 1000, a, log_a, timeout=BOUND_S)  # fmt: skip
             gc = subprocess.run(
                 [sys.executable, "-m", "tieredstore.cli", "gc", "--grace", "0",
                  *location_args(store, cold.url, tmp / "state-gc")],
@@ -186,7 +175,10 @@ def _round(
                 env={**env, **SUCCESSOR}, stdout=out, stderr=out,
             )  # fmt: skip
         if mode == "race":
-            _until("B to hold the lease", lambda: cold.run(_lease).epoch > epoch_a, b, b_log)
+            wait_until(
+                "B to hold the lease", lambda: cold.run(_lease).epoch > epoch_a, b, b_log,
+                timeout=BOUND_S,
+            )  # fmt: skip
             a.send_signal(signal.SIGCONT)
         assert b.wait(timeout=BOUND_S) == 0, b_log.read_text()[-3000:]
         a.send_signal(signal.SIGCONT)

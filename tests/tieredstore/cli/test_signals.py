@@ -19,7 +19,7 @@ import pytest
 
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.settings import BROKER, CLUSTER
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_for_log
+from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_for_log, wait_until
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 
@@ -139,12 +139,8 @@ def test_verify_stops_on_a_signal_to_its_process_group_in_one_line(
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=sink, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (out / "spark.log").exists():  # the JVM is starting: Spark is under way
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=0.05)
+        # spark.log appears when the JVM is starting: Spark is under way
+        wait_until("spark.log", (out / "spark.log").exists, proc, log, timeout=120)
         os.killpg(proc.pid, sig)
         code = proc.wait(timeout=120)
     finally:
