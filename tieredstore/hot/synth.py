@@ -192,6 +192,45 @@ def generate_messages(spec: SynthSpec, *, first_index: int = 0) -> Iterator[Mess
         )
 
 
+def _cq_path(root: Path, spec: SynthSpec, topic: str, queue_id: int, base: int) -> Path:
+    """The consume-queue file at ``base``, created (zeros, fillers below the queue's
+    start) if absent."""
+    qdir = root / "consumequeue" / topic / str(queue_id)
+    path = qdir / f"{base:020d}"
+    if not path.exists():
+        qdir.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as fh:
+            fh.truncate(spec.cq_file_size)
+            start = spec.queue_start * CQ_UNIT_SIZE
+            if base <= start < base + spec.cq_file_size and start > base:
+                filler = _CQ_UNIT.pack(0, FILLER_SIZE, 0)
+                fh.write(filler * ((start - base) // CQ_UNIT_SIZE))
+    return path
+
+
+def _write_units(root: Path, spec: SynthSpec, placed: list[Written]) -> None:
+    """Write the consume-queue units of ``placed``, one pwrite per queue and file."""
+    by_queue: dict[tuple[str, int], list[Written]] = {}
+    for w in placed:
+        by_queue.setdefault((w.topic, w.queue_id), []).append(w)
+    fs = spec.cq_file_size
+    for (topic, qid), items in by_queue.items():
+        i = 0
+        while i < len(items):
+            pos = items[i].queue_offset * CQ_UNIT_SIZE
+            base = pos - pos % fs
+            buf = bytearray()
+            while i < len(items) and items[i].queue_offset * CQ_UNIT_SIZE < base + fs:
+                w = items[i]
+                buf += _CQ_UNIT.pack(w.commitlog_offset, w.size, w.tags_code)
+                i += 1
+            fd = os.open(_cq_path(root, spec, topic, qid, base), os.O_WRONLY)
+            try:
+                os.pwrite(fd, buf, pos - base)
+            finally:
+                os.close(fd)
+
+
 class SyntheticStore:
     """A synthetic store open for appending. Use :meth:`create` or :meth:`open`."""
 
@@ -300,7 +339,7 @@ class SyntheticStore:
             step = self.spec.interval_ms if interval_ms is None else interval_ms
             plans = self._restamp(plans, store_time, step)
         placed = self._write_commitlog(plans)
-        self._write_units(placed)
+        _write_units(self.root, self.spec, placed)
         self.written += n
         self._write_checkpoint()
         self._save_state()
@@ -393,40 +432,6 @@ class SyntheticStore:
             os.pwrite(fd, data, pos - base)
         finally:
             os.close(fd)
-
-    def _cq_path(self, topic: str, queue_id: int, base: int) -> Path:
-        qdir = self.root / "consumequeue" / topic / str(queue_id)
-        path = qdir / f"{base:020d}"
-        if not path.exists():
-            qdir.mkdir(parents=True, exist_ok=True)
-            with path.open("wb") as fh:
-                fh.truncate(self.spec.cq_file_size)
-                start = self.spec.queue_start * CQ_UNIT_SIZE
-                if base <= start < base + self.spec.cq_file_size and start > base:
-                    filler = _CQ_UNIT.pack(0, FILLER_SIZE, 0)
-                    fh.write(filler * ((start - base) // CQ_UNIT_SIZE))
-        return path
-
-    def _write_units(self, placed: list[Written]) -> None:
-        by_queue: dict[tuple[str, int], list[Written]] = {}
-        for w in placed:
-            by_queue.setdefault((w.topic, w.queue_id), []).append(w)
-        fs = self.spec.cq_file_size
-        for (topic, qid), items in by_queue.items():
-            i = 0
-            while i < len(items):
-                pos = items[i].queue_offset * CQ_UNIT_SIZE
-                base = pos - pos % fs
-                buf = bytearray()
-                while i < len(items) and items[i].queue_offset * CQ_UNIT_SIZE < base + fs:
-                    w = items[i]
-                    buf += _CQ_UNIT.pack(w.commitlog_offset, w.size, w.tags_code)
-                    i += 1
-                fd = os.open(self._cq_path(topic, qid, base), os.O_WRONLY)
-                try:
-                    os.pwrite(fd, buf, pos - base)
-                finally:
-                    os.close(fd)
 
     def _write_checkpoint(self) -> None:
         cp = Checkpoint(
