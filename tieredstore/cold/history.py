@@ -25,19 +25,40 @@ broker plugin through it), restore, export, the Spark verifier and data source,
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 from tieredstore.cold.digests import DigestAlgorithm
-from tieredstore.cold.layout import QueuePath
-from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.layout import (
+    ObjectKey,
+    QueuePath,
+    SegmentKind,
+    broker_prefix,
+    classify_listed,
+)
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
 
-__all__ = ["Committed", "EntryKind", "QueueHistory", "Span", "as_link", "choose", "read_span"]
+__all__ = [
+    "BrokerHistory",
+    "Committed",
+    "EntryKind",
+    "QueueHistory",
+    "Span",
+    "as_link",
+    "choose",
+    "load_history",
+    "read_span",
+]
+
+#: Commit points read at once while a broker's history is loaded.
+_READ_CONCURRENCY: Final = 32
 
 
 class EntryKind(enum.Enum):
@@ -208,3 +229,53 @@ async def read_span(backend: Backend, span: Span, start: int, end: int) -> bytes
     if not 0 <= start <= end <= span.size:
         raise ValueError(f"[{start}, {end}) is outside the span of {span.size} bytes")
     return await backend.read_exact(span.key, span.at + start, span.at + end)
+
+
+@dataclass(slots=True)
+class BrokerHistory:
+    """Every queue's committed history under one broker prefix (:func:`load_history`)."""
+
+    queues: dict[QueuePath, QueueHistory] = field(default_factory=dict)
+
+    def links(self) -> list[Committed]:
+        """Every chosen link, queue by queue in name order, each in offset order."""
+        ordered = sorted(self.queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
+        return [link for _, h in ordered for link in h.links]
+
+
+async def load_history(
+    backend: Backend,
+    cluster: str,
+    broker: str,
+    *,
+    wants_topic: Callable[[str], bool] = lambda _topic: True,
+) -> BrokerHistory:
+    """The committed history of every queue of ``broker`` whose topic is wanted: one
+    listing of the broker prefix, then every commit point read (``_READ_CONCURRENCY`` at
+    once) and :func:`choose` applied per queue. Fence markers are no link.
+
+    Raises:
+        CorruptManifestError / UnsupportedFormatError: a commit point that does not
+            parse (a reader of the whole history cannot step over it).
+    """
+    prefix = broker_prefix(cluster, broker) + "/"
+    keys: list[str] = []
+    for info in await backend.list(prefix):
+        listed = classify_listed(info.key, prefix)
+        if (
+            isinstance(listed, ObjectKey)
+            and listed.kind is SegmentKind.MANIFEST
+            and wants_topic(listed.topic)
+        ):
+            keys.append(info.key)
+    sem = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def one(key: str) -> Manifest | FenceMarker:
+        async with sem:
+            return read_stored(await backend.read(key), key)
+
+    segments: dict[QueuePath, list[Committed]] = {}
+    for stored in await asyncio.gather(*(one(k) for k in keys)):
+        if isinstance(stored, Manifest):
+            segments.setdefault(stored.queue, []).append(Committed.of_manifest(stored))
+    return BrokerHistory({q: choose(segs, []) for q, segs in segments.items()})

@@ -8,9 +8,18 @@ import dataclasses
 import pytest
 
 from tieredstore.backends.memory import MemoryBackend
-from tieredstore.cold.history import Committed, EntryKind, Span, as_link, choose, read_span
-from tieredstore.cold.layout import QueuePath
-from tieredstore.testing.segments import chain
+from tieredstore.cold.history import (
+    Committed,
+    EntryKind,
+    Span,
+    as_link,
+    choose,
+    load_history,
+    read_span,
+)
+from tieredstore.cold.layout import QueuePath, lease_key
+from tieredstore.cold.manifest import FenceMarker
+from tieredstore.testing.segments import chain, upload
 
 Q = QueuePath("c", "b", "t", 0)
 
@@ -101,3 +110,19 @@ async def test_read_span_reads_inside_its_span_only() -> None:
     assert await read_span(backend, span, 15, 20) == bytes(range(25, 30))
     with pytest.raises(ValueError, match="outside the span"):
         await read_span(backend, span, 15, 21)
+
+
+async def test_load_history_reads_every_wanted_queue_and_steps_over_markers() -> None:
+    backend = MemoryBackend("history-load")
+    other = QueuePath("c", "b", "u", 1)
+    for seg in chain(Q, [3, 4]) + chain(other, [2]):
+        await upload(backend, seg)
+    marker = FenceMarker("c", "b", "t", 0, 7, lease_epoch=2, writer_id="gc", created_at_ms=1)
+    await backend.write(marker.key, marker.to_json())
+    await backend.write(lease_key("c", "b"), b"{}")  # tieredstore's own: not history
+    history = await load_history(backend, "c", "b")
+    assert _ranges(history.queues[Q].links) == [("segment", 0, 3), ("segment", 3, 7)]
+    assert _ranges(history.queues[other].links) == [("segment", 0, 2)]
+    assert [link.queue for link in history.links()] == [Q, Q, other]
+    only_t = await load_history(backend, "c", "b", wants_topic=lambda t: t == "t")
+    assert list(only_t.queues) == [Q]
