@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
+from tieredstore.cold.history import Committed, as_link, choose
 from tieredstore.cold.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
 from tieredstore.cold.loss import list_loss_records
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
@@ -216,13 +217,28 @@ class ColdMessage:
 
 @dataclass(frozen=True, slots=True)
 class Segments:
-    """One queue's committed segments as listed: manifest keys sorted by start offset."""
+    """One queue's committed history as listed: manifest keys sorted by start offset
+    (read lazily), and the batch slices not already a duplicate of another slice
+    (``slices``, sorted by start; :func:`~tieredstore.cold.history.choose` with no
+    segments). A slice is read only where no segment holds its offsets."""
 
     starts: tuple[int, ...]
     keys: tuple[str, ...]
+    slices: tuple[Committed, ...] = ()
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    @property
+    def empty(self) -> bool:
+        return not self.starts and not self.slices
+
+    def slice_at(self, offset: int) -> Committed | None:
+        """The slice holding ``offset``, if any."""
+        i = bisect.bisect_right([s.start_offset for s in self.slices], offset) - 1
+        if i >= 0 and offset < self.slices[i].end_offset:
+            return self.slices[i]
+        return None
 
 
 Stored = Callable[[str], Awaitable[Manifest | FenceMarker]]
@@ -280,9 +296,9 @@ class _SegmentIndex:
         self.readahead = readahead
         self._cache_size = cache_manifests
         self._manifests: OrderedDict[str, Manifest | FenceMarker] = OrderedDict()
-        # Each cached manifest's (COMMIT_LOG, CONSUME_QUEUE) keys: deriving a key
-        # validates every name in it, too slow to repeat on every small read.
-        self._keys: dict[str, tuple[str, str]] = {}
+        # Each cached manifest's link: deriving its object keys validates every name
+        # in them, too slow to repeat on every small read.
+        self._links: dict[str, Committed] = {}
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
@@ -301,7 +317,12 @@ class _SegmentIndex:
                 continue
             found.append((key.base_offset, info.key))
         found.sort()
-        return Segments(tuple(s for s, _ in found), tuple(k for _, k in found))
+        slices = choose([], await self._slices(queue)).links
+        return Segments(tuple(s for s, _ in found), tuple(k for _, k in found), slices)
+
+    async def _slices(self, queue: QueuePath) -> list[Committed]:
+        """The queue's slices in the broker's batch objects (none before batching)."""
+        return []
 
     async def _stored(self, key: str) -> Manifest | FenceMarker:
         """What is at manifest key ``key``: a segment's manifest or a GC fence marker
@@ -320,70 +341,102 @@ class _SegmentIndex:
         stored = read_stored(data, key)
         self._manifests[key] = stored
         if isinstance(stored, Manifest):
-            self._keys[key] = (stored.commit_log_key, stored.consume_queue_key)
+            self._links[key] = Committed.of_manifest(stored)
         if len(self._manifests) > self._cache_size:
-            self._keys.pop(self._manifests.popitem(last=False)[0], None)
+            self._links.pop(self._manifests.popitem(last=False)[0], None)
         return stored
 
-    def object_keys(self, manifest: Manifest) -> tuple[str, str]:
-        """The segment's (COMMIT_LOG key, CONSUME_QUEUE key)."""
-        keys = self._keys.get(manifest.key)
-        return keys if keys is not None else (manifest.commit_log_key, manifest.consume_queue_key)
+    async def _link(self, key: str) -> Committed | None:
+        """The segment committed at manifest key ``key``; None for a fence marker."""
+        stored = await self._stored(key)
+        if isinstance(stored, FenceMarker):
+            return None
+        link = self._links.get(key)
+        return link if link is not None else Committed.of_manifest(stored)
+
+    def object_keys(self, link: Committed) -> tuple[str, str]:
+        """The (COMMIT_LOG key, CONSUME_QUEUE key) that hold the link's bytes."""
+        return link.commit_log.key, link.consume_queue.key
 
     async def range(self, topic: str, queue_id: int) -> ColdRange:
         """The queue's ``[cold min, cold commit)``; ``ColdRange(0, 0)`` if nothing is in cold."""
         segs = await self._segments(self.queue_path(topic, queue_id))
         return await self._range(segs)
 
-    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Manifest]:
-        """The queue's segments and the one holding ``offset`` (OffsetOutOfRangeError if
+    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Committed]:
+        """The queue's history and the link holding ``offset`` (OffsetOutOfRangeError if
         none does, as :meth:`read`)."""
         queue = self.queue_path(topic, queue_id)
         segs = await self._segments(queue)
         return segs, await self._segment_for(queue, segs, offset)
 
-    async def following(self, segs: Segments, manifest: Manifest) -> Manifest | None:
-        """The segment that starts where ``manifest`` ends; None at cold commit or a gap."""
-        i = bisect.bisect_right(segs.starts, manifest.end_offset) - 1
-        if segs.starts[i] != manifest.end_offset:
-            return None
-        stored = await self._stored(segs.keys[i])
-        return stored if isinstance(stored, Manifest) else None  # a fence marker: no segment
+    async def following(self, segs: Segments, link: Committed) -> Committed | None:
+        """The link that starts where ``link`` ends; None at cold commit or a gap."""
+        return await self._link_at(segs, link.end_offset, starting=True)
 
-    async def first_manifest(self, topic: str, queue_id: int) -> Manifest | None:
-        """The queue's oldest committed segment's manifest; None if cold holds nothing."""
+    async def first_link(self, topic: str, queue_id: int) -> Committed | None:
+        """The queue's oldest committed link; None if cold holds nothing."""
         segs = await self._segments(self.queue_path(topic, queue_id))
-        first = await _at_or_after(self._stored, segs, 0)
-        return first[1] if first is not None else None
+        rng = await self._range(segs)
+        return await self._link_at(segs, rng.min) if rng.count else None
 
     async def _range(self, segs: Segments) -> ColdRange:
         first = await _at_or_after(self._stored, segs, 0)
         last = await _at_or_before(self._stored, segs, len(segs) - 1)
-        if first is None or last is None:
+        starts = [m.start_offset for _, m in filter(None, (first,))]
+        ends = [m.end_offset for _, m in filter(None, (last,))]
+        starts += [s.start_offset for s in segs.slices[:1]]
+        ends += [s.end_offset for s in segs.slices[-1:]]
+        if not starts:
             return ColdRange(0, 0)
-        return ColdRange(first[1].start_offset, last[1].end_offset)
+        return ColdRange(min(starts), max(ends))
 
-    async def _segment_for(self, queue: QueuePath, segs: Segments, offset: int) -> Manifest:
-        """The committed segment holding ``offset``; OffsetOutOfRangeError if none does."""
+    async def _segment_at(self, segs: Segments, offset: int) -> Committed | None:
+        """The segment holding ``offset`` (manifests read lazily), if any."""
         found = await _at_or_before(
             self._stored, segs, bisect.bisect_right(segs.starts, offset) - 1
         )
-        if found is not None:
-            i, manifest = found
-            if offset < manifest.end_offset:
-                return manifest
-            if i + 1 < len(segs):
-                await self._raise_if_lost(queue, offset)
-                raise OffsetOutOfRangeError(
-                    f"queue offset {offset} of {queue} is in no committed segment: the "
-                    f"segments end at {manifest.end_offset} and resume at {segs.starts[i + 1]}",
-                    where=queue.root,
-                )
-        await self._raise_if_lost(queue, offset)
+        if found is None or offset >= found[1].end_offset:
+            return None
+        return await self._link(segs.keys[found[0]])
+
+    async def _link_at(
+        self, segs: Segments, offset: int, *, starting: bool = False
+    ) -> Committed | None:
+        """The link holding ``offset`` by the one reading rule
+        (:func:`~tieredstore.cold.history.choose`): a segment if one holds it, else a
+        slice that no segment overlaps. ``starting``: only a link that starts there."""
+        link = await self._segment_at(segs, offset)
+        if link is None:
+            link = segs.slice_at(offset)
+            if link is not None and await self._overlapped(segs, link):
+                link = None
+        if link is not None and starting and link.start_offset != offset:
+            return None
+        return link
+
+    async def _overlapped(self, segs: Segments, link: Committed) -> bool:
+        """Whether a segment holds any of the slice's offsets (then the segment wins)."""
+        i = bisect.bisect_left(segs.starts, link.end_offset) - 1
+        found = await _at_or_before(self._stored, segs, i)
+        return found is not None and found[1].end_offset > link.start_offset
+
+    async def _segment_for(self, queue: QueuePath, segs: Segments, offset: int) -> Committed:
+        """The committed link holding ``offset``; OffsetOutOfRangeError if none does."""
+        link = await self._link_at(segs, offset)
+        if link is not None:
+            return link
         rng = await self._range(segs)
+        await self._raise_if_lost(queue, offset)
+        if rng.min <= offset < rng.commit:
+            raise OffsetOutOfRangeError(
+                f"queue offset {offset} of {queue} is in no committed segment: a gap "
+                f"inside what cold holds {rng}",
+                where=queue.root,
+            )
         raise OffsetOutOfRangeError(
             f"queue offset {offset} of {queue} is outside what cold holds {rng}"
-            + (" (nothing tiered yet)" if not segs else ""),
+            + (" (nothing tiered yet)" if segs.empty else ""),
             where=queue.root,
         )
 
@@ -433,60 +486,57 @@ class ColdReader(_SegmentIndex):
             raise ValueError(f"count must be at least 1, got {count}")
         queue = self.queue_path(topic, queue_id)
         segs = await self._segments(queue)
-        manifest = await self._segment_for(queue, segs, offset)
+        link: Committed | None = await self._segment_for(queue, segs, offset)
         left = count
-        while left > 0:
-            n = min(left, manifest.end_offset - offset, _BATCH_UNITS)
-            batch = await self._read_batch(manifest, offset, n)
+        while left > 0 and link is not None:
+            n = min(left, link.end_offset - offset, _BATCH_UNITS)
+            batch = await self._read_batch(link, offset, n)
             for message in batch:
                 yield message
             offset += len(batch)
             left -= len(batch)
-            if offset == manifest.end_offset:
-                i = bisect.bisect_right(segs.starts, offset) - 1
-                if segs.starts[i] != offset:
-                    return  # cold commit (or a gap): the read ends here
-                stored = await self._stored(segs.keys[i])
-                if isinstance(stored, FenceMarker):
-                    return  # no segment there: the read ends here
-                manifest = stored
+            if offset == link.end_offset:
+                # None at cold commit, a gap or a fence marker: the read ends here.
+                link = await self.following(segs, link)
 
-    async def read_units(self, manifest: Manifest, offset: int, n: int) -> Units:
-        """The CQ units of queue offsets ``[offset, offset + n)`` of one segment, unchecked."""
-        rel = (offset - manifest.start_offset) * CQ_UNIT_SIZE
-        key = self.object_keys(manifest)[1]
-        data = await self._read_object(
-            manifest, key, rel, rel + n * CQ_UNIT_SIZE, manifest.consume_queue.size
-        )
-        return decode_units(data, where=key)
+    async def read_units(self, link: Committed, offset: int, n: int) -> Units:
+        """The CQ units of queue offsets ``[offset, offset + n)`` of one link, unchecked."""
+        rel = (offset - link.start_offset) * CQ_UNIT_SIZE
+        span = link.consume_queue
+        data = await self._read_object(link, span.key, span.at + rel, span.at + rel + n * 20)
+        return decode_units(data, where=span.key)
 
-    async def read_commit_log(self, manifest: Manifest, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` (relative to the object) of a segment's COMMIT_LOG."""
-        key, size = self.object_keys(manifest)[0], manifest.commit_log.size
-        return await self._read_object(manifest, key, start, end, size)
+    async def read_commit_log(self, link: Committed, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (relative to the link's cold commitlog) of its COMMIT_LOG."""
+        span = link.commit_log
+        if not 0 <= start <= end <= span.size:
+            raise CorruptUnitError(
+                f"cold commitlog bytes [{start}, {end}) are outside {link.describe()}",
+                where=span.key,
+            )
+        return await self._read_object(link, span.key, span.at + start, span.at + end)
 
-    async def _read_object(
-        self, manifest: Manifest, key: str, start: int, end: int, size: int
-    ) -> bytes:
-        """Range-read an object of a committed segment (through the read-ahead, if any).
+    async def _read_object(self, link: Committed, key: str, start: int, end: int) -> bytes:
+        """Range-read an object of a committed link (through the read-ahead, if any).
 
-        A missing object under a manifest that is gone too was expired while we read:
-        that is an offset out of range, not damage.
+        A missing object under a commit point that is gone too was expired (or, for a
+        batch, compacted and collected) while we read: that is an offset out of range,
+        not damage.
         """
         try:
             if self.readahead is None:
                 return await self.backend.read_exact(key, start, end)
-            return await self.readahead.read(key, start, end, size)
+            span = link.commit_log if key == link.commit_log.key else link.consume_queue
+            return await self.readahead.read(key, start, end, span.object_size)
         except ObjectNotFoundError:
-            if await self.backend.exists(manifest.key):
+            if await self.backend.exists(link.key):
                 raise
             raise OffsetOutOfRangeError(
-                f"segment [{manifest.start_offset}, {manifest.end_offset}) of "
-                f"{manifest.queue} expired while it was being read",
-                where=manifest.key,
+                f"{link.describe()} expired while it was being read",
+                where=link.key,
             ) from None
 
-    async def _read_batch(self, manifest: Manifest, offset: int, n: int) -> list[ColdMessage]:
+    async def _read_batch(self, manifest: Committed, offset: int, n: int) -> list[ColdMessage]:
         """Read ``n`` (or fewer, to stay within ``batch_bytes``) messages of one segment."""
         units = check_units(manifest, offset, await self.read_units(manifest, offset, n))
         sizes = units["size"].astype(np.int64)
@@ -517,11 +567,11 @@ class ColdReader(_SegmentIndex):
         """
         queue = self.queue_path(topic, queue_id)
         segs = await self._segments(queue)
-        if not segs:
+        rng = await self._range(segs)
+        if not rng.count:
             raise OffsetOutOfRangeError(
                 f"{queue} has nothing in cold to search by time", where=queue.root
             )
-        rng = await self._range(segs)
         # Store times are integers, so the last offset <= T is one before the first > T.
         if boundary is BoundaryType.LOWER:
             return await self._first_at_or_after(segs, timestamp_ms, rng)
@@ -538,9 +588,17 @@ class ColdReader(_SegmentIndex):
             else:
                 hi = mid
         found = await _at_or_before(self._stored, segs, lo) if lo < len(segs) else None
-        if found is None:
+        link = await self._link(segs.keys[found[0]]) if found is not None else None
+        slice_ = None
+        for s in segs.slices:
+            if s.max_store_timestamp >= ts and not await self._overlapped(segs, s):
+                slice_ = s
+                break
+        if slice_ is not None and (link is None or slice_.start_offset < link.start_offset):
+            link = slice_
+        if link is None:
             return rng.commit
-        manifest = found[1]
+        manifest = link
         if manifest.min_store_timestamp >= ts:
             return manifest.start_offset
         # The segment's last message is at or after ts, its first one before it.
@@ -553,7 +611,7 @@ class ColdReader(_SegmentIndex):
                 last = mid
         return first
 
-    async def _store_time(self, manifest: Manifest, offset: int) -> int:
+    async def _store_time(self, manifest: Committed, offset: int) -> int:
         """The storeTimestamp of one record (one CQ unit and one header read)."""
         unit = check_units(manifest, offset, await self.read_units(manifest, offset, 1))
         rel = int(unit["commitlog_offset"][0]) - manifest.cl_base
@@ -566,13 +624,14 @@ class ColdReader(_SegmentIndex):
 # -- decoding a committed segment's records (pure, no I/O) --------------------------------
 
 
-def check_units(manifest: Manifest, offset: int, units: Units) -> Units:
+def check_units(link: Committed | Manifest, offset: int, units: Units) -> Units:
     """Check that ``units`` (queue offsets ``offset..``) point at contiguous records
     inside the segment's COMMIT_LOG; return them.
 
     Raises:
         CorruptUnitError: the first unit that does not, named by CQ key and byte offset.
     """
+    manifest = as_link(link)
     cold = units["commitlog_offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     ends = cold + sizes
@@ -584,7 +643,7 @@ def check_units(manifest: Manifest, offset: int, units: Units) -> Units:
     )
     if bad.size:
         i = int(bad[0])
-        rel = (offset - manifest.start_offset + i) * CQ_UNIT_SIZE
+        rel = manifest.consume_queue.at + (offset - manifest.start_offset + i) * CQ_UNIT_SIZE
         raise CorruptUnitError(
             f"unit of queue offset {offset + i} points at cold offset {int(cold[i])} size "
             f"{int(sizes[i])}, not at the next record inside cold commitlog "
@@ -595,7 +654,7 @@ def check_units(manifest: Manifest, offset: int, units: Units) -> Units:
 
 
 def decode_messages(
-    manifest: Manifest,
+    link: Committed | Manifest,
     offset: int,
     units: Units,
     data: bytes,
@@ -617,6 +676,7 @@ def decode_messages(
             not match its unit (totalSize, queueOffset, physicalOffset, queue id, topic),
             named by COMMIT_LOG key and byte offset.
     """
+    manifest = as_link(link)
     rows = units.tolist()
     picked = range(len(rows)) if keep is None else np.flatnonzero(keep).tolist()
     # Derived (and validated) once per batch, not once per record.
@@ -630,7 +690,7 @@ def decode_messages(
 
 
 def _decode(
-    manifest: Manifest,
+    manifest: Committed,
     cl_key: str,
     data: bytes,
     queue_offset: int,
@@ -639,7 +699,7 @@ def _decode(
     size: int,
     tags_code: int,
 ) -> ColdMessage:
-    where = f"{cl_key}@{cold - manifest.cl_base}"
+    where = f"{cl_key}@{manifest.commit_log.at + cold - manifest.cl_base}"
     raw = data[pos : pos + size]
     try:
         record = decode_record(raw, where=cl_key)

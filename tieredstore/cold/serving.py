@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import QueuePath
-from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.reader import ColdRange, ColdReader, Segments, check_units
 from tieredstore.errors import CorruptRecordError, OffsetOutOfRangeError
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, Units
@@ -110,7 +110,7 @@ class ServingReader(ColdReader):
         self._listings[queue] = (now, segs)
         return segs
 
-    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Manifest]:
+    async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Committed]:
         try:
             return await super().locate(topic, queue_id, offset)
         except OffsetOutOfRangeError:
@@ -150,7 +150,7 @@ async def read_raw(
     units_parts: list[Units] = []
     records: list[bytes] = []
     start, count, size = offset, 0, 0
-    current: Manifest | None = manifest
+    current: Committed | None = manifest
     while current is not None and count < max_count and size < max_bytes:
         n = min(max_count - count, current.end_offset - offset)
         units = check_units(current, offset, await reader.read_units(current, offset, n))
@@ -169,12 +169,21 @@ async def read_raw(
     return RawBatch(start, np.concatenate(units_parts), b"".join(records))
 
 
-async def _read_records(reader: ColdReader, manifest: Manifest, offset: int, units: Units) -> bytes:
+async def _read_records(
+    reader: ColdReader, manifest: Committed, offset: int, units: Units
+) -> bytes:
     """The records the (checked, contiguous) units point at, each checked against its unit."""
     first = int(units["commitlog_offset"][0])
     end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
     data = await reader.read_commit_log(manifest, first - manifest.cl_base, end - manifest.cl_base)
-    _check_records(data, first, offset, units, reader.object_keys(manifest)[0], manifest.cl_base)
+    _check_records(
+        data,
+        first,
+        offset,
+        units,
+        manifest.commit_log_key,
+        manifest.cl_base - manifest.commit_log.at,
+    )
     return data
 
 

@@ -173,7 +173,7 @@ class _ReadApi:
     async def range(self, request: web.Request) -> web.Response:
         topic, queue = _queue(request)
         rng = await self.reader.range(topic, queue)
-        first = await self.reader.first_manifest(topic, queue) if rng.count else None
+        first = await self.reader.first_link(topic, queue) if rng.count else None
         earliest = first.min_store_timestamp if first is not None else 0
         return web.Response(body=encode_range(rng, earliest), content_type=_BINARY)
 

@@ -1,0 +1,281 @@
+"""A queue's committed history: the one rule by which every reader finds cold data.
+
+A queue's history is a sequence of :class:`Committed` links, each holding queue offsets
+``[start, end)`` with their COMMIT_LOG records and CONSUME_QUEUE units at a byte range
+(:class:`Span`) of some object. A link comes from one of two commit points:
+
+* a **segment** (:class:`EntryKind.SEGMENT`): a MANIFEST under the queue's own prefix
+  names two objects of its own (spans start at byte 0 and cover the whole object);
+* a **batch slice** (:class:`EntryKind.SLICE`): one queue's part of a per-broker batch
+  object (``_batches/``, :mod:`tieredstore.cold.batch`); both spans lie inside that one
+  object, and the batch's index is the commit point of all its slices.
+
+**The rule** (:func:`choose`, used by every reader): segments win. An offset that a
+segment holds is read from that segment; an offset no segment holds is read from the
+slice that holds it, the slice of the lowest batch sequence first (a later slice over the
+same offsets is a duplicate, never a second truth: see :attr:`QueueHistory.overlaps`).
+Compaction rewrites whole slices as a segment with the same boundaries, so during the
+window in which both exist the segment is read and the slices are garbage. A fence
+marker (at a manifest or a batch key) is no link.
+
+The readers: :class:`~tieredstore.cold.reader.ColdReader` (``read``, the read service, the
+broker plugin through it), restore, export, the Spark verifier and data source,
+``rebuild-metadata``, retention, ``repair``, ``resume`` and the fleet's comparison.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from tieredstore.cold.digests import DigestAlgorithm
+from tieredstore.cold.layout import (
+    ObjectKey,
+    QueuePath,
+    SegmentKind,
+    broker_prefix,
+    classify_listed,
+)
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+
+if TYPE_CHECKING:
+    from tieredstore.backends.base import Backend
+
+__all__ = [
+    "BrokerHistory",
+    "Committed",
+    "EntryKind",
+    "QueueHistory",
+    "Span",
+    "as_link",
+    "choose",
+    "load_history",
+    "read_span",
+]
+
+#: Commit points read at once while a broker's history is loaded.
+_READ_CONCURRENCY: Final = 32
+
+
+class EntryKind(enum.Enum):
+    """Which commit point a link of a queue's history comes from."""
+
+    SEGMENT = "segment"
+    SLICE = "slice"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Bytes ``[at, at + size)`` of object ``key`` (``object_size`` bytes in all), whose
+    digest is ``digest``."""
+
+    key: str
+    at: int
+    size: int
+    digest: str
+    object_size: int
+
+    @property
+    def end(self) -> int:
+        return self.at + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One link of a queue's committed history, wherever it lives.
+
+    It answers what readers used to ask a :class:`Manifest`: the offsets and cold
+    commitlog range it covers, the store-time bounds, who wrote it, and where its
+    COMMIT_LOG (``commit_log``) and CONSUME_QUEUE (``consume_queue``) bytes are.
+    ``key`` is its commit point: the manifest key of a segment, the batch key of a slice;
+    ``manifest`` is the segment's manifest (None for a slice).
+    """
+
+    kind: EntryKind
+    queue: QueuePath
+    start_offset: int
+    end_offset: int
+    cl_base: int
+    cl_end: int
+    commit_log: Span
+    consume_queue: Span
+    digest_algorithm: str
+    min_store_timestamp: int
+    max_store_timestamp: int
+    writer_id: str
+    lease_epoch: int
+    created_at_ms: int
+    key: str
+    sequence: int = -1  # the batch's sequence (slices); -1 for a segment
+    manifest: Manifest | None = None
+
+    @classmethod
+    def of_manifest(cls, m: Manifest) -> Committed:
+        """The link a segment's manifest commits (spans: the two whole objects)."""
+        cl, cq = m.commit_log, m.consume_queue
+        return cls(
+            kind=EntryKind.SEGMENT,
+            queue=m.queue,
+            start_offset=m.start_offset,
+            end_offset=m.end_offset,
+            cl_base=m.cl_base,
+            cl_end=m.cl_end,
+            commit_log=Span(m.commit_log_key, 0, cl.size, cl.digest, cl.size),
+            consume_queue=Span(m.consume_queue_key, 0, cq.size, cq.digest, cq.size),
+            digest_algorithm=m.digest_algorithm,
+            min_store_timestamp=m.min_store_timestamp,
+            max_store_timestamp=m.max_store_timestamp,
+            writer_id=m.writer_id,
+            lease_epoch=m.lease_epoch,
+            created_at_ms=m.created_at_ms,
+            key=m.key,
+            manifest=m,
+        )
+
+    # What readers used to take from a manifest, by the same names.
+    @property
+    def topic(self) -> str:
+        return self.queue.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self.queue.queue_id
+
+    @property
+    def message_count(self) -> int:
+        return self.end_offset - self.start_offset
+
+    @property
+    def cq_base(self) -> int:
+        """The CQ byte offset of the first unit: ``start * 20``."""
+        return self.start_offset * CQ_UNIT_SIZE
+
+    @property
+    def commit_log_key(self) -> str:
+        return self.commit_log.key
+
+    @property
+    def consume_queue_key(self) -> str:
+        return self.consume_queue.key
+
+    @property
+    def algorithm(self) -> DigestAlgorithm:
+        return DigestAlgorithm(self.digest_algorithm)
+
+    def describe(self) -> str:
+        where = "segment" if self.kind is EntryKind.SEGMENT else f"slice of batch {self.sequence}"
+        return f"{where} [{self.start_offset}, {self.end_offset}) of {self.queue}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHistory:
+    """One queue's committed history as :func:`choose` reads it.
+
+    ``links``: the chosen links in offset order (gaps between them are possible: offsets
+    accepted as lost, or damage); ``overlaps``: links not chosen because an earlier one
+    already holds some of their offsets (a compacted slice, a stale writer's duplicate).
+    """
+
+    links: tuple[Committed, ...]
+    overlaps: tuple[Committed, ...] = ()
+
+    @property
+    def min(self) -> int:
+        return self.links[0].start_offset if self.links else 0
+
+    @property
+    def commit(self) -> int:
+        return self.links[-1].end_offset if self.links else 0
+
+
+def choose(segments: list[Committed], slices: list[Committed]) -> QueueHistory:
+    """The one reading rule (see the module docstring) over one queue's links.
+
+    ``segments`` in any order; ``slices`` in any order (ties broken by batch sequence).
+    A segment is never dropped for a slice; a slice is chosen only over offsets that no
+    chosen link holds yet, and only whole (a slice that holds some chosen offsets is an
+    overlap).
+    """
+    chosen = sorted(segments, key=lambda c: c.start_offset)
+    overlaps: list[Committed] = []
+    kept: list[Committed] = []
+    for s in chosen:  # segments never overlap one another; a stray one is an overlap
+        if kept and s.start_offset < kept[-1].end_offset:
+            overlaps.append(s)
+        else:
+            kept.append(s)
+    taken = [(c.start_offset, c.end_offset) for c in kept]
+    for s in sorted(slices, key=lambda c: (c.sequence, c.start_offset)):
+        if any(s.start_offset < end and start < s.end_offset for start, end in taken):
+            overlaps.append(s)
+            continue
+        taken.append((s.start_offset, s.end_offset))
+        kept.append(s)
+    kept.sort(key=lambda c: c.start_offset)
+    return QueueHistory(tuple(kept), tuple(overlaps))
+
+
+def as_link(x: Committed | Manifest) -> Committed:
+    """``x`` as a link (a segment's manifest becomes its link)."""
+    return x if isinstance(x, Committed) else Committed.of_manifest(x)
+
+
+async def read_span(backend: Backend, span: Span, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` relative to ``span`` (refused outside it)."""
+    if not 0 <= start <= end <= span.size:
+        raise ValueError(f"[{start}, {end}) is outside the span of {span.size} bytes")
+    return await backend.read_exact(span.key, span.at + start, span.at + end)
+
+
+@dataclass(slots=True)
+class BrokerHistory:
+    """Every queue's committed history under one broker prefix (:func:`load_history`)."""
+
+    queues: dict[QueuePath, QueueHistory] = field(default_factory=dict)
+
+    def links(self) -> list[Committed]:
+        """Every chosen link, queue by queue in name order, each in offset order."""
+        ordered = sorted(self.queues.items(), key=lambda kv: (kv[0].topic, kv[0].queue_id))
+        return [link for _, h in ordered for link in h.links]
+
+
+async def load_history(
+    backend: Backend,
+    cluster: str,
+    broker: str,
+    *,
+    wants_topic: Callable[[str], bool] = lambda _topic: True,
+) -> BrokerHistory:
+    """The committed history of every queue of ``broker`` whose topic is wanted: one
+    listing of the broker prefix, then every commit point read (``_READ_CONCURRENCY`` at
+    once) and :func:`choose` applied per queue. Fence markers are no link.
+
+    Raises:
+        CorruptManifestError / UnsupportedFormatError: a commit point that does not
+            parse (a reader of the whole history cannot step over it).
+    """
+    prefix = broker_prefix(cluster, broker) + "/"
+    keys: list[str] = []
+    for info in await backend.list(prefix):
+        listed = classify_listed(info.key, prefix)
+        if (
+            isinstance(listed, ObjectKey)
+            and listed.kind is SegmentKind.MANIFEST
+            and wants_topic(listed.topic)
+        ):
+            keys.append(info.key)
+    sem = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def one(key: str) -> Manifest | FenceMarker:
+        async with sem:
+            return read_stored(await backend.read(key), key)
+
+    segments: dict[QueuePath, list[Committed]] = {}
+    for stored in await asyncio.gather(*(one(k) for k in keys)):
+        if isinstance(stored, Manifest):
+            segments.setdefault(stored.queue, []).append(Committed.of_manifest(stored))
+    return BrokerHistory({q: choose(segs, []) for q, segs in segments.items()})
