@@ -2,8 +2,20 @@
 
 Each check takes the frames it needs (schemas in :mod:`verifier.schemas`) and returns
 ANOMALIES rows of exactly one class; nothing here reads storage or the clock (``now_ms``
-is a parameter). The heavy per-segment reading happened before, in
+is a parameter). The heavy per-link reading happened before, in
 :mod:`verifier.readers`; these functions only relate facts to each other.
+
+A queue's **links** are its segments and its batch slices (SEGMENTS rows, ``link``). The
+one reading rule (:func:`readers.mark_covering <verifier.readers.mark_covering>`) set
+which links **cover** their offsets (:func:`covering`): every valid segment, and each
+slice no segment or earlier slice holds offsets of. Coverage checks (``gap``, ``overlap``,
+the cold range and counts) read the covering links only, so a compacted slice or a
+stale writer's duplicate is neither an ``overlap`` nor counted twice; every valid link,
+covering or not, is still verified against hot and its digests, and a slice whose
+digests differ from the covering link over exactly its offsets is a
+``content_mismatch`` (:func:`copy_mismatch`). Segment objects are referenced by their
+manifests, batch objects by their slices (never orphans: a batch none of whose slices
+covers anything is garbage awaiting collection).
 
 Expressions are Spark SQL strings (``selectExpr``/``where``): one gateway call per
 projection instead of one per column function, which keeps planning a run cheap.
@@ -45,7 +57,9 @@ __all__ = [
     "cold_ahead_of_hot",
     "cold_queue_ranges",
     "content_mismatch",
+    "copy_mismatch",
     "corrupt_manifest",
+    "covering",
     "digest_mismatch",
     "gap",
     "hot_not_covered",
@@ -111,29 +125,39 @@ def union_anomalies(*frames: DataFrame) -> DataFrame:
 
 
 def valid_segments(segments: DataFrame) -> DataFrame:
-    """SEGMENTS whose manifest parsed and validated (the committed segments)."""
+    """SEGMENTS whose manifest or batch head parsed and validated (the committed links:
+    segments and slices)."""
     return segments.where("error IS NULL")
 
 
-def corrupt_manifest(segments: DataFrame) -> DataFrame:
-    """``corrupt_manifest``: a MANIFEST object that does not parse or validate.
+def covering(valid: DataFrame) -> DataFrame:
+    """The valid links that cover their offsets by the one reading rule (``covers``)."""
+    return valid.where("covers")
 
-    The range is the offset its name claims, as ``[start, start + 1)``: how far it would
-    have reached is unknown (the gap check reports the hole it leaves).
+
+def corrupt_manifest(segments: DataFrame) -> DataFrame:
+    """``corrupt_manifest``: a MANIFEST object, or a batch object's head, that does not
+    parse or validate.
+
+    A manifest's range is the offset its name claims, as ``[start, start + 1)``: how far
+    it would have reached is unknown (the gap check reports the hole it leaves). A batch
+    names no queue: topic ``""``, queue id -1, no range, the batch key as the object.
     """
+    is_batch = f"link = {_q(schemas.LINK_SLICE)}"
     return _anomalies(
         segments.where("error IS NOT NULL"),
         FindingKind.CORRUPT_MANIFEST,
-        start="start_offset",
-        end="start_offset + 1",
+        start=f"CASE WHEN {is_batch} THEN NULL ELSE start_offset END",
+        end=f"CASE WHEN {is_batch} THEN NULL ELSE start_offset + 1 END",
         object_key="manifest_key",
         detail="error",
     )
 
 
-def cold_queue_ranges(valid: DataFrame) -> DataFrame:
-    """Per queue: cold_min, cold_max, segments, cold_messages, cold_bytes."""
-    return valid.groupBy(*_QUEUE).agg(
+def cold_queue_ranges(covered: DataFrame) -> DataFrame:
+    """Per queue, over the covering links (:func:`covering`): cold_min, cold_max,
+    segments (links), cold_messages, cold_bytes."""
+    return covered.groupBy(*_QUEUE).agg(
         {"start_offset": "min", "end_offset": "max", "*": "count", "message_count": "sum",
          "cl_size": "sum"}
     ).selectExpr(
@@ -158,10 +182,11 @@ def _not_in_a_span(holes: DataFrame, spans: DataFrame, start: str, end: str) -> 
     return holes.join(s, expr(cond), "left_anti")
 
 
-def gap(valid: DataFrame, spans: DataFrame) -> DataFrame:
-    """``gap``: offsets between a queue's cold min and cold max in no committed segment,
-    unless an accepted loss (``spans``, LOSS_SPANS) covers the whole hole."""
-    holes = valid.selectExpr("*", _REACH).where("start_offset > _reach")
+def gap(covered: DataFrame, spans: DataFrame) -> DataFrame:
+    """``gap``: offsets between a queue's cold min and cold max in no covering link
+    (:func:`covering`), unless an accepted loss (``spans``, LOSS_SPANS) covers the whole
+    hole."""
+    holes = covered.selectExpr("*", _REACH).where("start_offset > _reach")
     holes = _not_in_a_span(holes, spans, "_reach", "start_offset")
     return _anomalies(
         holes,
@@ -173,9 +198,11 @@ def gap(valid: DataFrame, spans: DataFrame) -> DataFrame:
     )
 
 
-def overlap(valid: DataFrame) -> DataFrame:
-    """``overlap``: offsets covered by two committed segments (reported on the later one)."""
-    twice = valid.selectExpr("*", _REACH).where("start_offset < _reach")
+def overlap(covered: DataFrame) -> DataFrame:
+    """``overlap``: offsets covered by two covering links (:func:`covering`: in effect two
+    segments, as the reading rule never lets a slice cover what another link holds),
+    reported on the later one."""
+    twice = covered.selectExpr("*", _REACH).where("start_offset < _reach")
     return _anomalies(
         twice,
         FindingKind.OVERLAP,
@@ -244,7 +271,8 @@ def cold_ahead_of_hot(queues: DataFrame) -> DataFrame:
 
 
 def segment_work(valid: DataFrame, objects: DataFrame, hot: DataFrame) -> DataFrame:
-    """SEGMENT_WORK: each valid segment with its objects' listed sizes and hot range."""
+    """SEGMENT_WORK: each valid link (segment or slice, covering or not) with its
+    objects' listed sizes (a slice's: its batch's, twice) and hot range."""
     cl = objects.selectExpr("key AS cl_key", "size AS cl_listed_size")
     cq = objects.selectExpr("key AS cq_key", "size AS cq_listed_size")
     hot_ranges = hot.where("error IS NULL").selectExpr(
@@ -279,12 +307,12 @@ def _per_object(df: DataFrame, cls: FindingKind, where: str, detail: str) -> lis
 
 
 def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
-    """``missing_object``: an object a manifest names is not listed, or vanished when a
-    task came to read it."""
+    """``missing_object``: an object a link names is not listed (a slice's batch: once),
+    or vanished when a task came to read it."""
     frames = _per_object(
         work,
         FindingKind.MISSING_OBJECT,
-        "{w}_listed_size IS NULL",
+        f"{{w}}_listed_size IS NULL AND ('{{w}}' = 'cl' OR link != {_q(schemas.LINK_SLICE)})",
         "format_string('{name} object named by %s does not exist', manifest_key)",
     )
     unreadable = _facts_of(facts, FactKind.OBJECT_UNREADABLE)
@@ -293,12 +321,17 @@ def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
 
 
 def size_mismatch(work: DataFrame) -> DataFrame:
-    """``size_mismatch``: a listed object whose size differs from its manifest's."""
+    """``size_mismatch``: a listed object whose size differs from what its link says (a
+    segment's manifest: the object's size; a slice's batch index: the batch's size). A
+    slice reports it on the commit-log side only (both sides are the same object)."""
     frames = _per_object(
         work,
         FindingKind.SIZE_MISMATCH,
-        "{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_size",
-        "format_string('object is %d bytes, its manifest says %d', {w}_listed_size, {w}_size)",
+        "{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_object_size"
+        f" AND ('{{w}}' = 'cl' OR link != {_q(schemas.LINK_SLICE)})",
+        "format_string('object is %d bytes, its %s says %d', {w}_listed_size, "
+        f"CASE WHEN link = {_q(schemas.LINK_SLICE)} THEN 'batch index' ELSE 'manifest' END, "
+        "{w}_object_size)",
     )
     return reduce(DataFrame.unionByName, frames)
 
@@ -352,9 +385,40 @@ def content_mismatch(facts: DataFrame) -> DataFrame:
     return _fact_anomalies(found, FindingKind.CONTENT_MISMATCH)
 
 
+def copy_mismatch(valid: DataFrame) -> DataFrame:
+    """``content_mismatch``: a slice that does not cover (its offsets are read from a
+    segment or an earlier slice) whose digests, by the same algorithm, differ from those
+    of the covering link over exactly its offsets: two copies of the same records that
+    disagree (found even where hot no longer holds them). A covering link over other
+    boundaries is not compared here (each copy is still checked against hot)."""
+    a = valid.where(f"NOT covers AND link = {_q(schemas.LINK_SLICE)}")
+    b = valid.where("covers").selectExpr(
+        "topic AS _t", "queue_id AS _qi", "start_offset AS _s", "end_offset AS _e",
+        "manifest_key AS _key", "cl_digest AS _cl", "cq_digest AS _cq",
+    )  # fmt: skip
+    same = (
+        "topic = _t AND queue_id = _qi AND start_offset = _s AND end_offset = _e "
+        "AND length(cl_digest) = length(_cl) AND (cl_digest != _cl OR cq_digest != _cq)"
+    )
+    return _anomalies(
+        a.join(b, expr(same), "inner"),
+        FindingKind.CONTENT_MISMATCH,
+        start="start_offset",
+        end="end_offset",
+        object_key="cl_key",
+        detail="format_string('%s holds [%d, %d) with digests %s / %s, but %s, read for "
+        "those offsets, has %s / %s: two copies of the same records disagree', "
+        "manifest_key, start_offset, end_offset, cl_digest, cq_digest, _key, _cl, _cq)",
+    )
+
+
 def _unreferenced(objects: DataFrame, valid: DataFrame) -> DataFrame:
+    """Segment data objects no valid link names. Manifests and batch objects are commit
+    points, never orphans: a batch's data bytes are referenced by its slices, and a batch
+    none of whose slices covers anything (or a fence, or one whose head does not parse:
+    ``corrupt_manifest``) is garbage awaiting collection."""
     named = valid.selectExpr("explode(array(cl_key, cq_key)) AS key")
-    return objects.where("kind != 'MANIFEST'").join(named, "key", "left_anti")
+    return objects.where("kind NOT IN ('MANIFEST', 'BATCH')").join(named, "key", "left_anti")
 
 
 def orphan_object(objects: DataFrame, valid: DataFrame, now_ms: int, grace_ms: int) -> DataFrame:
@@ -386,7 +450,9 @@ def catalogue_drift(
     * both present, but range, cold commitlog range or digests differ.
 
     DELETING rows are expiry in progress: with or without their manifest, no drift.
+    Only segments are compared: the catalogue records manifests, not batch slices.
     """
+    valid = valid.where(f"link = {_q(schemas.LINK_SEGMENT)}")
     cat = catalogue.selectExpr(
         "manifest_key", *[f"{c} AS cat_{c}" for c in catalogue.columns if c != "manifest_key"]
     )
@@ -436,12 +502,16 @@ def queue_summary(
     grace_ms: int,
 ) -> DataFrame:
     """QUEUE_SUMMARY: one row per queue seen in hot or cold, with counts and lag
-    (unordered). ``lag_messages`` is the untiered hot tail ``hot_max - max(cold_max,
-    hot_min)`` (the whole hot range for a queue with no segment).
+    (unordered); what was compared counts the covering links only (a slice that does
+    not cover is verified but not counted twice). ``lag_messages`` is the untiered hot
+    tail ``hot_max - max(cold_max, hot_min)`` (the whole hot range for a queue with no
+    segment).
     """
     hot_ok = hot.where("error IS NULL").drop("error")
-    compared = facts.groupBy(*_QUEUE).agg(
-        {"units_compared": "sum", "bytes_compared": "sum", "cold_only": "sum"}
+    compared = (
+        facts.where("covers")
+        .groupBy(*_QUEUE)
+        .agg({"units_compared": "sum", "bytes_compared": "sum", "cold_only": "sum"})
     )
     young = _unreferenced(objects, valid).where(f"mtime_ms >= {now_ms - grace_ms}")
     pending = young.groupBy(*_QUEUE).count()

@@ -21,14 +21,19 @@ generation. Frames (schemas in :mod:`verifier.schemas`):
 3. **HOT_QUEUES** (``readers.hot_queue_frame``): each hot queue's ``[min, max)`` and lag
    cutoff, read by the tasks and collected (job 1). The driver raises any error here
    first (:func:`_raise_hot_errors`), before the expensive stage.
-4. **SEGMENTS** (``readers.manifest_frame``): MANIFEST objects parsed in Spark tasks
-   (``mapInArrow``), once, and collected (job 2); a manifest that does not validate
-   becomes a row with ``error`` set. ``checks.valid_segments`` keeps the valid ones;
-   ``checks.cold_queue_ranges`` gives each queue's cold min/max.
-5. **SEGMENT_WORK** (``checks.segment_work``): valid segments joined with their objects'
-   listed sizes and the hot range.
+4. **SEGMENTS** (``readers.manifest_frame``): the links of every queue's history, parsed
+   in Spark tasks (``mapInArrow``), once, and collected (job 2): a MANIFEST object is a
+   segment, a batch object's head (``_batches/``, range reads) one slice per queue it
+   holds; a manifest or batch head that does not validate becomes a row with ``error``
+   set. The driver applies the one reading rule (``readers.mark_covering``: segments
+   win, then the lowest batch sequence) to mark the links that cover their offsets.
+   ``checks.valid_segments`` keeps the valid links, ``checks.covering`` the covering
+   ones; ``checks.cold_queue_ranges`` gives each queue's cold min/max from those.
+5. **SEGMENT_WORK** (``checks.segment_work``): valid links (covering or not) joined with
+   their objects' listed sizes and the hot range.
 6. **SEGMENT_FACTS** (``readers.segment_facts_frame``, repartitioned into small
-   partitions): each segment read and checked with numpy (:mod:`verifier.segmentcheck`):
+   partitions): each link read (a segment's objects whole, a slice's byte ranges of its
+   batch) and checked with numpy (:mod:`verifier.segmentcheck`):
    digests, CQ offsets tiling, record fields (content level), cold vs hot units and
    record bytes. Collected (job 3: the data stage, the only one that scales with the
    bytes).
@@ -110,6 +115,11 @@ class _Inputs:
         kinds = self.listing.objects["kind"]
         return int(pc.sum(pc.equal(kinds, SegmentKind.MANIFEST.value)).as_py() or 0)
 
+    @property
+    def batches(self) -> int:
+        kinds = self.listing.objects["kind"]
+        return int(pc.sum(pc.equal(kinds, readers.BATCH_KIND)).as_py() or 0)
+
 
 @dataclass(frozen=True)
 class _Run:
@@ -122,6 +132,7 @@ class _Run:
     objects: DataFrame
     segments: DataFrame
     valid: DataFrame
+    covered: DataFrame
     cold_ranges: DataFrame
     hot: DataFrame
     work: DataFrame
@@ -203,24 +214,26 @@ def _read(
     bad_losses = impossible_losses(inputs.listing.losses, hot_facts)
     objects = listed.coalesce(1)  # the listing, already a driver-side table
     hot = _local(spark, hot_q, schemas.HOT_QUEUES)
-    progress(f"reading {inputs.manifests} manifests")
-    segments = _local(
-        spark, readers.manifest_frame(listed, inputs.cold).toArrow(), schemas.SEGMENTS
-    )
+    progress(f"reading {inputs.manifests} manifests and {inputs.batches} batch objects")
+    links = readers.mark_covering(readers.manifest_frame(listed, inputs.cold).toArrow())
+    segments = _local(spark, links, schemas.SEGMENTS)
     valid = checks.valid_segments(segments)
+    covered = checks.covering(valid)
     work = checks.segment_work(valid, objects, hot)
     progress(
-        f"checking {inputs.manifests} segments of {hot_q.num_rows} queues "
+        f"checking {links.num_rows} segments{' and slices' if inputs.batches else ''} of "
+        f"{hot_q.num_rows} queues "
         f"({opts.level.value} level)"
     )
-    facts = readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, inputs.manifests)
-    cold_ranges = checks.cold_queue_ranges(valid)
+    facts = readers.segment_facts_frame(work, inputs.cold, opts.hot, opts.level, links.num_rows)
+    cold_ranges = checks.cold_queue_ranges(covered)
     kept = tuple(x for x in inputs.listing.losses if x not in bad_losses)
     losses, spans = readers.losses_frames(spark, kept)
     return _Run(
         objects=objects,
         segments=segments,
         valid=valid,
+        covered=covered,
         cold_ranges=cold_ranges,
         hot=hot,
         work=work,
@@ -257,8 +270,8 @@ def _anomalies(
     grace_ms = int(opts.orphan_grace_s * 1000)
     found = [
         checks.corrupt_manifest(run.segments),
-        checks.gap(run.valid, run.spans),
-        checks.overlap(run.valid),
+        checks.gap(run.covered, run.spans),
+        checks.overlap(run.covered),
         checks.hot_not_covered(run.state, run.spans),
         checks.lost_before_tiering(run.losses, run.cold_ranges),
         checks.cold_ahead_of_hot(run.state),
@@ -267,6 +280,7 @@ def _anomalies(
         checks.digest_mismatch(run.facts),
         checks.record_mismatch(run.facts),
         checks.content_mismatch(run.facts),
+        checks.copy_mismatch(run.valid),
         checks.manifest_mismatch(run.facts),
         checks.orphan_object(run.objects, run.valid, opts.now_ms, grace_ms),
     ]

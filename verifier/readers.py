@@ -4,14 +4,21 @@
   sync), reads the few loss records (``LOSS/``: offsets accepted as lost before
   tiering) and the hot store's queue directories (cheap metadata only).
 * **Spark tasks** (``mapInArrow``, no pandas) do every read that scales with the data:
-  parse manifests (:class:`ManifestTask`), find each hot queue's range and lag cutoff
-  (:class:`HotQueueTask`), and verify each segment (:class:`SegmentTask`) — reading the
-  cold objects through a plain sync fsspec filesystem opened inside the task
+  parse the commit points into links (:class:`ManifestTask`: a MANIFEST is a segment, a
+  batch object's head gives one slice per queue it holds), find each hot queue's range
+  and lag cutoff (:class:`HotQueueTask`), and verify each link (:class:`SegmentTask`: a
+  segment's whole objects, a slice's byte ranges of its batch) — reading the cold
+  objects through a plain sync fsspec filesystem opened inside the task
   (``fsspec.core.url_to_fs(url, **storage_options)``; no Hadoop S3 jars, no async
   backends inside executors) and the hot store by path.
+* The **driver** then applies the one reading rule (:func:`mark_covering`,
+  :func:`tieredstore.cold.history.choose`) to the collected links: segments win, a slice
+  covers only offsets no segment holds, the lowest batch sequence first.
 
-Tasks never raise for bad *data*: a manifest that does not validate becomes a row with
-``error`` set, an object that vanished becomes an ``object_unreadable`` fact. They do
+Tasks never raise for bad *data*: a manifest or batch head that does not validate
+becomes a row with ``error`` set, an object that vanished becomes an
+``object_unreadable`` fact (a manifest or batch that vanished before it was parsed was
+collected: no row). They do
 raise for a broken *environment* (permission denied, unreachable endpoint), which fails
 the Spark job and so the run (exit 3). The hot store path must be readable where the
 tasks run (on the broker host with ``local[*]``, or a shared mount on a cluster).
@@ -37,14 +44,26 @@ from pyspark.sql.types import StructType
 from tieredstore.backends.factory import COMMAND_RETRY, probe
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
+from tieredstore.cold.batch import (
+    HEAD_PROBE,
+    BatchFence,
+    BatchHead,
+    commit_log_span,
+    consume_queue_span,
+    read_batch_head,
+)
 from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.history import Committed, EntryKind, Span, choose
 from tieredstore.cold.layout import (
     LossKey,
     ObjectKey,
     OwnEntry,
+    QueuePath,
     SegmentKind,
+    batch_prefix,
     broker_prefix,
     classify_listed,
+    parse_batch_key,
     parse_queue_record_key,
     tiering_key,
 )
@@ -62,6 +81,7 @@ from tieredstore.cold.provenance import (
 from tieredstore.errors import (
     ColdStoreUnreachableError,
     ConfigError,
+    CorruptBatchError,
     CorruptLossRecordError,
     CorruptManifestError,
     CorruptProvenanceError,
@@ -87,6 +107,7 @@ from verifier.segmentcheck import (
 from verifier.vocabulary import LagAllowance, LagUnit, Level
 
 __all__ = [
+    "BATCH_KIND",
     "ColdListing",
     "ColdLocation",
     "HotQueueTask",
@@ -97,14 +118,21 @@ __all__ = [
     "loss_detail",
     "losses_frames",
     "manifest_frame",
+    "mark_covering",
     "objects_frame",
     "open_cold_filesystem",
+    "read_batch",
     "require_tiered",
     "segment_facts_frame",
+    "slice_key",
     "tail_timestamp",
 ]
 
 Row = dict[str, Any]
+
+#: The OBJECTS kind of a batch object (``_batches/``; topic "", queue_id -1, base its
+#: sequence).
+BATCH_KIND = "BATCH"
 
 
 # -- the cold side, on the driver -----------------------------------------------------
@@ -204,7 +232,8 @@ def open_cold_filesystem(cold: ColdLocation) -> tuple[AbstractFileSystem, str]:
 
 
 def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdListing:
-    """List every object under ``<md5(cluster)[:8]>_<cluster>/<broker>/`` (driver side).
+    """List every object under ``<md5(cluster)[:8]>_<cluster>/<broker>/`` (driver side):
+    segment objects by their kind, batch objects (``_batches/``) as :data:`BATCH_KIND`.
 
     Raises:
         ConfigError: as :func:`open_cold_filesystem`, or the listing fails.
@@ -222,10 +251,18 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
     unrecognised: list[str] = []
     losses: list[LossRecord] = []
     records = _Provenance(fs, prefix, tiering_key(cluster, broker))
+    batches = batch_prefix(cluster, broker) + "/"
     cut = len(root) + 1 if root else 0
     for path, info in sorted(found.items()):
         key = path[cut:]
         parsed = classify_listed(key, prefix)
+        sequence = parse_batch_key(key, batches) if isinstance(parsed, OwnEntry) else None
+        if sequence is not None:  # a batch object (or a batch fence): its slices are links
+            rows.append(
+                {"key": key, "kind": BATCH_KIND, "topic": "", "queue_id": -1, "base": sequence,
+                 "size": int(info["size"]), "mtime_ms": _mtime_ms(fs, path, info)}
+            )  # fmt: skip
+            continue
         if isinstance(parsed, OwnEntry):  # lease, quarantine, config, provenance: ours
             if not records.take(path, key):
                 unrecognised.append(key)  # a provenance record that does not validate
@@ -455,13 +492,24 @@ def _partitions(spark: SparkSession, rows: int, per_partition: int) -> int:
 
 @dataclass(frozen=True)
 class ManifestTask:
-    """Parse MANIFEST objects into SEGMENTS rows (in a Spark task)."""
+    """Parse commit points into SEGMENTS rows (in a Spark task): a MANIFEST object into
+    its segment, a batch object into one row per slice (:func:`read_batch`)."""
 
     cold: ColdLocation
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, root = self.cold.filesystem()
-        return _map_rows(batches, schemas.SEGMENTS, functools.partial(self._row, fs, root))
+        arrow = schemas.arrow_schema(schemas.SEGMENTS)
+        for batch in batches:
+            out = [row for obj in batch.to_pylist() for row in self._rows(fs, root, obj)]
+            yield pa.RecordBatch.from_pylist(out, schema=arrow)
+
+    @classmethod
+    def _rows(cls, fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
+        if obj["kind"] == BATCH_KIND:
+            return _slice_rows(fs, root, obj)
+        row = cls._row(fs, root, obj)
+        return [] if row is None else [row]
 
     @staticmethod
     def _row(fs: AbstractFileSystem, root: str, obj: Row) -> Row | None:
@@ -472,6 +520,8 @@ class ManifestTask:
             "queue_id": obj["queue_id"],
             "start_offset": obj["base"],
             "manifest_mtime_ms": obj["mtime_ms"],
+            "link": schemas.LINK_SEGMENT,
+            "sequence": -1,
         }
         try:
             data = fs.cat_file(ColdLocation.path(root, key))
@@ -499,12 +549,150 @@ class ManifestTask:
             "writer_id": m.writer_id,
             "lease_epoch": m.lease_epoch,
             "created_at_ms": m.created_at_ms,
+            "cl_at": 0,
+            "cq_at": 0,
+            "cl_object_size": m.commit_log.size,
+            "cq_object_size": m.consume_queue.size,
         }
 
 
+def slice_key(batch: str, topic: str, queue_id: int) -> str:
+    """The history key of the slice of queue ``topic/queue_id`` in batch object ``batch``
+    (what names a link uniquely: a segment's is its manifest key)."""
+    return f"{batch}#{topic}/{queue_id}"
+
+
+def read_batch(fs: AbstractFileSystem, path: str, key: str, size: int) -> BatchHead | BatchFence:
+    """The head of the ``size``-byte batch object ``key`` at ``path``: a range read of
+    :data:`~tieredstore.cold.batch.HEAD_PROBE` bytes (the whole object if smaller), then
+    one more of the header's length if the index is longer.
+
+    Raises:
+        FileNotFoundError: it vanished (collected).
+        CorruptBatchError / UnsupportedFormatError: it does not parse (naming ``key``).
+    """
+    want = min(HEAD_PROBE, size)
+    for _ in range(3):
+        data: bytes = fs.cat_file(path, start=0, end=want) if want else b""
+        if len(data) < want:
+            raise CorruptBatchError(
+                f"read {len(data)} bytes of an object listed as {size}", where=key
+            )
+        head = read_batch_head(data, key=key, object_size=size)
+        if not isinstance(head, int):
+            return head
+        want = head
+    raise CorruptBatchError("the batch header kept growing while it was read", where=key)
+
+
+def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
+    """SEGMENTS rows of one batch object: one per slice; none for a fence or a batch
+    that vanished; one ``error`` row naming the batch when its head does not parse."""
+    key = obj["key"]
+    base: Row = {
+        "manifest_key": key,
+        "topic": "",
+        "queue_id": -1,
+        "start_offset": obj["base"],
+        "manifest_mtime_ms": obj["mtime_ms"],
+        "link": schemas.LINK_SLICE,
+        "sequence": obj["base"],
+    }
+    try:
+        head = read_batch(fs, ColdLocation.path(root, key), key, obj["size"])
+    except FileNotFoundError:
+        return []  # collected between the listing and now: no longer committed
+    except (CorruptBatchError, CorruptManifestError) as exc:  # Unsupported is the latter
+        return [base | {"error": str(exc)}]
+    if isinstance(head, BatchFence):
+        return []  # a successor's fence: no batch has this sequence
+    index = head.index
+    rows: list[Row] = []
+    for piece in index.slices:
+        cl_at, _ = commit_log_span(head, piece)
+        cq_at, _ = consume_queue_span(head, piece)
+        rows.append(
+            base
+            | {
+                "manifest_key": slice_key(key, piece.topic, piece.queue_id),
+                "topic": piece.topic,
+                "queue_id": piece.queue_id,
+                "start_offset": piece.start_offset,
+                "end_offset": piece.end_offset,
+                "cl_base": piece.cl_base,
+                "cl_end": piece.cl_end,
+                "cl_key": key,
+                "cl_size": piece.commit_log_size,
+                "cl_digest": piece.commit_log_digest,
+                "cq_key": key,
+                "cq_size": piece.consume_queue_size,
+                "cq_digest": piece.consume_queue_digest,
+                "min_store_timestamp": piece.min_store_timestamp,
+                "max_store_timestamp": piece.max_store_timestamp,
+                "message_count": piece.message_count,
+                "writer_id": index.writer_id,
+                "lease_epoch": index.lease_epoch,
+                "created_at_ms": index.created_at_ms,
+                "cl_at": cl_at,
+                "cq_at": cq_at,
+                "cl_object_size": head.object_size,
+                "cq_object_size": head.object_size,
+            }
+        )
+    return rows
+
+
+def _link(row: Row) -> Committed:
+    """A valid SEGMENTS row as a history link (what :func:`choose` orders by)."""
+    is_slice = row["link"] == schemas.LINK_SLICE
+    return Committed(
+        kind=EntryKind.SLICE if is_slice else EntryKind.SEGMENT,
+        queue=QueuePath("c", "b", row["topic"], row["queue_id"]),  # names are not judged
+        start_offset=row["start_offset"],
+        end_offset=row["end_offset"],
+        cl_base=row["cl_base"],
+        cl_end=row["cl_end"],
+        commit_log=Span(row["cl_key"], row["cl_at"], row["cl_size"], row["cl_digest"],
+                        row["cl_object_size"]),
+        consume_queue=Span(row["cq_key"], row["cq_at"], row["cq_size"], row["cq_digest"],
+                           row["cq_object_size"]),
+        digest_algorithm=DigestAlgorithm.for_hex(row["cl_digest"]).value,
+        min_store_timestamp=row["min_store_timestamp"],
+        max_store_timestamp=row["max_store_timestamp"],
+        writer_id=row["writer_id"],
+        lease_epoch=row["lease_epoch"],
+        created_at_ms=row["created_at_ms"],
+        key=row["manifest_key"],
+        sequence=row["sequence"],
+    )  # fmt: skip
+
+
+def mark_covering(segments: pa.Table) -> pa.Table:
+    """SEGMENTS (collected) with ``covers`` set by the one reading rule, per queue
+    (driver side, :func:`tieredstore.cold.history.choose`): true for every valid segment
+    (one overlapping another stays an ``overlap``) and for each slice the rule chooses;
+    false for the slices it does not (they hold offsets a segment or an earlier slice
+    holds); null for rows with ``error``."""
+    rows = segments.to_pylist()
+    by_queue: dict[tuple[str, int], tuple[list[Committed], list[Committed]]] = {}
+    for row in rows:
+        if row["error"] is None:
+            segs, slices = by_queue.setdefault((row["topic"], row["queue_id"]), ([], []))
+            (slices if row["link"] == schemas.LINK_SLICE else segs).append(_link(row))
+    chosen = {link.key for segs, slices in by_queue.values() for link in choose(segs, slices).links}
+    covers = [
+        None if r["error"] is not None
+        else r["link"] == schemas.LINK_SEGMENT or r["manifest_key"] in chosen
+        for r in rows
+    ]  # fmt: skip
+    index = segments.schema.get_field_index("covers")
+    return segments.set_column(index, segments.schema.field(index), pa.array(covers, pa.bool_()))
+
+
 def manifest_frame(objects: DataFrame, cold: ColdLocation) -> DataFrame:
-    """SEGMENTS: one row per MANIFEST object of ``objects``, parsed in Spark tasks."""
-    manifests = objects.where(objects.kind == SegmentKind.MANIFEST.value)
+    """SEGMENTS: one row per MANIFEST object of ``objects`` and per slice of each batch
+    object, parsed in Spark tasks (``covers`` null: :func:`mark_covering` sets it)."""
+    manifests = objects.where(objects.kind.isin(SegmentKind.MANIFEST.value, BATCH_KIND))
     # The listing is sorted by key, so each queue's manifests are spread evenly over the
     # listing's partitions already; a shuffle would buy nothing.
     return manifests.mapInArrow(ManifestTask(cold), schemas.SEGMENTS)
@@ -631,7 +819,8 @@ def tail_timestamp(hot: HotStore, queue: QueueKey, offset: int) -> int:
 
 @dataclass(frozen=True)
 class SegmentTask:
-    """Verify segments (SEGMENT_WORK rows) into SEGMENT_FACTS rows (in a Spark task)."""
+    """Verify links (SEGMENT_WORK rows: segments and slices alike) into SEGMENT_FACTS
+    rows (in a Spark task)."""
 
     cold: ColdLocation
     hot_root: str
@@ -646,7 +835,7 @@ class SegmentTask:
 
 
 class _SegmentRun:
-    """The verification of one segment: read what is needed, then check (pure)."""
+    """The verification of one link: read what is needed, then check (pure)."""
 
     def __init__(
         self,
@@ -664,7 +853,7 @@ class _SegmentRun:
         self.out: Row = {
             k: seg[k] for k in ("manifest_key", "topic", "queue_id", "start_offset", "end_offset")
         } | {k: seg[k] for k in ("cl_key", "cq_key", "cl_digest", "cq_digest")}
-        self.out |= {"cq_digest_actual": None, "cl_digest_actual": None}
+        self.out |= {"cq_digest_actual": None, "cl_digest_actual": None, "covers": seg["covers"]}
 
     def result(self) -> Row:
         seg = self.seg
@@ -696,21 +885,26 @@ class _SegmentRun:
         }
 
     def _read(self, which: str) -> bytes | None:
-        """Read a whole object whose listed size matches its manifest, and digest it."""
+        """Read a span whose object's listed size matches the link's, and digest it: a
+        segment's whole object, or a slice's byte range of its batch (a range read)."""
         seg = self.seg
         key, listed = seg[f"{which}_key"], seg[f"{which}_listed_size"]
-        if listed is None or listed != seg[f"{which}_size"]:
+        at, size = seg[f"{which}_at"], seg[f"{which}_size"]
+        if listed is None or listed != seg[f"{which}_object_size"]:
             return None  # missing_object / size_mismatch come from the listing
+        path = ColdLocation.path(self.root, key)
         try:
-            data: bytes = self.fs.cat_file(ColdLocation.path(self.root, key))
+            whole = at == 0 and size == listed
+            data: bytes = self.fs.cat_file(path) if whole else self.fs.cat_file(path, at, at + size)
         except FileNotFoundError:
             self._fact(FactKind.OBJECT_UNREADABLE, key, "object vanished after the listing")
             return None
-        if len(data) != seg[f"{which}_size"]:
+        if len(data) != size:
             self._fact(
                 FactKind.OBJECT_UNREADABLE,
                 key,
-                f"object read as {len(data)} bytes, listed as {listed}",
+                f"bytes [{at}, {at + size}) read as {len(data)} bytes of an object listed "
+                f"as {listed}",
             )
             return None
         algorithm = DigestAlgorithm.for_hex(seg[f"{which}_digest"])

@@ -2,15 +2,18 @@
 
 Frames, in the order a run builds them::
 
-    OBJECTS        driver listing of the broker prefix (one row per recognised object)
-    SEGMENTS       one row per MANIFEST object, parsed in Spark tasks; ``error`` is set
-                   (and the manifest's fields are null) when it does not validate
+    OBJECTS        driver listing of the broker prefix (one row per recognised object:
+                   segment objects, and batch objects of ``_batches/``)
+    SEGMENTS       one row per link of a queue's history, parsed in Spark tasks: per
+                   MANIFEST object (a segment) and per slice of a batch object; ``error``
+                   is set (and the link's fields are null) when a manifest or a batch
+                   head does not validate
     HOT_INPUT      the hot queues to inspect (listed by the driver)
     HOT_QUEUES     per hot queue: hot [min, max), the lag cutoff, and where the
                    messages stored since each tiering record entry begin
-    SEGMENT_WORK   a valid segment, what the listing found for its objects, its queue's
-                   hot range: the input of the per-segment verification tasks
-    SEGMENT_FACTS  what each segment task found (digests, counts, fact ranges)
+    SEGMENT_WORK   a valid link (segment or slice), what the listing found for its
+                   objects, its queue's hot range: the input of the verification tasks
+    SEGMENT_FACTS  what each link's task found (digests, counts, fact ranges)
     ANOMALIES      the report: one row per anomaly, offsets as half-open ranges
     QUEUE_SUMMARY  one row per queue seen on either side
     CATALOGUE      the catalogue's committed segments (optional catalogue_drift check)
@@ -43,6 +46,8 @@ __all__ = [
     "FACT",
     "HOT_INPUT",
     "HOT_QUEUES",
+    "LINK_SEGMENT",
+    "LINK_SLICE",
     "LOSSES",
     "LOSS_SPANS",
     "OBJECTS",
@@ -63,16 +68,23 @@ _QUEUE: Final = [_s("topic", StringType()), _s("queue_id", IntegerType())]
 OBJECTS: Final = StructType(
     [
         _s("key", StringType()),
-        _s("kind", StringType()),  # COMMIT_LOG | CONSUME_QUEUE | MANIFEST
-        *_QUEUE,
-        _s("base", LongType()),
+        _s("kind", StringType()),  # COMMIT_LOG | CONSUME_QUEUE | MANIFEST | BATCH
+        *_QUEUE,  # a BATCH: topic "" and queue_id -1 (it holds many queues' slices)
+        _s("base", LongType()),  # a BATCH: its sequence
         _s("size", LongType()),
         _s("mtime_ms", LongType()),
     ]
 )
 
+#: A link's commit point (``tieredstore.cold.history.EntryKind`` values).
+LINK_SEGMENT: Final = "segment"
+LINK_SLICE: Final = "slice"
+
 SEGMENTS: Final = StructType(
     [
+        # The link's history key: a segment's manifest key; a slice's
+        # ``<batch key>#<topic>/<queue_id>``; a batch whose head does not validate: the
+        # batch key (topic "", queue_id -1, start_offset its sequence).
         _s("manifest_key", StringType()),
         *_QUEUE,
         _s("start_offset", LongType()),  # from the key when the manifest is corrupt
@@ -93,6 +105,20 @@ SEGMENTS: Final = StructType(
         _s("writer_id", StringType(), True),
         _s("lease_epoch", LongType(), True),
         _s("created_at_ms", LongType(), True),
+        _s("link", StringType()),  # LINK_SEGMENT | LINK_SLICE
+        _s("sequence", LongType()),  # the batch's sequence (a slice); -1 for a segment
+        # Where the spans lie: cl/cq bytes [at, at + size) of an object of object_size
+        # bytes (a segment: 0 and the whole object; a slice: inside the batch object).
+        _s("cl_at", LongType(), True),
+        _s("cq_at", LongType(), True),
+        _s("cl_object_size", LongType(), True),
+        _s("cq_object_size", LongType(), True),
+        # Set on the driver once every link is read (null in the tasks' output): the link
+        # covers its offsets for the queue's coverage. Every valid segment does (one that
+        # overlaps another is an ``overlap``); a slice does when the one reading rule
+        # (``tieredstore.cold.history.choose``) chooses it. A slice it does not choose (a
+        # compacted slice, a stale writer's duplicate) is still verified, covers nothing.
+        _s("covers", BooleanType(), True),
     ]
 )
 
@@ -129,6 +155,12 @@ SEGMENT_WORK: Final = StructType(
         _s("cq_digest", StringType()),
         _s("cl_listed_size", LongType(), True),  # null: not listed
         _s("cq_listed_size", LongType(), True),
+        _s("cl_at", LongType()),  # the spans: as in SEGMENTS
+        _s("cq_at", LongType()),
+        _s("cl_object_size", LongType()),
+        _s("cq_object_size", LongType()),
+        _s("link", StringType()),
+        _s("covers", BooleanType()),
         _s("hot_present", BooleanType()),
         _s("hot_min", LongType()),
         _s("hot_max", LongType()),
@@ -164,6 +196,7 @@ SEGMENT_FACTS: Final = StructType(
         _s("units_compared", LongType()),
         _s("bytes_compared", LongType()),
         _s("cold_only", LongType()),
+        _s("covers", BooleanType()),  # as in SEGMENTS: counted in the queue summary
         _s("facts", ArrayType(FACT, False)),
     ]
 )
