@@ -113,6 +113,7 @@ __all__ = [
     "HotQueueTask",
     "ManifestTask",
     "SegmentTask",
+    "batch_links",
     "hot_queue_frame",
     "list_cold_objects",
     "loss_detail",
@@ -583,6 +584,48 @@ def read_batch(fs: AbstractFileSystem, path: str, key: str, size: int) -> BatchH
             return head
         want = head
     raise CorruptBatchError("the batch header kept growing while it was read", where=key)
+
+
+def batch_links(head: BatchHead) -> list[Committed]:
+    """The links a batch commits: one per slice, its spans inside the batch object."""
+    index = head.index
+    out = []
+    for piece in index.slices:
+        cl_at, _ = commit_log_span(head, piece)
+        cq_at, _ = consume_queue_span(head, piece)
+        out.append(
+            Committed(
+                kind=EntryKind.SLICE,
+                queue=index.queue(piece),
+                start_offset=piece.start_offset,
+                end_offset=piece.end_offset,
+                cl_base=piece.cl_base,
+                cl_end=piece.cl_end,
+                commit_log=Span(
+                    index.key,
+                    cl_at,
+                    piece.commit_log_size,
+                    piece.commit_log_digest,
+                    head.object_size,
+                ),
+                consume_queue=Span(
+                    index.key,
+                    cq_at,
+                    piece.consume_queue_size,
+                    piece.consume_queue_digest,
+                    head.object_size,
+                ),
+                digest_algorithm=index.digest_algorithm,
+                min_store_timestamp=piece.min_store_timestamp,
+                max_store_timestamp=piece.max_store_timestamp,
+                writer_id=index.writer_id,
+                lease_epoch=index.lease_epoch,
+                created_at_ms=index.created_at_ms,
+                key=index.key,
+                sequence=index.sequence,
+            )
+        )
+    return out
 
 
 def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:

@@ -5,7 +5,9 @@ reading rule (segments win, then the lowest batch sequence)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from tieredstore.cold.batch import BatchFence, BatchIndex, SlicePart, build_batch
@@ -14,6 +16,7 @@ from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import QueueKey
 from tieredstore.testing.report_doc import found, queue_doc
 from tieredstore.testing.settings import BROKER, CLUSTER
+from verifier import readers, schemas
 
 from .conftest import SPEC, World
 
@@ -185,3 +188,39 @@ def test_a_batch_fence_is_nothing(world: World) -> None:
     code, doc = world.verify()
     assert (code, doc["verdict"], doc["anomalies"]) == (0, "CLEAN", [])
     assert doc["totals"]["segments"] == all_segments(world)
+
+
+def test_mark_covering_is_the_one_reading_rule() -> None:
+    def row(
+        key: str, start: int, end: int, seq: int = -1, error: str | None = None
+    ) -> dict[str, Any]:
+        link = schemas.LINK_SEGMENT if seq < 0 else schemas.LINK_SLICE
+        r = dict.fromkeys(schemas.SEGMENTS.fieldNames())
+        r.update(manifest_key=key, topic="T", queue_id=0, start_offset=start,
+                 manifest_mtime_ms=0, link=link, sequence=seq, error=error)  # fmt: skip
+        if error is None:
+            r.update(
+                end_offset=end, cl_base=start * 10, cl_end=end * 10, cl_key=f"k{key}",
+                cl_size=(end - start) * 10, cl_digest="0" * 8, cq_key=f"q{key}",
+                cq_size=(end - start) * 20, cq_digest="0" * 8, min_store_timestamp=0,
+                max_store_timestamp=0, message_count=end - start, writer_id="w",
+                lease_epoch=1, created_at_ms=0, cl_at=0, cq_at=0, cl_object_size=10**6,
+                cq_object_size=10**6,
+            )  # fmt: skip
+        return r
+
+    rows = [
+        row("seg", 0, 100),
+        row("late", 100, 200, seq=5),  # a later batch's duplicate of "early"
+        row("early", 100, 200, seq=1),
+        row("compacted", 50, 100, seq=0),  # the segment holds these offsets
+        row("next", 200, 210, seq=9),  # offsets nobody else holds
+        row("stray", 90, 120),  # a segment over a segment: covers (and is an overlap)
+        row("bad", 300, 0, error="no"),
+    ]
+    table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.SEGMENTS))
+    marked = readers.mark_covering(table).to_pylist()
+    assert {r["manifest_key"]: r["covers"] for r in marked} == {
+        "seg": True, "late": False, "early": True, "compacted": False, "next": True,
+        "stray": True, "bad": None,
+    }  # fmt: skip

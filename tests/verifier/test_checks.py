@@ -37,6 +37,13 @@ def _segment(
         cq_size=(end - start) * 20,
         cq_digest="b" * 64,
         message_count=end - start,
+        link=schemas.LINK_SEGMENT,
+        sequence=-1,
+        cl_at=0,
+        cq_at=0,
+        cl_object_size=size,
+        cq_object_size=(end - start) * 20,
+        covers=True,
     )
     row.update(extra)
     return row
@@ -325,6 +332,7 @@ def test_digest_record_and_content_facts_become_their_classes(spark: SparkSessio
         "units_compared": 10,
         "bytes_compared": 1000,
         "cold_only": 0,
+        "covers": True,
         "facts": [fact, fact | {"kind": "cq_offsets", "object_key": "cq/0/0"}],
     }
     facts = spark.createDataFrame([row], schema=schemas.SEGMENT_FACTS)
@@ -390,3 +398,66 @@ def test_queue_summary_joins_both_sides(spark: SparkSession) -> None:
     q0, q1 = rows[0], rows[1]
     assert (q0.cold_min, q0.cold_max, q0.segments, q0.lag_messages) == (100, 300, 2, 20)
     assert (q1.cold_min, q1.segments, q1.lag_messages, q1.hot_present) == (None, 0, 50, True)
+
+
+def _slice(start: int, end: int, *, covers: bool, seq: int = 0, **extra: Any) -> dict[str, Any]:
+    """A slice of batch ``b/<seq>`` (both spans inside that one object)."""
+    key = f"b/{seq}"
+    return _segment(
+        start, end, manifest_key=f"{key}#{T}/0", cl_key=key, cq_key=key, link=schemas.LINK_SLICE,
+        sequence=seq, cl_at=16, cq_at=16 + (end - start) * 100, cl_object_size=5_000,
+        cq_object_size=5_000, covers=covers, **extra,
+    )  # fmt: skip
+
+
+def test_slices_the_reading_rule_skips_are_no_overlap(spark: SparkSession) -> None:
+    valid = _segments(
+        spark,
+        _segment(0, 100),
+        _slice(50, 150, covers=False),  # a stale duplicate: overlaps both segments
+        _segment(100, 200, cl_base=10_000),
+        _slice(200, 300, covers=True, seq=1),  # the tail, in a batch
+        _segment(250, 260, cl_base=30_000),  # ... and a stray segment over it: loud
+    )
+    covered = checks.covering(valid)
+    assert _ranges(checks.gap(covered, _spans(spark))) == []
+    assert _ranges(checks.overlap(covered)) == [("overlap", 0, 250, 260, "m/0/250")]
+    (row,) = checks.cold_queue_ranges(covered).collect()
+    assert (row.cold_min, row.cold_max, row.segments, row.cold_messages) == (0, 300, 4, 310)
+
+
+def test_a_skipped_slice_that_differs_from_its_segment_is_content_mismatch(
+    spark: SparkSession,
+) -> None:
+    valid = _segments(
+        spark,
+        _segment(0, 100),
+        _slice(0, 100, covers=False),  # the same records: the same digests
+        _segment(100, 200, cl_base=10_000),
+        _slice(100, 200, covers=False, seq=1, cq_digest="c" * 64),  # differs
+        _slice(150, 200, covers=False, seq=2, cq_digest="c" * 64),  # other boundaries
+    )
+    assert _ranges(checks.copy_mismatch(valid)) == [("content_mismatch", 0, 100, 200, "b/1")]
+
+
+def test_batch_objects_are_never_orphans(spark: SparkSession) -> None:
+    valid = _segments(spark, _slice(0, 10, covers=False))
+    objects = _objects(
+        spark,
+        ("b/0", "BATCH", 0, 5_000, 1_000),  # named by a slice that covers nothing
+        ("b/1", "BATCH", 1, 300, 1_000),  # a fence, or a head that does not parse
+    )
+    assert _ranges(checks.orphan_object(objects, valid, now_ms=100_000, grace_ms=10)) == []
+
+
+def test_a_slice_object_of_the_wrong_size_is_one_size_mismatch(spark: SparkSession) -> None:
+    valid = _segments(spark, _slice(0, 10, covers=True))
+    objects = _objects(spark, ("b/0", "BATCH", 0, 4_000, 1))
+    work = checks.segment_work(valid, objects, _hot(spark, 0, 10))
+    found = checks.size_mismatch(work).collect()
+    assert [(r.object_key, r.detail) for r in found] == [
+        ("b/0", "object is 4000 bytes, its batch index says 5000")
+    ]
+    absent = checks.segment_work(valid, _objects(spark), _hot(spark, 0, 10))
+    facts = spark.createDataFrame([], schema=schemas.SEGMENT_FACTS)
+    assert _ranges(checks.missing_object(absent, facts)) == [("missing_object", 0, 0, 10, "b/0")]

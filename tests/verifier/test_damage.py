@@ -388,6 +388,8 @@ def _work_row(world: World) -> dict[str, Any]:
         "hot_present": True, "hot_min": 0, "hot_max": m.end_offset,
         "min_store_timestamp": m.min_store_timestamp,
         "max_store_timestamp": m.max_store_timestamp, "message_count": m.message_count,
+        "cl_at": 0, "cq_at": 0, "cl_object_size": m.commit_log.size,
+        "cq_object_size": m.consume_queue.size, "link": "segment", "covers": True,
     }  # fmt: skip
 
 

@@ -4,14 +4,25 @@ The fleet job (:mod:`verifier.fleet.job`) runs :func:`check_queue` in a Spark ta
 queue. It reads the queue's manifests and objects through a sync fsspec filesystem and
 decides what the single-broker job decides for a queue, with the hot side given as
 facts (:class:`~verifier.fleet.fingerprint.QueuePrint`: hot min/max, block digests and store
-times) instead of hot files:
+times) instead of hot files.
+
+A queue's **links** are its segments (its manifests, read here) and its batch slices
+(read from the batch heads by the broker's scan: :attr:`QueueWork.slices`). The one
+reading rule (:func:`tieredstore.cold.history.choose`) decides which links **cover**
+their offsets: every segment, and each slice over offsets no segment or earlier slice
+holds. Coverage (``gap``, ``overlap``, the cold range and counts, the block hashes) is
+over the covering links; every link, covering or not, is read (a slice: range reads of
+its batch) and checked:
 
 * ``corrupt_manifest``, ``gap``, ``overlap`` (unless an accepted loss span covers the
   hole), ``missing_object``, ``size_mismatch``, ``digest_mismatch``, ``record_mismatch``
   and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`);
 * ``content_mismatch`` per **block**: each fingerprint block that cold covers whole is
   hashed from cold records (:class:`~verifier.fleet.fingerprint.BlockHasher`) and compared;
-  the anomaly names the block (``verify --hot`` on the broker host names the byte);
+  the anomaly names the block (``verify --hot`` on the broker host names the byte). A
+  slice that does not cover is hashed on its own, for the blocks it holds whole, and
+  is a ``content_mismatch`` as well when its digests differ from the covering link's
+  over exactly its offsets (two copies that disagree);
 * ``hot_not_covered`` for the tail: ``[cold_max, lag_cutoff)``, the cutoff from the
   fingerprint's store times and its ``taken_ms`` as the reference time;
 * ``lost_before_tiering`` for loss records in scope.
@@ -33,6 +44,7 @@ import numpy as np
 from fsspec.spec import AbstractFileSystem
 
 from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.history import Committed, EntryKind, Span, choose
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.errors import CorruptManifestError, TieredStoreError
@@ -41,12 +53,20 @@ from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
 from verifier.fleet.fingerprint import BlockHasher, QueuePrint
 from verifier.outcome import Anomaly, QueueReport
-from verifier.readers import loss_detail
-from verifier.scope import Span
+from verifier.readers import loss_detail, slice_key
+from verifier.scope import Span as LossSpan
 from verifier.segmentcheck import FactKind, ManifestClaims, SegmentGeometry, check_segment
 from verifier.vocabulary import LagAllowance
 
 __all__ = ["QueueCheck", "QueueWork", "check_queue"]
+
+
+def _name(link: Committed) -> str:
+    """A link's history key: a segment's manifest key, a slice's ``<batch>#<queue>``."""
+    if link.kind is EntryKind.SEGMENT:
+        return link.key
+    return slice_key(link.key, link.topic, link.queue_id)
+
 
 _FACT_CLASS = {
     FactKind.CQ_OFFSETS: FindingKind.RECORD_MISMATCH,
@@ -57,9 +77,10 @@ _FACT_CLASS = {
 
 @dataclass(frozen=True)
 class QueueWork:
-    """What a task needs for one queue: its listed objects (key → size), the hot facts
-    (None: the fingerprint has no such queue, or there is no fingerprint), the accepted
-    loss records and spans, and the lag rule's parameters."""
+    """What a task needs for one queue: its listed objects (key → size; its slices'
+    batch objects among them), its manifests, its batch slices, the hot facts (None: the
+    fingerprint has no such queue, or there is no fingerprint), the accepted loss records
+    and spans, and the lag rule's parameters."""
 
     cluster: str
     broker: str
@@ -69,9 +90,10 @@ class QueueWork:
     manifests: Sequence[str]
     hot: QueuePrint | None
     losses: Sequence[LossRecord] = ()
-    spans: Sequence[Span] = ()
+    spans: Sequence[LossSpan] = ()
     allowance: LagAllowance | None = None
     reference_ms: int = 0
+    slices: Sequence[Committed] = ()
 
 
 @dataclass(frozen=True)
@@ -110,8 +132,8 @@ class _Run:
     def path(self, key: str) -> str:
         return f"{self.root}/{key}" if self.root else key
 
-    def manifests(self) -> list[Manifest]:
-        out: list[Manifest] = []
+    def manifests(self) -> list[Committed]:
+        out: list[Committed] = []
         for key in self.w.manifests:
             try:
                 stored = read_stored(self.fs.cat_file(self.path(key)), key)
@@ -121,15 +143,15 @@ class _Run:
                 self.anomaly(FindingKind.CORRUPT_MANIFEST, None, None, key, exc.message)
                 continue
             if isinstance(stored, Manifest):
-                out.append(stored)
+                out.append(Committed.of_manifest(stored))
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset))
 
     def covered(self, start: int, end: int) -> bool:
         return any(s.start <= start and s.end >= end for s in self.w.spans)
 
-    def layout(self, segments: list[Manifest]) -> None:
+    def layout(self, links: list[Committed]) -> None:
         reach: int | None = None
-        for m in segments:
+        for m in links:
             if (
                 reach is not None
                 and m.start_offset > reach
@@ -141,22 +163,23 @@ class _Run:
                     m.start_offset,
                     None,
                     f"queue offsets [{reach}, {m.start_offset}) are in no committed segment "
-                    f"(the next segment is {m.key})",
+                    f"(the next segment is {_name(m)})",
                 )
             if reach is not None and m.start_offset < reach:
                 self.anomaly(
                     FindingKind.OVERLAP,
                     m.start_offset,
                     min(m.end_offset, reach),
-                    m.key,
+                    _name(m),
                     f"segment [{m.start_offset}, {m.end_offset}) starts below the end "
                     f"{reach} of an earlier segment",
                 )
             reach = m.end_offset if reach is None else max(reach, m.end_offset)
 
-    def read(self, m: Manifest, which: str) -> bytes | None:
-        ref = m.commit_log if which == "cl" else m.consume_queue
-        key = m.commit_log_key if which == "cl" else m.consume_queue_key
+    def read(self, m: Committed, which: str) -> bytes | None:
+        ref: Span = m.commit_log if which == "cl" else m.consume_queue
+        key = ref.key
+        says = "the manifest" if m.kind is EntryKind.SEGMENT else "the batch index"
         listed = self.w.objects.get(key)
         if listed is None:
             self.anomaly(
@@ -164,21 +187,26 @@ class _Run:
                 m.start_offset,
                 m.end_offset,
                 key,
-                f"the manifest {m.key} names an object that is not in the store",
+                f"{_name(m)} names an object that is not in the store",
             )
             return None
-        if listed != ref.size:
+        if listed != ref.object_size:
             self.anomaly(
                 FindingKind.SIZE_MISMATCH,
                 m.start_offset,
                 m.end_offset,
                 key,
-                f"object is {listed} bytes, the manifest says {ref.size}",
+                f"object is {listed} bytes, {says} says {ref.object_size}",
             )
             return None
         try:
-            data: bytes = self.fs.cat_file(self.path(key))
+            if ref.at == 0 and ref.size == ref.object_size:
+                data: bytes = self.fs.cat_file(self.path(key))
+            else:
+                data = self.fs.cat_file(self.path(key), ref.at, ref.end)
         except FileNotFoundError:
+            data = b""
+        if len(data) != ref.size:
             self.anomaly(
                 FindingKind.MISSING_OBJECT,
                 m.start_offset,
@@ -194,12 +222,12 @@ class _Run:
                 m.start_offset,
                 m.end_offset,
                 key,
-                f"object digest {actual} differs from the manifest's {ref.digest}",
+                f"digest of [{ref.at}, {ref.end}) is {actual}, {says} says {ref.digest}",
             )
             return None
         return data
 
-    def segment(self, m: Manifest) -> None:
+    def segment(self, m: Committed, covers: bool = True) -> None:
         cq = self.read(m, "cq")
         cl = self.read(m, "cl")
         if cq is None or cl is None:
@@ -218,12 +246,13 @@ class _Run:
         geo = SegmentGeometry(m.start_offset, m.end_offset, m.cl_base, m.cl_end)
         claims = ManifestClaims(m.min_store_timestamp, m.max_store_timestamp, m.message_count)
         facts = check_segment(geo, units, cl=cl, claims=claims)
-        self.cold_messages += m.end_offset - m.start_offset
-        self.cold_bytes += len(cl)
+        if covers:
+            self.cold_messages += m.end_offset - m.start_offset
+            self.cold_bytes += len(cl)
         keys = {
             FactKind.CQ_OFFSETS: m.consume_queue_key,
             FactKind.RECORD_FIELDS: m.commit_log_key,
-            FactKind.MANIFEST_FIELDS: m.key,
+            FactKind.MANIFEST_FIELDS: _name(m),
         }
         for f in facts.facts:
             self.anomaly(
@@ -233,11 +262,25 @@ class _Run:
                 keys.get(f.kind),
                 f.detail,
             )
-        if not facts.facts:
-            self.feed(m, units, cl)
+        if facts.facts:
+            return
+        if covers:
+            self.feed(m, units, cl, self.hashers, count=True)
+            return
+        own: dict[int, tuple[BlockHasher, int, str]] = {}
+        self.feed(m, units, cl, own, count=False)
+        self.compare_blocks(own, count=False)
 
-    def feed(self, m: Manifest, units: Any, cl: bytes) -> None:
-        """Hash the segment's records into every fingerprint block they fall in."""
+    def feed(
+        self,
+        m: Committed,
+        units: Any,
+        cl: bytes,
+        hashers: dict[int, tuple[BlockHasher, int, str]],
+        *,
+        count: bool,
+    ) -> None:
+        """Hash the link's records into every fingerprint block they fall in."""
         first = bisect.bisect_right(self.ends, m.start_offset)  # blocks end in order
         for b in self.targets[first:]:
             if b.start >= m.end_offset:
@@ -246,19 +289,45 @@ class _Run:
             part = units[lo - m.start_offset : hi - m.start_offset]
             offs = part["commitlog_offset"].astype(np.int64) - m.cl_base
             sizes = part["size"].astype(np.int64)
-            hasher, fed, key = self.hashers.get(b.start, (BlockHasher(), 0, m.commit_log_key))
+            hasher, fed, key = hashers.get(b.start, (BlockHasher(), 0, m.commit_log_key))
             hasher.update(part, gather(cl, offs, sizes))
-            self.hashers[b.start] = (hasher, fed + hi - lo, key)
-            self.bytes += int(sizes.sum())
-            self.units += hi - lo
+            hashers[b.start] = (hasher, fed + hi - lo, key)
+            if count:
+                self.bytes += int(sizes.sum())
+                self.units += hi - lo
 
-    def compare_blocks(self) -> None:
+    def copies(self, chosen: Sequence[Committed], others: Sequence[Committed]) -> None:
+        """A slice that does not cover against the covering link over exactly its offsets:
+        digests (by the same algorithm) that differ are two copies that disagree."""
+        by_range = {(c.start_offset, c.end_offset): c for c in chosen}
+        for s in others:
+            c = by_range.get((s.start_offset, s.end_offset))
+            if s.kind is not EntryKind.SLICE or c is None:
+                continue
+            mine = (s.commit_log.digest, s.consume_queue.digest)
+            theirs = (c.commit_log.digest, c.consume_queue.digest)
+            if len(mine[0]) == len(theirs[0]) and mine != theirs:
+                self.anomaly(
+                    FindingKind.CONTENT_MISMATCH,
+                    s.start_offset,
+                    s.end_offset,
+                    s.commit_log_key,
+                    f"{_name(s)} holds [{s.start_offset}, {s.end_offset}) with digests "
+                    f"{mine[0]} / {mine[1]}, but {_name(c)}, read for those offsets, has "
+                    f"{theirs[0]} / {theirs[1]}: two copies of the same records disagree",
+                )
+
+    def compare_blocks(
+        self, hashers: dict[int, tuple[BlockHasher, int, str]] | None = None, *, count: bool = True
+    ) -> None:
         w = self.w
+        hashers = self.hashers if hashers is None else hashers
         for b in self.targets:
-            entry = self.hashers.get(b.start)
+            entry = hashers.get(b.start)
             if entry is None or entry[1] != b.end - b.start:
                 continue  # not all of it in cold (yet): the range checks speak for it
-            self.blocks += 1
+            if count:
+                self.blocks += 1
             got = entry[0].hexdigest()
             if got != b.digest:
                 self.anomaly(
@@ -277,12 +346,23 @@ def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueChec
     environment (the filesystem failing)."""
     run = _Run(fs, root, work)
     segments = run.manifests()
-    run.layout(segments)
-    for m in segments:
+    history = choose(segments, list(work.slices))
+    others = [x for x in history.overlaps if x.kind is EntryKind.SLICE]
+    # Every segment covers (one over another's offsets is an ``overlap``), and each slice
+    # the rule chooses; the slices it does not choose are verified, never counted.
+    links = sorted(
+        [*history.links, *(x for x in history.overlaps if x.kind is EntryKind.SEGMENT)],
+        key=lambda m: (m.start_offset, m.end_offset),
+    )
+    run.layout(links)
+    for m in links:
         run.segment(m)
+    for m in others:
+        run.segment(m, covers=False)
+    run.copies(history.links, others)
     run.compare_blocks()
-    cold_min = min((m.start_offset for m in segments), default=None)
-    cold_max = max((m.end_offset for m in segments), default=None)
+    cold_min = min((m.start_offset for m in links), default=None)
+    cold_max = max((m.end_offset for m in links), default=None)
     hot = work.hot
     cutoff = None
     lag = 0
@@ -318,7 +398,7 @@ def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueChec
         hot_max=hot.hot_max if hot else None,
         cold_min=cold_min,
         cold_max=cold_max,
-        segments=len(segments),
+        segments=len(links),
         cold_messages=run.cold_messages,
         cold_bytes=run.cold_bytes,
         lag_messages=lag,

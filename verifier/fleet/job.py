@@ -7,9 +7,12 @@ against that broker's **newest** fingerprint, never reading a hot store:
 1. the driver lists two levels of the cold root: the cluster directories
    (``<md5(cluster)[:8]>_<cluster>``) and the broker directories in them;
 2. one task per broker lists the broker prefix (:func:`verifier.readers.list_cold_objects`:
-   objects, tiering/init/retention/loss records) and reads its newest fingerprint;
+   objects, tiering/init/retention/loss records), reads its batch objects' heads (one
+   slice per queue each: :func:`verifier.readers.read_batch`; one that does not parse is a
+   ``corrupt_manifest`` naming the batch) and its newest fingerprint;
 3. one task per queue (all brokers' queues spread over the executors) reads the queue's
-   manifests and objects and checks them against the fingerprint's facts
+   manifests, takes its slices, and checks its links (segments and slices, by the one
+   reading rule) against the fingerprint's facts
    (:func:`verifier.fleet.check.check_queue`);
 4. the driver decides each broker's required ranges and records against hot
    (:func:`verifier.scope.judge`, the single-broker decision) with the fingerprint as
@@ -38,6 +41,8 @@ from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
+from tieredstore.cold.batch import BatchFence
+from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import (
     SegmentKind,
     broker_prefix,
@@ -47,11 +52,24 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import QueueInit, RetentionMark, StopMark, TieringRecord
-from tieredstore.errors import CorruptProvenanceError, InvalidNameError
+from tieredstore.errors import (
+    CorruptBatchError,
+    CorruptManifestError,
+    CorruptProvenanceError,
+    InvalidNameError,
+)
+from tieredstore.findings import FindingKind
 from verifier.fleet.check import QueueCheck, QueueWork, check_queue
 from verifier.fleet.fingerprint import Fingerprint, read_fingerprint
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.readers import ColdLocation, list_cold_objects, open_cold_filesystem
+from verifier.readers import (
+    BATCH_KIND,
+    ColdLocation,
+    batch_links,
+    list_cold_objects,
+    open_cold_filesystem,
+    read_batch,
+)
 from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge, merge_spans
 from verifier.verdict import Verdict, worst
 from verifier.vocabulary import DEFAULT_LAG_ALLOWANCE, LagAllowance, Level, VerifyOptions
@@ -168,6 +186,12 @@ class BrokerScan:
     fingerprint_key: str | None
     fingerprint_problem: str | None
     stops: tuple[StopMark, ...] = ()
+    #: Per queue, the slices its batch objects hold (links; read in the queue tasks).
+    slices: dict[tuple[str, int], list[Committed]] = field(default_factory=dict)
+    #: The listed batch objects (key → size): where those slices' bytes are.
+    batches: dict[str, int] = field(default_factory=dict)
+    #: A ``corrupt_manifest`` per batch object whose head does not parse.
+    batch_problems: tuple[Anomaly, ...] = ()
 
     def hot_facts(self) -> dict[tuple[str, int], HotFacts]:
         """What the fingerprint proves of each hot queue (empty: no fingerprint)."""
@@ -197,12 +221,17 @@ class _ScanBroker:
         listing = list_cold_objects(self.cold, ref.cluster, ref.broker)
         objects: dict[tuple[str, int], dict[str, int]] = {}
         manifests: dict[tuple[str, int], list[str]] = {}
+        batches: dict[str, int] = {}
         for row in listing.objects.to_pylist():
+            if row["kind"] == BATCH_KIND:
+                batches[row["key"]] = row["size"]
+                continue
             q = (row["topic"], row["queue_id"])
             objects.setdefault(q, {})[row["key"]] = row["size"]
             if row["kind"] == SegmentKind.MANIFEST.value:
                 manifests.setdefault(q, []).append(row["key"])
         fp, key, problem = self._newest_fingerprint(ref)
+        slices, problems = self._slices(batches)
         return BrokerScan(
             ref,
             listing.tiering,
@@ -216,7 +245,34 @@ class _ScanBroker:
             key,
             problem,
             listing.stops,
+            slices,
+            batches,
+            problems,
         )
+
+    def _slices(
+        self, batches: dict[str, int]
+    ) -> tuple[dict[tuple[str, int], list[Committed]], tuple[Anomaly, ...]]:
+        """Every batch object's slices by queue (a fence, or a batch collected since the
+        listing: none), and a ``corrupt_manifest`` for each head that does not parse."""
+        fs, root = self.cold.filesystem()
+        slices: dict[tuple[str, int], list[Committed]] = {}
+        problems: list[Anomaly] = []
+        for key, size in sorted(batches.items()):
+            try:
+                head = read_batch(fs, ColdLocation.path(root, key), key, size)
+            except FileNotFoundError:
+                continue
+            except (CorruptBatchError, CorruptManifestError) as exc:
+                problems.append(
+                    Anomaly("", -1, None, FindingKind.CORRUPT_MANIFEST, None, None, key, str(exc))
+                )
+                continue
+            if isinstance(head, BatchFence):
+                continue
+            for link in batch_links(head):
+                slices.setdefault((link.topic, link.queue_id), []).append(link)
+        return slices, tuple(problems)
 
     def _newest_fingerprint(
         self, ref: BrokerRef
@@ -259,7 +315,8 @@ class _CheckQueues:
 
 def _works(scan: BrokerScan, opts: FleetOptions) -> list[QueueWork]:
     fp = scan.fingerprint
-    queues = set(scan.objects) | ({(q.topic, q.queue_id) for q in fp.queues} if fp else set())
+    queues = set(scan.objects) | set(scan.slices)
+    queues |= {(q.topic, q.queue_id) for q in fp.queues} if fp else set()
     losses = scan.accepted_losses()
     spans = merge_spans(losses)
     out = []
@@ -270,8 +327,13 @@ def _works(scan: BrokerScan, opts: FleetOptions) -> list[QueueWork]:
                 broker=scan.ref.broker,
                 topic=topic,
                 queue_id=qid,
-                objects=scan.objects.get((topic, qid), {}),
+                objects=scan.objects.get((topic, qid), {})
+                | {
+                    link.commit_log_key: scan.batches[link.commit_log_key]
+                    for link in scan.slices.get((topic, qid), [])
+                },
                 manifests=scan.manifests.get((topic, qid), []),
+                slices=scan.slices.get((topic, qid), []),
                 hot=fp.queue(topic, qid) if fp else None,
                 losses=[x for x in losses if (x.topic, x.queue_id) == (topic, qid)],
                 spans=[s for s in spans if (s.topic, s.queue_id) == (topic, qid)],
@@ -314,6 +376,7 @@ def _broker_result(
     assert scan.tiering is not None
     queues: list[QueueReport] = [c.queue for c in checks]
     found: list[Anomaly] = [a for c in checks for a in c.anomalies]
+    found.extend(scan.batch_problems)
     records = ProvenanceRecords(scan.tiering, scan.inits, scan.retention, scan.stops)
     decided, judged = judge(
         queues, found, records, scan.losses, scan.impossible_losses(), scan.hot_facts()
@@ -334,7 +397,7 @@ def _broker_result(
         lag_allowance=opts.lag_allowance,
         storage_options=opts.storage_options,
     )
-    objects = sum(len(v) for v in scan.objects.values())
+    objects = sum(len(v) for v in scan.objects.values()) + len(scan.batches)
     return VerificationResult(
         options=options,
         queues=queues_sorted,
