@@ -125,7 +125,9 @@ FINDINGS: Final[Mapping[FindingKind, Finding]] = {
         ("verifier",),
     ),
     FindingKind.CORRUPT_MANIFEST: Finding(
-        "a MANIFEST that does not parse or validate (its range shows as a `gap` too)",
+        "a MANIFEST that does not parse or validate (its range shows as a `gap` too), or a "
+        "batch object's head (the batch key as the object, no queue: its slices' offsets "
+        "show as `gap` or `hot_not_covered`)",
         ("verifier", "gc", "reconcile"),
     ),
     FindingKind.CORRUPT_LOSS_RECORD: Finding(
@@ -137,7 +139,9 @@ FINDINGS: Final[Mapping[FindingKind, Finding]] = {
         ("verifier",),
     ),
     FindingKind.CONTENT_MISMATCH: Finding(
-        "cold ≠ hot: CQ unit size or tagsCode, or record bytes outside [28, 36)",
+        "cold ≠ hot: CQ unit size or tagsCode, or record bytes outside [28, 36); or two "
+        "cold copies that disagree (a batch slice the reading rule skips whose digests "
+        "differ from the link read over exactly its offsets)",
         ("verifier",),
     ),
     FindingKind.COLD_AHEAD_OF_HOT: Finding(
