@@ -259,10 +259,7 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
         parsed = classify_listed(key, prefix)
         sequence = parse_batch_key(key, batches) if isinstance(parsed, OwnEntry) else None
         if sequence is not None:  # a batch object (or a batch fence): its slices are links
-            rows.append(
-                {"key": key, "kind": BATCH_KIND, "topic": "", "queue_id": -1, "base": sequence,
-                 "size": int(info["size"]), "mtime_ms": _mtime_ms(fs, path, info)}
-            )  # fmt: skip
+            rows.append(_object_row(fs, path, info, key, BATCH_KIND, ("", -1), sequence))
             continue
         if isinstance(parsed, OwnEntry):  # lease, quarantine, config, provenance: ours
             if not records.take(path, key):
@@ -277,22 +274,34 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
         if not isinstance(parsed, ObjectKey):  # unrecognised, or a loss record that is not
             unrecognised.append(key)
             continue
-        rows.append(
-            {
-                "key": key,
-                "kind": parsed.kind.value,
-                "topic": parsed.topic,
-                "queue_id": parsed.queue_id,
-                "base": parsed.base_offset,
-                "size": int(info["size"]),
-                "mtime_ms": _mtime_ms(fs, path, info),
-            }
-        )
+        queue = (parsed.topic, parsed.queue_id)
+        rows.append(_object_row(fs, path, info, key, parsed.kind.value, queue, parsed.base_offset))
     table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
     return ColdListing(
         table, tuple(unrecognised), tuple(losses), records.tiering, tuple(records.inits),
         tuple(records.retention), tuple(records.stops),
     )  # fmt: skip
+
+
+def _object_row(
+    fs: AbstractFileSystem,
+    path: str,
+    info: Mapping[str, Any],
+    key: str,
+    kind: str,
+    queue: tuple[str, int],
+    base: int,
+) -> Row:
+    """One OBJECTS row."""
+    return {
+        "key": key,
+        "kind": kind,
+        "topic": queue[0],
+        "queue_id": queue[1],
+        "base": base,
+        "size": int(info["size"]),
+        "mtime_ms": _mtime_ms(fs, path, info),
+    }
 
 
 class _Provenance:

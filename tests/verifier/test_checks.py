@@ -182,10 +182,17 @@ def test_corrupt_manifests_are_separated_from_valid_ones(spark: SparkSession) ->
         start_offset=100,
         manifest_mtime_ms=1,
         error="manifest is not valid JSON",
+        link=schemas.LINK_SEGMENT,
+        sequence=-1,
     )
-    segs = _segments(spark, _segment(0, 100), bad)
+    batch = bad | {"manifest_key": "b/3", "topic": "", "queue_id": -1, "start_offset": 3,
+                   "link": schemas.LINK_SLICE, "sequence": 3}  # fmt: skip
+    segs = _segments(spark, _segment(0, 100), bad, batch)
     assert checks.valid_segments(segs).count() == 1
-    assert _ranges(checks.corrupt_manifest(segs)) == [("corrupt_manifest", 0, 100, 101, "m/0/100")]
+    assert _ranges(checks.corrupt_manifest(segs)) == [
+        ("corrupt_manifest", -1, None, None, "b/3"),  # a batch names no queue, no range
+        ("corrupt_manifest", 0, 100, 101, "m/0/100"),
+    ]
 
 
 def _state(spark: SparkSession, **values: int) -> DataFrame:

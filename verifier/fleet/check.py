@@ -44,7 +44,7 @@ import numpy as np
 from fsspec.spec import AbstractFileSystem
 
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.history import Committed, EntryKind, Span, choose
+from tieredstore.cold.history import Committed, EntryKind, QueueHistory, Span, choose
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.errors import CorruptManifestError, TieredStoreError
@@ -317,6 +317,18 @@ class _Run:
                     f"{theirs[0]} / {theirs[1]}: two copies of the same records disagree",
                 )
 
+    def check_links(self, history: QueueHistory) -> list[Committed]:
+        """Check every link of the queue; return the covering ones (:func:`_covering`)."""
+        links, others = _covering(history)
+        self.layout(links)
+        for m in links:
+            self.segment(m)
+        for m in others:
+            self.segment(m, covers=False)
+        self.copies(history.links, others)
+        self.compare_blocks()
+        return links
+
     def compare_blocks(
         self, hashers: dict[int, tuple[BlockHasher, int, str]] | None = None, *, count: bool = True
     ) -> None:
@@ -341,26 +353,20 @@ class _Run:
                 )
 
 
+def _covering(history: QueueHistory) -> tuple[list[Committed], list[Committed]]:
+    """The links that cover, in offset order, and the slices the rule skips. Every
+    segment covers (one over another's offsets is an ``overlap``), and each slice the
+    rule chooses; the slices it does not choose are verified, never counted."""
+    strays = [x for x in history.overlaps if x.kind is EntryKind.SEGMENT]
+    links = sorted([*history.links, *strays], key=lambda m: (m.start_offset, m.end_offset))
+    return links, [x for x in history.overlaps if x.kind is EntryKind.SLICE]
+
+
 def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueCheck:
     """Check one queue (module doc); never raises for bad data, only for a broken
     environment (the filesystem failing)."""
     run = _Run(fs, root, work)
-    segments = run.manifests()
-    history = choose(segments, list(work.slices))
-    others = [x for x in history.overlaps if x.kind is EntryKind.SLICE]
-    # Every segment covers (one over another's offsets is an ``overlap``), and each slice
-    # the rule chooses; the slices it does not choose are verified, never counted.
-    links = sorted(
-        [*history.links, *(x for x in history.overlaps if x.kind is EntryKind.SEGMENT)],
-        key=lambda m: (m.start_offset, m.end_offset),
-    )
-    run.layout(links)
-    for m in links:
-        run.segment(m)
-    for m in others:
-        run.segment(m, covers=False)
-    run.copies(history.links, others)
-    run.compare_blocks()
+    links = run.check_links(choose(run.manifests(), list(work.slices)))
     cold_min = min((m.start_offset for m in links), default=None)
     cold_max = max((m.end_offset for m in links), default=None)
     hot = work.hot
