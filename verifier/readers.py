@@ -658,40 +658,35 @@ def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
         return [base | {"error": str(exc)}]
     if isinstance(head, BatchFence):
         return []  # a successor's fence: no batch has this sequence
-    index = head.index
-    rows: list[Row] = []
-    for piece in index.slices:
-        cl_at, _ = commit_log_span(head, piece)
-        cq_at, _ = consume_queue_span(head, piece)
-        rows.append(
-            base
-            | {
-                "manifest_key": slice_key(key, piece.topic, piece.queue_id),
-                "topic": piece.topic,
-                "queue_id": piece.queue_id,
-                "start_offset": piece.start_offset,
-                "end_offset": piece.end_offset,
-                "cl_base": piece.cl_base,
-                "cl_end": piece.cl_end,
-                "cl_key": key,
-                "cl_size": piece.commit_log_size,
-                "cl_digest": piece.commit_log_digest,
-                "cq_key": key,
-                "cq_size": piece.consume_queue_size,
-                "cq_digest": piece.consume_queue_digest,
-                "min_store_timestamp": piece.min_store_timestamp,
-                "max_store_timestamp": piece.max_store_timestamp,
-                "message_count": piece.message_count,
-                "writer_id": index.writer_id,
-                "lease_epoch": index.lease_epoch,
-                "created_at_ms": index.created_at_ms,
-                "cl_at": cl_at,
-                "cq_at": cq_at,
-                "cl_object_size": head.object_size,
-                "cq_object_size": head.object_size,
-            }
-        )
-    return rows
+    return [
+        base
+        | {
+            "manifest_key": slice_key(key, link.topic, link.queue_id),
+            "topic": link.topic,
+            "queue_id": link.queue_id,
+            "start_offset": link.start_offset,
+            "end_offset": link.end_offset,
+            "cl_base": link.cl_base,
+            "cl_end": link.cl_end,
+            "cl_key": key,
+            "cl_size": link.commit_log.size,
+            "cl_digest": link.commit_log.digest,
+            "cq_key": key,
+            "cq_size": link.consume_queue.size,
+            "cq_digest": link.consume_queue.digest,
+            "min_store_timestamp": link.min_store_timestamp,
+            "max_store_timestamp": link.max_store_timestamp,
+            "message_count": link.message_count,
+            "writer_id": link.writer_id,
+            "lease_epoch": link.lease_epoch,
+            "created_at_ms": link.created_at_ms,
+            "cl_at": link.commit_log.at,
+            "cq_at": link.consume_queue.at,
+            "cl_object_size": link.commit_log.object_size,
+            "cq_object_size": link.consume_queue.object_size,
+        }
+        for link in batch_links(head)
+    ]
 
 
 def _link(row: Row) -> Committed:
