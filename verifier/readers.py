@@ -48,12 +48,10 @@ from tieredstore.cold.batch import (
     HEAD_PROBE,
     BatchFence,
     BatchHead,
-    commit_log_span,
-    consume_queue_span,
     read_batch_head,
 )
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.history import Committed, EntryKind, Span, choose
+from tieredstore.cold.history import Committed, EntryKind, Span, choose, slices_of
 from tieredstore.cold.layout import (
     LossKey,
     ObjectKey,
@@ -113,7 +111,6 @@ __all__ = [
     "HotQueueTask",
     "ManifestTask",
     "SegmentTask",
-    "batch_links",
     "hot_queue_frame",
     "list_cold_objects",
     "loss_detail",
@@ -595,48 +592,6 @@ def read_batch(fs: AbstractFileSystem, path: str, key: str, size: int) -> BatchH
     raise CorruptBatchError("the batch header kept growing while it was read", where=key)
 
 
-def batch_links(head: BatchHead) -> list[Committed]:
-    """The links a batch commits: one per slice, its spans inside the batch object."""
-    index = head.index
-    out = []
-    for piece in index.slices:
-        cl_at, _ = commit_log_span(head, piece)
-        cq_at, _ = consume_queue_span(head, piece)
-        out.append(
-            Committed(
-                kind=EntryKind.SLICE,
-                queue=index.queue(piece),
-                start_offset=piece.start_offset,
-                end_offset=piece.end_offset,
-                cl_base=piece.cl_base,
-                cl_end=piece.cl_end,
-                commit_log=Span(
-                    index.key,
-                    cl_at,
-                    piece.commit_log_size,
-                    piece.commit_log_digest,
-                    head.object_size,
-                ),
-                consume_queue=Span(
-                    index.key,
-                    cq_at,
-                    piece.consume_queue_size,
-                    piece.consume_queue_digest,
-                    head.object_size,
-                ),
-                digest_algorithm=index.digest_algorithm,
-                min_store_timestamp=piece.min_store_timestamp,
-                max_store_timestamp=piece.max_store_timestamp,
-                writer_id=index.writer_id,
-                lease_epoch=index.lease_epoch,
-                created_at_ms=index.created_at_ms,
-                key=index.key,
-                sequence=index.sequence,
-            )
-        )
-    return out
-
-
 def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
     """SEGMENTS rows of one batch object: one per slice; none for a fence or a batch
     that vanished; one ``error`` row naming the batch when its head does not parse."""
@@ -685,7 +640,7 @@ def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
             "cl_object_size": link.commit_log.object_size,
             "cq_object_size": link.consume_queue.object_size,
         }
-        for link in batch_links(head)
+        for link in slices_of(head)
     ]
 
 

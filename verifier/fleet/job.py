@@ -42,7 +42,7 @@ from typing import Any, Final
 from pyspark.sql import SparkSession
 
 from tieredstore.cold.batch import BatchFence
-from tieredstore.cold.history import Committed
+from tieredstore.cold.history import Committed, slices_of
 from tieredstore.cold.layout import (
     SegmentKind,
     broker_prefix,
@@ -65,7 +65,6 @@ from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.readers import (
     BATCH_KIND,
     ColdLocation,
-    batch_links,
     list_cold_objects,
     open_cold_filesystem,
     read_batch,
@@ -270,7 +269,7 @@ class _ScanBroker:
                 continue
             if isinstance(head, BatchFence):
                 continue
-            for link in batch_links(head):
+            for link in slices_of(head):
                 slices.setdefault((link.topic, link.queue_id), []).append(link)
         return slices, tuple(problems)
 
