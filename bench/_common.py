@@ -745,12 +745,14 @@ def timed_verify_jobs(spark: Any, opts: Any) -> tuple[float, int, Any]:
 def verifier_stage_seconds(spark: Any, opts: Any) -> float:
     """Seconds of the per-segment verification stage over cached inputs."""
     from tieredstore.hot.store import HotStore
-    from verifier import checks, readers
+    from verifier import checks, readers, schemas
 
     cold = readers.ColdLocation(opts.cold_url)
     listing = readers.list_cold_objects(cold, opts.cluster, opts.broker)
     objects = readers.objects_frame(spark, listing).cache()
-    segments = readers.manifest_frame(objects, cold).cache()
+    # As the job does: the links collected, the one reading rule marks the covering ones.
+    links = readers.mark_covering(readers.manifest_frame(objects, cold).toArrow())
+    segments = spark.createDataFrame(links, schema=schemas.SEGMENTS).cache()
     hot_q = readers.hot_queue_frame(
         spark, HotStore(opts.hot).queues(), opts.hot, opts.lag_allowance, 0
     ).cache()
