@@ -22,7 +22,10 @@ test oracle they are compared with is :mod:`tieredstore.testing.oracle`.
 cold records physicalOffset) that building and verifying share; :class:`RecordOwners`
 adds, for hot records, whose record it is (topic, queueId, physicalOffset). Verification never
 trusts the manifest alone: :func:`verify_objects` checks sizes and digests;
-:func:`verify_segment` also checks every CQ unit against the record it points at.
+:func:`verify_segment` also checks every CQ unit against the record it points at. Both
+take a segment's manifest or any link of the committed history
+(:class:`~tieredstore.cold.history.Committed`: a segment, or a batch slice whose bytes
+are ranges of its batch object) and check exactly the bytes of its spans.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 filter (:func:`~tieredstore.cold.history.load_history`: every commit point read, one
 reading rule, so a queue's links are segments or batch slices), checks that each queue's
 links are contiguous, and prunes them to the time window by the links' min/max store
-times. Object keys and byte ranges come from the commit points only.
+times. Object keys and byte ranges come from the commit points only. Two committed
+segments over one offset (a damaged history) are refused like a hole; a slice the
+reading rule set aside (compacted, waiting for collection) is simply not restored.
 
 The window is applied to messages as well (:class:`TimeWindow`): a queue's restored range
 starts at its first message stored at or after ``since`` and ends before its first
