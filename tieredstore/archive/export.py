@@ -22,9 +22,9 @@ names. Files and directories starting with ``_`` are ignored by both.
 first offset) and the day, so exporting a segment again overwrites its files instead of
 adding rows. The export manifest records, per link (by
 :attr:`~tieredstore.cold.history.Committed.history_key`: a segment's manifest key, or
-``<batch key>#<topic>/<queue id>`` for a slice, whose record also holds its queue and
-first offset), the SHA-256 of the (canonical) manifest exported — for a slice, of its
-description, :func:`_commit_sha` — the files written and the row count. A run skips every segment
+``<batch key>#<topic>/<queue id>`` for a slice, whose record also holds its topic, queue
+id and first offset), the SHA-256 of the manifest exported (of a slice's description,
+:func:`_commit_sha`), the files written and the row count. A run skips every segment
 recorded with the same manifest digest; a segment whose manifest changed (re-tiered by
 ``repair``) is exported again and its files no longer written are deleted.
 
