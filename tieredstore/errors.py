@@ -28,7 +28,8 @@ tell the operator?* (:class:`FatalError`).
         ├── ColdDataError               cold side: objects and manifests
         │   ├── ObjectNotFoundError     an object a manifest or caller needs is absent
         │   ├── CorruptManifestError    manifest JSON that does not validate
-        │   │   └── UnsupportedFormatError  a manifest of a newer format than this version reads
+        │   │   └── UnsupportedFormatError  a manifest, fence or batch of a newer format
+        │   ├── CorruptBatchError       batch object (or batch fence) that does not validate
         │   ├── CorruptLossRecordError  loss record JSON that does not validate
         │   ├── CorruptProvenanceError  tiering / init / retention record that does not validate
         │   ├── SizeMismatchError       object size differs from its manifest
@@ -64,6 +65,7 @@ __all__ = [
     "ColdStoreUnreachableError",
     "ConditionFailedError",
     "ConfigError",
+    "CorruptBatchError",
     "CorruptDataError",
     "CorruptLossRecordError",
     "CorruptManifestError",
@@ -204,9 +206,17 @@ class CorruptManifestError(ColdDataError):
 
 
 class UnsupportedFormatError(CorruptManifestError):
-    """A manifest (or fence marker) whose format version is newer than this version
-    reads: written by a newer tieredstore (a rolling upgrade). Not damage, but nothing
-    this version may build on: the queue stops until this sidecar is upgraded."""
+    """A manifest, fence marker, batch object or batch fence whose format version is newer
+    than this version reads: written by a newer tieredstore (a rolling upgrade). Not
+    damage, but nothing this version may build on: the queue stops until this sidecar is
+    upgraded. (A kind of CorruptManifestError for every record, batches included: catch
+    it before, or beside, :class:`CorruptBatchError`.)"""
+
+
+class CorruptBatchError(ColdDataError):
+    """A batch object (``_batches/<name>.batch``: many queues' data in one object,
+    tieredstore.cold.batch) or a batch fence whose header, index or key does not
+    validate, or a slice whose bytes do not match its index."""
 
 
 class CorruptLossRecordError(ColdDataError):

@@ -1,3 +1,3 @@
 """The cold store's objects and records: keys (:mod:`.layout`), segments, manifests,
-digests, loss and provenance records, config copies; and reading them back (:mod:`.reader`,
-:mod:`.serving`, :mod:`.readahead`)."""
+batch objects (:mod:`.batch`), digests, loss and provenance records, config copies; and
+reading them back (:mod:`.reader`, :mod:`.serving`, :mod:`.readahead`)."""

@@ -20,6 +20,10 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
         _fingerprints/<stamp_ms:013d>.json              fingerprint_key(cluster, broker,
                                                         stamp): a hot fingerprint, written
                                                         by ``tieredstore fingerprint``
+        _batches/<name(sequence)>.batch                 batch_key(cluster, broker,
+                                                        sequence): one tick's data of
+                                                        many small queues in one object
+                                                        (:mod:`tieredstore.cold.batch`)
         <topic>/<queueId>/                              queue_root(...)
           COMMIT_LOG/<name(cl_base)>.<attempt>          cold commitlog object
           CONSUME_QUEUE/<name(start * 20)>.<attempt>    cold consume-queue object
@@ -74,10 +78,16 @@ a cluster, which gains the 9-byte hash prefix). ``%`` and ``|`` are legal (``%RE
 named ``<stamp_ms:013d>-<sha256[:16]>`` so a listing sorts oldest first
 (:func:`config_copy_key` / :func:`parse_config_copy_key` invert each other).
 
+**Batch objects.** ``_batches/`` holds the broker's batch objects
+(:mod:`tieredstore.cold.batch`), one per sequence number, named
+``<name(sequence)>.batch`` (:func:`batch_key` / :func:`parse_batch_key` invert each
+other). The md5 prefix of ``name`` means a listing does *not* sort by sequence: order
+batch keys by the sequence :func:`parse_batch_key` returns.
+
 **Reserved names.** Our own per-broker files (``_lease.json``, ``_quarantine/``,
-``_config/``) sit at the same level as topic directories. So that no topic can ever
-collide with them — now or with a reserved name added later — a *topic* may not begin
-with ``_``: every entry
+``_config/``, ``_batches/``) sit at the same level as topic directories. So that no
+topic can ever collide with them — now or with a reserved name added later — a *topic*
+may not begin with ``_``: every entry
 beginning with ``_`` under a broker prefix belongs to tieredstore. RocketMQ accepts such
 topic names, but none of its own topics uses one; a broker that has one gets a clear
 :class:`~tieredstore.errors.InvalidNameError` for that topic instead of silent renaming.
@@ -95,6 +105,7 @@ from typing import Final
 from tieredstore.errors import InvalidNameError
 
 __all__ = [
+    "BATCH_SUFFIX",
     "CONFIG_FILES",
     "MANIFEST_SUFFIX",
     "MAX_COMPONENT_BYTES",
@@ -111,6 +122,8 @@ __all__ = [
     "QueueRecordKind",
     "SegmentKind",
     "Unrecognised",
+    "batch_key",
+    "batch_prefix",
     "broker_prefix",
     "classify_listed",
     "cluster_dir",
@@ -127,6 +140,7 @@ __all__ = [
     "new_attempt",
     "object_key",
     "object_name",
+    "parse_batch_key",
     "parse_config_copy_key",
     "parse_fingerprint_stamp",
     "parse_loss_key",
@@ -152,6 +166,8 @@ MAX_OFFSET: Final = 2**63 - 1
 #: Queue ids are Java ints.
 MAX_QUEUE_ID: Final = 2**31 - 1
 MANIFEST_SUFFIX: Final = ".json"
+#: What a batch object's name ends with (:func:`batch_key`).
+BATCH_SUFFIX: Final = ".batch"
 
 _HASH_LEN: Final = 8
 _DIGITS: Final = 20
@@ -161,6 +177,7 @@ _LEASE_NAME: Final = "_lease.json"
 _QUARANTINE_DIR: Final = "_quarantine"
 _CONFIG_DIR: Final = "_config"
 _FINGERPRINT_DIR: Final = "_fingerprints"
+_BATCH_DIR: Final = "_batches"
 _RETIERED_DIR: Final = "_retiered"
 _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
@@ -800,3 +817,44 @@ def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
         offset = _parse_name(parts[4], SegmentKind.MANIFEST, key)[0]
         return QueueRecordKey(queue, QueueRecordKind(parts[3]), offset)
     raise InvalidNameError("not a queue record key", where=key)
+
+
+# -- batch objects: many small queues' data in one object (tieredstore.cold.batch) -------------
+
+
+def batch_prefix(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_batches``, where the broker's batch objects live."""
+    return f"{broker_prefix(cluster, broker)}/{_BATCH_DIR}"
+
+
+def batch_key(cluster: str, broker: str, sequence: int) -> str:
+    """Return ``<batch_prefix>/<name(sequence)>.batch``: the batch object ``sequence``.
+
+    The name is :func:`object_name` (an md5 prefix, then 20 digits), so keys do not sort
+    by sequence: order a listing by what :func:`parse_batch_key` returns.
+    """
+    name = object_name(_validate_offset(sequence, "batch sequence"))
+    return f"{batch_prefix(cluster, broker)}/{name}{BATCH_SUFFIX}"
+
+
+def parse_batch_key(key: str, prefix: str) -> int | None:
+    """The sequence of the batch key ``key`` listed under ``prefix`` (a
+    :func:`batch_prefix` plus ``/``), or None for anything else.
+
+    Exactly the keys :func:`batch_key` makes for that prefix parse (so
+    ``batch_key(c, b, parse_batch_key(k, p)) == k``); another directory, a nested key, a
+    missing or other suffix, a malformed name or a wrong hash prefix give None. Never
+    raises.
+    """
+    if not prefix.endswith(f"/{_BATCH_DIR}/") or not key.startswith(prefix):
+        return None
+    name = key[len(prefix) :]
+    if "/" in name or not name.endswith(BATCH_SUFFIX):
+        return None
+    try:
+        sequence, attempt = _parse_name(
+            name.removesuffix(BATCH_SUFFIX), SegmentKind.COMMIT_LOG, key
+        )
+    except InvalidNameError:
+        return None
+    return None if attempt else sequence

@@ -55,6 +55,7 @@ __all__ = [
     "FenceMarker",
     "Manifest",
     "ObjectRef",
+    "range_problem",
     "read_manifest",
     "read_stored",
 ]
@@ -130,24 +131,13 @@ class Manifest(QueueRecord):
 
     def _range_problem(self) -> str:
         count = self.end_offset - self.start_offset
-        if not 0 <= self.start_offset < self.end_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
-            return (
-                f"queue offsets [{self.start_offset}, {self.end_offset}) are not a "
-                "non-empty range of valid offsets"
-            )
-        if self.message_count != count:
+        problem = range_problem(
+            self.start_offset, self.end_offset, self.cl_base, self.cl_end,
+            self.min_store_timestamp, self.max_store_timestamp,
+        )  # fmt: skip
+        if not problem and self.message_count != count:
             return f"message_count {self.message_count} != end - start = {count}"
-        if not 0 <= self.cl_base < self.cl_end <= MAX_OFFSET:
-            return (
-                f"cold commitlog range [{self.cl_base}, {self.cl_end}) is not a non-empty "
-                "range of valid offsets"
-            )
-        if not 0 <= self.min_store_timestamp <= self.max_store_timestamp:
-            return (
-                f"store timestamps min {self.min_store_timestamp} / max "
-                f"{self.max_store_timestamp} are not 0 <= min <= max"
-            )
-        return ""
+        return problem
 
     def _object_problem(self) -> str:
         if self.digest_algorithm not in _ALGORITHMS:
@@ -251,6 +241,38 @@ class Manifest(QueueRecord):
             return cls(**values)
         except CorruptManifestError as exc:
             raise CorruptManifestError(exc.message, where=where) from exc
+
+
+def range_problem(
+    start_offset: int,
+    end_offset: int,
+    cl_base: int,
+    cl_end: int,
+    min_store_timestamp: int,
+    max_store_timestamp: int,
+) -> str:
+    """The first violated range invariant of a segment's data, or ``""``: the one rule a
+    manifest and a batch slice (:mod:`tieredstore.cold.batch`) share.
+
+    ``0 <= start < end <= MAX_OFFSET // 20`` (non-empty, and every CQ byte offset valid),
+    ``0 <= cl_base < cl_end <= MAX_OFFSET``, ``0 <= min_store_timestamp <=
+    max_store_timestamp`` (real times: there is no empty segment and no sentinel).
+    """
+    if not 0 <= start_offset < end_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
+        return (
+            f"queue offsets [{start_offset}, {end_offset}) are not a "
+            "non-empty range of valid offsets"
+        )
+    if not 0 <= cl_base < cl_end <= MAX_OFFSET:
+        return (
+            f"cold commitlog range [{cl_base}, {cl_end}) is not a non-empty range of valid offsets"
+        )
+    if not 0 <= min_store_timestamp <= max_store_timestamp:
+        return (
+            f"store timestamps min {min_store_timestamp} / max "
+            f"{max_store_timestamp} are not 0 <= min <= max"
+        )
+    return ""
 
 
 def _attempt_of(name: str) -> str:

@@ -270,3 +270,87 @@ def test_parse_config_copy_key_refuses_other_keys(key: str) -> None:
 
     with pytest.raises(InvalidNameError):
         parse_config_copy_key(key)
+
+
+# -- batch objects ------------------------------------------------------------------------
+
+
+def test_batch_key_layout() -> None:
+    from tieredstore.cold.layout import batch_key, batch_prefix
+
+    assert batch_prefix("DefaultCluster", "broker-a") == "212d6b50_DefaultCluster/broker-a/_batches"
+    assert batch_key("DefaultCluster", "broker-a", 0) == (
+        "212d6b50_DefaultCluster/broker-a/_batches/cfcd208400000000000000000000.batch"
+    )
+    assert batch_key("DefaultCluster", "broker-a", 20) == (
+        "212d6b50_DefaultCluster/broker-a/_batches/98f1370800000000000000000020.batch"
+    )
+    for bad in (-1, MAX_OFFSET + 1):
+        with pytest.raises(InvalidNameError, match="batch sequence"):
+            batch_key("DefaultCluster", "broker-a", bad)
+    with pytest.raises(InvalidNameError, match="broker"):
+        batch_key("DefaultCluster", "a/b", 0)
+
+
+@given(names, names, offsets)
+def test_batch_key_round_trips(cluster: str, broker: str, sequence: int) -> None:
+    from tieredstore.cold.layout import batch_key, batch_prefix, parse_batch_key
+
+    key = batch_key(cluster, broker, sequence)
+    prefix = batch_prefix(cluster, broker) + "/"
+    assert key.startswith(prefix)
+    assert parse_batch_key(key, prefix) == sequence
+    assert batch_key(cluster, broker, sequence) == key
+
+
+def test_batch_keys_sort_by_parsed_sequence_not_by_key() -> None:
+    from tieredstore.cold.layout import batch_key, batch_prefix, parse_batch_key
+
+    prefix = batch_prefix("C", "b") + "/"
+    keys = [batch_key("C", "b", n) for n in range(12)]
+    assert sorted(keys) != keys  # the md5 prefix scrambles the listing order
+    assert sorted(keys, key=lambda k: parse_batch_key(k, prefix) or 0) == keys
+
+
+_BP = "212d6b50_DefaultCluster/broker-a/_batches/"
+
+
+@pytest.mark.parametrize(
+    ("key", "prefix"),
+    [
+        (_BP + "cfcd208400000000000000000000.json", _BP),  # another suffix
+        (_BP + "cfcd208400000000000000000000", _BP),  # no suffix
+        (_BP + "cfcd208400000000000000000000.0123456789abcdef.batch", _BP),  # an attempt
+        (_BP + "00000000000000000000000000000.batch", _BP),  # wrong hash prefix
+        (_BP + "c4ca423800000000000000000000.batch", _BP),  # hash of 1, digits of 0
+        (_BP + "cfcd20840000000000000000000.batch", _BP),  # 19 digits
+        (_BP + "cfcd2084000000000000000000x0.batch", _BP),  # not digits
+        (_BP + "x/cfcd208400000000000000000000.batch", _BP),  # nested
+        (_BP + ".batch", _BP),
+        (_BP, _BP),
+        # Under another broker's or another directory's prefix.
+        (_BP + "cfcd208400000000000000000000.batch", "212d6b50_DefaultCluster/broker-b/_batches/"),
+        (
+            "212d6b50_DefaultCluster/broker-a/_config/cfcd208400000000000000000000.batch",
+            "212d6b50_DefaultCluster/broker-a/_config/",
+        ),
+        (
+            "212d6b50_DefaultCluster/broker-a/cfcd208400000000000000000000.batch",
+            "212d6b50_DefaultCluster/broker-a/",
+        ),
+        (_BP + "cfcd208400000000000000000000.batch", _BP.rstrip("/")),  # prefix lacks '/'
+        ("212d6b50_DefaultCluster/broker-a/_lease.json", _BP),
+    ],
+)
+def test_parse_batch_key_gives_none_for_foreign_keys(key: str, prefix: str) -> None:
+    from tieredstore.cold.layout import parse_batch_key
+
+    assert parse_batch_key(key, prefix) is None
+
+
+def test_classify_listed_calls_batches_own_entries() -> None:
+    from tieredstore.cold.layout import OwnEntry, batch_key, broker_prefix, classify_listed
+
+    prefix = broker_prefix("DefaultCluster", "broker-a") + "/"
+    for key in (batch_key("DefaultCluster", "broker-a", 3), _BP + "garbage"):
+        assert classify_listed(key, prefix) == OwnEntry(key)
