@@ -28,7 +28,7 @@ from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import BrokerHistory, Committed, QueueHistory, as_link, span_bytes
-from tieredstore.cold.layout import QueuePath, broker_prefix
+from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CorruptManifestError, DigestMismatchError
 from tieredstore.testing.segments import chain, packed, upload
@@ -38,7 +38,7 @@ Q0, Q1 = QueuePath(CLUSTER, BROKER, "T", 0), QueuePath(CLUSTER, BROKER, "T", 1)
 
 
 def _batch(n: int) -> str:
-    return f"{broker_prefix(CLUSTER, BROKER)}/_batches/{n:020d}.batch"
+    return batch_key(CLUSTER, BROKER, n)
 
 
 class _Cold:

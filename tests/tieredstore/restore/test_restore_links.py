@@ -17,7 +17,7 @@ from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cold.history import Committed, EntryKind, as_link
-from tieredstore.cold.layout import QueuePath, broker_prefix
+from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import ColdDataError, DigestMismatchError
 from tieredstore.restore import check
@@ -30,7 +30,7 @@ from tieredstore.testing.segments import chain, packed, upload
 from tieredstore.testing.settings import BROKER, CLUSTER
 
 QUEUES = (QueuePath(CLUSTER, BROKER, "T", 0), QueuePath(CLUSTER, BROKER, "T", 1))
-BATCH = f"{broker_prefix(CLUSTER, BROKER)}/_batches/00000000000000000001.batch"
+BATCH = batch_key(CLUSTER, BROKER, 1)
 
 
 def _segments() -> dict[QueuePath, list[Segment]]:
