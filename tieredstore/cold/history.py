@@ -31,15 +31,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from tieredstore.cold.batch import (
+    HEAD_PROBE,
+    BatchFence,
+    BatchHead,
+    BatchSlice,
+    commit_log_span,
+    consume_queue_span,
+    read_batch_head,
+)
 from tieredstore.cold.digests import DigestAlgorithm
 from tieredstore.cold.layout import (
     ObjectKey,
     QueuePath,
     SegmentKind,
+    batch_prefix,
     broker_prefix,
     classify_listed,
+    parse_batch_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.errors import ObjectNotFoundError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 if TYPE_CHECKING:
@@ -54,7 +66,9 @@ __all__ = [
     "as_link",
     "choose",
     "load_history",
+    "read_batch",
     "read_span",
+    "slices_of",
     "span_bytes",
 ]
 
@@ -140,6 +154,31 @@ class Committed:
             created_at_ms=m.created_at_ms,
             key=m.key,
             manifest=m,
+        )
+
+    @classmethod
+    def of_slice(cls, head: BatchHead, part: BatchSlice) -> Committed:
+        """The link a batch commits for one queue (spans: ranges of the batch object)."""
+        index, key, size = head.index, head.index.key, head.object_size
+        cl_at, cl_end = commit_log_span(head, part)
+        cq_at, cq_end = consume_queue_span(head, part)
+        return cls(
+            kind=EntryKind.SLICE,
+            queue=index.queue(part),
+            start_offset=part.start_offset,
+            end_offset=part.end_offset,
+            cl_base=part.cl_base,
+            cl_end=part.cl_end,
+            commit_log=Span(key, cl_at, cl_end - cl_at, part.commit_log_digest, size),
+            consume_queue=Span(key, cq_at, cq_end - cq_at, part.consume_queue_digest, size),
+            digest_algorithm=index.digest_algorithm,
+            min_store_timestamp=part.min_store_timestamp,
+            max_store_timestamp=part.max_store_timestamp,
+            writer_id=index.writer_id,
+            lease_epoch=index.lease_epoch,
+            created_at_ms=index.created_at_ms,
+            key=key,
+            sequence=index.sequence,
         )
 
     # What readers used to take from a manifest, by the same names.
@@ -284,7 +323,9 @@ async def load_history(
             parse (a reader of the whole history cannot step over it).
     """
     prefix = broker_prefix(cluster, broker) + "/"
+    batches = batch_prefix(cluster, broker) + "/"
     keys: list[str] = []
+    batch_objects: list[tuple[str, int]] = []
     for info in await backend.list(prefix):
         listed = classify_listed(info.key, prefix)
         if (
@@ -293,14 +334,56 @@ async def load_history(
             and wants_topic(listed.topic)
         ):
             keys.append(info.key)
+        elif parse_batch_key(info.key, batches) is not None:
+            batch_objects.append((info.key, info.size))
     sem = asyncio.Semaphore(_READ_CONCURRENCY)
 
     async def one(key: str) -> Manifest | FenceMarker:
         async with sem:
             return read_stored(await backend.read(key), key)
 
+    async def head(key: str, size: int) -> BatchHead | BatchFence | None:
+        async with sem:
+            return await read_batch(backend, key, size)
+
     segments: dict[QueuePath, list[Committed]] = {}
     for stored in await asyncio.gather(*(one(k) for k in keys)):
         if isinstance(stored, Manifest):
             segments.setdefault(stored.queue, []).append(Committed.of_manifest(stored))
-    return BrokerHistory({q: choose(segs, []) for q, segs in segments.items()})
+    slices: dict[QueuePath, list[Committed]] = {}
+    for found in await asyncio.gather(*(head(k, n) for k, n in batch_objects)):
+        for link in slices_of(found):
+            if wants_topic(link.topic):
+                slices.setdefault(link.queue, []).append(link)
+    return BrokerHistory(
+        {q: choose(segments.get(q, []), slices.get(q, [])) for q in {*segments, *slices}}
+    )
+
+
+async def read_batch(backend: Backend, key: str, size: int) -> BatchHead | BatchFence | None:
+    """The head of the batch object at ``key`` (``size`` bytes, as listed), in one read
+    (two when its index is longer than :data:`~tieredstore.cold.batch.HEAD_PROBE`); None
+    if it vanished since the listing (collected after compaction).
+
+    Raises:
+        CorruptBatchError / UnsupportedFormatError: as
+            :func:`~tieredstore.cold.batch.read_batch_head`.
+    """
+    want = min(size, HEAD_PROBE)
+    try:
+        while True:
+            found = read_batch_head(
+                await backend.read_exact(key, 0, want), key=key, object_size=size
+            )
+            if not isinstance(found, int):
+                return found
+            want = found
+    except ObjectNotFoundError:
+        return None
+
+
+def slices_of(found: BatchHead | BatchFence | None) -> list[Committed]:
+    """The links a batch commits (none for a fence or a vanished batch)."""
+    if not isinstance(found, BatchHead):
+        return []
+    return [Committed.of_slice(found, part) for part in found.index.slices]

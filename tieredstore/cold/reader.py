@@ -1,15 +1,19 @@
-"""Reading messages back from the cold store alone: manifests, never the catalogue.
+"""Reading messages back from the cold store alone: commit points, never the catalogue.
 
 :class:`ColdReader` serves one broker's cold prefix. For a queue it lists the
-``MANIFEST/`` objects (each names the first queue offset of one committed segment),
-reads the few manifests a request needs (cached: committed manifests never change), then
-range-reads only the CONSUME_QUEUE units and COMMIT_LOG records asked for. Every record
-is checked against its unit before it is decoded: totalSize == unit size, queueOffset
-field == the queue offset, physicalOffset field == the unit's cold offset, and the topic
-and queue id are the queue's. Objects without a manifest are uncommitted and never read.
+``MANIFEST/`` objects (each names the first queue offset of one committed segment) and
+the broker's batch objects (``_batches/``, whose heads it reads once each: a batch never
+changes), reads the few manifests a request needs (cached: committed manifests never
+change), then range-reads only the CONSUME_QUEUE units and COMMIT_LOG records asked for —
+from a segment's objects or a batch slice's byte ranges, by the one reading rule of
+:mod:`tieredstore.cold.history` (a segment wins; a slice serves only offsets no segment
+holds). Every record is checked against its unit before it is decoded: totalSize == unit
+size, queueOffset field == the queue offset, physicalOffset field == the unit's cold
+offset, and the topic and queue id are the queue's. Objects without a commit point are
+uncommitted and never read.
 
 What the cold store holds of a queue is ``[cold min, cold commit)``: from the first
-segment's start to the last segment's end. A read must start inside it
+link's start to the last link's end. A read must start inside it
 (:class:`~tieredstore.errors.OffsetOutOfRangeError` otherwise, naming the range) and is
 cut at cold commit, like a broker answering a pull near the end of a queue. Offsets the
 broker deleted before they were tiered and ``resume`` accepted as lost (loss records,
@@ -63,6 +67,7 @@ RocketMQ's tiered store): it differs from the offset id the producer got from th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import bisect
 import enum
@@ -75,8 +80,16 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
-from tieredstore.cold.history import Committed, as_link, choose
-from tieredstore.cold.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
+from tieredstore.cold.batch import BatchFence, BatchHead
+from tieredstore.cold.history import Committed, as_link, choose, read_batch, slices_of
+from tieredstore.cold.layout import (
+    QueuePath,
+    SegmentKind,
+    batch_prefix,
+    kind_prefix,
+    parse_batch_key,
+    parse_object_key,
+)
 from tieredstore.cold.loss import list_loss_records
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.cold.segment import MIN_RECORD_SIZE
@@ -299,6 +312,10 @@ class _SegmentIndex:
         # Each cached manifest's link: deriving its object keys validates every name
         # in them, too slow to repeat on every small read.
         self._links: dict[str, Committed] = {}
+        # The broker's batch heads by key, and their slices by queue (see _slices).
+        self._batch_heads: dict[str, BatchHead | BatchFence | None] = {}
+        self._batch_keys: frozenset[str] = frozenset()
+        self._slices_by_queue: dict[QueuePath, list[Committed]] = {}
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
@@ -321,8 +338,26 @@ class _SegmentIndex:
         return Segments(tuple(s for s, _ in found), tuple(k for _, k in found), slices)
 
     async def _slices(self, queue: QueuePath) -> list[Committed]:
-        """The queue's slices in the broker's batch objects (none before batching)."""
-        return []
+        """The queue's slices in the broker's batch objects: one listing of ``_batches/``;
+        heads are read once per batch (a batch never changes) and indexed by queue."""
+        prefix = batch_prefix(self.cluster, self.broker) + "/"
+        listed = {
+            info.key: info.size
+            for info in await self.backend.list(prefix)
+            if parse_batch_key(info.key, prefix) is not None
+        }
+        if listed.keys() != self._batch_keys:
+            new = [k for k in listed if k not in self._batch_heads]
+            heads = await asyncio.gather(*(read_batch(self.backend, k, listed[k]) for k in new))
+            kept = {k: h for k, h in self._batch_heads.items() if k in listed}
+            self._batch_heads = kept | dict(zip(new, heads, strict=True))
+            self._batch_keys = frozenset(listed)
+            by_queue: dict[QueuePath, list[Committed]] = {}
+            for head in self._batch_heads.values():
+                for link in slices_of(head):
+                    by_queue.setdefault(link.queue, []).append(link)
+            self._slices_by_queue = by_queue
+        return self._slices_by_queue.get(queue, [])
 
     async def _stored(self, key: str) -> Manifest | FenceMarker:
         """What is at manifest key ``key``: a segment's manifest or a GC fence marker

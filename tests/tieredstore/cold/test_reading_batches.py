@@ -1,0 +1,129 @@
+"""Reading a queue whose newest data sits in batch objects: the same messages, the same
+bytes, whether a range is read from a batch slice or, after compaction, from its segment.
+
+Stores are built by hand (:mod:`tieredstore.testing.segments`, :mod:`tieredstore.testing.
+batches`): a slice holds exactly the bytes of the segment over the same offsets, so the
+segment is the compacted form of the slice.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tieredstore.backends.memory import MemoryBackend
+from tieredstore.cold.batch import BatchFence
+from tieredstore.cold.history import EntryKind, load_history
+from tieredstore.cold.layout import QueuePath, batch_key
+from tieredstore.cold.reader import BoundaryType, ColdReader
+from tieredstore.cold.segment import Segment
+from tieredstore.cold.serving import ServingReader, read_raw
+from tieredstore.errors import CorruptBatchError, OffsetOutOfRangeError
+from tieredstore.testing.batches import upload_batch
+from tieredstore.testing.segments import chain, upload
+
+Q = QueuePath("c", "b", "t", 0)
+OTHER = QueuePath("c", "b", "t", 1)
+
+
+async def _store() -> tuple[MemoryBackend, list[Segment], list[Segment]]:
+    """Queue 0: a segment [0, 3), then [3, 7) and [7, 9) in batches 0 and 1; queue 1:
+    [0, 5) in batch 0 only."""
+    backend = MemoryBackend(f"reading-batches-{uuid.uuid4().hex}")
+    q0 = chain(Q, [3, 4, 2])
+    q1 = chain(OTHER, [5])
+    await upload(backend, q0[0])
+    await upload_batch(backend, [q0[1], q1[0]], sequence=0)
+    await upload_batch(backend, [q0[2]], sequence=1)
+    return backend, q0, q1
+
+
+async def _messages(
+    reader: ColdReader, queue: QueuePath, offset: int, count: int
+) -> list[tuple[int, int, bytes, bytes]]:
+    got = await reader.read(queue.topic, queue.queue_id, offset, count)
+    return [(m.queue_offset, m.cold_commitlog_offset, m.record.encode(), m.body) for m in got]
+
+
+async def test_a_read_runs_from_a_segment_through_two_batches() -> None:
+    backend, _, _ = await _store()
+    reader = ColdReader(backend, "c", "b")
+    assert str(await reader.range("t", 0)) == "[0, 9)"
+    assert str(await reader.range("t", 1)) == "[0, 5)"
+    got = await reader.read("t", 0, 0, 100)
+    assert [m.queue_offset for m in got] == list(range(9))
+    assert [m.queue_offset for m in await reader.read("t", 1, 2, 100)] == [2, 3, 4]
+    with pytest.raises(OffsetOutOfRangeError, match=r"outside what cold holds \[0, 9\)"):
+        await reader.read("t", 0, 9, 1)
+
+
+async def test_one_offset_from_a_batch_then_from_its_segment_byte_identical() -> None:
+    backend, q0, _ = await _store()
+    reader = ColdReader(backend, "c", "b")
+    _, link = await reader.locate("t", 0, 5)
+    assert link.kind is EntryKind.SLICE and link.sequence == 0
+    from_batch = await _messages(reader, Q, 5, 1)
+    raw_batch = await read_raw(reader, "t", 0, 3, 100, 1 << 20)
+
+    await upload(backend, q0[1])  # compaction: the same offsets as a segment
+    compacted = ColdReader(backend, "c", "b")
+    _, link = await compacted.locate("t", 0, 5)
+    assert link.kind is EntryKind.SEGMENT and link.key == q0[1].manifest.key
+    assert await _messages(compacted, Q, 5, 1) == from_batch
+    raw_segment = await read_raw(compacted, "t", 0, 3, 100, 1 << 20)
+    assert raw_segment.records == raw_batch.records
+    assert raw_segment.units.tolist() == raw_batch.units.tolist()
+
+    # The batch collected: the segment alone serves the same bytes.
+    await backend.delete(batch_key("c", "b", 0))
+    collected = ColdReader(backend, "c", "b")
+    assert await _messages(collected, Q, 5, 1) == from_batch
+    # ... but queue 1 had no segment: its offsets left cold with the batch.
+    assert str(await collected.range("t", 1)) == "[0, 0)"
+
+
+async def test_offset_by_time_searches_slices_too() -> None:
+    backend, q0, _ = await _store()
+    reader = ColdReader(backend, "c", "b")
+    for seg in q0:
+        m = seg.manifest
+        found = await reader.offset_by_time("t", 0, m.min_store_timestamp, BoundaryType.LOWER)
+        assert found == m.start_offset
+    last = q0[-1].manifest
+    after = await reader.offset_by_time("t", 0, last.max_store_timestamp + 1, BoundaryType.LOWER)
+    assert after == last.end_offset
+
+
+async def test_a_fence_at_a_batch_key_is_no_batch() -> None:
+    backend, _, _ = await _store()
+    fence = BatchFence("c", "b", 2, lease_epoch=2, writer_id="successor", created_at_ms=1)
+    await backend.create(fence.key, fence.to_json())
+    reader = ColdReader(backend, "c", "b")
+    assert str(await reader.range("t", 0)) == "[0, 9)"
+    history = await load_history(backend, "c", "b")
+    assert [c.sequence for c in history.queues[Q].links] == [-1, 0, 1]
+
+
+async def test_a_corrupt_batch_is_named_not_skipped() -> None:
+    backend, _, _ = await _store()
+    key = batch_key("c", "b", 1)
+    data = bytearray(await backend.read(key))
+    data[0] ^= 0xFF
+    await backend.write(key, bytes(data))
+    with pytest.raises(CorruptBatchError, match="batch magic") as caught:
+        await ColdReader(backend, "c", "b").read("t", 0, 0, 1)
+    assert caught.value.where == key
+
+
+async def test_the_read_service_lists_again_when_a_slice_was_collected() -> None:
+    backend, q0, _ = await _store()
+    now = [0.0]
+    reader = ServingReader(backend, "c", "b", listing_ttl=60.0, clock=lambda: now[0])
+    before = await _messages(reader, Q, 3, 4)
+    await upload(backend, q0[1])
+    await backend.delete(batch_key("c", "b", 0))  # compacted and collected meanwhile
+    with pytest.raises(OffsetOutOfRangeError, match="expired while it was being read"):
+        await _messages(reader, Q, 3, 4)  # the cached listing still names the slice
+    now[0] += 61
+    assert await _messages(reader, Q, 3, 4) == before
