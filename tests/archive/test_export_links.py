@@ -31,6 +31,7 @@ from tieredstore.cold.history import BrokerHistory, Committed, QueueHistory, as_
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CorruptManifestError, DigestMismatchError
+from tieredstore.testing.batches import upload_batch
 from tieredstore.testing.segments import chain, packed, upload
 from tieredstore.testing.settings import BROKER, CLUSTER
 
@@ -188,3 +189,39 @@ def test_a_slice_decodes_from_exactly_its_spans_bytes(cold: tuple[Path, _Cold]) 
     with pytest.raises(DigestMismatchError, match=rf"bytes \[{span.at}, {span.end}\)") as e:
         decode_segment(link, bytes(damaged), cq, "s3://b/root")
     assert "its batch says" in str(e.value) and e.value.where == f"s3://b/root/{span.key}@{span.at}"
+
+
+def test_a_history_with_batch_objects_exports_like_its_segments(tmp_path: Path) -> None:
+    """Through load_history: batch objects export as their segments do, and compaction
+    (the segments written beside the batches) swaps each slice's record for a segment's."""
+    segments = {Q0: chain(Q0, [5, 7, 4]), Q1: chain(Q1, [6, 3])}
+    rounds = [[segments[Q0][1], segments[Q1][0]], [segments[Q0][2], segments[Q1][1]]]
+    plain, batched = tmp_path / "plain", tmp_path / "batched"
+
+    async def run(cold: Path, out: Path) -> ExportReport:
+        async with open_backend(str(cold)) as c, open_backend(str(out)) as o:
+            return await export_parquet(c, o, ExportRequest(CLUSTER, BROKER), clock=VirtualClock())
+
+    async def go() -> tuple[ExportReport, ExportReport, ExportReport]:
+        async with open_backend(str(plain)) as backend:
+            for segs in segments.values():
+                for seg in segs:
+                    await upload(backend, seg)
+        async with open_backend(str(batched)) as backend:
+            await upload(backend, segments[Q0][0])
+            for n, members in enumerate(rounds, start=1):
+                await upload_batch(backend, members, sequence=n)
+        first = await run(plain, tmp_path / "a")
+        second = await run(batched, tmp_path / "b")
+        async with open_backend(str(batched)) as backend:  # compaction, batches still there
+            for members in rounds:
+                for seg in members:
+                    await upload(backend, seg)
+        return first, second, await run(batched, tmp_path / "b")
+
+    first, second, compacted = asyncio.run(go())
+    assert (first.exported, second.exported, second.rows) == (5, 5, 25)
+    assert _files(tmp_path / "b") == _files(tmp_path / "a")
+    assert (compacted.exported, compacted.removed, compacted.removed_rows) == (4, 4, 20)
+    assert _files(tmp_path / "b") == _files(tmp_path / "a")
+    assert set(_records(tmp_path / "b")) == set(_records(tmp_path / "a"))

@@ -26,6 +26,7 @@ from tieredstore.restore.journal import JOURNAL_NAME, RestoreParams
 from tieredstore.restore.plan import QueuePlan, RestoreFilter, RestorePlan, build_plan
 from tieredstore.restore.restorer import Restorer
 from tieredstore.restore.stream import Chunk, segment_chunks
+from tieredstore.testing.batches import upload_batch
 from tieredstore.testing.segments import chain, packed, upload
 from tieredstore.testing.settings import BROKER, CLUSTER
 
@@ -167,3 +168,35 @@ async def test_the_plan_holds_links_and_refuses_two_segments_over_one_offset() -
     await upload(backend, intruder)
     with pytest.raises(ColdDataError, match=r"segments \[0, 3\) and \[2, 5\) over the same"):
         await build_plan(backend, CLUSTER, BROKER, RestoreFilter())
+
+
+def test_a_history_with_batch_objects_restores_like_its_segments(tmp_path: Path) -> None:
+    """Through load_history: queue 0's newest ranges and all of queue 1 committed only
+    in two batch objects restore to the store the same data as segments restores to."""
+    segments = _segments()
+    rounds = [[segments[QUEUES[0]][1], segments[QUEUES[1]][0]],
+              [segments[QUEUES[0]][2], segments[QUEUES[1]][1]]]  # fmt: skip
+
+    async def go() -> tuple[list[list[EntryKind]], str]:
+        async with open_backend(str(tmp_path / "plain")) as plain:
+            for segs in segments.values():
+                for seg in segs:
+                    await upload(plain, seg)
+            await Restorer(
+                plain, _params(tmp_path / "plain"), tmp_path / "a", batch_bytes=500
+            ).run()
+        async with open_backend(str(tmp_path / "batched")) as batched:
+            await upload(batched, segments[QUEUES[0]][0])
+            for n, members in enumerate(rounds, start=1):
+                await upload_batch(batched, members, sequence=n)
+            plan = await build_plan(batched, CLUSTER, BROKER, RestoreFilter())
+            params = _params(tmp_path / "batched")
+            await Restorer(batched, params, tmp_path / "b", batch_bytes=500).run()
+            result = await check_restored(batched, tmp_path / "b", batch_bytes=300)
+        return [[c.kind for c in q.links] for q in plan.queues], result.describe()
+
+    kinds, checked = asyncio.run(go())
+    slice_, segment = EntryKind.SLICE, EntryKind.SEGMENT
+    assert kinds == [[segment, slice_, slice_], [slice_, slice_]]
+    assert _tree(tmp_path / "b") == _tree(tmp_path / "a")
+    assert checked.startswith("CLEAN: 25 messages of 2 queues"), checked
