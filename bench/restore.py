@@ -69,7 +69,7 @@ async def read_cold(url: str, endpoint_url: str | None) -> tuple[int, int]:
         plan = await build_plan(backend, CLUSTER, BROKER, RestoreFilter())
         objects = total = 0
         for q in plan.queues:
-            for m in q.segments:
+            for m in q.links:
                 for key in (m.consume_queue_key, m.commit_log_key):
                     total += len(await backend.read(key))
                     objects += 1

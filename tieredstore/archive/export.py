@@ -1,4 +1,9 @@
-"""Export the archive to Parquet, segment by segment: idempotent and incremental.
+"""Export the archive to Parquet, link by link: idempotent and incremental.
+
+What is exported is each queue's committed history as every reader reads it
+(:func:`~tieredstore.cold.history.load_history`): its links, each a segment (committed
+by a manifest) or a batch slice (one queue's part of a batch object). Below, "segment"
+means either: a link is exported whole, from the bytes of its spans only.
 
 Layout under the output root (any backend URL: a path, ``file://``, ``s3://``)::
 
@@ -15,8 +20,11 @@ names. Files and directories starting with ``_`` are ignored by both.
 
 **Idempotent.** A file's name is a function of the segment (cluster, broker, queue,
 first offset) and the day, so exporting a segment again overwrites its files instead of
-adding rows. The export manifest records, per segment (by manifest key), the SHA-256 of
-the manifest exported, the files written and the row count. A run skips every segment
+adding rows. The export manifest records, per link (by
+:attr:`~tieredstore.cold.history.Committed.history_key`: a segment's manifest key, or
+``<batch key>#<topic>/<queue id>`` for a slice, whose record also holds its topic, queue
+id and first offset), the SHA-256 of the manifest exported (of a slice's description,
+:func:`_commit_sha`), the files written and the row count. A run skips every segment
 recorded with the same manifest digest; a segment whose manifest changed (re-tiered by
 ``repair``) is exported again and its files no longer written are deleted.
 
@@ -24,18 +32,22 @@ recorded with the same manifest digest; a segment whose manifest changed (re-tie
 quarantines a DIVERGED queue's cold tail and the queue is tiered again from hot, maybe
 with another segment size, so new segments cover the old ones' offsets under other
 keys. Each run first removes (files and record) every exported segment of a selected
-topic whose manifest is no longer in the cold store *and* whose offsets a committed
-segment now covers: it was superseded, and its rows would duplicate the new ones'.
+topic that is no longer a link of the committed history *and* whose offsets a link now
+covers: it was superseded, and its rows would duplicate the new ones' (so is a slice
+exported before compaction rewrote it as a segment: the segment is exported instead).
 What the export promises is therefore one row per offset the cold store committed,
 in the version it holds now. Segments removed by retention (``expire``) are gone from
 the cold store but superseded by nothing: the export keeps them, as an archive that
 outlives cold retention (delete partitions by ``date`` to age it out).
 
 **Never two rows for an offset.** Export reads as restore does: before anything is
-written, every selected manifest is read, and two committed segments of one queue that
-cover the same offsets (a damaged history: a manifest rewritten, copied or forged) make
-the run refuse with :class:`~tieredstore.errors.OverlapError` naming both (``tieredstore
-export`` exits 2). Gaps are fine (retention removes the oldest segments).
+written, every selected commit point is read, and two committed segments of one queue
+that cover the same offsets (a damaged history: a manifest rewritten, copied or forged)
+make the run refuse with :class:`~tieredstore.errors.OverlapError` naming both
+(``tieredstore export`` exits 2). A batch slice that a segment or an earlier batch
+already holds is no link (the reading rule, :func:`~tieredstore.cold.history.choose`):
+it is normal (compacted, waiting for collection) and not exported. Gaps are fine
+(retention removes the oldest segments).
 
 **Incremental.** So the next run exports only segments committed since. The export
 manifest is saved every :data:`SAVE_EVERY` segments and at the end (also when the run
@@ -70,7 +82,7 @@ import hashlib
 import itertools
 import json
 import multiprocessing
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -83,9 +95,10 @@ import pyarrow.parquet as pq
 
 from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends.base import Backend
+from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
-from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.cold.manifest import Manifest, read_manifest, read_stored
+from tieredstore.cold.history import Committed, EntryKind, Span, load_history, span_bytes
+from tieredstore.cold.layout import parse_object_key
 from tieredstore.errors import (
     CorruptManifestError,
     InvalidNameError,
@@ -163,7 +176,7 @@ class ExportRequest:
     def wants_topic(self, topic: str) -> bool:
         return not self.topics or any(fnmatch.fnmatchcase(topic, g) for g in self.topics)
 
-    def wants_segment(self, m: Manifest) -> bool:
+    def wants_segment(self, m: Committed) -> bool:
         return (self.since_ms is None or m.max_store_timestamp >= self.since_ms) and (
             self.until_ms is None or m.min_store_timestamp < self.until_ms
         )
@@ -197,7 +210,7 @@ class ExportProgress:
 
 @dataclass
 class ExportManifest:
-    """The export manifest of one broker: segment manifest key → what was exported."""
+    """The export manifest of one broker: link history key → what was exported."""
 
     cluster: str
     broker: str
@@ -220,7 +233,8 @@ class ExportManifest:
             segments = dict(doc["segments"])
             for entry in segments.values():
                 if not (isinstance(entry["manifest_sha256"], str)
-                        and all(isinstance(f, str) for f in entry["files"])):  # fmt: skip
+                        and all(isinstance(f, str) for f in entry["files"])
+                        and _slice_place(entry) is not False):  # fmt: skip
                     raise TypeError(f"bad segment entry {entry!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptManifestError(f"not an export manifest: {exc!r}", where=where) from exc
@@ -244,71 +258,57 @@ async def _load_manifest(out: Backend, request: ExportRequest) -> ExportManifest
     )
 
 
-async def _manifest_keys(cold: Backend, request: ExportRequest) -> list[str]:
-    """The MANIFEST keys of the broker whose topic is wanted, in key order."""
-    prefix = broker_prefix(request.cluster, request.broker) + "/"
-    keys: list[str] = []
-    for info in await cold.list(prefix):
-        if f"/{SegmentKind.MANIFEST.value}/" not in info.key:
-            continue
-        try:
-            parsed = parse_object_key(info.key)
-        except InvalidNameError:
-            continue  # the lease, quarantined objects: not segments
-        if parsed.kind is SegmentKind.MANIFEST and request.wants_topic(parsed.topic):
-            keys.append(info.key)
-    return keys
-
-
-async def _covered(cold: Backend, current: list[tuple[int, str]], start: int, end: int) -> bool:
-    """Whether a committed segment among ``current`` (start offset, key; sorted) covers
-    any offset of ``[start, end)``: one starts inside it, or the one before it reaches
-    into it (read to learn its end)."""
-    starts = [s for s, _ in current]
-    if any(start <= s < end for s in starts):
+def _slice_place(entry: dict[str, Any]) -> tuple[str, int, int] | bool:
+    """A slice's record: (topic, queue id, first offset); True for a segment's record
+    (its key names them); False for a slice record whose place is malformed."""
+    if "start_offset" not in entry:
         return True
-    before = [(s, k) for s, k in current if s < start]
-    if not before:
+    topic, queue_id, start = entry.get("topic"), entry.get("queue_id"), entry["start_offset"]
+    if not (isinstance(topic, str) and type(queue_id) is int and type(start) is int):
         return False
-    key = before[-1][1]
+    return topic, queue_id, start
+
+
+def _place(hkey: str, entry: dict[str, Any]) -> tuple[str, int, int] | None:
+    """(topic, queue id, first offset) of an exported link; None for a key this version
+    never wrote."""
+    place = _slice_place(entry)
+    if isinstance(place, tuple):
+        return place
     try:
-        return read_manifest(await cold.read(key), key).end_offset > start
-    except ObjectNotFoundError:
-        return False  # expired meanwhile: it covers nothing now
+        parsed = parse_object_key(hkey)
+    except InvalidNameError:
+        return None
+    return parsed.topic, parsed.queue_id, parsed.base_offset
 
 
-async def _current_keys(cold: Backend, run: _Run, request: ExportRequest) -> list[str]:
-    """The manifest keys to export (:func:`_manifest_keys`), once the exported segments
-    they superseded are removed (:func:`_remove_superseded`)."""
-    listed = await _manifest_keys(cold, request)
-    await _remove_superseded(cold, run, request, listed)
-    return listed
+async def _current(cold: Backend, run: _Run, request: ExportRequest) -> list[Committed]:
+    """The links to export (:func:`_history`), once the exported ones they superseded are
+    removed (:func:`_remove_superseded`)."""
+    links = await _history(cold, request)
+    await _remove_superseded(run, request, links)
+    return links
 
 
-async def _remove_superseded(
-    cold: Backend, run: _Run, request: ExportRequest, listed: list[str]
-) -> None:
-    """Remove the exported segments that left the committed history (module doc):
-    gone from the cold store, of a selected topic, and covered by a committed segment.
-    Counted in ``run``; files another record names are kept."""
-    current: dict[tuple[str, int], list[tuple[int, str]]] = {}
-    for key in listed:
-        parsed = parse_object_key(key)
-        current.setdefault((parsed.topic, parsed.queue_id), []).append((parsed.base_offset, key))
-    gone = [k for k in run.done.segments if k not in set(listed)]
-    for mkey in sorted(gone):
-        try:
-            parsed = parse_object_key(mkey)
-        except InvalidNameError:
+async def _remove_superseded(run: _Run, request: ExportRequest, links: list[Committed]) -> None:
+    """Remove the exported links that left the committed history (module doc): no link
+    of it now, of a selected topic, and covered by a link. Counted in ``run``; files
+    another record names are kept."""
+    current: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for link in links:
+        current[(link.topic, link.queue_id)].append((link.start_offset, link.end_offset))
+    keys = {link.history_key for link in links}
+    for hkey in sorted(k for k in run.done.segments if k not in keys):
+        entry = run.done.segments[hkey]
+        place = _place(hkey, entry)
+        if place is None:
             continue  # not a key this version wrote: left as it is
-        entry = run.done.segments[mkey]
-        queue = sorted(current.get((parsed.topic, parsed.queue_id), []))
-        end = parsed.base_offset + int(entry["rows"])  # segments are exported whole
-        if not request.wants_topic(parsed.topic) or not await _covered(
-            cold, queue, parsed.base_offset, end
-        ):
+        topic, queue_id, start = place
+        end = start + int(entry["rows"])  # links are exported whole
+        covered = any(s < end and start < e for s, e in current.get((topic, queue_id), []))
+        if not request.wants_topic(topic) or not covered:
             continue
-        del run.done.segments[mkey]
+        del run.done.segments[hkey]
         run.changed = True
         named = {f for e in run.done.segments.values() for f in e["files"]}
         for name in sorted(set(entry["files"]) - named):
@@ -316,27 +316,28 @@ async def _remove_superseded(
         run.removed, run.removed_rows = run.removed + 1, run.removed_rows + int(entry["rows"])
 
 
-async def _committed(cold: Backend, keys: list[str]) -> list[tuple[str, bytes, Manifest]]:
-    """Every committed segment among ``keys`` (key, manifest bytes, manifest), in key
-    order, once each queue's history is known to be one version of each offset.
+async def _history(cold: Backend, request: ExportRequest) -> list[Committed]:
+    """The chosen links of every wanted queue, in history-key order (a segment's manifest
+    key), once each queue's history is known to hold one version of each offset.
 
     Raises OverlapError, naming both manifests, when two committed segments of a queue
     cover the same offsets (e.g. a manifest rewritten or copied under another start):
     export reads as restore does and writes nothing then, rather than two rows for an
-    offset. Gaps are allowed: retention removes a queue's oldest segments.
+    offset. A slice the reading rule set aside is not exported. Gaps are allowed:
+    retention removes a queue's oldest segments.
     """
-    out: list[tuple[str, bytes, Manifest]] = []
-    for key in keys:
-        raw = await cold.read(key)
-        stored = read_stored(raw, key)
-        if isinstance(stored, Manifest):
-            out.append((key, raw, stored))
-    by_queue: dict[tuple[str, int], list[Manifest]] = {}
-    for _, _, m in out:
-        by_queue.setdefault((m.topic, m.queue_id), []).append(m)
-    for segments in by_queue.values():
-        segments.sort(key=lambda m: (m.start_offset, m.end_offset))
-        for a, b in itertools.pairwise(segments):
+    history = await load_history(
+        cold, request.cluster, request.broker, wants_topic=request.wants_topic
+    )
+    links = sorted(history.links(), key=lambda c: c.history_key)
+    segments = [c for h in history.queues.values() for c in (*h.links, *h.overlaps)
+                if c.kind is EntryKind.SEGMENT]  # fmt: skip
+    by_queue: dict[tuple[str, int], list[Committed]] = {}
+    for c in sorted(segments, key=lambda c: c.key):
+        by_queue.setdefault((c.topic, c.queue_id), []).append(c)
+    for queue_segments in by_queue.values():
+        queue_segments.sort(key=lambda m: (m.start_offset, m.end_offset))
+        for a, b in itertools.pairwise(queue_segments):
             if b.start_offset < a.end_offset:
                 raise OverlapError(
                     f"committed segments [{a.start_offset}, {a.end_offset}) and "
@@ -345,16 +346,33 @@ async def _committed(cold: Backend, keys: list[str]) -> list[tuple[str, bytes, M
                     "a history with two versions of one; nothing was exported",
                     where=b.key,
                 )
-    return out
+    return links
 
 
-def _file_name(m: Manifest) -> str:
+def _commit_sha(link: Committed) -> str:
+    """What an export record remembers of the link it exported (a change exports it
+    again): the SHA-256 of a segment's manifest (canonical JSON: the bytes written), of
+    a slice's canonical description (a batch never changes, so neither does this)."""
+    if link.manifest is not None:
+        return hashlib.sha256(link.manifest.to_json()).hexdigest()
+
+    def span(s: Span) -> list[object]:
+        return [s.key, s.at, s.size, s.digest, s.object_size]
+
+    doc = {"key": link.history_key, "sequence": link.sequence, "start": link.start_offset,
+           "end": link.end_offset, "cl": [link.cl_base, link.cl_end],
+           "commit_log": span(link.commit_log), "consume_queue": span(link.consume_queue),
+           "algorithm": link.digest_algorithm}  # fmt: skip
+    return hashlib.sha256(canonical(doc)).hexdigest()
+
+
+def _file_name(m: Committed) -> str:
     # Names are percent-quoted, so "+" separates them unambiguously.
-    cluster, broker = quote(m.cluster, safe=""), quote(m.broker, safe="")
+    cluster, broker = quote(m.queue.cluster, safe=""), quote(m.queue.broker, safe="")
     return f"{cluster}+{broker}+{m.queue_id}+{m.start_offset:020d}.parquet"
 
 
-def _files(m: Manifest, table: pa.Table) -> Iterable[tuple[str, pa.Table]]:
+def _files(m: Committed, table: pa.Table) -> Iterable[tuple[str, pa.Table]]:
     """The segment's rows split by UTC day: (key under the output root, rows)."""
     days = pc.cast(table["store_timestamp"], pa.date32())
     unique = sorted(pc.unique(days).to_pylist())
@@ -390,33 +408,30 @@ class EncodedSegment:
 
 
 def decode_segment(
-    manifest_json: bytes, manifest_key: str, commit_log: bytes, consume_queue: bytes, where: str
-) -> tuple[Manifest, pa.Table]:
-    """Check a whole segment against its manifest and decode its rows.
+    link: Committed, commit_log: bytes, consume_queue: bytes, where: str
+) -> tuple[Committed, pa.Table]:
+    """Check a whole link (its spans' bytes) against its commit point and decode its rows.
 
     Raises:
         SizeMismatchError / DigestMismatchError / CorruptDataError: see
             :meth:`~tieredstore.archive.rows.SegmentSlice.whole`.
     """
-    m = read_manifest(manifest_json, manifest_key)
-    piece = SegmentSlice.whole(m, commit_log, consume_queue, where=where)
-    batches = list(piece.batches(cluster=m.cluster, broker=m.broker))
-    return m, pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
+    piece = SegmentSlice.whole(link, commit_log, consume_queue, where=where)
+    batches = list(piece.batches(cluster=link.queue.cluster, broker=link.queue.broker))
+    return link, pa.Table.from_batches(batches, schema=ARCHIVE_SCHEMA)
 
 
-def encode_table(m: Manifest, table: pa.Table) -> EncodedSegment:
+def encode_table(m: Committed, table: pa.Table) -> EncodedSegment:
     """A decoded segment's Parquet files, one per UTC day (zstd; releases the GIL)."""
     return EncodedSegment([(key, _parquet(rows)) for key, rows in _files(m, table)], table.num_rows)
 
 
 def encode_segment(
-    manifest_json: bytes, manifest_key: str, commit_log: bytes, consume_queue: bytes, where: str
+    link: Committed, commit_log: bytes, consume_queue: bytes, where: str
 ) -> EncodedSegment:
     """:func:`decode_segment` then :func:`encode_table` (sync and self-contained: it
     runs in a worker process with ``--jobs``)."""
-    return encode_table(
-        *decode_segment(manifest_json, manifest_key, commit_log, consume_queue, where)
-    )
+    return encode_table(*decode_segment(link, commit_log, consume_queue, where))
 
 
 @dataclass
@@ -435,10 +450,11 @@ class _Run:
     removed: int = 0  # segments removed as superseded, and their rows
     removed_rows: int = 0
 
-    async def finish(self, mkey: str, sha: str, job: asyncio.Future[EncodedSegment]) -> None:
-        """Write a segment's files, delete its stale ones, record it (saved every
-        :data:`SAVE_EVERY` segments)."""
+    async def finish(self, link: Committed, sha: str, job: asyncio.Future[EncodedSegment]) -> None:
+        """Write a link's files, delete its stale ones, record it (saved every
+        :data:`SAVE_EVERY` links)."""
         encoded = await job
+        mkey = link.history_key
         old = self.done.segments.get(mkey)
         for name, data in encoded.files:
             await self.out.write(name, data)
@@ -451,6 +467,9 @@ class _Run:
             "rows": encoded.rows,
             "exported_at_ms": self.clock.now_ms(),
         }
+        if link.kind is EntryKind.SLICE:  # its key does not say where it lies
+            self.done.segments[mkey] |= {"topic": link.topic, "queue_id": link.queue_id,
+                                         "start_offset": link.start_offset}  # fmt: skip
         self.exported += 1
         self.rows += encoded.rows
         self.files += len(keys)
@@ -462,11 +481,11 @@ class _Run:
         await self.out.write(self.key, self.done.to_json())
 
     def progress(self, looked: int, listed: int) -> ExportProgress:
-        """How far the run is, ``looked`` of ``listed`` segment manifests read."""
+        """How far the run is, ``looked`` of ``listed`` links."""
         return ExportProgress(looked, listed, self.exported, self.rows, self.bytes)
 
 
-SegmentArgs = tuple[bytes, str, bytes, bytes, str]  # manifest JSON, its key, CL, CQ, where
+SegmentArgs = tuple[Committed, bytes, bytes, str]  # the link, its CL and CQ bytes, where
 
 
 class _Pipeline:
@@ -520,7 +539,7 @@ def _stages(jobs: int) -> _Pipeline | _Processes:
     return _Pipeline() if jobs == 1 else _Processes(jobs)
 
 
-_Job = tuple[str, str, "asyncio.Future[EncodedSegment]"]  # manifest key, its sha, the work
+_Job = tuple[Committed, str, "asyncio.Future[EncodedSegment]"]  # the link, its sha, the work
 #: What :func:`export_parquet` tells how far it is.
 OnProgress = Callable[[ExportProgress], None]
 
@@ -530,19 +549,19 @@ async def _submit(
     run: _Run,
     request: ExportRequest,
     stages: _Pipeline | _Processes,
-    segment: tuple[str, bytes, Manifest],
+    link: Committed,
 ) -> tuple[bool, _Job | None]:
-    """One committed segment (its key, manifest bytes and manifest, :func:`_committed`):
-    whether the request selects it, and its export job when it is not exported yet
-    (its objects read and submitted)."""
-    mkey, raw, m = segment
-    if not request.wants_segment(m):
+    """One link of the committed history (:func:`_history`): whether the request selects
+    it, and its export job when it is not exported yet (its spans' bytes read, a
+    segment's objects whole, and submitted)."""
+    if not request.wants_segment(link):
         return False, None
-    sha = hashlib.sha256(raw).hexdigest()
-    if run.done.segments.get(mkey, {}).get("manifest_sha256") == sha:
+    sha = _commit_sha(link)
+    if run.done.segments.get(link.history_key, {}).get("manifest_sha256") == sha:
         return True, None
-    cl, cq = await cold.read(m.commit_log_key), await cold.read(m.consume_queue_key)
-    return True, (mkey, sha, stages.submit((raw, mkey, cl, cq, cold.url)))
+    cl = await span_bytes(cold, link.commit_log)
+    cq = await span_bytes(cold, link.consume_queue)
+    return True, (link, sha, stages.submit((link, cl, cq, cold.url)))
 
 
 async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
@@ -559,7 +578,7 @@ async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
 
     Raises:
         CorruptManifestError: a segment manifest or the export manifest does not validate.
-        OverlapError: a queue's committed segments overlap (:func:`_committed`).
+        OverlapError: a queue's committed segments overlap (:func:`_history`).
         ObjectNotFoundError / SizeMismatchError / DigestMismatchError / CorruptDataError:
             a segment whose objects are missing or do not match its manifest (the
             segments exported before it stay recorded).
@@ -576,7 +595,7 @@ async def export_parquet(cold: Backend, out: Backend, request: ExportRequest, *,
     say = on_progress or (lambda _p: None)
     try:
         try:
-            committed = await _committed(cold, await _current_keys(cold, run, request))
+            committed = await _current(cold, run, request)
             for looked, segment in enumerate(committed):
                 say(run.progress(looked, len(committed)))
                 wanted, submitted = await _submit(cold, run, request, stages, segment)

@@ -32,8 +32,9 @@ column               Arrow type                      value
 Every field comes from :class:`~tieredstore.cold.reader.ColdMessage` as ``tieredstore read``
 prints it (``offset_msg_id`` is the same cold offset id; see :mod:`tieredstore.cold.reader`).
 Rows are decoded by :func:`~tieredstore.cold.reader.decode_messages`: each record is checked
-against its consume-queue unit, and a whole segment (:meth:`SegmentSlice.whole`) is
-first checked against its manifest (sizes and digests).
+against its consume-queue unit, and a whole link of the committed history
+(:meth:`SegmentSlice.whole`: a segment, or a batch slice) is first checked against its
+commit point (sizes and digests of its spans' bytes).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tieredstore.cold.history import Committed, as_link
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.reader import ColdMessage, check_units, decode_messages
 from tieredstore.cold.segment import verify_segment
@@ -156,42 +158,58 @@ def window_mask(
 
 @dataclass(frozen=True)
 class SegmentSlice:
-    """Queue offsets ``[offset, offset + len(units))`` of one committed segment: their
-    checked CQ units and the COMMIT_LOG bytes (from cold offset ``data_base`` on) that
-    hold their records. Build one with :meth:`whole` or :meth:`part`.
+    """Queue offsets ``[offset, offset + len(units))`` of one committed link (a segment
+    or a batch slice): their checked CQ units and the COMMIT_LOG bytes (from cold offset
+    ``data_base`` on) that hold their records. Build one with :meth:`whole` or
+    :meth:`part` (either takes a link or a segment's manifest).
     """
 
-    manifest: Manifest
+    link: Committed
     offset: int
     units: Units
     data: bytes
     data_base: int
 
+    @property
+    def manifest(self) -> Committed:
+        """:attr:`link`, by the name it had when every link was a segment's manifest."""
+        return self.link
+
     @classmethod
     def whole(
-        cls, manifest: Manifest, commit_log: bytes, consume_queue: bytes, *, where: str = ""
+        cls,
+        link: Committed | Manifest,
+        commit_log: bytes,
+        consume_queue: bytes,
+        *,
+        where: str = "",
     ) -> SegmentSlice:
-        """A whole segment, checked against its manifest and itself first
+        """A whole link, checked against its commit point and itself first
         (:func:`~tieredstore.cold.segment.verify_segment`: sizes, digests, unit
-        pointers); ``where`` (e.g. the cold URL) prefixes object keys in errors.
+        pointers). ``commit_log`` and ``consume_queue`` are its spans' bytes (a segment's
+        whole objects); ``where`` (e.g. the cold URL) prefixes object keys in errors.
 
         Raises:
             SizeMismatchError / DigestMismatchError / CorruptDataError: as verify_segment.
         """
-        units = verify_segment(manifest, commit_log, consume_queue, where=where)
-        return cls(manifest, manifest.start_offset, units, commit_log, manifest.cl_base)
+        c = as_link(link)
+        units = verify_segment(c, commit_log, consume_queue, where=where)
+        return cls(c, c.start_offset, units, commit_log, c.cl_base)
 
     @classmethod
-    def part(cls, manifest: Manifest, offset: int, units: Units, data: bytes) -> SegmentSlice:
-        """Some offsets of a segment: ``units`` from its CONSUME_QUEUE at ``offset``, and
+    def part(
+        cls, link: Committed | Manifest, offset: int, units: Units, data: bytes
+    ) -> SegmentSlice:
+        """Some offsets of a link: ``units`` from its CONSUME_QUEUE at ``offset``, and
         ``data`` the COMMIT_LOG bytes :func:`record_span` named for them.
 
         Raises:
-            CorruptUnitError: units that do not point at contiguous records of the segment.
+            CorruptUnitError: units that do not point at contiguous records of the link.
         """
-        check_units(manifest, offset, units)
+        c = as_link(link)
+        check_units(c, offset, units)
         first, _ = record_span(units)
-        return cls(manifest, offset, units, data, first)
+        return cls(c, offset, units, data, first)
 
     def batches(
         self,
@@ -230,7 +248,7 @@ class SegmentSlice:
         props = property_columns(cols.properties)
         n = len(picked)
         columns = [
-            repeat_string(self.manifest.topic, n),
+            repeat_string(self.link.topic, n),
             primitive(cols.queue_id.astype(np.int32), pa.int32()),
             primitive(self.offset + picked.astype(np.int64), pa.int64()),
             primitive(cols.store_timestamp * _US_PER_MS, _TIMESTAMP),
@@ -252,7 +270,7 @@ class SegmentSlice:
     def _check(self, picked: npt.NDArray[np.intp], units: Units, cols: RecordColumns) -> None:
         """Raise, as ``read`` would, for the first record that does not decode or does not
         match its unit (totalSize, queueOffset, physicalOffset, queue id, topic)."""
-        m = self.manifest
+        m = self.link
         bad = (
             cols.bad
             | (cols.total_size != units["size"])
@@ -269,7 +287,7 @@ class SegmentSlice:
             outside = (ms < _MIN_MS) | (ms > _MAX_MS)
             if outside.any():
                 i = int(np.argmax(outside))
-                at = int(units["commitlog_offset"][i]) - m.cl_base
+                at = m.commit_log.at + int(units["commitlog_offset"][i]) - m.cl_base
                 raise CorruptRecordError(
                     f"record of queue offset {self.offset + int(picked[i])}: {name} field "
                     f"{int(ms[i])} ms lies outside years 1 to 9999",
@@ -294,7 +312,7 @@ class SegmentSlice:
         """The message of unit ``i``, decoded by
         :func:`~tieredstore.cold.reader.decode_messages`."""
         unit = self.units[i : i + 1]
-        (message,) = decode_messages(self.manifest, self.offset + i, unit, self.data,
+        (message,) = decode_messages(self.link, self.offset + i, unit, self.data,
                                      self.data_base)  # fmt: skip
         return message
 

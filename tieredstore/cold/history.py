@@ -69,6 +69,7 @@ __all__ = [
     "read_batch",
     "read_span",
     "slices_of",
+    "span_bytes",
 ]
 
 #: Commit points read at once while a broker's history is loaded.
@@ -96,6 +97,11 @@ class Span:
     @property
     def end(self) -> int:
         return self.at + self.size
+
+    @property
+    def whole(self) -> bool:
+        """Whether the span is its whole object (a segment's: read and named as one)."""
+        return self.at == 0 and self.size == self.object_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +211,16 @@ class Committed:
     def algorithm(self) -> DigestAlgorithm:
         return DigestAlgorithm(self.digest_algorithm)
 
+    @property
+    def history_key(self) -> str:
+        """This link's name among every link of its broker, for readers that keep a
+        record per link (export): a segment's manifest key (unchanged from the days of
+        segments alone); ``<batch key>#<topic>/<queue id>`` for a slice, whose batch key
+        is shared by the slices of many queues."""
+        if self.kind is EntryKind.SEGMENT:
+            return self.key
+        return f"{self.key}#{self.topic}/{self.queue_id}"
+
     def describe(self) -> str:
         where = "segment" if self.kind is EntryKind.SEGMENT else f"slice of batch {self.sequence}"
         return f"{where} [{self.start_offset}, {self.end_offset}) of {self.queue}"
@@ -268,6 +284,15 @@ async def read_span(backend: Backend, span: Span, start: int, end: int) -> bytes
     if not 0 <= start <= end <= span.size:
         raise ValueError(f"[{start}, {end}) is outside the span of {span.size} bytes")
     return await backend.read_exact(span.key, span.at + start, span.at + end)
+
+
+async def span_bytes(backend: Backend, span: Span) -> bytes:
+    """All the bytes of ``span``. A whole object (a segment's) is read whole, so one longer
+    or shorter than its commit point says keeps its size and a size check sees it; a span
+    inside a larger object (a slice's) is a range read of exactly its bytes."""
+    if span.whole:
+        return await backend.read(span.key)
+    return await backend.read_exact(span.key, span.at, span.end)
 
 
 @dataclass(slots=True)

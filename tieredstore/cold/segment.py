@@ -22,7 +22,10 @@ test oracle they are compared with is :mod:`tieredstore.testing.oracle`.
 cold records physicalOffset) that building and verifying share; :class:`RecordOwners`
 adds, for hot records, whose record it is (topic, queueId, physicalOffset). Verification never
 trusts the manifest alone: :func:`verify_objects` checks sizes and digests;
-:func:`verify_segment` also checks every CQ unit against the record it points at.
+:func:`verify_segment` also checks every CQ unit against the record it points at. Both
+take a segment's manifest or any link of the committed history
+(:class:`~tieredstore.cold.history.Committed`: a segment, or a batch slice whose bytes
+are ranges of its batch object) and check exactly the bytes of its spans.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.cold.digests import digest
+from tieredstore.cold.history import Committed, EntryKind, Span, as_link
 from tieredstore.cold.manifest import Manifest, read_manifest
 from tieredstore.errors import (
     CorruptRecordError,
@@ -71,6 +75,7 @@ __all__ = [
     "check_record_heads",
     "parse_cq_object",
     "read_segment",
+    "span_fault",
     "verify_objects",
     "verify_record_pointers",
     "verify_segment",
@@ -336,35 +341,49 @@ def _topics_match(
 
 
 def verify_objects(
-    manifest: Manifest,
+    link: Committed | Manifest,
     commit_log: bytes | bytearray | memoryview,
     consume_queue: bytes | bytearray | memoryview,
     *,
     where: str,
 ) -> None:
-    """Check both objects' sizes, then digests, against ``manifest``.
+    """Check both spans' sizes, then digests, against ``link`` (a manifest: its two
+    whole objects). ``commit_log`` and ``consume_queue`` are the bytes of its spans.
 
     ``where`` (e.g. the backend URL) is put before object keys in error messages.
 
     Raises:
-        SizeMismatchError / DigestMismatchError: naming the object.
+        SizeMismatchError / DigestMismatchError: naming the object (``key@at`` for a span
+            inside a larger object).
     """
-    for key, ref, data in (
-        (manifest.commit_log_key, manifest.commit_log, commit_log),
-        (manifest.consume_queue_key, manifest.consume_queue, consume_queue),
-    ):
-        if len(data) != ref.size:
-            raise SizeMismatchError(
-                f"object is {len(data)} bytes, its manifest says {ref.size}",
-                where=_at(where, key),
-            )
-        algorithm = manifest.algorithm
+    m = as_link(link)
+    algorithm = m.algorithm
+    for span, data in ((m.commit_log, commit_log), (m.consume_queue, consume_queue)):
+        if len(data) != span.size:
+            message, at = span_fault(m, span, f"is {len(data)} bytes", span.size, where=where)
+            raise SizeMismatchError(message, where=at)
         actual = digest(data, algorithm)
-        if actual != ref.digest:
-            raise DigestMismatchError(
-                f"object {algorithm} is {actual}, its manifest says {ref.digest}",
-                where=_at(where, key),
-            )
+        if actual != span.digest:
+            message, at = span_fault(m, span, f"{algorithm} is {actual}", span.digest, where=where)
+            raise DigestMismatchError(message, where=at)
+
+
+def span_fault(
+    link: Committed, span: Span, found: str, recorded: object, *, where: str = ""
+) -> tuple[str, str]:
+    """The message and location of a span whose bytes are not what ``link``'s commit
+    point records (``found``, e.g. ``"crc32c is 0a1b2c3d"``; ``recorded``, its value).
+
+    A whole object is named as one ("object ..., its manifest says ..." at its key); a
+    span inside a larger object by its byte range, at ``key@at``.
+    """
+    says = "its manifest says" if link.kind is EntryKind.SEGMENT else "its batch says"
+    if span.whole:
+        return f"object {found}, {says} {recorded}", _at(where, span.key)
+    return (
+        f"bytes [{span.at}, {span.end}) {found}, {says} {recorded}",
+        _at(where, span.key, span.at),
+    )
 
 
 def parse_cq_object(data: bytes | bytearray | memoryview, *, where: str) -> Units:
@@ -377,7 +396,7 @@ def parse_cq_object(data: bytes | bytearray | memoryview, *, where: str) -> Unit
 
 
 def verify_record_pointers(
-    manifest: Manifest,
+    link: Committed | Manifest,
     units: Units,
     commit_log: bytes | bytearray | memoryview,
     *,
@@ -395,6 +414,7 @@ def verify_record_pointers(
         CorruptUnitError: a unit that points wrong (named by CQ key and byte offset).
         CorruptRecordError: a record that disagrees with its unit (CL key and offset).
     """
+    manifest = as_link(link)
     cq_key = manifest.consume_queue_key
     n = len(units)
     if n != manifest.message_count:
@@ -409,7 +429,7 @@ def verify_record_pointers(
 
 
 def _check_units_contiguous(
-    manifest: Manifest, sizes: I64, cold: I64, cl_size: int, where: str
+    manifest: Committed, sizes: I64, cold: I64, cl_size: int, where: str
 ) -> I64:
     """Each unit's offset inside the COMMIT_LOG object; CorruptUnitError unless they are
     back to back from ``cl_base`` and cover the object exactly."""
@@ -422,7 +442,7 @@ def _check_units_contiguous(
             f"unit of queue offset {manifest.start_offset + i} points at cold offset "
             f"{int(cold[i])} size {int(sizes[i])}; contiguous records need offset "
             f"{manifest.cl_base + int(rel[i])} and size >= {MIN_RECORD_SIZE}",
-            where=_at(where, cq_key, i * CQ_UNIT_SIZE),
+            where=_at(where, cq_key, manifest.consume_queue.at + i * CQ_UNIT_SIZE),
         )
     total = int(sizes.sum())
     if total != cl_size:
@@ -434,7 +454,7 @@ def _check_units_contiguous(
 
 
 def check_record_heads(
-    manifest: Manifest,
+    link: Committed | Manifest,
     first: int,
     arr: npt.NDArray[np.uint8],
     starts: I64,
@@ -446,32 +466,38 @@ def check_record_heads(
     the records of queue offsets ``first``, ``first + 1``, ... start at ``starts`` in
     ``arr``, and their units say ``sizes`` and cold offsets ``cold``. Errors name
     ``object@offset`` within the COMMIT_LOG object (``where``: an optional location
-    prefix)."""
+    prefix; the offset is in the object, so it counts from the span's start)."""
+    manifest = as_link(link)
     offsets = first + np.arange(len(starts), dtype=np.int64)
     heads = RecordHeads.check(arr, starts, sizes, offsets, cold)
     i = heads.first_bad()
     if i is not None:
         raise CorruptRecordError(
             f"record of queue offset {first + i}: {heads.fault(i)}",
-            where=_at(where, manifest.commit_log_key, int(cold[i]) - manifest.cl_base),
+            where=_at(
+                where,
+                manifest.commit_log_key,
+                manifest.commit_log.at + int(cold[i]) - manifest.cl_base,
+            ),
         )
 
 
 def verify_segment(
-    manifest: Manifest,
+    link: Committed | Manifest,
     commit_log: bytes | bytearray | memoryview,
     consume_queue: bytes | bytearray | memoryview,
     *,
     where: str = "",
 ) -> Units:
-    """Fully check a segment's objects against its manifest and each other.
+    """Fully check a link's bytes (a segment's objects, or a slice's spans) against its
+    commit point and each other.
 
     Runs :func:`verify_objects`, :func:`parse_cq_object` and
     :func:`verify_record_pointers`; returns the CQ units on success.
     """
-    verify_objects(manifest, commit_log, consume_queue, where=where)
-    units = parse_cq_object(consume_queue, where=_at(where, manifest.consume_queue_key))
-    verify_record_pointers(manifest, units, commit_log, where=where)
+    verify_objects(link, commit_log, consume_queue, where=where)
+    units = parse_cq_object(consume_queue, where=_at(where, link.consume_queue_key))
+    verify_record_pointers(link, units, commit_log, where=where)
     return units
 
 

@@ -3,7 +3,8 @@
 The restore journal (``complete``) says what the store was built from: the parameters
 (cold prefix, topics, time window) and every queue's restored range ``[start, next)``.
 The check reads the store as a broker would (:class:`~tieredstore.hot.store.HotStore`)
-and the cold segments again, and confirms:
+and the cold history's links again (planned as the restore planned them), and
+confirms:
 
 * the store has exactly the journal's queues, each with min/max offsets ``start``/``next``;
 * for every queue offset: the restored consume-queue unit's size and tagsCode equal the
@@ -16,7 +17,7 @@ offset after its last loss (:class:`~tieredstore.restore.plan.LossCut`), and the
 prints the same line for it.
 
 Only the position-derived fields (physicalOffset, hence the offset message id) may
-differ. A cold segment expired since the restore makes the check fail: the messages it
+differ. A cold link expired since the restore makes the check fail: the messages it
 was built from can no longer be compared.
 """
 
@@ -135,7 +136,7 @@ def _mask(data: bytes | bytearray, starts: np.ndarray) -> np.ndarray:
 
 
 def _compare(chunk: Chunk, lo: int, hi: int, hot: HotStore, result: CheckResult) -> None:
-    m = chunk.manifest
+    m = chunk.link
     first = chunk.first + lo
     units = hot.read_units(m.topic, m.queue_id, first, chunk.first + hi)
     sizes, tags = chunk.sizes[lo:hi], chunk.tags[lo:hi]
@@ -190,7 +191,7 @@ async def _check_queue(
             f"[{progress.start}, {progress.next})"
         )
         return
-    for m in q.segments:
+    for m in q.links:
         if m.end_offset <= progress.start or m.start_offset >= progress.next:
             continue
         first = max(m.start_offset, progress.start)

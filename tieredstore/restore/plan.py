@@ -1,9 +1,12 @@
-"""What a restore writes: the committed cold segments of the selected queues, in order.
+"""What a restore writes: the committed links of the selected queues' history, in order.
 
-:func:`build_plan` lists one broker's cold prefix, keeps the manifests of the queues whose
-topic matches the filter, reads them (bounded concurrency), checks that each queue's
-segments are contiguous, and prunes them to the time window by the manifests' min/max
-store times. Object keys come from the manifests only.
+:func:`build_plan` takes the committed history of the queues whose topic matches the
+filter (:func:`~tieredstore.cold.history.load_history`: every commit point read, one
+reading rule, so a queue's links are segments or batch slices), checks that each queue's
+links are contiguous, and prunes them to the time window by the links' min/max store
+times. Object keys and byte ranges come from the commit points only. Two committed
+segments over one offset (a damaged history) are refused like a hole; a slice the
+reading rule set aside (compacted, waiting for collection) is simply not restored.
 
 The window is applied to messages as well (:class:`TimeWindow`): a queue's restored range
 starts at its first message stored at or after ``since`` and ends before its first
@@ -13,20 +16,19 @@ the run still ends at the first later message).
 
 **Accepted losses.** Offsets the broker deleted before they were tiered, accepted by
 ``resume --accept-loss`` (loss records, :mod:`tieredstore.cold.loss`), leave a hole no
-segment covers, and a broker's consume queue cannot have one. A queue with loss records
+link covers, and a broker's consume queue cannot have one. A queue with loss records
 is therefore restored from the first offset after its *last* accepted loss: the
-segments before it are left out, and the plan says so (:class:`LossCut`, one line per
+links before it are left out, and the plan says so (:class:`LossCut`, one line per
 queue). A hole that no loss record explains still refuses the restore.
 
-**Order** (:meth:`RestorePlan.merge_order`): segments of all queues are merged by their
-oldest store time (ties by topic, queue id, offset), each queue's segments staying in
+**Order** (:meth:`RestorePlan.merge_order`): links of all queues are merged by their
+oldest store time (ties by topic, queue id, offset), each queue's links staying in
 offset order. The restored commitlog is therefore in store-time order at the grain of a
-segment, as a broker's commitlog is at the grain of a message.
+link, as a broker's commitlog is at the grain of a message.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import fnmatch
 import heapq
@@ -34,9 +36,9 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.history import Committed, EntryKind, QueueHistory, load_history
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -46,12 +48,9 @@ from tieredstore.cold.layout import (
     parse_object_key,
 )
 from tieredstore.cold.loss import LossRecord, read_loss_record
-from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import ColdDataError, InvalidNameError
 
 __all__ = ["LossCut", "QueuePlan", "RestoreFilter", "RestorePlan", "TimeWindow", "build_plan"]
-
-_READ_CONCURRENCY: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +64,11 @@ class TimeWindow:
         if self.since is not None and self.until is not None and self.since > self.until:
             raise ValueError(f"time window since {self.since} is after until {self.until}")
 
-    def overlaps(self, manifest: Manifest) -> bool:
-        """Whether the segment may hold a message inside the window."""
-        if self.since is not None and manifest.max_store_timestamp < self.since:
+    def overlaps(self, link: Committed) -> bool:
+        """Whether the link may hold a message inside the window."""
+        if self.since is not None and link.max_store_timestamp < self.since:
             return False
-        return self.until is None or manifest.min_store_timestamp <= self.until
+        return self.until is None or link.min_store_timestamp <= self.until
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,18 +87,18 @@ class RestoreFilter:
 
 @dataclass(frozen=True, slots=True)
 class QueuePlan:
-    """One queue's segments to restore: contiguous, in offset order, never empty."""
+    """One queue's links to restore: contiguous, in offset order, never empty."""
 
     queue: QueuePath
-    segments: tuple[Manifest, ...]
+    links: tuple[Committed, ...]
 
     @property
     def start(self) -> int:
-        return self.segments[0].start_offset
+        return self.links[0].start_offset
 
     @property
     def end(self) -> int:
-        return self.segments[-1].end_offset
+        return self.links[-1].end_offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +127,7 @@ class LossCut:
 
 @dataclass(frozen=True, slots=True)
 class RestorePlan:
-    """The selected queues (sorted by topic, queue id), their segments, and the queues
+    """The selected queues (sorted by topic, queue id), their links, and the queues
     an accepted loss cut (sorted likewise)."""
 
     queues: tuple[QueuePlan, ...]
@@ -136,38 +135,40 @@ class RestorePlan:
 
     @property
     def segments(self) -> int:
-        return sum(len(q.segments) for q in self.queues)
+        """Links to restore (the progress counts them as segments)."""
+        return sum(len(q.links) for q in self.queues)
 
     @property
     def messages(self) -> int:
-        return sum(m.message_count for q in self.queues for m in q.segments)
+        return sum(m.message_count for q in self.queues for m in q.links)
 
     @property
     def bytes(self) -> int:
-        return sum(m.commit_log.size for q in self.queues for m in q.segments)
+        return sum(m.commit_log.size for q in self.queues for m in q.links)
 
-    def merge_order(self) -> Iterator[Manifest]:
-        """Every segment once: merged by oldest store time, each queue in offset order."""
+    def merge_order(self) -> Iterator[Committed]:
+        """Every link once: merged by oldest store time, each queue in offset order."""
 
-        def keyed(q: QueuePlan) -> Iterator[tuple[int, str, int, int, Manifest]]:
-            for m in q.segments:
+        def keyed(q: QueuePlan) -> Iterator[tuple[int, str, int, int, Committed]]:
+            for m in q.links:
                 yield (m.min_store_timestamp, m.topic, m.queue_id, m.start_offset, m)
 
-        for *_, manifest in heapq.merge(*(keyed(q) for q in self.queues)):
-            yield manifest
+        for *_, link in heapq.merge(*(keyed(q) for q in self.queues)):
+            yield link
 
 
 @dataclass(slots=True)
 class _Listing:
-    """One broker prefix's manifest and loss-record keys per queue, in offset order."""
+    """One broker prefix's loss-record keys per queue (in offset order), and the queues
+    with a manifest key (a fence marker's too: such a queue still gets its loss line)."""
 
-    manifests: dict[QueuePath, list[str]] = field(default_factory=dict)
+    manifests: set[QueuePath] = field(default_factory=set)
     losses: dict[QueuePath, list[str]] = field(default_factory=dict)
 
 
 async def _list_keys(backend: Backend, cluster: str, broker: str, filt: RestoreFilter) -> _Listing:
     prefix = broker_prefix(cluster, broker) + "/"
-    manifests: dict[QueuePath, list[tuple[int, str]]] = defaultdict(list)
+    manifests: set[QueuePath] = set()
     losses: dict[QueuePath, list[tuple[int, str]]] = defaultdict(list)
     for info in await backend.list(prefix):
         if info.key[len(prefix) :].startswith("_"):
@@ -182,24 +183,8 @@ async def _list_keys(backend: Backend, cluster: str, broker: str, filt: RestoreF
         except InvalidNameError:
             continue  # not a segment object; the verifier reports such strays
         if key.kind is SegmentKind.MANIFEST and filt.accepts(key.topic):
-            manifests[key.queue].append((key.base_offset, info.key))
-
-    def ordered(found: dict[QueuePath, list[tuple[int, str]]]) -> dict[QueuePath, list[str]]:
-        return {q: [k for _, k in sorted(keys)] for q, keys in found.items()}
-
-    return _Listing(ordered(manifests), ordered(losses))
-
-
-async def _read_all(backend: Backend, keys: Sequence[str]) -> list[Manifest]:
-    """The committed segments among ``keys`` (GC fence markers are no segment)."""
-    sem = asyncio.Semaphore(_READ_CONCURRENCY)
-
-    async def one(key: str) -> Manifest | FenceMarker:
-        async with sem:
-            return read_stored(await backend.read(key), key)
-
-    stored = await asyncio.gather(*(one(k) for k in keys))
-    return [m for m in stored if isinstance(m, Manifest)]
+            manifests.add(key.queue)
+    return _Listing(manifests, {q: [k for _, k in sorted(keys)] for q, keys in losses.items()})
 
 
 async def _last_losses(backend: Backend, listing: _Listing) -> dict[QueuePath, LossRecord]:
@@ -213,18 +198,37 @@ async def _last_losses(backend: Backend, listing: _Listing) -> dict[QueuePath, L
 
 
 def _cut(
-    queue: QueuePath, manifests: Sequence[Manifest], loss: LossRecord | None
-) -> tuple[Sequence[Manifest], LossCut | None]:
-    """The segments after ``loss`` (all of them without one), and the cut to report."""
+    queue: QueuePath, links: Sequence[Committed], loss: LossRecord | None
+) -> tuple[Sequence[Committed], LossCut | None]:
+    """The links after ``loss`` (all of them without one), and the cut to report."""
     if loss is None:
-        return manifests, None
-    kept = [m for m in manifests if m.start_offset >= loss.end_offset]
-    left_out = sum(m.message_count for m in manifests if m.start_offset < loss.end_offset)
+        return links, None
+    kept = [m for m in links if m.start_offset >= loss.end_offset]
+    left_out = sum(m.message_count for m in links if m.start_offset < loss.end_offset)
     return kept, LossCut(queue, loss, left_out, restored=bool(kept))
 
 
-def _contiguous(queue: QueuePath, manifests: Sequence[Manifest]) -> None:
-    for a, b in itertools.pairwise(manifests):
+def _queue_links(history: QueueHistory | None) -> list[Committed]:
+    """A queue's chosen links and the *segments* :func:`choose` set aside, in offset
+    order: two committed segments over one offset are a damaged history that
+    :func:`_contiguous` refuses (inside the window), as before links. A slice set aside
+    is normal (compacted, waiting for collection) and is left out."""
+    if history is None:
+        return []
+    stray = [o for o in history.overlaps if o.kind is EntryKind.SEGMENT]
+    return sorted([*history.links, *stray], key=lambda c: c.start_offset)
+
+
+def _contiguous(queue: QueuePath, links: Sequence[Committed]) -> None:
+    for a, b in itertools.pairwise(links):
+        if b.start_offset < a.end_offset:
+            raise ColdDataError(
+                f"queue {queue} has committed segments [{a.start_offset}, {a.end_offset}) "
+                f"and [{b.start_offset}, {b.end_offset}) over the same offsets: a restore "
+                "needs one version of each offset (exclude the topic, or restore a window "
+                "after them with --since)",
+                where=b.key,
+            )
         if a.end_offset != b.start_offset:
             raise ColdDataError(
                 f"queue {queue} has no committed segment for offsets "
@@ -234,33 +238,30 @@ def _contiguous(queue: QueuePath, manifests: Sequence[Manifest]) -> None:
             )
 
 
-def _prune(manifests: Sequence[Manifest], window: TimeWindow) -> tuple[Manifest, ...]:
-    """The contiguous run from the first to the last segment overlapping the window."""
-    hits = [i for i, m in enumerate(manifests) if window.overlaps(m)]
-    return tuple(manifests[hits[0] : hits[-1] + 1]) if hits else ()
+def _prune(links: Sequence[Committed], window: TimeWindow) -> tuple[Committed, ...]:
+    """The contiguous run from the first to the last link overlapping the window."""
+    hits = [i for i, m in enumerate(links) if window.overlaps(m)]
+    return tuple(links[hits[0] : hits[-1] + 1]) if hits else ()
 
 
 async def build_plan(
     backend: Backend, cluster: str, broker: str, filt: RestoreFilter
 ) -> RestorePlan:
-    """List, read and check the manifests a restore needs (see the module docstring).
+    """Read the committed history and check the links a restore needs (see the module
+    docstring).
 
     Raises:
-        ColdDataError: a selected queue has a hole between committed segments (inside
+        ColdDataError: a selected queue has a hole between committed links (inside
             the window) that no accepted loss explains; CorruptManifestError for a
-            manifest that does not validate, CorruptLossRecordError for a loss record.
+            commit point that does not validate, CorruptLossRecordError for a loss record.
     """
+    history = await load_history(backend, cluster, broker, wants_topic=filt.accepts)
     listing = await _list_keys(backend, cluster, broker, filt)
-    listed = listing.manifests
-    manifests = await _read_all(backend, [k for q in sorted(listed) for k in listed[q]])
     losses = await _last_losses(backend, listing)
-    by_queue: dict[QueuePath, list[Manifest]] = defaultdict(list)
-    for m in manifests:  # fence markers are gone: group by what each manifest says
-        by_queue[m.queue].append(m)
     queues: list[QueuePlan] = []
     cuts: list[LossCut] = []
-    for queue in sorted(listed):
-        after, cut = _cut(queue, by_queue[queue], losses.get(queue))
+    for queue in sorted(listing.manifests | set(history.queues)):
+        after, cut = _cut(queue, _queue_links(history.queues.get(queue)), losses.get(queue))
         kept = _prune(after, filt.window)
         _contiguous(queue, kept)
         if kept:

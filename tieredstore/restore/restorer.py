@@ -1,8 +1,9 @@
-"""The restore itself: cold segments in, a store a stock broker boots from out.
+"""The restore itself: cold history in, a store a stock broker boots from out.
 
 Steps (:meth:`Restorer.run`): claim the output directory (:mod:`.outdir`) → plan from
-the manifests (:mod:`.plan`) → stream every segment in merge order (:mod:`.stream`),
-appending its records to the commitlog (:mod:`.commitlog`, physicalOffset rewritten),
+the committed history (:mod:`.plan`: its links, segments or batch slices) → stream
+every link in merge order (:mod:`.stream`, range reads of its spans), appending its
+records to the commitlog (:mod:`.commitlog`, physicalOffset rewritten),
 its units to the queue's consume queue (:mod:`.consumequeue`, the new commitlog offsets,
 the cold sizes and tagsCodes) and its keys to the index (:mod:`.index`) → commit the
 journal every ``commit_bytes`` or ``commit_seconds``, whichever comes first, so an
@@ -35,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
-from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.history import Committed
 from tieredstore.errors import ColdDataError
 from tieredstore.formats.checkpoint import Checkpoint
 from tieredstore.formats.consumequeue import make_units
@@ -310,8 +311,8 @@ class _Run:
         self.uncommitted = 0
         self.committed_at = restorer.monotonic()
 
-    def _todo(self) -> list[tuple[Manifest, int]]:
-        """Every segment still to restore, in merge order, with its first queue offset."""
+    def _todo(self) -> list[tuple[Committed, int]]:
+        """Every link still to restore, in merge order, with its first queue offset."""
         out = []
         for m in self.plan.merge_order():
             progress = self.journal.queues.get((m.topic, m.queue_id))
@@ -322,8 +323,8 @@ class _Run:
             )
         return out
 
-    async def _read(self, todo: list[tuple[Manifest, int]], out: asyncio.Queue[_Item]) -> None:
-        """Producer: read the segments' chunks ahead of the writer (a bounded queue)."""
+    async def _read(self, todo: list[tuple[Committed, int]], out: asyncio.Queue[_Item]) -> None:
+        """Producer: read the links' chunks ahead of the writer (a bounded queue)."""
         for m, first in todo:
             progress = self.journal.queues.get((m.topic, m.queue_id))
             if progress is None or not progress.closed:  # else the window ended the queue
@@ -331,7 +332,7 @@ class _Run:
                     self.r.backend, m, first=first, batch_bytes=self.r.batch_bytes
                 ):
                     await out.put(chunk)
-            await out.put(m)  # the segment is complete
+            await out.put(m)  # the link is complete
         await out.put(None)
 
     async def segments(self) -> None:
@@ -343,7 +344,7 @@ class _Run:
             closed: set[tuple[str, int]] = set()
             while (item := await _next(queue, reader)) is not None:
                 if isinstance(item, Chunk):
-                    key = (item.manifest.topic, item.manifest.queue_id)
+                    key = (item.link.topic, item.link.queue_id)
                     if key not in closed and not await asyncio.to_thread(self._write, item):
                         closed.add(key)  # the window ended this queue
                     continue
@@ -383,7 +384,7 @@ class _Run:
 
     def _write(self, chunk: Chunk) -> bool:
         """Restore the part of ``chunk`` in the window; False once the queue is closed."""
-        m = chunk.manifest
+        m = chunk.link
         key = (m.topic, m.queue_id)
         progress = self.journal.queues.get(key)
         lo, hi, closes = self._window(chunk, progress is not None)
@@ -407,13 +408,13 @@ class _Run:
         starts = chunk.starts[lo:hi] - a
         phys = self.commitlog.append(data, sizes)
         self.queues.append(
-            chunk.manifest.topic,
-            chunk.manifest.queue_id,
+            chunk.link.topic,
+            chunk.link.queue_id,
             progress.next,
             make_units(phys, sizes, chunk.tags[lo:hi]),
         )
         if self.index is not None:
-            self.index.add(data, starts, phys, stamps, floor_ts=chunk.manifest.min_store_timestamp)
+            self.index.add(data, starts, phys, stamps, floor_ts=chunk.link.min_store_timestamp)
         n = hi - lo
         progress.next += n
         self.journal.messages += n
@@ -433,7 +434,7 @@ class _Run:
 _HEAD = struct.Struct(">ii")
 #: Chunks read ahead of the writer (each at most ``batch_bytes``).
 _READ_AHEAD: Final = 2
-_Item = Chunk | Manifest | None
+_Item = Chunk | Committed | None
 
 
 async def _next(queue: asyncio.Queue[_Item], reader: asyncio.Task[None]) -> _Item:

@@ -1,12 +1,14 @@
-"""Streaming one committed segment in bounded chunks, every record checked on the way.
+"""Streaming one committed link in bounded chunks, every record checked on the way.
 
-:func:`segment_chunks` reads a segment's CONSUME_QUEUE in blocks of units and its
-COMMIT_LOG in ranges of at most ``batch_bytes`` (one record more if a single record is
-larger), so memory stays bounded whatever the segment's size. Every chunk is checked
-before it is handed on (vectorised): units point at contiguous records inside the
-segment, and each record has a known magic, totalSize == its unit's size, queueOffset
-field == its queue offset and physicalOffset field == its cold offset. When the whole
-segment is read, both objects' digests are compared with the manifest's.
+:func:`segment_chunks` reads a link's CONSUME_QUEUE units in blocks and its COMMIT_LOG
+records in ranges of at most ``batch_bytes`` (one record more if a single record is
+larger), so memory stays bounded whatever the link's size. Both are range reads inside
+the link's spans (:class:`~tieredstore.cold.history.Span`): a segment's whole objects, or
+a batch slice's ranges of its batch object. Every chunk is checked before it is handed
+on (vectorised): units point at contiguous records inside the link, and each record has
+a known magic, totalSize == its unit's size, queueOffset field == its queue offset and
+physicalOffset field == its cold offset. When the whole link is read, the digest of
+each span's bytes is compared with the one its commit point records.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
 from tieredstore.cold.digests import Hasher, hasher
-from tieredstore.cold.manifest import Manifest
-from tieredstore.cold.segment import MIN_RECORD_SIZE, check_record_heads
+from tieredstore.cold.history import Committed
+from tieredstore.cold.segment import MIN_RECORD_SIZE, check_record_heads, span_fault
 from tieredstore.errors import CorruptUnitError, DigestMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units, decode_units
 from tieredstore.formats.vector import store_timestamps
@@ -35,13 +37,13 @@ _UNITS_PER_READ: Final = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Consecutive records of one segment: queue offsets ``[first, first + len(sizes))``.
+    """Consecutive records of one link: queue offsets ``[first, first + len(sizes))``.
 
     ``data`` holds the records back to back, as read; ``starts`` are their positions in
     it; ``cold`` their cold commitlog offsets.
     """
 
-    manifest: Manifest
+    link: Committed
     first: int
     data: bytes
     starts: I64
@@ -54,7 +56,7 @@ class Chunk:
         return len(self.sizes)
 
 
-def _check_units(m: Manifest, first: int, units: Units, expected_cold: int) -> None:
+def _check_units(m: Committed, first: int, units: Units, expected_cold: int) -> None:
     cold = units["commitlog_offset"].astype(np.int64)
     sizes = units["size"].astype(np.int64)
     want = expected_cold + np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))
@@ -64,16 +66,17 @@ def _check_units(m: Manifest, first: int, units: Units, expected_cold: int) -> N
         raise CorruptUnitError(
             f"unit of queue offset {first + i} points at cold offset {int(cold[i])} size "
             f"{int(sizes[i])}, not at the next record inside [{m.cl_base}, {m.cl_end})",
-            where=f"{m.consume_queue_key}@{(first - m.start_offset + i) * CQ_UNIT_SIZE}",
+            where=f"{m.consume_queue_key}@"
+            f"{m.consume_queue.at + (first - m.start_offset + i) * CQ_UNIT_SIZE}",
         )
 
 
 class _Digests:
-    """Digests of both objects (by the manifest's algorithm), fed in order in a worker
-    thread (hashing overlaps the reads and the writes); compared only if the whole
-    segment was read."""
+    """Digests of both spans' bytes (by the commit point's algorithm), fed in order in a
+    worker thread (hashing overlaps the reads and the writes); compared only if the
+    whole link was read."""
 
-    def __init__(self, m: Manifest, whole: bool) -> None:
+    def __init__(self, m: Committed, whole: bool) -> None:
         self.m = m
         self.whole = whole
         self.cl = hasher(m.algorithm)
@@ -96,37 +99,33 @@ class _Digests:
             return
         if self._last is not None:
             await self._last
-        for key, ref, h in (
-            (self.m.commit_log_key, self.m.commit_log, self.cl),
-            (self.m.consume_queue_key, self.m.consume_queue, self.cq),
-        ):
-            if h.hexdigest() != ref.digest:
-                raise DigestMismatchError(
-                    f"object {self.m.digest_algorithm} is {h.hexdigest()}, its manifest says "
-                    f"{ref.digest}",
-                    where=key,
-                )
+        for span, h in ((self.m.commit_log, self.cl), (self.m.consume_queue, self.cq)):
+            if h.hexdigest() != span.digest:
+                found = f"{self.m.digest_algorithm} is {h.hexdigest()}"
+                message, at = span_fault(self.m, span, found, span.digest)
+                raise DigestMismatchError(message, where=at)
 
 
 async def segment_chunks(
-    backend: Backend, m: Manifest, *, first: int, batch_bytes: int
+    backend: Backend, m: Committed, *, first: int, batch_bytes: int
 ) -> AsyncIterator[Chunk]:
-    """Yield the records of ``m`` from queue offset ``first`` to its end, in chunks.
+    """Yield the records of link ``m`` from queue offset ``first`` to its end, in chunks.
 
     Raises:
         CorruptUnitError / CorruptRecordError: a unit or record that does not fit.
-        DigestMismatchError: an object (read whole) differs from its manifest.
-        ObjectNotFoundError: an object of the committed segment is missing.
+        DigestMismatchError: a span (read whole) differs from its commit point.
+        ObjectNotFoundError: an object of the committed link is missing.
     """
     if not m.start_offset <= first <= m.end_offset:
-        raise ValueError(f"offset {first} outside segment [{m.start_offset}, {m.end_offset})")
+        raise ValueError(f"offset {first} outside {m.describe()}")
+    cq, cl = m.consume_queue, m.commit_log
     digests = _Digests(m, whole=first == m.start_offset)
     offset = first
     cold_next = -1
     while offset < m.end_offset:
         n = min(m.end_offset - offset, _UNITS_PER_READ)
         rel = (offset - m.start_offset) * CQ_UNIT_SIZE
-        raw = await backend.read_exact(m.consume_queue_key, rel, rel + n * CQ_UNIT_SIZE)
+        raw = await backend.read_exact(cq.key, cq.at + rel, cq.at + rel + n * CQ_UNIT_SIZE)
         digests.feed(digests.cq, raw)
         units = decode_units(raw, where=m.consume_queue_key)
         if cold_next < 0:
@@ -140,8 +139,8 @@ async def segment_chunks(
             limit = (int(ends[done - 1]) if done else 0) + batch_bytes
             k = max(int(np.searchsorted(ends, limit, side="right")) - done, 1)
             sizes = sizes_all[done : done + k]
-            lo = cold_next - m.cl_base
-            data = await backend.read_exact(m.commit_log_key, lo, lo + int(sizes.sum()))
+            lo = cl.at + cold_next - m.cl_base
+            data = await backend.read_exact(cl.key, lo, lo + int(sizes.sum()))
             digests.feed(digests.cl, data)
             arr = np.frombuffer(data, dtype=np.uint8)
             starts = np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))

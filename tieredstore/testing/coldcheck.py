@@ -1,19 +1,18 @@
 """Test helper: read a cold prefix back and prove it covers a hot store exactly.
 
-Independent of the catalogue and of the verifier: lists manifests, fully verifies every
-segment (sizes, digests, record pointers) and compares each cold record with the hot one
-outside bytes [28, 36).
+Independent of the catalogue and of the verifier: reads the committed history as every
+reader does (:func:`~tieredstore.cold.history.load_history`), fully verifies every link
+(sizes, digests, record pointers over its spans' bytes) and compares each cold record
+with the hot one outside bytes [28, 36).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
 from dataclasses import dataclass
 
 from tieredstore.backends.base import Backend
-from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.history import Committed, EntryKind, load_history, span_bytes
 from tieredstore.cold.segment import verify_segment
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hot.store import HotStore, QueueKey
@@ -21,30 +20,24 @@ from tieredstore.hot.store import HotStore, QueueKey
 
 @dataclass(frozen=True)
 class ColdQueue:
-    """One queue's committed cold range and its segments' manifests, in order."""
+    """One queue's committed cold range and its history's links (``manifests``: a
+    segment's or a batch slice's), in order."""
 
     start: int
     end: int
-    manifests: list[Manifest]
+    manifests: list[Committed]
 
 
 async def read_cold(backend: Backend, cluster: str, broker: str) -> dict[QueueKey, ColdQueue]:
-    """Every committed segment under the broker prefix, verified; gaps/overlaps raise."""
-    by_queue: dict[QueueKey, list[Manifest]] = defaultdict(list)
-    prefix = broker_prefix(cluster, broker) + "/"
-    for info in await backend.list(prefix):
-        if info.key[len(prefix) :].startswith("_"):
-            continue  # ours: lease, quarantine, config copies
-        key = parse_object_key(info.key)
-        if key.kind is not SegmentKind.MANIFEST:
-            continue
-        m = read_stored(await backend.read(info.key), info.key)
-        if isinstance(m, FenceMarker):
-            continue  # GC's fence: no segment here
-        by_queue[QueueKey(m.topic, m.queue_id)].append(m)
+    """Every queue's committed history under the broker prefix; gaps and overlapping
+    segments raise."""
+    history = await load_history(backend, cluster, broker)
     out: dict[QueueKey, ColdQueue] = {}
-    for q, manifests in by_queue.items():
-        manifests.sort(key=lambda m: m.start_offset)
+    for queue, h in history.queues.items():
+        q = QueueKey(queue.topic, queue.queue_id)
+        stray = [o.describe() for o in h.overlaps if o.kind is EntryKind.SEGMENT]
+        assert not stray, f"{q}: overlapping segments {stray}"
+        manifests = list(h.links)
         for a, b in itertools.pairwise(manifests):
             assert a.end_offset == b.start_offset, (
                 f"{q}: gap/overlap {a.end_offset}..{b.start_offset}"
@@ -66,8 +59,8 @@ async def assert_cold_matches_hot(
     s = PHYSICAL_OFFSET_SLICE
     for q, cq in cold.items():
         for m in cq.manifests:
-            cl = await backend.read(m.commit_log_key)
-            cqb = await backend.read(m.consume_queue_key)
+            cl = await span_bytes(backend, m.commit_log)
+            cqb = await span_bytes(backend, m.consume_queue)
             units = verify_segment(m, cl, cqb)
             hot_units = hot.read_units(q.topic, q.queue_id, m.start_offset, m.end_offset)
             hot_records = hot.read_records_bytes(hot_units["commitlog_offset"], hot_units["size"])

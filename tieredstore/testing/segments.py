@@ -6,10 +6,12 @@ commitlog offsets, as a broker with several queues would write them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.history import Committed, EntryKind, Span
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import Segment
@@ -110,3 +112,42 @@ async def upload(backend: Backend, segment: Segment) -> Manifest:
     await backend.write(m.consume_queue_key, segment.consume_queue)
     await backend.write(m.key, m.to_json())
     return m
+
+
+def packed(
+    segments: Sequence[Segment], key: str, *, sequence: int = 1, pad: int = 37
+) -> tuple[bytes, list[Committed]]:
+    """One object (to store at ``key``) holding every segment's COMMIT_LOG and
+    CONSUME_QUEUE bytes at offsets inside it, ``pad`` filler bytes before each and at the
+    end, and each segment as a batch slice of it (:class:`EntryKind.SLICE`, batch
+    ``sequence``) whose spans are those ranges: the same offsets and bytes as the
+    segment, laid out as a batch object's slices are, without the batch format."""
+    parts: list[bytes] = []
+    at = 0
+
+    def put(data: bytes) -> int:
+        nonlocal at
+        parts.append(bytes([0xA5]) * pad + data)
+        at += pad + len(data)
+        return at - len(data)
+
+    placed = [(seg, put(seg.commit_log), put(seg.consume_queue)) for seg in segments]
+    parts.append(bytes([0x5A]) * pad)
+    size = at + pad
+    links = []
+    for seg, cl_at, cq_at in placed:
+        whole = Committed.of_manifest(seg.manifest)
+        links.append(
+            dataclasses.replace(
+                whole,
+                kind=EntryKind.SLICE,
+                key=key,
+                sequence=sequence,
+                manifest=None,
+                commit_log=Span(key, cl_at, whole.commit_log.size, whole.commit_log.digest, size),
+                consume_queue=Span(
+                    key, cq_at, whole.consume_queue.size, whole.consume_queue.digest, size
+                ),
+            )
+        )
+    return b"".join(parts), links

@@ -16,10 +16,14 @@ from tieredstore.cold.history import (
     choose,
     load_history,
     read_span,
+    span_bytes,
 )
 from tieredstore.cold.layout import QueuePath, lease_key
 from tieredstore.cold.manifest import FenceMarker
-from tieredstore.testing.segments import chain, upload
+from tieredstore.cold.segment import verify_record_pointers, verify_segment
+from tieredstore.errors import CorruptRecordError
+from tieredstore.formats.consumequeue import decode_units
+from tieredstore.testing.segments import chain, packed, upload
 
 Q = QueuePath("c", "b", "t", 0)
 
@@ -126,3 +130,24 @@ async def test_load_history_reads_every_wanted_queue_and_steps_over_markers() ->
     assert [link.queue for link in history.links()] == [Q, Q, other]
     only_t = await load_history(backend, "c", "b", wants_topic=lambda t: t == "t")
     assert list(only_t.queues) == [Q]
+
+
+async def test_a_link_is_named_and_read_by_its_spans() -> None:
+    backend = MemoryBackend("history-spans")
+    seg, other = chain(Q, [3, 2])
+    data, (link, _) = packed([seg, other], "batch-1")
+    await backend.write("batch-1", data)
+    await upload(backend, seg)
+    whole = as_link(seg.manifest)
+    assert whole.history_key == seg.manifest.key and whole.commit_log.whole
+    assert link.history_key == "batch-1#t/0" and not link.commit_log.whole
+    assert await span_bytes(backend, link.commit_log) == seg.commit_log
+    assert await span_bytes(backend, whole.consume_queue) == seg.consume_queue
+    verify_segment(link, seg.commit_log, seg.consume_queue)
+    # A record that disagrees with its unit is named where it lies in the batch object.
+    bad = bytearray(seg.commit_log)
+    bad[4:8] = b"\0\0\0\0"  # the first record's magic code
+    units = decode_units(seg.consume_queue, where="cq")
+    with pytest.raises(CorruptRecordError, match="bad magic") as e:
+        verify_record_pointers(link, units, bytes(bad))
+    assert e.value.where == f"batch-1@{link.commit_log.at}"

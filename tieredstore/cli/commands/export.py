@@ -1,7 +1,7 @@
 """``tieredstore export``: the archive as Parquet, partitioned by topic and day.
 
-Reads one broker's committed segments from the cold store (manifests, never the
-catalogue) and writes them under ``--out`` with pyarrow — no Spark needed — exporting
+Reads one broker's committed history from the cold store (its commit points, never
+the catalogue) and writes it under ``--out`` with pyarrow — no Spark needed — exporting
 only what the output's export manifest does not record yet (see
 :mod:`tieredstore.archive.export`). ``--since``/``--until`` take epoch milliseconds or an ISO
 8601 date or time (UTC unless it says otherwise) and select the segments whose store

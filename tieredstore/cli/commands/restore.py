@@ -1,8 +1,9 @@
 """``tieredstore restore``: rebuild a broker store from the cold store (disaster recovery).
 
-Reads only the cold store (manifests name every object); writes ``--out``, which must be
-empty (or an interrupted restore with the same flags, which resumes). ``--check``
-verifies a restored store against the cold messages it was built from instead.
+Reads only the cold store (its commit points name every byte range); writes ``--out``,
+which must be empty (or an interrupted restore with the same flags, which resumes).
+``--check`` verifies a restored store against the cold messages it was built from
+instead.
 
 The store geometry must match the broker that will boot on it: ``--commitlog-file-size``
 = ``mappedFileSizeCommitLog``, ``--consume-queue-file-size`` =
