@@ -122,7 +122,6 @@ __all__ = [
     "read_batch",
     "require_tiered",
     "segment_facts_frame",
-    "slice_key",
     "tail_timestamp",
 ]
 
@@ -563,12 +562,6 @@ class ManifestTask:
         }
 
 
-def slice_key(batch: str, topic: str, queue_id: int) -> str:
-    """The history key of the slice of queue ``topic/queue_id`` in batch object ``batch``
-    (what names a link uniquely: a segment's is its manifest key)."""
-    return f"{batch}#{topic}/{queue_id}"
-
-
 def read_batch(fs: AbstractFileSystem, path: str, key: str, size: int) -> BatchHead | BatchFence:
     """The head of the ``size``-byte batch object ``key`` at ``path``: a range read of
     :data:`~tieredstore.cold.batch.HEAD_PROBE` bytes (the whole object if smaller), then
@@ -616,7 +609,7 @@ def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
     return [
         base
         | {
-            "manifest_key": slice_key(key, link.topic, link.queue_id),
+            "manifest_key": link.history_key,
             "topic": link.topic,
             "queue_id": link.queue_id,
             "start_offset": link.start_offset,

@@ -53,7 +53,7 @@ from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
 from verifier.fleet.fingerprint import BlockHasher, QueuePrint
 from verifier.outcome import Anomaly, QueueReport
-from verifier.readers import loss_detail, slice_key
+from verifier.readers import loss_detail
 from verifier.scope import Span as LossSpan
 from verifier.segmentcheck import FactKind, ManifestClaims, SegmentGeometry, check_segment
 from verifier.vocabulary import LagAllowance
@@ -63,9 +63,7 @@ __all__ = ["QueueCheck", "QueueWork", "check_queue"]
 
 def _name(link: Committed) -> str:
     """A link's history key: a segment's manifest key, a slice's ``<batch>#<queue>``."""
-    if link.kind is EntryKind.SEGMENT:
-        return link.key
-    return slice_key(link.key, link.topic, link.queue_id)
+    return link.history_key
 
 
 _FACT_CLASS = {
