@@ -6,7 +6,9 @@ by the segments the tasks opened (the ``trace_dir`` option: one file per open).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from tieredstore.archive.rows import ARCHIVE_COLUMNS
+from tieredstore.backends import open_backend
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import ConfigError
+from tieredstore.testing.batches import rebatch
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.archive import SPARK_SCHEMA, read_archive, register
 
@@ -271,3 +275,38 @@ def test_a_missing_cold_root_and_a_user_schema_are_refused(
     with pytest.raises(Exception, match="the schema is fixed"):
         reader.option("cold", str(archive.cold)).option("cluster", CLUSTER).load().collect()
     assert SPARK_SCHEMA.fieldNames() == list(ARCHIVE_COLUMNS)
+
+
+def test_slices_of_a_batch_read_as_the_segments_they_were(
+    spark_archive: SparkSession, archive: Archive, tmp_path: Path
+) -> None:
+    """The newest segment of each SynthTopic0 queue moved into one batch object: the same
+    rows, one partition per slice, and an offset filter inside a slice reads only it."""
+    cold = tmp_path / "cold"
+    shutil.copytree(archive.cold, cold)
+    batched = Archive(cold, archive.stores)
+    newest: dict[int, Manifest] = {}
+    for m in batched.manifests(BROKER):
+        if m.topic == "SynthTopic0" and m.start_offset >= newest.get(m.queue_id, m).start_offset:
+            newest[m.queue_id] = m
+    key = asyncio.run(_rebatch(str(cold), list(newest.values())))
+    expected = normalise(archive.rows(BROKER) + archive.rows(BROKER_B))
+    assert normalise(batched.rows(BROKER) + batched.rows(BROKER_B)) == expected
+    trace = tmp_path / "trace"
+    assert rows(load(spark_archive, batched, trace)) == expected
+    slices = {f"{key}#SynthTopic0/{q}" for q in newest}
+    assert slices <= set(opened(trace)) and not set(opened(trace)) & {
+        m.key for m in newest.values()
+    }
+
+    last = newest[0]
+    lo, hi = last.start_offset + 1, last.end_offset - 2
+    condition = f"topic = 'SynthTopic0' AND queue_id = 0 AND queue_offset BETWEEN {lo} AND {hi}"
+    got, seen = _where(spark_archive, batched, tmp_path / "cut", condition)
+    assert [r["queue_offset"] for r in got] == list(range(lo, hi + 1))
+    assert seen == Counter({f"{key}#SynthTopic0/0": 1})
+
+
+async def _rebatch(cold: str, manifests: list[Manifest]) -> str:
+    async with open_backend(cold) as backend:
+        return await rebatch(backend, manifests, sequence=0)

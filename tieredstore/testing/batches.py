@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchIndex, SlicePart, build_batch
+from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import Segment
 from tieredstore.testing.segments import T0, WRITER
 
@@ -57,3 +58,18 @@ async def upload_batch(backend: Backend, segments: Sequence[Segment], *, sequenc
     index, data = batch_of(segments, sequence=sequence)
     await backend.create(index.key, data)
     return index.key
+
+
+async def rebatch(backend: Backend, manifests: Sequence[Manifest], *, sequence: int) -> str:
+    """Move committed segments (one per queue, each the newest of its queue) into one
+    batch: the batch is created first, then each segment's manifest and objects are
+    deleted — as if they had been committed as slices and never compacted. The key."""
+    segments = [
+        Segment(m, await backend.read(m.commit_log_key), await backend.read(m.consume_queue_key))
+        for m in manifests
+    ]
+    key = await upload_batch(backend, segments, sequence=sequence)
+    for m in manifests:
+        for k in (m.key, m.commit_log_key, m.consume_queue_key):
+            await backend.delete(k)
+    return key

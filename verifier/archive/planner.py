@@ -1,5 +1,5 @@
-"""Planning a query of the archive: one Spark input partition per segment that can hold
-a matching row.
+"""Planning a query of the archive: one Spark input partition per link of the committed
+history (a segment, or a batch slice no segment holds) that can hold a matching row.
 
 Runs once per query where Spark plans it (a Python worker beside the driver), with a
 plain sync fsspec filesystem, as the verifier's driver listing does:
@@ -9,11 +9,13 @@ plain sync fsspec filesystem, as the verifier's driver listing does:
    does — and keep the MANIFEST keys whose topic and queue pass the filters; a segment
    whose successor starts at or below the lowest wanted offset, or that starts above the
    highest, is dropped by its name alone;
-3. read the remaining manifests (concurrently on object stores) and keep the segments
+3. read the remaining manifests (concurrently on object stores) and the heads of the
+   broker's batch objects (``_batches/``), take each queue's links by the one reading
+   rule (:func:`~tieredstore.cold.history.choose`: segments win), and keep the links
    whose offsets and store times overlap the filters.
 
-No COMMIT_LOG or CONSUME_QUEUE object is touched here: tasks read those, and only for
-the segments planned. Object keys always come from the manifest.
+No COMMIT_LOG or CONSUME_QUEUE bytes are touched here: tasks read those, and only for
+the links planned. Object keys and byte ranges always come from the commit points.
 """
 
 from __future__ import annotations
@@ -27,39 +29,40 @@ from fsspec.spec import AbstractFileSystem
 from pyspark.sql.datasource import InputPartition
 
 from tieredstore.archive.rows import TimeWindow
+from tieredstore.cold.history import Committed, choose, slices_of
 from tieredstore.cold.layout import (
     ObjectKey,
+    QueuePath,
     SegmentKind,
+    batch_prefix,
     cluster_dir,
+    parse_batch_key,
     parse_object_key,
     validate_topic,
 )
-from tieredstore.cold.manifest import FenceMarker, Manifest, read_manifest, read_stored
+from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.provenance import NotTieredError
 from tieredstore.errors import ConfigError, InvalidNameError
 from verifier.archive.options import SOURCE_NAME, ArchiveOptions
 from verifier.archive.pruning import Pruning
-from verifier.readers import ColdLocation, open_cold_filesystem, require_tiered
+from verifier.readers import ColdLocation, open_cold_filesystem, read_batch, require_tiered
 
 __all__ = ["SegmentPartition", "check_sources", "plan"]
 
 
 @dataclass(frozen=True)
 class SegmentPartition(InputPartition):
-    """One segment to read: its manifest (as stored), the queue offsets ``[first, end)``
-    wanted of it, and the store times worth decoding (None: all)."""
+    """One link to read (``link``: a segment or a batch slice, with its byte spans), the
+    queue offsets ``[first, end)`` wanted of it, and the store times worth decoding
+    (None: all). ``manifest_key`` is the link's history key."""
 
     cluster: str
     broker: str
     manifest_key: str
-    manifest_json: bytes
+    link: Committed
     first: int
     end: int
     window: TimeWindow | None
-
-    def manifest(self) -> Manifest:
-        """The manifest, parsed and checked again (it crossed a process boundary)."""
-        return read_manifest(self.manifest_json, self.manifest_key)
 
 
 def _dirs(fs: AbstractFileSystem, path: str) -> list[str]:
@@ -184,17 +187,54 @@ def plan(options: ArchiveOptions, pruning: Pruning) -> list[SegmentPartition]:
     for broker in brokers:
         if pruning.broker.admits(broker):
             keys += _manifest_keys(fs, root, f"{cdir}/{broker}", pruning)
-    parts: list[SegmentPartition] = []
+    segments: dict[QueuePath, list[Committed]] = {}
     for key, data in _read_manifests(fs, root, _by_name(keys, pruning)):
         m = read_stored(data, key.key)
-        if isinstance(m, FenceMarker):
-            continue  # GC's fence: no segment here
-        cut = pruning.cut(m.start_offset, m.end_offset, m.min_store_timestamp,
-                          m.max_store_timestamp)  # fmt: skip
-        if cut is not None:
-            parts.append(
-                SegmentPartition(
-                    options.cluster, m.broker, key.key, data, cut.first, cut.end, cut.window
-                )
+        if isinstance(m, Manifest):  # a fence marker is no segment
+            segments.setdefault(m.queue, []).append(Committed.of_manifest(m))
+    slices: dict[QueuePath, list[Committed]] = {}
+    for broker in brokers:
+        if pruning.broker.admits(broker):
+            for link in _slices(fs, root, options.cluster, broker, pruning):
+                slices.setdefault(link.queue, []).append(link)
+    parts: list[SegmentPartition] = []
+    for queue in sorted({*segments, *slices}, key=lambda q: (q.broker, q.topic, q.queue_id)):
+        for c in choose(segments.get(queue, []), slices.get(queue, [])).links:
+            cut = pruning.cut(
+                c.start_offset, c.end_offset, c.min_store_timestamp, c.max_store_timestamp
             )
+            if cut is not None:
+                part = SegmentPartition(
+                    options.cluster, queue.broker, c.history_key, c, cut.first, cut.end, cut.window
+                )
+                parts.append(part)
     return parts
+
+
+def _slices(
+    fs: AbstractFileSystem, root: str, cluster: str, broker: str, pruning: Pruning
+) -> list[Committed]:
+    """The slices of the broker's batch objects whose topic and queue may match (one
+    listing of ``_batches/``, one head read per batch; a batch collected meanwhile is
+    left out)."""
+    prefix = batch_prefix(cluster, broker)
+    try:
+        found: dict[str, Mapping[str, Any]] = fs.find(ColdLocation.path(root, prefix), detail=True)
+    except FileNotFoundError:
+        return []
+    cut = len(root) + 1 if root else 0
+    out: list[Committed] = []
+    for path, info in sorted(found.items()):
+        key = str(path)[cut:]
+        if parse_batch_key(key, prefix + "/") is None:
+            continue
+        try:
+            head = read_batch(fs, str(path), key, int(info["size"]))
+        except FileNotFoundError:
+            continue
+        out += [
+            c
+            for c in slices_of(head)
+            if pruning.topic.admits(c.topic) and pruning.queue_id.admits(c.queue_id)
+        ]
+    return out

@@ -37,7 +37,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice, record_span
-from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.history import Committed
 from tieredstore.cold.reader import check_units
 from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
@@ -130,54 +130,48 @@ def read_partition(options: ArchiveOptions, part: SegmentPartition) -> Iterator[
         SizeMismatchError / DigestMismatchError / CorruptDataError: the objects do not
             match the manifest, or a record does not match its unit.
     """
-    manifest = part.manifest()
+    link = part.link
     fs, root = options.cold.filesystem()
     _trace(options.trace_dir, part)
-    if (part.first, part.end) == (manifest.start_offset, manifest.end_offset):
+    if (part.first, part.end) == (link.start_offset, link.end_offset):
+        cl, cq = link.commit_log, link.consume_queue
         piece = SegmentSlice.whole(
-            manifest,
-            _read(fs, root, manifest, manifest.commit_log_key),
-            _read(fs, root, manifest, manifest.consume_queue_key),
+            link,
+            _read(fs, root, link, cl.key, cl.at, cl.end),
+            _read(fs, root, link, cq.key, cq.at, cq.end),
             where=options.cold.url,
         )
     else:
-        piece = _read_part(fs, root, manifest, part.first, part.end)
+        piece = _read_part(fs, root, link, part.first, part.end)
     yield from piece.batches(cluster=part.cluster, broker=part.broker, window=part.window)
 
 
 def _read_part(
-    fs: AbstractFileSystem, root: str, manifest: Manifest, first: int, end: int
+    fs: AbstractFileSystem, root: str, link: Committed, first: int, end: int
 ) -> SegmentSlice:
-    """Queue offsets ``[first, end)`` of a segment: their units, then their records."""
-    cq_key = manifest.consume_queue_key
-    rel = (first - manifest.start_offset) * CQ_UNIT_SIZE
+    """Queue offsets ``[first, end)`` of a link: their units, then their records."""
+    cq, cl = link.consume_queue, link.commit_log
+    rel = cq.at + (first - link.start_offset) * CQ_UNIT_SIZE
     units = decode_units(
-        _read(fs, root, manifest, cq_key, rel, rel + (end - first) * CQ_UNIT_SIZE),
-        where=cq_key,
+        _read(fs, root, link, cq.key, rel, rel + (end - first) * CQ_UNIT_SIZE), where=cq.key
     )
-    lo, hi = record_span(check_units(manifest, first, units))
-    data = _read(fs, root, manifest, manifest.commit_log_key, lo - manifest.cl_base,
-                 hi - manifest.cl_base)  # fmt: skip
-    return SegmentSlice.part(manifest, first, units, data)
+    lo, hi = record_span(check_units(link, first, units))
+    data = _read(fs, root, link, cl.key, cl.at + lo - link.cl_base, cl.at + hi - link.cl_base)
+    return SegmentSlice.part(link, first, units, data)
 
 
 def _read(
-    fs: AbstractFileSystem,
-    root: str,
-    manifest: Manifest,
-    key: str,
-    start: int | None = None,
-    end: int | None = None,
+    fs: AbstractFileSystem, root: str, link: Committed, key: str, start: int, end: int
 ) -> bytes:
     try:
         data: bytes = fs.cat_file(ColdLocation.path(root, key), start=start, end=end)
     except FileNotFoundError:
         raise ObjectNotFoundError(
-            f"object of segment [{manifest.start_offset}, {manifest.end_offset}) of "
-            f"{manifest.queue} is missing (expired since the query was planned, or damaged)",
+            f"object of {link.describe()} is missing (expired or compacted since the "
+            "query was planned, or damaged)",
             where=key,
         ) from None
-    if start is not None and end is not None and len(data) != end - start:
+    if len(data) != end - start:
         raise SizeMismatchError(
             f"object ends before byte {end} its manifest promises (read {len(data)} bytes "
             f"from {start})",
