@@ -65,6 +65,7 @@ __all__ = [
     "BatchHead",
     "BatchIndex",
     "BatchSlice",
+    "QueueOffsets",
     "SlicePart",
     "build_batch",
     "check_slice",
@@ -91,8 +92,27 @@ _HEXDIGITS: Final = frozenset("0123456789abcdef")
 _ALGORITHMS: Final = frozenset(a.value for a in DigestAlgorithm)
 
 
+class QueueOffsets:
+    """What follows from queue offsets ``[start_offset, end_offset)``: a mixin of the
+    frozen dataclasses that declare both (a batch slice, a link of a queue's history)."""
+
+    __slots__ = ()
+    start_offset: int
+    end_offset: int
+
+    @property
+    def message_count(self) -> int:
+        """``end_offset - start_offset``."""
+        return self.end_offset - self.start_offset
+
+    @property
+    def cq_base(self) -> int:
+        """The CQ byte offset of the first unit: ``start * 20``."""
+        return self.start_offset * CQ_UNIT_SIZE
+
+
 @dataclass(frozen=True, slots=True)
-class BatchSlice:
+class BatchSlice(QueueOffsets):
     """One queue's contiguous data in a batch: queue offsets ``[start, end)``, cold
     commitlog ``[cl_base, cl_end)``, and where its two byte ranges sit in the data section.
 
@@ -131,16 +151,6 @@ class BatchSlice:
             self.start_offset, self.end_offset, self.cl_base, self.cl_end,
             self.min_store_timestamp, self.max_store_timestamp,
         )  # fmt: skip
-
-    @property
-    def message_count(self) -> int:
-        """``end_offset - start_offset``."""
-        return self.end_offset - self.start_offset
-
-    @property
-    def cq_base(self) -> int:
-        """The CQ byte offset of the slice's first unit: ``start * 20``."""
-        return self.start_offset * CQ_UNIT_SIZE
 
     @property
     def commit_log_size(self) -> int:

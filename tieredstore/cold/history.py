@@ -36,6 +36,7 @@ from tieredstore.cold.batch import (
     BatchFence,
     BatchHead,
     BatchSlice,
+    QueueOffsets,
     commit_log_span,
     consume_queue_span,
     read_batch_head,
@@ -52,7 +53,6 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import ObjectNotFoundError
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
@@ -105,7 +105,7 @@ class Span:
 
 
 @dataclass(frozen=True, slots=True)
-class Committed:
+class Committed(QueueOffsets):
     """One link of a queue's committed history, wherever it lives.
 
     It answers what readers used to ask a :class:`Manifest`: the offsets and cold
@@ -189,15 +189,6 @@ class Committed:
     @property
     def queue_id(self) -> int:
         return self.queue.queue_id
-
-    @property
-    def message_count(self) -> int:
-        return self.end_offset - self.start_offset
-
-    @property
-    def cq_base(self) -> int:
-        """The CQ byte offset of the first unit: ``start * 20``."""
-        return self.start_offset * CQ_UNIT_SIZE
 
     @property
     def commit_log_key(self) -> str:
