@@ -11,9 +11,10 @@ class (``error``: e.g. CorruptManifestError) naming the object.
 from __future__ import annotations
 
 import json
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from tieredstore.errors import TieredStoreError
+from tieredstore.errors import TieredStoreError, UnsupportedFormatError
 
 __all__ = ["Fields", "canonical", "parse_object"]
 
@@ -76,6 +77,24 @@ class Fields:
         value = self.scalar(name, int)
         assert isinstance(value, int)
         return value
+
+    def version(self, name: str, readable: AbstractSet[int], *, label: str = "") -> int:
+        """Field ``name``, a format version this tieredstore reads (one of ``readable``).
+
+        A newer version than any of ``readable`` raises
+        :class:`~tieredstore.errors.UnsupportedFormatError` (written by a newer
+        tieredstore: upgrade); any other unreadable one raises ``error``. The message
+        reads ``unsupported <label><name> <v> (this tieredstore reads <readable>)``.
+        """
+        version = self.integer(name)
+        if version not in readable:
+            error = UnsupportedFormatError if version > max(readable) else self.error
+            reads = sorted(readable) if len(readable) > 1 else max(readable)
+            raise error(
+                f"unsupported {label}{name} {version} (this tieredstore reads {reads})",
+                where=self.where,
+            )
+        return version
 
     def nested(self, name: str) -> Fields:
         """Field ``name`` as a JSON object of its own."""

@@ -52,7 +52,7 @@ from tieredstore.cold.layout import (
     parse_batch_key,
 )
 from tieredstore.cold.manifest import DIGEST_ALGORITHM, range_problem
-from tieredstore.errors import CorruptBatchError, InvalidNameError, UnsupportedFormatError
+from tieredstore.errors import CorruptBatchError, InvalidNameError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 __all__ = [
@@ -302,14 +302,7 @@ class BatchIndex:
 
     @classmethod
     def _from_fields(cls, fields: Fields, *, where: str) -> BatchIndex:
-        version = fields.integer("format_version")
-        if version != BATCH_FORMAT_VERSION:
-            error = UnsupportedFormatError if version > BATCH_FORMAT_VERSION else CorruptBatchError
-            raise error(
-                f"unsupported batch format_version {version} "
-                f"(this tieredstore reads {BATCH_FORMAT_VERSION})",
-                where=where,
-            )
+        version = fields.version("format_version", {BATCH_FORMAT_VERSION}, label="batch ")
         values: dict[str, Any] = {
             name: fields.scalar(name, typ) for name, typ in _INDEX_FIELDS.items()
         }
@@ -439,14 +432,7 @@ _FENCE_FIELDS: Final[dict[str, type]] = {
 
 def _fence_from_json(data: bytes, *, where: str) -> BatchFence:
     fields = parse_object(data, error=CorruptBatchError, what="batch fence", where=where)
-    version = fields.integer("fence_version")
-    if version != BATCH_FENCE_VERSION:
-        error = UnsupportedFormatError if version > BATCH_FENCE_VERSION else CorruptBatchError
-        raise error(
-            f"unsupported batch fence_version {version} "
-            f"(this tieredstore reads {BATCH_FENCE_VERSION})",
-            where=where,
-        )
+    fields.version("fence_version", {BATCH_FENCE_VERSION}, label="batch ")
     values: dict[str, Any] = {n: fields.scalar(n, t) for n, t in _FENCE_FIELDS.items()}
     fields.no_extra()
     try:

@@ -44,7 +44,7 @@ from tieredstore.cold.layout import (
     object_name,
     parse_object_key,
 )
-from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
+from tieredstore.errors import CorruptManifestError, InvalidNameError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 __all__ = [
@@ -224,14 +224,7 @@ class Manifest(QueueRecord):
 
     @classmethod
     def _from_fields(cls, fields: Fields, *, where: str) -> Manifest:
-        version = fields.integer("format_version")
-        if version not in READABLE_VERSIONS:
-            error = UnsupportedFormatError if version > FORMAT_VERSION else CorruptManifestError
-            raise error(
-                f"unsupported format_version {version} "
-                f"(this tieredstore reads {sorted(READABLE_VERSIONS)})",
-                where=where,
-            )
+        fields.version("format_version", READABLE_VERSIONS)
         values: dict[str, Any] = {
             name: _object_ref(fields, name) if name in _REF_FIELDS else fields.scalar(name, typ)
             for name, typ in _MANIFEST_FIELDS.items()
@@ -412,13 +405,7 @@ _FENCE_FIELDS: Final[dict[str, type]] = {
 
 
 def _fence_from_fields(fields: Fields, *, where: str) -> FenceMarker:
-    version = fields.integer("fence_version")
-    if version != FENCE_VERSION:
-        error = UnsupportedFormatError if version > FENCE_VERSION else CorruptManifestError
-        raise error(
-            f"unsupported fence_version {version} (this tieredstore reads {FENCE_VERSION})",
-            where=where,
-        )
+    fields.version("fence_version", {FENCE_VERSION})
     values: dict[str, Any] = {n: fields.scalar(n, t) for n, t in _FENCE_FIELDS.items()}
     fields.no_extra()
     try:
