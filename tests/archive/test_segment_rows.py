@@ -39,7 +39,7 @@ def _slice(cold: Path, m: Manifest, commit_log: bytes | None = None) -> SegmentS
 
 
 def _reference(piece: SegmentSlice, broker: str) -> list[Row]:
-    messages = decode_messages(piece.manifest, piece.offset, piece.units, piece.data,
+    messages = decode_messages(piece.link, piece.offset, piece.units, piece.data,
                                piece.data_base)  # fmt: skip
     return [archive_row(m.to_json(), cluster=CLUSTER, broker=broker) for m in messages]
 

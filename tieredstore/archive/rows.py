@@ -170,11 +170,6 @@ class SegmentSlice:
     data: bytes
     data_base: int
 
-    @property
-    def manifest(self) -> Committed:
-        """:attr:`link`, by the name it had when every link was a segment's manifest."""
-        return self.link
-
     @classmethod
     def whole(
         cls,

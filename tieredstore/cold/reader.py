@@ -248,7 +248,7 @@ class Segments:
 
     def slice_at(self, offset: int) -> Committed | None:
         """The slice holding ``offset``, if any."""
-        i = bisect.bisect_right([s.start_offset for s in self.slices], offset) - 1
+        i = bisect.bisect_right(self.slices, offset, key=lambda s: s.start_offset) - 1
         if i >= 0 and offset < self.slices[i].end_offset:
             return self.slices[i]
         return None
@@ -389,10 +389,6 @@ class _SegmentIndex:
         link = self._links.get(key)
         return link if link is not None else Committed.of_manifest(stored)
 
-    def object_keys(self, link: Committed) -> tuple[str, str]:
-        """The (COMMIT_LOG key, CONSUME_QUEUE key) that hold the link's bytes."""
-        return link.commit_log.key, link.consume_queue.key
-
     async def range(self, topic: str, queue_id: int) -> ColdRange:
         """The queue's ``[cold min, cold commit)``; ``ColdRange(0, 0)`` if nothing is in cold."""
         segs = await self._segments(self.queue_path(topic, queue_id))
@@ -418,13 +414,14 @@ class _SegmentIndex:
     async def _range(self, segs: Segments) -> ColdRange:
         first = await _at_or_after(self._stored, segs, 0)
         last = await _at_or_before(self._stored, segs, len(segs) - 1)
-        starts = [m.start_offset for _, m in filter(None, (first,))]
-        ends = [m.end_offset for _, m in filter(None, (last,))]
-        starts += [s.start_offset for s in segs.slices[:1]]
-        ends += [s.end_offset for s in segs.slices[-1:]]
-        if not starts:
-            return ColdRange(0, 0)
-        return ColdRange(min(starts), max(ends))
+        starts, ends = [], []
+        if first is not None and last is not None:
+            starts.append(first[1].start_offset)
+            ends.append(last[1].end_offset)
+        if segs.slices:
+            starts.append(segs.slices[0].start_offset)
+            ends.append(segs.slices[-1].end_offset)
+        return ColdRange(min(starts), max(ends)) if starts else ColdRange(0, 0)
 
     async def _segment_at(self, segs: Segments, offset: int) -> Committed | None:
         """The segment holding ``offset`` (manifests read lazily), if any."""
