@@ -293,6 +293,25 @@ class TieringSettings(Section):
         "the lag of a quiet queue.",
         live=True,
     )
+    batching: bool = key(
+        parse_bool,
+        False,
+        "Put the segments cut by age (queues whose segment is not full when "
+        "`segment_max_age` passes) of one round into ONE batch object for the broker "
+        "instead of three objects per queue: the PUTs per tick stay constant whatever the "
+        "number of queues. Queues with a full segment keep per-queue segments. Batch "
+        "slices are rewritten as per-queue segments by compaction (`compact_after`). Off: "
+        "per-queue segments only. See [format: batch objects](format.md#batch-objects).",
+        live=True,
+        note="one object per tick for the small queues",
+    )
+    compact_after: float = key(
+        parse_positive(parse_duration),
+        "1h",
+        "A queue's batch slices are rewritten as one per-queue segment once the oldest is "
+        "this old, or once they hold `segment_max_bytes` (duration, > 0).",
+        live=True,
+    )
     tick_interval: float = key(
         parse_positive(parse_duration),
         "1s",
