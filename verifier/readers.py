@@ -890,7 +890,9 @@ class _SegmentRun:
         path = ColdLocation.path(self.root, key)
         try:
             whole = at == 0 and size == listed
-            data: bytes = self.fs.cat_file(path) if whole else self.fs.cat_file(path, at, at + size)
+            data: bytes = (
+                self.fs.cat_file(path) if whole else self.fs.cat_file(path, start=at, end=at + size)
+            )
         except FileNotFoundError:
             self._fact(FactKind.OBJECT_UNREADABLE, key, "object vanished after the listing")
             return None

@@ -155,10 +155,13 @@ class HotView:
 
 @dataclass(frozen=True, slots=True)
 class QueueSnapshot:
-    """One queue's row and its segments (COMMITTED and DELETING), oldest first."""
+    """One queue's row and its segments (COMMITTED and DELETING), oldest first, and the
+    start offsets of its batch slices (not compacted yet: compaction rewrites them as
+    segments, and only segments expire)."""
 
     row: QueueRow
     segments: tuple[SegmentRow, ...]
+    slice_starts: tuple[int, ...] = ()
 
 
 # -- decisions -------------------------------------------------------------------------
@@ -255,13 +258,16 @@ def _plan_queue(
     committed = [s for s in snap.segments if s.status is SegmentStatus.COMMITTED]
     live = hot.has_queue(row.topic, row.queue_id) or hot.pending(row) > 0
     candidates = committed[:-1] if live else committed  # rule 3: keep a live queue's newest
+    if snap.slice_starts:  # only a prefix expires: none past a slice not compacted yet
+        first_slice = min(snap.slice_starts)
+        candidates = [s for s in candidates if s.end_offset <= first_slice]
     expired = list(
         itertools.takewhile(lambda s: s.manifest.max_store_timestamp < cutoff, candidates)
     )  # rule 2: a prefix, stopping at the first segment that has not expired
     out: list[Decision] = [
         ExpireSegment(s, ExpiryReason.EXPIRED, retention, now_ms) for s in expired
     ]
-    in_flight = len(committed) != len(snap.segments)
+    in_flight = len(committed) != len(snap.segments) or bool(snap.slice_starts)
     if not live and not in_flight and len(expired) == len(committed):
         out.append(DestroyQueue(row.topic, row.queue_id, DestroyReason.TOPIC_GONE))
     return out
@@ -292,6 +298,12 @@ def plan_purge(
     )
     if not snaps:
         raise ConfigError(f"the catalogue has no queue of topic {topic!r} to purge")
+    sliced = [s.row for s in snaps if s.slice_starts]
+    if sliced:
+        raise ConfigError(
+            f"queue {sliced[0]} still has batch slices; compaction rewrites them as "
+            "segments within tiering.compact_after: purge again after that"
+        )
     retention = policy.for_topic(topic)
     out: list[Decision] = []
     for snap in snaps:
@@ -308,7 +320,11 @@ def plan_purge(
 def snapshot_catalogue(catalogue: Catalogue) -> tuple[QueueSnapshot, ...]:
     """Every queue and its segments (blocking: call it through ``asyncio.to_thread``)."""
     return tuple(
-        QueueSnapshot(row, tuple(catalogue.segments.of(row.topic, row.queue_id)))
+        QueueSnapshot(
+            row,
+            tuple(catalogue.segments.of(row.topic, row.queue_id)),
+            tuple(link.start_offset for link in catalogue.slices.of(row.topic, row.queue_id)),
+        )
         for row in catalogue.queues.all()
     )
 

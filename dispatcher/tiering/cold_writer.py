@@ -42,6 +42,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
+from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -67,6 +68,7 @@ from tieredstore.errors import (
     InvalidNameError,
     LeaseLostError,
     ObjectNotFoundError,
+    OffsetOutOfRangeError,
     RetryableError,
     TieredStoreError,
     UnsupportedFormatError,
@@ -300,19 +302,30 @@ class ColdWriter:
         rng = await asyncio.to_thread(hot.queue_range, row.topic, row.queue_id)
         if not rng.min <= last < rng.max:
             return True  # also right after an accepted loss: ``last`` is in no segment
-        seg = self.catalogue.segments.at(row.topic, row.queue_id, last)
+        span = self._link_at(row, last).commit_log  # a segment's, or a batch slice's
         unit = (await asyncio.to_thread(hot.read_units, row.topic, row.queue_id, last, last + 1))[0]
         size = int(unit["size"])
         hot_bytes = await asyncio.to_thread(
             hot.read_record_bytes, int(unit["commitlog_offset"]), size
         )
-        key = seg.manifest.commit_log_key
-        rel_end = seg.cl_end - seg.cl_base
         try:
-            cold_bytes = await self.backend.read_exact(key, rel_end - size, rel_end)
+            cold_bytes = await self.backend.read_exact(span.key, span.end - size, span.end)
         except ObjectNotFoundError:
             return False
         return same_outside_physical_offset(hot_bytes, cold_bytes)
+
+    def _link_at(self, row: QueueRow, offset: int) -> Committed:
+        """The catalogue's committed link holding ``offset``: a segment, else a batch
+        slice. Raises OffsetOutOfRangeError (the segments' message) when neither does."""
+        try:
+            return Committed.of_manifest(
+                self.catalogue.segments.at(row.topic, row.queue_id, offset).manifest
+            )
+        except OffsetOutOfRangeError:
+            for link in self.catalogue.slices.of(row.topic, row.queue_id):
+                if link.start_offset <= offset < link.end_offset:
+                    return link
+            raise
 
     async def recover(self) -> ReconcileReport:
         """Adopt manifests committed to cold but not yet to the catalogue (a crash);

@@ -91,20 +91,22 @@ def crash_cycles(
     batch: tuple[int, int],
     args: Sequence[str] = (),
     env: Mapping[str, str],
+    most_objects: int = 30,
 ) -> int:
     """Crash a sidecar ``cycles`` times over the store in ``tmp_path / "store"``.
 
     Each cycle appends a seeded number of messages in ``batch`` (the broker keeps
     writing), starts ``tieredstore run *args`` on ``cold``/``state`` beside it and
-    SIGKILLs it after a seeded 1–30 objects written (:func:`kill_after_objects`). A
-    sidecar that ends first must have exited 0. Returns how many were killed mid-run.
+    SIGKILLs it after a seeded 1–``most_objects`` objects written
+    (:func:`kill_after_objects`). A sidecar that ends first must have exited 0. Returns
+    how many were killed mid-run.
     """
     store, cold, state, log = (tmp_path / n for n in ("store", "cold", "state", "log"))
     kills = 0
     for _ in range(cycles):
         SyntheticStore.open(store).append(rng.randint(*batch))
         proc = start(store, cold, state, *args, log=log, **env)
-        ending = kill_after_objects(proc, cold, rng.randint(1, 30))
+        ending = kill_after_objects(proc, cold, rng.randint(1, most_objects))
         kills += ending == "killed"
         if ending == "exited":
             assert proc.returncode == 0, log.read_text()[-3000:]

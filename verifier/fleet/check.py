@@ -201,7 +201,7 @@ class _Run:
             if ref.at == 0 and ref.size == ref.object_size:
                 data: bytes = self.fs.cat_file(self.path(key))
             else:
-                data = self.fs.cat_file(self.path(key), ref.at, ref.end)
+                data = self.fs.cat_file(self.path(key), start=ref.at, end=ref.end)
         except FileNotFoundError:
             data = b""
         if len(data) != ref.size:

@@ -10,6 +10,9 @@ land:
 * **late manifest**: A passed its lease check and its manifest create is stuck; B takes
   over and commits the same offsets; then A's create lands (or, in the other order, A's
   lands first and B adopts it).
+* **stale batch** (``tiering.batching``): A's batch create is stuck; B takes over and
+  fences the next batch sequence; A's batch either landed first (B adopts it) or loses
+  to B's fence (A stops as fenced).
 * **SIGTERM while uploading**: A is asked to stop with a slow upload in flight while B
   waits for the lease; A keeps renewing while it drains, abandons the upload at its
   deadline and releases the lease only after the upload returned; the abandoned request
@@ -39,6 +42,9 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.batch import BatchFence, BatchHead
+from tieredstore.cold.history import load_history, read_batch
+from tieredstore.cold.layout import batch_key
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec
@@ -94,7 +100,13 @@ def nth(op: str, part: str, n: int) -> Callable[[str, str], bool]:
 
 @asynccontextmanager
 async def sidecar(
-    name: str, cold: Cold, store: Path, tmp_path: Path, clock: VirtualClock, wrap: Any = None
+    name: str,
+    cold: Cold,
+    store: Path,
+    tmp_path: Path,
+    clock: VirtualClock,
+    wrap: Any = None,
+    **extra: object,
 ) -> AsyncIterator[tuple[Runtime, Backend]]:
     """An opened runtime named ``name`` on its own backend instance and state dir."""
     async with AsyncExitStack() as stack:
@@ -107,6 +119,7 @@ async def sidecar(
             lease__renew_interval=f"{RENEW_S}s",
             tiering__guard="none",
             **cold.settings,
+            **extra,
         )
         rt = await stack.enter_async_context(open_runtime(settings, clock=clock, backend=backend))
         if isinstance(backend, Stall):
@@ -273,6 +286,56 @@ async def test_late_manifest_never_replaces_a_commit(
             assert "fenced: epoch 2" in caplog.text  # A saw B's manifest where it meant its own
         assert fenced(a) == 1
         assert "fenced" in caplog.text
+        await check_exact(backend, store, spark, cold)
+
+
+@pytest.mark.parametrize("a_lands_first", [False, True])
+async def test_a_stale_batch_is_fenced_or_adopted_never_doubled(
+    cold: Cold,
+    store: Path,
+    tmp_path: Path,
+    spark: SparkSession,
+    caplog: pytest.LogCaptureFixture,
+    a_lands_first: bool,
+) -> None:
+    """Batching on: A's batch create (its second create under ``_batches/``: the first is
+    its start's fence) is stuck; B takes over and fences the next sequence. Either A's
+    batch landed before B started (B's reconcile adopts it, nothing is tiered twice) or
+    it lands after B's fence (its create loses and A stops as fenced)."""
+    clock = VirtualClock()
+    stall = None
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall
+        stall = Stall(inner, nth("create", "/_batches/", 2))
+        return stall
+
+    async with (
+        sidecar("a", cold, store, tmp_path, clock, wrap, tiering__batching=True) as (a, _),
+        sidecar("b", cold, store, tmp_path, clock, tiering__batching=True) as (b, backend),
+    ):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_pass = asyncio.create_task(a.dispatcher.catch_up())
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        if a_lands_first:
+            stall.release("create")  # A's batch lands; its renewals stay stuck
+            await asyncio.wait_for(stall.landed("create"), WAIT_S)
+        await take_over(b, clock)
+        assert not (await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)).errors
+        stall.release()
+        with pytest.raises(LeaseLostError):
+            await asyncio.wait_for(a_pass, WAIT_S)
+        await stall.drained()
+        key = batch_key(CLUSTER, BROKER, 1)  # A's: its fence is sequence 0
+        at_a = await read_batch(backend, key, await backend.size(key))
+        if a_lands_first:  # A's batch stands, and B's catalogue adopted its slices
+            assert isinstance(at_a, BatchHead) and at_a.index.lease_epoch == 1
+            assert key in b.catalogue.slices.referenced_batches()
+        else:  # B's fence took the key: A's batch never landed
+            assert isinstance(at_a, BatchFence) and at_a.lease_epoch == 2
+        history = await load_history(backend, CLUSTER, BROKER)
+        assert not [o for h in history.queues.values() for o in h.overlaps]  # no doubles
         await check_exact(backend, store, spark, cold)
 
 

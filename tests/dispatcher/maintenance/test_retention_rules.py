@@ -122,6 +122,20 @@ def test_rule2_only_a_prefix_expires_never_a_hole() -> None:
     assert _expired_ranges(decisions) == [("T/0", 0, 2)]  # stops at the 10 h segment
 
 
+def test_rule2_a_batch_slice_not_compacted_yet_stops_the_prefix() -> None:
+    """Segments after a slice wait for its compaction (only segments expire), and a
+    gone queue with slices is not destroyed; a purge of it is refused until then."""
+    snap = dataclasses.replace(_snap("T", 0, [90, 85, 80, 75]), slice_starts=(8,))
+    decisions = plan_retention([snap], _live(snap), now_ms=NOW, policy=POLICY)
+    assert _expired_ranges(decisions) == [("T/0", 0, 2), ("T/0", 2, 4), ("T/0", 4, 6)]
+    early = dataclasses.replace(snap, slice_starts=(2,))  # a slice between two segments
+    decisions = plan_retention([early], GONE, now_ms=NOW, policy=POLICY)
+    assert _expired_ranges(decisions) == [("T/0", 0, 2)]
+    assert not [d for d in decisions if isinstance(d, DestroyQueue)]
+    with pytest.raises(ConfigError, match="T/0 still has batch slices"):
+        plan_purge([early], GONE, topic="T", now_ms=NOW, policy=POLICY)
+
+
 def test_rule2_boundary_is_strict() -> None:
     exact = _snap("T", 0, [72, 1])
     older = _snap("T", 1, [72 + 1 / H, 1])  # one millisecond older

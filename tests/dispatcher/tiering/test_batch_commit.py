@@ -26,7 +26,7 @@ from tieredstore.cold.history import EntryKind, load_history, read_batch
 from tieredstore.cold.layout import batch_prefix, broker_prefix, parse_batch_key
 from tieredstore.errors import BackendUnavailableError, LeaseLostError
 from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SynthSpec
+from tieredstore.hot.synth import SynthSpec, SyntheticStore
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
@@ -87,6 +87,13 @@ async def test_small_queues_share_one_batch_object(store: Path, tmp_path: Path) 
     async with open_backend(cold) as backend:
         again = await batches(backend)
         assert len(again) == 3 and isinstance(again[2], BatchFence)  # the restart's fence
+    SyntheticStore.open(store).append(240)  # the next batch continues each queue's slice
+    async with sidecar(store, cold, tmp_path / "state", tiering__batching=True) as rt:
+        assert (await rt.dispatcher.catch_up()).messages == 240
+    async with open_backend(cold) as backend:
+        assert sorted((await batches(backend))) == [0, 1, 2, 3, 4]
+        cold_view = await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+        assert {len(q.manifests) for q in cold_view.values()} <= {1, 2}
 
 
 async def test_batching_off_writes_no_batch_object(store: Path, tmp_path: Path) -> None:
@@ -102,8 +109,9 @@ async def test_full_segments_stay_per_queue_and_the_rest_is_batched(
     store: Path, tmp_path: Path
 ) -> None:
     cold = str(tmp_path / "cold")
-    kw = {"tiering__batching": True, "tiering__segment_max_messages": 20}
-    async with sidecar(store, cold, tmp_path / "state", **kw) as rt:
+    async with sidecar(
+        store, cold, tmp_path / "state", tiering__batching=True, tiering__segment_max_messages=20
+    ) as rt:
         assert not (await rt.dispatcher.catch_up()).errors
     async with open_backend(cold) as backend:
         assert await manifests(backend)  # the full segments (cut by count)
