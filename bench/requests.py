@@ -26,16 +26,16 @@ Measured over the next ``--minutes`` simulated minutes (default 10):
 * new objects per day: objects listed at the end of the window and not at its start,
   per simulated minute × 1,440;
 * the RPO: for each message, the simulated time from its append to
-  the commit of the segment that holds it (the ``on_segment`` callback, once the
-  manifest is written and the catalogue row committed); max and p99, against
+  the commit of the segment or batch slice that holds it (the ``on_segment`` callback,
+  once its manifest or batch is written and the catalogue row committed); max and p99, against
   ``segment_max_age`` + 2 ticks. Measured for the messages whose bound ends inside the
   window (appended from its start less the bound to its end less the bound): each must
   be committed by the window's end, and one that is not makes the max infinite.
 
-The baseline "in the same run" is, for now, the per-queue mode itself: today's sidecar,
-each queue's own segment every ``segment_max_age`` (COMMIT_LOG, CONSUME_QUEUE and
-MANIFEST objects). When issue 37's batch mode lands, its row is printed beside it and
-the RESULT lines are about it. Last lines::
+The baseline "in the same run" is the per-queue mode: each queue's own segment every
+``segment_max_age`` (COMMIT_LOG, CONSUME_QUEUE and MANIFEST objects). The batch mode
+(``tiering.batching``: one batch object for the small segments of a round, age cuts
+every other tick) is printed beside it, and the RESULT lines are about it. Last lines::
 
     RESULT requests_puts_per_min ratio=<PUTs per minute> target=<=60 PASS|FAIL
     RESULT requests_rpo_max ratio=<max RPO, s> target=<=<age + 2 ticks>s PASS|FAIL
@@ -84,9 +84,13 @@ KINDS = {
     "abort": "DELETE",  # an aborted multipart upload
 }
 KIND_ORDER = ("PUT", "GET", "HEAD", "LIST", "DELETE")
-#: Modes measured side by side: the settings each changes. ``per-queue`` is today's
-#: sidecar (issue 37's baseline); the batch mode is added here when it exists.
-MODES: dict[str, dict[str, object]] = {"per-queue": {}}
+#: Modes measured side by side: the settings each changes. ``per-queue`` is the sidecar
+#: without batching (issue 37's baseline); ``batch`` puts the small segments of a round
+#: in one batch object (``tiering.batching``). The RESULT lines are about the last.
+MODES: dict[str, dict[str, object]] = {
+    "per-queue": {"tiering.batching": False},
+    "batch": {"tiering.batching": True},
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
+from dispatcher.tiering.batch_writer import BatchWriter
 from dispatcher.tiering.cold_writer import ColdWriter
 from dispatcher.tiering.committer import SegmentCommitter
 from dispatcher.tiering.compaction import Compactor
@@ -139,10 +140,14 @@ def _dispatcher(
     committer = SegmentCommitter(
         catalogue=catalogue, lease=lease, writer=writer, metrics=metrics, states=states
     )
+    batcher = BatchWriter(
+        backend=writer.backend, catalogue=catalogue, lease=lease, committer=committer,
+        states=states, clock=out.clock, retry=writer.retry,
+    )  # fmt: skip
     rounds = Rounds(
         hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
         spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics),
-        committer=committer, states=states, on_segment=on_segment,
+        committer=committer, states=states, on_segment=on_segment, batcher=batcher,
     )  # fmt: skip
     return Dispatcher(
         hot=hot,

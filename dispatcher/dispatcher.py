@@ -231,6 +231,8 @@ class Dispatcher:
         self.states.save()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
+        if self.rounds.batcher is not None and self.tiering.batching:
+            await self.rounds.batcher.start()  # before recover: it adopts what the fence froze
         report = await self.writer.recover()
         damaged.clear()
         damaged.update(report_damage(report.issues, self.metrics))

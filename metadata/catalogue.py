@@ -13,8 +13,12 @@ Rules it enforces:
 * **Contiguity.** ``catalogue.segments.commit`` accepts only the segment that starts
   at ``(cold_commit, cold_cl_end)`` — no gap, no overlap — of an ACTIVE queue; the same
   manifest committed twice is a no-op (a retry after a crash).
+* **Batch slices.** ``catalogue.slices.commit_batch`` accepts a batch's slices by the
+  same contiguity rule, each advancing its queue; ``catalogue.slices.compact`` swaps a run
+  of slices for the segment compaction wrote, which must tile them exactly.
 * **Prefix expiry.** Only the oldest COMMITTED segment may be marked DELETING, and only
-  the oldest segment, once DELETING, may be dropped; ``cold_min`` follows.
+  the oldest segment, once DELETING, may be dropped; ``cold_min`` follows. Batch slices
+  never expire: a segment after one waits for its compaction.
 * **Accepted losses.** ``catalogue.queues.accept_loss`` records offsets the broker deleted
   before they were tiered (a :class:`~tieredstore.cold.loss.LossRecord` already written to the
   bucket by ``resume``) and moves ``cold_commit`` past them: the only way a queue's
@@ -36,6 +40,7 @@ from metadata.database import DB_NAME, LOCK_NAME, CatalogueDatabase, CatalogueSt
 from metadata.queue_table import QueueTable
 from metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
 from metadata.segment_table import SegmentTable
+from metadata.slice_table import SliceTable
 from tieredstore.settings.loader import Settings
 
 __all__ = [
@@ -57,7 +62,8 @@ class Catalogue:
     Composed of one object per concern over one database (:mod:`metadata.database`,
     ``catalogue.db``): ``catalogue.queues`` (queues and accepted losses,
     :mod:`metadata.queue_table`), ``catalogue.segments`` (segment lookups, commits, expiry
-    and truncation, :mod:`metadata.segment_table`), and here the mirror of the bucket's
+    and truncation, :mod:`metadata.segment_table`), ``catalogue.slices`` (batch slices: commits,
+    compaction's swap, :mod:`metadata.slice_table`), and here the mirror of the bucket's
     lease. Every method raises :class:`CatalogueError` on a closed catalogue, on a write
     to a read-only one, and on any database failure.
     """
@@ -66,6 +72,7 @@ class Catalogue:
         self.db = db
         self.queues = QueueTable(db)
         self.segments = SegmentTable(db)
+        self.slices = SliceTable(db)
 
     @classmethod
     def open(cls, state_dir: Path | str, **options: Unpack[OpenOptions]) -> Self:

@@ -4,9 +4,9 @@
 (WAL, ``synchronous=FULL``, foreign keys on), migrates its schema, takes the writer lock
 (``catalogue.lock``), checks the (cluster, broker) and the cold store it belongs to, and
 gives the tables composed over it (:mod:`metadata.queue_table`,
-:mod:`metadata.segment_table`) one transaction helper, one error translation and the row
-converters. It has no operations of its own: :class:`metadata.catalogue.Catalogue` is what
-callers open.
+:mod:`metadata.segment_table`, :mod:`metadata.slice_table`) one transaction helper, one
+error translation and the row converters. It has no operations of its own:
+:class:`metadata.catalogue.Catalogue` is what callers open.
 
 Every method raises :class:`CatalogueError` on a closed catalogue, on a write to a
 read-only one, and (translated, ``from`` the sqlite3 error) on any database failure.
@@ -39,6 +39,7 @@ __all__ = [
     "LOSS_COLUMNS",
     "QUEUE_COLUMNS",
     "SEGMENT_COLUMNS",
+    "SLICE_COLUMNS",
     "CatalogueDatabase",
     "CatalogueState",
     "OpenOptions",
@@ -61,6 +62,11 @@ SEGMENT_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, cl_size, cl_digest, "
     "cq_size, cq_digest, digest_algorithm, min_store_timestamp, max_store_timestamp, "
     "status, format_version, writer_id, lease_epoch, created_at_ms, manifest_key, attempt"
+)
+SLICE_COLUMNS: Final = (
+    "topic, queue_id, start_offset, end_offset, cl_base, cl_end, batch_key, sequence, "
+    "cl_at, cl_size, cl_digest, cq_at, cq_size, cq_digest, object_size, digest_algorithm, "
+    "min_store_timestamp, max_store_timestamp, writer_id, lease_epoch, created_at_ms"
 )
 
 LOSS_COLUMNS: Final = (

@@ -97,10 +97,22 @@ class QueueTable:
         return [self._db.queue_row(r) for r in rows]
 
     def set_state(self, topic: str, queue_id: int, state: QueueState) -> QueueRow:
-        """Set a queue's state; return the updated row. Unknown queue: CatalogueError."""
+        """Set a queue's state; return the updated row. Unknown queue: CatalogueError.
+
+        DELETED (the topic's cold data destroyed) also forgets the queue's batch slices,
+        in the same transaction, ``cold_min`` moving to its first segment left, else to
+        ``cold_commit``: their bytes in the batch objects are garbage from then on (a
+        batch is collected once no slice row names it,
+        :meth:`~metadata.slice_table.SliceTable.referenced_batches`).
+        """
         with self._db.transaction() as conn:
             row = self._db.require_queue(conn, topic, queue_id)
-            return self._db.set_queue(conn, row, state=state)
+            if state is not QueueState.DELETED:
+                return self._db.set_queue(conn, row, state=state)
+            conn.execute("DELETE FROM slices WHERE topic = ? AND queue_id = ?", (topic, queue_id))
+            segments = self._db.fetch_segments(conn, topic, queue_id)
+            cold_min = segments[0].start_offset if segments else row.cold_commit
+            return self._db.set_queue(conn, row, state=state, cold_min=cold_min)
 
     # -- losses ----------------------------------------------------------------------
     def _loss_row(self, r: Sequence[Any]) -> LossRecord:

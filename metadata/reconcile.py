@@ -32,6 +32,19 @@ broker's cold prefix:
   then still protects what its rows name).
 * **Fence markers** (:class:`~tieredstore.cold.manifest.FenceMarker`, GC's) are no segment:
   skipped, never adopted, never reported.
+* **Batch slices** (``_batches/``, :mod:`tieredstore.cold.batch`): every batch head is
+  read, and its slices take their place in each queue's history after the manifests and
+  loss records at the same start, by batch sequence (the reading rule,
+  :func:`~tieredstore.cold.history.choose`). A slice that continues its queue is adopted
+  (:meth:`~metadata.slice_table.SliceTable.commit_batch`): the crash between a batch's
+  create and its catalogue commit, healed, and a rebuilt catalogue's slice rows. A slice
+  inside the committed range (compacted, a duplicate of a lower sequence) is neither
+  adopted nor reported; a batch head that does not parse is reported once, naming the
+  batch (``corrupt_manifest``), and adopts nothing. A manifest inside the committed range
+  whose offsets the catalogue holds as slices that tile it is compaction's segment whose
+  swap a crash interrupted: it is swapped in (:meth:`~metadata.slice_table.SliceTable.compact`).
+  Catalogue slices whose batch object is missing or of another size are reported.
+  Batch fences are no batch: skipped.
 
 Sizes come from the listing; digests are not read here (that is the verifier's job, and
 reading every object on each start would cost the whole cold store). DELETING segments are
@@ -46,18 +59,22 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from metadata.catalogue import DB_NAME, Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.clock import Clock
+from tieredstore.cold.batch import BatchFence, BatchHead
+from tieredstore.cold.history import Committed, choose, read_batch, slices_of
 from tieredstore.cold.layout import (
     LossKey,
     ObjectKey,
     SegmentKind,
     Unrecognised,
+    batch_prefix,
     broker_prefix,
     classify_listed,
+    parse_batch_key,
     parse_queue_record_key,
 )
 from tieredstore.cold.loss import LossRecord, read_loss_record
@@ -65,11 +82,13 @@ from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record
 from tieredstore.errors import (
     CatalogueError,
+    CorruptBatchError,
     CorruptLossRecordError,
     CorruptManifestError,
     CorruptProvenanceError,
     InvalidNameError,
     ObjectNotFoundError,
+    UnsupportedFormatError,
 )
 from tieredstore.findings import FindingKind
 
@@ -79,6 +98,9 @@ if TYPE_CHECKING:
 __all__ = ["ReconcileIssue", "ReconcileReport", "rebuild", "reconcile"]
 
 log = logging.getLogger(__name__)
+
+#: Batch heads read at once.
+_READ_CONCURRENCY: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +126,18 @@ class ReconcileReport:
     unrecognised: tuple[str, ...] = ()
     #: Loss records adopted into the catalogue (rebuild, or an interrupted resume).
     accepted: tuple[LossRecord, ...] = ()
+    #: Batch slices adopted into the catalogue (rebuild, or a crash before the commit).
+    adopted_slices: tuple[Committed, ...] = ()
 
     @property
     def clean(self) -> bool:
         return not self.issues
 
     def __str__(self) -> str:
+        sliced = f" and {len(self.adopted_slices)} slices" if self.adopted_slices else ""
         text = (
-            f"adopted {len(self.adopted)} segments, created {len(self.created)} queues, "
-            f"{len(self.issues)} issues"
+            f"adopted {len(self.adopted)} segments{sliced}, created {len(self.created)} "
+            f"queues, {len(self.issues)} issues"
         )
         return text + (f" (first: {self.issues[0]})" if self.issues else "")
 
@@ -123,6 +148,7 @@ class _Findings:
     created: list[QueueRow] = field(default_factory=list)
     issues: list[ReconcileIssue] = field(default_factory=list)
     accepted: list[LossRecord] = field(default_factory=list)
+    adopted_slices: list[Committed] = field(default_factory=list)
 
     def issue(self, kind: FindingKind, key: str, detail: str) -> None:
         self.issues.append(ReconcileIssue(kind, key, detail))
@@ -140,10 +166,15 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
     listing = {info.key: info for info in await backend.list(prefix)}
     entries, unrecognised = _index(listing.values(), prefix)
     found = _Findings()
+    batches = batch_prefix(catalogue.cluster, catalogue.broker) + "/"
+    _merge(entries, await _batch_links(backend, listing, batches, found))
     queues = await asyncio.to_thread(catalogue.queues.all)
     for row in queues:
         segments = await asyncio.to_thread(catalogue.segments.of, row.topic, row.queue_id)
         _check_rows(segments, listing, found)
+        _check_slice_rows(
+            await asyncio.to_thread(catalogue.slices.of, row.topic, row.queue_id), listing, found
+        )
     queues = [await _heal_stale(catalogue, backend, q, found) for q in queues]
     known = {(q.topic, q.queue_id): q for q in queues}
     await _rows_from_records(catalogue, backend, listing, prefix, known, entries, found)
@@ -157,15 +188,77 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
         tuple(found.issues),
         tuple(unrecognised),
         tuple(found.accepted),
+        tuple(found.adopted_slices),
     )
 
 
-#: One queue's committed history as listed: manifests and loss records.
-_Entry = ObjectKey | LossKey
+#: One queue's committed history as listed: manifests, loss records, batch slices.
+_Entry = ObjectKey | LossKey | Committed
 
 
 def _start(entry: _Entry) -> int:
     return entry.base_offset if isinstance(entry, ObjectKey) else entry.start_offset
+
+
+def _order(entry: _Entry) -> tuple[int, int, int]:
+    """History order: by start; at one start a loss, then a manifest (segments win),
+    then slices by batch sequence (the lowest is the truth)."""
+    if isinstance(entry, LossKey):
+        return (entry.start_offset, 0, 0)
+    if isinstance(entry, ObjectKey):
+        return (entry.base_offset, 1, 0)
+    return (entry.start_offset, 2, entry.sequence)
+
+
+def _ident(entry: _Entry | SegmentRow | LossRecord) -> tuple[str, int]:
+    """What names an entry among the catalogue's rows: its kind (a slice: its batch key)
+    and its start."""
+    if isinstance(entry, ObjectKey):
+        return ("manifest", entry.base_offset)
+    if isinstance(entry, SegmentRow):
+        return ("manifest", entry.start_offset)
+    if isinstance(entry, LossKey | LossRecord):
+        return ("loss", entry.start_offset)
+    return (entry.key, entry.start_offset)
+
+
+def _merge(
+    entries: dict[tuple[str, int], list[_Entry]], slices: dict[tuple[str, int], list[Committed]]
+) -> None:
+    """Put each queue's batch slices into its history (``entries``), in history order."""
+    for q, links in slices.items():
+        entries.setdefault(q, []).extend(links)
+    for keys in entries.values():
+        keys.sort(key=_order)
+
+
+async def _batch_links(
+    backend: Backend, listing: dict[str, ObjectInfo], batches: str, found: _Findings
+) -> dict[tuple[str, int], list[Committed]]:
+    """Every slice of every listed batch object that :func:`choose` reads, by queue (a
+    slice over offsets a lower sequence holds is a duplicate: dropped); a batch head that
+    does not parse is reported (once, naming the batch) and yields none."""
+    sem = asyncio.Semaphore(_READ_CONCURRENCY)
+
+    async def head(key: str, size: int) -> BatchHead | BatchFence | CorruptBatchError | None:
+        async with sem:
+            try:
+                return await read_batch(backend, key, size)
+            except (CorruptBatchError, UnsupportedFormatError) as exc:
+                return CorruptBatchError(exc.message, where=key)
+
+    keys = sorted(k for k in listing if parse_batch_key(k, batches) is not None)
+    out: dict[tuple[str, int], list[Committed]] = defaultdict(list)
+    for key, found_head in zip(
+        keys, await asyncio.gather(*(head(k, listing[k].size) for k in keys)), strict=True
+    ):
+        if isinstance(found_head, CorruptBatchError):
+            found.issue(FindingKind.CORRUPT_MANIFEST, key, f"batch head: {found_head.message}")
+            continue
+        for link in slices_of(found_head):
+            out[(link.topic, link.queue_id)].append(link)
+    # among slices, the reading rule: a later sequence over chosen offsets is a duplicate
+    return {q: list(choose([], links).links) for q, links in out.items()}
 
 
 def _index(
@@ -184,7 +277,7 @@ def _index(
         elif isinstance(key, ObjectKey) and key.kind is SegmentKind.MANIFEST:
             entries[(key.topic, key.queue_id)].append(key)
     for keys in entries.values():
-        keys.sort(key=lambda k: (_start(k), isinstance(k, ObjectKey)))
+        keys.sort(key=_order)
     return dict(entries), unrecognised
 
 
@@ -215,6 +308,28 @@ def _check_rows(
                 )
 
 
+def _check_slice_rows(
+    slices: Sequence[Committed], listing: dict[str, ObjectInfo], found: _Findings
+) -> None:
+    """Report catalogue slices whose batch object is absent or of the wrong size."""
+    for link in slices:
+        info = listing.get(link.key)
+        size = link.commit_log.object_size
+        if info is None:
+            found.issue(
+                FindingKind.MISSING_OBJECT,
+                link.key,
+                f"batch object of catalogue {link.describe()} is missing",
+            )
+        elif info.size != size:
+            found.issue(
+                FindingKind.SIZE_MISMATCH,
+                link.key,
+                f"batch object of catalogue {link.describe()} is {info.size} bytes, "
+                f"expected {size}",
+            )
+
+
 async def _heal_stale(
     catalogue: Catalogue, backend: Backend, row: QueueRow, found: _Findings
 ) -> QueueRow:
@@ -243,9 +358,13 @@ async def _heal_stale(
                 f"the catalogue had {seg}: the catalogue of {row} is truncated to offset "
                 f"{seg.start_offset} and follows the cold store from there",
             )
-            await asyncio.to_thread(
-                catalogue.segments.truncate, row.topic, row.queue_id, seg.start_offset
-            )
+            try:
+                await asyncio.to_thread(
+                    catalogue.segments.truncate, row.topic, row.queue_id, seg.start_offset
+                )
+            except CatalogueError as exc:  # batch slices after it: compaction first
+                found.issue(FindingKind.NOT_ADOPTED, seg.manifest.key, exc.message)
+                return row
             return await asyncio.to_thread(catalogue.queues.get, row.topic, row.queue_id) or row
     return row
 
@@ -268,23 +387,27 @@ async def _adopt_queue(
     keys: Sequence[_Entry],
     found: _Findings,
 ) -> None:
-    """Adopt one queue's manifests and loss records that continue the catalogue, in order."""
-    known: set[tuple[bool, int]] = set()  # (is a manifest, start) the catalogue holds
+    """Adopt one queue's manifests, loss records and batch slices that continue the
+    catalogue, in history order."""
+    known: set[tuple[str, int]] = set()  # what the catalogue holds, as _ident names it
+    sliced: set[int] = set()  # starts of the catalogue's slices
     if row is not None:
         segments = await asyncio.to_thread(catalogue.segments.of, topic, queue_id)
         losses = await asyncio.to_thread(catalogue.queues.losses, topic, queue_id)
-        known = {(True, s.start_offset) for s in segments}
-        known |= {(False, x.start_offset) for x in losses}
+        slices = await asyncio.to_thread(catalogue.slices.of, topic, queue_id)
+        known = {_ident(s) for s in segments} | {_ident(x) for x in losses}
+        known |= {_ident(c) for c in slices}
+        sliced = {x.start_offset for x in slices}
     blocked = ""
     for key in keys:
         start = _start(key)
-        if row is not None and (isinstance(key, ObjectKey), start) in known:
-            continue  # the catalogue's own segment or loss; segments checked by _check_rows
+        if row is not None and _ident(key) in known:
+            continue  # the catalogue's own segment, loss or slice; checked by _check_rows
         if row is not None and start < row.cold_commit:
-            if isinstance(key, ObjectKey) and isinstance(
-                await _stored(backend, key.key), FenceMarker
-            ):
-                continue  # GC's fence inside the history: no segment, nothing to report
+            if isinstance(key, Committed):
+                continue  # compacted, or a duplicate of a lower sequence: garbage
+            if await _inside(catalogue, backend, listing, row, key, start in sliced, found):
+                continue
             where = "below cold min (already expired)" if start < row.cold_min else "inside"
             what = "manifest" if isinstance(key, ObjectKey) else "loss record"
             found.issue(
@@ -299,10 +422,66 @@ async def _adopt_queue(
             continue
         if isinstance(key, LossKey):
             row, ok = await _adopt_loss(catalogue, backend, listing, row, key, keys, found)
+        elif isinstance(key, Committed):
+            row, ok = await _adopt_slice(catalogue, row, key, found)
         else:
             row, ok = await _adopt_manifest(catalogue, backend, listing, row, key, found)
         if not ok:
             blocked = f"follows the unadoptable object at offset {start}"
+
+
+async def _inside(
+    catalogue: Catalogue,
+    backend: Backend,
+    listing: dict[str, ObjectInfo],
+    row: QueueRow,
+    key: ObjectKey | LossKey,
+    sliced: bool,
+    found: _Findings,
+) -> bool:
+    """Whether an entry inside the committed range is no issue: GC's fence, or (where the
+    catalogue holds slices at its start) compaction's segment, then swapped in."""
+    if not isinstance(key, ObjectKey):
+        return False
+    if not sliced:
+        return isinstance(await _stored(backend, key.key), FenceMarker)
+    manifest = await _load(backend, listing, key, found)
+    if isinstance(manifest, FenceMarker):
+        return True
+    if manifest is None:
+        return True  # reported by _load
+    try:
+        segment = await asyncio.to_thread(catalogue.slices.compact, manifest)
+    except CatalogueError as exc:
+        found.issue(FindingKind.OVERLAP, key.key, f"not compaction's segment: {exc.message}")
+        return True
+    log.warning("finished an interrupted compaction of %s: %s", row, segment)
+    found.adopted.append(segment)
+    return True
+
+
+async def _adopt_slice(
+    catalogue: Catalogue, row: QueueRow | None, link: Committed, found: _Findings
+) -> tuple[QueueRow | None, bool]:
+    """Adopt one batch slice; return the queue's row and whether it was adopted."""
+    if row is None:
+        row = await asyncio.to_thread(
+            catalogue.queues.ensure, link.topic, link.queue_id, link.start_offset,
+            cl_base=link.cl_base,
+        )  # fmt: skip
+        found.created.append(row)
+    problem = _continuation_problem(row, link)
+    if problem:
+        kind = FindingKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else FindingKind.GAP
+        found.issue(kind, link.key, f"{link.history_key}: {problem}")
+        return row, False
+    (result,) = await asyncio.to_thread(catalogue.slices.commit_batch, [link])
+    if isinstance(result, CatalogueError):
+        found.issue(FindingKind.NOT_ADOPTED, link.key, f"{link.history_key}: {result.message}")
+        return row, False
+    adopted, row = result
+    found.adopted_slices.append(adopted)
+    return row, True
 
 
 async def _adopt_manifest(
@@ -424,9 +603,11 @@ async def _rows_from_records(
 async def _first_cl_base(
     backend: Backend, listing: dict[str, ObjectInfo], keys: Sequence[_Entry]
 ) -> int:
-    """The cold commitlog base of the queue's first manifest (0 when none reads): where
-    a queue whose history begins with a loss starts its cold commitlog."""
+    """The cold commitlog base of the queue's first manifest or slice (0 when none
+    reads): where a queue whose history begins with a loss starts its cold commitlog."""
     for key in keys:
+        if isinstance(key, Committed):
+            return key.cl_base
         if isinstance(key, ObjectKey):
             try:
                 data = await backend.read_exact(key.key, 0, listing[key.key].size)
@@ -438,13 +619,14 @@ async def _first_cl_base(
     return 0
 
 
-def _continuation_problem(row: QueueRow, manifest: Manifest) -> str:
+def _continuation_problem(row: QueueRow, link: Manifest | Committed) -> str:
+    what = "slice" if isinstance(link, Committed) else "segment"
     if row.state is not QueueState.ACTIVE:
-        return f"queue {row} is {row.state.value}; its manifests are not adopted"
-    if manifest.start_offset != row.cold_commit or manifest.cl_base != row.cold_cl_end:
+        return f"queue {row} is {row.state.value}; its {what}s are not adopted"
+    if link.start_offset != row.cold_commit or link.cl_base != row.cold_cl_end:
         return (
-            f"segment [{manifest.start_offset}, {manifest.end_offset}) at cold commitlog "
-            f"{manifest.cl_base} does not continue {row} at offset {row.cold_commit}, cold "
+            f"{what} [{link.start_offset}, {link.end_offset}) at cold commitlog "
+            f"{link.cl_base} does not continue {row} at offset {row.cold_commit}, cold "
             f"commitlog {row.cold_cl_end}"
         )
     return ""

@@ -37,9 +37,10 @@ class SegmentStatus(enum.Enum):
 class QueueRow:
     """One queue's cold state.
 
-    Queue offsets ``[cold_min, cold_commit)`` are in cold (committed segments, less any
-    still being deleted); ``cold_commit`` is the next queue offset to tier and
-    ``cold_cl_end`` the cold commitlog offset its segment starts at. ``init_offset`` is
+    Queue offsets ``[cold_min, cold_commit)`` are in cold (committed segments and batch
+    slices, less any segments still being deleted); ``cold_commit`` is the next queue
+    offset to tier and ``cold_cl_end`` the cold commitlog offset its segment (or slice)
+    starts at. ``init_offset`` is
     where tiering of the queue began, ``cq_base == init_offset * 20`` the base of its cold
     consume-queue address space. ``init_offset <= cold_min <= cold_commit`` always.
     """

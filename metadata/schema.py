@@ -8,7 +8,8 @@ never downgraded.
 The schema itself guards the invariants nothing may break, even through raw SQL: a queue
 row cannot exist without its init offset and cold CQ base (NOT NULL, ``cq_base =
 init_offset * 20``), ``init_offset <= cold_min <= cold_commit``, a segment is non-empty
-and its sizes match its ranges, and a segment belongs to an existing queue.
+and its sizes match its ranges, and a segment belongs to an existing queue; so is and
+does a batch slice (v5), whose two byte ranges also lie inside its batch object.
 """
 
 from __future__ import annotations
@@ -128,12 +129,51 @@ _V3: Final = (
 # earlier versions keep "" here until their next writer records the current URL, once.
 _V4: Final = ("ALTER TABLE identity ADD COLUMN cold_url TEXT NOT NULL DEFAULT ''",)
 
+# Batch slices (tieredstore.cold.batch): one row per queue's slice of a committed
+# batch object, until compaction swaps a run of them for one segment (slice_table.py).
+# ``cl_at`` / ``cq_at`` are absolute byte offsets in the batch object (Span.at).
+_V5: Final = (
+    """
+    CREATE TABLE slices (
+        topic TEXT NOT NULL,
+        queue_id INTEGER NOT NULL,
+        start_offset INTEGER NOT NULL CHECK (start_offset >= 0),
+        end_offset INTEGER NOT NULL CHECK (end_offset > start_offset),
+        cl_base INTEGER NOT NULL CHECK (cl_base >= 0),
+        cl_end INTEGER NOT NULL CHECK (cl_end > cl_base),
+        batch_key TEXT NOT NULL CHECK (batch_key <> ''),
+        sequence INTEGER NOT NULL CHECK (sequence >= 0),
+        cl_at INTEGER NOT NULL CHECK (cl_at >= 0),
+        cl_size INTEGER NOT NULL CHECK (cl_size = cl_end - cl_base),
+        cl_digest TEXT NOT NULL,
+        cq_at INTEGER NOT NULL CHECK (cq_at >= 0),
+        cq_size INTEGER NOT NULL CHECK (cq_size = 20 * (end_offset - start_offset)),
+        cq_digest TEXT NOT NULL,
+        object_size INTEGER NOT NULL,
+        digest_algorithm TEXT NOT NULL,
+        min_store_timestamp INTEGER NOT NULL CHECK (min_store_timestamp >= 0),
+        max_store_timestamp INTEGER NOT NULL
+            CHECK (max_store_timestamp >= min_store_timestamp),
+        writer_id TEXT NOT NULL CHECK (writer_id <> ''),
+        lease_epoch INTEGER NOT NULL CHECK (lease_epoch >= 1),
+        created_at_ms INTEGER NOT NULL CHECK (created_at_ms >= 0),
+        PRIMARY KEY (topic, queue_id, start_offset),
+        UNIQUE (batch_key, topic, queue_id),
+        CHECK (cl_at + cl_size <= object_size),
+        CHECK (cq_at + cq_size <= object_size),
+        FOREIGN KEY (topic, queue_id) REFERENCES queues (topic, queue_id)
+    ) STRICT, WITHOUT ROWID
+    """,
+    "CREATE UNIQUE INDEX slices_by_end ON slices (topic, queue_id, end_offset)",
+)
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queues, segments, leases, identity", _V1),
     Migration(2, "segments.attempt: the upload attempt in data object names", _V2),
     Migration(3, "losses: offsets deleted before tiering, accepted by resume", _V3),
     Migration(4, "identity.cold_url: the cold store this catalogue caches", _V4),
+    Migration(5, "slices: batch slices committed and not yet compacted", _V5),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

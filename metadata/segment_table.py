@@ -8,8 +8,13 @@ Rules:
   rules to many segments in one transaction (one fsync), a savepoint per segment, so a
   refused one fails alone.
 * Only the oldest COMMITTED segment may be marked DELETING, and only the oldest DELETING
-  one dropped, ``cold_min`` following.
-* :meth:`~SegmentTable.truncate` forgets a suffix for ``repair``.
+  one dropped, ``cold_min`` following (the lowest start over the segments and batch slices
+  left). A segment after a batch slice never expires before it: a slice is only ever
+  replaced by compaction (:mod:`metadata.slice_table`), so expiry waits for that.
+* :meth:`~SegmentTable.truncate` forgets a suffix for ``repair``, never one that holds
+  batch slices (they are compacted first).
+* Batch slices before a segment change nothing for its commit: continuity comes from the
+  queue row, which slices advance as segments do.
 
 Callers reach it as ``catalogue.segments`` (:class:`metadata.catalogue.Catalogue`).
 """
@@ -26,7 +31,7 @@ from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, OffsetOutOfRangeError
 
-__all__ = ["SegmentTable"]
+__all__ = ["SegmentTable", "check_continues", "insert_segment"]
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +129,9 @@ class SegmentTable:
                 f"{manifest.start_offset}",
                 where=where,
             )
-        self._check_continues(row, manifest, where)
-        conn.execute(
-            f"INSERT INTO segments ({SEGMENT_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            _segment_values(manifest, SegmentStatus.COMMITTED),
-        )
+        check_continues(row, f"segment [{manifest.start_offset}, {manifest.end_offset})",
+                        manifest.start_offset, manifest.cl_base, where)  # fmt: skip
+        insert_segment(conn, manifest)
         queue = self._db.set_queue(
             conn, row, cold_commit=manifest.end_offset, cold_cl_end=manifest.cl_end
         )
@@ -137,23 +139,6 @@ class SegmentTable:
             conn, row.topic, row.queue_id, "AND start_offset = ?", manifest.start_offset
         )[0]
         return seg, queue
-
-    @staticmethod
-    def _check_continues(row: QueueRow, manifest: Manifest, where: str) -> None:
-        if row.state is not QueueState.ACTIVE:
-            raise CatalogueError(f"queue is {row.state.value}; commits are refused", where=where)
-        seg = f"segment [{manifest.start_offset}, {manifest.end_offset})"
-        if manifest.start_offset != row.cold_commit:
-            kind = "leaves a gap after" if manifest.start_offset > row.cold_commit else "overlaps"
-            raise CatalogueError(
-                f"{seg} {kind} the cold commit offset {row.cold_commit}", where=where
-            )
-        if manifest.cl_base != row.cold_cl_end:
-            raise CatalogueError(
-                f"{seg} starts at cold commitlog offset {manifest.cl_base}, the queue's cold "
-                f"commitlog ends at {row.cold_cl_end}",
-                where=where,
-            )
 
     # -- expiry ----------------------------------------------------------------------
     def mark_deleting(self, topic: str, queue_id: int, start_offset: int) -> SegmentRow:
@@ -177,6 +162,13 @@ class SegmentTable:
                     "prefix of a queue expires",
                     where=where,
                 )
+            sliced = _slice_ranges(conn, topic, queue_id, "start_offset < ?", start_offset)
+            if sliced:
+                raise CatalogueError(
+                    f"cannot expire {seg} before the older batch slice [{sliced[0][0]}, "
+                    f"{sliced[0][1]}): only a prefix expires; wait for compaction",
+                    where=where,
+                )
             conn.execute(
                 "UPDATE segments SET status = ? WHERE topic = ? AND queue_id = ? "
                 "AND start_offset = ?",
@@ -187,8 +179,8 @@ class SegmentTable:
     def drop(self, topic: str, queue_id: int, start_offset: int) -> QueueRow:
         """Remove a DELETING segment's row (expiry's last step); return the queue row.
 
-        It must be the queue's oldest segment. ``cold_min`` moves to the next segment's
-        start, or to ``cold_commit`` when none remains.
+        It must be the queue's oldest segment. ``cold_min`` moves to the lowest start of
+        the segments and batch slices left, or to ``cold_commit`` when none remains.
         """
         where = self._db.queue_where(topic, queue_id)
         with self._db.transaction() as conn:
@@ -202,9 +194,14 @@ class SegmentTable:
                 "DELETE FROM segments WHERE topic = ? AND queue_id = ? AND start_offset = ?",
                 (topic, queue_id, start_offset),
             )
-            rest = self._db.fetch_segments(conn, topic, queue_id)
+            (rest,) = conn.execute(
+                "SELECT min(s) FROM (SELECT min(start_offset) AS s FROM segments WHERE topic = ? "
+                "AND queue_id = ? UNION ALL SELECT min(start_offset) FROM slices WHERE topic = ? "
+                "AND queue_id = ?)",
+                (topic, queue_id, topic, queue_id),
+            ).fetchone()
             row = self._db.require_queue(conn, topic, queue_id)
-            cold_min = rest[0].start_offset if rest else row.cold_commit
+            cold_min = row.cold_commit if rest is None else rest
             return self._db.set_queue(conn, row, cold_min=cold_min)
 
     # -- repair ----------------------------------------------------------------------
@@ -231,6 +228,13 @@ class SegmentTable:
             raise CatalogueError(
                 f"cannot truncate to {to_offset}: outside [init {row.init_offset}, "
                 f"cold commit {row.cold_commit}]",
+                where=where,
+            )
+        sliced = _slice_ranges(conn, topic, queue_id, "end_offset > ?", to_offset)
+        if sliced:
+            raise CatalogueError(
+                f"cannot truncate to {to_offset}: offsets [{sliced[0][0]}, {sliced[-1][1]}) "
+                "are in batch slices; wait for compaction",
                 where=where,
             )
         straddling = self._db.fetch_segments(
@@ -274,8 +278,9 @@ class SegmentTable:
         quarantines their records).
 
         Raises CatalogueError when ``to_offset`` is past ``cold_commit``, before the
-        init offset, inside a segment or an accepted loss rather than at a boundary, or
-        when a segment to drop is DELETING (finish the expiry first).
+        init offset, inside a segment or an accepted loss rather than at a boundary, when
+        a segment to drop is DELETING (finish the expiry first), or when any batch slice
+        holds offsets at or after ``to_offset`` (wait for compaction).
         """
         with self._db.transaction() as conn:
             row = self._db.require_queue(conn, topic, queue_id)
@@ -299,6 +304,44 @@ class SegmentTable:
             log.warning("queue %s/%d truncated to %d: %d segment rows dropped",
                         topic, queue_id, to_offset, len(dropped))  # fmt: skip
         return dropped
+
+
+def _slice_ranges(
+    conn: sqlite3.Connection, topic: str, queue_id: int, where: str, *params: Any
+) -> list[tuple[int, int]]:
+    """``[start, end)`` of the queue's batch slices that ``where`` selects, by start."""
+    rows = conn.execute(
+        f"SELECT start_offset, end_offset FROM slices WHERE topic = ? AND queue_id = ? "
+        f"AND {where} ORDER BY start_offset",
+        (topic, queue_id, *params),
+    ).fetchall()
+    return [(start, end) for start, end in rows]
+
+
+def check_continues(row: QueueRow, what: str, start: int, cl_base: int, where: str) -> None:
+    """Refuse (CatalogueError) ``what`` (``"segment [s, e)"``, ``"slice [s, e)"``),
+    starting at queue offset ``start`` and cold commitlog offset ``cl_base``, unless the
+    queue is ACTIVE and it continues the queue exactly: no gap, no overlap."""
+    if row.state is not QueueState.ACTIVE:
+        raise CatalogueError(f"queue is {row.state.value}; commits are refused", where=where)
+    if start != row.cold_commit:
+        kind = "leaves a gap after" if start > row.cold_commit else "overlaps"
+        raise CatalogueError(f"{what} {kind} the cold commit offset {row.cold_commit}", where=where)
+    if cl_base != row.cold_cl_end:
+        raise CatalogueError(
+            f"{what} starts at cold commitlog offset {cl_base}, the queue's cold "
+            f"commitlog ends at {row.cold_cl_end}",
+            where=where,
+        )
+
+
+def insert_segment(conn: sqlite3.Connection, m: Manifest) -> None:
+    """Insert ``m``'s segment row, COMMITTED (the caller checked it may be)."""
+    conn.execute(
+        f"INSERT INTO segments ({SEGMENT_COLUMNS}) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        _segment_values(m, SegmentStatus.COMMITTED),
+    )
 
 
 def _segment_values(m: Manifest, status: SegmentStatus) -> tuple[Any, ...]:

@@ -49,11 +49,16 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Group-commit limits (see the ``tiering.*`` settings)."""
+    """Group-commit limits (see the ``tiering.*`` settings).
+
+    ``age_cuts`` False: a segment that is not full waits whatever its age (a tick
+    between two batch ticks, :mod:`dispatcher.tiering.rounds`).
+    """
 
     max_bytes: int = 64 << 20
     max_messages: int = 1_000_000
     max_age_ms: int = 60_000
+    age_cuts: bool = True
 
     @classmethod
     def of(cls, tiering: TieringSettings) -> Limits:
@@ -201,7 +206,7 @@ def plan_segment(
         if g < k:
             units, k, full = units[:g], g, None
     if full is None and not flush:
-        if now_ms - oldest < limits.max_age_ms:
+        if not limits.age_cuts or now_ms - oldest < limits.max_age_ms:
             return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest, first_cl)
         full = CutReason.AGE
     reason = full or CutReason.FLUSH

@@ -6,7 +6,10 @@ A round plans one segment per queue still going (the group-commit rules, up to a
 (:mod:`dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and hashed
 in bulk,
 spooled per segment), then commits the segments (:mod:`dispatcher.tiering.committer`),
-``tiering.concurrency`` at once. Planning also refreshes each queue's lag and retention
+``tiering.concurrency`` at once. With ``tiering.batching`` on, the round's segments cut by
+age go instead into one batch object (:mod:`dispatcher.tiering.batch_writer`), and age
+cuts happen every :data:`BATCH_EVERY` ticks only, each taking what falls due before the
+next (:meth:`Rounds._limits`). Planning also refreshes each queue's lag and retention
 headroom gauges from the hot store and catalogue alone, so they stay current while the
 cold store is down.
 """
@@ -20,12 +23,14 @@ import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
+from dispatcher.tiering.batch_writer import BATCH_MAX_BYTES, BatchItem, BatchWriter, batchable
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter
 from dispatcher.tiering.durability import DurabilityGuard
@@ -52,12 +57,18 @@ from tieredstore.errors import (
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.loader import TieringSettings
 
-__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
+__all__ = ["BATCH_EVERY", "PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
 
 #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.tiering.commitlog_pass`).
 PASS_WINDOW_BYTES: Final = 2 << 20
 #: Records planned per round at most (bounds the unit arrays' memory).
 PASS_MAX_RECORDS: Final = 1 << 20
+#: Batching on: segments are cut by age (into one batch object) every this many ticks.
+BATCH_EVERY: Final = 2
+
+
+#: A planned segment as the pass left it: its row, plan, and spool file or error.
+_Gathered = tuple[QueueRow, SegmentPlan, Spooled | TieredStoreError]
 
 
 def _cl_end(planned: tuple[QueueRow, SegmentPlan]) -> int:
@@ -134,6 +145,7 @@ class Rounds:
         committer: SegmentCommitter,
         states: QueueStates,
         on_segment: Callable[[SegmentPlan], None] | None = None,
+        batcher: BatchWriter | None = None,
     ) -> None:
         self.hot = hot
         self.clock = clock
@@ -144,17 +156,33 @@ class Rounds:
         self.committer = committer
         self.on_segment = on_segment
         self.states = states
+        self.batcher = batcher  # with tiering.batching on: small segments share one object
         self._sem = asyncio.Semaphore(tiering.concurrency)
         self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
+        self._ticks = 0  # ticks begun: batching on, age cuts every BATCH_EVERY of them
 
     async def new_tick(self) -> None:
         """Read what a tick's rounds share: the broker's oldest file (for headroom), a
         fresh sync round, and the guard mode in force (a gauge)."""
+        self._ticks += 1
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         self.guard.syncer.new_round()
         self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
+
+    def _limits(self) -> Limits:
+        """The group-commit limits of this tick. Batching on, segments are cut by age
+        only every :data:`BATCH_EVERY` ticks, each time with what falls due before the
+        next such tick (the age limit less ``BATCH_EVERY - 1`` ticks): one batch object
+        per ``BATCH_EVERY`` ticks, and no message waits longer than ``segment_max_age``."""
+        limits = Limits.of(self.tiering)
+        if not (self.tiering.batching and self.batcher is not None):
+            return limits
+        if self._ticks % BATCH_EVERY:
+            return replace(limits, age_cuts=False)
+        lead_ms = int(self.tiering.tick_interval * 1000) * (BATCH_EVERY - 1)
+        return replace(limits, max_age_ms=max(limits.max_age_ms - lead_ms, 0))
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
@@ -221,13 +249,14 @@ class Rounds:
         to record; a row planned past the budget is left for a later round."""
         out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
         now_ms = self.clock.now_ms()
+        limits = self._limits()
         for row in rows:
             if budget.full():
                 break
             key = QueueKey(row.topic, row.queue_id)
             try:
                 outcome = plan_segment(
-                    self.hot, key, row.cold_commit, Limits.of(self.tiering),
+                    self.hot, key, row.cold_commit, limits,
                     now_ms=now_ms, guard_ts=guard, flush=flush,
                 )  # fmt: skip
             except Exception as exc:  # the caller records it (or re-raises a bug)
@@ -254,10 +283,12 @@ class Rounds:
                 except TieredStoreError as exc:
                     gathered = [exc] * len(jobs)
                 gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
+                batches, single = self._split(planned, gathered)
                 outcomes = await asyncio.gather(
+                    self._commit_batches(batches, report),
                     *(
                         self._commit_gathered(row, plan, spooled, report)
-                        for (row, plan), spooled in zip(planned, gathered, strict=True)
+                        for row, plan, spooled in single
                     ),
                     return_exceptions=True,
                 )
@@ -267,8 +298,64 @@ class Rounds:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 record_error(outcome, report, self.metrics)
+            elif isinstance(outcome, list):
+                going.extend(outcome)
             elif outcome is not None:
                 going.append(outcome)
+        return going
+
+    def _split(
+        self,
+        planned: Sequence[tuple[QueueRow, SegmentPlan]],
+        gathered: Sequence[Spooled | TieredStoreError],
+    ) -> tuple[list[list[BatchItem]], list[_Gathered]]:
+        """The round's batch objects (``tiering.batching`` on: the segments cut by age,
+        small and gathered whole, :data:`BATCH_MAX_BYTES` of data in each batch; a round
+        of trickling queues makes one) and the segments committed per queue."""
+        batches: list[list[BatchItem]] = []
+        single: list[_Gathered] = []
+        batching = self.batcher is not None and self.tiering.batching
+        room = 0
+        for (row, plan), spooled in zip(planned, gathered, strict=True):
+            if not (batching and isinstance(spooled, Spooled) and batchable(plan)):
+                single.append((row, plan, spooled))
+                continue
+            if not batches or plan.nbytes > room:
+                batches.append([])
+                room = BATCH_MAX_BYTES
+            room -= plan.nbytes
+            batches[-1].append(BatchItem(row, plan, spooled))
+        return batches, single
+
+    async def _commit_batches(
+        self, batches: Sequence[Sequence[BatchItem]], report: TickReport
+    ) -> list[QueueRow]:
+        """Commit each batch object in turn; return the rows to go on with."""
+        going: list[QueueRow] = []
+        for items in batches:
+            going.extend(await self._commit_batch(items, report))
+        return going
+
+    async def _commit_batch(self, items: Sequence[BatchItem], report: TickReport) -> list[QueueRow]:
+        """Commit ``items`` as one batch object; return the rows to go on with."""
+        assert self.batcher is not None
+        try:
+            async with self._sem:
+                started = time.perf_counter()
+                outcomes = await self.batcher.commit(items)
+        finally:
+            self.in_flight = max(self.in_flight - len(items), 0)
+        self.metrics.upload_seconds.observe(time.perf_counter() - started)
+        going: list[QueueRow] = []
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, TieredStoreError):
+                record_error(outcome, report, self.metrics)
+            elif outcome is CommitKind.DIVERGED:
+                report.diverged.append(QueueKey(item.row.topic, item.row.queue_id))
+            elif isinstance(outcome, QueueRow):
+                nxt = self._counted(item.plan, outcome, report)
+                if nxt is not None:
+                    going.append(nxt)
         return going
 
     async def _gather(
@@ -318,6 +405,11 @@ class Rounds:
         if result.kind is CommitKind.ADOPTED:
             return result.row
         self.metrics.upload_seconds.observe(time.perf_counter() - started)
+        return self._counted(plan, result.row, report)
+
+    def _counted(self, plan: SegmentPlan, row: QueueRow, report: TickReport) -> QueueRow | None:
+        """Count a committed segment or slice; return ``row`` to go on with, or None if
+        the queue drained to the hot max it was planned against (done for this tick)."""
         self.metrics.segments_tiered.labels(plan.reason.value).inc()
         self.metrics.messages_tiered.inc(plan.count)
         self.metrics.bytes_tiered.inc(plan.nbytes)
@@ -328,10 +420,10 @@ class Rounds:
         if self.on_segment:
             self.on_segment(plan)
         if plan.end < plan.hot.max:
-            return result.row
+            return row
         # Drained to the hot max it was planned against: done for this tick. Its gauges
         # say so now (no planning follows that would set them).
-        self._update_lag(result.row, Wait(WaitReason.IDLE, plan.hot))
+        self._update_lag(row, Wait(WaitReason.IDLE, plan.hot))
         return None
 
     def _update_lag(self, row: QueueRow, outcome: SegmentPlan | Wait | HotDataLost) -> None:

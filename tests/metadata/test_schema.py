@@ -35,7 +35,7 @@ def _open(state_dir: Path, clock: VirtualClock, migrations: tuple[Migration, ...
 
 def test_a_new_catalogue_is_at_the_latest_version(state_dir: Path, clock: VirtualClock) -> None:
     _open(state_dir, clock, MIGRATIONS).close()
-    assert LATEST_VERSION == len(MIGRATIONS) == 4
+    assert LATEST_VERSION == len(MIGRATIONS) == 5
     assert _versions(state_dir) == [(m.version, m.description) for m in MIGRATIONS]
 
 
@@ -112,3 +112,72 @@ def test_a_failing_migration_rolls_back_whole(state_dir: Path, clock: VirtualClo
 def test_migrations_must_be_numbered_in_order(state_dir: Path, clock: VirtualClock) -> None:
     with pytest.raises(CatalogueError, match=r"versions must be 1\.\.N"):
         _open(state_dir, clock, (*MIGRATIONS, Migration(NEXT + 1, "skips one", ())))
+
+
+# -- v5: batch slices ----------------------------------------------------------------------
+
+#: topic, start, end, cl_end, cl_at, cl_size, cq_at, cq_size, object_size (cl_base 0).
+_SLICE = (
+    "INSERT INTO slices VALUES ('{t}', 0, {s}, {e}, 0, {ce}, 'k.batch', 3, {ca}, {cl}, 'd', "
+    "{qa}, {cq}, 'd', {size}, 'crc32c', 1, 1, 'w', 1, 0)"
+)
+
+
+def _slice(**kw: object) -> str:
+    values: dict[str, object] = {"t": "t", "s": 10, "e": 11, "ce": 100, "ca": 0, "cl": 100}
+    values |= {"qa": 100, "cq": 20, "size": 120}
+    values.update(kw)
+    return _SLICE.format(**values)
+
+
+SLICE_BREAKS = [
+    (_slice(t="nope"), "FOREIGN KEY"),
+    (_slice(e=10, cq=0), "end_offset > start_offset"),
+    (_slice(ce=0, cl=0), "cl_end > cl_base"),
+    (_slice(cl=99), "cl_size = cl_end - cl_base"),
+    (_slice(cq=40), "cq_size = 20"),
+    (_slice(size=119), "cq_at \\+ cq_size <= object_size"),
+    (_slice(ca=30, size=125), "cl_at \\+ cl_size <= object_size"),
+    (_slice(ca=-1), "cl_at >= 0"),
+    (_slice().replace("'k.batch'", "''"), "batch_key <> ''"),
+    (_slice().replace("'k.batch', 3", "'k.batch', -1"), "sequence >= 0"),
+]
+
+
+@pytest.mark.parametrize(("sql", "reason"), SLICE_BREAKS)
+def test_raw_sql_cannot_break_a_slice_row(
+    state_dir: Path, clock: VirtualClock, sql: str, reason: str
+) -> None:
+    with _open(state_dir, clock, MIGRATIONS) as cat:
+        cat.queues.ensure("t", 0, 10)
+    raw = sqlite3.connect(state_dir / DB_NAME)
+    try:
+        raw.execute("PRAGMA foreign_keys = ON")
+        raw.execute(_slice())  # the valid row the broken ones are variations of
+        raw.execute("DELETE FROM slices")
+        with pytest.raises(sqlite3.IntegrityError, match=reason):
+            raw.execute(sql)
+    finally:
+        raw.close()
+
+
+def test_a_v4_catalogue_migrates_to_slices_keeping_its_rows(
+    state_dir: Path, clock: VirtualClock
+) -> None:
+    with _open(state_dir, clock, MIGRATIONS[:4]) as old:
+        row = old.queues.ensure("t", 0, 10)
+        with old.db.guard() as conn:
+            assert "slices" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    with _open(state_dir, clock, MIGRATIONS) as new:
+        assert new.queues.all() == [row]
+        assert new.slices.of("t", 0) == []
+        assert new.slices.referenced_batches() == set()
+    assert [v for v, _ in _versions(state_dir)] == [1, 2, 3, 4, 5]
+    raw = sqlite3.connect(state_dir / DB_NAME)
+    try:
+        raw.execute("PRAGMA foreign_keys = ON")
+        raw.execute(_slice())
+        with pytest.raises(sqlite3.IntegrityError, match="cq_size = 20"):
+            raw.execute(_slice(s=11, e=12, cq=40))
+    finally:
+        raw.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,18 @@ def test_idle_young_age_and_flush(tmp_path: Path) -> None:
     flushed = _plan(hot, 50, limits, now=START, flush=True)
     assert isinstance(flushed, SegmentPlan)
     assert (flushed.start, flushed.end, flushed.reason) == (50, 200, CutReason.FLUSH)
+
+
+def test_without_age_cuts_an_old_segment_waits_but_a_full_one_is_cut(tmp_path: Path) -> None:
+    """A tick between two batch ticks: age cuts off, size cuts and flushes unchanged."""
+    hot = HotStore(_store(tmp_path).root)
+    limits = Limits(max_bytes=1 << 20, max_messages=10_000, max_age_ms=60_000, age_cuts=False)
+    old = _plan(hot, 0, limits, now=START + 3_600_000)
+    assert isinstance(old, Wait) and old.reason is WaitReason.YOUNG
+    full = _plan(hot, 0, replace(limits, max_messages=64), now=START)
+    assert isinstance(full, SegmentPlan) and full.reason is CutReason.MESSAGES
+    flushed = _plan(hot, 0, limits, now=START, flush=True)
+    assert isinstance(flushed, SegmentPlan) and flushed.reason is CutReason.FLUSH
 
 
 def test_byte_limit_cuts_exactly(tmp_path: Path) -> None:

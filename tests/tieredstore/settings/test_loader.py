@@ -46,6 +46,8 @@ BAD: dict[str, tuple[object, str]] = {
     "tiering.segment_max_bytes": ("0", "must be positive"),
     "tiering.segment_max_messages": (-1, "must be positive"),
     "tiering.segment_max_age": ("soon", "not a duration"),
+    "tiering.batching": ("often", "not a boolean"),
+    "tiering.compact_after": ("0s", "must be positive"),
     "tiering.tick_interval": (0, "must be positive"),
     "tiering.spool_max_bytes": ("-1", "not a size"),
     "tiering.concurrency": ("four", "invalid literal"),

@@ -1,0 +1,297 @@
+"""Committing one round's small segments as ONE batch object under the lease.
+
+With ``tiering.batching`` on, the segments of a round that were cut by age (their queue's
+segment is not full when ``segment_max_age`` passes) are not uploaded as three objects
+each: their COMMIT_LOG and CONSUME_QUEUE bytes go, queue by queue, into one batch object
+for the broker (:mod:`tieredstore.cold.batch`), committed by **one** create at the next
+batch sequence. The batch is the commit point of every slice in it: it exists whole or
+not at all. The catalogue then records every slice in one transaction
+(:meth:`~metadata.slice_table.SliceTable.commit_batch`).
+
+Sequences and fencing. :meth:`BatchWriter.start` (after the lease is taken, before the
+catalogue is reconciled) lists ``_batches/`` and creates a :class:`BatchFence` of this
+writer's epoch at the next free sequence, again one higher each time that key is taken
+first. A writer of an older epoch, paused with its next sequence in hand, can only ever
+create a sequence at or below the fence, and every such key is taken: its create fails,
+it reads a fence or a batch of a newer epoch, and stops (:class:`LeaseLostError`). Every
+batch it did create is listed before the fence, so the reconcile that follows adopts it.
+
+A create that finds its key taken reads it (:meth:`BatchWriter._taken`): the very same
+bytes are ours (a retry after a lost reply: committed); a fence or batch of a newer epoch
+fences this writer; anything else (a sequence this writer wrongly believed free) makes it
+list again and take the next sequence, a few times at most.
+
+What goes in is checked first, as for a segment: continuity with cold (else the queue
+turns DIVERGED) and the built segment end to end
+(:func:`~dispatcher.tiering.committer.check_built`; else the queue stops). A batch holds
+at most :data:`BATCH_MAX_BYTES` of data; what does not fit, and every segment cut by size
+or count, is committed as a per-queue segment as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from dispatcher.lease.lease import Lease
+from dispatcher.queue_states import QueueStates
+from dispatcher.tiering.commitlog_pass import Spooled
+from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
+from dispatcher.tiering.planner import CutReason, SegmentPlan
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow
+from tieredstore.backends.base import Backend
+from tieredstore.backends.retry import RetryPolicy, retry_call
+from tieredstore.clock import Clock
+from tieredstore.cold.batch import (
+    HEAD_PROBE,
+    BatchFence,
+    BatchHead,
+    SlicePart,
+    build_batch,
+    read_batch_head,
+)
+from tieredstore.cold.history import Committed, read_batch, slices_of
+from tieredstore.cold.layout import batch_prefix, parse_batch_key
+from tieredstore.errors import (
+    CatalogueError,
+    ConditionFailedError,
+    CorruptDataError,
+    LeaseLostError,
+    StoreError,
+    TieredStoreError,
+)
+from tieredstore.formats.consumequeue import encode_units, make_units
+
+__all__ = ["BATCH_MAX_BYTES", "BatchItem", "BatchOutcome", "BatchWriter", "batchable"]
+
+log = logging.getLogger(__name__)
+
+#: Data bytes one batch object holds at most (it is built in memory).
+BATCH_MAX_BYTES: Final = 64 << 20
+#: Times a create at a taken sequence lists again and takes the next one.
+_MAX_RESEQUENCE: Final = 4
+_BY_AGE: Final = frozenset({CutReason.AGE, CutReason.FLUSH})
+
+
+#: One item's outcome (:meth:`BatchWriter.commit`).
+BatchOutcome = QueueRow | CommitKind | TieredStoreError
+
+
+def batchable(plan: SegmentPlan) -> bool:
+    """Whether ``plan`` may go in a batch: cut by age (or a flush), not by size or count,
+    and small enough to share an object."""
+    return plan.reason in _BY_AGE and plan.nbytes <= BATCH_MAX_BYTES // 4
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One queue's gathered segment for the batch: its row, plan and spool file."""
+
+    row: QueueRow
+    plan: SegmentPlan
+    spooled: Spooled
+
+
+class BatchWriter:
+    """Writes batch objects for one broker (module docstring); one at a time."""
+
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        catalogue: Catalogue,
+        lease: Lease,
+        committer: SegmentCommitter,
+        states: QueueStates,
+        clock: Clock,
+        retry: RetryPolicy,
+    ) -> None:
+        self.backend = backend
+        self.catalogue = catalogue
+        self.lease = lease
+        self.committer = committer
+        self.states = states
+        self.clock = clock
+        self.retry = retry
+        self.cluster = catalogue.cluster
+        self.broker = catalogue.broker
+        self._prefix = batch_prefix(self.cluster, self.broker) + "/"
+        self._next: int | None = None  # the next sequence to create; None before start
+        self._lock = asyncio.Lock()
+        self.batches = 0  # batch objects this writer committed
+
+    # -- start: the fence ------------------------------------------------------------
+    async def start(self) -> int:
+        """Fence every older writer's batches (module docstring); return the fence's
+        sequence. Raises LeaseLostError if a newer writer fenced this one first."""
+        for _ in range(_MAX_RESEQUENCE):
+            sequence = await self._listed_next()
+            fence = BatchFence(
+                cluster=self.cluster, broker=self.broker, sequence=sequence,
+                lease_epoch=self.lease.epoch, writer_id=self.lease.owner,
+                created_at_ms=self.clock.now_ms(),
+            )  # fmt: skip
+            try:
+                await self._create(fence.key, fence.to_json())
+            except ConditionFailedError:
+                await self._taken(fence.key, fence.to_json())
+                continue  # an older writer's batch landed there first: fence above it
+            self._next = sequence + 1
+            log.info("batch sequences fenced at %d (%s)", sequence, fence.key)
+            return sequence
+        raise StoreError(
+            f"batch keys kept being taken while fencing ({_MAX_RESEQUENCE} tries)",
+            where=self._prefix,
+        )
+
+    async def _listed_next(self) -> int:
+        """One past the highest sequence listed under ``_batches/`` (0 if none)."""
+        listed = await self.backend.list(self._prefix)
+        sequences = [parse_batch_key(info.key, self._prefix) for info in listed]
+        return max((s for s in sequences if s is not None), default=-1) + 1
+
+    # -- commit ----------------------------------------------------------------------
+    async def commit(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
+        """Commit ``items`` in one batch object; per item, in order: the queue's row after
+        it; :attr:`CommitKind.DIVERGED` or :attr:`CommitKind.STOPPED` if it failed its
+        checks (nothing of it is in the batch); or the error that kept it out (the
+        catalogue refused it; it is planned again).
+
+        Raises:
+            LeaseLostError: the lease is lost, or a newer writer fenced this sequence.
+            TieredStoreError: the batch could not be written (nothing of it counts).
+        """
+        async with self._lock:
+            if self._next is None:  # batching turned on by a reload: fence now
+                await self.start()
+            out: list[BatchOutcome] = [await self._admit(item) for item in items]
+            kept = [i for i, outcome in enumerate(out) if outcome is CommitKind.COMMITTED]
+            if not kept:
+                return out
+            parts = await asyncio.to_thread(_parts, [items[i] for i in kept])
+            head = await self._publish(parts)
+            links = slices_of(head)
+            rows = await self._record(links)
+            by_queue = {(c.topic, c.queue_id): row for c, row in zip(links, rows, strict=True)}
+            for i in kept:
+                out[i] = by_queue[(items[i].row.topic, items[i].row.queue_id)]
+            return out
+
+    async def _admit(self, item: BatchItem) -> CommitKind:
+        """The checks a segment passes before upload: COMMITTED if it passes them, else
+        DIVERGED or STOPPED (the queue is turned so)."""
+        row = item.row
+        if not await self.committer.writer.continuity_ok(row):
+            why = "hot record before the next segment differs from cold"
+            await self.committer.diverge(row, why)
+            return CommitKind.DIVERGED
+        try:
+            await asyncio.to_thread(check_built, item.plan, item.spooled, row.cold_cl_end)
+        except CorruptDataError as exc:
+            self.committer.stop_inconsistent(row, exc)
+            return CommitKind.STOPPED
+        return CommitKind.COMMITTED
+
+    async def _publish(self, parts: list[SlicePart]) -> BatchHead:
+        """Create the batch at the next free sequence; return its head."""
+        assert self._next is not None
+        for _ in range(_MAX_RESEQUENCE):
+            sequence = self._next
+            index, data = await asyncio.to_thread(
+                build_batch,
+                cluster=self.cluster, broker=self.broker, sequence=sequence,
+                writer_id=self.lease.owner, lease_epoch=self.lease.epoch,
+                created_at_ms=self.clock.now_ms(), parts=parts,
+            )  # fmt: skip
+            try:
+                await self._create(index.key, data)
+            except ConditionFailedError:
+                if not await self._taken(index.key, data):
+                    self._next = await self._listed_next()
+                    continue
+            self._next = sequence + 1
+            self.batches += 1
+            found = read_batch_head(data[:HEAD_PROBE], key=index.key, object_size=len(data))
+            if isinstance(found, int):
+                found = read_batch_head(data[:found], key=index.key, object_size=len(data))
+            assert isinstance(found, BatchHead)
+            return found
+        raise StoreError(
+            f"batch keys kept being taken ({_MAX_RESEQUENCE} tries); nothing committed",
+            where=self._prefix,
+        )
+
+    async def _create(self, key: str, data: bytes) -> None:
+        async def create() -> str:
+            self.lease.check()
+            return await self.backend.create(key, data)
+
+        await retry_call("batch create", create, self.retry, sleep=self.clock.sleep)
+
+    async def _taken(self, key: str, data: bytes) -> bool:
+        """``key`` was taken when this writer created it: True if it holds exactly
+        ``data`` (ours, a retry after a lost reply); raises LeaseLostError if a newer
+        epoch holds it; False otherwise (another sequence must be taken)."""
+        try:
+            stored = await self.backend.read(key)
+        except TieredStoreError as exc:
+            raise StoreError(f"batch key taken but unreadable: {exc}", where=key) from exc
+        if stored == data:
+            return True
+        found = await read_batch(self.backend, key, len(stored))
+        epoch = found.lease_epoch if isinstance(found, BatchFence) else None
+        if isinstance(found, BatchHead):
+            epoch = found.index.lease_epoch
+        if epoch is not None and epoch > self.lease.epoch:
+            fenced = LeaseLostError(
+                f"fenced: epoch {epoch} holds batch key first (this writer is epoch "
+                f"{self.lease.epoch})",
+                where=key,
+            )
+            log.error("%s; this writer stops", fenced)
+            raise fenced
+        return False
+
+    async def _record(self, links: list[Committed]) -> list[QueueRow | TieredStoreError]:
+        """The catalogue's commit of every slice, in one transaction (under the lock)."""
+        async with self.states.lock:
+            outcomes = await asyncio.to_thread(self.catalogue.slices.commit_batch, links)
+        out: list[QueueRow | TieredStoreError] = []
+        for outcome in outcomes:
+            if isinstance(outcome, CatalogueError):
+                log.error("batch slice not recorded: %s", outcome)
+                out.append(outcome)
+            else:
+                out.append(outcome[1])
+        return out
+
+
+def _parts(items: Sequence[BatchItem]) -> list[SlicePart]:
+    """Each item's slice: its spooled COMMIT_LOG bytes and the CONSUME_QUEUE units over
+    them (blocking: reads the spool files)."""
+    return [_part(item) for item in items]
+
+
+def _part(item: BatchItem) -> SlicePart:
+    plan, row = item.plan, item.row
+    commit_log = item.spooled.path.read_bytes()
+    if len(commit_log) != item.spooled.size:
+        raise StoreError(
+            f"spool file holds {len(commit_log)} bytes, {item.spooled.size} were gathered",
+            where=str(item.spooled.path),
+        )
+    sizes = plan.units["size"].astype(np.int64)
+    cold = row.cold_cl_end + np.cumsum(sizes) - sizes
+    consume_queue = encode_units(make_units(cold, sizes, plan.units["tags_code"]))
+    return SlicePart(
+        topic=row.topic, queue_id=row.queue_id, start_offset=plan.start, end_offset=plan.end,
+        cl_base=row.cold_cl_end, commit_log=commit_log, consume_queue=consume_queue,
+        min_store_timestamp=item.spooled.min_store_timestamp,
+        max_store_timestamp=item.spooled.max_store_timestamp,
+    )  # fmt: skip
