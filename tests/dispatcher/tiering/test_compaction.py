@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
+from pathlib import Path
 
 import pytest
 
 from dispatcher.tiering.compaction import CompactionReport, Compactor, compaction_run
-from tests.dispatcher.tiering.conftest import TOPIC, Batched, OpenBatched
+from tests.dispatcher.tiering.conftest import BATCHED_SPEC, TOPIC, Batched, OpenBatched
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli.sidecar.reload import apply_reload
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import EntryKind
-from tieredstore.cold.layout import SegmentKind, kind_prefix, object_key, parse_object_key
+from tieredstore.cold.layout import (
+    SegmentKind,
+    batch_prefix,
+    kind_prefix,
+    object_key,
+    parse_batch_key,
+    parse_object_key,
+)
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import BackendError
+from tieredstore.hot.synth import synthesize
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
@@ -228,3 +240,29 @@ async def test_compaction_is_a_periodic_job_while_batching_or_slices(
         assert "tiering.batching" in apply_reload(b.rt, on).applied
         assert b.rt.compactor.tiering.batching
         assert await b.rt.compactor.run_if_needed() == CompactionReport()
+
+
+async def test_the_sidecar_batches_then_compacts_the_same_bytes(tmp_path: Path) -> None:
+    store = synthesize(tmp_path / "store", BATCHED_SPEC).root
+    url = f"memory://compaction-e2e-{uuid.uuid4().hex}"
+    settings = settings_for(store, url, tmp_path / "state", tiering__batching=True)
+    clock = VirtualClock()
+    async with open_runtime(settings, clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert not (await rt.dispatcher.catch_up()).errors
+        assert rt.catalogue.slices.referenced_batches()  # the writer committed slices
+        b = Batched(rt, clock)
+        offset = rt.catalogue.slices.of(TOPIC, 1)[0].start_offset
+        kind, before = await _message(b, 1, offset)
+        assert kind is EntryKind.SLICE
+
+        clock.set_ms(clock.now_ms() + HOUR_MS)
+        report = await rt.compactor.run_if_needed()
+        assert report is not None and report.queues == 2 and report.problems == ()
+        assert not rt.catalogue.slices.referenced_batches()
+        kind, after = await _message(b, 1, offset)
+        assert (kind, after) == (EntryKind.SEGMENT, before)
+        # The start's fence (sequence 0) went; the batch, the highest, stays.
+        prefix = batch_prefix(CLUSTER, BROKER) + "/"
+        assert [parse_batch_key(i.key, prefix) for i in await rt.backend.list(prefix)] == [1]
+        await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
