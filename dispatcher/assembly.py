@@ -8,7 +8,8 @@ catalogue — and chooses the clock, the metrics registry and the retry policy.
 * the writer lease (:func:`lease_for`) and the upload pacing (a token bucket);
 * the cold writer, whose uploads go through the paced backend;
 * the retention pass and the config backup, run as the dispatcher's periodic and
-  start-up jobs;
+  start-up jobs, and the compactor (batch slices rewritten as segments, batch objects
+  deleted), a periodic job of its own (:func:`_compaction`);
 * one :class:`~dispatcher.queue_states.QueueStates`, the queue state the tiering parts
   share, handed explicitly to each of them;
 * :class:`~dispatcher.discovery.Discovery`,
@@ -38,6 +39,7 @@ from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.batch_writer import BatchWriter
 from dispatcher.tiering.cold_writer import ColdWriter
 from dispatcher.tiering.committer import SegmentCommitter
+from dispatcher.tiering.compaction import Compactor
 from dispatcher.tiering.durability import DurabilityGuard
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.provenance_writer import ProvenanceWriter
@@ -65,6 +67,8 @@ class Assembly:
     retention: Retention
     #: Paces segment uploads (``tiering.max_bytes_per_second``); a reload sets its rate.
     upload_limit: TokenBucket
+    #: Rewrites batch slices as segments; a reload sets its ``tiering``.
+    compactor: Compactor
     config_backup: ConfigBackup | None = None
 
 
@@ -112,21 +116,24 @@ def build_dispatcher(
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
-    dispatcher = _dispatcher(out, lease, writer, on_segment, periodic, startup)
-    return Assembly(dispatcher, retention, upload_limit, backup)
+    states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
+    compactor = Compactor(writer=writer, lease=lease, lock=states.lock, tiering=settings.tiering)
+    periodic.append(_compaction(settings, compactor))
+    dispatcher = _dispatcher(out, lease, writer, states, on_segment, periodic, startup)
+    return Assembly(dispatcher, retention, upload_limit, compactor, backup)
 
 
 def _dispatcher(
     out: _Outside,
     lease: Lease,
     writer: ColdWriter,
+    states: QueueStates,
     on_segment: Callable[[SegmentPlan], None] | None,
     periodic: list[Periodic],
     startup: list[StartupJob],
 ) -> Dispatcher:
     """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
-    states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
     discovery = Discovery(
         hot=hot, catalogue=catalogue, metrics=metrics, tiering=settings.tiering, states=states
     )
@@ -198,6 +205,27 @@ def _jobs(
         periodic.append(Periodic("config backup", settings.config_backup.interval, backup.run_pass))
         startup.append(backup.run_pass_logged)
     return periodic, startup
+
+
+#: The longest wait between two compaction passes.
+_COMPACTION_INTERVAL_MAX = 300.0
+
+
+def _compaction(settings: Settings, compactor: Compactor) -> Periodic:
+    """Compaction as a periodic job, every ``min(compact_after / 4, 5 min)``.
+
+    Why that interval: a slice is due ``compact_after`` after its batch (1 h by
+    default), so a quarter of it bounds how late it is rewritten to 25 % (and 5 min at
+    most, the lag of a batch delete behind its grace); ``segment_max_age`` (60 s by
+    default) would list ``_batches/`` and query the catalogue 4-60 times as often for
+    work that is due once an hour. Read once, at build: a reload of ``compact_after``
+    changes what is due, not how often it is looked at. The job runs a pass only while
+    ``tiering.batching`` is on or slice rows are left (:meth:`Compactor.run_if_needed`,
+    which reads the settings in force), and outside the catalogue lock, which the
+    compactor takes around each catalogue swap: its uploads never hold up tiering.
+    """
+    interval = min(settings.tiering.compact_after / 4, _COMPACTION_INTERVAL_MAX)
+    return Periodic("compaction", interval, compactor.run_if_needed, locked=False)
 
 
 def _config_backup(

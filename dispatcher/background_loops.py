@@ -1,10 +1,13 @@
-"""The dispatcher's periodic jobs (retention, config backup): each runs every interval on
-the injected clock, under the catalogue lock, until the dispatcher stops. The lease's own
-loop is :func:`dispatcher.lease.renewal.renew_until`."""
+"""The dispatcher's periodic jobs (retention, config backup, compaction): each runs every
+interval on the injected clock until the dispatcher stops, under the catalogue lock unless
+it takes that lock itself around its catalogue writes (compaction: its uploads must not
+hold up the group commits). The lease's own loop is
+:func:`dispatcher.lease.renewal.renew_until`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,18 +26,22 @@ class Periodic:
     """A job the dispatcher runs every ``interval`` seconds while it runs (e.g. retention).
 
     ``job`` is awaited on the dispatcher's clock; a RetryableError is logged and the job
-    runs again next interval; a FatalError stops the dispatcher (FAILED).
+    runs again next interval; a FatalError stops the dispatcher (FAILED). ``locked``:
+    the whole job runs under the catalogue lock; False for a job that takes the lock
+    itself around each catalogue write.
     """
 
     name: str
     interval: float
     job: Callable[[], Awaitable[object]]
+    locked: bool = True
 
 
 async def run_periodic(
     job: Periodic, *, clock: Clock, stopping: asyncio.Event, lock: asyncio.Lock, metrics: Metrics
 ) -> None:
-    """Run ``job`` every interval, under ``lock``, until ``stopping`` is set.
+    """Run ``job`` every interval, under ``lock`` (if ``job.locked``), until ``stopping``
+    is set.
 
     A retryable error or a lapsed lease (reclaimed by the next tick) is logged and
     counted, and the job runs again next interval; any other error ends the loop.
@@ -44,7 +51,7 @@ async def run_periodic(
         if stopping.is_set():
             return
         try:
-            async with lock:
+            async with lock if job.locked else contextlib.nullcontext():
                 await job.job()
         except (RetryableError, LeaseLapsedError) as exc:  # a lapse: reclaimed next run
             log.warning("%s failed, will run again: %s", job.name, exc)

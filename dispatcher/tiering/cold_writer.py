@@ -165,46 +165,67 @@ class ColdWriter:
         """
         queue = self.queue_path(row.topic, row.queue_id)
         cl_base = row.cold_cl_end
-        cq_base = plan.start * CQ_UNIT_SIZE
+
+        async def write(cl_key: str, cq_key: str) -> UploadedObjects:
+            return await upload_objects(
+                plan, spooled, backend=self.backend, cl_key=cl_key, cq_key=cq_key,
+                cl_base=cl_base, batch_bytes=self.batch_bytes, check=check,
+            )  # fmt: skip
+
+        attempt, uploaded = await self.upload_attempt(queue, plan.start, cl_base, write)
+        return self.manifest_for(queue, plan.start, plan.end, cl_base, attempt, uploaded, epoch)
+
+    async def upload_attempt(
+        self,
+        queue: QueuePath,
+        start: int,
+        cl_base: int,
+        write: Callable[[str, str], Awaitable[UploadedObjects]],
+        *,
+        op: str = "segment upload",
+    ) -> tuple[str, UploadedObjects]:
+        """Write a segment's two objects (``write(cl_key, cq_key)``) under the names of a
+        fresh upload attempt, retried as a whole on RetryableError (each try a new
+        attempt); a failed try's objects are discarded. Returns the attempt and what
+        ``write`` returned, for :meth:`manifest_for`. No manifest is written."""
         attempts: list[str] = []
 
         async def upload() -> UploadedObjects:
             attempts.append(new_attempt())
             keys = (
                 object_key(queue, SegmentKind.COMMIT_LOG, cl_base, attempts[-1]),
-                object_key(queue, SegmentKind.CONSUME_QUEUE, cq_base, attempts[-1]),
+                object_key(queue, SegmentKind.CONSUME_QUEUE, start * CQ_UNIT_SIZE, attempts[-1]),
             )
             try:
-                return await upload_objects(
-                    plan,
-                    spooled,
-                    backend=self.backend,
-                    cl_key=keys[0],
-                    cq_key=keys[1],
-                    cl_base=cl_base,
-                    batch_bytes=self.batch_bytes,
-                    check=check,
-                )
+                return await write(*keys)
             except TieredStoreError:
                 await self._discard(keys)  # no manifest can name this attempt
                 raise
 
-        uploaded = await self._retrying("segment upload", upload)
-        return self._manifest(plan, row, epoch, attempts[-1], uploaded)
+        uploaded = await self._retrying(op, upload)
+        return attempts[-1], uploaded
 
-    def _manifest(
-        self, plan: SegmentPlan, row: QueueRow, epoch: int, attempt: str, up: UploadedObjects
+    def manifest_for(
+        self,
+        queue: QueuePath,
+        start: int,
+        end: int,
+        cl_base: int,
+        attempt: str,
+        up: UploadedObjects,
+        epoch: int,
     ) -> Manifest:
-        """The manifest naming the objects of ``attempt`` that :meth:`write_segment` wrote."""
-        cl_base, cq_base = row.cold_cl_end, plan.start * CQ_UNIT_SIZE
+        """The manifest of queue offsets ``[start, end)`` from cold commitlog ``cl_base``,
+        naming the objects :meth:`upload_attempt` wrote for ``attempt``."""
+        cq_base = start * CQ_UNIT_SIZE
         return Manifest(
             format_version=FORMAT_VERSION,
             cluster=self.cluster,
             broker=self.broker,
-            topic=row.topic,
-            queue_id=row.queue_id,
-            start_offset=plan.start,
-            end_offset=plan.end,
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            start_offset=start,
+            end_offset=end,
             cl_base=cl_base,
             cl_end=cl_base + up.cl_size,
             commit_log=ObjectRef(object_name(cl_base, attempt), up.cl_size, up.cl_digest),
@@ -212,7 +233,7 @@ class ColdWriter:
             digest_algorithm=DIGEST_ALGORITHM,
             min_store_timestamp=up.min_store_timestamp,
             max_store_timestamp=up.max_store_timestamp,
-            message_count=plan.count,
+            message_count=end - start,
             writer_id=self.writer_id,
             lease_epoch=epoch,
             created_at_ms=self.clock.now_ms(),

@@ -71,6 +71,7 @@ def apply_reload(rt: Runtime, new: Settings) -> ReloadPlan:
     plan = plan_reload(rt.settings, new)
     if plan.applied:
         rt.dispatcher.tiering = plan.settings.tiering
+        rt.compactor.tiering = plan.settings.tiering
         rt.retention.policy = RetentionPolicy.of(plan.settings.retention)
         rt.upload_limit.set_rate(plan.settings.tiering.max_bytes_per_second)
         rt.metrics.upload_rate_limit.set(rt.upload_limit.rate)

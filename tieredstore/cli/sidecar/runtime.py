@@ -21,6 +21,7 @@ from dispatcher.dispatcher import Dispatcher
 from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, StepHook
 from dispatcher.metrics import Metrics
+from dispatcher.tiering.compaction import Compactor
 from dispatcher.tiering.planner import SegmentPlan
 from metadata.catalogue import Catalogue
 from tieredstore.backends import backend_options, open_cold
@@ -73,6 +74,8 @@ class Runtime:
     retention: Retention
     #: Paces segment uploads (``tiering.max_bytes_per_second``); a reload sets its rate.
     upload_limit: TokenBucket
+    #: Rewrites batch slices as segments; a reload sets its ``tiering``.
+    compactor: Compactor
     config_backup: ConfigBackup | None = None
 
 
@@ -120,7 +123,8 @@ async def open_runtime(
         stack.push_async_callback(built.dispatcher.close)
         yield Runtime(
             settings, backend, hot, catalogue, built.dispatcher, metrics, built.retention,
-            upload_limit=built.upload_limit, config_backup=built.config_backup,
+            upload_limit=built.upload_limit, compactor=built.compactor,
+            config_backup=built.config_backup,
         )  # fmt: skip
 
 

@@ -1,0 +1,165 @@
+"""The batch delete: a batch object goes only when unreferenced, covered by segments with
+the same bytes, older than the grace and not the highest sequence; lease checked first.
+
+Stores as in test_compaction.py (the ``batched`` fixture: batches 10-13, real runtime,
+memory backend, virtual time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from dispatcher.lease.lease import Lease
+from dispatcher.tiering.batch_collect import MIN_GRACE_MS, BatchCollection, collect_batches
+from dispatcher.tiering.compaction import Compactor
+from tests.dispatcher.tiering.conftest import Batched, OpenBatched
+from tieredstore.clock import VirtualClock
+from tieredstore.cold.batch import BatchFence, SlicePart, build_batch
+from tieredstore.cold.history import Committed, span_bytes
+from tieredstore.cold.layout import QueuePath, batch_key
+from tieredstore.errors import LeaseLostError
+from tieredstore.testing.batches import upload_batch
+from tieredstore.testing.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.segments import T0, WRITER, chain
+from tieredstore.testing.settings import BROKER, CLUSTER
+
+#: When the fixture's batches were made (``tieredstore.testing.batches.batch_of``).
+CREATED = T0 + 60_000
+GRACE = MIN_GRACE_MS
+OLD = CREATED + GRACE
+
+
+async def _collect(b: Batched, now_ms: int) -> BatchCollection:
+    rt = b.rt
+    return await collect_batches(
+        rt.backend, rt.catalogue, rt.compactor.lease, now_ms=now_ms, grace_ms=GRACE
+    )
+
+
+async def _compact_all(b: Batched, per_slice: bool = False) -> Compactor:
+    """Compact every slice (``compact_after`` 1 min; the batches stay inside the grace,
+    10 min): one segment per slice or one per queue."""
+    compactor = b.rt.compactor
+    size = 1 if per_slice else 1 << 20
+    compactor.tiering = dataclasses.replace(
+        compactor.tiering, segment_max_bytes=size, compact_after=60.0
+    )
+    b.clock.set_ms(CREATED + 60_000)
+    while (await compactor.run_pass()).queues:
+        assert b.clock.now_ms() < OLD  # young: nothing deleted yet
+    assert not b.rt.catalogue.slices.referenced_batches()
+    return compactor
+
+
+async def _exists(b: Batched, keys: list[str]) -> list[bool]:
+    return [await b.rt.backend.exists(k) for k in keys]
+
+
+async def test_a_referenced_batch_is_kept(batched: OpenBatched) -> None:
+    async with batched("SSS", first_sequence=10) as b:
+        assert await _collect(b, OLD * 2) == BatchCollection()
+        assert await _exists(b, b.batches) == [True] * 3
+
+
+async def test_every_rule_holding_deletes_all_but_the_highest(batched: OpenBatched) -> None:
+    async with batched("SSSS", first_sequence=10) as b:
+        await _compact_all(b)
+        assert await _collect(b, OLD - 1) == BatchCollection()  # inside the grace
+        got = await _collect(b, OLD)  # exactly the grace: old enough
+        assert got == BatchCollection(tuple(b.batches[:-1]))
+        assert await _exists(b, b.batches) == [False, False, False, True]  # the highest stays
+        assert await _collect(b, OLD * 2) == BatchCollection()
+        await assert_cold_matches_hot(b.rt.backend, b.rt.hot, CLUSTER, BROKER)
+
+
+async def _fake(b: Batched, link: Committed, *, sequence: int, flip: int | None) -> str:
+    """A batch at ``sequence`` holding ``link``'s offsets and bytes (one byte flipped at
+    ``flip`` of its commit log), which no catalogue row names."""
+    cl = bytearray(await span_bytes(b.rt.backend, link.commit_log))
+    if flip is not None:
+        cl[flip] ^= 0x01
+    part = SlicePart(
+        link.topic, link.queue_id, link.start_offset, link.end_offset, link.cl_base,
+        bytes(cl), await span_bytes(b.rt.backend, link.consume_queue),
+        link.min_store_timestamp, link.max_store_timestamp,
+    )  # fmt: skip
+    index, data = build_batch(
+        cluster=CLUSTER, broker=BROKER, sequence=sequence, writer_id=WRITER, lease_epoch=1,
+        created_at_ms=CREATED, parts=[part],
+    )  # fmt: skip
+    await b.rt.backend.create(index.key, data)
+    return index.key
+
+
+@pytest.mark.parametrize("per_slice", [False, True], ids=["merged", "same-boundaries"])
+async def test_a_covering_segment_with_other_bytes_keeps_the_batch(
+    batched: OpenBatched, per_slice: bool
+) -> None:
+    async with batched("SSS", first_sequence=10) as b:
+        await _compact_all(b, per_slice=per_slice)
+        link = b.slices[0][1]
+        differs = await _fake(b, link, sequence=1, flip=link.commit_log.size // 2)
+        same = await _fake(b, link, sequence=2, flip=None)
+        got = await _collect(b, OLD)
+        assert got.deleted == (same, *b.batches[:-1])
+        assert len(got.problems) == 1
+        assert differs in got.problems[0] and "other bytes" in got.problems[0]
+        assert await b.rt.backend.exists(differs)
+
+
+async def test_a_slice_no_segment_holds_keeps_the_batch(batched: OpenBatched) -> None:
+    async with batched("SS", first_sequence=10) as b:
+        await _compact_all(b)
+        stray = chain(QueuePath(CLUSTER, BROKER, "NeverTiered", 0), [3])
+        key = await upload_batch(b.rt.backend, stray, sequence=3)
+        got = await _collect(b, OLD)
+        assert got.deleted == (b.batches[0],)
+        assert len(got.problems) == 1
+        assert key in got.problems[0] and "in no committed segment" in got.problems[0]
+        assert await b.rt.backend.exists(key)
+
+
+async def test_fences_below_the_highest_go_once_old_a_corrupt_head_never(
+    batched: OpenBatched,
+) -> None:
+    async with batched("SS", first_sequence=10) as b:
+        await _compact_all(b)
+        backend = b.rt.backend
+        old = BatchFence(CLUSTER, BROKER, 1, lease_epoch=1, writer_id="w", created_at_ms=CREATED)
+        young = BatchFence(CLUSTER, BROKER, 2, lease_epoch=1, writer_id="w", created_at_ms=OLD)
+        for fence in (old, young):
+            await backend.create(fence.key, fence.to_json())
+        corrupt = batch_key(CLUSTER, BROKER, 3)
+        await backend.create(corrupt, b"TSBATCH\x01 not an index")
+        top = BatchFence(CLUSTER, BROKER, 20, lease_epoch=1, writer_id="w", created_at_ms=0)
+        await backend.create(top.key, top.to_json())  # the highest, however old
+        got = await _collect(b, OLD)
+        assert set(got.deleted) == {old.key, *b.batches}
+        assert len(got.problems) == 1 and corrupt in got.problems[0]
+        assert "does not parse" in got.problems[0]
+        assert await _exists(b, [young.key, corrupt, top.key]) == [True, True, True]
+
+
+async def _take_over(lease: Lease, clock: VirtualClock) -> None:
+    """Another writer watches ``lease``'s record (nobody renews it) and takes over once
+    it stayed unchanged for the lease time; time moves only while the successor sleeps."""
+    successor = Lease(lease.backend, lease.key, clock)
+    acquiring = asyncio.create_task(successor.acquire(wait=False))
+    while not acquiring.done():
+        await clock.parked_or_done(acquiring)
+        if not acquiring.done():
+            await clock.advance(1)
+    await acquiring
+
+
+async def test_a_lost_lease_deletes_nothing(batched: OpenBatched) -> None:
+    async with batched("SSS", first_sequence=10) as b:
+        lease = (await _compact_all(b)).lease
+        b.clock.set_ms(OLD)
+        await asyncio.wait_for(_take_over(lease, b.clock), 30)
+        with pytest.raises(LeaseLostError):
+            await _collect(b, b.clock.now_ms())
+        assert await _exists(b, b.batches) == [True] * 3
