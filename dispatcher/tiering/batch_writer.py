@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -42,7 +42,7 @@ from dispatcher.lease.lease import Lease
 from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
-from dispatcher.tiering.planner import CutReason, SegmentPlan
+from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
@@ -67,8 +67,19 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import encode_units, make_units
+from tieredstore.settings.loader import TieringSettings
 
-__all__ = ["BATCH_MAX_BYTES", "BatchItem", "BatchOutcome", "BatchWriter", "batchable"]
+__all__ = [
+    "BATCH_EVERY",
+    "BATCH_MAX_BYTES",
+    "BatchItem",
+    "BatchOutcome",
+    "BatchWriter",
+    "Gathered",
+    "batchable",
+    "round_limits",
+    "split_round",
+]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +107,51 @@ class BatchItem:
     row: QueueRow
     plan: SegmentPlan
     spooled: Spooled
+
+
+#: Batching on: segments are cut by age (into one batch object) every this many ticks.
+BATCH_EVERY: Final = 2
+#: A planned segment as the pass left it: its row, plan, and spool file or error.
+Gathered = tuple[QueueRow, SegmentPlan, Spooled | TieredStoreError]
+
+
+def round_limits(tiering: TieringSettings, ticks: int, *, batching: bool) -> Limits:
+    """The group-commit limits of tick number ``ticks``. Batching on
+    (``tiering.batching`` and a batch writer), segments are cut by age only every
+    :data:`BATCH_EVERY` ticks, each time with what falls due before the next such tick
+    (the age limit less ``BATCH_EVERY - 1`` ticks): one batch object per
+    ``BATCH_EVERY`` ticks, and no message waits longer than ``segment_max_age``."""
+    limits = Limits.of(tiering)
+    if not (tiering.batching and batching):
+        return limits
+    if ticks % BATCH_EVERY:
+        return replace(limits, age_cuts=False)
+    lead_ms = int(tiering.tick_interval * 1000) * (BATCH_EVERY - 1)
+    return replace(limits, max_age_ms=max(limits.max_age_ms - lead_ms, 0))
+
+
+def split_round(
+    planned: Sequence[tuple[QueueRow, SegmentPlan]],
+    gathered: Sequence[Spooled | TieredStoreError],
+    *,
+    batching: bool,
+) -> tuple[list[list[BatchItem]], list[Gathered]]:
+    """A round's batch objects (``batching``: the segments cut by age, small and gathered
+    whole, :data:`BATCH_MAX_BYTES` of data in each; a round of trickling queues makes
+    one) and the segments committed per queue, in order."""
+    batches: list[list[BatchItem]] = []
+    single: list[Gathered] = []
+    room = 0
+    for (row, plan), spooled in zip(planned, gathered, strict=True):
+        if not (batching and isinstance(spooled, Spooled) and batchable(plan)):
+            single.append((row, plan, spooled))
+            continue
+        if not batches or plan.nbytes > room:
+            batches.append([])
+            room = BATCH_MAX_BYTES
+        room -= plan.nbytes
+        batches[-1].append(BatchItem(row, plan, spooled))
+    return batches, single
 
 
 class BatchWriter:

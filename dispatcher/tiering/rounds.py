@@ -8,10 +8,11 @@ in bulk,
 spooled per segment), then commits the segments (:mod:`dispatcher.tiering.committer`),
 ``tiering.concurrency`` at once. With ``tiering.batching`` on, the round's segments cut by
 age go instead into one batch object (:mod:`dispatcher.tiering.batch_writer`), and age
-cuts happen every :data:`BATCH_EVERY` ticks only, each taking what falls due before the
-next (:meth:`Rounds._limits`). Planning also refreshes each queue's lag and retention
-headroom gauges from the hot store and catalogue alone, so they stay current while the
-cold store is down.
+cuts happen every ``BATCH_EVERY`` ticks only, each taking what falls due before the
+next (:func:`~dispatcher.tiering.batch_writer.round_limits`). Planning also refreshes
+each queue's lag and retention headroom gauges from the hot store and catalogue alone
+(:mod:`dispatcher.tiering.lag_gauges`), so they stay current while the cold store is
+down.
 """
 
 from __future__ import annotations
@@ -23,20 +24,19 @@ import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
-from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
-from dispatcher.tiering.batch_writer import BATCH_MAX_BYTES, BatchItem, BatchWriter, batchable
+from dispatcher.retention_pressure import HotOldest, hot_oldest
+from dispatcher.tiering.batch_writer import BatchItem, BatchWriter, round_limits, split_round
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter
 from dispatcher.tiering.durability import DurabilityGuard
+from dispatcher.tiering.lag_gauges import set_lag
 from dispatcher.tiering.planner import (
     HotDataLost,
-    Limits,
     SegmentPlan,
     Wait,
     WaitReason,
@@ -57,18 +57,12 @@ from tieredstore.errors import (
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.loader import TieringSettings
 
-__all__ = ["BATCH_EVERY", "PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
+__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
 
 #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.tiering.commitlog_pass`).
 PASS_WINDOW_BYTES: Final = 2 << 20
 #: Records planned per round at most (bounds the unit arrays' memory).
 PASS_MAX_RECORDS: Final = 1 << 20
-#: Batching on: segments are cut by age (into one batch object) every this many ticks.
-BATCH_EVERY: Final = 2
-
-
-#: A planned segment as the pass left it: its row, plan, and spool file or error.
-_Gathered = tuple[QueueRow, SegmentPlan, Spooled | TieredStoreError]
 
 
 def _cl_end(planned: tuple[QueueRow, SegmentPlan]) -> int:
@@ -161,7 +155,7 @@ class Rounds:
         self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
-        self._ticks = 0  # ticks begun: batching on, age cuts every BATCH_EVERY of them
+        self._ticks = 0  # ticks begun (batching on, age cuts happen every other one)
 
     async def new_tick(self) -> None:
         """Read what a tick's rounds share: the broker's oldest file (for headroom), a
@@ -170,19 +164,6 @@ class Rounds:
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         self.guard.syncer.new_round()
         self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
-
-    def _limits(self) -> Limits:
-        """The group-commit limits of this tick. Batching on, segments are cut by age
-        only every :data:`BATCH_EVERY` ticks, each time with what falls due before the
-        next such tick (the age limit less ``BATCH_EVERY - 1`` ticks): one batch object
-        per ``BATCH_EVERY`` ticks, and no message waits longer than ``segment_max_age``."""
-        limits = Limits.of(self.tiering)
-        if not (self.tiering.batching and self.batcher is not None):
-            return limits
-        if self._ticks % BATCH_EVERY:
-            return replace(limits, age_cuts=False)
-        lead_ms = int(self.tiering.tick_interval * 1000) * (BATCH_EVERY - 1)
-        return replace(limits, max_age_ms=max(limits.max_age_ms - lead_ms, 0))
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
@@ -233,7 +214,7 @@ class Rounds:
             elif isinstance(outcome, Exception):
                 record_error(outcome, report, self.metrics)
             else:
-                self._update_lag(row, outcome)
+                set_lag(self.metrics, self.clock, self._oldest, row, outcome)
                 if isinstance(outcome, HotDataLost):
                     self.committer.hot_data_lost(outcome)
                     report.lost.append(outcome)
@@ -249,7 +230,7 @@ class Rounds:
         to record; a row planned past the budget is left for a later round."""
         out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
         now_ms = self.clock.now_ms()
-        limits = self._limits()
+        limits = round_limits(self.tiering, self._ticks, batching=self.batcher is not None)
         for row in rows:
             if budget.full():
                 break
@@ -283,7 +264,8 @@ class Rounds:
                 except TieredStoreError as exc:
                     gathered = [exc] * len(jobs)
                 gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-                batches, single = self._split(planned, gathered)
+                batching = self.batcher is not None and self.tiering.batching
+                batches, single = split_round(planned, gathered, batching=batching)
                 outcomes = await asyncio.gather(
                     self._commit_batches(batches, report),
                     *(
@@ -304,57 +286,26 @@ class Rounds:
                 going.append(outcome)
         return going
 
-    def _split(
-        self,
-        planned: Sequence[tuple[QueueRow, SegmentPlan]],
-        gathered: Sequence[Spooled | TieredStoreError],
-    ) -> tuple[list[list[BatchItem]], list[_Gathered]]:
-        """The round's batch objects (``tiering.batching`` on: the segments cut by age,
-        small and gathered whole, :data:`BATCH_MAX_BYTES` of data in each batch; a round
-        of trickling queues makes one) and the segments committed per queue."""
-        batches: list[list[BatchItem]] = []
-        single: list[_Gathered] = []
-        batching = self.batcher is not None and self.tiering.batching
-        room = 0
-        for (row, plan), spooled in zip(planned, gathered, strict=True):
-            if not (batching and isinstance(spooled, Spooled) and batchable(plan)):
-                single.append((row, plan, spooled))
-                continue
-            if not batches or plan.nbytes > room:
-                batches.append([])
-                room = BATCH_MAX_BYTES
-            room -= plan.nbytes
-            batches[-1].append(BatchItem(row, plan, spooled))
-        return batches, single
-
     async def _commit_batches(
         self, batches: Sequence[Sequence[BatchItem]], report: TickReport
     ) -> list[QueueRow]:
         """Commit each batch object in turn; return the rows to go on with."""
         going: list[QueueRow] = []
         for items in batches:
-            going.extend(await self._commit_batch(items, report))
-        return going
-
-    async def _commit_batch(self, items: Sequence[BatchItem], report: TickReport) -> list[QueueRow]:
-        """Commit ``items`` as one batch object; return the rows to go on with."""
-        assert self.batcher is not None
-        try:
+            assert self.batcher is not None
             async with self._sem:
                 started = time.perf_counter()
                 outcomes = await self.batcher.commit(items)
-        finally:
             self.in_flight = max(self.in_flight - len(items), 0)
-        self.metrics.upload_seconds.observe(time.perf_counter() - started)
-        going: list[QueueRow] = []
-        for item, outcome in zip(items, outcomes, strict=True):
-            if isinstance(outcome, TieredStoreError):
-                record_error(outcome, report, self.metrics)
-            elif outcome is CommitKind.DIVERGED:
-                report.diverged.append(QueueKey(item.row.topic, item.row.queue_id))
-            elif isinstance(outcome, QueueRow):
-                nxt = self._counted(item.plan, outcome, report)
-                if nxt is not None:
+            self.metrics.upload_seconds.observe(time.perf_counter() - started)
+            for item, outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, TieredStoreError):
+                    record_error(outcome, report, self.metrics)
+                elif outcome is CommitKind.DIVERGED:
+                    report.diverged.append(QueueKey(item.row.topic, item.row.queue_id))
+                elif isinstance(outcome, QueueRow) and (
+                    nxt := self._counted(item.plan, outcome, report)
+                ):
                     going.append(nxt)
         return going
 
@@ -423,41 +374,5 @@ class Rounds:
             return row
         # Drained to the hot max it was planned against: done for this tick. Its gauges
         # say so now (no planning follows that would set them).
-        self._update_lag(row, Wait(WaitReason.IDLE, plan.hot))
+        set_lag(self.metrics, self.clock, self._oldest, row, Wait(WaitReason.IDLE, plan.hot))
         return None
-
-    def _update_lag(self, row: QueueRow, outcome: SegmentPlan | Wait | HotDataLost) -> None:
-        """Set the lag gauges from the plan alone (hot store + catalogue, no backend).
-
-        Also for a ready segment: if its upload then fails (backend down), the gauges
-        still show what is waiting.
-        """
-        hot = outcome.hot
-        labels = (row.topic, str(row.queue_id))
-        self.metrics.lag_messages.labels(*labels).set(max(hot.max - row.cold_commit, 0))
-        self.metrics.cold_ahead.labels(*labels).set(0)
-        if isinstance(outcome, HotDataLost):
-            self.metrics.lost_unacknowledged.labels(*labels).set(outcome.end - outcome.start)
-            self.metrics.retention_headroom_bytes.labels(*labels).set(0)
-            self.metrics.retention_headroom_seconds.labels(*labels).set(0)
-            return
-        self.metrics.lost_unacknowledged.labels(*labels).set(0)
-        self.metrics.lag_bytes.labels(*labels).set(outcome.pending_bytes)
-        oldest = outcome.oldest_ms
-        age = (self.clock.now_ms() - oldest) / 1000 if oldest is not None else 0.0
-        self.metrics.lag_seconds.labels(*labels).set(max(age, 0.0))
-        self._set_headroom(labels, outcome)
-
-    def _set_headroom(self, labels: tuple[str, str], outcome: SegmentPlan | Wait) -> None:
-        """Retention pressure (:mod:`dispatcher.retention_pressure`) of the oldest pending
-        message."""
-        cl: int | None = outcome.oldest_cl
-        ms: int | None = outcome.oldest_ms
-        if cl is None or ms is None:
-            room = Headroom.none_pending()
-        elif self._oldest is None:
-            return  # the broker's oldest file could not be read this tick
-        else:
-            room = self._oldest.headroom(cl, ms)
-        self.metrics.retention_headroom_bytes.labels(*labels).set(room.bytes)
-        self.metrics.retention_headroom_seconds.labels(*labels).set(room.seconds)

@@ -26,7 +26,7 @@ from tieredstore.cold.history import EntryKind, load_history, read_batch
 from tieredstore.cold.layout import batch_prefix, broker_prefix, parse_batch_key
 from tieredstore.errors import BackendUnavailableError, LeaseLostError
 from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SynthSpec, SyntheticStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
@@ -91,7 +91,7 @@ async def test_small_queues_share_one_batch_object(store: Path, tmp_path: Path) 
     async with sidecar(store, cold, tmp_path / "state", tiering__batching=True) as rt:
         assert (await rt.dispatcher.catch_up()).messages == 240
     async with open_backend(cold) as backend:
-        assert sorted((await batches(backend))) == [0, 1, 2, 3, 4]
+        assert sorted(await batches(backend)) == [0, 1, 2, 3, 4]
         cold_view = await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
         assert {len(q.manifests) for q in cold_view.values()} <= {1, 2}
 
