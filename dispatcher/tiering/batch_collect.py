@@ -19,8 +19,9 @@ holds its offsets, so a batch is deleted only when **all** of these hold:
     lists to find the next free sequence: the highest must never vanish.
 
 The lease is checked (and renewed when due) right before each delete: a writer that lost
-it deletes nothing more (LeaseLostError propagates). A batch **fence** below the highest
-key is deleted once older than the grace (it fenced a sequence long taken since). A
+it deletes nothing more (LeaseLostError propagates). A batch **fence** is never deleted
+(a few hundred bytes per sidecar start): a writer of an older epoch frozen inside its
+create at that sequence, however long, must still find the key taken when it lands. A
 batch object whose head does not parse is never deleted, and reported; so is an old,
 unreferenced batch whose slices no segment holds (or holds with other bytes).
 """
@@ -87,7 +88,7 @@ class _Collector:
         if found is None:
             return False, ""  # gone since the listing
         if isinstance(found, BatchFence):
-            return self._old(found.created_at_ms), ""
+            return False, ""  # kept for good (module docstring)
         if key in self.referenced or not self._old(found.index.created_at_ms):
             return False, ""
         return await self._covered(found)
