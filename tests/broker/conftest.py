@@ -42,7 +42,11 @@ def broker_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerRun]:
     cluster = LocalCluster(toolchain, tmp_path_factory.mktemp("rocketmq"), BrokerSettings())
     # The sidecar (entered after the cluster is up) tiers the store while the
     # scenario's traffic is being produced.
-    with cluster, LiveSidecar.start(cluster, tmp_path_factory.mktemp("tiering")) as sidecar:
+    # Batching on: the small segments of each tick go into batch objects (issue 37), so
+    # the tiering and conformance checks read batch slices beside per-queue segments.
+    batching = {"TIEREDSTORE_TIERING_BATCHING": "true"}
+    work = tmp_path_factory.mktemp("tiering")
+    with cluster, LiveSidecar.start(cluster, work, overrides=batching) as sidecar:
         manifest = run_scenario(cluster, normal=LIVE_NORMAL_MESSAGES, seed=LIVE_SEED)
         yield BrokerRun(cluster, manifest, sidecar)
 

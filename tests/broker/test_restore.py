@@ -11,6 +11,7 @@ whose oldest cold segments expired (its queues start above offset 0).
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
+from tieredstore.cold.history import EntryKind, load_history
 from tieredstore.cold.reader import ColdReader
 from tieredstore.formats.msgid import decode_offset_msg_id
 from tieredstore.hot.store import HotStore
@@ -49,9 +51,13 @@ from tieredstore.testing.rocketmq import (
 )
 
 
-def tieredstore(*args: str) -> int:
-    """Run a ``tieredstore`` command in this process; return its exit code."""
-    return main(list(args))
+def tieredstore(*args: str, batching: bool = False) -> int:
+    """Run a ``tieredstore`` command in this process; return its exit code
+    (``batching``: with ``tiering.batching`` on, from the environment as a user sets it)."""
+    with pytest.MonkeyPatch.context() as env:
+        if batching:
+            env.setenv("TIEREDSTORE_TIERING_BATCHING", "true")
+        return main(list(args))
 
 
 pytestmark = pytest.mark.broker
@@ -73,15 +79,18 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
         consumed = consume_group(cluster, ORDERS, len(orders1), "group-before")
         assert consumed == orders1
         src = Source(cluster, work / "cold", work / "state", tuple(batch1), (), frozenset(), 0, 0)
-        assert (
-            tieredstore(*src.sidecar_args(cluster.store_root, "--guard", "none")) == 0
-        )  # segment 1
+        batched = work / "cold-batch"
+        for cold in (None, batched):  # segment 1 (and its batch object)
+            args = src.sidecar_args(cluster.store_root, "--guard", "none", cold=cold)
+            assert tieredstore(*args, batching=cold is not None) == 0
         start = now_ms()
         batch2 = produce(cluster, plan_batch(2, 450, 240), "batch2")
         end = now_ms()
         wait_dispatched(cluster, queue_counts(batch1 + batch2))
         wait_for_clean_stop(cluster)  # the broker writes config/ as it stops
-        assert tieredstore(*src.sidecar_args(cluster.store_root)) == 0  # segment 2; config copied
+        for cold in (None, batched):  # segment 2 (and its batch object); config copied
+            args = src.sidecar_args(cluster.store_root, cold=cold)
+            assert tieredstore(*args, batching=cold is not None) == 0
         shutil.rmtree(cluster.store_root)  # the broker is lost
         yield Source(
             cluster,
@@ -92,6 +101,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
             frozenset(consumed),
             start,
             end,
+            batched,
         )
 
 
@@ -121,6 +131,34 @@ def _restored(
 @pytest.fixture(scope="module")
 def full_restore(source: Source, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _restored(source, tmp_path_factory, "restored-full")
+
+
+def test_a_restore_through_batch_objects_is_the_restore_through_segments(
+    source: Source, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The same broker tiered with batching on (its two runs' segments are batch slices)
+    restores to the very same files as through per-queue segments: every byte the
+    broker tests below serve from the segment restore is what the batch restore holds.
+    Both stop at batch 2's end (a later test tiers more into the segment copy)."""
+    assert source.batched is not None
+    until = ("--until", str(source.batch2_end_ms))
+    trees = []
+    for name, cold in (("via-segments", None), ("via-batches", source.batched)):
+        out = tmp_path_factory.mktemp(name) / "store"
+        assert tieredstore(*source.restore_args(out, *until, cold=cold)) == 0
+        assert tieredstore(*source.restore_args(out, "--check", cold=cold)) == 0
+        trees.append({p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()})
+    segments, batches = trees
+    assert sorted(segments) == sorted(batches)
+    assert [f for f in segments if segments[f] != batches[f]] == []
+    assert any("commitlog" in str(f) for f in segments)
+
+    async def kinds() -> set[EntryKind]:
+        async with open_backend(str(source.batched)) as backend:
+            history = await load_history(backend, CLUSTER, BROKER)
+            return {link.kind for link in history.links()}
+
+    assert asyncio.run(kinds()) == {EntryKind.SLICE}
 
 
 def test_full_restore_serves_every_message(source: Source, full_restore: Path) -> None:
@@ -216,8 +254,6 @@ def test_subset_restore_one_topic_one_window(
 def test_restore_after_expiry_starts_queues_above_zero(
     source: Source, full_restore: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    import asyncio
-
     first_end = max(_segment_end_times(source))
     # Retention 1 h, evaluated just past the oldest segments' newest message + 1 h:
     # only each queue's first segment (batch 1) has expired. The sidecar's hot store is

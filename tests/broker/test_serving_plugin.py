@@ -112,7 +112,11 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Produced]:
     workdir = tmp_path_factory.mktemp("served")
     cluster = LocalCluster(toolchain, workdir / "rocketmq", settings)
     (workdir / "tiering").mkdir()
-    overrides = {"TIEREDSTORE_READS_PORT": str(reads_port), "TIEREDSTORE_READS_ENABLED": "true"}
+    overrides = {
+        "TIEREDSTORE_READS_PORT": str(reads_port),
+        "TIEREDSTORE_READS_ENABLED": "true",
+        "TIEREDSTORE_TIERING_BATCHING": "true",  # the plugin reads batch slices too
+    }
     with cluster, LiveSidecar.start(cluster, workdir / "tiering", overrides=overrides) as sidecar:
         cluster.create_topics({TOPIC: QUEUES})
         plan = plan_messages(MESSAGES, seed=29)

@@ -10,6 +10,7 @@ import pytest
 from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from tieredstore.backends import open_backend
+from tieredstore.cold.history import EntryKind
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.loader import SETTINGS
 from tieredstore.testing.broker.scenario import BrokerRun
@@ -48,6 +49,8 @@ def test_live_broker_is_tiered_while_receiving_traffic(broker_run: BrokerRun) ->
             cold = await assert_cold_matches_hot(
                 backend, hot, sidecar.cluster, sidecar.broker, expect_full=False
             )
+        kinds = {link.kind for c in cold.values() for link in c.manifests}
+        assert EntryKind.SLICE in kinds, kinds  # batching is on: ticks wrote batch objects
         return {(q.topic, q.queue_id): (c.start, c.end) for q, c in cold.items()}
 
     ranges = asyncio.run(check())

@@ -297,11 +297,13 @@ class TieringSettings(Section):
         parse_bool,
         False,
         "Put the segments cut by age (queues whose segment is not full when "
-        "`segment_max_age` passes) of one round into ONE batch object for the broker "
-        "instead of three objects per queue: the PUTs per tick stay constant whatever the "
-        "number of queues. Queues with a full segment keep per-queue segments. Batch "
-        "slices are rewritten as per-queue segments by compaction (`compact_after`). Off: "
-        "per-queue segments only. See [format: batch objects](format.md#batch-objects).",
+        "`segment_max_age` passes) into ONE batch object for the broker, every other tick, "
+        "instead of three objects per queue: the PUTs stay constant whatever the number of "
+        "queues, and no message waits longer than `segment_max_age`. Queues with a full "
+        "segment keep per-queue segments. Batch slices are rewritten as per-queue segments "
+        "by compaction (`compact_after`). Off: per-queue segments only. See [operations: "
+        "cost](operations.md#cost-and-bandwidth) and [format: batch "
+        "objects](format.md#batch-objects).",
         live=True,
         note="one object per tick for the small queues",
     )

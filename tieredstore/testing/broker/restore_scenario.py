@@ -188,22 +188,26 @@ class Source:
     consumed: frozenset[tuple[int, int]]
     batch2_start_ms: int
     batch2_end_ms: int
+    #: The same two runs tiered with ``tiering.batching`` on, into their own cold copy.
+    batched: Path | None = None
 
     @property
     def messages(self) -> tuple[ExpectedMessage, ...]:
         return self.batch1 + self.batch2
 
-    def sidecar_args(self, store: Path, *extra: str) -> list[str]:
-        """The ``tieredstore`` arguments that tier ``store`` once into the cold copy."""
+    def sidecar_args(self, store: Path, *extra: str, cold: Path | None = None) -> list[str]:
+        """The ``tieredstore`` arguments that tier ``store`` once into the cold copy (or
+        into ``cold``, with a state dir beside it)."""
+        state = self.state if cold is None else cold.with_name(cold.name + "-state")
         return [
             "run",
             "--once",
             "--store",
             str(store),
             "--cold",
-            str(self.cold),
+            str(cold or self.cold),
             "--state-dir",
-            str(self.state),
+            str(state),
             "--cluster",
             CLUSTER,
             "--broker",
@@ -212,13 +216,14 @@ class Source:
             *extra,
         ]
 
-    def restore_args(self, out: Path, *extra: str) -> list[str]:
-        """The ``tieredstore`` arguments that restore the lost broker into ``out``."""
+    def restore_args(self, out: Path, *extra: str, cold: Path | None = None) -> list[str]:
+        """The ``tieredstore`` arguments that restore the lost broker into ``out`` (from
+        the cold copy, or from ``cold``)."""
         s = self.cluster.settings
         return [
             "restore",
             "--cold",
-            str(self.cold),
+            str(cold or self.cold),
             "--cluster",
             CLUSTER,
             "--broker",
