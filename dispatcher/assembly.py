@@ -39,7 +39,7 @@ from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.batch_writer import BatchWriter
 from dispatcher.tiering.cold_writer import ColdWriter
 from dispatcher.tiering.committer import SegmentCommitter
-from dispatcher.tiering.compaction import Compactor
+from dispatcher.tiering.compaction import CompactionReport, Compactor
 from dispatcher.tiering.durability import DurabilityGuard
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.provenance_writer import ProvenanceWriter
@@ -118,7 +118,7 @@ def build_dispatcher(
     periodic, startup = _jobs(settings, retention, backup)
     states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
     compactor = Compactor(writer=writer, lease=lease, lock=states.lock, tiering=settings.tiering)
-    periodic.append(_compaction(settings, compactor))
+    periodic.append(_compaction(settings, compactor, metrics))
     dispatcher = _dispatcher(out, lease, writer, states, on_segment, periodic, startup)
     return Assembly(dispatcher, retention, upload_limit, compactor, backup)
 
@@ -142,7 +142,7 @@ def _dispatcher(
     )
     batcher = BatchWriter(
         backend=writer.backend, catalogue=catalogue, lease=lease, committer=committer,
-        states=states, clock=out.clock, retry=writer.retry,
+        states=states, clock=out.clock, retry=writer.retry, metrics=metrics,
     )  # fmt: skip
     rounds = Rounds(
         hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
@@ -211,7 +211,7 @@ def _jobs(
 _COMPACTION_INTERVAL_MAX = 300.0
 
 
-def _compaction(settings: Settings, compactor: Compactor) -> Periodic:
+def _compaction(settings: Settings, compactor: Compactor, metrics: Metrics) -> Periodic:
     """Compaction as a periodic job, every ``min(compact_after / 4, 5 min)``.
 
     Why that interval: a slice is due ``compact_after`` after its batch (1 h by
@@ -225,7 +225,15 @@ def _compaction(settings: Settings, compactor: Compactor) -> Periodic:
     compactor takes around each catalogue swap: its uploads never hold up tiering.
     """
     interval = min(settings.tiering.compact_after / 4, _COMPACTION_INTERVAL_MAX)
-    return Periodic("compaction", interval, compactor.run_if_needed, locked=False)
+
+    async def compact() -> CompactionReport | None:
+        report = await compactor.run_if_needed()
+        if report is not None:
+            metrics.slices_compacted.inc(report.slices)
+            metrics.batches_deleted.inc(len(report.batches_deleted))
+        return report
+
+    return Periodic("compaction", interval, compact, locked=False)
 
 
 def _config_backup(

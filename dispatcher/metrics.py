@@ -34,6 +34,19 @@ class Metrics:
         self.segments_tiered = Counter(
             "tieredstore_segments_tiered", "Segments committed to cold", ["reason"], registry=r
         )
+        self.batches_committed = Counter(
+            "tieredstore_batches_committed",
+            "Batch objects committed (tiering.batching)",
+            registry=r,
+        )
+        self.slices_compacted = Counter(
+            "tieredstore_slices_compacted", "Batch slices rewritten as segments", registry=r
+        )
+        self.batches_deleted = Counter(
+            "tieredstore_batches_deleted",
+            "Batch objects deleted (nothing refers to them)",
+            registry=r,
+        )
         self.upload_seconds = Histogram(
             "tieredstore_segment_upload_seconds",
             "Time to upload and commit one segment",

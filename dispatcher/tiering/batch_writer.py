@@ -39,6 +39,7 @@ from typing import Final
 import numpy as np
 
 from dispatcher.lease.lease import Lease
+from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
@@ -167,6 +168,7 @@ class BatchWriter:
         states: QueueStates,
         clock: Clock,
         retry: RetryPolicy,
+        metrics: Metrics,
     ) -> None:
         self.backend = backend
         self.catalogue = catalogue
@@ -175,6 +177,7 @@ class BatchWriter:
         self.states = states
         self.clock = clock
         self.retry = retry
+        self.metrics = metrics
         self.cluster = catalogue.cluster
         self.broker = catalogue.broker
         self._prefix = batch_prefix(self.cluster, self.broker) + "/"
@@ -273,6 +276,7 @@ class BatchWriter:
                     continue
             self._next = sequence + 1
             self.batches += 1
+            self.metrics.batches_committed.inc()
             found = read_batch_head(data[:HEAD_PROBE], key=index.key, object_size=len(data))
             if isinstance(found, int):
                 found = read_batch_head(data[:found], key=index.key, object_size=len(data))
