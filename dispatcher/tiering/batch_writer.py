@@ -68,6 +68,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import encode_units, make_units
+from tieredstore.hot.store import QueueKey
 from tieredstore.settings.loader import TieringSettings
 
 __all__ = [
@@ -178,6 +179,7 @@ class BatchWriter:
         self.clock = clock
         self.retry = retry
         self.metrics = metrics
+        self.continuity = committer.writer.continuity
         self.cluster = catalogue.cluster
         self.broker = catalogue.broker
         self._prefix = batch_prefix(self.cluster, self.broker) + "/"
@@ -238,15 +240,22 @@ class BatchWriter:
             links = slices_of(head)
             rows = await self._record(links)
             by_queue = {(c.topic, c.queue_id): row for c, row in zip(links, rows, strict=True)}
-            for i in kept:
-                out[i] = by_queue[(items[i].row.topic, items[i].row.queue_id)]
+            for i, part in zip(kept, parts, strict=True):
+                out[i] = outcome = by_queue[(part.topic, part.queue_id)]
+                if isinstance(outcome, QueueRow):  # its last record, for the next check
+                    last = int(items[i].plan.units["size"][-1])
+                    self.continuity.remember(
+                        QueueKey(part.topic, part.queue_id),
+                        part.end_offset - 1,
+                        memoryview(part.commit_log)[-last:],
+                    )
             return out
 
     async def _admit(self, item: BatchItem) -> CommitKind:
         """The checks a segment passes before upload: COMMITTED if it passes them, else
         DIVERGED or STOPPED (the queue is turned so)."""
         row = item.row
-        if not await self.committer.writer.continuity_ok(row):
+        if not await self.continuity.ok(row):
             why = "hot record before the next segment differs from cold"
             await self.committer.diverge(row, why)
             return CommitKind.DIVERGED

@@ -33,6 +33,7 @@ from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import Damaged
 from dispatcher.tiering.commitlog_pass import Spooled
+from dispatcher.tiering.continuity import Continuity
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
@@ -42,7 +43,6 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
-from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -67,14 +67,11 @@ from tieredstore.errors import (
     ConditionFailedError,
     InvalidNameError,
     LeaseLostError,
-    ObjectNotFoundError,
-    OffsetOutOfRangeError,
     RetryableError,
     TieredStoreError,
     UnsupportedFormatError,
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hot.store import HotStore, QueueKey
 
 __all__ = [
@@ -131,6 +128,7 @@ class ColdWriter:
         self.batch_bytes = batch_bytes
         self.retry = retry
         self.on_retry = on_retry
+        self.continuity = Continuity(hot, catalogue, backend)
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         return QueuePath(self.cluster, self.broker, topic, queue_id)
@@ -308,45 +306,6 @@ class ColdWriter:
                 await self.backend.delete(key)
             except TieredStoreError as exc:
                 log.warning("could not delete abandoned upload %s (GC will): %s", key, exc)
-
-    async def continuity_ok(self, row: QueueRow) -> bool:
-        """Whether the hot record just below the cold commit offset still equals cold's.
-
-        A broker that lost unflushed data and re-wrote offsets has different bytes at an
-        offset cold already holds. Compared outside bytes [28, 36). True when nothing is
-        tiered yet or the hot record is gone (deleted by retention: nothing to compare).
-        """
-        last = row.cold_commit - 1
-        if last < row.cold_min:
-            return True  # nothing committed (or all of it expired)
-        hot = self.hot
-        rng = await asyncio.to_thread(hot.queue_range, row.topic, row.queue_id)
-        if not rng.min <= last < rng.max:
-            return True  # also right after an accepted loss: ``last`` is in no segment
-        span = self._link_at(row, last).commit_log  # a segment's, or a batch slice's
-        unit = (await asyncio.to_thread(hot.read_units, row.topic, row.queue_id, last, last + 1))[0]
-        size = int(unit["size"])
-        hot_bytes = await asyncio.to_thread(
-            hot.read_record_bytes, int(unit["commitlog_offset"]), size
-        )
-        try:
-            cold_bytes = await self.backend.read_exact(span.key, span.end - size, span.end)
-        except ObjectNotFoundError:
-            return False
-        return same_outside_physical_offset(hot_bytes, cold_bytes)
-
-    def _link_at(self, row: QueueRow, offset: int) -> Committed:
-        """The catalogue's committed link holding ``offset``: a segment, else a batch
-        slice. Raises OffsetOutOfRangeError (the segments' message) when neither does."""
-        try:
-            return Committed.of_manifest(
-                self.catalogue.segments.at(row.topic, row.queue_id, offset).manifest
-            )
-        except OffsetOutOfRangeError:
-            for link in self.catalogue.slices.of(row.topic, row.queue_id):
-                if link.start_offset <= offset < link.end_offset:
-                    return link
-            raise
 
     async def recover(self) -> ReconcileReport:
         """Adopt manifests committed to cold but not yet to the catalogue (a crash);

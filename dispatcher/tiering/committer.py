@@ -103,7 +103,7 @@ class SegmentCommitter:
         already at this start (the catalogue is behind the cold store, or another
         writer won), it is adopted instead; ours is never written over it.
         """
-        if not await self.writer.continuity_ok(row):
+        if not await self.writer.continuity.ok(row):
             await self.diverge(row, "hot record before the next segment differs from cold")
             return CommitResult(CommitKind.DIVERGED, row)
         try:
@@ -119,6 +119,9 @@ class SegmentCommitter:
         outcome = await self.writer.create_manifest(manifest, check=self.lease.check)
         if outcome is ManifestOutcome.CREATED:
             fresh = await self._group.commit(manifest)
+            last = int(plan.units["size"][-1])  # its last record, for the next check
+            tail = await asyncio.to_thread(_tail, spooled, last)
+            self.writer.continuity.remember(plan.queue, plan.end - 1, tail)
             return CommitResult(CommitKind.COMMITTED, fresh)
         await self.writer.discard(manifest)
         if outcome is ManifestOutcome.UNREADABLE:
@@ -221,6 +224,13 @@ class SegmentCommitter:
 #
 # A failure is a :class:`~tieredstore.errors.CorruptRecordError` (or CorruptUnitError)
 # naming the queue offset; the caller stops the queue and commits nothing.
+
+
+def _tail(spooled: Spooled, size: int) -> bytes:
+    """The last ``size`` bytes of the spool file (blocking)."""
+    with spooled.path.open("rb") as f:
+        f.seek(spooled.size - size)
+        return f.read(size)
 
 
 def check_built(plan: SegmentPlan, spooled: Spooled, cl_base: int) -> None:

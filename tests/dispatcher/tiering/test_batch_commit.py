@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from metadata.rows import QueueState
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
@@ -26,8 +27,10 @@ from tieredstore.cold.history import EntryKind, load_history, read_batch
 from tieredstore.cold.layout import batch_prefix, broker_prefix, parse_batch_key
 from tieredstore.errors import BackendUnavailableError, LeaseLostError
 from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.divergence import SPEC as DIVERGING
+from tieredstore.testing.divergence import TOPIC, rewrite_tail
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=6, queues=4, messages=1200, body_min=20, body_max=400, seed=21)
@@ -200,3 +203,42 @@ async def test_a_catalogue_that_missed_a_batch_adopts_it_on_start(
         heads = [v for v in (await batches(backend)).values() if isinstance(v, BatchHead)]
         assert len(heads) == 1
         await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+
+
+async def test_continuity_costs_no_read_while_running_and_one_per_queue_after_a_restart(
+    store: Path, tmp_path: Path
+) -> None:
+    reset_memory_stores()
+    cold = "memory://batch-continuity"
+    queues = SPEC.topics * SPEC.queues
+    async with sidecar(store, cold, tmp_path / "state", tiering__batching=True) as rt:
+        await rt.dispatcher.catch_up()
+        SyntheticStore.open(store).append(queues * 5)
+        assert (await rt.dispatcher.catch_up()).messages == queues * 5
+        assert rt.dispatcher.writer.continuity.reads == 0  # every tail remembered
+    SyntheticStore.open(store).append(queues * 5)
+    async with sidecar(store, cold, tmp_path / "state", tiering__batching=True) as rt:
+        assert (await rt.dispatcher.catch_up()).messages == queues * 5
+        assert rt.dispatcher.writer.continuity.reads == queues  # each tail read once
+    async with open_backend(cold) as backend:
+        await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+
+
+async def test_a_broker_that_rewrote_batched_offsets_diverges(tmp_path: Path) -> None:
+    """The broker lost its tail after it was tiered into batch slices and wrote those
+    offsets again: the next commit finds the hot record below the cold commit offset
+    differs from the slice's, and the queue turns DIVERGED (cold untouched)."""
+    store, cold, state = tmp_path / "store", str(tmp_path / "cold"), tmp_path / "state"
+    synthesize(store, DIVERGING)
+    async with sidecar(
+        store, cold, state, tiering__segment_max_bytes="24K", tiering__batching=True
+    ) as rt:
+        assert (await rt.dispatcher.catch_up()).messages == DIVERGING.messages
+        assert all(rt.catalogue.slices.of(TOPIC, q) for q in range(DIVERGING.queues))
+    rewrite_tail(store)
+    async with sidecar(
+        store, cold, state, tiering__segment_max_bytes="24K", tiering__batching=True
+    ) as rt:
+        report = await rt.dispatcher.catch_up()
+        assert sorted(str(q) for q in report.diverged) == [f"{TOPIC}/0", f"{TOPIC}/1"]
+        assert {q.state for q in rt.catalogue.queues.all()} == {QueueState.DIVERGED}
