@@ -1,10 +1,15 @@
 """A sidecar under test: the names its broker goes by, its location flags, its settings.
 
 ``CLUSTER`` / ``BROKER`` are the names every synthetic test store is tiered under.
+
+``TS_TEST_BATCHING=1`` in the environment turns ``tiering.batching`` on in every
+:func:`settings_for` that does not set it: the suite's readers run their tests over
+batch objects (``TS_TEST_BATCHING=1 make pytest``).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tieredstore.settings.loader import Settings, load_settings
@@ -38,5 +43,7 @@ def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Se
         "http.enabled": False,
         "config_backup.enabled": False,
     }
+    if os.environ.get("TS_TEST_BATCHING") == "1":
+        values["tiering.batching"] = True
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
     return load_settings(env={}, overrides=values)
