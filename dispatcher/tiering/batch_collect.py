@@ -198,6 +198,8 @@ async def collect_batches(
     deleted: list[str] = []
     problems: list[str] = []
     for _sequence, key, size in listed[:-1]:
+        if key in referenced:
+            continue  # (a): not compacted yet, and its head is not even read (no request)
         ok, problem = await collector.verdict(key, size)
         if problem:
             log.error("%s", problem)
