@@ -106,15 +106,22 @@ _V1: Final = (
 # Rows of 0.1.0 segments keep "" (their objects' names have no attempt).
 _V2: Final = ("ALTER TABLE segments ADD COLUMN attempt TEXT NOT NULL DEFAULT ''",)
 
-# 0.2: offsets the broker deleted before they were tiered, accepted by ``resume``.
-_V3: Final = (
-    """
-    CREATE TABLE losses (
+#: A queue's offset range, the first columns of the tables keyed by one (same SQL text
+#: as each migration shipped with).
+_QUEUE_RANGE: Final = """\
         topic TEXT NOT NULL,
         queue_id INTEGER NOT NULL,
         start_offset INTEGER NOT NULL CHECK (start_offset >= 0),
         end_offset INTEGER NOT NULL CHECK (end_offset > start_offset),
-        accepted_at_ms INTEGER NOT NULL CHECK (accepted_at_ms >= 0),
+"""
+
+# 0.2: offsets the broker deleted before they were tiered, accepted by ``resume``.
+_V3: Final = (
+    """
+    CREATE TABLE losses (
+"""
+    + _QUEUE_RANGE
+    + """        accepted_at_ms INTEGER NOT NULL CHECK (accepted_at_ms >= 0),
         writer_id TEXT NOT NULL CHECK (writer_id <> ''),
         lease_epoch INTEGER NOT NULL CHECK (lease_epoch >= 1),
         record_key TEXT NOT NULL UNIQUE,
@@ -135,11 +142,9 @@ _V4: Final = ("ALTER TABLE identity ADD COLUMN cold_url TEXT NOT NULL DEFAULT ''
 _V5: Final = (
     """
     CREATE TABLE slices (
-        topic TEXT NOT NULL,
-        queue_id INTEGER NOT NULL,
-        start_offset INTEGER NOT NULL CHECK (start_offset >= 0),
-        end_offset INTEGER NOT NULL CHECK (end_offset > start_offset),
-        cl_base INTEGER NOT NULL CHECK (cl_base >= 0),
+"""
+    + _QUEUE_RANGE
+    + """        cl_base INTEGER NOT NULL CHECK (cl_base >= 0),
         cl_end INTEGER NOT NULL CHECK (cl_end > cl_base),
         batch_key TEXT NOT NULL CHECK (batch_key <> ''),
         sequence INTEGER NOT NULL CHECK (sequence >= 0),
