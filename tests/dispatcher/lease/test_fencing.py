@@ -26,6 +26,7 @@ has logged and counted it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -300,8 +301,9 @@ async def test_a_stale_batch_is_fenced_or_adopted_never_doubled(
 ) -> None:
     """Batching on: A's batch create (its second create under ``_batches/``: the first is
     its start's fence) is stuck; B takes over and fences the next sequence. Either A's
-    batch landed before B started (B's reconcile adopts it, nothing is tiered twice) or
-    it lands after B's fence (its create loses and A stops as fenced)."""
+    batch landed before B started (B's reconcile adopts it, nothing is tiered twice; A
+    may have finished its pass before it noticed the takeover) or it lands after B's
+    fence (its create loses and A stops as fenced)."""
     clock = VirtualClock()
     stall = None
 
@@ -324,8 +326,12 @@ async def test_a_stale_batch_is_fenced_or_adopted_never_doubled(
         await take_over(b, clock)
         assert not (await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)).errors
         stall.release()
-        with pytest.raises(LeaseLostError):
-            await asyncio.wait_for(a_pass, WAIT_S)
+        if a_lands_first:  # A may have finished its pass on the batch it committed in time
+            with contextlib.suppress(LeaseLostError):
+                await asyncio.wait_for(a_pass, WAIT_S)
+        else:
+            with pytest.raises(LeaseLostError):
+                await asyncio.wait_for(a_pass, WAIT_S)
         await stall.drained()
         key = batch_key(CLUSTER, BROKER, 1)  # A's: its fence is sequence 0
         at_a = await read_batch(backend, key, await backend.size(key))
