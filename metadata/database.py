@@ -19,9 +19,9 @@ import enum
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, Required, Self, TypedDict
+from typing import Any, Final, Required, Self, TypedDict, TypeVar
 
 from metadata.lock import WriterLock
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
@@ -43,6 +43,7 @@ __all__ = [
     "CatalogueDatabase",
     "CatalogueState",
     "OpenOptions",
+    "each_in_savepoint",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,10 @@ class OpenOptions(TypedDict, total=False):
 class CatalogueState(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 class CatalogueDatabase:
@@ -413,3 +418,27 @@ def _check_cold_url(db: CatalogueDatabase, url: str) -> None:
             "use that store's state directory, or a new one for this store",
             where=str(db.path),
         )
+
+
+def each_in_savepoint(
+    db: CatalogueDatabase, items: Sequence[_T], apply: Callable[[sqlite3.Connection, _T], _R]
+) -> list[_R | CatalogueError]:
+    """``apply`` to each item in ONE transaction of ``db`` (one fsync: a group commit), each
+    in a savepoint of its own: an item it refuses (CatalogueError) is rolled back
+    and fails alone, the others commit all the same. Per item, in order, what
+    ``apply`` returned or the CatalogueError that refused it.
+
+    Raises:
+        CatalogueError: the database failed (then none of them is committed).
+    """
+    out: list[_R | CatalogueError] = []
+    with db.transaction() as conn:
+        for i, item in enumerate(items):
+            conn.execute(f"SAVEPOINT s{i}")
+            try:
+                out.append(apply(conn, item))
+            except CatalogueError as exc:
+                conn.execute(f"ROLLBACK TO s{i}")
+                out.append(exc)
+            conn.execute(f"RELEASE s{i}")
+    return out

@@ -26,7 +26,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from metadata.database import SEGMENT_COLUMNS, CatalogueDatabase
+from metadata.database import SEGMENT_COLUMNS, CatalogueDatabase, each_in_savepoint
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, OffsetOutOfRangeError
@@ -98,17 +98,7 @@ class SegmentTable:
         Raises:
             CatalogueError: the database failed (then none of them is committed).
         """
-        out: list[tuple[SegmentRow, QueueRow] | CatalogueError] = []
-        with self._db.transaction() as conn:
-            for i, manifest in enumerate(manifests):
-                conn.execute(f"SAVEPOINT s{i}")
-                try:
-                    out.append(self._commit_one(conn, manifest))
-                except CatalogueError as exc:
-                    conn.execute(f"ROLLBACK TO s{i}")
-                    out.append(exc)
-                conn.execute(f"RELEASE s{i}")
-        return out
+        return each_in_savepoint(self._db, manifests, self._commit_one)
 
     def _commit_one(
         self, conn: sqlite3.Connection, manifest: Manifest

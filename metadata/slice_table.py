@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from metadata.database import SLICE_COLUMNS, CatalogueDatabase
+from metadata.database import SLICE_COLUMNS, CatalogueDatabase, each_in_savepoint
 from metadata.rows import QueueRow, SegmentRow
 from metadata.segment_table import check_continues, insert_segment
 from tieredstore.cold.history import Committed, EntryKind, Span
@@ -98,17 +98,7 @@ class SliceTable:
         Raises:
             CatalogueError: the database failed (then none of them is committed).
         """
-        out: list[tuple[Committed, QueueRow] | CatalogueError] = []
-        with self._db.transaction() as conn:
-            for i, link in enumerate(links):
-                conn.execute(f"SAVEPOINT s{i}")
-                try:
-                    out.append(self._commit_one(conn, link))
-                except CatalogueError as exc:
-                    conn.execute(f"ROLLBACK TO s{i}")
-                    out.append(exc)
-                conn.execute(f"RELEASE s{i}")
-        return out
+        return each_in_savepoint(self._db, links, self._commit_one)
 
     def _commit_one(self, conn: sqlite3.Connection, link: Committed) -> tuple[Committed, QueueRow]:
         """The checks and writes of one link of :meth:`commit_batch`, in its savepoint."""

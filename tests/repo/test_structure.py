@@ -36,12 +36,6 @@ CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
         "config files, start, stop, restart and the admin calls the broker tests make "
         "share one lifecycle; split by count, the restart logic would straddle two classes",
     ),
-    "metadata/segment_table.py SegmentTable": (
-        300,
-        "the catalogue's segments table: lookups, commits, expiry and repair's truncation "
-        "keep one set of contiguity rules over the same rows; split by count it was two "
-        "mixins over one base, with go-to-definition landing in a different file each time",
-    ),
 }
 
 
