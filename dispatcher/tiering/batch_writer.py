@@ -50,12 +50,10 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import (
-    HEAD_PROBE,
     BatchFence,
     BatchHead,
     SlicePart,
     build_batch,
-    read_batch_head,
 )
 from tieredstore.cold.history import Committed, read_batch, slices_of
 from tieredstore.cold.layout import batch_prefix, parse_batch_key
@@ -286,11 +284,8 @@ class BatchWriter:
             self._next = sequence + 1
             self.batches += 1
             self.metrics.batches_committed.inc()
-            found = read_batch_head(data[:HEAD_PROBE], key=index.key, object_size=len(data))
-            if isinstance(found, int):
-                found = read_batch_head(data[:found], key=index.key, object_size=len(data))
-            assert isinstance(found, BatchHead)
-            return found
+            # The data section ends the object (encode_batch): its head, without parsing.
+            return BatchHead(index, data_offset=len(data) - index.data_size, object_size=len(data))
         raise StoreError(
             f"batch keys kept being taken ({_MAX_RESEQUENCE} tries); nothing committed",
             where=self._prefix,
