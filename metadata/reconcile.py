@@ -464,16 +464,8 @@ async def _adopt_slice(
     catalogue: Catalogue, row: QueueRow | None, link: Committed, found: _Findings
 ) -> tuple[QueueRow | None, bool]:
     """Adopt one batch slice; return the queue's row and whether it was adopted."""
-    if row is None:
-        row = await asyncio.to_thread(
-            catalogue.queues.ensure, link.topic, link.queue_id, link.start_offset,
-            cl_base=link.cl_base,
-        )  # fmt: skip
-        found.created.append(row)
-    problem = _continuation_problem(row, link)
-    if problem:
-        kind = FindingKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else FindingKind.GAP
-        found.issue(kind, link.key, f"{link.history_key}: {problem}")
+    row, continues = await _continuing(catalogue, row, link, f"{link.history_key}: ", found)
+    if not continues:
         return row, False
     (result,) = await asyncio.to_thread(catalogue.slices.commit_batch, [link])
     if isinstance(result, CatalogueError):
@@ -498,16 +490,8 @@ async def _adopt_manifest(
         return row, True  # no segment here: GC's fence; nothing to adopt or block on
     if manifest is None:
         return row, False
-    if row is None:
-        row = await asyncio.to_thread(
-            catalogue.queues.ensure, key.topic, key.queue_id, manifest.start_offset,
-            cl_base=manifest.cl_base,
-        )  # fmt: skip
-        found.created.append(row)
-    problem = _continuation_problem(row, manifest)
-    if problem:
-        kind = FindingKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else FindingKind.GAP
-        found.issue(kind, key.key, problem)
+    row, continues = await _continuing(catalogue, row, manifest, "", found)
+    if not continues:
         return row, False
     adopted = await asyncio.to_thread(catalogue.segments.commit, manifest)
     found.adopted.append(adopted)
@@ -617,6 +601,29 @@ async def _first_cl_base(
             if isinstance(stored, Manifest):
                 return stored.cl_base
     return 0
+
+
+async def _continuing(
+    catalogue: Catalogue,
+    row: QueueRow | None,
+    point: Manifest | Committed,
+    label: str,
+    found: _Findings,
+) -> tuple[QueueRow, bool]:
+    """The queue's row (created from ``point`` when the catalogue has none) and whether
+    ``point`` continues it; if not, the issue is reported (its detail after ``label``)."""
+    if row is None:
+        row = await asyncio.to_thread(
+            catalogue.queues.ensure, point.topic, point.queue_id, point.start_offset,
+            cl_base=point.cl_base,
+        )  # fmt: skip
+        found.created.append(row)
+    problem = _continuation_problem(row, point)
+    if problem:
+        kind = FindingKind.NOT_ADOPTED if row.state is not QueueState.ACTIVE else FindingKind.GAP
+        found.issue(kind, point.key, f"{label}{problem}")
+        return row, False
+    return row, True
 
 
 def _continuation_problem(row: QueueRow, link: Manifest | Committed) -> str:
