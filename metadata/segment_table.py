@@ -278,16 +278,7 @@ class SegmentTable:
         with self._db.transaction() as conn:
             row = self._db.require_queue(conn, topic, queue_id)
             dropped = self._truncation(conn, row, to_offset)
-            (sliced_base,) = conn.execute(
-                "SELECT min(cl_base) FROM slices WHERE topic = ? AND queue_id = ? "
-                "AND start_offset >= ?",
-                (topic, queue_id, to_offset),
-            ).fetchone()
-            for table in ("segments", "slices", "losses"):
-                conn.execute(
-                    f"DELETE FROM {table} WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
-                    (topic, queue_id, to_offset),
-                )
+            sliced_base = _forget_from(conn, topic, queue_id, to_offset)
             bases = [
                 b for b in (sliced_base, dropped[0].cl_base if dropped else None) if b is not None
             ]
@@ -302,6 +293,21 @@ class SegmentTable:
             log.warning("queue %s/%d truncated to %d: %d segment rows dropped",
                         topic, queue_id, to_offset, len(dropped))  # fmt: skip
         return dropped
+
+
+def _forget_from(conn: sqlite3.Connection, topic: str, queue_id: int, to_offset: int) -> int | None:
+    """Delete the queue's segment, slice and loss rows starting at or after ``to_offset``;
+    return the lowest commitlog base of the slices deleted (None: none was)."""
+    (sliced_base,) = conn.execute(
+        "SELECT min(cl_base) FROM slices WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
+        (topic, queue_id, to_offset),
+    ).fetchone()
+    for table in ("segments", "slices", "losses"):
+        conn.execute(
+            f"DELETE FROM {table} WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
+            (topic, queue_id, to_offset),
+        )
+    return None if sliced_base is None else int(sliced_base)
 
 
 def _slice_ranges(

@@ -39,7 +39,7 @@ from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
 from metadata.reconcile import ReconcileIssue, ReconcileReport, reconcile
-from metadata.rows import QueueRow, SegmentStatus
+from metadata.rows import QueueRow, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
@@ -440,21 +440,10 @@ async def heal_lost_tail(
     if rng.min > start or rng.max < end:
         return _said(queue, HealOutcome.HOT_LOST)
     now = keys.clock.now_ms()
-    record = {
-        "format": RETIERED_FORMAT,
-        "topic": queue.topic,
-        "queue_id": queue.queue_id,
-        "lost_start_offset": start,
-        "lost_end_offset": segments[-1].end_offset,
-        "lost_manifests": [s.manifest.key for s in segments[first:]],
-        "recorded_at_ms": now,
-        "writer_id": lease.owner,
-        "lease_epoch": lease.epoch,
-    }
     lease.check()
     key = retiered_key(queue_path, start, stamp_ms=now)
     with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
-        await backend.create(key, canonical(record))
+        await backend.create(key, _retiered(queue, segments[first:], now, lease))
     if past:
         await keys.fence([Withdrawn(queue.topic, queue.queue_id, start)])
     await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, start)
@@ -466,6 +455,23 @@ async def heal_lost_tail(
         queue, start, end, len(segments) - first,
     )  # fmt: skip
     return HealOutcome.HEALED
+
+
+def _retiered(queue: QueueKey, lost: list[SegmentRow], now: int, lease: Lease) -> bytes:
+    """The ``_retiered`` record of the lost segments ``lost`` (module doc)."""
+    return canonical(
+        {
+            "format": RETIERED_FORMAT,
+            "topic": queue.topic,
+            "queue_id": queue.queue_id,
+            "lost_start_offset": lost[0].start_offset,
+            "lost_end_offset": lost[-1].end_offset,
+            "lost_manifests": [s.manifest.key for s in lost],
+            "recorded_at_ms": now,
+            "writer_id": lease.owner,
+            "lease_epoch": lease.epoch,
+        }
+    )
 
 
 def _said(queue: QueueKey, outcome: HealOutcome) -> HealOutcome:
