@@ -47,7 +47,7 @@ import enum
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
@@ -58,6 +58,8 @@ from metadata.reconcile import reconcile
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
+from tieredstore.cold.history import BatchLinks, Committed, Withdrawal, choose
+from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import (
     CatalogueError,
@@ -156,8 +158,11 @@ class HotView:
 @dataclass(frozen=True, slots=True)
 class QueueSnapshot:
     """One queue's row and its segments (COMMITTED and DELETING), oldest first, and the
-    start offsets of its batch slices (not compacted yet: compaction rewrites them as
-    segments, and only segments expire)."""
+    start offsets of the batch slices that hold its offsets: the catalogue's (not
+    compacted yet: compaction rewrites them as segments, and only segments expire) and
+    any still in a batch object in cold. A compacted slice stays in its batch until the
+    batch collector deletes it, and the one reading rule reads it again once the segment
+    over it is gone; so that segment waits for the collector."""
 
     row: QueueRow
     segments: tuple[SegmentRow, ...]
@@ -301,8 +306,9 @@ def plan_purge(
     sliced = [s.row for s in snaps if s.slice_starts]
     if sliced:
         raise ConfigError(
-            f"queue {sliced[0]} still has batch slices; compaction rewrites them as "
-            "segments within tiering.compact_after: purge again after that"
+            f"queue {sliced[0]} still has offsets in batch objects; compaction rewrites "
+            "them as segments (tiering.compact_after) and the batch collector then deletes "
+            "the batches: purge again after that"
         )
     retention = policy.for_topic(topic)
     out: list[Decision] = []
@@ -327,6 +333,17 @@ def snapshot_catalogue(catalogue: Catalogue) -> tuple[QueueSnapshot, ...]:
         )
         for row in catalogue.queues.all()
     )
+
+
+def _with_batch_slices(
+    snap: QueueSnapshot, links: Sequence[Committed | Withdrawal]
+) -> QueueSnapshot:
+    """``snap`` with the starts of its slices still in batch objects (none withdrawn)."""
+    history = choose([], links)
+    starts = {c.start_offset for c in (*history.links, *history.overlaps)}
+    if not starts - set(snap.slice_starts):
+        return snap
+    return replace(snap, slice_starts=tuple(sorted(starts | set(snap.slice_starts))))
 
 
 def read_hot_view(hot: HotStore, wanted: Iterable[QueueKey]) -> HotView:
@@ -590,9 +607,15 @@ class Retention:
         self.policy = policy
         self.metrics = metrics
         self.on_step: StepHook = on_step or _no_hook
+        self._batches = BatchLinks(backend, catalogue.cluster, catalogue.broker)
+
+    def _queue(self, row: QueueRow) -> QueuePath:
+        return QueuePath(self.catalogue.cluster, self.catalogue.broker, row.topic, row.queue_id)
 
     async def _inputs(self) -> tuple[tuple[QueueSnapshot, ...], HotView]:
         snaps = await asyncio.to_thread(snapshot_catalogue, self.catalogue)
+        in_batches = await self._batches.by_queue()
+        snaps = tuple(_with_batch_slices(s, in_batches.get(self._queue(s.row), [])) for s in snaps)
         wanted = [QueueKey(s.row.topic, s.row.queue_id) for s in snaps]
         view = await asyncio.to_thread(read_hot_view, self.hot, wanted)
         return snaps, view

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
 
 __all__ = [
+    "BatchLinks",
     "BrokerHistory",
     "Committed",
     "EntryKind",
@@ -394,6 +395,44 @@ async def load_history(
     return BrokerHistory(
         {q: choose(segments.get(q, []), slices.get(q, [])) for q in {*segments, *slices}}
     )
+
+
+class BatchLinks:
+    """A broker's batch links (slices and withdrawals) by queue, kept between calls:
+    each :meth:`by_queue` lists ``_batches/`` once and reads only the heads it has not
+    read yet (a batch never changes); a batch no longer listed is forgotten. Loop-safe,
+    not thread-safe."""
+
+    def __init__(self, backend: Backend, cluster: str, broker: str) -> None:
+        self.backend = backend
+        self.prefix = batch_prefix(cluster, broker) + "/"
+        self._heads: dict[str, BatchHead | BatchFence | None] = {}
+        self._listed: frozenset[str] = frozenset()
+        self._by_queue: dict[QueuePath, list[Committed | Withdrawal]] = {}
+
+    async def by_queue(self) -> dict[QueuePath, list[Committed | Withdrawal]]:
+        """Every queue's batch links as listed now (pass a queue's to :func:`choose`).
+
+        Raises:
+            CorruptBatchError / UnsupportedFormatError: a batch head that does not parse.
+        """
+        listed = {
+            info.key: info.size
+            for info in await self.backend.list(self.prefix)
+            if parse_batch_key(info.key, self.prefix) is not None
+        }
+        if listed.keys() != self._listed:
+            new = [k for k in listed if k not in self._heads]
+            heads = await asyncio.gather(*(read_batch(self.backend, k, listed[k]) for k in new))
+            kept = {k: h for k, h in self._heads.items() if k in listed}
+            self._heads = kept | dict(zip(new, heads, strict=True))
+            self._listed = frozenset(listed)
+            by_queue: dict[QueuePath, list[Committed | Withdrawal]] = {}
+            for head in self._heads.values():
+                for link in batch_links(head):
+                    by_queue.setdefault(link.queue, []).append(link)
+            self._by_queue = by_queue
+        return self._by_queue
 
 
 async def read_batch(backend: Backend, key: str, size: int) -> BatchHead | BatchFence | None:

@@ -67,7 +67,6 @@ RocketMQ's tiered store): it differs from the offset id the producer got from th
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import bisect
 import enum
@@ -80,21 +79,17 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
-from tieredstore.cold.batch import BatchFence, BatchHead
 from tieredstore.cold.history import (
+    BatchLinks,
     Committed,
     Withdrawal,
     as_link,
-    batch_links,
     choose,
-    read_batch,
 )
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
-    batch_prefix,
     kind_prefix,
-    parse_batch_key,
     parse_object_key,
 )
 from tieredstore.cold.loss import list_loss_records
@@ -319,10 +314,8 @@ class _SegmentIndex:
         # Each cached manifest's link: deriving its object keys validates every name
         # in them, too slow to repeat on every small read.
         self._links: dict[str, Committed] = {}
-        # The broker's batch heads by key, and their slices by queue (see _slices).
-        self._batch_heads: dict[str, BatchHead | BatchFence | None] = {}
-        self._batch_keys: frozenset[str] = frozenset()
-        self._slices_by_queue: dict[QueuePath, list[Committed | Withdrawal]] = {}
+        # The broker's batch links by queue, heads read once (see _slices).
+        self._batches = BatchLinks(backend, cluster, broker)
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
@@ -345,26 +338,8 @@ class _SegmentIndex:
         return Segments(tuple(s for s, _ in found), tuple(k for _, k in found), slices)
 
     async def _slices(self, queue: QueuePath) -> list[Committed | Withdrawal]:
-        """The queue's slices in the broker's batch objects: one listing of ``_batches/``;
-        heads are read once per batch (a batch never changes) and indexed by queue."""
-        prefix = batch_prefix(self.cluster, self.broker) + "/"
-        listed = {
-            info.key: info.size
-            for info in await self.backend.list(prefix)
-            if parse_batch_key(info.key, prefix) is not None
-        }
-        if listed.keys() != self._batch_keys:
-            new = [k for k in listed if k not in self._batch_heads]
-            heads = await asyncio.gather(*(read_batch(self.backend, k, listed[k]) for k in new))
-            kept = {k: h for k, h in self._batch_heads.items() if k in listed}
-            self._batch_heads = kept | dict(zip(new, heads, strict=True))
-            self._batch_keys = frozenset(listed)
-            by_queue: dict[QueuePath, list[Committed | Withdrawal]] = {}
-            for head in self._batch_heads.values():
-                for link in batch_links(head):
-                    by_queue.setdefault(link.queue, []).append(link)
-            self._slices_by_queue = by_queue
-        return self._slices_by_queue.get(queue, [])
+        """The queue's links in the broker's batch objects (:class:`BatchLinks`)."""
+        return (await self._batches.by_queue()).get(queue, [])
 
     async def _stored(self, key: str) -> Manifest | FenceMarker:
         """What is at manifest key ``key``: a segment's manifest or a GC fence marker
