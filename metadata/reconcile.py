@@ -65,7 +65,7 @@ from metadata.catalogue import DB_NAME, Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import BatchFence, BatchHead
-from tieredstore.cold.history import Committed, choose, read_batch, slices_of
+from tieredstore.cold.history import Committed, Withdrawal, batch_links, choose, read_batch
 from tieredstore.cold.layout import (
     LossKey,
     ObjectKey,
@@ -248,14 +248,14 @@ async def _batch_links(
                 return CorruptBatchError(exc.message, where=key)
 
     keys = sorted(k for k in listing if parse_batch_key(k, batches) is not None)
-    out: dict[tuple[str, int], list[Committed]] = defaultdict(list)
+    out: dict[tuple[str, int], list[Committed | Withdrawal]] = defaultdict(list)
     for key, found_head in zip(
         keys, await asyncio.gather(*(head(k, listing[k].size) for k in keys)), strict=True
     ):
         if isinstance(found_head, CorruptBatchError):
             found.issue(FindingKind.CORRUPT_MANIFEST, key, f"batch head: {found_head.message}")
             continue
-        for link in slices_of(found_head):
+        for link in batch_links(found_head):  # a fence's: its withdrawals
             out[(link.topic, link.queue_id)].append(link)
     # among slices, the reading rule: a later sequence over chosen offsets is a duplicate
     return {q: list(choose([], links).links) for q, links in out.items()}

@@ -11,8 +11,9 @@ Rules:
   one dropped, ``cold_min`` following (the lowest start over the segments and batch slices
   left). A segment after a batch slice never expires before it: a slice is only ever
   replaced by compaction (:mod:`metadata.slice_table`), so expiry waits for that.
-* :meth:`~SegmentTable.truncate` forgets a suffix for ``repair``, never one that holds
-  batch slices (they are compacted first).
+* :meth:`~SegmentTable.truncate` forgets a suffix, segments and batch slices, for
+  ``repair`` and the heal of a lost tail, which first quarantine the segments and
+  withdraw the slices in cold (:class:`~tieredstore.cold.batch.Withdrawn`).
 * Batch slices before a segment change nothing for its commit: continuity comes from the
   queue row, which slices advance as segments do.
 
@@ -220,11 +221,12 @@ class SegmentTable:
                 f"cold commit {row.cold_commit}]",
                 where=where,
             )
-        sliced = _slice_ranges(conn, topic, queue_id, "end_offset > ?", to_offset)
+        sliced = _slice_ranges(conn, topic, queue_id, "start_offset < ? AND end_offset > ?",
+                               to_offset, to_offset)  # fmt: skip
         if sliced:
             raise CatalogueError(
-                f"cannot truncate to {to_offset}: offsets [{sliced[0][0]}, {sliced[-1][1]}) "
-                "are in batch slices; wait for compaction",
+                f"cannot truncate to {to_offset}: inside the batch slice "
+                f"[{sliced[0][0]}, {sliced[0][1]})",
                 where=where,
             )
         straddling = self._db.fetch_segments(
@@ -256,44 +258,56 @@ class SegmentTable:
         return dropped
 
     def truncate(self, topic: str, queue_id: int, to_offset: int) -> list[SegmentRow]:
-        """Forget the segments at and after ``to_offset`` (repair); return them.
+        """Forget the segments and batch slices at and after ``to_offset``; return the
+        segments.
 
-        For ``tieredstore repair`` after the divergent objects are quarantined: drops every
-        segment row starting at or after ``to_offset`` and resets ``cold_commit`` to
-        ``to_offset`` and ``cold_cl_end`` to the first dropped segment's commitlog base
-        (unchanged when none is dropped); ``cold_min`` becomes ``min(cold_min,
-        to_offset)``. The queue's state is left to the caller.
+        For ``tieredstore repair`` and the heal of a lost tail, after the segments are
+        quarantined and the slices withdrawn in cold: drops every segment and slice row
+        starting at or after ``to_offset`` and resets ``cold_commit`` to ``to_offset`` and
+        ``cold_cl_end`` to the lowest commitlog base dropped (unchanged when nothing is
+        dropped); ``cold_min`` becomes ``min(cold_min, to_offset)``. The queue's state is
+        left to the caller.
 
         Accepted losses starting at or after ``to_offset`` are forgotten too (repair
         quarantines their records).
 
         Raises CatalogueError when ``to_offset`` is past ``cold_commit``, before the
-        init offset, inside a segment or an accepted loss rather than at a boundary, when
-        a segment to drop is DELETING (finish the expiry first), or when any batch slice
-        holds offsets at or after ``to_offset`` (wait for compaction).
+        init offset, inside a segment, a batch slice or an accepted loss rather than at a
+        boundary, or when a segment to drop is DELETING (finish the expiry first).
         """
         with self._db.transaction() as conn:
             row = self._db.require_queue(conn, topic, queue_id)
             dropped = self._truncation(conn, row, to_offset)
-            conn.execute(
-                "DELETE FROM segments WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
-                (topic, queue_id, to_offset),
-            )
-            conn.execute(
-                "DELETE FROM losses WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
-                (topic, queue_id, to_offset),
-            )
+            sliced_base = _forget_from(conn, topic, queue_id, to_offset)
+            bases = [
+                b for b in (sliced_base, dropped[0].cl_base if dropped else None) if b is not None
+            ]
             self._db.set_queue(
                 conn,
                 row,
                 cold_min=min(row.cold_min, to_offset),
                 cold_commit=to_offset,
-                cold_cl_end=dropped[0].cl_base if dropped else row.cold_cl_end,
+                cold_cl_end=min(bases, default=row.cold_cl_end),
             )
         if dropped:
             log.warning("queue %s/%d truncated to %d: %d segment rows dropped",
                         topic, queue_id, to_offset, len(dropped))  # fmt: skip
         return dropped
+
+
+def _forget_from(conn: sqlite3.Connection, topic: str, queue_id: int, to_offset: int) -> int | None:
+    """Delete the queue's segment, slice and loss rows starting at or after ``to_offset``;
+    return the lowest commitlog base of the slices deleted (None: none was)."""
+    (sliced_base,) = conn.execute(
+        "SELECT min(cl_base) FROM slices WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
+        (topic, queue_id, to_offset),
+    ).fetchone()
+    for table in ("segments", "slices", "losses"):
+        conn.execute(
+            f"DELETE FROM {table} WHERE topic = ? AND queue_id = ? AND start_offset >= ?",
+            (topic, queue_id, to_offset),
+        )
+    return None if sliced_base is None else int(sliced_base)
 
 
 def _slice_ranges(

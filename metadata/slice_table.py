@@ -16,8 +16,9 @@ Rules:
 * :meth:`~SliceTable.compact` replaces the slice rows that tile a segment's range
   exactly by that segment's row, in one transaction; the queue's ``cold_commit`` and
   ``cold_cl_end`` do not move (the history is the same, only stored otherwise).
-* A slice never expires and is never truncated: expiry and repair wait for compaction
-  (:mod:`metadata.segment_table`).
+* A slice never expires (expiry waits for compaction); a truncation (``repair``, the heal
+  of a lost tail) forgets the slices past its cut with the segments, once they are
+  withdrawn in cold (:meth:`metadata.segment_table.SegmentTable.truncate`).
 
 Callers reach it as ``catalogue.slices`` (:class:`metadata.catalogue.Catalogue`).
 """

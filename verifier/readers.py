@@ -51,7 +51,7 @@ from tieredstore.cold.batch import (
     read_batch_head,
 )
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.history import Committed, EntryKind, Span, choose, slices_of
+from tieredstore.cold.history import Committed, EntryKind, Span, Withdrawal, choose, slices_of
 from tieredstore.cold.layout import (
     LossKey,
     ObjectKey,
@@ -604,8 +604,15 @@ def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
         return []  # collected between the listing and now: no longer committed
     except (CorruptBatchError, CorruptManifestError) as exc:  # Unsupported is the latter
         return [base | {"error": str(exc)}]
-    if isinstance(head, BatchFence):
-        return []  # a successor's fence: no batch has this sequence
+    if isinstance(head, BatchFence):  # no batch has this sequence; it may withdraw slices
+        return [
+            base | {
+                "manifest_key": f"{key}#{w.topic}/{w.queue_id}", "topic": w.topic,
+                "queue_id": w.queue_id, "start_offset": w.from_offset,
+                "link": schemas.LINK_WITHDRAWAL,
+            }
+            for w in head.withdrawn
+        ]  # fmt: skip
     return [
         base
         | {
@@ -667,21 +674,43 @@ def mark_covering(segments: pa.Table) -> pa.Table:
     (driver side, :func:`tieredstore.cold.history.choose`): true for every valid segment
     (one overlapping another stays an ``overlap``) and for each slice the rule chooses;
     false for the slices it does not (they hold offsets a segment or an earlier slice
-    holds); null for rows with ``error``."""
+    holds); null for rows with ``error``. Withdrawal rows and the slices they withdraw
+    are dropped: no check reads them (their bytes stay in the batch as evidence)."""
     rows = segments.to_pylist()
-    by_queue: dict[tuple[str, int], tuple[list[Committed], list[Committed]]] = {}
+    by_queue: dict[tuple[str, int], tuple[list[Committed], list[Committed | Withdrawal]]] = {}
     for row in rows:
         if row["error"] is None:
             segs, slices = by_queue.setdefault((row["topic"], row["queue_id"]), ([], []))
-            (slices if row["link"] == schemas.LINK_SLICE else segs).append(_link(row))
-    chosen = {link.key for segs, slices in by_queue.values() for link in choose(segs, slices).links}
+            if row["link"] == schemas.LINK_SEGMENT:
+                segs.append(_link(row))
+            else:
+                slices.append(_withdrawal(row) if _withdraws(row) else _link(row))
+    chosen: set[str] = set()
+    dropped: set[str] = set()
+    for segs, slices in by_queue.values():
+        history = choose(segs, slices)
+        chosen.update(link.key for link in history.links)
+        dropped.update(link.key for link in history.withdrawn)
+    keep = [not _withdraws(r) and r["manifest_key"] not in dropped for r in rows]
     covers = [
         None if r["error"] is not None
         else r["link"] == schemas.LINK_SEGMENT or r["manifest_key"] in chosen
         for r in rows
     ]  # fmt: skip
     index = segments.schema.get_field_index("covers")
-    return segments.set_column(index, segments.schema.field(index), pa.array(covers, pa.bool_()))
+    marked = segments.set_column(index, segments.schema.field(index), pa.array(covers, pa.bool_()))
+    return marked.filter(pa.array(keep, pa.bool_()))
+
+
+def _withdraws(row: Row) -> bool:
+    return bool(row["link"] == schemas.LINK_WITHDRAWAL)
+
+
+def _withdrawal(row: Row) -> Withdrawal:
+    """A withdrawal row as :func:`choose` takes it (its key: the fence's batch key)."""
+    queue = QueuePath("c", "b", row["topic"], row["queue_id"])  # names are not judged
+    fence_key = row["manifest_key"].partition("#")[0]
+    return Withdrawal(queue, row["start_offset"], row["sequence"], fence_key)
 
 
 def manifest_frame(objects: DataFrame, cold: ColdLocation) -> DataFrame:

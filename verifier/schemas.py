@@ -48,6 +48,7 @@ __all__ = [
     "HOT_QUEUES",
     "LINK_SEGMENT",
     "LINK_SLICE",
+    "LINK_WITHDRAWAL",
     "LOSSES",
     "LOSS_SPANS",
     "OBJECTS",
@@ -79,6 +80,9 @@ OBJECTS: Final = StructType(
 #: A link's commit point (``tieredstore.cold.history.EntryKind`` values).
 LINK_SEGMENT: Final = "segment"
 LINK_SLICE: Final = "slice"
+#: A batch fence's withdrawal of a queue's slices from ``start_offset`` on (read by the
+#: driver's :func:`verifier.readers.mark_covering`, which drops these rows).
+LINK_WITHDRAWAL: Final = "withdrawal"
 
 SEGMENTS: Final = StructType(
     [

@@ -4,19 +4,24 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
 (it lost unflushed data and re-wrote offsets, or its max fell below the cold commit).
 ``tieredstore repair`` then:
 
-1. **Compares** the catalogue's segments, oldest first, with the hot store, record by
-   record outside bytes [28, 36) (and each CQ unit's size and tagsCode). A segment is
-   kept only if every record it shares with the hot store agrees; offsets the broker
-   already deleted cannot be compared and are kept (nothing contradicts them). The
-   first segment that differs, reaches past the hot max, or cannot be read sets the
-   **cut**: the first queue offset to re-tier from hot.
-2. **Quarantines** (moves, never deletes) every segment at or after the cut — the
+1. **Compares** the catalogue's links (segments and batch slices), oldest first, with the
+   hot store, record by record outside bytes [28, 36) (and each CQ unit's size and
+   tagsCode). A link is kept only if every record it shares with the hot store agrees;
+   offsets the broker already deleted cannot be compared and are kept (nothing
+   contradicts them). The first link that differs, reaches past the hot max, or cannot
+   be read sets the **cut**: the first queue offset to re-tier from hot.
+2. **Withdraws** the queue's batch slices at or after the cut, when the broker has batch
+   objects at all: one batch fence naming the queue and the cut
+   (:class:`~tieredstore.cold.batch.Withdrawn`, :mod:`dispatcher.tiering.batch_keys`).
+   A batch is shared and never rewritten; the fence makes every reader skip those slices,
+   whose bytes stay in their batch as evidence.
+3. **Quarantines** (moves, never deletes) every segment at or after the cut — the
    catalogue's, and any committed manifest there the catalogue never adopted — to
    ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>``
    (:func:`~tieredstore.cold.layout.quarantine_key`). Loss records (``LOSS/``: offsets
    accepted as lost by ``resume``) at or after the cut describe a history the cut
    removes; they are quarantined the same way.
-3. **Truncates** the catalogue to the cut and sets the queue ACTIVE; the next tick
+4. **Truncates** the catalogue to the cut and sets the queue ACTIVE; the next tick
    re-tiers from there.
 
 Segments are moved newest first, so the committed set in the bucket stays a contiguous
@@ -38,16 +43,22 @@ from dataclasses import dataclass
 
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
+from dispatcher.tiering.batch_keys import BatchKeys
 from dispatcher.tiering.quarantine import Move, SegmentCheck, check_segment, quarantine
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.backends.base import Backend
+from tieredstore.backends.retry import RetryPolicy
 from tieredstore.clock import Clock
+from tieredstore.cold.batch import Withdrawn
+from tieredstore.cold.history import as_link
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
+    batch_prefix,
     kind_prefix,
     loss_prefix,
+    parse_batch_key,
     parse_loss_key,
     parse_object_key,
     quarantine_loss_key,
@@ -79,12 +90,18 @@ class RepairPlan:
     moves: tuple[Move, ...]
     #: Keys of loss records at or after the cut (quarantined after the segments).
     losses: tuple[str, ...] = ()
+    #: Whether batch slices at or after the cut are withdrawn (the broker has batches).
+    withdraws: bool = False
 
     def describe(self) -> list[str]:
         q = f"{self.row.topic}/{self.row.queue_id}"
         cold = f"[{self.row.cold_min}, {self.row.cold_commit})"
         lines = [f"queue {q}: hot [{self.hot.min}, {self.hot.max}), cold {cold}"]
         lines += [f"  {c.describe()}" for c in self.checks]
+        if self.withdraws:
+            lines.append(
+                f"  withdraw the batch slices at or after offset {self.cut} (a batch fence)"
+            )
         lines += [f"  quarantine segment at offset {m.start_offset} ({m.why})" for m in self.moves]
         lines += [f"  quarantine loss record {k} (at or after the cut)" for k in self.losses]
         lines.append(f"  truncate the catalogue to offset {self.cut} and resume tiering there")
@@ -133,13 +150,15 @@ async def plan_repair(
             where=f"{catalogue.path} queue {row}",
         )
     rng = await asyncio.to_thread(hot.queue_range, topic, queue_id)
+    slices = await asyncio.to_thread(catalogue.slices.of, topic, queue_id)
+    links = sorted([as_link(s.manifest) for s in segments] + slices, key=lambda c: c.start_offset)
     checks: list[SegmentCheck] = []
     cut = row.cold_commit
-    for seg in segments:
-        check = await check_segment(seg.manifest, hot, backend, rng)
+    for link in links:
+        check = await check_segment(link, hot, backend, rng)
         checks.append(check)
         if not check.agreement.kept:
-            cut = seg.start_offset
+            cut = link.start_offset
             break
     if rng.max < cut:
         raise DivergedError(
@@ -154,7 +173,15 @@ async def plan_repair(
     moves.sort(key=lambda m: m.start_offset, reverse=True)  # newest first
     losses = await _losses_after(backend, QueuePath(catalogue.cluster, catalogue.broker,
                                                     topic, queue_id), cut)  # fmt: skip
-    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves), losses)
+    withdraws = any(s.end_offset > cut for s in slices) or await _has_batches(backend, catalogue)
+    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves), losses, withdraws)
+
+
+async def _has_batches(backend: Backend, catalogue: Catalogue) -> bool:
+    """Whether the broker has batch objects (slices the catalogue lacks may be past a
+    cut)."""
+    prefix = batch_prefix(catalogue.cluster, catalogue.broker) + "/"
+    return any(parse_batch_key(i.key, prefix) is not None for i in await backend.list(prefix))
 
 
 async def _losses_after(backend: Backend, queue: QueuePath, cut: int) -> tuple[str, ...]:
@@ -235,19 +262,25 @@ async def execute_repair(
     lease: Lease,
     clock: Clock,
 ) -> RepairReport:
-    """Quarantine ``plan.moves``, truncate the catalogue to ``plan.cut``, set ACTIVE.
+    """Withdraw the slices past the cut (if ``plan.withdraws``), quarantine
+    ``plan.moves``, truncate the catalogue to ``plan.cut``, set ACTIVE.
 
     Holds the lease before each move and before the catalogue changes (LeaseLostError
     stops it; running repair again finishes the job, see the module docstring).
     """
     stamp = clock.now_ms()
+    topic, queue_id = plan.row.topic, plan.row.queue_id
+    if plan.withdraws:
+        await hold_lease(lease)
+        keys = BatchKeys(backend=backend, lease=lease, clock=clock, retry=RetryPolicy(),
+                         cluster=catalogue.cluster, broker=catalogue.broker)  # fmt: skip
+        await keys.fence([Withdrawn(topic, queue_id, plan.cut)])
     moved: list[tuple[str, str]] = []
     for move in plan.moves:
         moved += await quarantine(move, backend=backend, lease=lease, stamp=stamp)
     for key in plan.losses:
         moved += await _quarantine_loss(key, backend=backend, lease=lease, stamp=stamp)
     await hold_lease(lease)
-    topic, queue_id = plan.row.topic, plan.row.queue_id
     await asyncio.to_thread(catalogue.segments.truncate, topic, queue_id, plan.cut)
     row = await asyncio.to_thread(catalogue.queues.set_state, topic, queue_id, QueueState.ACTIVE)
     return RepairReport(plan, stamp, tuple(moved), row)

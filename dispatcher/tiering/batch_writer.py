@@ -41,27 +41,25 @@ import numpy as np
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
+from dispatcher.tiering.batch_keys import MAX_RESEQUENCE, BatchKeys
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
 from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
-from tieredstore.backends.retry import RetryPolicy, retry_call
+from tieredstore.backends.retry import RetryPolicy
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import (
-    BatchFence,
     BatchHead,
     SlicePart,
     build_batch,
 )
-from tieredstore.cold.history import Committed, read_batch, slices_of
-from tieredstore.cold.layout import batch_prefix, parse_batch_key
+from tieredstore.cold.history import Committed, slices_of
 from tieredstore.errors import (
     CatalogueError,
     ConditionFailedError,
     CorruptDataError,
-    LeaseLostError,
     StoreError,
     TieredStoreError,
 )
@@ -85,8 +83,6 @@ log = logging.getLogger(__name__)
 
 #: Data bytes one batch object holds at most (it is built in memory).
 BATCH_MAX_BYTES: Final = 64 << 20
-#: Times a create at a taken sequence lists again and takes the next one.
-_MAX_RESEQUENCE: Final = 4
 _BY_AGE: Final = frozenset({CutReason.AGE, CutReason.FLUSH})
 
 
@@ -180,7 +176,10 @@ class BatchWriter:
         self.continuity = committer.writer.continuity
         self.cluster = catalogue.cluster
         self.broker = catalogue.broker
-        self._prefix = batch_prefix(self.cluster, self.broker) + "/"
+        self.keys = BatchKeys(
+            backend=backend, lease=lease, clock=clock, retry=retry,
+            cluster=self.cluster, broker=self.broker,
+        )  # fmt: skip
         self._next: int | None = None  # the next sequence to create; None before start
         self._lock = asyncio.Lock()
         self.batches = 0  # batch objects this writer committed
@@ -189,31 +188,9 @@ class BatchWriter:
     async def start(self) -> int:
         """Fence every older writer's batches (module docstring); return the fence's
         sequence. Raises LeaseLostError if a newer writer fenced this one first."""
-        for _ in range(_MAX_RESEQUENCE):
-            sequence = await self._listed_next()
-            fence = BatchFence(
-                cluster=self.cluster, broker=self.broker, sequence=sequence,
-                lease_epoch=self.lease.epoch, writer_id=self.lease.owner,
-                created_at_ms=self.clock.now_ms(),
-            )  # fmt: skip
-            try:
-                await self._create(fence.key, fence.to_json())
-            except ConditionFailedError:
-                await self._taken(fence.key, fence.to_json())
-                continue  # an older writer's batch landed there first: fence above it
-            self._next = sequence + 1
-            log.info("batch sequences fenced at %d (%s)", sequence, fence.key)
-            return sequence
-        raise StoreError(
-            f"batch keys kept being taken while fencing ({_MAX_RESEQUENCE} tries)",
-            where=self._prefix,
-        )
-
-    async def _listed_next(self) -> int:
-        """One past the highest sequence listed under ``_batches/`` (0 if none)."""
-        listed = await self.backend.list(self._prefix)
-        sequences = [parse_batch_key(info.key, self._prefix) for info in listed]
-        return max((s for s in sequences if s is not None), default=-1) + 1
+        fence = await self.keys.fence()
+        self._next = fence.sequence + 1
+        return fence.sequence
 
     # -- commit ----------------------------------------------------------------------
     async def commit(self, items: Sequence[BatchItem]) -> list[BatchOutcome]:
@@ -267,7 +244,7 @@ class BatchWriter:
     async def _publish(self, parts: list[SlicePart]) -> BatchHead:
         """Create the batch at the next free sequence; return its head."""
         assert self._next is not None
-        for _ in range(_MAX_RESEQUENCE):
+        for _ in range(MAX_RESEQUENCE):
             sequence = self._next
             index, data = await asyncio.to_thread(
                 build_batch,
@@ -276,10 +253,10 @@ class BatchWriter:
                 created_at_ms=self.clock.now_ms(), parts=parts,
             )  # fmt: skip
             try:
-                await self._create(index.key, data)
+                await self.keys.create(index.key, data)
             except ConditionFailedError:
-                if not await self._taken(index.key, data):
-                    self._next = await self._listed_next()
+                if not await self.keys.taken(index.key, data):
+                    self._next = await self.keys.listed_next()
                     continue
             self._next = sequence + 1
             self.batches += 1
@@ -287,40 +264,9 @@ class BatchWriter:
             # The data section ends the object (encode_batch): its head, without parsing.
             return BatchHead(index, data_offset=len(data) - index.data_size, object_size=len(data))
         raise StoreError(
-            f"batch keys kept being taken ({_MAX_RESEQUENCE} tries); nothing committed",
-            where=self._prefix,
+            f"batch keys kept being taken ({MAX_RESEQUENCE} tries); nothing committed",
+            where=self.keys.prefix,
         )
-
-    async def _create(self, key: str, data: bytes) -> None:
-        async def create() -> str:
-            self.lease.check()
-            return await self.backend.create(key, data)
-
-        await retry_call("batch create", create, self.retry, sleep=self.clock.sleep)
-
-    async def _taken(self, key: str, data: bytes) -> bool:
-        """``key`` was taken when this writer created it: True if it holds exactly
-        ``data`` (ours, a retry after a lost reply); raises LeaseLostError if a newer
-        epoch holds it; False otherwise (another sequence must be taken)."""
-        try:
-            stored = await self.backend.read(key)
-        except TieredStoreError as exc:
-            raise StoreError(f"batch key taken but unreadable: {exc}", where=key) from exc
-        if stored == data:
-            return True
-        found = await read_batch(self.backend, key, len(stored))
-        epoch = found.lease_epoch if isinstance(found, BatchFence) else None
-        if isinstance(found, BatchHead):
-            epoch = found.index.lease_epoch
-        if epoch is not None and epoch > self.lease.epoch:
-            fenced = LeaseLostError(
-                f"fenced: epoch {epoch} holds batch key first (this writer is epoch "
-                f"{self.lease.epoch})",
-                where=key,
-            )
-            log.error("%s; this writer stops", fenced)
-            raise fenced
-        return False
 
     async def _record(self, links: list[Committed]) -> list[QueueRow | TieredStoreError]:
         """The catalogue's commit of every slice, in one transaction (under the lock)."""

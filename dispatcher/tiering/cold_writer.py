@@ -32,17 +32,19 @@ from typing import TypeVar
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import Damaged
+from dispatcher.tiering.batch_keys import BatchKeys
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.continuity import Continuity
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
 from metadata.reconcile import ReconcileIssue, ReconcileReport, reconcile
-from metadata.rows import QueueRow, SegmentStatus
+from metadata.rows import QueueRow, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
+from tieredstore.cold.batch import Withdrawn
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -404,19 +406,18 @@ async def heal_lost_tail(
     queue: QueueKey,
     *,
     catalogue: Catalogue,
-    backend: Backend,
     hot: HotStore,
     queue_path: QueuePath,
     metrics: Metrics,
-    clock: Clock,
-    writer_id: str,
-    epoch: int,
-    check: Callable[[], None],
+    keys: BatchKeys,
 ) -> HealOutcome:
     """Heal ``queue``'s lost committed tail if the rules allow (module doc); the
-    caller holds the writer lease (``check`` raises when it is lost) and the lock of
-    catalogue writes, and calls this only for a queue reconcile found damaged. Returns
-    what was done (anything but HEALED is one ERROR line); backend errors propagate."""
+    caller holds the lock of catalogue writes, and calls this only for a queue reconcile
+    found damaged (``keys`` hold the writer's lease: it is checked before each write).
+    The queue's batch slices past the loss are withdrawn with it (one batch fence), so
+    the broker must still hold them too. Returns what was done (anything but HEALED is
+    one ERROR line); backend errors propagate."""
+    backend, lease = keys.backend, keys.lease
     segments = [
         s
         for s in await asyncio.to_thread(catalogue.segments.of, queue.topic, queue.queue_id)
@@ -428,29 +429,23 @@ async def heal_lost_tail(
     first = present.index(False)
     if any(present[first:]):
         return _said(queue, HealOutcome.NOT_A_TAIL)
-    start, end = segments[first].start_offset, segments[-1].end_offset
+    start = segments[first].start_offset
+    slices = await asyncio.to_thread(catalogue.slices.of, queue.topic, queue.queue_id)
+    past = [c for c in slices if c.end_offset > start]
+    end = max([segments[-1].end_offset, *(c.end_offset for c in past)])
     try:
         rng = await asyncio.to_thread(hot.queue_range, queue.topic, queue.queue_id)
     except TieredStoreError:
         return _said(queue, HealOutcome.HOT_LOST)
     if rng.min > start or rng.max < end:
         return _said(queue, HealOutcome.HOT_LOST)
-    now = clock.now_ms()
-    record = {
-        "format": RETIERED_FORMAT,
-        "topic": queue.topic,
-        "queue_id": queue.queue_id,
-        "lost_start_offset": start,
-        "lost_end_offset": end,
-        "lost_manifests": [s.manifest.key for s in segments[first:]],
-        "recorded_at_ms": now,
-        "writer_id": writer_id,
-        "lease_epoch": epoch,
-    }
-    check()
+    now = keys.clock.now_ms()
+    lease.check()
     key = retiered_key(queue_path, start, stamp_ms=now)
     with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
-        await backend.create(key, canonical(record))
+        await backend.create(key, _retiered(queue, segments[first:], now, lease))
+    if past:
+        await keys.fence([Withdrawn(queue.topic, queue.queue_id, start)])
     await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, start)
     metrics.cold_ranges_retiered.labels(queue.topic, str(queue.queue_id)).inc()
     log.error(
@@ -460,6 +455,23 @@ async def heal_lost_tail(
         queue, start, end, len(segments) - first,
     )  # fmt: skip
     return HealOutcome.HEALED
+
+
+def _retiered(queue: QueueKey, lost: list[SegmentRow], now: int, lease: Lease) -> bytes:
+    """The ``_retiered`` record of the lost segments ``lost`` (module doc)."""
+    return canonical(
+        {
+            "format": RETIERED_FORMAT,
+            "topic": queue.topic,
+            "queue_id": queue.queue_id,
+            "lost_start_offset": lost[0].start_offset,
+            "lost_end_offset": lost[-1].end_offset,
+            "lost_manifests": [s.manifest.key for s in lost],
+            "recorded_at_ms": now,
+            "writer_id": lease.owner,
+            "lease_epoch": lease.epoch,
+        }
+    )
 
 
 def _said(queue: QueueKey, outcome: HealOutcome) -> HealOutcome:
@@ -479,19 +491,17 @@ async def heal_damaged(
     """:func:`heal_lost_tail` of every damaged queue; each note (``damaged[queue]``)
     then says what was done. A catalogue that refuses the truncation (e.g. an accepted
     loss inside the lost tail) leaves the queue as it is, said in its note."""
+    keys = BatchKeys(backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
+                     cluster=writer.catalogue.cluster, broker=writer.catalogue.broker)  # fmt: skip
     for queue, reason in sorted(damaged.items()):
         try:
             outcome = await heal_lost_tail(
                 queue,
                 catalogue=writer.catalogue,
-                backend=writer.backend,
                 hot=hot,
                 queue_path=writer.queue_path(queue.topic, queue.queue_id),
                 metrics=metrics,
-                clock=clock,
-                writer_id=writer.writer_id,
-                epoch=lease.epoch,
-                check=lease.check,
+                keys=keys,
             )
         except CatalogueError as exc:
             log.error("queue %s: its cold damage is not healed: %s", queue, exc)

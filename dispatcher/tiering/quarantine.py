@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
 from tieredstore.backends.base import Backend
+from tieredstore.cold.history import Committed, as_link, span_bytes
 from tieredstore.cold.layout import parse_object_key, quarantine_key
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import verify_segment
@@ -59,16 +60,15 @@ class Agreement(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SegmentCheck:
-    """How one catalogue segment compares with the hot store."""
+    """How one committed link (a segment, or a batch slice) compares with the hot store."""
 
-    manifest: Manifest
+    link: Committed
     agreement: Agreement
     detail: str
 
     def describe(self) -> str:
-        m = self.manifest
         extra = f": {self.detail}" if self.detail else ""
-        return f"segment [{m.start_offset}, {m.end_offset}) {self.agreement.value}{extra}"
+        return f"{self.link.describe()} {self.agreement.value}{extra}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,19 +86,21 @@ class Move:
 
 
 async def check_segment(
-    m: Manifest, hot: HotStore, backend: Backend, rng: HotRange
+    committed: Manifest | Committed, hot: HotStore, backend: Backend, rng: HotRange
 ) -> SegmentCheck:
-    """Compare one committed segment with the hot store: its objects are read and
-    fully verified (sizes, digests, CQ pointers), then every record the hot store still
-    holds is compared outside bytes [28, 36), with each unit's size and tagsCode."""
+    """Compare one committed link (a segment's manifest, or a batch slice) with the hot
+    store: its bytes are read and fully verified (sizes, digests, CQ pointers), then every
+    record the hot store still holds is compared outside bytes [28, 36), with each unit's
+    size and tagsCode."""
+    m = as_link(committed)
     if m.end_offset > rng.max:
         return SegmentCheck(m, Agreement.HOT_SHORT, f"hot max offset is {rng.max}")
     lo = max(m.start_offset, rng.min)
     if lo >= m.end_offset:
         return SegmentCheck(m, Agreement.HOT_GONE, f"hot min offset is {rng.min}")
     try:
-        cl = await backend.read(m.commit_log_key)
-        cq = await backend.read(m.consume_queue_key)
+        cl = await span_bytes(backend, m.commit_log)
+        cq = await span_bytes(backend, m.consume_queue)
         units = verify_segment(m, cl, cq, where=backend.url)
     except (ColdDataError, CorruptDataError) as exc:
         return SegmentCheck(m, Agreement.UNREADABLE, str(exc))

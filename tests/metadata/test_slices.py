@@ -312,20 +312,27 @@ def test_drop_moves_cold_min_to_the_first_slice(catalogue: Catalogue) -> None:
     assert (row.cold_min, row.cold_commit) == (7, 14)
 
 
-def test_truncate_refuses_offsets_held_by_slices(catalogue: Catalogue) -> None:
+def test_truncate_forgets_slices_past_the_cut_never_inside_one(catalogue: Catalogue) -> None:
     segments = _segment_then_slices(catalogue)
-    for to in (4, 7, 12):
+    for to in (9, 13):
         with pytest.raises(CatalogueError) as info:
             catalogue.segments.truncate(TOPIC, 0, to)
-        start = 7 if to < 12 else 12
-        assert info.value.message == (
-            f"cannot truncate to {to}: offsets [{start}, 14) are in batch slices; wait for "
-            "compaction"
+        start, end = (7, 12) if to < 12 else (12, 14)
+        assert (
+            info.value.message
+            == f"cannot truncate to {to}: inside the batch slice [{start}, {end})"
         )
     assert catalogue.segments.truncate(TOPIC, 0, 14) == []  # nothing after the slices
-    catalogue.slices.compact(merged(Q0, 7, 7, segments[2].manifest.cl_base))
-    assert [s.start_offset for s in catalogue.segments.truncate(TOPIC, 0, 4)] == [4, 7]
-    assert queue(catalogue).cold_commit == 4
+    assert len(catalogue.slices.of(TOPIC, 0)) == 2
+    assert catalogue.segments.truncate(TOPIC, 0, 12) == []  # the last slice only
+    assert [c.start_offset for c in catalogue.slices.of(TOPIC, 0)] == [7]
+    row = queue(catalogue)
+    assert (row.cold_commit, row.cold_cl_end) == (12, segments[3].manifest.cl_base)
+    dropped = catalogue.segments.truncate(TOPIC, 0, 4)
+    assert [s.start_offset for s in dropped] == [4]
+    assert catalogue.slices.of(TOPIC, 0) == []
+    row = queue(catalogue)
+    assert (row.cold_commit, row.cold_cl_end) == (4, segments[1].manifest.cl_base)
 
 
 def test_deleting_a_queue_forgets_its_slices(catalogue: Catalogue, sliced: list[Segment]) -> None:

@@ -67,6 +67,7 @@ __all__ = [
     "BatchSlice",
     "QueueOffsets",
     "SlicePart",
+    "Withdrawn",
     "build_batch",
     "check_slice",
     "commit_log_span",
@@ -380,6 +381,26 @@ def _slices(fields: Fields, *, where: str) -> tuple[BatchSlice, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """ "Every slice of queue ``topic``/``queue_id`` in a batch of a lower sequence than the
+    fence naming this, holding any offset at or after ``from_offset``, is withdrawn."
+
+    What ``repair`` and the heal of a lost tail write when they cut a queue's history at
+    ``from_offset`` while batch slices lie past the cut: a batch is shared by many queues
+    and never rewritten, so its slices are withdrawn by this later record instead
+    (:func:`tieredstore.cold.history.choose` reads none of them; their bytes stay in the
+    batch as evidence).
+    """
+
+    topic: str
+    queue_id: int
+    from_offset: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.queue_id} from offset {self.from_offset}"
+
+
+@dataclass(frozen=True, slots=True)
 class BatchFence:
     """ "No batch has this sequence, and none of an epoch below ``lease_epoch`` ever will."
 
@@ -387,6 +408,10 @@ class BatchFence:
     when it takes over, exactly as :class:`~tieredstore.cold.manifest.FenceMarker` is at a
     manifest key: a paused writer of an older epoch finds the key taken. Canonical JSON,
     so it begins with ``{`` where a batch begins with :data:`BATCH_MAGIC`.
+
+    ``withdrawn`` (:class:`Withdrawn`, sorted by queue, each queue at most once) also
+    withdraws slices of lower sequences; the field is written only when it is not empty,
+    so a plain fence's bytes are those of a fence without it.
     """
 
     cluster: str
@@ -396,10 +421,13 @@ class BatchFence:
     writer_id: str
     created_at_ms: int
     fence_version: int = BATCH_FENCE_VERSION
+    withdrawn: tuple[Withdrawn, ...] = ()
 
     def __post_init__(self) -> None:
-        problem = _key_problem(self.cluster, self.broker, self.sequence) or _provenance_problem(
-            self.lease_epoch, self.writer_id, self.created_at_ms
+        problem = (
+            _key_problem(self.cluster, self.broker, self.sequence)
+            or _provenance_problem(self.lease_epoch, self.writer_id, self.created_at_ms)
+            or self._withdrawn_problem()
         )
         if not problem and self.fence_version != BATCH_FENCE_VERSION:
             problem = f"unsupported fence_version {self.fence_version}"
@@ -407,17 +435,37 @@ class BatchFence:
             where = f"batch fence {self.sequence} of {self.cluster!r}/{self.broker!r}"
             raise CorruptBatchError(problem, where=where)
 
+    def _withdrawn_problem(self) -> str:
+        previous: tuple[str, int] | None = None
+        for w in self.withdrawn:
+            name_problem = QueuePath.problem(self.cluster, self.broker, w.topic, w.queue_id)
+            if name_problem:
+                return f"withdrawn {w}: {name_problem}"
+            if not 0 <= w.from_offset <= MAX_OFFSET:
+                return f"withdrawn {w}: from_offset is outside [0, {MAX_OFFSET}]"
+            if previous is not None and (w.topic, w.queue_id) <= previous:
+                return f"withdrawn {w}: not sorted by (topic, queue_id), each queue at most once"
+            previous = (w.topic, w.queue_id)
+        return ""
+
     @property
     def key(self) -> str:
         """The batch key this fence occupies."""
         return batch_key(self.cluster, self.broker, self.sequence)
 
     def to_json(self) -> bytes:
-        """Canonical JSON (sorted keys, no whitespace, ASCII)."""
-        return canonical(asdict(self))
+        """Canonical JSON (sorted keys, no whitespace, ASCII); no ``withdrawn`` field
+        when there is nothing withdrawn."""
+        doc = asdict(self)
+        if not self.withdrawn:
+            del doc["withdrawn"]
+        return canonical(doc)
 
     def describe(self) -> str:
-        return f"batch fence of epoch {self.lease_epoch} ({self.writer_id}) at {self.key}"
+        what = f"batch fence of epoch {self.lease_epoch} ({self.writer_id}) at {self.key}"
+        if self.withdrawn:
+            what += ", withdrawing " + ", ".join(str(w) for w in self.withdrawn)
+        return what
 
 
 _FENCE_FIELDS: Final[dict[str, type]] = {
@@ -434,11 +482,30 @@ def _fence_from_json(data: bytes, *, where: str) -> BatchFence:
     fields = parse_object(data, error=CorruptBatchError, what="batch fence", where=where)
     fields.version("fence_version", {BATCH_FENCE_VERSION}, label="batch ")
     values: dict[str, Any] = {n: fields.scalar(n, t) for n, t in _FENCE_FIELDS.items()}
+    values["withdrawn"] = _withdrawn(fields, where=where) if "withdrawn" in fields.doc else ()
     fields.no_extra()
     try:
         return BatchFence(**values)
     except CorruptBatchError as exc:
         raise CorruptBatchError(exc.message, where=where) from exc
+
+
+_WITHDRAWN_FIELDS: Final[dict[str, type]] = {"topic": str, "queue_id": int, "from_offset": int}
+
+
+def _withdrawn(fields: Fields, *, where: str) -> tuple[Withdrawn, ...]:
+    raw = fields.get("withdrawn")
+    if not isinstance(raw, list) or not raw:
+        raise CorruptBatchError(
+            "batch fence field 'withdrawn' is not a non-empty list", where=where
+        )
+    out = []
+    for n, item in enumerate(raw):
+        sub = Fields(item, error=CorruptBatchError, what=f"withdrawn {n}", where=where)
+        values: dict[str, Any] = {k: sub.scalar(k, t) for k, t in _WITHDRAWN_FIELDS.items()}
+        sub.no_extra()
+        out.append(Withdrawn(**values))
+    return tuple(out)
 
 
 # -- writing ------------------------------------------------------------------------------

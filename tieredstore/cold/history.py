@@ -10,7 +10,10 @@ A queue's history is a sequence of :class:`Committed` links, each holding queue 
   object (``_batches/``, :mod:`tieredstore.cold.batch`); both spans lie inside that one
   object, and the batch's index is the commit point of all its slices.
 
-**The rule** (:func:`choose`, used by every reader): segments win. An offset that a
+**The rule** (:func:`choose`, used by every reader): withdrawn slices are no link (a
+batch fence's :class:`~tieredstore.cold.batch.Withdrawn`, written by ``repair`` and the
+heal of a lost tail, withdraws a queue's slices of lower sequences from an offset on:
+:class:`Withdrawal`); then segments win. An offset that a
 segment holds is read from that segment; an offset no segment holds is read from the
 slice that holds it, the slice of the lowest batch sequence first (a later slice over the
 same offsets is a duplicate, never a second truth: see :attr:`QueueHistory.overlaps`).
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -37,6 +40,7 @@ from tieredstore.cold.batch import (
     BatchHead,
     BatchSlice,
     QueueOffsets,
+    Withdrawn,
     commit_log_span,
     consume_queue_span,
     read_batch_head,
@@ -63,7 +67,9 @@ __all__ = [
     "EntryKind",
     "QueueHistory",
     "Span",
+    "Withdrawal",
     "as_link",
+    "batch_links",
     "choose",
     "load_history",
     "read_batch",
@@ -218,16 +224,48 @@ class Committed(QueueOffsets):
 
 
 @dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """One queue's :class:`~tieredstore.cold.batch.Withdrawn` entry in the batch fence at
+    ``key`` (sequence ``sequence``): the queue's slices of lower sequences that hold any
+    offset at or after ``from_offset`` are no link."""
+
+    queue: QueuePath
+    from_offset: int
+    sequence: int
+    key: str
+
+    @property
+    def topic(self) -> str:
+        return self.queue.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self.queue.queue_id
+
+    def withdraws(self, link: Committed) -> bool:
+        """Whether ``link`` is withdrawn by this: a slice of the same topic and queue id,
+        of a lower sequence, holding an offset at or after :attr:`from_offset`."""
+        return (
+            link.kind is EntryKind.SLICE
+            and (link.topic, link.queue_id) == (self.topic, self.queue_id)
+            and link.sequence < self.sequence
+            and link.end_offset > self.from_offset
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class QueueHistory:
     """One queue's committed history as :func:`choose` reads it.
 
     ``links``: the chosen links in offset order (gaps between them are possible: offsets
     accepted as lost, or damage); ``overlaps``: links not chosen because an earlier one
-    already holds some of their offsets (a compacted slice, a stale writer's duplicate).
+    already holds some of their offsets (a compacted slice, a stale writer's duplicate);
+    ``withdrawn``: slices a later batch fence withdrew (:class:`Withdrawal`).
     """
 
     links: tuple[Committed, ...]
     overlaps: tuple[Committed, ...] = ()
+    withdrawn: tuple[Committed, ...] = ()
 
     @property
     def min(self) -> int:
@@ -238,14 +276,21 @@ class QueueHistory:
         return self.links[-1].end_offset if self.links else 0
 
 
-def choose(segments: list[Committed], slices: list[Committed]) -> QueueHistory:
+def choose(segments: Sequence[Committed], slices: Sequence[Committed | Withdrawal]) -> QueueHistory:
     """The one reading rule (see the module docstring) over one queue's links.
 
-    ``segments`` in any order; ``slices`` in any order (ties broken by batch sequence).
-    A segment is never dropped for a slice; a slice is chosen only over offsets that no
-    chosen link holds yet, and only whole (a slice that holds some chosen offsets is an
-    overlap).
+    ``segments`` in any order; ``slices`` in any order (ties broken by batch sequence),
+    with the queue's withdrawals among them (:func:`batch_links`). A withdrawn slice is
+    no link. A segment is never dropped for a slice; a slice is chosen only over offsets
+    that no chosen link holds yet, and only whole (a slice that holds some chosen offsets
+    is an overlap).
     """
+    withdrawals = [w for w in slices if isinstance(w, Withdrawal)]
+    withdrawn: list[Committed] = []
+    live: list[Committed] = []
+    for s in slices:
+        if isinstance(s, Committed):
+            (withdrawn if any(w.withdraws(s) for w in withdrawals) else live).append(s)
     chosen = sorted(segments, key=lambda c: c.start_offset)
     overlaps: list[Committed] = []
     kept: list[Committed] = []
@@ -255,14 +300,14 @@ def choose(segments: list[Committed], slices: list[Committed]) -> QueueHistory:
         else:
             kept.append(s)
     taken = [(c.start_offset, c.end_offset) for c in kept]
-    for s in sorted(slices, key=lambda c: (c.sequence, c.start_offset)):
+    for s in sorted(live, key=lambda c: (c.sequence, c.start_offset)):
         if any(s.start_offset < end and start < s.end_offset for start, end in taken):
             overlaps.append(s)
             continue
         taken.append((s.start_offset, s.end_offset))
         kept.append(s)
     kept.sort(key=lambda c: c.start_offset)
-    return QueueHistory(tuple(kept), tuple(overlaps))
+    return QueueHistory(tuple(kept), tuple(overlaps), tuple(withdrawn))
 
 
 def as_link(x: Committed | Manifest) -> Committed:
@@ -341,9 +386,9 @@ async def load_history(
     for stored in await asyncio.gather(*(one(k) for k in keys)):
         if isinstance(stored, Manifest):
             segments.setdefault(stored.queue, []).append(Committed.of_manifest(stored))
-    slices: dict[QueuePath, list[Committed]] = {}
+    slices: dict[QueuePath, list[Committed | Withdrawal]] = {}
     for found in await asyncio.gather(*(head(k, n) for k, n in batch_objects)):
-        for link in slices_of(found):
+        for link in batch_links(found):
             if wants_topic(link.topic):
                 slices.setdefault(link.queue, []).append(link)
     return BrokerHistory(
@@ -378,3 +423,16 @@ def slices_of(found: BatchHead | BatchFence | None) -> list[Committed]:
     if not isinstance(found, BatchHead):
         return []
     return [Committed.of_slice(found, part) for part in found.index.slices]
+
+
+def batch_links(found: BatchHead | BatchFence | None) -> list[Committed | Withdrawal]:
+    """What a batch key holds for :func:`choose`: a batch's slices, or a fence's
+    withdrawals (a plain fence or a vanished batch: nothing)."""
+    if isinstance(found, BatchFence):
+        return [_withdrawal(found, w) for w in found.withdrawn]
+    return list(slices_of(found))
+
+
+def _withdrawal(fence: BatchFence, w: Withdrawn) -> Withdrawal:
+    queue = QueuePath(fence.cluster, fence.broker, w.topic, w.queue_id)
+    return Withdrawal(queue, w.from_offset, fence.sequence, fence.key)

@@ -81,7 +81,14 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.cold.batch import BatchFence, BatchHead
-from tieredstore.cold.history import Committed, as_link, choose, read_batch, slices_of
+from tieredstore.cold.history import (
+    Committed,
+    Withdrawal,
+    as_link,
+    batch_links,
+    choose,
+    read_batch,
+)
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -315,7 +322,7 @@ class _SegmentIndex:
         # The broker's batch heads by key, and their slices by queue (see _slices).
         self._batch_heads: dict[str, BatchHead | BatchFence | None] = {}
         self._batch_keys: frozenset[str] = frozenset()
-        self._slices_by_queue: dict[QueuePath, list[Committed]] = {}
+        self._slices_by_queue: dict[QueuePath, list[Committed | Withdrawal]] = {}
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
         """The queue's cold path; InvalidNameError for a name the layout refuses."""
@@ -337,7 +344,7 @@ class _SegmentIndex:
         slices = choose([], await self._slices(queue)).links
         return Segments(tuple(s for s, _ in found), tuple(k for _, k in found), slices)
 
-    async def _slices(self, queue: QueuePath) -> list[Committed]:
+    async def _slices(self, queue: QueuePath) -> list[Committed | Withdrawal]:
         """The queue's slices in the broker's batch objects: one listing of ``_batches/``;
         heads are read once per batch (a batch never changes) and indexed by queue."""
         prefix = batch_prefix(self.cluster, self.broker) + "/"
@@ -352,9 +359,9 @@ class _SegmentIndex:
             kept = {k: h for k, h in self._batch_heads.items() if k in listed}
             self._batch_heads = kept | dict(zip(new, heads, strict=True))
             self._batch_keys = frozenset(listed)
-            by_queue: dict[QueuePath, list[Committed]] = {}
+            by_queue: dict[QueuePath, list[Committed | Withdrawal]] = {}
             for head in self._batch_heads.values():
-                for link in slices_of(head):
+                for link in batch_links(head):
                     by_queue.setdefault(link.queue, []).append(link)
             self._slices_by_queue = by_queue
         return self._slices_by_queue.get(queue, [])

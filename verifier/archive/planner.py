@@ -29,7 +29,7 @@ from fsspec.spec import AbstractFileSystem
 from pyspark.sql.datasource import InputPartition
 
 from tieredstore.archive.rows import TimeWindow
-from tieredstore.cold.history import Committed, choose, slices_of
+from tieredstore.cold.history import Committed, Withdrawal, batch_links, choose
 from tieredstore.cold.layout import (
     ObjectKey,
     QueuePath,
@@ -192,7 +192,7 @@ def plan(options: ArchiveOptions, pruning: Pruning) -> list[SegmentPartition]:
         m = read_stored(data, key.key)
         if isinstance(m, Manifest):  # a fence marker is no segment
             segments.setdefault(m.queue, []).append(Committed.of_manifest(m))
-    slices: dict[QueuePath, list[Committed]] = {}
+    slices: dict[QueuePath, list[Committed | Withdrawal]] = {}
     for broker in brokers:
         if pruning.broker.admits(broker):
             for link in _slices(fs, root, options.cluster, broker, pruning):
@@ -213,17 +213,17 @@ def plan(options: ArchiveOptions, pruning: Pruning) -> list[SegmentPartition]:
 
 def _slices(
     fs: AbstractFileSystem, root: str, cluster: str, broker: str, pruning: Pruning
-) -> list[Committed]:
-    """The slices of the broker's batch objects whose topic and queue may match (one
-    listing of ``_batches/``, one head read per batch; a batch collected meanwhile is
-    left out)."""
+) -> list[Committed | Withdrawal]:
+    """The slices (and fences' withdrawals) of the broker's batch objects whose topic and
+    queue may match (one listing of ``_batches/``, one head read per batch; a batch
+    collected meanwhile is left out)."""
     prefix = batch_prefix(cluster, broker)
     try:
         found: dict[str, Mapping[str, Any]] = fs.find(ColdLocation.path(root, prefix), detail=True)
     except FileNotFoundError:
         return []
     cut = len(root) + 1 if root else 0
-    out: list[Committed] = []
+    out: list[Committed | Withdrawal] = []
     for path, info in sorted(found.items()):
         key = str(path)[cut:]
         if parse_batch_key(key, prefix + "/") is None:
@@ -234,7 +234,7 @@ def _slices(
             continue
         out += [
             c
-            for c in slices_of(head)
+            for c in batch_links(head)
             if pruning.topic.admits(c.topic) and pruning.queue_id.admits(c.queue_id)
         ]
     return out

@@ -44,7 +44,14 @@ import numpy as np
 from fsspec.spec import AbstractFileSystem
 
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.history import Committed, EntryKind, QueueHistory, Span, choose
+from tieredstore.cold.history import (
+    Committed,
+    EntryKind,
+    QueueHistory,
+    Span,
+    Withdrawal,
+    choose,
+)
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.errors import CorruptManifestError, TieredStoreError
@@ -91,7 +98,7 @@ class QueueWork:
     spans: Sequence[LossSpan] = ()
     allowance: LagAllowance | None = None
     reference_ms: int = 0
-    slices: Sequence[Committed] = ()
+    slices: Sequence[Committed | Withdrawal] = ()
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,7 @@ from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
-from tieredstore.cold.batch import BatchFence
-from tieredstore.cold.history import Committed, slices_of
+from tieredstore.cold.history import Committed, Withdrawal, batch_links
 from tieredstore.cold.layout import (
     SegmentKind,
     broker_prefix,
@@ -186,7 +185,7 @@ class BrokerScan:
     fingerprint_problem: str | None
     stops: tuple[StopMark, ...] = ()
     #: Per queue, the slices its batch objects hold (links; read in the queue tasks).
-    slices: dict[tuple[str, int], list[Committed]] = field(default_factory=dict)
+    slices: dict[tuple[str, int], list[Committed | Withdrawal]] = field(default_factory=dict)
     #: The listed batch objects (key → size): where those slices' bytes are.
     batches: dict[str, int] = field(default_factory=dict)
     #: A ``corrupt_manifest`` per batch object whose head does not parse.
@@ -251,11 +250,12 @@ class _ScanBroker:
 
     def _slices(
         self, batches: dict[str, int]
-    ) -> tuple[dict[tuple[str, int], list[Committed]], tuple[Anomaly, ...]]:
-        """Every batch object's slices by queue (a fence, or a batch collected since the
-        listing: none), and a ``corrupt_manifest`` for each head that does not parse."""
+    ) -> tuple[dict[tuple[str, int], list[Committed | Withdrawal]], tuple[Anomaly, ...]]:
+        """Every batch object's slices by queue (a fence: its withdrawals; a batch
+        collected since the listing: none), and a ``corrupt_manifest`` for each head that
+        does not parse."""
         fs, root = self.cold.filesystem()
-        slices: dict[tuple[str, int], list[Committed]] = {}
+        slices: dict[tuple[str, int], list[Committed | Withdrawal]] = {}
         problems: list[Anomaly] = []
         for key, size in sorted(batches.items()):
             try:
@@ -267,9 +267,7 @@ class _ScanBroker:
                     Anomaly("", -1, None, FindingKind.CORRUPT_MANIFEST, None, None, key, str(exc))
                 )
                 continue
-            if isinstance(head, BatchFence):
-                continue
-            for link in slices_of(head):
+            for link in batch_links(head):  # a fence's: its withdrawals
                 slices.setdefault((link.topic, link.queue_id), []).append(link)
         return slices, tuple(problems)
 
@@ -330,6 +328,7 @@ def _works(scan: BrokerScan, opts: FleetOptions) -> list[QueueWork]:
                 | {
                     link.commit_log_key: scan.batches[link.commit_log_key]
                     for link in scan.slices.get((topic, qid), [])
+                    if isinstance(link, Committed)
                 },
                 manifests=scan.manifests.get((topic, qid), []),
                 slices=scan.slices.get((topic, qid), []),

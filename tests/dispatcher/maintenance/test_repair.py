@@ -98,8 +98,8 @@ async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(
             assert all(c.agreement is Agreement.AGREES for c in kept) and kept
             assert first_bad.agreement is Agreement.DIFFERS
             assert f"at queue offset {good}" in first_bad.detail
-            assert first_bad.manifest.start_offset == plan.cut <= good
-            assert first_bad.manifest.end_offset > good
+            assert first_bad.link.start_offset == plan.cut <= good
+            assert first_bad.link.end_offset > good
             moved = [s for s in segments if s.start_offset >= plan.cut]
             assert [m.start_offset for m in plan.moves] == sorted(
                 (s.start_offset for s in moved), reverse=True

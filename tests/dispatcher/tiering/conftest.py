@@ -94,9 +94,11 @@ def batched(tmp_path: Path, request: pytest.FixtureRequest) -> OpenBatched:
         if cold == "s3":
             bucket: S3Bucket = request.getfixturevalue("s3_bucket")
             url, extra = f"{bucket.url}/compaction", {"cold__endpoint_url": bucket.endpoint_url}
+        # Batching off: the fixture writes the batches itself, at the sequences it names.
         settings = settings_for(
-            tmp_path / "store", url, tmp_path / "state", tiering__segment_max_bytes="8K", **extra
-        )
+            tmp_path / "store", url, tmp_path / "state", tiering__segment_max_bytes="8K",
+            tiering__batching=False, **extra,
+        )  # fmt: skip
         backend = wrap(MemoryBackend(name)) if wrap else None
         clock = VirtualClock()
         async with open_runtime(settings, clock=clock, backend=backend) as rt:

@@ -22,6 +22,7 @@ from tieredstore.cold.batch import (
     BatchIndex,
     BatchSlice,
     SlicePart,
+    Withdrawn,
     build_batch,
     check_slice,
     commit_log_span,
@@ -466,6 +467,31 @@ def test_a_fence_round_trips_through_read_batch_head() -> None:
     assert read_batch_head(raw[:1], key=KEY, object_size=len(raw)) == len(raw)
     assert fence.describe() == f"batch fence of epoch 4 (w2@h) at {KEY}"
     assert json.loads(raw)["fence_version"] == 1
+
+
+def test_a_fence_withdrawing_slices_round_trips_and_a_plain_fence_is_unchanged() -> None:
+    withdrawn = (Withdrawn("TopicA", 0, 150), Withdrawn("TopicB", 3, 0))
+    fence = _fence(withdrawn=withdrawn)
+    raw = fence.to_json()
+    assert read_batch_head(raw, key=KEY, object_size=len(raw)) == fence
+    assert json.loads(raw)["withdrawn"] == [
+        {"from_offset": 150, "queue_id": 0, "topic": "TopicA"},
+        {"from_offset": 0, "queue_id": 3, "topic": "TopicB"},
+    ]
+    assert "withdrawn" not in json.loads(_fence().to_json())
+    assert fence.describe().endswith("withdrawing TopicA/0 from offset 150, TopicB/3 from offset 0")
+    for bad, match in (
+        (tuple(reversed(withdrawn)), "not sorted by"),
+        ((withdrawn[0], withdrawn[0]), "not sorted by"),
+        ((Withdrawn("TopicA", 0, -1),), "from_offset is outside"),
+        ((Withdrawn("", 0, 1),), "withdrawn /0"),
+    ):
+        with pytest.raises(CorruptBatchError, match=match):
+            _fence(withdrawn=bad)
+    _refused(canonical(json.loads(raw) | {"withdrawn": []}), "not a non-empty list")
+    extra = json.loads(raw)
+    extra["withdrawn"][0]["extra"] = 1
+    _refused(canonical(extra), "unknown field 'extra'")
 
 
 def test_fence_problems_are_refused_naming_the_key() -> None:

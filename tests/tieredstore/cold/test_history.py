@@ -12,6 +12,7 @@ from tieredstore.cold.history import (
     Committed,
     EntryKind,
     Span,
+    Withdrawal,
     as_link,
     choose,
     load_history,
@@ -99,6 +100,25 @@ def test_a_slice_partly_under_a_segment_is_not_read_at_all() -> None:
     # that switches between two truths inside one offset range.
     assert _ranges(history.links) == [("segment", 0, 3)]
     assert history.commit == 3 and len(history.overlaps) == 1
+
+
+def test_a_withdrawal_takes_the_older_slices_past_its_offset_and_nothing_else() -> None:
+    s0, s1, s2, s3 = _segments([3, 4, 2, 5])
+    old1, old2 = _slice(s1, 1), _slice(s2, 2)
+    cut = Withdrawal(Q, from_offset=3, sequence=4, key="batch-4")
+    new = _slice(s2, 5)  # tiered again after the withdrawal: a later sequence
+    other = Withdrawal(QueuePath("c", "b", "t", 1), 0, 9, "batch-9")  # another queue's
+    history = choose([s0], [old1, old2, cut, new, other])
+    assert _ranges(history.links) == [("segment", 0, 3), ("slice", 7, 9)]
+    assert history.links[1] is new
+    assert history.withdrawn == (old1, old2) and history.overlaps == ()
+    # A slice that ends at the offset, a segment past it, and a later slice stay.
+    history = choose([s2], [_slice(s0, 1), cut, _slice(s3, 6)])
+    assert _ranges(history.links) == [("slice", 0, 3), ("segment", 7, 9), ("slice", 9, 14)]
+    assert history.withdrawn == ()
+    # A slice that straddles the offset is withdrawn whole.
+    (wide,) = _segments([5])
+    assert choose([], [_slice(wide, 1), cut]).withdrawn == (_slice(wide, 1),)
 
 
 def test_nothing_committed_is_an_empty_history() -> None:
