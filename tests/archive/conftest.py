@@ -20,10 +20,8 @@ import pytest
 
 from tests.fixtures_sidecar import Tier
 from tieredstore.backends import open_backend
-from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
-from tieredstore.cold.manifest import Manifest, read_manifest
+from tieredstore.cold.history import Committed, load_history
 from tieredstore.cold.reader import ColdReader
-from tieredstore.errors import InvalidNameError
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.broker.make_golden import GOLDEN_STORE
 from tieredstore.testing.settings import BROKER, CLUSTER
@@ -46,8 +44,8 @@ class Archive:
     cold: Path
     stores: dict[str, Path]
 
-    def manifests(self, broker: str = BROKER) -> list[Manifest]:
-        return asyncio.run(manifests(str(self.cold), broker))
+    def links(self, broker: str = BROKER) -> list[Committed]:
+        return asyncio.run(links(str(self.cold), broker))
 
     def rows(self, broker: str = BROKER) -> list[Row]:
         return asyncio.run(expected_rows(str(self.cold), broker))
@@ -58,23 +56,17 @@ def when(ms: int) -> dt.datetime:
     return EPOCH + dt.timedelta(milliseconds=ms)
 
 
-async def manifests(cold: str, broker: str, cluster: str = CLUSTER) -> list[Manifest]:
-    """Every committed segment of ``broker``, read with the core (not the data source)."""
+async def links(cold: str, broker: str, cluster: str = CLUSTER) -> list[Committed]:
+    """Every committed link of ``broker`` that readers read: its segments and, with
+    batching on (``TS_TEST_BATCHING``), batch slices; read with the core (not the data
+    source). A link's name in traces and export records is its ``history_key``."""
     async with open_backend(cold) as backend:
-        out = []
-        for info in await backend.list(broker_prefix(cluster, broker) + "/"):
-            try:
-                key = parse_object_key(info.key)
-            except InvalidNameError:
-                continue  # the lease
-            if key.kind is SegmentKind.MANIFEST:
-                out.append(read_manifest(await backend.read(info.key), info.key))
-        return out
+        return (await load_history(backend, cluster, broker)).links()
 
 
 async def expected_rows(cold: str, broker: str, cluster: str = CLUSTER) -> list[Row]:
     """What ``tieredstore read`` returns for every queue of ``broker``, as archive rows."""
-    queues = sorted({(m.topic, m.queue_id) for m in await manifests(cold, broker, cluster)})
+    queues = sorted({(m.topic, m.queue_id) for m in await links(cold, broker, cluster)})
     rows: list[Row] = []
     async with open_backend(cold) as backend:
         reader = ColdReader(backend, cluster, broker)

@@ -1,7 +1,8 @@
 """The ``tieredstore`` Spark data source on a POSIX cold store with two brokers.
 
 Rows are compared with what ``tieredstore read`` returns (ColdReader); pruning is proven
-by the segments the tasks opened (the ``trace_dir`` option: one file per open).
+by the links (segments, batch slices) the tasks opened (the ``trace_dir`` option: one file
+per open, naming the link's history key).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from tieredstore.archive.rows import ARCHIVE_COLUMNS
 from tieredstore.backends import open_backend
+from tieredstore.cold.history import Committed
+from tieredstore.cold.layout import batch_prefix, parse_batch_key
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import ConfigError
 from tieredstore.testing.batches import rebatch
@@ -47,7 +50,7 @@ def load(
 
 
 def opened(trace: Path) -> Counter[str]:
-    """Manifest key → how many times a task opened that segment."""
+    """History key → how many times a task opened that link."""
     return Counter(json.loads(p.read_text())["manifest_key"] for p in trace.glob("*.json"))
 
 
@@ -55,8 +58,8 @@ def rows(df: DataFrame) -> list[Row]:
     return normalise(df.toArrow().to_pylist())
 
 
-def keys(manifests: list[Manifest]) -> Counter[str]:
-    return Counter(m.key for m in manifests)
+def keys(links: list[Committed]) -> Counter[str]:
+    return Counter(m.history_key for m in links)
 
 
 def test_every_row_equals_what_read_returns(
@@ -68,10 +71,10 @@ def test_every_row_equals_what_read_returns(
     expected = normalise(archive.rows(BROKER) + archive.rows(BROKER_B))
     assert len(got) == len(expected) > 1000
     assert got == expected
-    # One input partition per segment, each segment opened exactly once.
-    segments = keys(archive.manifests(BROKER) + archive.manifests(BROKER_B))
-    assert opened(tmp_path) == segments
-    assert df.rdd.getNumPartitions() == len(segments)
+    # One input partition per link, each link opened exactly once.
+    links = keys(archive.links(BROKER) + archive.links(BROKER_B))
+    assert opened(tmp_path) == links
+    assert df.rdd.getNumPartitions() == len(links)
 
 
 def test_the_data_has_what_the_columns_promise(archive: Archive) -> None:
@@ -99,7 +102,7 @@ def test_several_brokers_in_one_frame(
 def test_one_broker(spark_archive: SparkSession, archive: Archive, tmp_path: Path) -> None:
     got = rows(load(spark_archive, archive, tmp_path, broker=BROKER_B))
     assert got == normalise(archive.rows(BROKER_B))
-    assert opened(tmp_path) == keys(archive.manifests(BROKER_B))
+    assert opened(tmp_path) == keys(archive.links(BROKER_B))
 
 
 def _where(
@@ -114,12 +117,12 @@ def test_by_default_a_reused_dataframe_reads_everything_after_a_filtered_query(
 ) -> None:
     """Spark keeps a pushdown's plan on the DataFrame's relation: had the default reader
     pruned, the second query (nothing to push) would read only SynthTopic0's segments."""
-    everything, manifests = _all(archive)
+    everything, links = _all(archive)
     df = load(spark_archive, archive, tmp_path)
     assert df.where("topic = 'SynthTopic0'").count() < len(everything)
     assert df.count() == len(everything)
     assert rows(df) == everything
-    assert set(opened(tmp_path)) == keys(manifests).keys()
+    assert set(opened(tmp_path)) == keys(links).keys()
 
 
 def test_prune_is_true_or_false(spark_archive: SparkSession, archive: Archive) -> None:
@@ -127,40 +130,40 @@ def test_prune_is_true_or_false(spark_archive: SparkSession, archive: Archive) -
         load(spark_archive, archive, prune="yes").count()
 
 
-def _all(archive: Archive) -> tuple[list[Row], list[Manifest]]:
+def _all(archive: Archive) -> tuple[list[Row], list[Committed]]:
     return (
         normalise(archive.rows(BROKER) + archive.rows(BROKER_B)),
-        archive.manifests(BROKER) + archive.manifests(BROKER_B),
+        archive.links(BROKER) + archive.links(BROKER_B),
     )
 
 
 def test_topic_and_queue_filters_open_only_that_queue(
     spark_archive: SparkSession, archive: Archive, tmp_path: Path
 ) -> None:
-    everything, manifests = _all(archive)
+    everything, links = _all(archive)
     got, seen = _where(spark_archive, archive, tmp_path, "topic = 'SynthTopic0' AND queue_id = 1")
     assert got == [r for r in everything if (r["topic"], r["queue_id"]) == ("SynthTopic0", 1)]
-    wanted = [m for m in manifests if (m.topic, m.queue_id) == ("SynthTopic0", 1)]
+    wanted = [m for m in links if (m.topic, m.queue_id) == ("SynthTopic0", 1)]
     assert seen == keys(wanted)
-    assert 1 < len(wanted) < len(manifests) // 4
+    assert 1 < len(wanted) < len(links) // 4
 
 
 def test_topic_in_and_prefix_and_broker_filters(
     spark_archive: SparkSession, archive: Archive, tmp_path: Path
 ) -> None:
-    everything, manifests = _all(archive)
+    everything, links = _all(archive)
     condition = "topic IN ('SynthTopic0', 'Other0') AND topic LIKE 'Oth%' AND broker = 'broker-b'"
     got, seen = _where(spark_archive, archive, tmp_path, condition)
     assert got == [r for r in everything if r["topic"] == "Other0"]
-    assert seen == keys([m for m in manifests if m.topic == "Other0"])
+    assert seen == keys([m for m in links if m.topic == "Other0"])
 
 
 def test_offset_filters_open_overlapping_segments_and_read_only_those_offsets(
     spark_archive: SparkSession, archive: Archive, tmp_path: Path
 ) -> None:
-    everything, manifests = _all(archive)
+    everything, links = _all(archive)
     queue = sorted(
-        (m for m in manifests if (m.topic, m.queue_id) == ("SynthTopic0", 0)),
+        (m for m in links if (m.topic, m.queue_id) == ("SynthTopic0", 0)),
         key=lambda m: m.start_offset,
     )
     # From inside the second segment to inside the fourth.
@@ -178,8 +181,8 @@ def test_offset_filters_open_overlapping_segments_and_read_only_those_offsets(
 def test_store_timestamp_filters_prune_by_manifest_times(
     spark_archive: SparkSession, archive: Archive, tmp_path: Path
 ) -> None:
-    everything, manifests = _all(archive)
-    times = sorted(m.min_store_timestamp for m in archive.manifests(BROKER))
+    everything, links = _all(archive)
+    times = sorted(m.min_store_timestamp for m in archive.links(BROKER))
     t1, t2 = times[len(times) // 3] + 7, times[2 * len(times) // 3] + 11
     condition = (
         f"store_timestamp >= '{when(t1).strftime('%Y-%m-%d %H:%M:%S.%f')}' "
@@ -188,19 +191,19 @@ def test_store_timestamp_filters_prune_by_manifest_times(
     got, seen = _where(spark_archive, archive, tmp_path, condition)
     assert got == [r for r in everything if when(t1) <= r["store_timestamp"] < when(t2)]
     assert got
-    wanted = [m for m in manifests if m.max_store_timestamp >= t1 and m.min_store_timestamp < t2]
+    wanted = [m for m in links if m.max_store_timestamp >= t1 and m.min_store_timestamp < t2]
     assert seen == keys(wanted)
-    assert 0 < len(wanted) < len(manifests)
+    assert 0 < len(wanted) < len(links)
 
 
 def test_a_filter_that_cannot_prune_opens_every_segment(
     spark_archive: SparkSession, archive: Archive, tmp_path: Path
 ) -> None:
     # The control for the tests above: the count does grow when nothing is pruned.
-    everything, manifests = _all(archive)
+    everything, links = _all(archive)
     got, seen = _where(spark_archive, archive, tmp_path, "body_size > 100 OR queue_id = 0")
     assert got == [r for r in everything if r["body_size"] > 100 or r["queue_id"] == 0]
-    assert seen == keys(manifests)
+    assert seen == keys(links)
 
 
 def test_an_impossible_filter_opens_nothing(
@@ -285,9 +288,11 @@ def test_slices_of_a_batch_read_as_the_segments_they_were(
     cold = tmp_path / "cold"
     shutil.copytree(archive.cold, cold)
     batched = Archive(cold, archive.stores)
-    newest: dict[int, Manifest] = {}
-    for m in batched.manifests(BROKER):
-        if m.topic == "SynthTopic0" and m.start_offset >= newest.get(m.queue_id, m).start_offset:
+    newest: dict[int, Manifest] = {}  # with batching on, batch slices may follow it
+    for m in (link.manifest for link in batched.links(BROKER)):
+        if m is None or m.topic != "SynthTopic0":
+            continue
+        if m.start_offset >= newest.get(m.queue_id, m).start_offset:
             newest[m.queue_id] = m
     key = asyncio.run(_rebatch(str(cold), list(newest.values())))
     expected = normalise(archive.rows(BROKER) + archive.rows(BROKER_B))
@@ -308,5 +313,10 @@ def test_slices_of_a_batch_read_as_the_segments_they_were(
 
 
 async def _rebatch(cold: str, manifests: list[Manifest]) -> str:
+    """:func:`rebatch` at the next free sequence (with batching on, the tiering writer's
+    fence and batches hold the first ones)."""
     async with open_backend(cold) as backend:
-        return await rebatch(backend, manifests, sequence=0)
+        prefix = batch_prefix(CLUSTER, BROKER) + "/"
+        taken = [parse_batch_key(info.key, prefix) for info in await backend.list(prefix)]
+        sequence = 1 + max((s for s in taken if s is not None), default=-1)
+        return await rebatch(backend, manifests, sequence=sequence)

@@ -31,7 +31,7 @@ from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
 from tieredstore.testing.settings import BROKER, CLUSTER
 
-from .conftest import BROKER_B, Archive, Row, expected_rows, manifests, normalise
+from .conftest import BROKER_B, Archive, Row, expected_rows, links, normalise
 
 
 def export(cold: Path | str, out: Path | str, *flags: str, broker: str = BROKER) -> int:
@@ -70,7 +70,7 @@ def test_export_round_trip_two_brokers_in_one_output(
     assert export(archive.cold, out) == 0
     assert export(archive.cold, out, broker=BROKER_B) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith(f"exported {len(archive.manifests())} segments (")
+    assert printed[0].startswith(f"exported {len(archive.links())} segments (")
     assert read_back(out) == normalise(archive.rows() + archive.rows(BROKER_B))
     # Partitioned by topic and day; one file per segment and day; no topic column inside.
     top = sorted(p.name for p in out.iterdir())
@@ -80,7 +80,7 @@ def test_export_round_trip_two_brokers_in_one_output(
     assert f"{CLUSTER}+{BROKER}+0+{0:020d}.parquet" in names
     assert "topic" not in pads.dataset(next(out.rglob("*.parquet"))).schema.names
     doc = json.loads((out / export_manifest_key(CLUSTER, BROKER)).read_text())
-    assert set(doc["segments"]) == {m.key for m in archive.manifests()}
+    assert set(doc["segments"]) == {m.history_key for m in archive.links()}
 
 
 def test_only_few_valued_columns_are_dictionary_encoded(archive: Archive, tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_rerun_exports_nothing_and_changes_nothing(archive: Archive, tmp_path:
     first = run_export(archive.cold, tmp_path)
     before = files(tmp_path)
     second = run_export(archive.cold, tmp_path)
-    assert (first.exported, first.skipped) == (len(archive.manifests()), 0)
+    assert (first.exported, first.skipped) == (len(archive.links()), 0)
     assert (second.exported, second.skipped, second.rows) == (0, first.exported, 0)
     assert files(tmp_path) == before
     assert read_back(tmp_path) == normalise(archive.rows())
@@ -120,7 +120,7 @@ def test_a_lost_export_manifest_never_duplicates_rows(archive: Archive, tmp_path
     before = files(tmp_path)
     (tmp_path / export_manifest_key(CLUSTER, BROKER)).unlink()
     again = run_export(archive.cold, tmp_path)
-    assert again.exported == len(archive.manifests())
+    assert again.exported == len(archive.links())
     assert files(tmp_path) == before
     assert read_back(tmp_path) == normalise(archive.rows())
 
@@ -139,7 +139,7 @@ def test_a_changed_segment_is_exported_again_and_its_stale_files_go(
     entry |= {"manifest_sha256": "0" * 64, "files": [*entry["files"], stale]}
     (tmp_path / key).write_text(json.dumps(doc))
     report = run_export(archive.cold, tmp_path)
-    assert (report.exported, report.skipped) == (1, len(archive.manifests()) - 1)
+    assert (report.exported, report.skipped) == (1, len(archive.links()) - 1)
     assert not (tmp_path / stale).exists()
     assert read_back(tmp_path) == normalise(archive.rows())
 
@@ -151,7 +151,7 @@ def test_the_next_run_exports_only_new_segments(tmp_path: Path, tier: Tier) -> N
     first = run_export(cold, out)
     SyntheticStore.open(store).append(250)
     asyncio.run(tier(store, str(cold), state))
-    total = len(asyncio.run(manifests(str(cold), BROKER)))
+    total = len(asyncio.run(links(str(cold), BROKER)))
     second = run_export(cold, out)
     assert first.exported > 0 and second.exported == total - first.exported > 0
     assert second.skipped == first.exported
@@ -161,7 +161,7 @@ def test_the_next_run_exports_only_new_segments(tmp_path: Path, tier: Tier) -> N
 
 
 def test_topics_and_time_select_segments(archive: Archive, tmp_path: Path) -> None:
-    ms = archive.manifests()
+    ms = archive.links()
     times = sorted(m.min_store_timestamp for m in ms)
     since, until = times[len(times) // 3], times[2 * len(times) // 3]
     code = export(archive.cold, tmp_path, "--topics", "Synth*0", "--since", str(since),
@@ -170,7 +170,7 @@ def test_topics_and_time_select_segments(archive: Archive, tmp_path: Path) -> No
     wanted = [m for m in ms if m.topic == "SynthTopic0"
               and m.max_store_timestamp >= since and m.min_store_timestamp < until]  # fmt: skip
     doc = json.loads((tmp_path / export_manifest_key(CLUSTER, BROKER)).read_text())
-    assert set(doc["segments"]) == {m.key for m in wanted}
+    assert set(doc["segments"]) == {m.history_key for m in wanted}
     ranges = {(m.queue_id, o) for m in wanted for o in range(m.start_offset, m.end_offset)}
     got = read_back(tmp_path)
     assert {(r["queue_id"], r["queue_offset"]) for r in got} == ranges
@@ -253,18 +253,18 @@ def test_a_damaged_segment_stops_the_run_and_keeps_what_was_exported(
 ) -> None:
     cold = tmp_path / "cold"
     shutil.copytree(archive.cold, cold)
-    ordered = sorted(archive.manifests(), key=lambda m: m.key)  # the order export walks
+    ordered = sorted(archive.links(), key=lambda m: m.history_key)  # the order export walks
     victim = ordered[4]
-    path = cold / victim.commit_log_key
+    path, span = cold / victim.commit_log_key, victim.commit_log  # a segment's or slice's
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[span.at + span.size // 2] ^= 0xFF
     path.write_bytes(bytes(data))
     assert export(cold, tmp_path / "out") == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("tieredstore export: object crc32c is ")
     assert victim.commit_log_key in err and len(err.splitlines()) == 1
     doc = json.loads((tmp_path / "out" / export_manifest_key(CLUSTER, BROKER)).read_text())
-    assert set(doc["segments"]) == {m.key for m in ordered[:4]}
+    assert set(doc["segments"]) == {m.history_key for m in ordered[:4]}
 
 
 def test_export_shows_its_progress_and_a_human_final_line(
@@ -272,7 +272,7 @@ def test_export_shows_its_progress_and_a_human_final_line(
 ) -> None:
     """``--progress on``: a rewritten stderr line (segments looked at of those listed,
     what was written, the rate, an ETA), ended before the final line; sizes in MiB/KiB."""
-    total = len(archive.manifests())
+    total = len(archive.links())
     assert export(archive.cold, tmp_path / "out", "--progress", "on") == 0
     captured = capsys.readouterr()
     drawn = [d.rstrip() for d in captured.err.split("\r") if d.strip()]

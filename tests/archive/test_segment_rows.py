@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tieredstore.archive.rows import SegmentSlice, TimeWindow
-from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.history import Committed, Span
 from tieredstore.cold.reader import ColdMessage, decode_messages
 from tieredstore.errors import CorruptDataError, CorruptRecordError
 from tieredstore.formats.record import (
@@ -29,12 +29,17 @@ from .conftest import BROKER_B, Archive, Row, archive_row
 BORN_TIMESTAMP_AT: int = HEAD_DTYPE.fields["born_timestamp"][1]  # type: ignore[index]
 
 
-def _slice(cold: Path, m: Manifest, commit_log: bytes | None = None) -> SegmentSlice:
-    cq = (cold / m.consume_queue_key).read_bytes()
+def _bytes(cold: Path, span: Span) -> bytes:
+    """A span's bytes: a segment's whole object, or a batch slice's range of its batch."""
+    return (cold / span.key).read_bytes()[span.at : span.end]
+
+
+def _slice(cold: Path, m: Committed, commit_log: bytes | None = None) -> SegmentSlice:
+    cq = _bytes(cold, m.consume_queue)
     if commit_log is None:
-        return SegmentSlice.whole(m, (cold / m.commit_log_key).read_bytes(), cq)
+        return SegmentSlice.whole(m, _bytes(cold, m.commit_log), cq)
     # A damaged commit log would fail the digest check of whole(): check units only.
-    units = SegmentSlice.whole(m, (cold / m.commit_log_key).read_bytes(), cq).units
+    units = SegmentSlice.whole(m, _bytes(cold, m.commit_log), cq).units
     return SegmentSlice.part(m, m.start_offset, units, commit_log)
 
 
@@ -52,9 +57,9 @@ def _rows(piece: SegmentSlice, broker: str, **kwargs: object) -> list[Row]:
 @pytest.mark.slow
 @pytest.mark.parametrize("broker", [BROKER, BROKER_B])
 def test_synth_segments_equal_the_record_path(archive: Archive, broker: str) -> None:
-    manifests = archive.manifests(broker)
+    links = archive.links(broker)
     compressed = 0
-    for m in manifests:
+    for m in links:
         piece = _slice(archive.cold, m)
         expected = _reference(piece, broker)
         assert _rows(piece, broker) == expected
@@ -64,12 +69,12 @@ def test_synth_segments_equal_the_record_path(archive: Archive, broker: str) -> 
         )
     assert compressed == 0  # the consumer's sysFlag: COMPRESSED cleared
     if broker == BROKER:  # the store that has them: zlib bodies, v6 hosts, long topics
-        assert any(len(m.topic) > 127 for m in manifests)
+        assert any(len(m.topic) > 127 for m in links)
 
 
 def test_golden_segments_equal_the_record_path(golden: Archive) -> None:
     total = 0
-    for m in golden.manifests():
+    for m in golden.links():
         piece = _slice(golden.cold, m)
         expected = _reference(piece, BROKER)
         assert _rows(piece, BROKER) == expected
@@ -78,7 +83,7 @@ def test_golden_segments_equal_the_record_path(golden: Archive) -> None:
 
 
 def test_a_time_window_decodes_only_its_rows(archive: Archive) -> None:
-    m = max(archive.manifests(), key=lambda m: m.message_count)
+    m = max(archive.links(), key=lambda m: m.message_count)
     piece = _slice(archive.cold, m)
     expected = _reference(piece, BROKER)
     stamps = sorted({r["store_timestamp"] for r in expected})
@@ -95,9 +100,9 @@ def test_a_time_window_decodes_only_its_rows(archive: Archive) -> None:
 )
 @given(st.data())
 def test_a_damaged_record_gives_the_error_read_gives(archive: Archive, data: st.DataObject) -> None:
-    manifests = sorted(archive.manifests(), key=lambda m: m.key)
-    m = manifests[data.draw(st.integers(0, len(manifests) - 1))]
-    commit_log = bytearray((archive.cold / m.commit_log_key).read_bytes())
+    links = sorted(archive.links(), key=lambda m: m.history_key)
+    m = links[data.draw(st.integers(0, len(links) - 1))]
+    commit_log = bytearray(_bytes(archive.cold, m.commit_log))
     at = data.draw(st.integers(0, len(commit_log) - 1))
     commit_log[at] ^= data.draw(st.integers(1, 255))
     piece = _slice(archive.cold, m, bytes(commit_log))
@@ -144,7 +149,7 @@ def _same_rows(piece: SegmentSlice, messages: list[ColdMessage]) -> None:
 
 
 def test_a_record_that_is_not_its_units_is_refused(archive: Archive) -> None:
-    m = max(archive.manifests(), key=lambda m: m.message_count)
+    m = max(archive.links(), key=lambda m: m.message_count)
     piece = _slice(archive.cold, m)
     # Swap in the queue offset of another record: queueOffset field != the unit's offset.
     commit_log = bytearray(piece.data)
@@ -159,7 +164,7 @@ def test_a_record_that_is_not_its_units_is_refused(archive: Archive) -> None:
 def test_a_time_no_column_can_hold_is_refused_not_wrapped(archive: Archive, name: str) -> None:
     # The top byte of an 8-byte time flipped: 2^56 ms on, far beyond year 9999, where
     # microseconds overflow int64. read prints it; the archive must refuse it.
-    m = max(archive.manifests(), key=lambda m: m.message_count)
+    m = max(archive.links(), key=lambda m: m.message_count)
     piece = _slice(archive.cold, m)
     commit_log = bytearray(piece.data)
     pos = int(piece.units["commitlog_offset"][2]) - piece.data_base

@@ -177,6 +177,7 @@ async def _play(ops: list[Op], root: Path) -> World:
             root / "state",
             tiering__segment_max_age="30s",
             tiering__segment_max_bytes="2K",
+            tiering__compact_after="30s",
             retention__default=f"{RETENTION_S}s",
             lease__renew_interval="10s",
         ),
@@ -194,6 +195,8 @@ async def _play(ops: list[Op], root: Path) -> World:
                 assert not (report.errors or report.diverged or report.lost), report
             elif kind == "retention":
                 await rt.retention.run_pass()
+            elif kind == "compact":  # batch slices (TS_TEST_BATCHING) rewritten as segments
+                assert not (await rt.compactor.run_pass()).problems
             else:
                 if kind == "crash_in_retention":
                     world.crash_after[:] = [arg]
@@ -241,7 +244,8 @@ def test_a_long_fixed_interleaving() -> None:
     """One deterministic long run that surely expires, crashes mid-pass and rebuilds."""
     ops: list[Op] = []
     for i in range(6):
-        ops += [("produce", 30), ("advance", 35), ("tick", 0), ("advance", 60)]
+        # Compaction before retention: a batch slice (TS_TEST_BATCHING) never expires.
+        ops += [("produce", 30), ("advance", 35), ("tick", 0), ("advance", 60), ("compact", 0)]
         ops += [("crash_in_retention", 1 + i) if i % 2 else ("retention", 0)]
         ops += [("crash", i % 2), ("advance", 40), ("tick", 0), ("retention", 0)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -102,7 +102,10 @@ async def test_small_queues_share_one_batch_object(store: Path, tmp_path: Path) 
 
 async def test_batching_off_writes_no_batch_object(store: Path, tmp_path: Path) -> None:
     reset_memory_stores()
-    async with sidecar(store, "memory://batch-off", tmp_path / "state") as rt:
+    # Off explicitly: this test is about the setting being off (TS_TEST_BATCHING turns it on).
+    async with sidecar(
+        store, "memory://batch-off", tmp_path / "state", tiering__batching=False
+    ) as rt:
         assert (await rt.dispatcher.catch_up()).messages == SPEC.messages
     async with open_backend("memory://batch-off") as backend:
         assert await backend.list(PREFIX) == []

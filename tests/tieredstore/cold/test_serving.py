@@ -24,6 +24,7 @@ from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold.history import load_history
 from tieredstore.cold.layout import lease_key
 from tieredstore.cold.reader import BoundaryType, ColdReader
 from tieredstore.cold.serving import ServingReader, read_raw
@@ -224,9 +225,12 @@ async def test_a_record_that_does_not_match_its_unit_is_a_500_naming_it(tmp_path
                             tiering__guard="none")  # fmt: skip
     await tier(settings)
     async with open_backend("memory://damaged") as backend:
-        key = next(i.key for i in await backend.list() if "/COMMIT_LOG/" in i.key)
+        # Offset 0's commit log: a segment's COMMIT_LOG object, or a batch object's span.
+        link = (await load_history(backend, CLUSTER, BROKER)).links()[0]
+        assert link.start_offset == 0
+        key, at = link.commit_log.key, link.commit_log.at
         data = bytearray(await backend.read(key))
-        data[27] ^= 1  # the first record's queueOffset field
+        data[at + 27] ^= 1  # the first record's queueOffset field
         await backend.write(key, bytes(data))
     async with serving(settings) as client:
         reply = await client.get(f"/v1/cold/records?topic={TOPIC}&queue=0&offset=0")
