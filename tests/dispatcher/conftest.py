@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.tiering.batch_collect import MIN_GRACE_MS, collect_batches
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
@@ -32,10 +33,21 @@ async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
         await rt.dispatcher.start(wait_for_lease=False)
         assert not (await rt.dispatcher.catch_up()).errors
         # With batching on (TS_TEST_BATCHING), each queue's tail is a batch slice, which
-        # retention never expires nor purges: compacting it now (due at once) makes the
-        # retention tests start from per-queue segments only, in both modes.
+        # retention never expires nor purges, nor a segment over a slice still in a
+        # batch: compacting the slices now (due at once), then deleting their batches
+        # (one fence above them, and a collection past the grace) makes the retention
+        # tests start from per-queue segments only, in both modes.
         rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
         assert not (await rt.compactor.run_pass()).problems
+        if rt.settings.tiering.batching:
+            batcher = rt.dispatcher.rounds.batcher
+            assert batcher is not None
+            await batcher.keys.fence()
+            collected = await collect_batches(
+                rt.backend, rt.catalogue, rt.dispatcher.lease,
+                now_ms=clock.now_ms() + MIN_GRACE_MS, grace_ms=MIN_GRACE_MS,
+            )  # fmt: skip
+            assert not collected.problems
         for q in rt.catalogue.queues.all():
             assert rt.catalogue.slices.of(q.topic, q.queue_id) == []
             assert len(rt.catalogue.segments.of(q.topic, q.queue_id)) >= 3

@@ -133,7 +133,7 @@ def test_rule2_a_batch_slice_not_compacted_yet_stops_the_prefix() -> None:
     decisions = plan_retention([early], GONE, now_ms=NOW, policy=POLICY)
     assert _expired_ranges(decisions) == [("T/0", 0, 2)]
     assert not [d for d in decisions if isinstance(d, DestroyQueue)]
-    with pytest.raises(ConfigError, match="T/0 still has batch slices"):
+    with pytest.raises(ConfigError, match="T/0 still has offsets in batch objects"):
         plan_purge([early], GONE, topic="T", now_ms=NOW, policy=POLICY)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.tiering.batch_collect import MIN_GRACE_MS, collect_batches
 from dispatcher.tiering.compaction import CompactionReport, Compactor, compaction_run
 from tests.dispatcher.tiering.conftest import BATCHED_SPEC, TOPIC, Batched, OpenBatched
 from tieredstore.backends.base import Backend
@@ -21,8 +22,9 @@ from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.cold.history import EntryKind
+from tieredstore.cold.history import EntryKind, load_history
 from tieredstore.cold.layout import (
+    QueuePath,
     SegmentKind,
     batch_prefix,
     kind_prefix,
@@ -271,3 +273,47 @@ async def test_the_sidecar_batches_then_compacts_the_same_bytes(tmp_path: Path) 
         listed = [parse_batch_key(i.key, prefix) for i in await rt.backend.list(prefix)]
         assert sorted(s for s in listed if s is not None) == [0, 1]
         await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
+
+
+async def test_a_compacted_segment_expires_only_once_its_batches_are_deleted(
+    batched: OpenBatched,
+) -> None:
+    """Expiring the segment compaction wrote while its slices are still in a batch object
+    would bring them back (the reading rule reads a slice no segment holds): retention
+    waits for the batch collector, then expires it, and the history never shows them."""
+    async with batched("SSg") as b:
+        b.clock.set_ms(b.clock.now_ms() + HOUR_MS + 60_000)  # every slice is due
+        while any(b.rt.catalogue.slices.of(TOPIC, q) for q in (0, 1)):
+            assert not (await b.rt.compactor.run_pass()).problems
+        left = [k for k in b.batches if await b.rt.backend.exists(k)]
+        assert left == b.batches[-1:]  # the highest batch stays (the older one went)
+        # Per queue, the first offset whose slice is still in a batch object:
+        stop = {q: next(c.start_offset for c in b.slices[q] if c.key in left) for q in (0, 1)}
+        compacted = stop[0]
+        later = b.clock.now_ms() + 1000 * 24 * HOUR_MS  # everything is past retention
+        first = await b.rt.retention.run_pass(now_ms=later)
+        row = b.rt.catalogue.queues.get(TOPIC, 0)
+        assert row is not None and row.cold_min == compacted  # stopped at the batch
+        assert first.expired
+        assert all(d.segment.end_offset <= stop[d.segment.queue_id] for d in first.expired)
+        history = (await load_history(b.rt.backend, CLUSTER, BROKER)).queues
+        assert history[QueuePath(CLUSTER, BROKER, TOPIC, 0)].min == compacted
+        # A fence above the batches, a collection past the grace: the batches go...
+        batcher = b.rt.dispatcher.rounds.batcher
+        assert batcher is not None
+        await batcher.keys.fence()
+        gone = await collect_batches(
+            b.rt.backend, b.rt.catalogue, b.rt.dispatcher.lease,
+            now_ms=later, grace_ms=MIN_GRACE_MS,
+        )  # fmt: skip
+        assert sorted(gone.deleted) == left
+        # ...and the compacted segments expire; no slice comes back for any reader.
+        second = await b.rt.retention.run_pass(now_ms=later)
+        assert any(d.segment.start_offset == compacted for d in second.expired)
+        history = (await load_history(b.rt.backend, CLUSTER, BROKER)).queues
+        for q in (0, 1):
+            row = b.rt.catalogue.queues.get(TOPIC, q)
+            assert row is not None and row.cold_min > b.slices[q][-1].start_offset
+            links = history[QueuePath(CLUSTER, BROKER, TOPIC, q)].links
+            assert all(c.kind is EntryKind.SEGMENT for c in links)
+            assert links[0].start_offset == row.cold_min
