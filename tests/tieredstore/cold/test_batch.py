@@ -479,6 +479,12 @@ def test_a_fence_withdrawing_slices_round_trips_and_a_plain_fence_is_unchanged()
         {"from_offset": 0, "queue_id": 3, "topic": "TopicB"},
     ]
     assert "withdrawn" not in json.loads(_fence().to_json())
+    documented = BatchFence(
+        CLUSTER, BROKER, 44, 5, "9a0e@host-2", 1_767_229_200_000,
+        withdrawn=(Withdrawn("TopicA", 0, 150),),
+    )  # fmt: skip
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "format.md").read_text()
+    assert documented.to_json().decode() in doc
     assert fence.describe().endswith("withdrawing TopicA/0 from offset 150, TopicB/3 from offset 0")
     for bad, match in (
         (tuple(reversed(withdrawn)), "not sorted by"),
