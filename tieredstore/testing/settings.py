@@ -2,9 +2,10 @@
 
 ``CLUSTER`` / ``BROKER`` are the names every synthetic test store is tiered under.
 
-``TS_TEST_BATCHING=1`` in the environment turns ``tiering.batching`` on in every
-:func:`settings_for` that does not set it: the suite's readers run their tests over
-batch objects (``TS_TEST_BATCHING=1 make pytest``).
+``tiering.batching`` is on by default, so the suite's readers run their tests over batch
+objects. ``TS_TEST_BATCHING=0`` in the environment turns it off in every
+:func:`settings_for` that does not set it (``TS_TEST_BATCHING=0 make pytest``: the same
+tests over per-queue segments only); ``TS_TEST_BATCHING=1`` turns it on.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Se
         "http.enabled": False,
         "config_backup.enabled": False,
     }
-    if os.environ.get("TS_TEST_BATCHING") == "1":
-        values["tiering.batching"] = True
+    mode = os.environ.get("TS_TEST_BATCHING")
+    if mode in ("0", "1"):
+        values["tiering.batching"] = mode == "1"
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
     return load_settings(env={}, overrides=values)
