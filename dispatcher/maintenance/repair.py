@@ -11,10 +11,12 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
    contradicts them). The first link that differs, reaches past the hot max, or cannot
    be read sets the **cut**: the first queue offset to re-tier from hot.
 2. **Withdraws** the queue's batch slices at or after the cut, when the broker has batch
-   objects at all: one batch fence naming the queue and the cut
-   (:class:`~tieredstore.cold.batch.Withdrawn`, :mod:`dispatcher.tiering.batch_keys`).
-   A batch is shared and never rewritten; the fence makes every reader skip those slices,
-   whose bytes stay in their batch as evidence.
+   objects at all: the catalogue's slices there are copied to the quarantine first (their
+   two byte ranges, named as a segment's COMMIT_LOG and CONSUME_QUEUE objects), then one
+   batch fence names the queue and the cut (:class:`~tieredstore.cold.batch.Withdrawn`,
+   :mod:`dispatcher.tiering.batch_keys`). A batch is shared and never rewritten; the
+   fence makes every reader skip those slices, and the batch collector may then delete
+   their batches.
 3. **Quarantines** (moves, never deletes) every segment at or after the cut — the
    catalogue's, and any committed manifest there the catalogue never adopted — to
    ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>``
@@ -51,8 +53,9 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import Withdrawn
-from tieredstore.cold.history import as_link
+from tieredstore.cold.history import Committed, as_link, span_bytes
 from tieredstore.cold.layout import (
+    ObjectKey,
     QueuePath,
     SegmentKind,
     batch_prefix,
@@ -61,6 +64,7 @@ from tieredstore.cold.layout import (
     parse_batch_key,
     parse_loss_key,
     parse_object_key,
+    quarantine_key,
     quarantine_loss_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
@@ -92,6 +96,8 @@ class RepairPlan:
     losses: tuple[str, ...] = ()
     #: Whether batch slices at or after the cut are withdrawn (the broker has batches).
     withdraws: bool = False
+    #: The catalogue's slices at or after the cut (copied to the quarantine first).
+    withdrawn: tuple[Committed, ...] = ()
 
     def describe(self) -> list[str]:
         q = f"{self.row.topic}/{self.row.queue_id}"
@@ -173,8 +179,9 @@ async def plan_repair(
     moves.sort(key=lambda m: m.start_offset, reverse=True)  # newest first
     losses = await _losses_after(backend, QueuePath(catalogue.cluster, catalogue.broker,
                                                     topic, queue_id), cut)  # fmt: skip
-    withdraws = any(s.end_offset > cut for s in slices) or await _has_batches(backend, catalogue)
-    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves), losses, withdraws)
+    withdrawn = tuple(s for s in slices if s.end_offset > cut)
+    withdraws = bool(withdrawn) or await _has_batches(backend, catalogue)
+    return RepairPlan(row, rng, tuple(checks), cut, tuple(moves), losses, withdraws, withdrawn)
 
 
 async def _has_batches(backend: Backend, catalogue: Catalogue) -> bool:
@@ -270,12 +277,14 @@ async def execute_repair(
     """
     stamp = clock.now_ms()
     topic, queue_id = plan.row.topic, plan.row.queue_id
+    moved: list[tuple[str, str]] = []
     if plan.withdraws:
+        for link in plan.withdrawn:
+            moved += await _quarantine_slice(link, backend=backend, lease=lease, stamp=stamp)
         await hold_lease(lease)
         keys = BatchKeys(backend=backend, lease=lease, clock=clock, retry=RetryPolicy(),
                          cluster=catalogue.cluster, broker=catalogue.broker)  # fmt: skip
         await keys.fence([Withdrawn(topic, queue_id, plan.cut)])
-    moved: list[tuple[str, str]] = []
     for move in plan.moves:
         moved += await quarantine(move, backend=backend, lease=lease, stamp=stamp)
     for key in plan.losses:
@@ -284,6 +293,30 @@ async def execute_repair(
     await asyncio.to_thread(catalogue.segments.truncate, topic, queue_id, plan.cut)
     row = await asyncio.to_thread(catalogue.queues.set_state, topic, queue_id, QueueState.ACTIVE)
     return RepairReport(plan, stamp, tuple(moved), row)
+
+
+async def _quarantine_slice(
+    link: Committed, *, backend: Backend, lease: Lease, stamp: int
+) -> Sequence[tuple[str, str]]:
+    """Copy one batch slice's two byte ranges to the quarantine, named as the segment's
+    data objects would be (nothing is deleted: the batch is shared)."""
+    out = []
+    for kind, span, base in (
+        (SegmentKind.COMMIT_LOG, link.commit_log, link.cl_base),
+        (SegmentKind.CONSUME_QUEUE, link.consume_queue, link.cq_base),
+    ):
+        await hold_lease(lease)
+        try:
+            data = await span_bytes(backend, span)
+        except ObjectNotFoundError:
+            continue  # collected since the plan: nothing left to keep
+        q = link.queue
+        target = quarantine_key(
+            ObjectKey(q.cluster, q.broker, q.topic, q.queue_id, kind, base), stamp_ms=stamp
+        )
+        await backend.write(target, data)
+        out.append((f"{link.history_key}:{kind.value}", target))
+    return out
 
 
 async def _quarantine_loss(

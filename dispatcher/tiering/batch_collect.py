@@ -7,11 +7,13 @@ holds its offsets, so a batch is deleted only when **all** of these hold:
 
 (a) **unreferenced**: no slice row of the catalogue names it
     (``catalogue.slices.referenced_batches()``);
-(b) **covered, byte for byte**: every slice in its head lies inside one segment of its
-    queue's committed history in cold (the queue's manifests, read now, through
-    ``choose``), and that segment's bytes at the slice's offsets and cold commitlog range
-    are the slice's: compared by digest when the boundaries are the same and the
-    algorithms too, else byte for byte (both read);
+(b) **covered, byte for byte, or withdrawn**: every slice in its head lies inside one
+    segment of its queue's committed history in cold (the queue's manifests, read now,
+    through ``choose``), and that segment's bytes at the slice's offsets and cold
+    commitlog range are the slice's: compared by digest when the boundaries are the same
+    and the algorithms too, else byte for byte (both read); or a batch fence of a higher
+    sequence withdrew it (:class:`~tieredstore.cold.batch.Withdrawn`: ``repair`` copied its
+    bytes to the quarantine first, the heal of a lost tail tiered them again from hot);
 (c) **old**: its ``created_at_ms`` is at least the grace in the past (``max(compact_after,
     10 min)``, :data:`MIN_GRACE_MS`): longer than the read service keeps a listing, so no
     reader still holds a slice of it from a listing taken before the compaction;
@@ -38,7 +40,16 @@ from dispatcher.lease.lease import Lease
 from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchFence, BatchHead
-from tieredstore.cold.history import Committed, choose, read_batch, read_span, slices_of, span_bytes
+from tieredstore.cold.history import (
+    Committed,
+    Withdrawal,
+    batch_links,
+    choose,
+    read_batch,
+    read_span,
+    slices_of,
+    span_bytes,
+)
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -68,23 +79,45 @@ class BatchCollection:
     problems: tuple[str, ...] = ()
 
 
+#: What a batch key held when the collection read it (the error if it did not parse).
+_Head = BatchHead | BatchFence | None | ColdDataError
+
+
 @dataclass(slots=True)
 class _Collector:
-    """One collection's reads: each queue's committed segments, read once."""
+    """One collection's reads: the unreferenced batch heads and each queue's committed
+    segments, each read once; the withdrawals among those heads."""
 
     backend: Backend
     now_ms: int
     grace_ms: int
     referenced: set[str]
     segments: dict[QueuePath, tuple[Committed, ...] | str] = field(default_factory=dict)
+    heads: dict[str, _Head] = field(default_factory=dict)
+    withdrawals: dict[QueuePath, list[Withdrawal]] = field(default_factory=dict)
 
-    async def verdict(self, key: str, size: int) -> tuple[bool, str]:
+    async def read_heads(self, listed: list[tuple[int, str, int]]) -> None:
+        """Read every unreferenced head (a fence is never referenced, so every withdrawal
+        is among them) and index the withdrawals by queue."""
+        for _sequence, key, size in listed:
+            if key in self.referenced:
+                continue  # (a): its head is not even read (no request)
+            try:
+                found: _Head = await read_batch(self.backend, key, size)
+            except ColdDataError as exc:  # CorruptBatchError, UnsupportedFormatError
+                found = exc
+            self.heads[key] = found
+            if isinstance(found, BatchFence):
+                for w in batch_links(found):
+                    if isinstance(w, Withdrawal):
+                        self.withdrawals.setdefault(w.queue, []).append(w)
+
+    async def verdict(self, key: str) -> tuple[bool, str]:
         """Whether the batch (or fence) at ``key`` may go, and a problem line when it must
         stay for a reason worth reporting (else ``""``)."""
-        try:
-            found = await read_batch(self.backend, key, size)
-        except ColdDataError as exc:  # CorruptBatchError, UnsupportedFormatError
-            return False, f"batch {key} does not parse, never deleted: {exc}"
+        found = self.heads.get(key)
+        if isinstance(found, ColdDataError):
+            return False, f"batch {key} does not parse, never deleted: {found}"
         if found is None:
             return False, ""  # gone since the listing
         if isinstance(found, BatchFence):
@@ -104,8 +137,10 @@ class _Collector:
         return True, ""
 
     async def _uncovered(self, link: Committed) -> str:
-        """``""`` if one committed segment holds ``link``'s offsets with its bytes, else why
-        not (one line naming the slice)."""
+        """``""`` if one committed segment holds ``link``'s offsets with its bytes, or a
+        fence withdrew it, else why not (one line naming the slice)."""
+        if any(w.withdraws(link) for w in self.withdrawals.get(link.queue, ())):
+            return ""
         segments = await self._segments_of(link.queue)
         if isinstance(segments, str):
             return f"{link.describe()}: {segments}"
@@ -195,12 +230,13 @@ async def collect_batches(
         return BatchCollection()  # (d): the highest stays
     referenced = await asyncio.to_thread(catalogue.slices.referenced_batches)
     collector = _Collector(backend, now_ms, grace_ms, referenced)
+    await collector.read_heads(listed)
     deleted: list[str] = []
     problems: list[str] = []
-    for _sequence, key, size in listed[:-1]:
+    for _sequence, key, _size in listed[:-1]:
         if key in referenced:
-            continue  # (a): not compacted yet, and its head is not even read (no request)
-        ok, problem = await collector.verdict(key, size)
+            continue  # (a): not compacted yet
+        ok, problem = await collector.verdict(key)
         if problem:
             log.error("%s", problem)
             problems.append(problem)

@@ -1,12 +1,14 @@
 """Repair of a queue whose diverged tail lies in batch slices: a batch is shared by many
 queues and never rewritten, so repair withdraws the queue's slices past the cut with one
-batch fence; no reader reads them again (their bytes stay as evidence), the queue is
-tiered again from hot, and the Spark verifier says CLEAN at content level (the withdrawn
-copies, which disagree with the new ones, are not compared)."""
+batch fence, after copying them to the quarantine; no reader reads them again, the queue
+is tiered again from hot, the Spark verifier says CLEAN at content level (the withdrawn
+copies, which disagree with the new ones, are not compared), and once compaction is done
+the batch collector deletes the batches that held them."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
 
@@ -14,11 +16,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.maintenance.repair import execute_repair, plan_repair
+from dispatcher.tiering.batch_collect import MIN_GRACE_MS, collect_batches
 from tests.fixtures_sidecar import Diverge, RepairQueue
 from tieredstore.backends.base import Backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.batch import BatchFence, Withdrawn
-from tieredstore.cold.history import EntryKind, load_history, read_batch
+from tieredstore.cold.history import EntryKind, load_history, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_prefix
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
@@ -41,6 +44,12 @@ async def _fences(backend: Backend, prefix: str) -> list[BatchFence]:
     return out
 
 
+async def _quarantined(backend: Backend) -> set[bytes]:
+    """The bytes of every object under the broker's quarantine."""
+    prefix = f"{batch_prefix(CLUSTER, BROKER).rsplit('/', 1)[0]}/_quarantine/"
+    return {await backend.read(info.key) for info in await backend.list(prefix)}
+
+
 async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
     tmp_path: Path,
     diverge: Diverge,
@@ -57,10 +66,10 @@ async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
         plan = await plan_repair(
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=0
         )
-        past = {
-            c.key for c in before.links if c.kind is EntryKind.SLICE and c.end_offset > plan.cut
-        }
+        sliced = [c for c in before.links if c.kind is EntryKind.SLICE and c.end_offset > plan.cut]
+        past = {c.key for c in sliced}
         assert past, "the diverged tail must lie (at least partly) in batch slices"
+        evidence = [await span_bytes(rt.backend, c.commit_log) for c in sliced]
         assert plan.withdraws
         assert f"withdraw the batch slices at or after offset {plan.cut}" in "\n".join(
             plan.describe()
@@ -78,8 +87,9 @@ async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
         after = (await load_history(rt.backend, CLUSTER, BROKER)).queues[q0]
         assert after.commit == plan.cut  # nothing past the cut is read any more...
         assert {c.key for c in after.withdrawn} == past
-        for key in past:  # ...and every withdrawn slice's bytes are still there
-            assert await rt.backend.exists(key.partition("#")[0])
+        quarantined = await _quarantined(rt.backend)
+        for data in evidence:  # ...and every withdrawn slice's bytes are kept, copied
+            assert data in quarantined
         reader = ColdReader(rt.backend, CLUSTER, BROKER)
         assert (await reader.range(TOPIC, 0)).commit == plan.cut
         # Tiered again from hot: cold covers hot exactly, read through the one rule.
@@ -87,6 +97,22 @@ async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
         assert not tick.diverged and tick.messages > 0
         await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
         assert (await load_history(rt.backend, CLUSTER, BROKER)).queues[q0].withdrawn
+        # Once everything is compacted, the batches that held the withdrawn slices go too
+        # (their bytes are in the quarantine), and cold still covers hot exactly.
+        rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
+        while any(rt.catalogue.slices.of(TOPIC, q) for q in (0, 1)):
+            assert not (await rt.compactor.run_pass()).problems
+        batcher = rt.dispatcher.rounds.batcher
+        assert batcher is not None
+        await batcher.keys.fence()
+        collected = await collect_batches(
+            rt.backend, rt.catalogue, rt.dispatcher.lease,
+            now_ms=rt.dispatcher.clock.now_ms() + MIN_GRACE_MS, grace_ms=MIN_GRACE_MS,
+        )  # fmt: skip
+        assert not collected.problems
+        batch_keys = {key.partition("#")[0] for key in past}
+        assert batch_keys <= set(collected.deleted)
+        await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
     store = tmp_path / "store"
     result = await asyncio.to_thread(
         verify,
