@@ -675,7 +675,7 @@ def mark_covering(segments: pa.Table) -> pa.Table:
     (one overlapping another stays an ``overlap``) and for each slice the rule chooses;
     false for the slices it does not (they hold offsets a segment or an earlier slice
     holds); null for rows with ``error``. Withdrawal rows and the slices they withdraw
-    are dropped: no check reads them (their bytes stay in the batch as evidence)."""
+    are dropped: no check reads them (no reader does)."""
     rows = segments.to_pylist()
     by_queue: dict[tuple[str, int], tuple[list[Committed], list[Committed | Withdrawal]]] = {}
     for row in rows:

@@ -388,8 +388,8 @@ class Withdrawn:
     What ``repair`` and the heal of a lost tail write when they cut a queue's history at
     ``from_offset`` while batch slices lie past the cut: a batch is shared by many queues
     and never rewritten, so its slices are withdrawn by this later record instead
-    (:func:`tieredstore.cold.history.choose` reads none of them; their bytes stay in the
-    batch as evidence).
+    (:func:`tieredstore.cold.history.choose` reads none of them; ``repair`` copies them
+    to the quarantine first, and the batch collector counts them as done).
     """
 
     topic: str
