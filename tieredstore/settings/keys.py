@@ -301,8 +301,8 @@ class TieringSettings(Section):
         "instead of three objects per queue: the PUTs stay constant whatever the number of "
         "queues, and no message waits longer than `segment_max_age`. Queues with a full "
         "segment keep per-queue segments. Batch slices are rewritten as per-queue segments "
-        "by compaction (`compact_after`). Off: per-queue segments only, as before 0.2. See [operations: "
-        "cost](operations.md#cost-and-bandwidth) and [format: batch "
+        "by compaction (`compact_after`). Off: per-queue segments only, as before 0.2. "
+        "See [operations: cost](operations.md#cost-and-bandwidth) and [format: batch "
         "objects](format.md#batch-objects).",
         live=True,
         note="one object per tick for the small queues",
