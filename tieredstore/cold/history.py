@@ -111,8 +111,24 @@ class Span:
         return self.at == 0 and self.size == self.object_size
 
 
+class OfQueue:
+    """``topic`` and ``queue_id`` of the frozen dataclasses that declare ``queue`` (a
+    link, a withdrawal): a mixin."""
+
+    __slots__ = ()
+    queue: QueuePath
+
+    @property
+    def topic(self) -> str:
+        return self.queue.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self.queue.queue_id
+
+
 @dataclass(frozen=True, slots=True)
-class Committed(QueueOffsets):
+class Committed(QueueOffsets, OfQueue):
     """One link of a queue's committed history, wherever it lives.
 
     It answers what readers used to ask a :class:`Manifest`: the offsets and cold
@@ -190,14 +206,6 @@ class Committed(QueueOffsets):
 
     # What readers used to take from a manifest, by the same names.
     @property
-    def topic(self) -> str:
-        return self.queue.topic
-
-    @property
-    def queue_id(self) -> int:
-        return self.queue.queue_id
-
-    @property
     def commit_log_key(self) -> str:
         return self.commit_log.key
 
@@ -225,7 +233,7 @@ class Committed(QueueOffsets):
 
 
 @dataclass(frozen=True, slots=True)
-class Withdrawal:
+class Withdrawal(OfQueue):
     """One queue's :class:`~tieredstore.cold.batch.Withdrawn` entry in the batch fence at
     ``key`` (sequence ``sequence``): the queue's slices of lower sequences that hold any
     offset at or after ``from_offset`` are no link."""
@@ -234,14 +242,6 @@ class Withdrawal:
     from_offset: int
     sequence: int
     key: str
-
-    @property
-    def topic(self) -> str:
-        return self.queue.topic
-
-    @property
-    def queue_id(self) -> int:
-        return self.queue.queue_id
 
     def withdraws(self, link: Committed) -> bool:
         """Whether ``link`` is withdrawn by this: a slice of the same topic and queue id,
