@@ -378,9 +378,12 @@ def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged
 #
 # * only a **tail**: every catalogue segment from the first lost one to the queue's end
 #   has its manifest key absent. A lost segment with intact ones after it is left
-#   DEGRADED (tiering it again would overlap them);
-# * only when the broker still holds **every** offset from the first lost one (hot min at
-#   or below it): a partial heal would hide the part it cannot restore;
+#   DEGRADED (tiering it again would overlap them). Batch slices after it are intact but
+#   follow a gap: they are withdrawn (one batch fence, :class:`Withdrawn`) and tiered
+#   again with the rest;
+# * only when the broker still holds **every** offset from the first lost one to the end
+#   of the last segment or slice (hot min at or below it): a partial heal would hide the
+#   part it cannot restore;
 # * never over a committed key: a manifest key that still holds something (an emptied,
 #   unparsable or newer-format manifest) is never replaced, and such a queue is not
 #   healed. The new segments are uploaded under new attempt names (as every upload is)
@@ -390,8 +393,8 @@ def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged
 #   when, by whom) and **counted** (``tieredstore_cold_ranges_retiered_total``). The
 #   queue stays DEGRADED in ``status`` for the rest of the process.
 #
-# Then the catalogue forgets the lost segments (:meth:`SegmentTable.truncate`) and the
-# next tick tiers the offsets again from hot.
+# Then the catalogue forgets the lost segments and the withdrawn slices
+# (:meth:`SegmentTable.truncate`) and the next tick tiers the offsets again from hot.
 RETIERED_FORMAT = "tieredstore-retiered/1"
 
 
