@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tieredstore.cold.batch import BATCH_MAGIC
 from tieredstore.hot.synth import SynthSpec, synthesize
 
 pytestmark = pytest.mark.spark
@@ -111,6 +112,14 @@ def _epoch(cold: Path) -> int:
     return max(found, default=0)
 
 
+def _tiered(cold: Path) -> bool:
+    """Whether anything is committed in ``cold``: a manifest, or a batch object (a batch
+    fence, written at start, begins with ``{``, not with the batch magic)."""
+    if any(cold.rglob("MANIFEST/*.json")):
+        return True
+    return any(p.read_bytes()[:8] == BATCH_MAGIC for p in cold.rglob("_batches/*.batch"))
+
+
 def _sidecar(argv: list[str], where: dict[str, str], env: dict[str, str]) -> None:
     """A ``run`` without ``--once``: it takes the lease and tiers (next to ``status``),
     then stops on SIGTERM with exit 0."""
@@ -119,7 +128,7 @@ def _sidecar(argv: list[str], where: dict[str, str], env: dict[str, str]) -> Non
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
-        while _epoch(cold) <= before or not any(cold.rglob("MANIFEST/*.json")):
+        while _epoch(cold) <= before or not _tiered(cold):
             assert proc.poll() is None, proc.communicate()[0].decode()[-2000:]
             assert time.monotonic() < deadline, "no lease taken or nothing tiered in 120 s"
             with contextlib.suppress(subprocess.TimeoutExpired):
