@@ -63,6 +63,14 @@ class CountingBackend(ForwardingBackend):
         self._on_bytes("read", len(data))
         return data
 
+    async def read_exact(self, key: str, start: int, end: int) -> bytes:
+        """Counted like :meth:`read`; the inner backend's own check of the length (a
+        short answer raises there, inside any retry wrapper beneath)."""
+        self._request("read")
+        data = await self.inner.read_exact(key, start, end)
+        self._on_bytes("read", len(data))
+        return data
+
     async def write(self, key: str, data: bytes) -> None:
         self._request("write")
         await self.inner.write(key, data)

@@ -1,4 +1,5 @@
-"""ThrottledBackend: writes paced by a token bucket on a VirtualClock (no real sleeps)."""
+"""ThrottledBackend: writes paced by a token bucket on a VirtualClock (no real sleeps);
+reads passed through, range reads checked beneath the retries."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
+from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import VirtualClock
 from tieredstore.ratelimit import TokenBucket
@@ -57,3 +60,36 @@ async def test_writes_wait_reads_do_not_and_unlimited_never_waits() -> None:
     bucket.set_rate(0)
     await backend.write("c", b"w" * (1 << 20))
     assert clock.now_ms() == 500
+
+
+class _ShortOnce(MemoryBackend):
+    """A real memory backend whose first range read answers half the bytes."""
+
+    shorted = False
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        data = await super().read(key, start, end)
+        if not self.shorted and end is not None:
+            self.shorted = True
+            return data[: len(data) // 2]
+        return data
+
+
+async def test_a_short_range_read_is_retried_beneath_the_pacing_and_the_counting() -> None:
+    """As the sidecar stacks them (pacing over retries over counting), a truncated answer
+    to ``read_exact`` is retried, not raised (old code checked the length above the
+    retries, in the inherited ``read_exact``)."""
+    reset_memory_stores()
+    inner = _ShortOnce("short-once")
+    await inner.write("k", bytes(range(200)))
+    counted: list[str] = []
+    stack = ThrottledBackend(
+        RetryingBackend(
+            CountingBackend(inner, on_request=counted.append, on_bytes=lambda _op, _n: None),
+            RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0),
+            sleep=VirtualClock().sleep,
+        ),
+        TokenBucket(VirtualClock(start_ms=0), 100 * KiB),
+    )
+    assert await stack.read_exact("k", 10, 60) == bytes(range(10, 60))
+    assert inner.shorted and counted == ["read", "read"]  # the short answer, then the retry
