@@ -11,8 +11,9 @@ queue's next pulls); ``--pull 32`` asks one consumer pull's worth instead::
     RESULT serving_p99 ratio=<p99 of one request, ms> target=<=50 PASS|FAIL
     RESULT serving_rss ratio=<sidecar peak RSS MiB, read-ahead on> target=<256MiB PASS|FAIL
 
-The baseline reads every COMMIT_LOG and CONSUME_QUEUE object of the cold store whole,
-through the same backend, in this process (page cache warm for both). A stock consumer
+The baseline reads every COMMIT_LOG and CONSUME_QUEUE object and every batch object
+(``tiering.batching``) of the cold store whole, through the same backend, in this process
+(page cache warm for both). A stock consumer
 through a broker (cold part vs hot part) is ``bench/serving_consumer.py``.
 """
 
@@ -61,15 +62,17 @@ PULL_BYTES = 2 << 20
 
 
 async def read_raw(cold: str) -> tuple[int, float]:
-    """Read every COMMIT_LOG and CONSUME_QUEUE object whole; return (COMMIT_LOG bytes, s)."""
+    """Read every COMMIT_LOG, CONSUME_QUEUE and batch object whole; return (the bytes of
+    the COMMIT_LOG objects and the batch objects, seconds)."""
     async with open_backend(cold) as backend:
         keys = [i.key for i in await backend.list(broker_prefix(CLUSTER, BROKER) + "/")]
-        data = [k for k in keys if "/COMMIT_LOG/" in k or "/CONSUME_QUEUE/" in k]
+        data = [k for k in keys if any(d in k for d in ("/COMMIT_LOG/", "/CONSUME_QUEUE/",
+                                                        "/_batches/"))]  # fmt: skip
         t0 = time.perf_counter()
         total = 0
         for key in data:
             blob = await backend.read(key)
-            total += len(blob) if "/COMMIT_LOG/" in key else 0
+            total += len(blob) if "/CONSUME_QUEUE/" not in key else 0
         return total, time.perf_counter() - t0
 
 

@@ -53,10 +53,10 @@ from tieredstore.testing.rocketmq import (
 
 def tieredstore(*args: str, batching: bool = False) -> int:
     """Run a ``tieredstore`` command in this process; return its exit code
-    (``batching``: with ``tiering.batching`` on, from the environment as a user sets it)."""
+    (``batching``: ``tiering.batching`` on, else off: per-queue segments, which the
+    expiry test expires; from the environment as a user sets it)."""
     with pytest.MonkeyPatch.context() as env:
-        if batching:
-            env.setenv("TIEREDSTORE_TIERING_BATCHING", "true")
+        env.setenv("TIEREDSTORE_TIERING_BATCHING", "true" if batching else "false")
         return main(list(args))
 
 
