@@ -9,7 +9,8 @@ wall clock. When the writer stops, waits for every message to be committed, then
 the sidecar with SIGTERM.
 
 A message's *append time* is when the append of its batch returned; its *commit time* is
-the mtime of the manifest of the segment holding it (the manifest is the commit point).
+the mtime of the manifest of the segment holding it (the manifest is the commit point),
+or of the batch object holding its slice (``tiering.batching``, on by default).
 Reports p50/p99/max of commit − append over every message. Last line::
 
     RESULT lag ratio=<p99 ÷ (age + tick)> target=p99<=<age+tick>s PASS|FAIL
@@ -37,6 +38,7 @@ from _common import (
     vm_hwm,
 )
 
+from tieredstore.cold.batch import BatchHead, read_batch_head
 from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore
@@ -85,13 +87,20 @@ def write_steadily(store: SyntheticStore, rate_interval_ms: int, duration: float
 
 
 def committed(cold: Path) -> dict[tuple[str, int], list[tuple[int, int, float]]]:
-    """Per queue, the committed segments as (start, end, manifest mtime in seconds)."""
+    """Per queue, the committed segments and slices as (start, end, commit mtime in s)."""
     out: dict[tuple[str, int], list[tuple[int, int, float]]] = {}
     for path in cold.rglob("MANIFEST/*.json"):
         m = json.loads(path.read_text())
         key = (str(m["topic"]), int(m["queue_id"]))
         entry = (int(m["start_offset"]), int(m["end_offset"]), path.stat().st_mtime_ns / 1e9)
         out.setdefault(key, []).append(entry)
+    for path in cold.rglob("_batches/*.batch"):  # tiering.batching: the batch commits them
+        key_of = str(path.relative_to(cold))
+        head = read_batch_head(path.read_bytes(), key=key_of, object_size=path.stat().st_size)
+        if isinstance(head, BatchHead):  # a fence commits nothing
+            for part in head.index.slices:
+                entry = (part.start_offset, part.end_offset, path.stat().st_mtime_ns / 1e9)
+                out.setdefault((part.topic, part.queue_id), []).append(entry)
     return out
 
 

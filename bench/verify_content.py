@@ -30,6 +30,7 @@ import argparse
 import json
 import mmap
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,7 @@ from _common import (
     warm,
 )
 
+from tieredstore.cold.batch import BatchHead, commit_log_span, read_batch_head
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE
 
@@ -83,21 +85,38 @@ class _Commitlog:
             mm.close()
 
 
+def _pieces(cold: Path) -> Iterator[tuple[str, int, int, int, bytes, str, str, str]]:
+    """Every committed piece of cold: (topic, queue id, start, end, COMMIT_LOG bytes, their
+    digest, its algorithm, where): each segment, and each slice of a batch object
+    (``tiering.batching``, on by default)."""
+    for mpath in sorted(cold.rglob("MANIFEST/*.json")):
+        m = json.loads(mpath.read_text())
+        data = (mpath.parent.parent / "COMMIT_LOG" / m["commit_log"]["name"]).read_bytes()
+        yield (m["topic"], m["queue_id"], m["start_offset"], m["end_offset"], data,
+               m["commit_log"]["digest"], m["digest_algorithm"], str(mpath))  # fmt: skip
+    for bpath in sorted(cold.rglob("_batches/*.batch")):
+        raw = bpath.read_bytes()
+        head = read_batch_head(raw, key=str(bpath.relative_to(cold)), object_size=len(raw))
+        if isinstance(head, BatchHead):  # a fence commits nothing
+            for part in head.index.slices:
+                at, end = commit_log_span(head, part)
+                yield (part.topic, part.queue_id, part.start_offset, part.end_offset,
+                       raw[at:end], part.commit_log_digest, head.index.digest_algorithm,
+                       f"{bpath} {part}")  # fmt: skip
+
+
 def numpy_baseline(hot: Path, cold: Path) -> int:
     """Compare every cold record with its hot record; return the bytes compared."""
     commitlog = _Commitlog(hot / "commitlog")
     compared = 0
     try:
-        for mpath in sorted(cold.rglob("MANIFEST/*.json")):
-            m = json.loads(mpath.read_text())
-            qdir = hot / "consumequeue" / m["topic"] / str(m["queue_id"])
+        for topic, queue_id, start, end, data, expected, algo, where in _pieces(cold):
+            qdir = hot / "consumequeue" / topic / str(queue_id)
             hot_units = np.concatenate(
                 [np.fromfile(f, dtype=CQ_UNIT_DTYPE) for f in sorted(qdir.iterdir())]
-            )[m["start_offset"] : m["end_offset"]]
-            data = (mpath.parent.parent / "COMMIT_LOG" / m["commit_log"]["name"]).read_bytes()
-            algorithm = DigestAlgorithm(m["digest_algorithm"])
-            if digest(data, algorithm) != m["commit_log"]["digest"]:
-                raise RuntimeError(f"digest mismatch for {mpath}")
+            )[start:end]
+            if digest(data, DigestAlgorithm(algo)) != expected:
+                raise RuntimeError(f"digest mismatch for {where}")
             ours = np.frombuffer(data, dtype=np.uint8)
             theirs = np.frombuffer(
                 commitlog.records(hot_units["commitlog_offset"], hot_units["size"]), dtype=np.uint8
@@ -105,11 +124,11 @@ def numpy_baseline(hot: Path, cold: Path) -> int:
             sizes = hot_units["size"].astype(np.int64)
             starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
             if len(ours) != len(theirs):
-                raise RuntimeError(f"baseline: {mpath} covers {len(ours)} bytes, hot {len(theirs)}")
+                raise RuntimeError(f"baseline: {where} covers {len(ours)} bytes, hot {len(theirs)}")
             differ = ours != theirs
             differ[(starts[:, None] + np.arange(_OFFSET.start, _OFFSET.stop)).ravel()] = False
             if differ.any():
-                raise RuntimeError(f"baseline found a mismatch in {mpath}")
+                raise RuntimeError(f"baseline found a mismatch in {where}")
             compared += len(ours)
     finally:
         commitlog.close()
