@@ -176,8 +176,13 @@ async def test_damage_is_loud_and_a_lost_tail_heals_from_hot(
 
 
 def test_gc_and_run_once_report_a_deleted_committed_manifest(
-    store: Path, cold: Cold, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    store: Path,
+    cold: Cold,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("TIEREDSTORE_TIERING_BATCHING", "false")  # the damage: a manifest
     state = tmp_path / "state"
     assert main(["run", "--once", *location_args(store, cold.url, state)]) == 0
     key = _newest_manifest(cold)

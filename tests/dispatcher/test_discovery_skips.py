@@ -10,16 +10,19 @@ the gauge counts them, and every other queue is tiered, tick after tick.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
 
 import pytest
 
+from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold.history import BrokerHistory, load_history
 from tieredstore.hot.synth import SynthSpec
-from tieredstore.testing.settings import location_args, settings_for
+from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
 
 SPEC = SynthSpec(topics=3, queues=2, messages=300, body_min=50, body_max=200, seed=6)
 
@@ -71,5 +74,10 @@ def test_run_once_exits_0_and_tiers_the_good_queues(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert r"Bad\xff\xfeTopic: topic name is not valid UTF-8" in err
-    manifests = list((tmp_path / "cold").rglob("MANIFEST/*"))
-    assert {p.parts[-4] for p in manifests} == {"SynthTopic1", "SynthTopic2"}
+    history = asyncio.run(_history(tmp_path / "cold"))
+    assert {q.topic for q, h in history.queues.items() if h.links} == {"SynthTopic1", "SynthTopic2"}
+
+
+async def _history(cold: Path) -> BrokerHistory:
+    async with open_backend(str(cold)) as backend:
+        return await load_history(backend, CLUSTER, BROKER)

@@ -34,6 +34,7 @@ from tieredstore.cli.sidecar.http import build_app
 from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.history import EntryKind
 from tieredstore.cold.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
@@ -283,14 +284,15 @@ async def _check_left_behind(root: Path) -> None:
         keys = [i.key for i in await backend.list(broker_prefix(CLUSTER, BROKER) + "/")]
         ours = broker_prefix(CLUSTER, BROKER) + "/_"  # lease, config copies: not segments
         parsed = [parse_object_key(k) for k in keys if not k.startswith(ours)]
-        manifests = {(o.topic, o.queue_id) for o in parsed if o.kind is SegmentKind.MANIFEST}
-        assert manifests
-        # Every data object belongs to a committed segment (no orphan from the stop).
+        # Every data object belongs to a committed segment (no orphan from the stop); the
+        # batch objects (tiering.batching) are commit points of their own.
         cold_view = await assert_cold_matches_hot(
             backend, HotStore(root / "store"), CLUSTER, BROKER
         )
-        committed = {m.commit_log_key for q in cold_view.values() for m in q.manifests}
-        committed |= {m.consume_queue_key for q in cold_view.values() for m in q.manifests}
+        links = [m for q in cold_view.values() for m in q.manifests]
+        assert links
+        segments = [m for m in links if m.kind is EntryKind.SEGMENT]
+        committed = {m.commit_log_key for m in segments} | {m.consume_queue_key for m in segments}
         data = {o.key for o in parsed if o.kind is not SegmentKind.MANIFEST}
         assert data == committed, f"uncommitted objects: {sorted(data - committed)}"
         reader = ColdReader(backend, CLUSTER, BROKER)
