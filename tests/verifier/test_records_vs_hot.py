@@ -322,8 +322,10 @@ def test_a_fingerprint_taken_before_a_tiering_entry_leaves_the_broker_incomplete
 
 @pytest.mark.slow
 def test_a_topic_excluded_by_a_sidecar_run_owes_what_was_tiered(
-    tmp_path: Path, spark: SparkSession
+    tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Per-queue segments: the damage below deletes the queue's own objects.
+    monkeypatch.setenv("TIEREDSTORE_TIERING_BATCHING", "false")
     spec = SynthSpec(topics=2, queues=1, messages=400, body_min=200, body_max=200,
                      commitlog_file_size=64 << 10, seed=3)  # fmt: skip
     store, cold, state = tmp_path / "store", tmp_path / "cold", tmp_path / "state"
