@@ -299,9 +299,9 @@ class TieringSettings(Section):
         "Put the segments cut by age (queues whose segment is not full when "
         "`segment_max_age` passes) into ONE batch object for the broker, every other tick, "
         "instead of three objects per queue: the PUTs stay constant whatever the number of "
-        "queues, and no message waits longer than `segment_max_age`. Queues with a full "
-        "segment keep per-queue segments. Batch slices are rewritten as per-queue segments "
-        "by compaction (`compact_after`). Off: per-queue segments only, as before 0.2. "
+        "queues, and no message waits longer than `segment_max_age`. A segment that is "
+        "full, or holds over 1 MiB, stays per queue. Batch slices are rewritten as per-queue "
+        "segments by compaction (`compact_after`). Off: per-queue segments only, as before 0.2. "
         "See [operations: cost](operations.md#cost-and-bandwidth) and [format: batch "
         "objects](format.md#batch-objects).",
         live=True,
