@@ -22,7 +22,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.batch import BatchFence, Withdrawn
 from tieredstore.cold.history import EntryKind, load_history, read_batch, span_bytes
-from tieredstore.cold.layout import QueuePath, batch_prefix
+from tieredstore.cold.layout import QueuePath, batch_prefix, broker_prefix
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
@@ -46,7 +46,7 @@ async def _fences(backend: Backend, prefix: str) -> list[BatchFence]:
 
 async def _quarantined(backend: Backend) -> set[bytes]:
     """The bytes of every object under the broker's quarantine."""
-    prefix = f"{batch_prefix(CLUSTER, BROKER).rsplit('/', 1)[0]}/_quarantine/"
+    prefix = f"{broker_prefix(CLUSTER, BROKER)}/_quarantine/"
     return {await backend.read(info.key) for info in await backend.list(prefix)}
 
 
