@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tieredstore.cold.batch import BatchHead, read_batch_head
 from tieredstore.cold.digests import digest
 from tieredstore.cold.layout import object_name
 from tieredstore.cold.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
@@ -374,6 +375,16 @@ def _files(paths: Iterable[Path]) -> Iterator[Path]:
             for dirpath, _dirs, names in os.walk(path):
                 for name in sorted(names):
                     yield Path(dirpath) / name
+
+
+def batch_objects(cold: Path) -> Iterator[tuple[Path, bytes, BatchHead]]:
+    """Every batch object of a local cold directory (``tiering.batching``), by path: its
+    path, its bytes, its parsed head. A batch fence commits nothing: left out."""
+    for path in sorted(cold.rglob("_batches/*.batch")):
+        raw = path.read_bytes()
+        head = read_batch_head(raw, key=str(path.relative_to(cold)), object_size=len(raw))
+        if isinstance(head, BatchHead):
+            yield path, raw, head
 
 
 def cold_bytes(root: Path) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from _common import (
     MIB,
+    batch_objects,
     machine,
     result_line,
     sidecar_cmd,
@@ -38,7 +39,6 @@ from _common import (
     vm_hwm,
 )
 
-from tieredstore.cold.batch import BatchHead, read_batch_head
 from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore
@@ -94,13 +94,11 @@ def committed(cold: Path) -> dict[tuple[str, int], list[tuple[int, int, float]]]
         key = (str(m["topic"]), int(m["queue_id"]))
         entry = (int(m["start_offset"]), int(m["end_offset"]), path.stat().st_mtime_ns / 1e9)
         out.setdefault(key, []).append(entry)
-    for path in cold.rglob("_batches/*.batch"):  # tiering.batching: the batch commits them
-        key_of = str(path.relative_to(cold))
-        head = read_batch_head(path.read_bytes(), key=key_of, object_size=path.stat().st_size)
-        if isinstance(head, BatchHead):  # a fence commits nothing
-            for part in head.index.slices:
-                entry = (part.start_offset, part.end_offset, path.stat().st_mtime_ns / 1e9)
-                out.setdefault((part.topic, part.queue_id), []).append(entry)
+    for path, _raw, head in batch_objects(cold):  # tiering.batching: the batch commits them
+        mtime = path.stat().st_mtime_ns / 1e9
+        for part in head.index.slices:
+            entry = (part.start_offset, part.end_offset, mtime)
+            out.setdefault((part.topic, part.queue_id), []).append(entry)
     return out
 
 

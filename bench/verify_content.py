@@ -41,6 +41,7 @@ from _common import (
     Stopwatch,
     add_fixed_cost_argument,
     add_store_arguments,
+    batch_objects,
     fixed_cost_line,
     machine,
     mb_per_s,
@@ -54,7 +55,7 @@ from _common import (
     warm,
 )
 
-from tieredstore.cold.batch import BatchHead, commit_log_span, read_batch_head
+from tieredstore.cold.batch import commit_log_span
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE
 
@@ -94,15 +95,12 @@ def _pieces(cold: Path) -> Iterator[tuple[str, int, int, int, bytes, str, str, s
         data = (mpath.parent.parent / "COMMIT_LOG" / m["commit_log"]["name"]).read_bytes()
         yield (m["topic"], m["queue_id"], m["start_offset"], m["end_offset"], data,
                m["commit_log"]["digest"], m["digest_algorithm"], str(mpath))  # fmt: skip
-    for bpath in sorted(cold.rglob("_batches/*.batch")):
-        raw = bpath.read_bytes()
-        head = read_batch_head(raw, key=str(bpath.relative_to(cold)), object_size=len(raw))
-        if isinstance(head, BatchHead):  # a fence commits nothing
-            for part in head.index.slices:
-                at, end = commit_log_span(head, part)
-                yield (part.topic, part.queue_id, part.start_offset, part.end_offset,
-                       raw[at:end], part.commit_log_digest, head.index.digest_algorithm,
-                       f"{bpath} {part}")  # fmt: skip
+    for bpath, raw, head in batch_objects(cold):
+        for part in head.index.slices:
+            at, end = commit_log_span(head, part)
+            yield (part.topic, part.queue_id, part.start_offset, part.end_offset,
+                   raw[at:end], part.commit_log_digest, head.index.digest_algorithm,
+                   f"{bpath} {part}")  # fmt: skip
 
 
 def numpy_baseline(hot: Path, cold: Path) -> int:
