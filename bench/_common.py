@@ -392,16 +392,21 @@ def cold_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in _files([root]))
 
 
-_DONE = re.compile(r"catch-up done: (\d+) segments, (\d+) messages, [^(]*\((\d+) bytes\)")
+_DONE = re.compile(
+    r"catch-up done: ([\d,]+) segments?, (?:([\d,]+) batch slices? in [\d,]+ batch objects?, )?"
+    r"(\d+) messages, [^(]*\((\d+) bytes\)"
+)
 
 
 def tiered_totals(log: Path) -> tuple[int, int, int]:
-    """(segments, messages, bytes) from the sidecar's ``catch-up done`` log line."""
+    """(segments, messages, bytes) from the sidecar's ``catch-up done`` log line (batch
+    slices count as segments)."""
     found = _DONE.findall(log.read_text(errors="replace"))
     if not found:
         raise RuntimeError(f"no 'catch-up done' line in {log}")
-    segments, messages, nbytes = found[-1]
-    return int(segments), int(messages), int(nbytes)
+    segments, slices, messages, nbytes = found[-1]
+    count = int(segments.replace(",", "")) + int(slices.replace(",", "") or 0)
+    return count, int(messages), int(nbytes)
 
 
 def add_store_arguments(ap: argparse.ArgumentParser, *, size: str) -> None:

@@ -17,8 +17,12 @@ holds its offsets, so a batch is deleted only when **all** of these hold:
 (c) **old**: its ``created_at_ms`` is at least the grace in the past (``max(compact_after,
     10 min)``, :data:`MIN_GRACE_MS`): longer than the read service keeps a listing, so no
     reader still holds a slice of it from a listing taken before the compaction;
-(d) **not the newest**: it is not the highest sequence under ``_batches/``, which a writer
-    lists to find the next free sequence: the highest must never vanish.
+(d) **never the newest**: a writer lists ``_batches/`` to find the next free sequence, so
+    the highest sequence must never vanish. A batch that is the highest and may go
+    otherwise gets a batch fence above it first (:meth:`BatchKeys.fence
+    <dispatcher.tiering.batch_keys.BatchKeys.fence>`), then is deleted: an idle broker,
+    or one whose batching was turned off, keeps no batch (and, through retention, no
+    expired segment) for good.
 
 The lease is checked (and renewed when due) right before each delete: a writer that lost
 it deletes nothing more (LeaseLostError propagates). A batch **fence** is never deleted
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
+from dispatcher.tiering.batch_keys import BatchKeys
 from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchFence, BatchHead
@@ -53,7 +57,6 @@ from tieredstore.cold.history import (
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
-    batch_prefix,
     kind_prefix,
     parse_batch_key,
 )
@@ -77,6 +80,8 @@ class BatchCollection:
 
     deleted: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
+    #: Batch objects (not fences) still there afterwards: referenced, young, uncovered.
+    left: int = 0
 
 
 #: What a batch key held when the collection read it (the error if it did not parse).
@@ -205,35 +210,35 @@ async def _same_bytes(backend: Backend, link: Committed, cover: Committed) -> bo
 
 
 async def collect_batches(
-    backend: Backend,
+    keys: BatchKeys,
     catalogue: Catalogue,
-    lease: Lease,
     *,
     now_ms: int,
     grace_ms: int,
 ) -> BatchCollection:
-    """Delete the batch objects and fences of ``catalogue``'s broker that the rules (module
-    docstring) allow, holding ``lease`` before each delete; say what was deleted and what
-    is kept for a reason to report (each also logged as an ERROR).
+    """Delete the batch objects of ``catalogue``'s broker that the rules (module docstring)
+    allow, holding the lease of ``keys`` before each delete (and fencing above the
+    highest before it goes); say what was deleted, what is kept for a reason to report
+    (each also logged as an ERROR), and how many batch objects are left.
 
     Raises:
         LeaseLostError: another writer took the lease (nothing more is deleted).
         RetryableError / BackendError: the cold store failed.
     """
-    prefix = batch_prefix(catalogue.cluster, catalogue.broker) + "/"
+    backend = keys.backend
     listed = sorted(
         (sequence, info.key, info.size)
-        for info in await backend.list(prefix)
-        if (sequence := parse_batch_key(info.key, prefix)) is not None
+        for info in await backend.list(keys.prefix)
+        if (sequence := parse_batch_key(info.key, keys.prefix)) is not None
     )
-    if len(listed) < 2:
-        return BatchCollection()  # (d): the highest stays
+    if not listed:
+        return BatchCollection()
     referenced = await asyncio.to_thread(catalogue.slices.referenced_batches)
     collector = _Collector(backend, now_ms, grace_ms, referenced)
     await collector.read_heads(listed)
     deleted: list[str] = []
     problems: list[str] = []
-    for _sequence, key, _size in listed[:-1]:
+    for _sequence, key, _size in listed:
         if key in referenced:
             continue  # (a): not compacted yet
         ok, problem = await collector.verdict(key)
@@ -242,9 +247,17 @@ async def collect_batches(
             problems.append(problem)
         if not ok:
             continue
-        await hold_lease(lease)
+        await hold_lease(keys.lease)
+        if key == listed[-1][1]:
+            await keys.fence()  # (d): the highest never vanishes
         await backend.delete(key)
         deleted.append(key)
     if deleted:
         log.info("deleted %d batch objects (every slice compacted): %s", len(deleted), deleted)
-    return BatchCollection(tuple(deleted), tuple(problems))
+    left = sum(
+        1
+        for _s, key, _z in listed
+        if key not in deleted
+        and (key in referenced or isinstance(collector.heads.get(key), BatchHead))
+    )
+    return BatchCollection(tuple(deleted), tuple(problems), left)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
 from dispatcher.tiering.batch_collect import MIN_GRACE_MS, BatchCollection, collect_batches
+from dispatcher.tiering.batch_keys import BatchKeys
 from dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
 from dispatcher.tiering.uploader import UploadedObjects
 from tieredstore.cold.digests import digest
@@ -164,6 +165,12 @@ class Compactor:
         self.tiering = tiering
         self.catalogue = writer.catalogue
         self.backend = writer.backend
+        self.keys = BatchKeys(
+            backend=writer.backend, lease=lease, clock=writer.clock, retry=writer.retry,
+            cluster=self.catalogue.cluster, broker=self.catalogue.broker,
+        )  # fmt: skip
+        #: Whether the last pass left batch objects (unknown at start: one pass finds out).
+        self.batches_left = True
 
     @property
     def grace_ms(self) -> int:
@@ -172,9 +179,10 @@ class Compactor:
         return max(round(self.tiering.compact_after * 1000), MIN_GRACE_MS)
 
     async def run_if_needed(self) -> CompactionReport | None:
-        """The periodic job: :meth:`run_pass` while ``tiering.batching`` is on or some
-        slice row is left to compact; else nothing (None)."""
-        if not self.tiering.batching and not await asyncio.to_thread(
+        """The periodic job: :meth:`run_pass` while ``tiering.batching`` is on, some slice
+        row is left to compact, or the last pass left batch objects to delete (batching
+        turned off: what it left is still compacted and collected); else nothing (None)."""
+        if not (self.tiering.batching or self.batches_left) and not await asyncio.to_thread(
             self.catalogue.slices.referenced_batches
         ):
             return None
@@ -205,9 +213,9 @@ class Compactor:
             except TieredStoreError as exc:
                 tally.problem(f"queue {topic}/{queue_id} not compacted: {exc}")
         collected = await collect_batches(
-            self.backend, self.catalogue, self.lease,
-            now_ms=self.writer.clock.now_ms(), grace_ms=self.grace_ms,
-        )  # fmt: skip
+            self.keys, self.catalogue, now_ms=self.writer.clock.now_ms(), grace_ms=self.grace_ms
+        )
+        self.batches_left = collected.left > 0
         return self._report(tally, collected)
 
     @staticmethod

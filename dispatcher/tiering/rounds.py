@@ -295,7 +295,10 @@ class Rounds:
             assert self.batcher is not None
             async with self._sem:
                 started = time.perf_counter()
+                published = self.batcher.batches
                 outcomes = await self.batcher.commit(items)
+            report.batches += self.batcher.batches - published
+            self.committed.batches += self.batcher.batches - published
             self.in_flight = max(self.in_flight - len(items), 0)
             self.metrics.upload_seconds.observe(time.perf_counter() - started)
             for item, outcome in zip(items, outcomes, strict=True):
@@ -304,7 +307,7 @@ class Rounds:
                 elif outcome is CommitKind.DIVERGED:
                     report.diverged.append(QueueKey(item.row.topic, item.row.queue_id))
                 elif isinstance(outcome, QueueRow) and (
-                    nxt := self._counted(item.plan, outcome, report)
+                    nxt := self._counted(item.plan, outcome, report, sliced=True)
                 ):
                     going.append(nxt)
         return going
@@ -358,16 +361,16 @@ class Rounds:
         self.metrics.upload_seconds.observe(time.perf_counter() - started)
         return self._counted(plan, result.row, report)
 
-    def _counted(self, plan: SegmentPlan, row: QueueRow, report: TickReport) -> QueueRow | None:
-        """Count a committed segment or slice; return ``row`` to go on with, or None if
-        the queue drained to the hot max it was planned against (done for this tick)."""
+    def _counted(
+        self, plan: SegmentPlan, row: QueueRow, report: TickReport, *, sliced: bool = False
+    ) -> QueueRow | None:
+        """Count a committed segment (or batch slice); return ``row`` to go on with, or
+        None if the queue drained to the hot max it was planned against (done this tick)."""
         self.metrics.segments_tiered.labels(plan.reason.value).inc()
         self.metrics.messages_tiered.inc(plan.count)
         self.metrics.bytes_tiered.inc(plan.nbytes)
         for counts in (report, self.committed):
-            counts.segments += 1
-            counts.messages += plan.count
-            counts.bytes += plan.nbytes
+            counts.count(plan.count, plan.nbytes, sliced=sliced)
         if self.on_segment:
             self.on_segment(plan)
         if plan.end < plan.hot.max:

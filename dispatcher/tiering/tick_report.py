@@ -22,9 +22,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class TickReport:
-    """What one tick (or a whole catch-up pass) did."""
+    """What one tick (or a whole catch-up pass) did: ``segments`` per-queue segments and
+    ``slices`` batch slices (in ``batches`` batch objects) committed, holding
+    ``messages`` messages and ``bytes`` bytes in all."""
 
     segments: int = 0
+    slices: int = 0
+    batches: int = 0
     messages: int = 0
     bytes: int = 0
     new_queues: list[QueueKey] = field(default_factory=list)
@@ -46,17 +50,43 @@ class TickReport:
     @property
     def idle(self) -> bool:
         """Nothing tiered and nothing abandoned to a lapsed lease: a catch-up is done."""
-        return self.segments == 0 and not self.lapsed
+        return self.segments == 0 and self.slices == 0 and not self.lapsed
+
+    @property
+    def committed(self) -> str:
+        """What was committed, said as the operator sees it in cold: ``"3 segments"``,
+        or ``"0 segments, 1024 batch slices in 64 batch objects"``."""
+        said = f"{self.segments} segment{'s' if self.segments != 1 else ''}"
+        if self.slices:
+            said += (
+                f", {self.slices} batch slice{'s' if self.slices != 1 else ''} in "
+                f"{self.batches} batch object{'s' if self.batches != 1 else ''}"
+            )
+        return said
+
+    def count(self, messages: int, nbytes: int, *, sliced: bool) -> None:
+        """Count one committed segment (or batch slice: ``sliced``) of ``messages``
+        messages and ``nbytes`` bytes."""
+        if sliced:
+            self.slices += 1
+        else:
+            self.segments += 1
+        self.messages += messages
+        self.bytes += nbytes
 
     def count_since(self, before: TickReport, after: TickReport) -> None:
-        """Take segments, messages and bytes as ``after`` less ``before`` (two readings
-        of a running count)."""
+        """Take segments, slices, batches, messages and bytes as ``after`` less
+        ``before`` (two readings of a running count)."""
         self.segments = after.segments - before.segments
+        self.slices = after.slices - before.slices
+        self.batches = after.batches - before.batches
         self.messages = after.messages - before.messages
         self.bytes = after.bytes - before.bytes
 
     def merge(self, other: TickReport) -> None:
         self.segments += other.segments
+        self.slices += other.slices
+        self.batches += other.batches
         self.messages += other.messages
         self.bytes += other.bytes
         self.new_queues += other.new_queues

@@ -35,16 +35,13 @@ async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
         # With batching on (TS_TEST_BATCHING), each queue's tail is a batch slice, which
         # retention never expires nor purges, nor a segment over a slice still in a
         # batch: compacting the slices now (due at once), then deleting their batches
-        # (one fence above them, and a collection past the grace) makes the retention
-        # tests start from per-queue segments only, in both modes.
+        # (a collection past the grace) makes the retention tests start from per-queue
+        # segments only, in both modes.
         rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
         assert not (await rt.compactor.run_pass()).problems
         if rt.settings.tiering.batching:
-            batcher = rt.dispatcher.rounds.batcher
-            assert batcher is not None
-            await batcher.keys.fence()
             collected = await collect_batches(
-                rt.backend, rt.catalogue, rt.dispatcher.lease,
+                rt.compactor.keys, rt.catalogue,
                 now_ms=clock.now_ms() + MIN_GRACE_MS, grace_ms=MIN_GRACE_MS,
             )  # fmt: skip
             assert not collected.problems

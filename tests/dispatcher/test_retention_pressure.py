@@ -47,7 +47,7 @@ async def _gauges(store: Path, cold: str, state: Path) -> dict[str, tuple[float,
     async with open_runtime(settings, clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         report = await rt.dispatcher.tick()
-        assert report.segments == 0
+        assert report.segments == report.slices == 0
         m = rt.metrics
         return {
             t: (

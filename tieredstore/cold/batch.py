@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
 from tieredstore.cold.digests import DigestAlgorithm, digest
@@ -80,6 +80,8 @@ __all__ = [
 BATCH_FORMAT_VERSION: Final = 1
 #: The batch-fence format this tieredstore writes and reads.
 BATCH_FENCE_VERSION: Final = 1
+#: Bytes a slice part may be given as (a spool file's bytes, or views of one buffer).
+Bytes: TypeAlias = bytes | bytearray | memoryview
 #: The first 8 bytes of every batch object.
 BATCH_MAGIC: Final = b"TSBATCH\x01"
 #: Magic (8 bytes) and index length (8 bytes): where the index begins.
@@ -512,7 +514,7 @@ def _withdrawn(fields: Fields, *, where: str) -> tuple[Withdrawn, ...]:
 
 
 def check_slice(
-    index: BatchIndex, slice: BatchSlice, commit_log: bytes, consume_queue: bytes
+    index: BatchIndex, slice: BatchSlice, commit_log: Bytes, consume_queue: Bytes
 ) -> str:
     """``""`` if ``commit_log`` and ``consume_queue`` are ``slice``'s bytes as ``index``
     records them (sizes, then digests by the index's algorithm), else the one-line problem.
@@ -529,31 +531,39 @@ def check_slice(
     return ""
 
 
-def encode_batch(index: BatchIndex, data: bytes) -> bytes:
+def encode_batch(index: BatchIndex, data: Bytes) -> bytes:
     """The whole batch object: magic, index length, index, ``data``.
 
     Raises:
         CorruptBatchError: ``data`` is not ``index.data_size`` bytes, or a slice's bytes
             in it do not check (:func:`check_slice`): a writer never commits such a batch.
     """
+    return _laid_out(index, [data])
+
+
+def _laid_out(index: BatchIndex, pieces: Sequence[Bytes]) -> bytes:
+    """Magic, index length, index and ``pieces`` (the data section) joined by one copy,
+    then every slice checked where it landed (:func:`encode_batch`'s contract)."""
+    encoded = index.to_json()
+    head = (BATCH_MAGIC, len(encoded).to_bytes(_LENGTH_SIZE, "big"), encoded)
+    obj = b"".join((*head, *pieces))
+    data = memoryview(obj)[sum(len(h) for h in head) :]
     if len(data) != index.data_size:
         raise CorruptBatchError(
             f"data section is {len(data)} bytes, the index says {index.data_size}",
             where=index.key,
         )
-    view = memoryview(data)
     for piece in index.slices:
         cl_at, cq_at = piece.commit_log_at, piece.consume_queue_at
         problem = check_slice(
             index,
             piece,
-            bytes(view[cl_at : cl_at + piece.commit_log_size]),
-            bytes(view[cq_at : cq_at + piece.consume_queue_size]),
+            data[cl_at : cl_at + piece.commit_log_size],
+            data[cq_at : cq_at + piece.consume_queue_size],
         )
         if problem:
             raise CorruptBatchError(problem, where=index.key)
-    encoded = index.to_json()
-    return b"".join((BATCH_MAGIC, len(encoded).to_bytes(_LENGTH_SIZE, "big"), encoded, data))
+    return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -566,8 +576,8 @@ class SlicePart:
     start_offset: int
     end_offset: int
     cl_base: int
-    commit_log: bytes
-    consume_queue: bytes
+    commit_log: Bytes
+    consume_queue: Bytes
     min_store_timestamp: int
     max_store_timestamp: int
 
@@ -584,9 +594,11 @@ def build_batch(
 ) -> tuple[BatchIndex, bytes]:
     """Lay ``parts`` out in one batch object: the index and the object's bytes.
 
-    Parts go in ``(topic, queue_id)`` order, each as its commit-log bytes then its
-    consume-queue bytes, contiguously; each slice's ``cl_end`` is ``cl_base`` plus its
-    commit-log length; digests are by :data:`~tieredstore.cold.manifest.DIGEST_ALGORITHM`.
+    The object is made by one copy of the parts' bytes (each digest is taken once, over
+    the part, and checked again where it landed). Parts go in ``(topic, queue_id)``
+    order, each as its commit-log bytes then its consume-queue bytes, contiguously; each
+    slice's ``cl_end`` is ``cl_base`` plus its commit-log length; digests are by
+    :data:`~tieredstore.cold.manifest.DIGEST_ALGORITHM`.
 
     Raises:
         CorruptBatchError: a part whose consume-queue bytes are not 20 per offset, or an
@@ -611,8 +623,7 @@ def build_batch(
         digest_algorithm=DIGEST_ALGORITHM.value, data_size=at, slices=tuple(slices),
         writer_id=writer_id, lease_epoch=lease_epoch, created_at_ms=created_at_ms,
     )  # fmt: skip
-    data = b"".join(b for part in ordered for b in (part.commit_log, part.consume_queue))
-    return index, encode_batch(index, data)
+    return index, _laid_out(index, [b for p in ordered for b in (p.commit_log, p.consume_queue)])
 
 
 def _slice_of(part: SlicePart, cl_at: int, cq_at: int) -> BatchSlice:

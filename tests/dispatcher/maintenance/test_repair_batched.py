@@ -102,11 +102,8 @@ async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
         rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
         while any(rt.catalogue.slices.of(TOPIC, q) for q in (0, 1)):
             assert not (await rt.compactor.run_pass()).problems
-        batcher = rt.dispatcher.rounds.batcher
-        assert batcher is not None
-        await batcher.keys.fence()
         collected = await collect_batches(
-            rt.backend, rt.catalogue, rt.dispatcher.lease,
+            rt.compactor.keys, rt.catalogue,
             now_ms=rt.dispatcher.clock.now_ms() + MIN_GRACE_MS, grace_ms=MIN_GRACE_MS,
         )  # fmt: skip
         assert not collected.problems

@@ -288,7 +288,7 @@ async def test_a_new_queue_is_born_initialised_and_nothing_expires_it(tmp_path: 
     async with open_runtime(settings, clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         report = await rt.dispatcher.tick()  # messages are 1 s old: group commit waits
-        assert report.segments == 0 and len(report.new_queues) == 2
+        assert report.segments == report.slices == 0 and len(report.new_queues) == 2
         for row in rt.catalogue.queues.all():
             assert row.cq_base == row.init_offset * 20 == 0
             assert (row.cold_min, row.cold_commit, row.cold_cl_end) == (0, 0, 0)

@@ -1,5 +1,6 @@
 """The batch delete: a batch object goes only when unreferenced, covered by segments with
-the same bytes, older than the grace and not the highest sequence; lease checked first.
+the same bytes and older than the grace; the highest sequence only once a fence is above
+it; lease checked first. With batching turned off, what it left is still collected.
 
 Stores as in test_compaction.py (the ``batched`` fixture: batches 10-13, real runtime,
 memory backend, virtual time).
@@ -18,7 +19,7 @@ from dispatcher.tiering.compaction import Compactor
 from tests.dispatcher.tiering.conftest import Batched, OpenBatched
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.batch import BatchFence, SlicePart, build_batch
-from tieredstore.cold.history import Committed, span_bytes
+from tieredstore.cold.history import Committed, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.errors import LeaseLostError
 from tieredstore.testing.batches import upload_batch
@@ -34,9 +35,7 @@ OLD = CREATED + GRACE
 
 async def _collect(b: Batched, now_ms: int) -> BatchCollection:
     rt = b.rt
-    return await collect_batches(
-        rt.backend, rt.catalogue, rt.compactor.lease, now_ms=now_ms, grace_ms=GRACE
-    )
+    return await collect_batches(rt.compactor.keys, rt.catalogue, now_ms=now_ms, grace_ms=GRACE)
 
 
 async def _compact_all(b: Batched, per_slice: bool = False) -> Compactor:
@@ -60,18 +59,41 @@ async def _exists(b: Batched, keys: list[str]) -> list[bool]:
 
 async def test_a_referenced_batch_is_kept(batched: OpenBatched) -> None:
     async with batched("SSS", first_sequence=10) as b:
-        assert await _collect(b, OLD * 2) == BatchCollection()
+        assert await _collect(b, OLD * 2) == BatchCollection(left=3)
         assert await _exists(b, b.batches) == [True] * 3
 
 
-async def test_every_rule_holding_deletes_all_but_the_highest(batched: OpenBatched) -> None:
+async def test_every_rule_holding_deletes_every_batch_the_highest_under_a_fence(
+    batched: OpenBatched,
+) -> None:
     async with batched("SSSS", first_sequence=10) as b:
         await _compact_all(b)
-        assert await _collect(b, OLD - 1) == BatchCollection()  # inside the grace
+        assert await _collect(b, OLD - 1) == BatchCollection(left=4)  # inside the grace
         got = await _collect(b, OLD)  # exactly the grace: old enough
-        assert got == BatchCollection(tuple(b.batches[:-1]))
-        assert await _exists(b, b.batches) == [False, False, False, True]  # the highest stays
-        assert await _collect(b, OLD * 2) == BatchCollection()
+        assert got == BatchCollection(tuple(b.batches))
+        assert await _exists(b, b.batches) == [False] * 4
+        # The highest went only after a fence of this writer landed above it: the next
+        # sequence a writer lists is still past every batch there ever was.
+        key = batch_key(CLUSTER, BROKER, 14)
+        fence = await read_batch(b.rt.backend, key, await b.rt.backend.size(key))
+        assert isinstance(fence, BatchFence) and fence.lease_epoch == b.rt.compactor.lease.epoch
+        assert await b.rt.compactor.keys.listed_next() == 15
+        assert await _collect(b, OLD * 2) == BatchCollection()  # fences stay, nothing left
+        await assert_cold_matches_hot(b.rt.backend, b.rt.hot, CLUSTER, BROKER)
+
+
+async def test_batching_turned_off_still_collects_what_it_left_then_stops(
+    batched: OpenBatched,
+) -> None:
+    async with batched("SS", first_sequence=10) as b:
+        compactor = await _compact_all(b)
+        compactor.tiering = dataclasses.replace(compactor.tiering, batching=False)
+        b.clock.set_ms(OLD)
+        report = await compactor.run_if_needed()  # no slice row left, batches still there
+        assert report is not None and set(report.batches_deleted) == set(b.batches)
+        assert await _exists(b, b.batches) == [False, False]
+        assert not compactor.batches_left
+        assert await compactor.run_if_needed() is None  # nothing left: no more passes
         await assert_cold_matches_hot(b.rt.backend, b.rt.hot, CLUSTER, BROKER)
 
 
@@ -104,7 +126,8 @@ async def test_a_covering_segment_with_other_bytes_keeps_the_batch(
         differs = await _fake(b, link, sequence=1, flip=link.commit_log.size // 2)
         same = await _fake(b, link, sequence=2, flip=None)
         got = await _collect(b, OLD)
-        assert got.deleted == (same, *b.batches[:-1])
+        assert got.deleted == (same, *b.batches)
+        assert got.left == 1  # the batch with other bytes stays (and is said each pass)
         assert len(got.problems) == 1
         assert differs in got.problems[0] and "other bytes" in got.problems[0]
         assert await b.rt.backend.exists(differs)
@@ -116,7 +139,7 @@ async def test_a_slice_no_segment_holds_keeps_the_batch(batched: OpenBatched) ->
         stray = chain(QueuePath(CLUSTER, BROKER, "NeverTiered", 0), [3])
         key = await upload_batch(b.rt.backend, stray, sequence=3)
         got = await _collect(b, OLD)
-        assert got.deleted == (b.batches[0],)
+        assert got.deleted == tuple(b.batches) and got.left == 1
         assert len(got.problems) == 1
         assert key in got.problems[0] and "in no committed segment" in got.problems[0]
         assert await b.rt.backend.exists(key)

@@ -37,9 +37,12 @@ from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import BackendError
 from tieredstore.hot.synth import synthesize
 from tieredstore.testing.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.segments import T0
 from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
 
 HOUR_MS = 3_600_000
+#: When the fixture's batches were made (``tieredstore.testing.batches.batch_of``).
+CREATED = T0 + 60_000
 
 
 def _cap(b: Batched, max_bytes: int) -> Compactor:
@@ -90,9 +93,10 @@ async def test_slices_become_one_segment_and_read_the_same_bytes(
         kind, after = await _message(b, 0, inside)
         assert kind is EntryKind.SEGMENT
         assert after == before
-        # Every batch was old, unreferenced and covered: all but the highest went.
-        assert report.batches_deleted == tuple(b.batches[:-1])
-        assert [i.key for i in await b.rt.backend.list(b.batches[-1])] == [b.batches[-1]]
+        # Every batch was old, unreferenced and covered: all went, the highest after a
+        # fence above it.
+        assert report.batches_deleted == tuple(b.batches)
+        assert not [i.key for i in await b.rt.backend.list(b.batches[-1])]
         await assert_cold_matches_hot(b.rt.backend, b.rt.hot, CLUSTER, BROKER)
         assert (await _cap(b, 1 << 20).run_pass()).queues == 0  # nothing left to do
 
@@ -268,10 +272,11 @@ async def test_the_sidecar_batches_then_compacts_the_same_bytes(tmp_path: Path) 
         assert not rt.catalogue.slices.referenced_batches()
         kind, after = await _message(b, 1, offset)
         assert (kind, after) == (EntryKind.SEGMENT, before)
-        # The start's fence (sequence 0) stays for good; the batch, the highest, stays.
+        # The start's fence (sequence 0) stays for good; the batch, the highest, went
+        # after a fence of this writer above it (sequence 2).
         prefix = batch_prefix(CLUSTER, BROKER) + "/"
         listed = [parse_batch_key(i.key, prefix) for i in await rt.backend.list(prefix)]
-        assert sorted(s for s in listed if s is not None) == [0, 1]
+        assert sorted(s for s in listed if s is not None) == [0, 2]
         await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
 
 
@@ -282,11 +287,14 @@ async def test_a_compacted_segment_expires_only_once_its_batches_are_deleted(
     would bring them back (the reading rule reads a slice no segment holds): retention
     waits for the batch collector, then expires it, and the history never shows them."""
     async with batched("SSg") as b:
-        b.clock.set_ms(b.clock.now_ms() + HOUR_MS + 60_000)  # every slice is due
+        # Every slice due (compact_after 1 min), every batch inside the grace (10 min).
+        compactor = b.rt.compactor
+        compactor.tiering = dataclasses.replace(compactor.tiering, compact_after=60.0)
+        b.clock.set_ms(CREATED + 120_000)
         while any(b.rt.catalogue.slices.of(TOPIC, q) for q in (0, 1)):
-            assert not (await b.rt.compactor.run_pass()).problems
+            assert not (await compactor.run_pass()).problems
         left = [k for k in b.batches if await b.rt.backend.exists(k)]
-        assert left == b.batches[-1:]  # the highest batch stays (the older one went)
+        assert left == b.batches  # compacted, but too young to be deleted
         # Per queue, the first offset whose slice is still in a batch object:
         stop = {q: next(c.start_offset for c in b.slices[q] if c.key in left) for q in (0, 1)}
         compacted = stop[0]
@@ -298,15 +306,12 @@ async def test_a_compacted_segment_expires_only_once_its_batches_are_deleted(
         assert all(d.segment.end_offset <= stop[d.segment.queue_id] for d in first.expired)
         history = (await load_history(b.rt.backend, CLUSTER, BROKER)).queues
         assert history[QueuePath(CLUSTER, BROKER, TOPIC, 0)].min == compacted
-        # A fence above the batches, a collection past the grace: the batches go...
-        batcher = b.rt.dispatcher.rounds.batcher
-        assert batcher is not None
-        await batcher.keys.fence()
+        # A collection past the grace: the batches go, the highest too (fenced above)...
         gone = await collect_batches(
-            b.rt.backend, b.rt.catalogue, b.rt.dispatcher.lease,
+            b.rt.compactor.keys, b.rt.catalogue,
             now_ms=later, grace_ms=MIN_GRACE_MS,
         )  # fmt: skip
-        assert sorted(gone.deleted) == left
+        assert sorted(gone.deleted) == sorted(left)
         # ...and the compacted segments expire; no slice comes back for any reader.
         second = await b.rt.retention.run_pass(now_ms=later)
         assert any(d.segment.start_offset == compacted for d in second.expired)

@@ -55,7 +55,7 @@ def _say(text: str) -> None:
     print(f"==> {text}", file=sys.stderr, flush=True)
 
 
-async def _tier(store: Path, cold: Path, state: Path) -> int:
+async def _tier(store: Path, cold: Path, state: Path) -> str:
     settings = load_settings(
         env={},
         overrides={
@@ -70,7 +70,7 @@ async def _tier(store: Path, cold: Path, state: Path) -> int:
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         report = await rt.dispatcher.catch_up()
-    return report.segments
+    return report.committed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     synthesize(store, spec)
     _say(f"tiering it into {cold} (catalogue in {state})")
     started = time.perf_counter()
-    segments = asyncio.run(_tier(store, cold, state))
-    _say(f"tiered {segments} segments in {time.perf_counter() - started:.1f}s")
+    committed = asyncio.run(_tier(store, cold, state))
+    _say(f"tiered {committed} in {time.perf_counter() - started:.1f}s")
     spark_log = "on this terminal" if args.verbose else f"log: {out / 'spark.log'}"
     _say(f"verifying cold against hot with Spark ({args.master}, {spark_log}), content level")
     code = verify_main(

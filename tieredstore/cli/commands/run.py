@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dispatcher.tiering.tick_report import TickReport
 from metadata.rows import QueueState
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.allocator import fix_mmap_threshold
 from tieredstore.cli.sidecar.http import HttpServer, build_app
 from tieredstore.cli.sidecar.progress import ProgressLine, pass_total
 from tieredstore.cli.sidecar.read_api import build_read_app
@@ -228,7 +229,7 @@ def _uploads(n: int) -> str:
 def closing_line(report: TickReport, signame: str) -> str:
     """What an interrupted ``run --once`` says last: what happened to the segments in
     flight and what is left, so that "run again" is said only when it is true."""
-    done = f"{report.segments} segment{'s' if report.segments != 1 else ''} committed"
+    done = f"{report.committed} committed"
     if report.abandoned:
         head = (
             f"stopped by {signame}: {_uploads(report.abandoned)} in flight abandoned "
@@ -255,8 +256,8 @@ async def _catch_up(
     bar_close()
     if report.interrupted:
         log.warning(
-            "catch-up stopped: %d segments, %d messages, %s (%d bytes) committed before the stop",
-            report.segments,
+            "catch-up stopped: %s, %d messages, %s (%d bytes) committed before the stop",
+            report.committed,
             report.messages,
             human_bytes(report.bytes),
             report.bytes,
@@ -264,8 +265,8 @@ async def _catch_up(
         closing.append(closing_line(report, stopper.name))
         return stopper.interrupted()
     log.info(
-        "catch-up done: %d segments, %d messages, %s (%d bytes)",
-        report.segments,
+        "catch-up done: %s, %d messages, %s (%d bytes)",
+        report.committed,
         report.messages,
         human_bytes(report.bytes),
         report.bytes,
@@ -334,6 +335,7 @@ async def _serve_runtime(
         # process: keep it out of the cyclic collector's full passes, which otherwise
         # walk it every few thousand allocations of the tiering pass.
         gc.freeze()
+        fix_mmap_threshold()  # large blocks go back to the kernel when freed
         loop = asyncio.get_running_loop()
         stopper = _Stopper(rt)
         for sig in (signal.SIGTERM, signal.SIGINT):
