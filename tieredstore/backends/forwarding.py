@@ -3,6 +3,11 @@
 Wrappers that change one or two operations (fault injection, tests that make time pass
 or a process "die" at a chosen call) subclass :class:`ForwardingBackend` and override
 only those; everything else reaches ``inner`` unchanged, errors included.
+
+``read_exact`` follows ``read``: a wrapper that leaves ``read`` alone passes it down too,
+so a short answer raises beneath, inside any retry wrapper there (a wrapper above a
+retrying backend that checked the length over its own ``read`` raised instead); one that
+changes ``read`` gets :meth:`Backend.read_exact` over its own ``read``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,11 @@ class ForwardingBackend(Backend):
 
     async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         return await self.inner.read(key, start, end)
+
+    async def read_exact(self, key: str, start: int, end: int) -> bytes:
+        if type(self).read is ForwardingBackend.read:  # reads unchanged: the inner's own
+            return await self.inner.read_exact(key, start, end)
+        return await super().read_exact(key, start, end)
 
     async def write(self, key: str, data: bytes) -> None:
         await self.inner.write(key, data)

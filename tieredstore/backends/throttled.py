@@ -41,12 +41,6 @@ class ThrottledBackend(ForwardingBackend):
         if waited > 0 and self._on_wait is not None:
             self._on_wait(waited)
 
-    async def read_exact(self, key: str, start: int, end: int) -> bytes:
-        """The inner backend's own (reads are not paced): a short answer is retried by
-        a retry wrapper beneath, which :meth:`Backend.read_exact` over :meth:`read`
-        here would not be."""
-        return await self.inner.read_exact(key, start, end)
-
     async def write(self, key: str, data: bytes) -> None:
         await self._take(len(data))
         await self.inner.write(key, data)

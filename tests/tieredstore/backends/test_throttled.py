@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tieredstore.backends.counting import CountingBackend
+from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import VirtualClock
+from tieredstore.errors import BackendUnavailableError
 from tieredstore.ratelimit import TokenBucket
 
 KiB = 1 << 10
@@ -93,3 +95,21 @@ async def test_a_short_range_read_is_retried_beneath_the_pacing_and_the_counting
     )
     assert await stack.read_exact("k", 10, 60) == bytes(range(10, 60))
     assert inner.shorted and counted == ["read", "read"]  # the short answer, then the retry
+
+
+class _HalfReads(ForwardingBackend):
+    """A wrapper that changes ``read`` (every answer cut in half)."""
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        data = await super().read(key, start, end)
+        return data[: len(data) // 2]
+
+
+async def test_a_wrapper_that_changes_read_checks_read_exact_over_its_own_read() -> None:
+    """``read_exact`` follows ``read``: passed down by a wrapper that leaves reads alone
+    (above), checked over the wrapper's own ``read`` when it changes them."""
+    reset_memory_stores()
+    inner = MemoryBackend("half-reads")
+    await inner.write("k", bytes(range(200)))
+    with pytest.raises(BackendUnavailableError, match="short read: 25 of 50 bytes"):
+        await _HalfReads(inner).read_exact("k", 10, 60)
