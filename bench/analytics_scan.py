@@ -126,7 +126,7 @@ def _pyarrow(rows: pa.Table, out: Path) -> float:
 def _spark_side(args: argparse.Namespace, root: Path, nbytes: int) -> tuple[float, float]:
     """(scan seconds, verifier stage seconds), both warm."""
     from verifier.archive import register
-    from verifier.spark_session import spark_session
+    from verifier.spark.session import spark_session
 
     opts = verify_options(root / "hot", root / "cold", "content", CLUSTER, BROKER)
     with spark_session(args.master) as spark:

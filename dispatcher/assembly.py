@@ -36,10 +36,10 @@ from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
-from dispatcher.tiering.batch_writer import BatchWriter
+from dispatcher.tiering.batch.compaction import CompactionReport, Compactor
+from dispatcher.tiering.batch.writer import BatchWriter
 from dispatcher.tiering.cold_writer import ColdWriter
 from dispatcher.tiering.committer import SegmentCommitter
-from dispatcher.tiering.compaction import CompactionReport, Compactor
 from dispatcher.tiering.durability import DurabilityGuard
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.provenance_writer import ProvenanceWriter

@@ -7,7 +7,7 @@ Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
 
 * :mod:`verifier.job` — the job: read, check, collect, decide (:func:`~verifier.job.verify`);
 * :mod:`verifier.cli` — the flags, the run and its exit code;
-* :mod:`verifier.spark_session` — the SparkSession (local and quiet, or spark-submit's);
+* :mod:`verifier.spark.session` — the SparkSession (local and quiet, or spark-submit's);
 * :mod:`verifier.vocabulary` — anomaly classes, levels, lag allowance, options;
 * :mod:`verifier.verdict` — the verdicts: ordering, exit codes, colours (defined once);
 * :mod:`verifier.outcome` — the outcome of a run: anomalies, per-queue reports, totals;

@@ -46,13 +46,13 @@ from tieredstore.settings.loader import load_settings, parse_duration
 from verifier import readers
 from verifier.catalogue import CATALOGUE_FILE
 from verifier.fleet.cli import add_fleet_arguments, run_fleet
-from verifier.interrupt import StopOnSignal
 from verifier.job import silent, verify
 from verifier.outcome import Anomaly, VerificationResult
 from verifier.reporting.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
 from verifier.reporting.metrics_file import write_metrics_file
 from verifier.reporting.report import ReportPaths, queue_status, write_reports
-from verifier.spark_session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
+from verifier.spark.interrupt import StopOnSignal
+from verifier.spark.session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
 from verifier.storage_flags import add_storage_arguments, storage_options
 from verifier.verdict import rank_of
 from verifier.vocabulary import (

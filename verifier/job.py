@@ -1,7 +1,7 @@
 """The verification job: read, compose the checks, collect and decide.
 
 :func:`verify` is the whole run against a given SparkSession (tests pass the shared
-one); the session is started by :mod:`verifier.spark_session`, and the command line
+one); the session is started by :mod:`verifier.spark.session`, and the command line
 (``python -m verifier``, ``tieredstore verify``) is :mod:`verifier.cli`.
 
 The job graph. A run is **five Spark jobs** whatever the store's size (the fixed cost
@@ -49,8 +49,8 @@ generation. Frames (schemas in :mod:`verifier.schemas`):
 
 The driver thus holds a few hundred bytes per segment and per queue (it already holds
 the listing: three objects per segment). Python workers are reused across tasks; a JVM
-that :func:`verifier.spark_session.spark_session` starts with a local master starts them
-from :mod:`verifier.pydaemon`. Each anomaly is a ``FindingKind`` of
+that :func:`verifier.spark.session.spark_session` starts with a local master starts them
+from :mod:`verifier.spark.pydaemon`. Each anomaly is a ``FindingKind`` of
 :mod:`tieredstore.findings`; the verdict is CORRUPT, DIRTY or CLEAN (exit 2, 1, 0; 3 when
 it could not run), and :mod:`verifier.reporting.report` writes the reports.
 """

@@ -14,7 +14,7 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
    objects at all: the catalogue's slices there are copied to the quarantine first (their
    two byte ranges, named as a segment's COMMIT_LOG and CONSUME_QUEUE objects), then one
    batch fence names the queue and the cut (:class:`~tieredstore.cold.batch.Withdrawn`,
-   :mod:`dispatcher.tiering.batch_keys`). A batch is shared and never rewritten; the
+   :mod:`dispatcher.tiering.batch.keys`). A batch is shared and never rewritten; the
    fence makes every reader skip those slices, and the batch collector may then delete
    their batches.
 3. **Quarantines** (moves, never deletes) every segment at or after the cut — the
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
-from dispatcher.tiering.batch_keys import BatchKeys
+from dispatcher.tiering.batch.keys import BatchKeys
 from dispatcher.tiering.quarantine import Move, SegmentCheck, check_segment, quarantine
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus

@@ -32,7 +32,7 @@ from typing import TypeVar
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import Damaged
-from dispatcher.tiering.batch_keys import BatchKeys
+from dispatcher.tiering.batch.keys import BatchKeys
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.continuity import Continuity
 from dispatcher.tiering.planner import SegmentPlan

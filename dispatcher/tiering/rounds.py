@@ -7,9 +7,9 @@ A round plans one segment per queue still going (the group-commit rules, up to a
 in bulk,
 spooled per segment), then commits the segments (:mod:`dispatcher.tiering.committer`),
 ``tiering.concurrency`` at once. With ``tiering.batching`` on, the round's segments cut by
-age go instead into one batch object (:mod:`dispatcher.tiering.batch_writer`), and age
+age go instead into one batch object (:mod:`dispatcher.tiering.batch.writer`), and age
 cuts happen every ``BATCH_EVERY`` ticks only, each taking what falls due before the
-next (:func:`~dispatcher.tiering.batch_writer.round_limits`). Planning also refreshes
+next (:func:`~dispatcher.tiering.batch.writer.round_limits`). Planning also refreshes
 each queue's lag and retention headroom gauges from the hot store and catalogue alone
 (:mod:`dispatcher.tiering.lag_gauges`), so they stay current while the cold store is
 down.
@@ -30,7 +30,7 @@ from typing import Final
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.retention_pressure import HotOldest, hot_oldest
-from dispatcher.tiering.batch_writer import BatchItem, BatchWriter, round_limits, split_round
+from dispatcher.tiering.batch.writer import BatchItem, BatchWriter, round_limits, split_round
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter
 from dispatcher.tiering.durability import DurabilityGuard

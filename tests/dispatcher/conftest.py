@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.tiering.batch_collect import MIN_GRACE_MS, collect_batches
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from dispatcher.tiering.batch_writer import BATCH_EVERY
+from dispatcher.tiering.batch.writer import BATCH_EVERY
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend

@@ -86,3 +86,26 @@ def test_pre_commit_runs_the_lint_of_make_lint() -> None:
     assert any(e.startswith(".venv/bin/ruff format") for e in entries)
     assert any(e.startswith(".venv/bin/ruff check") for e in entries)
     assert ".venv/bin/lint-imports" in entries
+
+
+def test_each_pre_commit_hook_runs_on_the_files_it_checks() -> None:
+    """A hook whose ``files`` pattern names moved files never runs: each pattern matches a
+    file the repository tracks, and the settings-docs hook every file of the declaration
+    (``tieredstore/settings/``) and both documents it generates."""
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=30
+    ).stdout.split()
+    hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+    for hook_id, hook in hooks.items():
+        if "files" in hook:
+            assert any(re.search(hook["files"], f) for f in tracked), f"{hook_id} runs on nothing"
+    docs_hook = re.compile(hooks["settings-docs"]["files"])
+    inputs = [f for f in tracked if f.startswith("tieredstore/settings/") and f.endswith(".py")]
+    assert inputs, "tieredstore/settings/ holds no module"
+    unmatched = [
+        f
+        for f in [*inputs, "docs/configuration.md", "docs/sidecar.toml"]
+        if not docs_hook.search(f)
+    ]
+    assert not unmatched, f"the settings-docs hook does not run on {unmatched}"

@@ -1,12 +1,14 @@
 """The house rules of docs/architecture.md that a test can hold: small functions and
-classes in the product code (``tieredstore``, ``metadata``, ``dispatcher``, ``verifier``).
+classes in the product code (``tieredstore``, ``metadata``, ``dispatcher``, ``verifier``),
+and packages of at most about 15 modules (more are grouped into subpackages by concept).
 
 Tests and benchmarks are exempt; a fixture or a scenario may read better whole.
 
 The class limit is a prompt to split by concern, never a count to split by. A class
 that is one concern and reads best whole is a *named exception* below, with its own
 limit and the reason, reviewed like any other change; an exception that is no longer
-needed fails the test, so the list stays true.
+needed fails the test, so the list stays true. The same holds for a package's module
+count.
 """
 
 from __future__ import annotations
@@ -20,6 +22,17 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("tieredstore", "metadata", "dispatcher", "verifier")
 MAX_FUNCTION_LINES = 60
 MAX_CLASS_LINES = 260  # "about 250"
+MAX_PACKAGE_MODULES = 15  # not counting __init__.py and __main__.py
+
+#: "package folder" -> (its own limit, why its modules are one list that reads best flat).
+PACKAGE_EXCEPTIONS: dict[str, tuple[int, str]] = {
+    "tieredstore/cli/commands": (
+        18,
+        "one module per `tieredstore` subcommand (the folder is the command list "
+        "`tieredstore --help` prints), plus the flags they share (_settings.py) and the "
+        "status screen's view beside its command; grouping commands would hide one",
+    ),
+}
 
 #: "path Class" -> (its own limit, why it is one concern that reads best whole).
 CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
@@ -85,3 +98,38 @@ def test_every_named_exception_is_still_needed_and_says_why() -> None:
             f"{name} is {classes[name]} lines, within the general limit: drop its exception"
         )
         assert limit > MAX_CLASS_LINES and len(why) > 40, f"{name}: give a limit and a reason"
+
+
+def _module_counts() -> dict[str, int]:
+    """Modules (``.py`` files but ``__init__``/``__main__``) of every product package."""
+    counts: dict[str, int] = {}
+    for pkg in PACKAGES:
+        for init in (REPO / pkg).rglob("__init__.py"):
+            folder = init.parent
+            if "__pycache__" in folder.parts:
+                continue
+            modules = [
+                f for f in folder.glob("*.py") if f.name not in {"__init__.py", "__main__.py"}
+            ]
+            counts[folder.relative_to(REPO).as_posix()] = len(modules)
+    return counts
+
+
+def test_no_package_holds_more_than_about_15_modules() -> None:
+    counts = _module_counts()
+    over = {
+        folder: n
+        for folder, n in counts.items()
+        if n > PACKAGE_EXCEPTIONS.get(folder, (MAX_PACKAGE_MODULES, ""))[0]
+    }
+    assert not over, f"packages over {MAX_PACKAGE_MODULES} modules (subpackages by concept): {over}"
+
+
+def test_every_package_exception_is_still_needed() -> None:
+    counts = _module_counts()
+    for folder, (limit, why) in PACKAGE_EXCEPTIONS.items():
+        assert folder in counts, f"{folder} is no package: drop its exception"
+        assert counts[folder] > MAX_PACKAGE_MODULES, (
+            f"{folder} holds {counts[folder]} modules, within the general limit: drop its exception"
+        )
+        assert limit >= counts[folder] and len(why) > 40, f"{folder}: give a limit and a reason"

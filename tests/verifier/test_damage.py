@@ -361,7 +361,7 @@ def test_a_hot_queue_that_does_not_read_stops_the_run(hot_copy: World) -> None:
 
 def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession) -> None:
     from verifier import readers
-    from verifier.spark_session import failure_line
+    from verifier.spark.session import failure_line
     from verifier.vocabulary import Level
 
     work = spark.createDataFrame([], schema=schemas.SEGMENT_WORK).unionByName(

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.job import _SESSION_CONF, verify
-from verifier.pydaemon import installed_copy_first
+from verifier.spark.pydaemon import installed_copy_first
 from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
 from .conftest import World

@@ -16,7 +16,7 @@ import pytest
 
 from tieredstore.testing.settings import BROKER, CLUSTER
 from verifier.cli import JobArgs
-from verifier.spark_session import SPARK_LOG_NAME, output_to
+from verifier.spark.session import SPARK_LOG_NAME, output_to
 
 from .conftest import World, sample_result
 

@@ -51,7 +51,7 @@ from tieredstore.cold.layout import (
     batch_key,
     parse_batch_key,
 )
-from tieredstore.cold.manifest import DIGEST_ALGORITHM, range_problem
+from tieredstore.cold.manifest import DIGEST_ALGORITHM, SEGMENT_RANGE_FIELDS, range_problem
 from tieredstore.errors import CorruptBatchError, InvalidNameError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
@@ -143,17 +143,13 @@ class BatchSlice(QueueOffsets):
     max_store_timestamp: int
 
     def __post_init__(self) -> None:
-        problem = self.problem()
-        if problem:
+        if problem := self.problem():
             where = f"batch slice {self.topic}/{self.queue_id} at offset {self.start_offset}"
             raise CorruptBatchError(problem, where=where)
 
     def problem(self) -> str:
         """The first violated range invariant, or ``""``."""
-        return range_problem(
-            self.start_offset, self.end_offset, self.cl_base, self.cl_end,
-            self.min_store_timestamp, self.max_store_timestamp,
-        )  # fmt: skip
+        return range_problem(self)
 
     @property
     def commit_log_size(self) -> int:
@@ -203,8 +199,7 @@ class BatchIndex:
     created_at_ms: int
 
     def __post_init__(self) -> None:
-        problem = self._problem()
-        if problem:
+        if problem := self._problem():
             raise CorruptBatchError(problem, where=self._where())
 
     def _where(self) -> str:
@@ -348,12 +343,7 @@ _INDEX_FIELDS: Final[dict[str, type]] = {
     "created_at_ms": int,
 }
 _SLICE_FIELDS: Final[dict[str, type]] = {
-    "topic": str,
-    "queue_id": int,
-    "start_offset": int,
-    "end_offset": int,
-    "cl_base": int,
-    "cl_end": int,
+    **SEGMENT_RANGE_FIELDS,
     "commit_log_at": int,
     "consume_queue_at": int,
     "commit_log_digest": str,

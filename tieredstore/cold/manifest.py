@@ -31,7 +31,7 @@ manifest we write and equal manifests are equal bytes.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
 from tieredstore.cold.digests import WRITTEN, DigestAlgorithm
@@ -52,9 +52,11 @@ __all__ = [
     "FENCE_VERSION",
     "FORMAT_VERSION",
     "READABLE_VERSIONS",
+    "SEGMENT_RANGE_FIELDS",
     "FenceMarker",
     "Manifest",
     "ObjectRef",
+    "SegmentRange",
     "range_problem",
     "read_manifest",
     "read_stored",
@@ -131,10 +133,7 @@ class Manifest(QueueRecord):
 
     def _range_problem(self) -> str:
         count = self.end_offset - self.start_offset
-        problem = range_problem(
-            self.start_offset, self.end_offset, self.cl_base, self.cl_end,
-            self.min_store_timestamp, self.max_store_timestamp,
-        )  # fmt: skip
+        problem = range_problem(self)
         if not problem and self.message_count != count:
             return f"message_count {self.message_count} != end - start = {count}"
         return problem
@@ -236,14 +235,25 @@ class Manifest(QueueRecord):
             raise CorruptManifestError(exc.message, where=where) from exc
 
 
-def range_problem(
-    start_offset: int,
-    end_offset: int,
-    cl_base: int,
-    cl_end: int,
-    min_store_timestamp: int,
-    max_store_timestamp: int,
-) -> str:
+class SegmentRange(Protocol):
+    """What a manifest and a batch slice both say of a segment's data: its offsets, its
+    commit-log range and its store times."""
+
+    @property
+    def start_offset(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def cl_base(self) -> int: ...
+    @property
+    def cl_end(self) -> int: ...
+    @property
+    def min_store_timestamp(self) -> int: ...
+    @property
+    def max_store_timestamp(self) -> int: ...
+
+
+def range_problem(data: SegmentRange) -> str:
     """The first violated range invariant of a segment's data, or ``""``: the one rule a
     manifest and a batch slice (:mod:`tieredstore.cold.batch`) share.
 
@@ -251,19 +261,17 @@ def range_problem(
     ``0 <= cl_base < cl_end <= MAX_OFFSET``, ``0 <= min_store_timestamp <=
     max_store_timestamp`` (real times: there is no empty segment and no sentinel).
     """
-    if not 0 <= start_offset < end_offset <= MAX_OFFSET // CQ_UNIT_SIZE:
-        return (
-            f"queue offsets [{start_offset}, {end_offset}) are not a "
-            "non-empty range of valid offsets"
-        )
+    start, end, cl_base, cl_end = data.start_offset, data.end_offset, data.cl_base, data.cl_end
+    if not 0 <= start < end <= MAX_OFFSET // CQ_UNIT_SIZE:
+        return f"queue offsets [{start}, {end}) are not a non-empty range of valid offsets"
     if not 0 <= cl_base < cl_end <= MAX_OFFSET:
         return (
             f"cold commitlog range [{cl_base}, {cl_end}) is not a non-empty range of valid offsets"
         )
-    if not 0 <= min_store_timestamp <= max_store_timestamp:
+    if not 0 <= data.min_store_timestamp <= data.max_store_timestamp:
         return (
-            f"store timestamps min {min_store_timestamp} / max "
-            f"{max_store_timestamp} are not 0 <= min <= max"
+            f"store timestamps min {data.min_store_timestamp} / max "
+            f"{data.max_store_timestamp} are not 0 <= min <= max"
         )
     return ""
 
@@ -286,16 +294,20 @@ _ALGORITHMS: Final = frozenset(a.value for a in DigestAlgorithm)
 
 
 _REF_FIELDS: Final = frozenset({"commit_log", "consume_queue"})
-_MANIFEST_FIELDS: Final[dict[str, type]] = {
-    "format_version": int,
-    "cluster": str,
-    "broker": str,
+#: The fields naming a segment's queue and ranges, as a manifest and a batch slice spell them.
+SEGMENT_RANGE_FIELDS: Final[dict[str, type]] = {
     "topic": str,
     "queue_id": int,
     "start_offset": int,
     "end_offset": int,
     "cl_base": int,
     "cl_end": int,
+}
+_MANIFEST_FIELDS: Final[dict[str, type]] = {
+    "format_version": int,
+    "cluster": str,
+    "broker": str,
+    **SEGMENT_RANGE_FIELDS,
     "commit_log": ObjectRef,
     "consume_queue": ObjectRef,
     "digest_algorithm": str,

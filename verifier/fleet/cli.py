@@ -21,8 +21,8 @@ from tieredstore.errors import ConfigError, TieredStoreError
 from tieredstore.settings.loader import parse_duration
 from verifier.fleet.job import DEFAULT_MAX_FINGERPRINT_AGE_S, FleetOptions, verify_fleet
 from verifier.fleet.report import write_fleet_reports
-from verifier.interrupt import StopOnSignal
-from verifier.spark_session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
+from verifier.spark.interrupt import StopOnSignal
+from verifier.spark.session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
 from verifier.storage_flags import storage_options
 from verifier.verdict import EXIT_COULD_NOT_RUN
 from verifier.vocabulary import parse_lag_allowance

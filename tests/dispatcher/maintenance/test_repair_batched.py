@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from dispatcher.maintenance.repair import execute_repair, plan_repair
-from dispatcher.tiering.batch_collect import MIN_GRACE_MS, collect_batches
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tests.fixtures_sidecar import Diverge, RepairQueue
 from tieredstore.backends.base import Backend
 from tieredstore.cli.sidecar.runtime import open_runtime

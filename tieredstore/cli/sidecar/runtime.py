@@ -21,7 +21,7 @@ from dispatcher.dispatcher import Dispatcher
 from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, StepHook
 from dispatcher.metrics import Metrics
-from dispatcher.tiering.compaction import Compactor
+from dispatcher.tiering.batch.compaction import Compactor
 from dispatcher.tiering.planner import SegmentPlan
 from metadata.catalogue import Catalogue
 from tieredstore.backends import backend_options, open_cold

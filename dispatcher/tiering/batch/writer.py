@@ -42,7 +42,7 @@ import numpy as np
 from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
-from dispatcher.tiering.batch_keys import MAX_RESEQUENCE, BatchKeys
+from dispatcher.tiering.batch.keys import MAX_RESEQUENCE, BatchKeys
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
 from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan

@@ -35,7 +35,7 @@ objects (:mod:`tieredstore.cold.batch`). A pass of the :class:`Compactor` rewrit
 Readers need no change: segments win over slices (:func:`~tieredstore.cold.history.choose`),
 and the segment's bytes at every offset are the slice's, so a read after the manifest
 lands returns the same bytes from the segment. The batch objects are deleted later, by
-the rules of :mod:`dispatcher.tiering.batch_collect`, run at the end of each pass.
+the rules of :mod:`dispatcher.tiering.batch.collect`, run at the end of each pass.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
-from dispatcher.tiering.batch_collect import MIN_GRACE_MS, BatchCollection, collect_batches
-from dispatcher.tiering.batch_keys import BatchKeys
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, BatchCollection, collect_batches
+from dispatcher.tiering.batch.keys import BatchKeys
 from dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
 from dispatcher.tiering.uploader import UploadedObjects
 from tieredstore.cold.digests import digest
@@ -190,7 +190,7 @@ class Compactor:
 
     async def run_pass(self) -> CompactionReport:
         """Compact every due queue (one segment each at most), then delete the batches
-        the rules allow (:func:`~dispatcher.tiering.batch_collect.collect_batches`).
+        the rules allow (:func:`~dispatcher.tiering.batch.collect.collect_batches`).
 
         A queue that fails is a problem line and the pass goes on with the next one.
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tiering.batch_collect import MIN_GRACE_MS, collect_batches
-from dispatcher.tiering.compaction import CompactionReport, Compactor, compaction_run
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
+from dispatcher.tiering.batch.compaction import CompactionReport, Compactor, compaction_run
 from tests.dispatcher.tiering.conftest import BATCHED_SPEC, TOPIC, Batched, OpenBatched
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend

@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from dispatcher.lease.lease import Lease
-from dispatcher.tiering.batch_collect import MIN_GRACE_MS, BatchCollection, collect_batches
-from dispatcher.tiering.compaction import Compactor
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, BatchCollection, collect_batches
+from dispatcher.tiering.batch.compaction import Compactor
 from tests.dispatcher.tiering.conftest import Batched, OpenBatched
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.batch import BatchFence, SlicePart, build_batch

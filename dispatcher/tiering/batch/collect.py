@@ -1,6 +1,6 @@
 """The batch delete: a batch object goes once every slice in it lives on in a segment.
 
-Compaction (:mod:`dispatcher.tiering.compaction`) rewrites slices as segments; the batch
+Compaction (:mod:`dispatcher.tiering.batch.compaction`) rewrites slices as segments; the batch
 objects that held them are then garbage, but a batch is shared by many queues and the
 reading rule (:func:`~tieredstore.cold.history.choose`) reads a slice wherever no segment
 holds its offsets, so a batch is deleted only when **all** of these hold:
@@ -20,7 +20,7 @@ holds its offsets, so a batch is deleted only when **all** of these hold:
 (d) **never the newest**: a writer lists ``_batches/`` to find the next free sequence, so
     the highest sequence must never vanish. A batch that is the highest and may go
     otherwise gets a batch fence above it first (:meth:`BatchKeys.fence
-    <dispatcher.tiering.batch_keys.BatchKeys.fence>`), then is deleted: an idle broker,
+    <dispatcher.tiering.batch.keys.BatchKeys.fence>`), then is deleted: an idle broker,
     or one whose batching was turned off, keeps no batch (and, through retention, no
     expired segment) for good.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from dispatcher.lease.guard import hold_lease
-from dispatcher.tiering.batch_keys import BatchKeys
+from dispatcher.tiering.batch.keys import BatchKeys
 from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchFence, BatchHead

@@ -10,7 +10,7 @@ When the key is taken already, what is there decides (:meth:`BatchKeys.taken`):
 * anything else (another sequence taken meanwhile, by this epoch or an older one that
   got there first): list again and take the next sequence.
 
-Users: the batch writer (:mod:`dispatcher.tiering.batch_writer`: its start fence and each
+Users: the batch writer (:mod:`dispatcher.tiering.batch.writer`: its start fence and each
 batch), and the two cuts of a queue's history while batch slices may lie past the cut,
 ``repair`` and the heal of a lost tail (:meth:`BatchKeys.fence` with ``withdrawn``: a
 fence that also withdraws the queue's slices of lower sequences from the cut on,
