@@ -37,6 +37,7 @@ from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHoo
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.batch.compaction import CompactionReport, Compactor
+from dispatcher.tiering.batch.keys import BatchKeys
 from dispatcher.tiering.batch.writer import BatchWriter
 from dispatcher.tiering.cold_writer import ColdWriter
 from dispatcher.tiering.committer import SegmentCommitter
@@ -117,15 +118,19 @@ def build_dispatcher(
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
     states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
-    compactor = Compactor(writer=writer, lease=lease, lock=states.lock, tiering=settings.tiering)
+    keys = BatchKeys(
+        backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
+        cluster=settings.cold.cluster, broker=settings.cold.broker,
+    )  # fmt: skip
+    compactor = Compactor(writer=writer, keys=keys, lock=states.lock, tiering=settings.tiering)
     periodic.append(_compaction(settings, compactor, metrics))
-    dispatcher = _dispatcher(out, lease, writer, states, on_segment, periodic, startup)
+    dispatcher = _dispatcher(out, keys, writer, states, on_segment, periodic, startup)
     return Assembly(dispatcher, retention, upload_limit, compactor, backup)
 
 
 def _dispatcher(
     out: _Outside,
-    lease: Lease,
+    keys: BatchKeys,
     writer: ColdWriter,
     states: QueueStates,
     on_segment: Callable[[SegmentPlan], None] | None,
@@ -134,6 +139,7 @@ def _dispatcher(
 ) -> Dispatcher:
     """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
+    lease = keys.lease
     discovery = Discovery(
         hot=hot, catalogue=catalogue, metrics=metrics, tiering=settings.tiering, states=states
     )
@@ -141,9 +147,8 @@ def _dispatcher(
         catalogue=catalogue, lease=lease, writer=writer, metrics=metrics, states=states
     )
     batcher = BatchWriter(
-        backend=writer.backend, catalogue=catalogue, lease=lease, committer=committer,
-        states=states, clock=out.clock, retry=writer.retry, metrics=metrics,
-    )  # fmt: skip
+        keys=keys, catalogue=catalogue, committer=committer, states=states, metrics=metrics
+    )
     rounds = Rounds(
         hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
         spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics),

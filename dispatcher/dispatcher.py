@@ -231,7 +231,7 @@ class Dispatcher:
         self.states.save()  # empty: this process tries every queue once more
         self.metrics.lease_held.set(1)
         self.metrics.lease_epoch.set(self.lease.epoch)
-        if self.rounds.batcher is not None and self.tiering.batching:
+        if self.tiering.batching:
             await self.rounds.batcher.start()  # before recover: it adopts what the fence froze
         report = await self.writer.recover()
         damaged.clear()
@@ -239,7 +239,7 @@ class Dispatcher:
         async with self.states.lock:  # the lost tails the broker still holds: tiered again
             await heal_damaged(
                 damaged, writer=self.writer, hot=self.hot,
-                metrics=self.metrics, clock=self.clock, lease=self.lease,
+                metrics=self.metrics, keys=self.rounds.batcher.keys,
             )  # fmt: skip
         self.states.save()  # with the damaged queues: `status` shows them DEGRADED
         await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())

@@ -488,14 +488,11 @@ async def heal_damaged(
     writer: ColdWriter,
     hot: HotStore,
     metrics: Metrics,
-    clock: Clock,
-    lease: Lease,
+    keys: BatchKeys,
 ) -> None:
     """:func:`heal_lost_tail` of every damaged queue; each note (``damaged[queue]``)
     then says what was done. A catalogue that refuses the truncation (e.g. an accepted
     loss inside the lost tail) leaves the queue as it is, said in its note."""
-    keys = BatchKeys(backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
-                     cluster=writer.catalogue.cluster, broker=writer.catalogue.broker)  # fmt: skip
     for queue, reason in sorted(damaged.items()):
         try:
             outcome = await heal_lost_tail(

@@ -138,8 +138,8 @@ class Rounds:
         guard: DurabilityGuard,
         committer: SegmentCommitter,
         states: QueueStates,
+        batcher: BatchWriter,
         on_segment: Callable[[SegmentPlan], None] | None = None,
-        batcher: BatchWriter | None = None,
     ) -> None:
         self.hot = hot
         self.clock = clock
@@ -150,7 +150,7 @@ class Rounds:
         self.committer = committer
         self.on_segment = on_segment
         self.states = states
-        self.batcher = batcher  # with tiering.batching on: small segments share one object
+        self.batcher = batcher  # with tiering.batching on, small segments share one object
         self._sem = asyncio.Semaphore(tiering.concurrency)
         self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
@@ -230,7 +230,7 @@ class Rounds:
         to record; a row planned past the budget is left for a later round."""
         out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
         now_ms = self.clock.now_ms()
-        limits = round_limits(self.tiering, self._ticks, batching=self.batcher is not None)
+        limits = round_limits(self.tiering, self._ticks)
         for row in rows:
             if budget.full():
                 break
@@ -264,8 +264,7 @@ class Rounds:
                 except TieredStoreError as exc:
                     gathered = [exc] * len(jobs)
                 gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-                batching = self.batcher is not None and self.tiering.batching
-                batches, single = split_round(planned, gathered, batching=batching)
+                batches, single = split_round(planned, gathered, batching=self.tiering.batching)
                 outcomes = await asyncio.gather(
                     self._commit_batches(batches, report),
                     *(
@@ -292,7 +291,6 @@ class Rounds:
         """Commit each batch object in turn; return the rows to go on with."""
         going: list[QueueRow] = []
         for items in batches:
-            assert self.batcher is not None
             async with self._sem:
                 started = time.perf_counter()
                 published = self.batcher.batches

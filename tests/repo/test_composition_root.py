@@ -16,7 +16,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The classes only the builder constructs.
-BUILT = frozenset({"Dispatcher", "Discovery", "Rounds", "SegmentCommitter", "QueueStates"})
+BUILT = frozenset(
+    {
+        "Dispatcher",
+        "Discovery",
+        "Rounds",
+        "SegmentCommitter",
+        "QueueStates",
+        "BatchWriter",
+        "Compactor",
+    }
+)
 BUILDER = "dispatcher/assembly.py"
 PRODUCT = ("tieredstore", "metadata", "dispatcher", "verifier")
 ELSEWHERE = ("tests", "bench")

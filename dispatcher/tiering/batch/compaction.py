@@ -46,7 +46,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
 from dispatcher.tiering.batch.collect import MIN_GRACE_MS, BatchCollection, collect_batches
 from dispatcher.tiering.batch.keys import BatchKeys
 from dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
@@ -157,18 +156,15 @@ class Compactor:
     """
 
     def __init__(
-        self, *, writer: ColdWriter, lease: Lease, lock: asyncio.Lock, tiering: TieringSettings
+        self, *, writer: ColdWriter, keys: BatchKeys, lock: asyncio.Lock, tiering: TieringSettings
     ) -> None:
         self.writer = writer
-        self.lease = lease
+        self.keys = keys  # the broker's batch keys, under the lease; shared (assembly)
+        self.lease = keys.lease
         self.lock = lock
         self.tiering = tiering
         self.catalogue = writer.catalogue
         self.backend = writer.backend
-        self.keys = BatchKeys(
-            backend=writer.backend, lease=lease, clock=writer.clock, retry=writer.retry,
-            cluster=self.catalogue.cluster, broker=self.catalogue.broker,
-        )  # fmt: skip
         #: Whether the last pass left batch objects (unknown at start: one pass finds out).
         self.batches_left = True
 

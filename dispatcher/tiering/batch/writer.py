@@ -39,7 +39,6 @@ from typing import Final
 
 import numpy as np
 
-from dispatcher.lease.lease import Lease
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.batch.keys import MAX_RESEQUENCE, BatchKeys
@@ -48,9 +47,6 @@ from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_bui
 from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
-from tieredstore.backends.base import Backend
-from tieredstore.backends.retry import RetryPolicy
-from tieredstore.clock import Clock
 from tieredstore.cold.batch import (
     BatchHead,
     SlicePart,
@@ -117,14 +113,14 @@ BATCH_EVERY: Final = 2
 Gathered = tuple[QueueRow, SegmentPlan, Spooled | TieredStoreError]
 
 
-def round_limits(tiering: TieringSettings, ticks: int, *, batching: bool) -> Limits:
+def round_limits(tiering: TieringSettings, ticks: int) -> Limits:
     """The group-commit limits of tick number ``ticks``. Batching on
-    (``tiering.batching`` and a batch writer), segments are cut by age only every
+    (``tiering.batching``), segments are cut by age only every
     :data:`BATCH_EVERY` ticks, each time with what falls due before the next such tick
     (the age limit less ``BATCH_EVERY - 1`` ticks): one batch object per
     ``BATCH_EVERY`` ticks, and no message waits longer than ``segment_max_age``."""
     limits = Limits.of(tiering)
-    if not (tiering.batching and batching):
+    if not tiering.batching:
         return limits
     if ticks % BATCH_EVERY:
         return replace(limits, age_cuts=False)
@@ -162,30 +158,22 @@ class BatchWriter:
     def __init__(
         self,
         *,
-        backend: Backend,
+        keys: BatchKeys,
         catalogue: Catalogue,
-        lease: Lease,
         committer: SegmentCommitter,
         states: QueueStates,
-        clock: Clock,
-        retry: RetryPolicy,
         metrics: Metrics,
     ) -> None:
-        self.backend = backend
+        self.keys = keys  # the broker's batch keys, under the lease; shared (assembly)
         self.catalogue = catalogue
-        self.lease = lease
+        self.lease = keys.lease
         self.committer = committer
         self.states = states
-        self.clock = clock
-        self.retry = retry
+        self.clock = keys.clock
         self.metrics = metrics
         self.continuity = committer.writer.continuity
-        self.cluster = catalogue.cluster
-        self.broker = catalogue.broker
-        self.keys = BatchKeys(
-            backend=backend, lease=lease, clock=clock, retry=retry,
-            cluster=self.cluster, broker=self.broker,
-        )  # fmt: skip
+        self.cluster = keys.cluster
+        self.broker = keys.broker
         self._next: int | None = None  # the next sequence to create; None before start
         self._lock = asyncio.Lock()
         self.batches = 0  # batch objects this writer committed
