@@ -716,7 +716,7 @@ def content_store(root: Path, messages: int, segment_messages: int) -> None:
     ``root/cold``: every queue tiered with the real segment codec into segments of
     ``segment_messages`` (cluster DefaultCluster, broker broker-a)."""
     sys.path.insert(0, str(REPO))
-    from tieredstore.testing.coldimage import tier, write_local
+    from tieredstore.testing.stores.coldimage import tier, write_local
 
     spec = SynthSpec(
         topics=2, queues=4, messages=messages, body_min=900, body_max=1100,

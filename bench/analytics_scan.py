@@ -62,7 +62,7 @@ from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice
 from tieredstore.backends import open_backend
 from tieredstore.clock import SystemClock
 from tieredstore.cold.manifest import Manifest, read_stored
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 TARGET = 0.5
 

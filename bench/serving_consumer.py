@@ -1,6 +1,6 @@
 """A stock RocketMQ consumer drains a queue's history through the broker read plugin.
 
-A real name server and broker (``tieredstore.testing.rocketmq``; the plugin jar built by
+A real name server and broker (``tieredstore.testing.broker.rocketmq``; the plugin jar built by
 Maven from ``broker-plugin/``, ``messageStorePlugIn`` in ``broker.conf``) take
 ``--messages`` messages on one queue from the stock producer; a real ``tieredstore run``
 tiers them and serves its read API on loopback; then the broker's own expiry deletes
@@ -40,8 +40,8 @@ from pathlib import Path
 from _common import MIB, machine, result_line, sidecar_cmd, sidecar_env, table, vm_hwm
 
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.rocketmq import (
+from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
+from tieredstore.testing.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     Toolchain,

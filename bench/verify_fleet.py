@@ -55,8 +55,8 @@ from tieredstore.cold.provenance import read_tiering_record
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldimage import write_local
-from tieredstore.testing.fleet import fleet_image
+from tieredstore.testing.stores.coldimage import write_local
+from tieredstore.testing.verification.fleet import fleet_image
 from verifier.fleet.fingerprint import take_fingerprint
 
 CLUSTER = "BenchFleet"

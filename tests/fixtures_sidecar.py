@@ -5,13 +5,13 @@ Registered for the whole suite through ``pytest_plugins`` in ``tests/conftest.py
 archive, core and dispatcher tests share them. They run the CLI's runtime (and the
 dispatcher's repair), which ``tieredstore.testing`` (core layer) may not import, so they
 are fixtures here; what they set up comes from ``tieredstore.testing``
-(:mod:`~tieredstore.testing.settings`, :mod:`~tieredstore.testing.divergence`). Each
+(:mod:`~tieredstore.testing.sidecar.settings`, :mod:`~tieredstore.testing.stores.divergence`). Each
 fixture is session-scoped and gives the function to call.
 
 * ``tier``: ``await tier(store, cold, state, **overrides)`` tiers ``store`` completely
   into ``cold`` with the real dispatcher (small segments, no durability guard);
 * ``diverge``: ``await diverge(tmp_path)`` writes the diverged store of
-  :mod:`tieredstore.testing.divergence` at ``tmp_path / "store"``, tiered before its
+  :mod:`tieredstore.testing.stores.divergence` at ``tmp_path / "store"``, tiered before its
   broker lost and re-wrote the tail: both queues are DIVERGED;
 * ``repair_queue``: ``await repair_queue(rt, queue_id)`` does what ``tieredstore repair``
   does to a queue of that store: start (lease, reconcile), plan, execute.
@@ -28,8 +28,8 @@ import pytest
 from dispatcher.maintenance.repair import execute_repair, plan_repair
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.divergence import SPEC, TOPIC, divergence_settings, rewrite_tail
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
+from tieredstore.testing.stores.divergence import SPEC, TOPIC, divergence_settings, rewrite_tail
 
 Diverge = Callable[[Path], Coroutine[Any, Any, None]]
 RepairQueue = Callable[[Runtime, int], Coroutine[Any, Any, None]]

@@ -24,7 +24,7 @@ from tieredstore.cold.history import Committed, load_history
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.broker.make_golden import GOLDEN_STORE
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 BROKER_B = "broker-b"
 SPECS = {

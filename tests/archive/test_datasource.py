@@ -24,8 +24,8 @@ from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import batch_prefix, parse_batch_key
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import ConfigError
-from tieredstore.testing.batches import rebatch
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.batches import rebatch
 from verifier.archive import SPARK_SCHEMA, read_archive, register
 
 from .conftest import BROKER_B, Archive, Row, normalise, when

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from tieredstore.errors import ConfigError
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 from verifier.archive import read_archive
 
 from .conftest import BROKER_B, Archive, normalise

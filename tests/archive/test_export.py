@@ -29,7 +29,7 @@ from tieredstore.cli.main import main
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, expected_rows, links, normalise
 

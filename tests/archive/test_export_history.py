@@ -18,8 +18,8 @@ from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.divergence import T0, TOPIC, divergence_settings
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.divergence import T0, TOPIC, divergence_settings
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

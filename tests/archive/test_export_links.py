@@ -4,7 +4,7 @@ recorded under ``<batch key>#<topic>/<queue id>``, and gives way to the segment 
 compaction writes over it (removed, the segment exported), as a superseded segment does.
 
 ``load_history`` does not return slices yet, so these tests hand export a history built
-by hand (:func:`tieredstore.testing.segments.packed`) in its place."""
+by hand (:func:`tieredstore.testing.stores.segments.packed`) in its place."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ from tieredstore.cold.history import BrokerHistory, Committed, QueueHistory, as_
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CorruptManifestError, DigestMismatchError
-from tieredstore.testing.batches import upload_batch
-from tieredstore.testing.segments import chain, packed, upload
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.batches import upload_batch
+from tieredstore.testing.stores.segments import chain, packed, upload
 
 Q0, Q1 = QueuePath(CLUSTER, BROKER, "T", 0), QueuePath(CLUSTER, BROKER, "T", 1)
 

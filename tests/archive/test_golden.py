@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST
 from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
 from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 from verifier.archive import read_archive
 
 from .conftest import Archive, normalise

@@ -22,7 +22,7 @@ from tieredstore.formats.record import (
     SYS_FLAG_AT,
     SysFlag,
 )
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, archive_row
 

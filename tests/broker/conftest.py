@@ -18,15 +18,15 @@ import pytest
 
 from tieredstore.hot.store import HotStore
 from tieredstore.testing.broker.conformance import index_store
-from tieredstore.testing.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
-from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.broker.suite import StoreView
-from tieredstore.testing.rocketmq import (
+from tieredstore.testing.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
+from tieredstore.testing.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
+from tieredstore.testing.broker.sidecar import LiveSidecar
+from tieredstore.testing.broker.suite import StoreView
 
 #: ~5,200 plain messages over 3 topics x 4 queues: ~8 MiB, 8+ commitlog files of 1 MiB.
 LIVE_NORMAL_MESSAGES = 5200

@@ -41,14 +41,14 @@ from tieredstore.testing.broker.restore_scenario import (
     queue_counts,
     wait_dispatched,
 )
-from tieredstore.testing.broker.scenario import now_ms, wait_for_clean_stop
-from tieredstore.testing.broker.traffic import ExpectedMessage
-from tieredstore.testing.rocketmq import (
+from tieredstore.testing.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
+from tieredstore.testing.broker.scenario import now_ms, wait_for_clean_stop
+from tieredstore.testing.broker.traffic import ExpectedMessage
 
 
 def tieredstore(*args: str, batching: bool = False) -> int:

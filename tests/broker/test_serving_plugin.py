@@ -21,6 +21,14 @@ from pathlib import Path
 import pytest
 
 from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
+from tieredstore.testing.broker.rocketmq import (
+    BrokerSettings,
+    LocalCluster,
+    missing_tools,
+    prepare_toolchain,
+    wait_until,
+)
 from tieredstore.testing.broker.serving import (
     BATCHES,
     QUEUES,
@@ -40,14 +48,6 @@ from tieredstore.testing.broker.traffic import (
     Kind,
     read_results,
     write_plan,
-)
-from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.rocketmq import (
-    BrokerSettings,
-    LocalCluster,
-    missing_tools,
-    prepare_toolchain,
-    wait_until,
 )
 
 pytestmark = pytest.mark.broker

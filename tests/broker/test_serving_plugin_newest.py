@@ -18,6 +18,15 @@ from pathlib import Path
 import pytest
 
 from tieredstore.hot.store import HotStore
+from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
+from tieredstore.testing.broker.rocketmq import (
+    BrokerSettings,
+    LocalCluster,
+    Toolchain,
+    missing_tools,
+    prepare_toolchain,
+    wait_until,
+)
 from tieredstore.testing.broker.serving import (
     BATCHES,
     QUEUES,
@@ -31,15 +40,6 @@ from tieredstore.testing.broker.serving import (
 )
 from tieredstore.testing.broker.sidecar import LiveSidecar
 from tieredstore.testing.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
-from tieredstore.testing.broker_plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.rocketmq import (
-    BrokerSettings,
-    LocalCluster,
-    Toolchain,
-    missing_tools,
-    prepare_toolchain,
-    wait_until,
-)
 
 pytestmark = pytest.mark.broker
 

@@ -13,10 +13,10 @@ from tieredstore.backends import open_backend
 from tieredstore.cold.history import EntryKind
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.loader import SETTINGS
+from tieredstore.testing.broker.rocketmq import wait_until
 from tieredstore.testing.broker.scenario import BrokerRun
 from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.rocketmq import wait_until
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 pytestmark = pytest.mark.broker
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.rocketmq import (
+from tieredstore.testing.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
+from tieredstore.testing.broker.sidecar import LiveSidecar
 
 TOPIC = "TieredStoreDurability"
 QUEUES = 4

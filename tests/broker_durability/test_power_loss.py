@@ -41,8 +41,8 @@ from tests.broker_durability.conftest import (
 )
 from tieredstore.hot.store import HotStore
 from tieredstore.testing.broker.powercut import cut_power
+from tieredstore.testing.broker.rocketmq import LocalCluster, wait_until
 from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 pytestmark = pytest.mark.broker
 

@@ -21,7 +21,7 @@ from tieredstore.clock import SystemClock
 from tieredstore.errors import CorruptRecordError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=1, queues=2, messages=200, body_min=100, body_max=300, seed=36)
 

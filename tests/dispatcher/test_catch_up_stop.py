@@ -20,7 +20,7 @@ from tieredstore.cli.commands.run import closing_line
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 
 class StopDuring(ForwardingBackend):

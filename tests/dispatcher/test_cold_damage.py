@@ -32,9 +32,9 @@ from tieredstore.cold.layout import broker_prefix, parse_object_key
 from tieredstore.cold.manifest import read_manifest
 from tieredstore.hot.synth import SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 pytestmark = pytest.mark.slow  # two sidecar starts and a gc: over a second
 

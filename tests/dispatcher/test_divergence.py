@@ -9,7 +9,7 @@ from metadata.rows import QueueState
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.batch import BatchFence, read_batch_head
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 
 def _snapshot(cold: Path) -> dict[str, bytes]:

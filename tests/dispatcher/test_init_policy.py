@@ -11,7 +11,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import InitPolicy, InitStart
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 SPEC = SynthSpec(topics=1, queues=1, messages=200, interval_ms=10)
 TOPIC = f"{SPEC.topic_prefix}0"

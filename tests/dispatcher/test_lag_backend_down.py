@@ -18,7 +18,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.errors import BackendUnavailableError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 START = 1_700_000_000_000
 TOPIC = "SynthTopic0"

@@ -35,8 +35,8 @@ from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
-from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
 
 T0 = 1_800_000_000_000
 TICK_S, RETENTION_PASS_S, GROUP_COMMIT_S, RENEW_S = 20, 60, 30, 10

@@ -23,7 +23,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key
 from tieredstore.errors import ConfigError
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=1, queues=2, messages=300, body_min=100, body_max=400, seed=8)
 TOPIC = "SynthTopic0"

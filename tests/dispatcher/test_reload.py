@@ -10,7 +10,7 @@ from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import SETTINGS
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 
 def test_live_keys_are_settings() -> None:

@@ -16,7 +16,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.settings import location_args, settings_for
+from tieredstore.testing.sidecar.settings import location_args, settings_for
 
 SPEC = SynthSpec(
     topics=2,

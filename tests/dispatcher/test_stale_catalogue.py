@@ -35,8 +35,8 @@ from tieredstore.errors import CatalogueError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 T0 = 1_800_000_000_000
 LATER = T0 + 10_000_000

@@ -15,7 +15,7 @@ from dispatcher.metrics import Metrics
 from tieredstore.cli.sidecar.summary import Summary, log_summaries
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar import start, wait_for_log
+from tieredstore.testing.sidecar.process import start, wait_for_log
 
 T0 = 1_700_000_000_000
 

@@ -9,7 +9,7 @@ import pytest
 
 from metadata.catalogue import Catalogue
 from tieredstore.clock import VirtualClock
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import QueuePath, object_name
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, InvalidNameError, OffsetOutOfRangeError
-from tieredstore.testing.segments import chain
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.segments import chain
 
 TOPIC = "TopicTest"
 QUEUE = QueuePath(CLUSTER, BROKER, TOPIC, 0)

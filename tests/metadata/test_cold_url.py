@@ -14,7 +14,7 @@ from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 
 def _open(state: Path, url: str | None, **kw: object) -> Catalogue:

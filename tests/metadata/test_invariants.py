@@ -32,7 +32,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 QUEUES = [("A", 0), ("%DLQ%g", 1)]
 queues = st.sampled_from(QUEUES)

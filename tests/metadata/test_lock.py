@@ -12,7 +12,7 @@ import pytest
 
 from metadata.catalogue import Catalogue
 from tieredstore.errors import CatalogueBusyError
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 HOLDER = textwrap.dedent(
     """

@@ -29,8 +29,8 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
-from tieredstore.testing.segments import chain, upload
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.segments import chain, upload
 
 Q0 = QueuePath(CLUSTER, BROKER, "TopicTest", 0)
 Q1 = QueuePath(CLUSTER, BROKER, "TopicTest", 1)

@@ -18,9 +18,9 @@ from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CatalogueError
 from tieredstore.findings import FindingKind
-from tieredstore.testing.batches import upload_batch
-from tieredstore.testing.segments import chain, hot_batch, segment_of, upload
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.batches import upload_batch
+from tieredstore.testing.stores.segments import chain, hot_batch, segment_of, upload
 
 Q0 = QueuePath(CLUSTER, BROKER, "TopicTest", 0)
 Q1 = QueuePath(CLUSTER, BROKER, "TopicTest", 1)

@@ -12,7 +12,7 @@ from metadata.schema import LATEST_VERSION, MIGRATIONS, Migration, schema_versio
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import object_name
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 #: A probe migration one past the real ones, as the next release would add.
 NEXT = LATEST_VERSION + 1

@@ -1,7 +1,7 @@
 """The catalogue's batch slices: commits, compaction's swap, and the segment rules beside them.
 
 Slices are built as the dispatcher will build them: real batch objects
-(:func:`~tieredstore.testing.batches.batch_of`) whose heads are parsed into links
+(:func:`~tieredstore.testing.stores.batches.batch_of`) whose heads are parsed into links
 (:func:`~tieredstore.cold.history.slices_of`), over real SQLite.
 """
 
@@ -21,9 +21,9 @@ from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.batches import batch_of
-from tieredstore.testing.segments import T0, chain, hot_batch, segment_of
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.batches import batch_of
+from tieredstore.testing.stores.segments import T0, chain, hot_batch, segment_of
 
 TOPIC = "TopicTest"
 Q0 = QueuePath(CLUSTER, BROKER, TOPIC, 0)

@@ -22,9 +22,9 @@ from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 

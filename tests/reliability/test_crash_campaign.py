@@ -23,8 +23,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.sidecar import crash_cycles, sidecar_cmd, sidecar_env
+from tieredstore.testing.sidecar.process import crash_cycles, sidecar_cmd, sidecar_env
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 

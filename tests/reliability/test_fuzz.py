@@ -102,7 +102,7 @@ MANIFEST_KEY = object_key(QUEUE, SegmentKind.MANIFEST, 0)
 
 @pytest.fixture(scope="module")
 def segment(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes, bytes]:
-    from tieredstore.testing.oracle import build_segment
+    from tieredstore.testing.stores.oracle import build_segment
 
     root = tmp_path_factory.mktemp("fuzz") / "store"
     synthesize(root, SynthSpec(topics=1, queues=1, messages=20, topic_prefix="FuzzTopic"))

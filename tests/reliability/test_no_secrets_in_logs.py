@@ -9,7 +9,7 @@ import pytest
 
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env
+from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

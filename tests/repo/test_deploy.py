@@ -31,7 +31,7 @@ from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.findings import FindingKind
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 from verifier.fleet.job import FleetOptions, FleetResult
 from verifier.fleet.report import fleet_registry
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult

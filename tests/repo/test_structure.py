@@ -43,7 +43,7 @@ CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
         "discovery, rounds, committer, provenance writer and background_loops, and "
         "assembly builds them all",
     ),
-    "tieredstore/testing/rocketmq.py LocalCluster": (
+    "tieredstore/testing/broker/rocketmq.py LocalCluster": (
         330,
         "test support, one real RocketMQ name server and broker: their processes, ports, "
         "config files, start, stop, restart and the admin calls the broker tests make "

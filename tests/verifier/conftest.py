@@ -28,8 +28,8 @@ from tieredstore.cold.manifest import Manifest
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldimage import ColdImage, tier, write_local
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldimage import ColdImage, tier, write_local
 from verifier.cli import main as job_main
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.vocabulary import Level, VerifyOptions

@@ -14,8 +14,8 @@ from tieredstore.cold.batch import BatchFence, BatchIndex, SlicePart, build_batc
 from tieredstore.cold.layout import batch_key
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import QueueKey
-from tieredstore.testing.report_doc import found, queue_doc
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.verification.report_doc import found, queue_doc
 from verifier import readers, schemas
 
 from .conftest import SPEC, World

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.cli.main import main as cli_main
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import World, sample_result
 

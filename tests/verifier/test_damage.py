@@ -17,9 +17,9 @@ from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import generate_messages
-from tieredstore.testing.coldimage import age, build
-from tieredstore.testing.report_doc import found, queue_doc
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldimage import age, build
+from tieredstore.testing.verification.report_doc import found, queue_doc
 from verifier import schemas
 
 from .conftest import SPEC, World

@@ -29,8 +29,8 @@ from tieredstore.cold.layout import QueuePath, init_key, tiering_key
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.coldimage import CREATED_AT_MS, init_record
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldimage import CREATED_AT_MS, init_record
 from tieredstore.topic_rules import TopicRules
 
 from .conftest import World

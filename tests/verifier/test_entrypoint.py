@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import verifier
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import World
 

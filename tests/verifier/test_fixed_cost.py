@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 from verifier.job import _SESSION_CONF, verify
 from verifier.spark.pydaemon import installed_copy_first
 from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions

@@ -17,9 +17,9 @@ from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.lost_head import SPEC as LOSSY_SPEC
-from tieredstore.testing.lost_head import TOPIC, lose_untiered_head
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.stores.lost_head import SPEC as LOSSY_SPEC
+from tieredstore.testing.stores.lost_head import TOPIC, lose_untiered_head
 
 from .conftest import World, delete_hot_head
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 from verifier.cli import JobArgs
 from verifier.spark.session import SPARK_LOG_NAME, output_to
 

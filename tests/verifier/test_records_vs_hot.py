@@ -27,10 +27,10 @@ from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.coldimage import CREATED_AT_MS, ColdImage, init_record
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.report_doc import found, queue_doc
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.stores.coldimage import CREATED_AT_MS, ColdImage, init_record
+from tieredstore.testing.verification.report_doc import found, queue_doc
 from tieredstore.topic_rules import TopicRules
 from verifier.verdict import Verdict
 

@@ -21,9 +21,9 @@ from tieredstore.cold.layout import QueuePath, broker_prefix, init_key
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import QueueInit, RetentionMark
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.coldimage import init_record, tiering_record
-from tieredstore.testing.report_doc import found, queue_doc
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldimage import init_record, tiering_record
+from tieredstore.testing.verification.report_doc import found, queue_doc
 from tieredstore.topic_rules import TopicRules
 
 from .conftest import World, delete_hot_head

@@ -19,10 +19,10 @@ from tieredstore.cli.main import main as cli_main
 from tieredstore.cold.layout import broker_prefix
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.coldimage import write_fs
 from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.report_doc import found
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldimage import write_fs
+from tieredstore.testing.verification.report_doc import found
 
 from .conftest import World
 

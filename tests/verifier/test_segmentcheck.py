@@ -10,7 +10,7 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units, encode_
 from tieredstore.hot.commitlog import HotCommitlog, gather, runs
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldimage import build
+from tieredstore.testing.stores.coldimage import build
 from verifier.ranges import OffsetRange, mask_to_ranges
 from verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment
 from verifier.vocabulary import (

@@ -16,7 +16,7 @@ bytes, and the next segment of the queue starts at ``(end, cl_end)``.
 
 The sidecar builds segments in :mod:`dispatcher.tiering.commitlog_pass` (the records, gathered in
 commitlog order) and :mod:`dispatcher.tiering.cold_writer` (the units and the manifest); the
-test oracle they are compared with is :mod:`tieredstore.testing.oracle`.
+test oracle they are compared with is :mod:`tieredstore.testing.stores.oracle`.
 
 :class:`RecordHeads` is the one record-head check (magic, totalSize, queueOffset, and for
 cold records physicalOffset) that building and verifying share; :class:`RecordOwners`

@@ -19,7 +19,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import load_history
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 RENEW_S = 10  # the lease expires after 3 x 10 s without renewal
 SEGMENT_S = 7  # virtual seconds each COMMIT_LOG (or batch object) upload takes

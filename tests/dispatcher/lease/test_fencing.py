@@ -2,7 +2,7 @@
 
 Two sidecars (A, then B) share one cold store — POSIX, and S3 on the moto server with its
 real conditional requests — and one injected clock. A's backend sits behind a
-:class:`~tieredstore.testing.stall.Stall`, so the test decides exactly when A's requests
+:class:`~tieredstore.testing.sidecar.stall.Stall`, so the test decides exactly when A's requests
 land:
 
 * **stalled upload**: A is paused mid-upload past its lease; B takes over and commits;
@@ -49,10 +49,10 @@ from tieredstore.cold.layout import batch_key
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stall import Stall
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.stall import Stall
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 

@@ -32,10 +32,10 @@ from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.errors import InvalidNameError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_until
+from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env, start, wait_until
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 

@@ -10,7 +10,7 @@ import pytest
 
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_for_log
+from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env, start, wait_for_log
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

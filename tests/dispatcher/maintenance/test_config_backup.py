@@ -16,7 +16,7 @@ from tieredstore.cold.configcopies import list_copies, pick_copy
 from tieredstore.cold.layout import lease_key
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden_store" / "config"
 T0 = 1_700_000_000_000

@@ -36,9 +36,9 @@ from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.segments import chain
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.segments import chain
 
 HOUR_MS = 3_600_000
 GRACE_S = 3600.0

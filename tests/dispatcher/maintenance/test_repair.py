@@ -24,10 +24,10 @@ from tieredstore.cold.segment import verify_segment
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import generate_messages, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
-from tieredstore.testing.divergence import KEPT, SPEC, TOPIC, divergence_settings
-from tieredstore.testing.segments import hot_batch, segment_of, upload
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.testing.stores.divergence import KEPT, SPEC, TOPIC, divergence_settings
+from tieredstore.testing.stores.segments import hot_batch, segment_of, upload
 
 
 class CrashError(Exception):

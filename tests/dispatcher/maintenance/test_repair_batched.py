@@ -25,9 +25,9 @@ from tieredstore.cold.history import EntryKind, load_history, read_batch, span_b
 from tieredstore.cold.layout import QueuePath, batch_prefix, broker_prefix
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.divergence import TOPIC, divergence_settings
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.divergence import TOPIC, divergence_settings
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 

@@ -31,9 +31,9 @@ from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import synthesize
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.lost_head import SPEC, TOPIC, lose_untiered_head
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.stores.lost_head import SPEC, TOPIC, lose_untiered_head
 
 QUEUE = QueuePath(CLUSTER, BROKER, TOPIC, 0)
 

@@ -24,10 +24,10 @@ from tieredstore.cold.manifest import FenceMarker
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
-from tieredstore.testing.lease_time import advance
-from tieredstore.testing.retention import END, SPEC, H, retention_settings
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.sidecar.lease_time import advance
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.testing.stores.retention import END, SPEC, H, retention_settings
 
 
 class CrashError(Exception):

@@ -41,9 +41,9 @@ from tieredstore.clock import VirtualClock
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.coldcheck import assert_cold_matches_hot, read_cold
-from tieredstore.testing.lease_time import advance
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.lease_time import advance
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
 
 T0 = 1_800_000_000_000
 RETENTION_S = 30

@@ -35,9 +35,9 @@ from tieredstore.hot.store import HotRange, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.humanize import iso_time
 from tieredstore.settings.loader import load_settings
-from tieredstore.testing.lease_time import advance
-from tieredstore.testing.segments import chain
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.lease_time import advance
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.segments import chain
 
 H = 3_600_000
 NOW = 1_800_000_000_000

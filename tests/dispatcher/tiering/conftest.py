@@ -20,9 +20,9 @@ from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import Committed, read_batch, slices_of
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.batches import rebatch
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
+from tieredstore.testing.stores.batches import rebatch
 
 #: Two queues of one topic, cut into segments of about 8 KiB: about a dozen per queue.
 BATCHED_SPEC = SynthSpec(topics=1, queues=2, messages=240, body_min=64, body_max=700, seed=11)

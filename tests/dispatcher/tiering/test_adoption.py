@@ -20,8 +20,8 @@ from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 SPEC = SynthSpec(topics=1, queues=1, messages=200, body_min=100, body_max=400, seed=11)
 TOPIC = "SynthTopic0"

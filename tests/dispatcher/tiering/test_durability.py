@@ -21,7 +21,7 @@ from tieredstore.clock import VirtualClock
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.pagecache import cachestat, cachestat_available
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 T0 = 1_800_000_000_000
 SPEC = SynthSpec(

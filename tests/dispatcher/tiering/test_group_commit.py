@@ -13,8 +13,8 @@ from metadata.catalogue import Catalogue
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import QueuePath
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.segments import chain
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.segments import chain
 
 QUEUES = 40
 

@@ -29,10 +29,10 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record, read_tiering_record
 from tieredstore.hot.store import HotStore
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 # SPEC: the store the `store` fixture (tests/dispatcher/conftest.py) writes.
-from tieredstore.testing.retention import END, SPEC, H, retention_settings
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.retention import END, SPEC, H, retention_settings
 
 
 def _parse_init(data: bytes, key: str) -> QueueInit:

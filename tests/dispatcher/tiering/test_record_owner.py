@@ -25,7 +25,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.segment import RecordOwners, TopicTable
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 
 SPEC = SynthSpec(
     topics=2, queues=2, messages=800, body_min=200, body_max=200, compress_over=0,

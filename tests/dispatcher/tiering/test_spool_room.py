@@ -14,8 +14,8 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import SpoolTooSmallError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 KEY = QueueKey("T", 0)
 

@@ -13,7 +13,7 @@ from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 RATE = 64 << 10
 

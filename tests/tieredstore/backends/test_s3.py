@@ -30,7 +30,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 MiB = 1 << 20
 

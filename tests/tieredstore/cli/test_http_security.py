@@ -14,7 +14,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.errors import ConfigError
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import SETTINGS, load_settings
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 
 def test_binds_to_loopback_by_default() -> None:

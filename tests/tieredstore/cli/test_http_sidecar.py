@@ -39,8 +39,8 @@ from tieredstore.cold.layout import SegmentKind, broker_prefix, lease_key, parse
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 SPEC = SynthSpec(topics=2, queues=2, messages=800, body_max=900, compress_over=600, seed=31)
 #: How long any one thing the sidecar does may take on a loaded CI machine.

@@ -17,7 +17,7 @@ from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
 from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 SPEC = SynthSpec(topics=1, queues=2, messages=600, interval_ms=2, compress_over=800, seed=21)
 TOPIC = SPEC.topic_names()[0]

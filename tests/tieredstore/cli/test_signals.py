@@ -18,8 +18,14 @@ from pathlib import Path
 import pytest
 
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.settings import BROKER, CLUSTER
-from tieredstore.testing.sidecar import sidecar_cmd, sidecar_env, start, wait_for_log, wait_until
+from tieredstore.testing.sidecar.process import (
+    sidecar_cmd,
+    sidecar_env,
+    start,
+    wait_for_log,
+    wait_until,
+)
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

@@ -16,7 +16,7 @@ from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.cold.segment import verify_objects, verify_segment
 from tieredstore.errors import DigestMismatchError
-from tieredstore.testing.segments import chain
+from tieredstore.testing.stores.segments import chain
 
 QUEUE = QueuePath("c", "b", "orders", 3)
 

@@ -16,8 +16,8 @@ from tieredstore.errors import (
     OffsetOutOfRangeError,
     UnsupportedFormatError,
 )
-from tieredstore.testing.segments import chain, upload
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.segments import chain, upload
 
 QUEUE = QueuePath(CLUSTER, BROKER, "T", 0)
 

@@ -24,7 +24,7 @@ from tieredstore.cold.manifest import FenceMarker
 from tieredstore.cold.segment import verify_record_pointers, verify_segment
 from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.testing.segments import chain, packed, upload
+from tieredstore.testing.stores.segments import chain, packed, upload
 
 Q = QueuePath("c", "b", "t", 0)
 

@@ -21,7 +21,7 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.loss import LossRecord, read_loss_record
 from tieredstore.errors import CatalogueError, CorruptLossRecordError, InvalidNameError
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 Q = QueuePath(CLUSTER, BROKER, "TopicA", 3)
 

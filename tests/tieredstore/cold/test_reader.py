@@ -38,9 +38,9 @@ from tieredstore.hot.synth import SynthSpec, generate_messages, synthesize
 from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
 from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
 from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.oracle import build_segment
-from tieredstore.testing.segments import upload
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.oracle import build_segment
+from tieredstore.testing.stores.segments import upload
 
 LOWER, UPPER = BoundaryType.LOWER, BoundaryType.UPPER
 

@@ -28,8 +28,16 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import decode_units, encode_units, make_units
 from tieredstore.formats.record import HostPort, MessageRecord, decode_record
-from tieredstore.testing.oracle import SegmentBuilder, build_segment
-from tieredstore.testing.segments import ATTEMPT, T0, WRITER, HotBatch, chain, hot_batch, segment_of
+from tieredstore.testing.stores.oracle import SegmentBuilder, build_segment
+from tieredstore.testing.stores.segments import (
+    ATTEMPT,
+    T0,
+    WRITER,
+    HotBatch,
+    chain,
+    hot_batch,
+    segment_of,
+)
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "TopicTest", 2)
 

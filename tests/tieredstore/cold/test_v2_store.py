@@ -24,8 +24,8 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.manifest import FenceMarker, read_stored
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 from verifier.job import verify
 from verifier.vocabulary import Level, Verdict, VerifyOptions
 

@@ -31,8 +31,8 @@ from tieredstore.testing.broker.make_golden import (
     KEEP_FILES,
 )
 from tieredstore.testing.broker.manifest import Manifest
+from tieredstore.testing.broker.rocketmq import BrokerOffsets
 from tieredstore.testing.broker.suite import ConformanceSuite, StoreView
-from tieredstore.testing.rocketmq import BrokerOffsets
 
 
 @pytest.fixture(scope="module")

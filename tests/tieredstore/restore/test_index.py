@@ -22,7 +22,7 @@ from tieredstore.restore.index import (
     index_keys,
     key_hashes,
 )
-from tieredstore.testing.broker_index import HEADER, java_abs, lookup
+from tieredstore.testing.broker.key_index import HEADER, java_abs, lookup
 
 
 @given(st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=20))

@@ -33,8 +33,8 @@ from tieredstore.restore.check import check_restored
 from tieredstore.restore.index import IndexGeometry
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer
-from tieredstore.testing.broker_index import lookup
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.broker.key_index import lookup
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(
     topics=2,

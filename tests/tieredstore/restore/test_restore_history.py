@@ -25,7 +25,7 @@ from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.restore.check import check_restored
 from tieredstore.restore.journal import JOURNAL_NAME
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

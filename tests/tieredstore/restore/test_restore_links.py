@@ -3,7 +3,7 @@
 only the span's bytes are read and checked.
 
 ``load_history`` does not return slices yet, so these tests give the restore a plan of
-links built by hand (:func:`tieredstore.testing.segments.packed`)."""
+links built by hand (:func:`tieredstore.testing.stores.segments.packed`)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from tieredstore.restore.journal import JOURNAL_NAME, RestoreParams
 from tieredstore.restore.plan import QueuePlan, RestoreFilter, RestorePlan, build_plan
 from tieredstore.restore.restorer import Restorer
 from tieredstore.restore.stream import Chunk, segment_chunks
-from tieredstore.testing.batches import upload_batch
-from tieredstore.testing.segments import chain, packed, upload
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.batches import upload_batch
+from tieredstore.testing.stores.segments import chain, packed, upload
 
 QUEUES = (QueuePath(CLUSTER, BROKER, "T", 0), QueuePath(CLUSTER, BROKER, "T", 1))
 BATCH = batch_key(CLUSTER, BROKER, 1)

@@ -16,8 +16,8 @@ from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldimage import ColdImage, write_local
-from tieredstore.testing.fleet import fleet_image
+from tieredstore.testing.stores.coldimage import ColdImage, write_local
+from tieredstore.testing.verification.fleet import fleet_image
 from verifier.fleet.job import FleetOptions, verify_fleet
 from verifier.verdict import Verdict
 

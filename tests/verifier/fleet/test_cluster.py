@@ -17,8 +17,9 @@ from tieredstore.cli.main import main as cli_main
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldimage import write_fs
-from tieredstore.testing.fleet import (
+from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tieredstore.testing.stores.coldimage import write_fs
+from tieredstore.testing.verification.fleet import (
     CLEAN,
     DELETED,
     FLIPPED,
@@ -27,8 +28,11 @@ from tieredstore.testing.fleet import (
     damage_flip,
     fleet_image,
 )
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.sparkcluster import SparkCluster, spark_bin, standalone_cluster
+from tieredstore.testing.verification.sparkcluster import (
+    SparkCluster,
+    spark_bin,
+    standalone_cluster,
+)
 from verifier.verdict import Verdict
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]

@@ -19,8 +19,8 @@ from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.ratelimit import TokenBucket
-from tieredstore.testing.coldimage import tier, write_local
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.coldimage import tier, write_local
 from verifier.fleet.fingerprint import BlockHasher, read_fingerprint, take_fingerprint
 
 SPEC = SynthSpec(

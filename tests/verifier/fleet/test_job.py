@@ -16,8 +16,8 @@ from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.coldimage import write_local
-from tieredstore.testing.fleet import (
+from tieredstore.testing.stores.coldimage import write_local
+from tieredstore.testing.verification.fleet import (
     CLEAN,
     DELETED,
     FLIPPED,

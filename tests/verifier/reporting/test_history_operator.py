@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.findings import FindingKind
-from tieredstore.testing.browser import browser_command, chromium, layout
+from tieredstore.testing.verification.browser import browser_command, chromium, layout
 from verifier.outcome import Anomaly
 from verifier.reporting.history import write_history
 from verifier.reporting.report import write_reports

@@ -21,7 +21,7 @@ import pytest
 
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import QueueKey
-from tieredstore.testing.browser import browser_command, chromium, layout
+from tieredstore.testing.verification.browser import browser_command, chromium, layout
 from verifier.outcome import Anomaly, VerificationResult
 from verifier.reporting.report import anomalies_table, report_document, write_reports
 

@@ -1,7 +1,14 @@
-"""The real-broker test harness: traffic for a real RocketMQ broker, the conformance
-checks run on its store, the live sidecar beside it, the scenarios the broker tests and
-the golden store share (see :mod:`tieredstore.testing` for the rules of this package).
+"""The real-broker test harness: a real RocketMQ broker and its read plugin, traffic for
+it, the conformance checks run on its store, the live sidecar beside it, the scenarios the
+broker tests and the golden store share (see :mod:`tieredstore.testing` for the rules of
+this package).
 
+* :mod:`~tieredstore.testing.broker.rocketmq`: a real RocketMQ name server and broker on
+  loopback, driven by the stock Java client (``tests/broker/java/BrokerTool.java``);
+* :mod:`~tieredstore.testing.broker.plugin`: the broker read plugin (``broker-plugin/``)
+  built with Maven, cached by a hash of its sources;
+* :mod:`~tieredstore.testing.broker.key_index`: the broker's key index (``index/``) read
+  back as the broker reads it (what a restored index must answer);
 * :mod:`~tieredstore.testing.broker.traffic`: the planned messages, their kinds, and the
   plan and result files the Java client (``BrokerTool``) reads and writes;
 * :mod:`~tieredstore.testing.broker.manifest`: what was produced, as stored beside a

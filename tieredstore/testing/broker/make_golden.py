@@ -30,16 +30,16 @@ from pathlib import Path
 from tieredstore.hot.store import HotStore
 from tieredstore.testing.broker import conformance
 from tieredstore.testing.broker.manifest import Manifest
-from tieredstore.testing.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
-from tieredstore.testing.rocketmq import (
+from tieredstore.testing.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
+from tieredstore.testing.broker.scenario import now_ms, run_scenario, wait_for_clean_stop
 
 #: The golden store is data of the test suite: it stays in ``tests/data/`` (read from the
-#: source checkout, as :mod:`tieredstore.testing.rocketmq` reads the broker test POM).
+#: source checkout, as :mod:`tieredstore.testing.broker.rocketmq` reads the broker test POM).
 REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data"
 GOLDEN_STORE = DATA / "golden_store"

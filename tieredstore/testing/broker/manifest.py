@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tieredstore.testing.broker.rocketmq import BrokerOffsets
 from tieredstore.testing.broker.traffic import ExpectedMessage
-from tieredstore.testing.rocketmq import BrokerOffsets
 
 __all__ = ["Manifest"]
 

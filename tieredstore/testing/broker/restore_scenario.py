@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tieredstore.testing.broker.rocketmq import LocalCluster, wait_until
 from tieredstore.testing.broker.traffic import (
     COMPRESS_THRESHOLD,
     ExpectedMessage,
@@ -26,7 +27,6 @@ from tieredstore.testing.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 ORDERS = "RestoreOrders"
 PAYMENTS = "RestorePayments"

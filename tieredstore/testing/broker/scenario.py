@@ -19,6 +19,7 @@ from tieredstore.testing.broker.conformance import (
     op_half_offsets,
 )
 from tieredstore.testing.broker.manifest import Manifest
+from tieredstore.testing.broker.rocketmq import LocalCluster, wait_until
 from tieredstore.testing.broker.sidecar import LiveSidecar
 from tieredstore.testing.broker.traffic import (
     RETRY_GROUP,
@@ -32,7 +33,6 @@ from tieredstore.testing.broker.traffic import (
     read_results,
     write_plan,
 )
-from tieredstore.testing.rocketmq import LocalCluster, wait_until
 
 __all__ = ["BrokerRun", "now_ms", "run_scenario", "wait_for_clean_stop"]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tieredstore.testing.rocketmq import LocalCluster, wait_until
+from tieredstore.testing.broker.rocketmq import LocalCluster, wait_until
 
 
 @dataclass

@@ -22,12 +22,12 @@ from tieredstore.cold.batch import BatchFence, SlicePart, build_batch
 from tieredstore.cold.history import Committed, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.errors import LeaseLostError
-from tieredstore.testing.batches import upload_batch
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.segments import T0, WRITER, chain
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.batches import upload_batch
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.segments import T0, WRITER, chain
 
-#: When the fixture's batches were made (``tieredstore.testing.batches.batch_of``).
+#: When the fixture's batches were made (``tieredstore.testing.stores.batches.batch_of``).
 CREATED = T0 + 60_000
 GRACE = MIN_GRACE_MS
 OLD = CREATED + GRACE

@@ -36,12 +36,12 @@ from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.reader import ColdReader
 from tieredstore.errors import BackendError
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.segments import T0
-from tieredstore.testing.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.segments import T0
 
 HOUR_MS = 3_600_000
-#: When the fixture's batches were made (``tieredstore.testing.batches.batch_of``).
+#: When the fixture's batches were made (``tieredstore.testing.stores.batches.batch_of``).
 CREATED = T0 + 60_000
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from tieredstore.hot.synth import SyntheticStore
-from tieredstore.testing.settings import location_args
+from tieredstore.testing.sidecar.settings import location_args
 
 #: How a sidecar run ended under :func:`kill_after_objects`.
 Ending = Literal["killed", "idle", "exited"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 __all__ = ["KEPT", "SPEC", "T0", "TOPIC", "divergence_settings", "rewrite_tail"]
 

@@ -14,11 +14,11 @@ import shutil
 import time
 from pathlib import Path
 
-from tieredstore.testing.rocketmq import HarnessError, _run, cache_root
+from tieredstore.testing.broker.rocketmq import HarnessError, _run, cache_root
 
 __all__ = ["PLUGIN_CLASS", "PLUGIN_DIR", "build_plugin", "plugin_sources"]
 
-PLUGIN_DIR = Path(__file__).resolve().parents[2] / "broker-plugin"
+PLUGIN_DIR = Path(__file__).resolve().parents[3] / "broker-plugin"
 PLUGIN_CLASS = "io.tieredstore.broker.TieredReadPlugin"
 JAR_NAME = "tieredstore-broker-plugin.jar"
 

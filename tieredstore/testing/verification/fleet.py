@@ -18,7 +18,7 @@ from tieredstore.cold.digests import digest
 from tieredstore.cold.layout import SegmentKind, kind_prefix
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import QueueKey
-from tieredstore.testing.coldimage import ColdImage, tier
+from tieredstore.testing.stores.coldimage import ColdImage, tier
 
 __all__ = ["CLEAN", "DELETED", "FLIPPED", "NO_FINGERPRINT", "damage_delete_queue",
            "damage_flip", "fleet_image"]  # fmt: skip

@@ -14,7 +14,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchIndex, SlicePart, build_batch
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import Segment
-from tieredstore.testing.segments import T0, WRITER
+from tieredstore.testing.stores.segments import T0, WRITER
 
 
 def slice_part(segment: Segment) -> SlicePart:

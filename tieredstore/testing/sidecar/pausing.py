@@ -1,6 +1,6 @@
 """Run ``tieredstore`` as a real process that SIGSTOPs itself at a chosen call.
 
-``python -m tieredstore.testing.pausing_sidecar POINT N -- <tieredstore arguments>``
+``python -m tieredstore.testing.sidecar.pausing POINT N -- <tieredstore arguments>``
 
 The sidecar's cold store (the backend under its retry wrapper, as the runtime opens it)
 is wrapped in :class:`SelfStop`, which freezes the whole process with SIGSTOP at the

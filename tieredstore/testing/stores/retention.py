@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tieredstore.hot.synth import SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.settings import settings_for
+from tieredstore.testing.sidecar.settings import settings_for
 
 __all__ = ["END", "SPEC", "T0", "H", "retention_settings"]
 

@@ -5,8 +5,8 @@ many queues' records in one commitlog-order read and spools them, and
 :mod:`dispatcher.tiering.cold_writer` writes their units and manifest. This module builds the
 same segment the simple way, one queue at a time, all in memory, from the format's rules
 alone (:mod:`tieredstore.cold.segment`): tests compare the sidecar's objects with it byte for
-byte, and test helpers (:mod:`tieredstore.testing.segments`,
-:mod:`tieredstore.testing.coldimage`) use it to make cold stores without a sidecar. The
+byte, and test helpers (:mod:`tieredstore.testing.stores.segments`,
+:mod:`tieredstore.testing.stores.coldimage`) use it to make cold stores without a sidecar. The
 sidecar never imports it (an import-linter contract keeps ``tieredstore.testing`` out).
 
 :class:`SegmentBuilder` takes records one at a time (:meth:`~SegmentBuilder.add`) or as a

@@ -52,7 +52,7 @@ __all__ = [
 
 #: The test POM and the Java client stay with the broker tests; this module (shared with
 #: ``bench/``) reads them from the source checkout, as it builds ``broker-plugin/``.
-HERE = Path(__file__).resolve().parents[2] / "tests" / "broker"
+HERE = Path(__file__).resolve().parents[3] / "tests" / "broker"
 POM = HERE / "pom.xml"
 TOOL_SOURCE = HERE / "java" / "BrokerTool.java"
 TOOL_CLASS = "BrokerTool"

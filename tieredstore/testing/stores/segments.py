@@ -18,7 +18,7 @@ from tieredstore.cold.segment import Segment
 from tieredstore.formats.consumequeue import Units, make_units
 from tieredstore.formats.record import MessageRecord
 from tieredstore.formats.tags import tags_code
-from tieredstore.testing.oracle import build_segment
+from tieredstore.testing.stores.oracle import build_segment
 
 T0 = 1_700_000_000_000
 WRITER = "6f1c0c52-7a55-4d5e-9d7e-0c4c3c1b2a10@host-1"

@@ -21,8 +21,8 @@ from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.provenance import QueueInit, RuleEpoch, TieringRecord
 from tieredstore.cold.segment import Segment
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.oracle import build_segment
-from tieredstore.testing.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.stores.oracle import build_segment
 from tieredstore.topic_rules import TopicRules
 
 CREATED_AT_MS = 1_700_000_000_000
