@@ -6,9 +6,10 @@ segments under a local cold root. ``world`` gives each test its own copy of the 
 root (and, on request, of the hot store) so damage never leaks between tests.
 
 :func:`sample_result` and :func:`history_run` build finished runs without Spark for the
-report and publishing tests (``reporting/``, ``test_quiet.py``, ``test_config_and_progress.py``):
-they are made of the verifier's own result types, so they live here, not in
-``tieredstore.testing`` (core layer, which never imports the verifier).
+report and publishing tests (``reporting/``, ``spark/test_quiet.py``,
+``test_config_and_progress.py``): they are made of the verifier's own result types, so
+they live here, not in ``tieredstore.testing`` (core layer, which never imports the
+verifier).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 from verifier.cli import JobArgs
 from verifier.spark.session import SPARK_LOG_NAME, output_to
 
-from .conftest import World, sample_result
+from ..conftest import World, sample_result
 
 _CLI = Path(sys.executable).parent / "tieredstore"
 # What reached the terminal before: none of it may appear on ours.
