@@ -294,7 +294,7 @@ async def measure(args: argparse.Namespace, mode: str, root: Path) -> Measured:
             append_due(now)
         clock = VirtualClock(START_MS + shape.start_ms)
 
-        def on_segment(plan: SegmentPlan) -> None:
+        def on_segment(plan: SegmentPlan, _sliced: bool) -> None:
             timeline.commit(plan, clock.now_ms() - START_MS)
 
         async with open_runtime(settings, clock=clock, on_segment=on_segment) as rt:

@@ -42,9 +42,8 @@ from dispatcher.tiering.batch.writer import BatchWriter
 from dispatcher.tiering.cold_writer import ColdWriter
 from dispatcher.tiering.committer import SegmentCommitter
 from dispatcher.tiering.durability import DurabilityGuard
-from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.provenance_writer import ProvenanceWriter
-from dispatcher.tiering.rounds import Rounds
+from dispatcher.tiering.rounds import OnCommitted, Rounds
 from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy
@@ -94,7 +93,7 @@ def build_dispatcher(
     clock: Clock,
     metrics: Metrics,
     retry: RetryPolicy,
-    on_segment: Callable[[SegmentPlan], None] | None = None,
+    on_segment: OnCommitted | None = None,
     on_deletion_step: StepHook | None = None,
 ) -> Assembly:
     """Build the sidecar's object graph for ``settings`` on what the edge opened.
@@ -133,7 +132,7 @@ def _dispatcher(
     keys: BatchKeys,
     writer: ColdWriter,
     states: QueueStates,
-    on_segment: Callable[[SegmentPlan], None] | None,
+    on_segment: OnCommitted | None,
     periodic: list[Periodic],
     startup: list[StartupJob],
 ) -> Dispatcher:

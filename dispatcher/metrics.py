@@ -17,6 +17,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self._tiering(self.registry)
+        self._batching(self.registry)
         self._queues(self.registry)
         self._guard(self.registry)
         self._spool(self.registry)
@@ -33,19 +34,6 @@ class Metrics:
         )
         self.segments_tiered = Counter(
             "tieredstore_segments_tiered", "Segments committed to cold", ["reason"], registry=r
-        )
-        self.batches_committed = Counter(
-            "tieredstore_batches_committed",
-            "Batch objects committed (tiering.batching)",
-            registry=r,
-        )
-        self.slices_compacted = Counter(
-            "tieredstore_slices_compacted", "Batch slices rewritten as segments", registry=r
-        )
-        self.batches_deleted = Counter(
-            "tieredstore_batches_deleted",
-            "Batch objects deleted (nothing refers to them)",
-            registry=r,
         )
         self.upload_seconds = Histogram(
             "tieredstore_segment_upload_seconds",
@@ -77,6 +65,27 @@ class Metrics:
         self.upload_throttled = Counter(
             "tieredstore_upload_throttled_seconds",
             "Time segment uploads waited for the upload bandwidth limit",
+            registry=r,
+        )
+
+    def _batching(self, r: CollectorRegistry) -> None:
+        """Batch objects (``tiering.batching``): committed, their slices, compaction."""
+        self.batches_committed = Counter(
+            "tieredstore_batches_committed",
+            "Batch objects committed (tiering.batching)",
+            registry=r,
+        )
+        self.slices_tiered = Counter(
+            "tieredstore_slices_tiered",
+            "Batch slices committed to cold (each also counted in _segments_tiered_total)",
+            registry=r,
+        )
+        self.slices_compacted = Counter(
+            "tieredstore_slices_compacted", "Batch slices rewritten as segments", registry=r
+        )
+        self.batches_deleted = Counter(
+            "tieredstore_batches_deleted",
+            "Batch objects deleted (nothing refers to them)",
             registry=r,
         )
 

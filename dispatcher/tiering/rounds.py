@@ -57,7 +57,11 @@ from tieredstore.errors import (
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.loader import TieringSettings
 
-__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "Rounds"]
+__all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
+
+#: Observes each commit: ``(plan, sliced)``, ``sliced`` when the plan's segment went into
+#: a batch object as a slice rather than into a segment of its own.
+OnCommitted = Callable[[SegmentPlan, bool], None]
 
 #: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.tiering.commitlog_pass`).
 PASS_WINDOW_BYTES: Final = 2 << 20
@@ -139,7 +143,7 @@ class Rounds:
         committer: SegmentCommitter,
         states: QueueStates,
         batcher: BatchWriter,
-        on_segment: Callable[[SegmentPlan], None] | None = None,
+        on_segment: OnCommitted | None = None,
     ) -> None:
         self.hot = hot
         self.clock = clock
@@ -365,12 +369,14 @@ class Rounds:
         """Count a committed segment (or batch slice); return ``row`` to go on with, or
         None if the queue drained to the hot max it was planned against (done this tick)."""
         self.metrics.segments_tiered.labels(plan.reason.value).inc()
+        if sliced:
+            self.metrics.slices_tiered.inc()
         self.metrics.messages_tiered.inc(plan.count)
         self.metrics.bytes_tiered.inc(plan.nbytes)
         for counts in (report, self.committed):
             counts.count(plan.count, plan.nbytes, sliced=sliced)
         if self.on_segment:
-            self.on_segment(plan)
+            self.on_segment(plan, sliced)
         if plan.end < plan.hot.max:
             return row
         # Drained to the hot max it was planned against: done for this tick. Its gauges

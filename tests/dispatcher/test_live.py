@@ -21,7 +21,7 @@ async def test_cold_catches_up_while_the_store_grows(tmp_path: Path) -> None:
     settings = settings_for(store, str(cold), state, tiering__tick_interval="20ms")
     committed = asyncio.Event()
 
-    def on_segment(_plan: SegmentPlan) -> None:
+    def on_segment(_plan: SegmentPlan, _sliced: bool) -> None:
         committed.set()
 
     async with open_runtime(settings, on_segment=on_segment) as rt:

@@ -135,7 +135,7 @@ async def _run(
     )
     out = Outcome()
 
-    def tiered(plan: SegmentPlan) -> None:
+    def tiered(plan: SegmentPlan, _sliced: bool) -> None:
         out.tiered[plan.queue].append((plan.start, plan.end))
 
     async with open_runtime(settings, clock=clock, on_segment=tiered) as rt:

@@ -50,6 +50,20 @@ def test_a_line_says_what_happened_since_the_last_one() -> None:
     )
 
 
+def test_batch_slices_are_said_apart_from_segments() -> None:
+    metrics = Metrics()
+    summary = Summary(metrics, 0.0)
+    _work(metrics, 3)
+    for _ in range(2):  # a slice is counted in segments_tiered too, and in slices_tiered
+        metrics.segments_tiered.labels("age").inc()
+        metrics.slices_tiered.inc()
+        metrics.messages_tiered.inc(10)
+    assert summary.line(60.0) == (
+        "tiered 3 segments, 2 batch slices, 1,556 messages, 3.0 MiB in the last 1 m 00 s; "
+        "0 errors; lag 0 messages, oldest 0 ms"
+    )
+
+
 async def test_one_line_per_interval_on_the_clock(caplog: pytest.LogCaptureFixture) -> None:
     clock, metrics = VirtualClock(start_ms=T0), Metrics()
     caplog.set_level(logging.INFO, logger="tieredstore.summary")

@@ -77,7 +77,7 @@ async def _tier_with_faults(
         backend=backend,
         retry=FAST,
         metrics=metrics,
-        on_segment=lambda _plan: lags.append(_lag_of(metrics)),
+        on_segment=lambda _plan, _sliced: lags.append(_lag_of(metrics)),
     ) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
         for tick in range(40):  # a failed queue is retried next tick

@@ -623,7 +623,9 @@ class LogSettings(Section):
         "60s",
         "While the sidecar works, one INFO line this often: `tiered 120 segments, 61,440 "
         "messages, 42.0 MiB in the last 1 m 00 s; 0 errors; lag 812 messages, oldest 3.2 s`. "
-        "Nothing is logged for an interval with no segment and no error.",
+        "Nothing is logged for an interval with no segment and no error. With "
+        "`tiering.batching` on, batch slices are counted apart: `tiered 2 segments, 1,024 "
+        "batch slices, ...`.",
         note="one INFO line this often while tiering",
     )
 

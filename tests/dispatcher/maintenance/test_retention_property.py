@@ -116,7 +116,7 @@ class World:
     crashed_in_retention: int = 0
     tiered: dict[QueueKey, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
 
-    def on_segment(self, plan: SegmentPlan) -> None:
+    def on_segment(self, plan: SegmentPlan, _sliced: bool) -> None:
         self.tiered[plan.queue].append((plan.start, plan.end))
 
     def on_step(self, _seg: SegmentRow, step: DeletionStep) -> None:

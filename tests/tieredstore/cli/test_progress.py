@@ -65,6 +65,18 @@ def test_without_a_backlog_or_disabled() -> None:
     assert quiet.getvalue() == "" and measured == [] and off.messages == 10
 
 
+def test_batch_slices_are_said_apart_from_segments() -> None:
+    clock, out = _Seconds(), io.StringIO()
+    bar = ProgressLine(enabled=True, stream=out, clock=clock)
+    clock.now += 1.0
+    bar.add(10, 2048, sliced=True)
+    assert out.getvalue() == "\rtiered 0 segments, 1 batch slices, 10 messages, 2.0 KiB (2.0 KiB/s)"
+    clock.now += 1.0
+    bar.add(30, 2048)
+    assert out.getvalue().split("\r")[-1].startswith("tiered 1 segments, 1 batch slices, 40 ")
+    assert (bar.segments, bar.slices, bar.messages) == (1, 1, 40)
+
+
 @pytest.mark.slow
 def test_run_once_shows_the_total_and_an_eta(tmp_path: Path) -> None:
     store = tmp_path / "store"
@@ -79,7 +91,7 @@ def test_run_once_shows_the_total_and_an_eta(tmp_path: Path) -> None:
     lines = re.findall(r"tiered \d+ segments, [^\r\n]*", done.stderr)
     assert lines, done.stderr
     assert re.fullmatch(
-        r"tiered \d+ segments, [\d,]+/4,000 messages \(\d+ %\), [\d.]+ [KM]iB "
+        r"tiered \d+ segments, (\d+ batch slices, )?[\d,]+/4,000 messages \(\d+ %\), [\d.]+ [KM]iB "
         r"\([\d.]+ [KM]iB/s\), ETA .+",
         lines[0].rstrip(),
     ), lines

@@ -10,6 +10,9 @@ auto`` (:func:`add_progress_argument`) draws only on a TTY.
 
     tiered 12 segments, 45,000/120,000 messages (37 %), 12.0 MiB (3.1 MiB/s), ETA 24.5 s
 
+With ``tiering.batching`` on, the segments that went into batch objects are said apart:
+``tiered 2 segments, 1,024 batch slices, ...``.
+
 The total is what the pass has to tier: for every ACTIVE queue, from where it stood
 when the pass began (its cold commit then, or its init offset for a queue the pass
 found) to the hot store's end (:func:`pass_total` over the catalogue and the hot
@@ -39,6 +42,7 @@ __all__ = [
     "eta",
     "pass_total",
     "progress_enabled",
+    "tiered_words",
 ]
 
 #: Redraws at most this often (seconds); the backlog is measured at most once a second.
@@ -141,9 +145,16 @@ def pass_total(catalogue: Catalogue, hot: HotStore) -> Callable[[], int]:
     return total
 
 
+def tiered_words(segments: int, slices: int) -> str:
+    """``"12 segments"``, or with batch slices ``"2 segments, 1,024 batch slices"``: what a
+    progress or summary line says was committed (a slice is no segment of its own)."""
+    said = f"{segments:,} segments"
+    return f"{said}, {slices:,} batch slices" if slices else said
+
+
 class ProgressLine:
-    """The catch-up's :class:`RewrittenLine`: segments, messages (of the total), MiB
-    tiered, the rate and the ETA (module doc).
+    """The catch-up's :class:`RewrittenLine`: segments and batch slices, messages (of the
+    total), MiB tiered, the rate and the ETA (module doc).
 
     Disabled (the default when stderr is not a TTY) it only counts, so logs stay clean
     and the total is never measured. ``total`` measures the pass's total in messages
@@ -160,6 +171,7 @@ class ProgressLine:
     ) -> None:
         self.line = RewrittenLine(enabled, stream, clock)
         self.segments = 0
+        self.slices = 0
         self.messages = 0
         self.bytes = 0
         self._measure_total = total
@@ -171,14 +183,18 @@ class ProgressLine:
         """From now on, give a total and an ETA: ``total()`` is the pass's total."""
         self._measure_total = total
 
-    def update(self, plan: SegmentPlan) -> None:
-        """Count one committed segment; redraw if enabled and due."""
-        self.add(plan.count, plan.nbytes)
+    def update(self, plan: SegmentPlan, sliced: bool) -> None:
+        """Count one committed segment (or batch slice: ``sliced``); redraw if enabled and
+        due. The sidecar's commit observer (:data:`~dispatcher.tiering.rounds.OnCommitted`)."""
+        self.add(plan.count, plan.nbytes, sliced=sliced)
 
-    def add(self, messages: int, nbytes: int) -> None:
-        """Count one committed segment of ``messages`` messages and ``nbytes`` bytes;
-        redraw if enabled and due."""
-        self.segments += 1
+    def add(self, messages: int, nbytes: int, *, sliced: bool = False) -> None:
+        """Count one committed segment (or batch slice: ``sliced``) of ``messages``
+        messages and ``nbytes`` bytes; redraw if enabled and due."""
+        if sliced:
+            self.slices += 1
+        else:
+            self.segments += 1
         self.messages += messages
         self.bytes += nbytes
         if self.line.due():
@@ -198,11 +214,12 @@ class ProgressLine:
         """The progress line as of now."""
         elapsed = max(self.line.elapsed, 1e-9)
         done, rate = human_bytes(self.bytes), human_rate(self.bytes / elapsed)
+        tiered = tiered_words(self.segments, self.slices)
         if self._total is None:
-            return f"tiered {self.segments:,} segments, {self.messages:,} messages, {done} ({rate})"
+            return f"tiered {tiered}, {self.messages:,} messages, {done} ({rate})"
         pct = 100 * self.messages // max(self._total, 1)
         return (
-            f"tiered {self.segments:,} segments, {self.messages:,}/{self._total:,} messages "
+            f"tiered {tiered}, {self.messages:,}/{self._total:,} messages "
             f"({pct} %), {done} ({rate}), {eta(self.messages, self._total, elapsed)}"
         )
 

@@ -11,7 +11,7 @@ reverse order, whatever happens — so a failed start leaves nothing held.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, StepHook
 from dispatcher.metrics import Metrics
 from dispatcher.tiering.batch.compaction import Compactor
-from dispatcher.tiering.planner import SegmentPlan
+from dispatcher.tiering.rounds import OnCommitted
 from metadata.catalogue import Catalogue
 from tieredstore.backends import backend_options, open_cold
 from tieredstore.backends.base import Backend
@@ -95,7 +95,7 @@ async def open_runtime(
     backend: Backend | None = None,
     retry: RetryPolicy | None = None,
     metrics: Metrics | None = None,
-    on_segment: Callable[[SegmentPlan], None] | None = None,
+    on_segment: OnCommitted | None = None,
     on_deletion_step: StepHook | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open every component for ``settings``; close them all on exit.

@@ -9,6 +9,9 @@ logs one line (here cut in two)::
     tiered 120 segments, 61,440 messages, 42.0 MiB in the last 1 m 00 s; 0 errors;
     lag 812 messages, oldest 3.2 s
 
+With ``tiering.batching`` on, batch slices are said apart from segments (``tiered 2
+segments, 1,024 batch slices, ...``, :func:`~tieredstore.cli.sidecar.progress.tiered_words`).
+
 An idle sidecar stays quiet (its gauges still show it). The numbers come from the
 :class:`~dispatcher.metrics.Metrics` the dispatcher already keeps, so the line can never
 disagree with ``/metrics``.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from prometheus_client.metrics import MetricWrapperBase
 
 from dispatcher.metrics import Metrics
+from tieredstore.cli.sidecar.progress import tiered_words
 from tieredstore.clock import Clock
 from tieredstore.humanize import human_bytes, human_seconds
 
@@ -38,7 +42,8 @@ def _samples(metric: MetricWrapperBase, suffix: str) -> list[float]:
 class Totals:
     """The tiering counters at one moment (since the process started)."""
 
-    segments: float = 0.0
+    segments: float = 0.0  # segments and batch slices (the metric counts both)
+    slices: float = 0.0
     messages: float = 0.0
     bytes: float = 0.0
     errors: float = 0.0
@@ -47,6 +52,7 @@ class Totals:
     def read(cls, metrics: Metrics) -> Totals:
         return cls(
             segments=sum(_samples(metrics.segments_tiered, "_total")),
+            slices=sum(_samples(metrics.slices_tiered, "_total")),
             messages=sum(_samples(metrics.messages_tiered, "_total")),
             bytes=sum(_samples(metrics.bytes_tiered, "_total")),
             errors=sum(_samples(metrics.errors, "_total")),
@@ -66,13 +72,15 @@ class Summary:
         now = Totals.read(self.metrics)
         last, self._last = self._last, now
         since, self._since = self._since, now_s
-        segments, errors = int(now.segments - last.segments), int(now.errors - last.errors)
-        if not segments and not errors:
+        committed, errors = int(now.segments - last.segments), int(now.errors - last.errors)
+        if not committed and not errors:
             return None
+        slices = int(now.slices - last.slices)
         lag = int(sum(_samples(self.metrics.lag_messages, "lag_messages")))
         oldest = max(_samples(self.metrics.lag_seconds, "lag_seconds"), default=0.0)
         return (
-            f"tiered {segments:,} segments, {int(now.messages - last.messages):,} messages, "
+            f"tiered {tiered_words(committed - slices, slices)}, "
+            f"{int(now.messages - last.messages):,} messages, "
             f"{human_bytes(int(now.bytes - last.bytes))} in the last "
             f"{human_seconds(now_s - since)}; {errors} errors; lag {lag:,} messages, "
             f"oldest {human_seconds(oldest) or '0 ms'}"

@@ -71,6 +71,8 @@ async def test_small_queues_share_one_batch_object(store: Path, tmp_path: Path) 
         assert report.messages == SPEC.messages
         assert rt.metrics.registry.get_sample_value("tieredstore_batches_committed_total") == 1
         rows = {(q.topic, q.queue_id): q for q in rt.catalogue.queues.all()}
+        slices = rt.metrics.registry.get_sample_value("tieredstore_slices_tiered_total")
+        assert report.slices == slices == len(rows) and report.segments == 0
         sliced = {k: rt.catalogue.slices.of(*k) for k in rows}
     async with open_backend(cold) as backend:
         found = await batches(backend)
