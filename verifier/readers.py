@@ -44,12 +44,7 @@ from pyspark.sql.types import StructType
 from tieredstore.backends.factory import COMMAND_RETRY, probe
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
-from tieredstore.cold.batch import (
-    HEAD_PROBE,
-    BatchFence,
-    BatchHead,
-    read_batch_head,
-)
+from tieredstore.cold.batch import BatchFence, BatchHead, head_reads
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.history import Committed, EntryKind, Span, Withdrawal, choose, slices_of
 from tieredstore.cold.layout import (
@@ -563,26 +558,20 @@ class ManifestTask:
 
 
 def read_batch(fs: AbstractFileSystem, path: str, key: str, size: int) -> BatchHead | BatchFence:
-    """The head of the ``size``-byte batch object ``key`` at ``path``: a range read of
-    :data:`~tieredstore.cold.batch.HEAD_PROBE` bytes (the whole object if smaller), then
-    one more of the header's length if the index is longer.
+    """The head of the ``size``-byte batch object ``key`` at ``path``, read by fsspec
+    range reads as :func:`~tieredstore.cold.batch.head_reads` says.
 
     Raises:
         FileNotFoundError: it vanished (collected).
         CorruptBatchError / UnsupportedFormatError: it does not parse (naming ``key``).
     """
-    want = min(HEAD_PROBE, size)
-    for _ in range(3):
-        data: bytes = fs.cat_file(path, start=0, end=want) if want else b""
-        if len(data) < want:
-            raise CorruptBatchError(
-                f"read {len(data)} bytes of an object listed as {size}", where=key
-            )
-        head = read_batch_head(data, key=key, object_size=size)
-        if not isinstance(head, int):
-            return head
-        want = head
-    raise CorruptBatchError("the batch header kept growing while it was read", where=key)
+    reads = head_reads(key, size)
+    try:
+        want = next(reads)
+        while True:
+            want = reads.send(fs.cat_file(path, start=0, end=want) if want else b"")
+    except StopIteration as parsed:
+        return parsed.value  # type: ignore[no-any-return]
 
 
 def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:

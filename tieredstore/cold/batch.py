@@ -39,7 +39,7 @@ canonical, so ``to_json(from_json(b)) == b`` for every one we write.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, TypeAlias
 
@@ -73,6 +73,7 @@ __all__ = [
     "commit_log_span",
     "consume_queue_span",
     "encode_batch",
+    "head_reads",
     "read_batch_head",
 ]
 
@@ -644,6 +645,37 @@ class BatchHead:
     index: BatchIndex
     data_offset: int
     object_size: int
+
+
+#: The most reads a head takes: the probe, the fixed header, the whole header.
+_MAX_HEAD_READS: Final = 3
+
+
+def head_reads(key: str, size: int) -> Generator[int, bytes, BatchHead | BatchFence]:
+    """The reads that parse the head of the ``size``-byte batch object ``key``, without
+    I/O: each step yields how many of the object's first bytes to read next and is sent
+    exactly those bytes; it returns what :func:`read_batch_head` returns at the end. Each
+    reader drives it over its own I/O (async backends, fsspec in Spark tasks), so all read
+    a head alike: :data:`HEAD_PROBE` bytes first (the whole object if smaller), then the
+    header's length if the index is longer.
+
+    Raises:
+        CorruptBatchError: naming ``key``: a read shorter than asked (the object is shorter
+            than listed), a header that keeps growing; and as :func:`read_batch_head`.
+        UnsupportedFormatError: as :func:`read_batch_head`.
+    """
+    want = min(HEAD_PROBE, size)
+    for _ in range(_MAX_HEAD_READS):
+        data = yield want
+        if len(data) < want:
+            raise CorruptBatchError(
+                f"read {len(data)} bytes of an object listed as {size}", where=key
+            )
+        found = read_batch_head(data, key=key, object_size=size)
+        if not isinstance(found, int):
+            return found
+        want = found
+    raise CorruptBatchError("the batch header kept growing while it was read", where=key)
 
 
 def read_batch_head(

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from tieredstore.cold.batch import (
-    HEAD_PROBE,
     BatchFence,
     BatchHead,
     BatchSlice,
@@ -43,7 +42,7 @@ from tieredstore.cold.batch import (
     Withdrawn,
     commit_log_span,
     consume_queue_span,
-    read_batch_head,
+    head_reads,
 )
 from tieredstore.cold.digests import DigestAlgorithm
 from tieredstore.cold.layout import (
@@ -436,23 +435,22 @@ class BatchLinks:
 
 
 async def read_batch(backend: Backend, key: str, size: int) -> BatchHead | BatchFence | None:
-    """The head of the batch object at ``key`` (``size`` bytes, as listed), in one read
-    (two when its index is longer than :data:`~tieredstore.cold.batch.HEAD_PROBE`); None
-    if it vanished since the listing (collected after compaction).
+    """The head of the batch object at ``key`` (``size`` bytes, as listed), read as
+    :func:`~tieredstore.cold.batch.head_reads` says (one read, two when its index is
+    longer than :data:`~tieredstore.cold.batch.HEAD_PROBE`); None if it vanished since the
+    listing (collected after compaction).
 
     Raises:
         CorruptBatchError / UnsupportedFormatError: as
-            :func:`~tieredstore.cold.batch.read_batch_head`.
+            :func:`~tieredstore.cold.batch.head_reads`.
     """
-    want = min(size, HEAD_PROBE)
+    reads = head_reads(key, size)
     try:
+        want = next(reads)
         while True:
-            found = read_batch_head(
-                await backend.read_exact(key, 0, want), key=key, object_size=size
-            )
-            if not isinstance(found, int):
-                return found
-            want = found
+            want = reads.send(await backend.read_exact(key, 0, want) if want else b"")
+    except StopIteration as parsed:
+        return parsed.value  # type: ignore[no-any-return]
     except ObjectNotFoundError:
         return None
 

@@ -28,6 +28,7 @@ from tieredstore.cold.batch import (
     commit_log_span,
     consume_queue_span,
     encode_batch,
+    head_reads,
     read_batch_head,
 )
 from tieredstore.cold.digests import DigestAlgorithm, digest
@@ -146,6 +147,49 @@ def test_an_index_longer_than_the_probe_is_read_in_two_steps() -> None:
     assert isinstance(needed, int)
     head = read_batch_head(obj[:needed], key=KEY, object_size=len(obj))
     assert isinstance(head, BatchHead) and head.index == index
+
+
+def _drive(obj: bytes, *, cut: int = 0) -> tuple[object, list[int]]:
+    """Run :func:`head_reads` over ``obj``, each read ``cut`` bytes short; return what it
+    returned and the sizes it asked for."""
+    asked: list[int] = []
+    reads = head_reads(KEY, len(obj))
+    try:
+        want = next(reads)
+        while True:
+            asked.append(want)
+            want = reads.send(obj[: max(want - cut, 0)])
+    except StopIteration as done:
+        return done.value, asked
+
+
+def test_head_reads_probe_first_then_the_whole_header() -> None:
+    index, obj = _build()
+    head, asked = _drive(obj)
+    assert len(obj) < HEAD_PROBE  # a small batch: read whole at once
+    assert isinstance(head, BatchHead) and head.index == index and asked == [len(obj)]
+    parts = tuple(_part(f"Topic{n:04d}", n % 8, count=1, size=100) for n in range(400))
+    index, obj = _build(parts)
+    head, asked = _drive(obj)
+    assert isinstance(head, BatchHead) and head.index == index
+    assert asked == [HEAD_PROBE, 16 + len(index.to_json())]
+
+
+def test_head_reads_refuse_a_short_read_and_a_growing_header() -> None:
+    _, obj = _build()
+    with pytest.raises(CorruptBatchError, match=rf"read {len(obj) - 1} bytes of an object"):
+        _drive(obj, cut=1)
+
+    def replaced_each_time() -> None:  # an object whose index is longer at every read
+        reads = head_reads(KEY, 1 << 30)
+        want = next(reads)
+        while True:
+            length = (want + 1000).to_bytes(8, "big")
+            want = reads.send((BATCH_MAGIC + length).ljust(want, b" "))
+
+    with pytest.raises(CorruptBatchError, match="kept growing") as caught:
+        replaced_each_time()
+    assert caught.value.where == KEY
 
 
 def test_a_tiny_probe_asks_for_the_fixed_header_then_the_index() -> None:
