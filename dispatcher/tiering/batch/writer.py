@@ -166,14 +166,10 @@ class BatchWriter:
     ) -> None:
         self.keys = keys  # the broker's batch keys, under the lease; shared (assembly)
         self.catalogue = catalogue
-        self.lease = keys.lease
         self.committer = committer
         self.states = states
-        self.clock = keys.clock
         self.metrics = metrics
         self.continuity = committer.writer.continuity
-        self.cluster = keys.cluster
-        self.broker = keys.broker
         self._next: int | None = None  # the next sequence to create; None before start
         self._lock = asyncio.Lock()
         self.batches = 0  # batch objects this writer committed
@@ -238,13 +234,14 @@ class BatchWriter:
     async def _publish(self, parts: list[SlicePart]) -> BatchHead:
         """Create the batch at the next free sequence; return its head."""
         assert self._next is not None
+        keys, lease = self.keys, self.keys.lease
         for _ in range(MAX_RESEQUENCE):
             sequence = self._next
             index, data = await asyncio.to_thread(
                 build_batch,
-                cluster=self.cluster, broker=self.broker, sequence=sequence,
-                writer_id=self.lease.owner, lease_epoch=self.lease.epoch,
-                created_at_ms=self.clock.now_ms(), parts=parts,
+                cluster=keys.cluster, broker=keys.broker, sequence=sequence,
+                writer_id=lease.owner, lease_epoch=lease.epoch,
+                created_at_ms=keys.clock.now_ms(), parts=parts,
             )  # fmt: skip
             try:
                 await self.keys.create(index.key, data)
