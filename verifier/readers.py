@@ -569,7 +569,7 @@ def read_batch(fs: AbstractFileSystem, path: str, key: str, size: int) -> BatchH
     try:
         want = next(reads)
         while True:
-            want = reads.send(fs.cat_file(path, start=0, end=want) if want else b"")
+            want = reads.send(fs.cat_file(path, start=0, end=want))
     except StopIteration as parsed:
         return parsed.value  # type: ignore[no-any-return]
 

@@ -653,11 +653,11 @@ _MAX_HEAD_READS: Final = 3
 
 def head_reads(key: str, size: int) -> Generator[int, bytes, BatchHead | BatchFence]:
     """The reads that parse the head of the ``size``-byte batch object ``key``, without
-    I/O: each step yields how many of the object's first bytes to read next and is sent
-    exactly those bytes; it returns what :func:`read_batch_head` returns at the end. Each
-    reader drives it over its own I/O (async backends, fsspec in Spark tasks), so all read
-    a head alike: :data:`HEAD_PROBE` bytes first (the whole object if smaller), then the
-    header's length if the index is longer.
+    I/O: each step yields how many of the object's first bytes to read next (never 0)
+    and is sent exactly those bytes; it returns what :func:`read_batch_head` returns at
+    the end. Each reader drives it over its own I/O (async backends, fsspec in Spark
+    tasks), so all read a head alike: :data:`HEAD_PROBE` bytes first (the whole object if
+    smaller), then the header's length if the index is longer.
 
     Raises:
         CorruptBatchError: naming ``key``: a read shorter than asked (the object is shorter
@@ -666,7 +666,7 @@ def head_reads(key: str, size: int) -> Generator[int, bytes, BatchHead | BatchFe
     """
     want = min(HEAD_PROBE, size)
     for _ in range(_MAX_HEAD_READS):
-        data = yield want
+        data = (yield want) if want else b""  # an empty object: nothing to read
         if len(data) < want:
             raise CorruptBatchError(
                 f"read {len(data)} bytes of an object listed as {size}", where=key

@@ -448,7 +448,7 @@ async def read_batch(backend: Backend, key: str, size: int) -> BatchHead | Batch
     try:
         want = next(reads)
         while True:
-            want = reads.send(await backend.read_exact(key, 0, want) if want else b"")
+            want = reads.send(await backend.read_exact(key, 0, want))
     except StopIteration as parsed:
         return parsed.value  # type: ignore[no-any-return]
     except ObjectNotFoundError:

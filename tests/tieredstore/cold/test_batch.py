@@ -179,6 +179,8 @@ def test_head_reads_refuse_a_short_read_and_a_growing_header() -> None:
     _, obj = _build()
     with pytest.raises(CorruptBatchError, match=rf"read {len(obj) - 1} bytes of an object"):
         _drive(obj, cut=1)
+    with pytest.raises(CorruptBatchError, match="shorter than the 16-byte header"):
+        _drive(b"")  # an empty object listed: refused without a read of 0 bytes
 
     def replaced_each_time() -> None:  # an object whose index is longer at every read
         reads = head_reads(KEY, 1 << 30)
