@@ -235,11 +235,12 @@ class Dispatcher:
             await self.rounds.batcher.start()  # before recover: it adopts what the fence froze
         report = await self.writer.recover()
         damaged.clear()
-        damaged.update(report_damage(report.issues, self.metrics))
+        found = report_damage(report.issues, self.metrics, self.catalogue)
+        damaged.update(found.queues)
         async with self.states.lock:  # the lost tails the broker still holds: tiered again
             await heal_damaged(
-                damaged, writer=self.writer, hot=self.hot,
-                metrics=self.metrics, keys=self.rounds.batcher.keys,
+                damaged, writer=self.writer, hot=self.hot, metrics=self.metrics,
+                keys=self.rounds.batcher.keys, lost_batches=found.batches,
             )  # fmt: skip
         self.states.save()  # with the damaged queues: `status` shows them DEGRADED
         await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())

@@ -53,6 +53,17 @@ class SliceTable:
         with self._db.guard() as conn:
             return self._fetch(conn, topic, queue_id)
 
+    def in_batch(self, batch_key: str) -> list[Committed]:
+        """Every slice row of the batch object at ``batch_key``, by queue and start: the
+        queues a damaged batch held (empty when none is committed, or compacted)."""
+        with self._db.guard() as conn:
+            rows = conn.execute(
+                f"SELECT {SLICE_COLUMNS} FROM slices WHERE batch_key = ? "
+                "ORDER BY topic, queue_id, start_offset",
+                (batch_key,),
+            ).fetchall()
+        return [_link(self._db.cluster, self._db.broker, r) for r in rows]
+
     def referenced_batches(self) -> set[str]:
         """Every batch key some slice row names: the batches that must not be deleted."""
         return {key for (key,) in self._db.rows("SELECT DISTINCT batch_key FROM slices")}

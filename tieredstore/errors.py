@@ -27,6 +27,7 @@ tell the operator?* (:class:`FatalError`).
         │       └── TruncatedDataError  shorter than its header says
         ├── ColdDataError               cold side: objects and manifests
         │   ├── ObjectNotFoundError     an object a manifest or caller needs is absent
+        │   ├── DamagedObjectError      a committed object found missing, short or not checking
         │   ├── CorruptManifestError    manifest JSON that does not validate
         │   │   └── UnsupportedFormatError  a manifest, fence or batch of a newer format
         │   ├── CorruptBatchError       batch object (or batch fence) that does not validate
@@ -54,6 +55,8 @@ when known). ``str(err)`` is what the CLI prints.
 
 from __future__ import annotations
 
+import enum
+
 __all__ = [
     "BackendError",
     "BackendTimeoutError",
@@ -72,6 +75,8 @@ __all__ = [
     "CorruptProvenanceError",
     "CorruptRecordError",
     "CorruptUnitError",
+    "Damage",
+    "DamagedObjectError",
     "DigestMismatchError",
     "DivergedError",
     "FatalError",
@@ -199,6 +204,29 @@ class OverlapError(ColdDataError):
 
 class ObjectNotFoundError(ColdDataError):
     """An object that must exist does not."""
+
+
+class Damage(enum.Enum):
+    """What is wrong with a damaged cold object (:class:`DamagedObjectError`); the value
+    is the finding's name (:class:`tieredstore.findings.FindingKind`) in every report."""
+
+    MISSING = "missing_object"  # the object is gone
+    SIZE = "size_mismatch"  # not the size its commit point records (cut short)
+    UNPARSABLE = "corrupt_manifest"  # its head (a batch's index) does not parse
+    DIGEST = "digest_mismatch"  # its bytes are not those its commit point records
+
+
+class DamagedObjectError(ColdDataError):
+    """A committed cold object (a batch object: many queues' slices) is missing, shorter
+    than its commit point records, or does not parse or check: damage to data cold had
+    committed, found by the read that needed it. Never a store that does not answer
+    (that is :class:`ColdStoreUnreachableError`): retrying cannot help. ``key`` names
+    the object, ``damage`` says what is wrong with it."""
+
+    def __init__(self, message: str, *, key: str, damage: Damage) -> None:
+        super().__init__(message, where=key)
+        self.key = key
+        self.damage = damage
 
 
 class CorruptManifestError(ColdDataError):

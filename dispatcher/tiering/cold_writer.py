@@ -18,6 +18,9 @@ or a manifest or marker of a newer lease epoch: this writer has been fenced and 
 On start, :meth:`ColdWriter.recover` reconciles the catalogue with cold; what it finds
 damaged in a committed history is made loud (:func:`report_damage`) and a lost tail the
 broker still holds is tiered again (:func:`heal_lost_tail`): see their sections below.
+A damaged batch object is made loud for every queue it held (:func:`report_batch_damage`),
+at start or on the tick whose read finds it
+(:func:`dispatcher.tiering.batch.damage.handle_damage`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from dispatcher.lease.lease import Lease
@@ -45,6 +49,7 @@ from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import Withdrawn
+from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import (
     QueuePath,
     SegmentKind,
@@ -73,16 +78,19 @@ from tieredstore.errors import (
     TieredStoreError,
     UnsupportedFormatError,
 )
+from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
 
 __all__ = [
     "RETIERED_FORMAT",
     "ColdWriter",
+    "FoundDamage",
     "HealOutcome",
     "ManifestOutcome",
     "heal_damaged",
     "heal_lost_tail",
+    "report_batch_damage",
     "report_damage",
 ]
 
@@ -334,7 +342,20 @@ class ColdWriter:
 #   ``TieredstoreColdDamaged``).
 #
 # Findings that need the operator but lose nothing (NOT_ADOPTED, UNRECOGNISED, …) stay in
-# the reconcile summary. A finding whose key names no queue is logged, not attributed.
+# the reconcile summary. A finding whose key is a batch object (missing, of another size,
+# a head that does not parse) is each queue's that the catalogue's slice rows say it
+# held (:func:`report_batch_damage`): one ERROR line, the gauge and the note per queue,
+# naming the batch key and the queue's offsets in it. A finding whose key names no queue
+# (a batch no slice row names any more) is logged, not attributed.
+
+
+@dataclass(frozen=True, slots=True)
+class FoundDamage:
+    """What :func:`report_damage` found: the damaged queues, each with its note, and the
+    damaged batch objects' keys (whose slices are lost to every queue that held one)."""
+
+    queues: Damaged = field(default_factory=dict)
+    batches: frozenset[str] = frozenset()
 
 
 def _queue_of(key: str) -> QueueKey | None:
@@ -348,14 +369,25 @@ def _queue_of(key: str) -> QueueKey | None:
     return QueueKey(parsed.topic, parsed.queue_id)
 
 
-def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged:
+def report_damage(
+    issues: Iterable[ReconcileIssue], metrics: Metrics, catalogue: Catalogue
+) -> FoundDamage:
     """Log every damaging issue as an ERROR, set its gauge; return the damaged queues
-    (each with its first finding as the reason)."""
+    (each with its first finding as the reason) and batch objects (the queues each held,
+    from ``catalogue``'s slice rows, are among the damaged queues)."""
     damaged: Damaged = {}
+    batches: dict[str, list[ReconcileIssue]] = {}
     for issue in issues:
         if not issue.kind.damage:
             continue
         queue = _queue_of(issue.key)
+        if queue is None and issue.key not in batches:
+            held = catalogue.slices.in_batch(issue.key)
+            if held:
+                batches[issue.key] = []
+        if issue.key in batches:
+            batches[issue.key].append(issue)
+            continue
         where = f"queue {queue}" if queue is not None else "no queue"
         log.error(
             "cold damage (%s): %s; %s is DEGRADED until the damage is repaired",
@@ -365,7 +397,40 @@ def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged
             continue
         metrics.queue_damaged.labels(queue.topic, str(queue.queue_id), issue.kind.value).set(1)
         damaged.setdefault(queue, f"cold damage: {issue}")
-    return damaged
+    for key, found in batches.items():  # one line per queue, however many findings
+        for link in catalogue.slices.in_batch(key):
+            said = [i for i in found if link.describe() in i.detail] or found
+            report_batch_damage(key, said[0].kind, said[0].detail, [link], metrics, damaged)
+    return FoundDamage(damaged, frozenset(batches))
+
+
+def report_batch_damage(
+    key: str,
+    kind: FindingKind,
+    detail: str,
+    held: Sequence[Committed],
+    metrics: Metrics,
+    damaged: Damaged,
+) -> None:
+    """Make the damage ``kind`` (said by ``detail``) of the batch object at ``key`` loud
+    for every queue whose slices ``held`` (the catalogue's rows of it): one ERROR line
+    naming the key and the queue's offsets in it, ``tieredstore_queue_cold_damaged``,
+    and the queue's note in ``damaged`` (a queue already there keeps its first note)."""
+    offsets: dict[QueueKey, list[str]] = {}
+    for link in held:
+        queue = QueueKey(link.topic, link.queue_id)
+        offsets.setdefault(queue, []).append(f"[{link.start_offset}, {link.end_offset})")
+    for queue, ranges in sorted(offsets.items()):
+        what = (
+            f"{kind.value}: batch object {key}, which holds its offsets {', '.join(ranges)}: "
+            f"{detail}"
+        )
+        log.error(
+            "cold damage (queue %s): %s; %s is DEGRADED until the damage is repaired",
+            queue, what, queue,
+        )  # fmt: skip
+        metrics.queue_damaged.labels(queue.topic, str(queue.queue_id), kind.value).set(1)
+        damaged.setdefault(queue, f"cold damage: {what}")
 
 
 # -- healing a lost committed tail from hot ------------------------------------
@@ -380,7 +445,10 @@ def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged
 #   has its manifest key absent. A lost segment with intact ones after it is left
 #   DEGRADED (tiering it again would overlap them). Batch slices after it are intact but
 #   follow a gap: they are withdrawn (one batch fence, :class:`Withdrawn`) and tiered
-#   again with the rest;
+#   again with the rest. A slice in a damaged batch object (missing, cut short, a head
+#   or a slice that does not check) is lost as a segment whose manifest is gone: the
+#   tail starts at the queue's first lost segment or slice, and the damaged batch's key
+#   is never written (the slices are withdrawn by a fence at a new key);
 # * only when the broker still holds **every** offset from the first lost one to the end
 #   of the last segment or slice (hot min at or below it): a partial heal would hide the
 #   part it cannot restore;
@@ -389,9 +457,10 @@ def report_damage(issues: Iterable[ReconcileIssue], metrics: Metrics) -> Damaged
 #   healed. The new segments are uploaded under new attempt names (as every upload is)
 #   and their manifests *created* where the lost ones were;
 # * the event is **recorded in cold** before anything changes (a ``_retiered`` record,
-#   :func:`~tieredstore.cold.layout.retiered_key`: the lost range, the lost manifests' keys,
-#   when, by whom) and **counted** (``tieredstore_cold_ranges_retiered_total``). The
-#   queue stays DEGRADED in ``status`` for the rest of the process.
+#   :func:`~tieredstore.cold.layout.retiered_key`: the lost range, the lost manifests' and
+#   batch objects' keys, when, by whom) and **counted**
+#   (``tieredstore_cold_ranges_retiered_total``). The queue stays DEGRADED in ``status``
+#   for the rest of the process.
 #
 # Then the catalogue forgets the lost segments and the withdrawn slices
 # (:meth:`SegmentTable.truncate`) and the next tick tiers the offsets again from hot.
@@ -413,13 +482,16 @@ async def heal_lost_tail(
     queue_path: QueuePath,
     metrics: Metrics,
     keys: BatchKeys,
+    lost_batches: Collection[str] = frozenset(),
 ) -> HealOutcome:
     """Heal ``queue``'s lost committed tail if the rules allow (module doc); the
-    caller holds the lock of catalogue writes, and calls this only for a queue reconcile
-    found damaged (``keys`` hold the writer's lease: it is checked before each write).
-    The queue's batch slices past the loss are withdrawn with it (one batch fence), so
-    the broker must still hold them too. Returns what was done (anything but HEALED is
-    one ERROR line); backend errors propagate."""
+    caller holds the lock of catalogue writes, and calls this only for a queue found
+    damaged (``keys`` hold the writer's lease: it is checked before each write). The
+    queue's slices in the batch objects ``lost_batches`` (found damaged) are lost like
+    segments whose manifest is gone. The queue's batch slices past the loss are
+    withdrawn with it (one batch fence), so the broker must still hold them too.
+    Returns what was done (anything but HEALED is one ERROR line); backend errors
+    propagate."""
     backend, lease = keys.backend, keys.lease
     segments = [
         s
@@ -427,15 +499,18 @@ async def heal_lost_tail(
         if s.status is SegmentStatus.COMMITTED
     ]
     present = [await backend.exists(s.manifest.key) for s in segments]
-    if all(present):  # damaged, not gone: an object missing, a manifest emptied
-        return _said(queue, HealOutcome.KEY_TAKEN)
-    first = present.index(False)
-    if any(present[first:]):
-        return _said(queue, HealOutcome.NOT_A_TAIL)
-    start = segments[first].start_offset
     slices = await asyncio.to_thread(catalogue.slices.of, queue.topic, queue.queue_id)
+    lost_slices = [c for c in slices if c.key in lost_batches]
+    starts = [s.start_offset for s, p in zip(segments, present, strict=True) if not p]
+    starts += [c.start_offset for c in lost_slices]
+    if not starts:  # damaged, not gone: an object missing, a manifest emptied
+        return _said(queue, HealOutcome.KEY_TAKEN)
+    start = min(starts)
+    lost = [s for s in segments if s.start_offset >= start]
+    if any(p for s, p in zip(segments, present, strict=True) if s.start_offset >= start):
+        return _said(queue, HealOutcome.NOT_A_TAIL)
     past = [c for c in slices if c.end_offset > start]
-    end = max([segments[-1].end_offset, *(c.end_offset for c in past)])
+    end = max([*(s.end_offset for s in lost), *(c.end_offset for c in past)])
     try:
         rng = await asyncio.to_thread(hot.queue_range, queue.topic, queue.queue_id)
     except TieredStoreError:
@@ -445,36 +520,44 @@ async def heal_lost_tail(
     now = keys.clock.now_ms()
     lease.check()
     key = retiered_key(queue_path, start, stamp_ms=now)
+    record = _retiered(queue, lost, [c for c in past if c.key in lost_batches], now, lease)
     with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
-        await backend.create(key, _retiered(queue, segments[first:], now, lease))
+        await backend.create(key, record)
     if past:
         await keys.fence([Withdrawn(queue.topic, queue.queue_id, start)])
     await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, start)
     metrics.cold_ranges_retiered.labels(queue.topic, str(queue.queue_id)).inc()
     log.error(
-        "queue %s: committed offsets [%d, %d) were lost from cold (%d manifests gone); "
-        "the broker still holds them, so they are tiered again from hot under new "
-        "names; the loss is recorded in cold",
-        queue, start, end, len(segments) - first,
+        "queue %s: committed offsets [%d, %d) were lost from cold (%d manifests gone, "
+        "%d slices in damaged batch objects %s); the broker still holds them, so they "
+        "are tiered again from hot under new names; the loss is recorded in cold",
+        queue, start, end, len(lost), len(lost_slices),
+        sorted({c.key for c in lost_slices}) or "(none)",
     )  # fmt: skip
     return HealOutcome.HEALED
 
 
-def _retiered(queue: QueueKey, lost: list[SegmentRow], now: int, lease: Lease) -> bytes:
-    """The ``_retiered`` record of the lost segments ``lost`` (module doc)."""
-    return canonical(
-        {
-            "format": RETIERED_FORMAT,
-            "topic": queue.topic,
-            "queue_id": queue.queue_id,
-            "lost_start_offset": lost[0].start_offset,
-            "lost_end_offset": lost[-1].end_offset,
-            "lost_manifests": [s.manifest.key for s in lost],
-            "recorded_at_ms": now,
-            "writer_id": lease.owner,
-            "lease_epoch": lease.epoch,
-        }
-    )
+def _retiered(
+    queue: QueueKey, lost: list[SegmentRow], sliced: list[Committed], now: int, lease: Lease
+) -> bytes:
+    """The ``_retiered`` record of the lost segments ``lost`` and the lost batch slices
+    ``sliced`` (module doc); ``lost_batches`` only when slices were lost."""
+    ranges = [(s.start_offset, s.end_offset) for s in lost]
+    ranges += [(c.start_offset, c.end_offset) for c in sliced]
+    body: dict[str, object] = {
+        "format": RETIERED_FORMAT,
+        "topic": queue.topic,
+        "queue_id": queue.queue_id,
+        "lost_start_offset": min(r[0] for r in ranges),
+        "lost_end_offset": max(r[1] for r in ranges),
+        "lost_manifests": [s.manifest.key for s in lost],
+        "recorded_at_ms": now,
+        "writer_id": lease.owner,
+        "lease_epoch": lease.epoch,
+    }
+    if sliced:
+        body["lost_batches"] = sorted({c.key for c in sliced})
+    return canonical(body)
 
 
 def _said(queue: QueueKey, outcome: HealOutcome) -> HealOutcome:
@@ -489,10 +572,12 @@ async def heal_damaged(
     hot: HotStore,
     metrics: Metrics,
     keys: BatchKeys,
+    lost_batches: Collection[str] = frozenset(),
 ) -> None:
-    """:func:`heal_lost_tail` of every damaged queue; each note (``damaged[queue]``)
-    then says what was done. A catalogue that refuses the truncation (e.g. an accepted
-    loss inside the lost tail) leaves the queue as it is, said in its note."""
+    """:func:`heal_lost_tail` of every damaged queue (``lost_batches``: the damaged batch
+    objects' keys); each note (``damaged[queue]``) then says what was done. A catalogue
+    that refuses the truncation (e.g. an accepted loss inside the lost tail) leaves the
+    queue as it is, said in its note."""
     for queue, reason in sorted(damaged.items()):
         try:
             outcome = await heal_lost_tail(
@@ -502,6 +587,7 @@ async def heal_damaged(
                 queue_path=writer.queue_path(queue.topic, queue.queue_id),
                 metrics=metrics,
                 keys=keys,
+                lost_batches=lost_batches,
             )
         except CatalogueError as exc:
             log.error("queue %s: its cold damage is not healed: %s", queue, exc)

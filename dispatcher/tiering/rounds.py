@@ -30,6 +30,7 @@ from typing import Final
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.retention_pressure import HotOldest, hot_oldest
+from dispatcher.tiering.batch.damage import handle_damage
 from dispatcher.tiering.batch.writer import BatchItem, BatchWriter, round_limits, split_round
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter
@@ -49,6 +50,7 @@ from metadata.rows import QueueRow
 from tieredstore.clock import Clock
 from tieredstore.errors import (
     CorruptRecordError,
+    DamagedObjectError,
     DivergedError,
     SpoolTooSmallError,
     StoreError,
@@ -160,6 +162,7 @@ class Rounds:
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
         self._ticks = 0  # ticks begun (batching on, age cuts happen every other one)
+        self._damage: list[DamagedObjectError] = []  # damaged batch objects this round found
 
     async def new_tick(self) -> None:
         """Read what a tick's rounds share: the broker's oldest file (for headroom), a
@@ -281,12 +284,21 @@ class Rounds:
             self.in_flight = 0
         going: list[QueueRow] = []
         for outcome in outcomes:
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, DamagedObjectError):
+                self._damage.append(outcome)
+            elif isinstance(outcome, BaseException):
                 record_error(outcome, report, self.metrics)
             elif isinstance(outcome, list):
                 going.extend(outcome)
             elif outcome is not None:
                 going.append(outcome)
+        if self._damage:  # after every commit of the round returned: none is in flight
+            found, self._damage = self._damage, []
+            touched = await handle_damage(
+                found, writer=self.committer.writer, keys=self.batcher.keys,
+                states=self.states, metrics=self.metrics,
+            )  # fmt: skip
+            going = [r for r in going if QueueKey(r.topic, r.queue_id) not in touched]
         return going
 
     async def _commit_batches(
@@ -304,7 +316,9 @@ class Rounds:
             self.in_flight = max(self.in_flight - len(items), 0)
             self.metrics.upload_seconds.observe(time.perf_counter() - started)
             for item, outcome in zip(items, outcomes, strict=True):
-                if isinstance(outcome, TieredStoreError):
+                if isinstance(outcome, DamagedObjectError):
+                    self._damage.append(outcome)
+                elif isinstance(outcome, TieredStoreError):
                     record_error(outcome, report, self.metrics)
                 elif outcome is CommitKind.DIVERGED:
                     report.diverged.append(QueueKey(item.row.topic, item.row.queue_id))

@@ -62,6 +62,8 @@ from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    Damage,
+    DamagedObjectError,
     ObjectNotFoundError,
     TieredStoreError,
 )
@@ -215,12 +217,23 @@ class Backend(abc.ABC):
     async def read_exact(self, key: str, start: int, end: int) -> bytes:
         """Return exactly bytes ``[start, end)`` of ``key``, which the caller knows exist.
 
-        A shorter answer is a transient backend fault (a truncated response), not the
-        object's content: it raises :class:`~tieredstore.errors.BackendUnavailableError`
-        so the caller retries instead of mistaking it for corruption.
+        A shorter answer from an object that is itself shorter than ``end`` is damage (the
+        object was cut short, or another object took its key): it raises
+        :class:`~tieredstore.errors.DamagedObjectError` (``Damage.SIZE``), which no retry
+        can heal. A shorter answer from an object that holds the bytes is a transient
+        backend fault (a truncated response): it raises
+        :class:`~tieredstore.errors.BackendUnavailableError` so the caller retries instead
+        of mistaking it for corruption.
         """
         data = await self.read(key, start, end)
         if len(data) != end - start:
+            size = await self.size(key)
+            if size < end:
+                raise DamagedObjectError(
+                    f"object is {size} bytes, too short for bytes [{start}, {end})",
+                    key=key,
+                    damage=Damage.SIZE,
+                )
             raise BackendUnavailableError(
                 f"short read: {len(data)} of {end - start} bytes [{start}, {end})",
                 where=f"{self.url} {key}",

@@ -57,6 +57,7 @@ from tieredstore.errors import (
     CatalogueError,
     ConditionFailedError,
     CorruptDataError,
+    DamagedObjectError,
     StoreError,
     TieredStoreError,
 )
@@ -187,7 +188,9 @@ class BatchWriter:
         """Commit ``items`` in one batch object; per item, in order: the queue's row after
         it; :attr:`CommitKind.DIVERGED` or :attr:`CommitKind.STOPPED` if it failed its
         checks (nothing of it is in the batch); or the error that kept it out (the
-        catalogue refused it; it is planned again).
+        catalogue refused it; it is planned again; a
+        :class:`~tieredstore.errors.DamagedObjectError`: its continuity check found a
+        damaged batch object, for the caller to handle).
 
         Raises:
             LeaseLostError: the lease is lost, or a newer writer fenced this sequence.
@@ -216,11 +219,16 @@ class BatchWriter:
                     )
             return out
 
-    async def _admit(self, item: BatchItem) -> CommitKind:
+    async def _admit(self, item: BatchItem) -> CommitKind | DamagedObjectError:
         """The checks a segment passes before upload: COMMITTED if it passes them, else
-        DIVERGED or STOPPED (the queue is turned so)."""
+        DIVERGED or STOPPED (the queue is turned so), or the damage the continuity check
+        found in a batch object (the caller's to handle: it is many queues')."""
         row = item.row
-        if not await self.continuity.ok(row):
+        try:
+            continues = await self.continuity.ok(row)
+        except DamagedObjectError as exc:
+            return exc
+        if not continues:
             why = "hot record before the next segment differs from cold"
             await self.committer.diverge(row, why)
             return CommitKind.DIVERGED

@@ -1,0 +1,178 @@
+"""A damaged batch object is damage to every queue it held: loud, and healed (issue 46).
+
+With batching on, one batch object holds the slices of many queues. It is deleted, cut
+short, or has a byte flipped in its head or in one slice, while the broker still holds
+those offsets; more messages arrive; the sidecar runs. Before, every queue with a slice
+in it stopped tiering for good (or tiered on past its unreadable slice) while ``status``
+said ACTIVE, the start logged ``cold damage (no queue) ... nothing is DEGRADED`` and each
+tick said ``cold store ... unreachable ... short read``. Now, on POSIX and S3, whether the
+damage is there at start (reconcile finds it) or appears after (the tick that reads it
+finds it):
+
+* each queue with a slice in the batch is DEGRADED in ``status``, its note and an ERROR
+  line naming the batch key and its offsets, ``tieredstore_queue_cold_damaged`` set;
+* its slices from the lost one on are withdrawn, a ``_retiered`` record names the batch,
+  and the offsets are tiered again from hot: cold covers hot again;
+* the queues not in the batch go on tiering; no tick says "unreachable".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tieredstore.backends.factory import open_cold
+from tieredstore.cli.main import main
+from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.cold.batch import BatchHead
+from tieredstore.cold.history import Committed, read_batch
+from tieredstore.cold.layout import batch_prefix, parse_batch_key
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.settings.loader import Settings
+from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+
+from .test_cold_damage import Cold
+
+pytestmark = pytest.mark.slow  # two sidecar runs per case: over a second
+
+SPEC = SynthSpec(topics=1, queues=6, messages=300, body_min=20, body_max=200, seed=46)
+TOPIC = "SynthTopic0"
+HIT = (0, 1, 2, 3)  # the queues with a slice in the damaged batch
+SPARED = (4, 5)  # the others: their newest slice is in an older, intact batch
+DAMAGES = ("deleted", "truncated", "head_byte", "slice_byte")
+
+
+@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
+def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cold]:
+    if request.param == "posix":
+        yield Cold(str(tmp_path / "cold"), root=tmp_path / "cold")
+        return
+    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+    mp: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    mp.setenv("TIEREDSTORE_COLD_ENDPOINT_URL", bucket.endpoint_url)
+    yield Cold(f"{bucket.url}/tiered", bucket=bucket, prefix="tiered/")
+
+
+def _settings(store: Path, cold: Cold, state: Path) -> Settings:
+    endpoint = cold.bucket.endpoint_url if cold.bucket is not None else ""
+    return settings_for(store, cold.url, state, tiering__guard="none",
+                        tiering__batching=True, cold__endpoint_url=endpoint)  # fmt: skip
+
+
+async def _newest_batch(settings: Settings) -> tuple[str, BatchHead]:
+    """The key and head of the batch object of the highest sequence."""
+    prefix = batch_prefix(CLUSTER, BROKER) + "/"
+    async with open_cold(settings.cold) as b:
+        listed = {parse_batch_key(i.key, prefix): i for i in await b.list(prefix)}
+        info = listed[max(s for s in listed if s is not None)]
+        head = await read_batch(b, info.key, info.size)
+    assert isinstance(head, BatchHead)
+    return info.key, head
+
+
+def _damage(cold: Cold, key: str, head: BatchHead, damage: str) -> None:
+    """Damage the batch object at ``key`` around tieredstore."""
+    if damage == "deleted":
+        cold.put(key, None)
+        return
+    data = bytearray(cold.read(key))
+    if damage == "truncated":
+        cold.put(key, bytes(data[: len(data) - 100]))
+        return
+    if damage == "head_byte":
+        at = head.data_offset // 2  # inside the index
+    else:  # a byte of queue 0's slice, inside its commit log bytes
+        (part,) = [p for p in head.index.slices if p.queue_id == 0]
+        at = Committed.of_slice(head, part).commit_log.at + 10
+    data[at] ^= 0xFF
+    cold.put(key, bytes(data))
+
+
+def _status(
+    store: Path, cold: Cold, state: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[Any, Any]:
+    capsys.readouterr()
+    args = location_args(store, cold.url, state)
+    assert main(["status", "--json", *args]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    return {(q["topic"], q["queue"]): q for q in shown["queues"]}
+
+
+async def _tier(settings: Settings) -> None:
+    async with open_runtime(settings) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert not (await rt.dispatcher.catch_up()).errors
+
+
+def _damaged_gauges(rt: Runtime) -> dict[str, str]:
+    (metric,) = rt.dispatcher.metrics.queue_damaged.collect()
+    return {s.labels["queue"]: s.labels["kind"] for s in metric.samples if s.value == 1}
+
+
+@pytest.mark.parametrize("when", ["start", "tick"])
+@pytest.mark.parametrize("damage", DAMAGES)
+async def test_a_damaged_batch_degrades_and_heals_every_queue_it_held(
+    damage: str,
+    when: str,
+    store: Path,
+    cold: Cold,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = _settings(store, cold, tmp_path / "state")
+    await _tier(settings)  # batch 1: every queue's slice
+    synth = SyntheticStore.open(store)
+    synth.append(queues=[(TOPIC, q) for q in HIT] * 10)
+    await _tier(settings)  # batch 2 (the one damaged): the slices of HIT only
+    key, head = await _newest_batch(settings)
+    assert sorted(p.queue_id for p in head.index.slices) == list(HIT)
+    if when == "start":
+        _damage(cold, key, head, damage)
+    synth.append(queues=[(TOPIC, q) for q in (*HIT, *SPARED)] * 10)  # more messages arrive
+    caplog.clear()
+    async with open_runtime(settings) as rt:
+        with caplog.at_level(logging.WARNING):
+            await rt.dispatcher.start(wait_for_lease=False)
+            if when == "tick":
+                _damage(cold, key, head, damage)
+            report = await rt.dispatcher.catch_up()
+        lines = [r.getMessage() for r in caplog.records]
+        assert not [line for line in lines if "unreachable" in line], lines
+        assert not report.errors and not report.diverged
+        for q in HIT:  # one ERROR line per queue naming the key and the queue
+            said = [line for line in lines if "cold damage" in line and f"{TOPIC}/{q}" in line]
+            assert said and all(key in line for line in said), lines
+        assert sorted(_damaged_gauges(rt)) == [str(q) for q in HIT]
+        retiered = rt.dispatcher.metrics.cold_ranges_retiered
+        assert [retiered.labels(TOPIC, str(q))._value.get() for q in HIT] == [1] * len(HIT)
+        assert [retiered.labels(TOPIC, str(q))._value.get() for q in SPARED] == [0, 0]
+        hot = HotStore(store)
+        for q in (*HIT, *SPARED):  # every queue tiered to the broker's end
+            row = rt.catalogue.queues.get(TOPIC, q)
+            assert row is not None and row.cold_commit == hot.queue_range(TOPIC, q).max
+            links = rt.catalogue.slices.of(TOPIC, q)
+            assert key not in {c.key for c in links}  # no slice of the damaged batch is read
+        if damage in ("deleted", "slice_byte"):  # its head parses (or is gone): read it all
+            await assert_cold_matches_hot(rt.backend, hot, CLUSTER, BROKER)
+    shown = _status(store, cold, tmp_path / "state", capsys)
+    for q in HIT:
+        assert shown[(TOPIC, q)]["state"] == "DEGRADED"
+        assert key in shown[(TOPIC, q)]["note"]
+    for q in SPARED:
+        assert shown[(TOPIC, q)]["state"] == "ACTIVE"
+    records = [k for k in cold.listing() if "/_retiered/" in k]
+    assert len(records) == len(HIT)
+    for record in map(json.loads, map(cold.read, records)):
+        assert record["lost_batches"] == [key]
+        assert record["queue_id"] in HIT
+        (part,) = [p for p in head.index.slices if p.queue_id == record["queue_id"]]
+        assert record["lost_start_offset"] == part.start_offset
