@@ -16,7 +16,10 @@ records (``<queue>/LOSS/*.json``: history, never garbage, whatever their age), a
 that are not tieredstore object keys (reported, never deleted).
 
 Manifests whose objects are missing or of the wrong size are reported; GC never "fixes"
-them by deleting anything.
+them by deleting anything. So are the batch objects the catalogue's slice rows name
+(``batches``) that are missing, of another size than committed, or whose head does not
+parse: each finding names the batch key (the sidecar makes the same damage loud for
+every queue the batch held, and heals them).
 
 Grace compares each object's ``mtime`` with the injected clock. :func:`scan_garbage`
 only reads; :func:`delete_garbage` deletes what a scan found, checking the writer lease
@@ -44,14 +47,16 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final
 
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.retention import format_age
 from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.cold.history import read_batch
 from tieredstore.cold.layout import (
     ObjectKey,
     QueuePath,
@@ -66,7 +71,9 @@ from tieredstore.cold.layout import (
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import (
     ConditionFailedError,
+    CorruptBatchError,
     CorruptManifestError,
+    DamagedObjectError,
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
@@ -155,12 +162,15 @@ async def scan_garbage(
     grace_s: float,
     protected: Collection[str] = frozenset(),
     committed: Collection[str] = frozenset(),
+    batches: Mapping[str, int] = MappingProxyType({}),
 ) -> GcReport:
     """List one broker's garbage and damaged manifests; change nothing.
 
     ``protected`` keys (e.g. every object the catalogue references) are never garbage;
     ``committed`` ones (its committed segments' objects) the listing lacks are damage
-    (MISSING_OBJECT: only the catalogue can tell a deleted manifest). Errors propagate.
+    (MISSING_OBJECT: only the catalogue can tell a deleted manifest). ``batches`` (the
+    batch objects the catalogue's slices name, with their committed sizes) are damage
+    when missing, of another size, or with a head that does not parse. Errors propagate.
     """
     prefix = broker_prefix(cluster, broker) + "/"
     listing = {info.key: info for info in await backend.list(prefix)}
@@ -184,6 +194,7 @@ async def scan_garbage(
     findings.extend(corrupt)
     findings.extend(_check_manifests(manifests, listing))
     findings.extend(_missing_committed(committed, listing))
+    findings.extend(await _check_batches(backend, batches, listing))
     # What a corrupt or vanished manifest referenced is unknown: spare its whole queue.
     blocked = {_queue_of(key) for key in [*(f.key for f in corrupt), *vanished]}
     referenced = set(protected)
@@ -215,6 +226,32 @@ def _missing_committed(committed: Collection[str], listing: dict[str, ObjectInfo
         Finding(FindingKind.MISSING_OBJECT, key, lacks)
         for key in sorted(set(committed) - set(listing))
     ]
+
+
+async def _check_batches(
+    backend: Backend, batches: Mapping[str, int], listing: dict[str, ObjectInfo]
+) -> list[Finding]:
+    """A finding per batch object of ``batches`` (key: committed size) that is missing,
+    of another size, or whose head does not parse (read only when the size is right)."""
+    named = "the catalogue's batch slices are in it"
+    findings: list[Finding] = []
+    for key, size in sorted(batches.items()):
+        info = listing.get(key)
+        if info is None:
+            findings.append(
+                Finding(FindingKind.MISSING_OBJECT, key, f"{named}; the cold store lacks it")
+            )
+            continue
+        if info.size != size:
+            what = f"{named}; it is {info.size} bytes, committed as {size}"
+            findings.append(Finding(FindingKind.SIZE_MISMATCH, key, what))
+            continue
+        try:
+            await read_batch(backend, key, size)
+        except (CorruptBatchError, CorruptManifestError, DamagedObjectError) as exc:
+            what = f"{named}; its head does not parse: {exc.message}"
+            findings.append(Finding(FindingKind.CORRUPT_MANIFEST, key, what))
+    return findings
 
 
 def _fences(

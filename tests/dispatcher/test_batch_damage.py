@@ -18,6 +18,7 @@ finds it):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Iterator
@@ -176,3 +177,25 @@ async def test_a_damaged_batch_degrades_and_heals_every_queue_it_held(
         assert record["queue_id"] in HIT
         (part,) = [p for p in head.index.slices if p.queue_id == record["queue_id"]]
         assert record["lost_start_offset"] == part.start_offset
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "head_byte"])
+def test_gc_names_a_damaged_batch_object(
+    damage: str, store: Path, cold: Cold, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    settings = _settings(store, cold, state)
+    asyncio.run(_tier(settings))
+    SyntheticStore.open(store).append(queues=[(TOPIC, q) for q in HIT] * 10)
+    asyncio.run(_tier(settings))
+    key, head = asyncio.run(_newest_batch(settings))
+    _damage(cold, key, head, damage)
+    capsys.readouterr()
+    assert main(["gc", "--dry-run", *location_args(store, cold.url, state)]) == 1
+    out = capsys.readouterr().out
+    kind = {"deleted": "missing_object", "truncated": "size_mismatch"}.get(
+        damage, "corrupt_manifest"
+    )
+    assert f"DAMAGED {kind}: the catalogue's batch slices are in it" in out
+    assert f"({key})" in out
+    assert "1 problems" in out

@@ -37,26 +37,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the garbage; delete nothing")
 
 
-def _catalogue_keys(settings: Settings) -> tuple[frozenset[str], frozenset[str]]:
-    """Every object key the catalogue references, and those of its COMMITTED segments
-    (none when there is no catalogue)."""
+def _catalogue_keys(
+    settings: Settings,
+) -> tuple[frozenset[str], frozenset[str], dict[str, int]]:
+    """Every object key the catalogue references, those of its COMMITTED segments, and
+    the batch objects its slices name with their committed sizes (none when there is no
+    catalogue)."""
     if not (settings.state.dir / DB_NAME).exists():
-        return frozenset(), frozenset()
+        return frozenset(), frozenset(), {}
     with Catalogue.read_only_for(settings) as catalogue:
         keys: set[str] = set()
         committed: set[str] = set()
+        batches: dict[str, int] = {}
         for row in catalogue.queues.all():
             for seg in catalogue.segments.of(row.topic, row.queue_id):
                 m = seg.manifest
                 keys.update((m.key, m.commit_log_key, m.consume_queue_key))
                 if seg.status is SegmentStatus.COMMITTED:
                     committed.update((m.key, m.commit_log_key, m.consume_queue_key))
-    return frozenset(keys), frozenset(committed)
+            for link in catalogue.slices.of(row.topic, row.queue_id):
+                batches[link.key] = link.commit_log.object_size
+    return frozenset(keys), frozenset(committed), batches
 
 
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
     clock = SystemClock()
-    protected, committed = _catalogue_keys(settings)
+    protected, committed, batches = _catalogue_keys(settings)
     backend = open_cold(settings.cold)
     async with backend:
         lease = lease_for(settings, backend, clock)
@@ -72,6 +78,7 @@ async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
                 grace_s=settings.gc.grace,
                 protected=protected,
                 committed=committed,
+                batches=batches,
             )
             deleted = 0 if dry_run else await delete_garbage(report, backend=backend, lease=lease)
         finally:
