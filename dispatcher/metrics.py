@@ -125,9 +125,10 @@ class Metrics:
         )
         self.queue_damaged = Gauge(
             "tieredstore_queue_cold_damaged",
-            "1 while cold damage was found in the queue's committed history at start "
+            "1 while cold damage was found in the queue's committed history, at start "
             "(a manifest missing, empty, unparsable or of a newer format, an object "
-            "missing or of the wrong size): status says DEGRADED",
+            "missing or of the wrong size) or by a tick (a batch object holding a slice "
+            "of the queue missing, cut short, or not checking): status says DEGRADED",
             ["topic", "queue", "kind"],
             registry=r,
         )
