@@ -17,7 +17,9 @@ Who may change what:
   ``stop``); the rounds and the loops only read it or wait on it;
 * the stopped queues: added by :meth:`QueueStates.stop_queue` alone (the committer);
   discovery keeps them out of the ACTIVE set; a restart (a new process) tries them again;
-* the damaged queues: filled by the dispatcher's start only, before the first tick;
+* the damaged queues: filled by the dispatcher's start, before the first tick, and by
+  the rounds when a tick finds a damaged batch object
+  (:func:`dispatcher.tiering.batch.damage.handle_damage`, under the lock);
 * the reminders: :meth:`QueueStates.mark_reminded` (the committer, which explains the
   queues it stops itself) and :meth:`QueueStates.first_reminder` (discovery).
 """
@@ -59,9 +61,11 @@ class QueueStates:
         self.lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._stopped: Stopped = {}
-        #: Queues with cold damage found at start (DEGRADED); the dispatcher's start
-        #: fills it and :func:`~dispatcher.tiering.cold_writer.heal_damaged` rewrites
-        #: its notes, before the first tick; everyone else only reads it.
+        #: Queues with cold damage found (DEGRADED): the dispatcher's start fills it and
+        #: :func:`~dispatcher.tiering.cold_writer.heal_damaged` rewrites its notes before
+        #: the first tick; a tick that finds a damaged batch object adds the queues it
+        #: held (:func:`~dispatcher.tiering.batch.damage.handle_damage`); everyone else
+        #: only reads it.
         self.damaged: Damaged = {}
         # Stopped queues (and the state they stopped in) already explained to the
         # operator by this process.
