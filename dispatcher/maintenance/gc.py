@@ -167,10 +167,8 @@ async def scan_garbage(
     """List one broker's garbage and damaged manifests; change nothing.
 
     ``protected`` keys (e.g. every object the catalogue references) are never garbage;
-    ``committed`` ones (its committed segments' objects) the listing lacks are damage
-    (MISSING_OBJECT: only the catalogue can tell a deleted manifest). ``batches`` (the
-    batch objects the catalogue's slices name, with their committed sizes) are damage
-    when missing, of another size, or with a head that does not parse. Errors propagate.
+    ``committed`` ones (its committed segments' objects) the listing lacks are damage, as
+    are damaged ``batches`` (:func:`_check_batches`). Errors propagate.
     """
     prefix = broker_prefix(cluster, broker) + "/"
     listing = {info.key: info for info in await backend.list(prefix)}
@@ -191,10 +189,8 @@ async def scan_garbage(
             segment_objects[(key.topic, key.queue_id)].append(info)
             parsed[info.key] = key
     manifests, corrupt, vanished = await _read_manifests(backend, manifest_keys, listing)
-    findings.extend(corrupt)
-    findings.extend(_check_manifests(manifests, listing))
-    findings.extend(_missing_committed(committed, listing))
-    findings.extend(await _check_batches(backend, batches, listing))
+    findings.extend([*corrupt, *_check_manifests(manifests, listing)])
+    findings.extend(await _check_batches(backend, batches, listing, committed))
     # What a corrupt or vanished manifest referenced is unknown: spare its whole queue.
     blocked = {_queue_of(key) for key in [*(f.key for f in corrupt), *vanished]}
     referenced = set(protected)
@@ -229,12 +225,16 @@ def _missing_committed(committed: Collection[str], listing: dict[str, ObjectInfo
 
 
 async def _check_batches(
-    backend: Backend, batches: Mapping[str, int], listing: dict[str, ObjectInfo]
+    backend: Backend,
+    batches: Mapping[str, int],
+    listing: dict[str, ObjectInfo],
+    committed: Collection[str],
 ) -> list[Finding]:
-    """A finding per batch object of ``batches`` (key: committed size) that is missing,
-    of another size, or whose head does not parse (read only when the size is right)."""
+    """The findings of :func:`_missing_committed` (``committed``), then one per batch
+    object of ``batches`` (key: committed size) that is missing, of another size, or
+    whose head does not parse (read only when the size is right)."""
     named = "the catalogue's batch slices are in it"
-    findings: list[Finding] = []
+    findings = _missing_committed(committed, listing)
     for key, size in sorted(batches.items()):
         info = listing.get(key)
         if info is None:

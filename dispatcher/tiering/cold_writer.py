@@ -520,9 +520,8 @@ async def heal_lost_tail(
     now = keys.clock.now_ms()
     lease.check()
     key = retiered_key(queue_path, start, stamp_ms=now)
-    record = _retiered(queue, lost, [c for c in past if c.key in lost_batches], now, lease)
     with contextlib.suppress(ConditionFailedError):  # recorded by a try this millisecond
-        await backend.create(key, record)
+        await backend.create(key, _retiered(queue, lost, lost_slices, now, lease))
     if past:
         await keys.fence([Withdrawn(queue.topic, queue.queue_id, start)])
     await asyncio.to_thread(catalogue.segments.truncate, queue.topic, queue.queue_id, start)

@@ -30,7 +30,6 @@ from typing import Final
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.retention_pressure import HotOldest, hot_oldest
-from dispatcher.tiering.batch.damage import handle_damage
 from dispatcher.tiering.batch.writer import BatchItem, BatchWriter, round_limits, split_round
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter
@@ -123,6 +122,27 @@ def _new_spool(root: Path | None) -> str:
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
     return tempfile.mkdtemp(dir=root, prefix="round-")
+
+
+def _going(
+    outcomes: Sequence[object],
+    report: TickReport,
+    metrics: Metrics,
+    damage: list[DamagedObjectError],
+) -> list[QueueRow]:
+    """The rows a round's commits (``outcomes``: rows, lists of rows, None or errors)
+    leave to go on with; errors recorded, damaged batch objects put in ``damage``."""
+    going: list[QueueRow] = []
+    for outcome in outcomes:
+        if isinstance(outcome, DamagedObjectError):
+            damage.append(outcome)
+        elif isinstance(outcome, BaseException):
+            record_error(outcome, report, metrics)
+        elif isinstance(outcome, list):
+            going.extend(outcome)
+        elif isinstance(outcome, QueueRow):
+            going.append(outcome)
+    return going
 
 
 class Rounds:
@@ -282,22 +302,10 @@ class Rounds:
                 )
         finally:
             self.in_flight = 0
-        going: list[QueueRow] = []
-        for outcome in outcomes:
-            if isinstance(outcome, DamagedObjectError):
-                self._damage.append(outcome)
-            elif isinstance(outcome, BaseException):
-                record_error(outcome, report, self.metrics)
-            elif isinstance(outcome, list):
-                going.extend(outcome)
-            elif outcome is not None:
-                going.append(outcome)
+        going = _going(outcomes, report, self.metrics, self._damage)
         if self._damage:  # after every commit of the round returned: none is in flight
             found, self._damage = self._damage, []
-            touched = await handle_damage(
-                found, writer=self.committer.writer, keys=self.batcher.keys,
-                states=self.states, metrics=self.metrics,
-            )  # fmt: skip
+            touched = await self.batcher.damaged(found)
             going = [r for r in going if QueueKey(r.topic, r.queue_id) not in touched]
         return going
 

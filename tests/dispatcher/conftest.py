@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.stores.retention import retention_settings
 
 #: ``await tier_expiring(tmp_path, clock)``: see :func:`tier_expiring`.
@@ -57,3 +59,54 @@ def tier_expiring() -> TierExpiring:
     in several segments per queue. A fixture, not test support: it runs the CLI's
     runtime, which ``tieredstore.testing`` (core layer) never imports."""
     return _tier_expiring
+
+
+@dataclass
+class Cold:
+    """The cold store under test, reached around tieredstore (POSIX files or moto)."""
+
+    url: str
+    root: Path | None = None
+    bucket: S3Bucket | None = None
+    prefix: str = ""
+
+    def listing(self) -> list[str]:
+        if self.root is not None:
+            return sorted(
+                str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file()
+            )
+        assert self.bucket is not None
+        pages = self.bucket.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket.name, Prefix=self.prefix
+        )
+        return sorted(o["Key"][len(self.prefix) :] for p in pages for o in p.get("Contents", []))
+
+    def read(self, key: str) -> bytes:
+        if self.root is not None:
+            return (self.root / key).read_bytes()
+        assert self.bucket is not None
+        obj = self.bucket.client.get_object(Bucket=self.bucket.name, Key=self.prefix + key)
+        return bytes(obj["Body"].read())
+
+    def put(self, key: str, data: bytes | None) -> None:
+        """Write ``data`` at ``key``, or delete it (None)."""
+        if self.root is not None:
+            path = self.root / key
+            path.unlink() if data is None else path.write_bytes(data)
+            return
+        assert self.bucket is not None
+        if data is None:
+            self.bucket.client.delete_object(Bucket=self.bucket.name, Key=self.prefix + key)
+        else:
+            self.bucket.client.put_object(Bucket=self.bucket.name, Key=self.prefix + key, Body=data)
+
+
+@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
+def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cold]:
+    if request.param == "posix":
+        yield Cold(str(tmp_path / "cold"), root=tmp_path / "cold")
+        return
+    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+    mp: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    mp.setenv("TIEREDSTORE_COLD_ENDPOINT_URL", bucket.endpoint_url)
+    yield Cold(f"{bucket.url}/tiered", bucket=bucket, prefix="tiered/")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +35,10 @@ from tieredstore.cold.layout import batch_prefix, parse_batch_key
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
-from .test_cold_damage import Cold
+from .conftest import Cold
 
 pytestmark = pytest.mark.slow  # two sidecar runs per case: over a second
 
@@ -49,17 +47,6 @@ TOPIC = "SynthTopic0"
 HIT = (0, 1, 2, 3)  # the queues with a slice in the damaged batch
 SPARED = (4, 5)  # the others: their newest slice is in an older, intact batch
 DAMAGES = ("deleted", "truncated", "head_byte", "slice_byte")
-
-
-@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
-def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cold]:
-    if request.param == "posix":
-        yield Cold(str(tmp_path / "cold"), root=tmp_path / "cold")
-        return
-    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
-    mp: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
-    mp.setenv("TIEREDSTORE_COLD_ENDPOINT_URL", bucket.endpoint_url)
-    yield Cold(f"{bucket.url}/tiered", bucket=bucket, prefix="tiered/")
 
 
 def _settings(store: Path, cold: Cold, state: Path) -> Settings:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +30,10 @@ from tieredstore.cold.layout import broker_prefix, parse_object_key
 from tieredstore.cold.manifest import read_manifest
 from tieredstore.hot.synth import SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+
+from .conftest import Cold
 
 pytestmark = pytest.mark.slow  # two sidecar starts and a gc: over a second
 
@@ -45,57 +44,6 @@ DAMAGE = {
     "emptied": b"",
     "rewritten": json.dumps({"format_version": 99, "segment": {"start": 0}}).encode(),
 }
-
-
-@dataclass
-class Cold:
-    """The cold store under test, reached around tieredstore (POSIX files or moto)."""
-
-    url: str
-    root: Path | None = None
-    bucket: S3Bucket | None = None
-    prefix: str = ""
-
-    def listing(self) -> list[str]:
-        if self.root is not None:
-            return sorted(
-                str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file()
-            )
-        assert self.bucket is not None
-        pages = self.bucket.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket.name, Prefix=self.prefix
-        )
-        return sorted(o["Key"][len(self.prefix) :] for p in pages for o in p.get("Contents", []))
-
-    def read(self, key: str) -> bytes:
-        if self.root is not None:
-            return (self.root / key).read_bytes()
-        assert self.bucket is not None
-        obj = self.bucket.client.get_object(Bucket=self.bucket.name, Key=self.prefix + key)
-        return bytes(obj["Body"].read())
-
-    def put(self, key: str, data: bytes | None) -> None:
-        """Write ``data`` at ``key``, or delete it (None)."""
-        if self.root is not None:
-            path = self.root / key
-            path.unlink() if data is None else path.write_bytes(data)
-            return
-        assert self.bucket is not None
-        if data is None:
-            self.bucket.client.delete_object(Bucket=self.bucket.name, Key=self.prefix + key)
-        else:
-            self.bucket.client.put_object(Bucket=self.bucket.name, Key=self.prefix + key, Body=data)
-
-
-@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
-def cold(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cold]:
-    if request.param == "posix":
-        yield Cold(str(tmp_path / "cold"), root=tmp_path / "cold")
-        return
-    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
-    mp: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
-    mp.setenv("TIEREDSTORE_COLD_ENDPOINT_URL", bucket.endpoint_url)
-    yield Cold(f"{bucket.url}/tiered", bucket=bucket, prefix="tiered/")
 
 
 def _settings(store: Path, cold: Cold, state: Path) -> Settings:

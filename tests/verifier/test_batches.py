@@ -180,6 +180,19 @@ def test_a_corrupt_batch_head_is_corrupt_naming_the_batch(world: World) -> None:
     assert doc["totals"]["corrupt_manifests"] == 1
 
 
+def test_a_truncated_batch_is_corrupt_naming_the_batch(world: World) -> None:
+    """Cut short (issue 46): the report names the batch object, never "unreachable"."""
+    index = tail_batch(world)
+    data = world.path(index.key).read_bytes()
+    world.path(index.key).write_bytes(data[:-100])
+    code, doc = world.verify()
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    bad = [a for a in doc["anomalies"] if a["anomaly"] == "corrupt_manifest"]
+    assert [(a["object_key"], a["start"]) for a in bad] == [(index.key, None)]
+    assert index.key in bad[0]["detail"]
+    assert not [a for a in doc["anomalies"] if "unreachable" in str(a["detail"])]
+
+
 def test_a_batch_fence_is_nothing(world: World) -> None:
     fence = BatchFence(CLUSTER, BROKER, 4, 2, "successor", CREATED_AT_MS)
     path = world.path(batch_key(CLUSTER, BROKER, 4))

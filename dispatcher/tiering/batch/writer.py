@@ -41,6 +41,7 @@ import numpy as np
 
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
+from dispatcher.tiering.batch.damage import handle_damage
 from dispatcher.tiering.batch.keys import MAX_RESEQUENCE, BatchKeys
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
@@ -218,6 +219,15 @@ class BatchWriter:
                         memoryview(part.commit_log)[-last:],
                     )
             return out
+
+    async def damaged(self, found: Sequence[DamagedObjectError]) -> set[QueueKey]:
+        """The damaged batch objects a round ``found``, made loud and healed for every
+        queue each held (:func:`~dispatcher.tiering.batch.damage.handle_damage`); returns
+        those queues, whose rows are stale now."""
+        writer = self.committer.writer
+        return await handle_damage(
+            found, writer=writer, keys=self.keys, states=self.states, metrics=self.metrics
+        )
 
     async def _admit(self, item: BatchItem) -> CommitKind | DamagedObjectError:
         """The checks a segment passes before upload: COMMITTED if it passes them, else
