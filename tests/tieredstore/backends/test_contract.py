@@ -31,6 +31,8 @@ from tieredstore.errors import (
     BackendError,
     BackendUnavailableError,
     ConditionFailedError,
+    Damage,
+    DamagedObjectError,
     LeaseLostError,
     ObjectNotFoundError,
 )
@@ -550,3 +552,15 @@ async def test_write_file_stops_when_the_check_raises(backend: Backend, tmp_path
     with pytest.raises(LeaseLostError):
         await backend.write_file("fenced", source, chunk_bytes=MiB, check=lost)
     assert not await backend.exists("fenced")
+
+
+async def test_read_exact_past_the_end_of_a_shorter_object_is_damage(backend: Backend) -> None:
+    """An object shorter than the bytes asked for was cut short (issue 46): damage that
+    names it, never a retryable fault (which would end as "cold store unreachable")."""
+    data = payload(100)
+    await backend.write("MANIFEST/cut.json", data)
+    with pytest.raises(DamagedObjectError) as caught:
+        await backend.read_exact("MANIFEST/cut.json", 50, 150)
+    assert (caught.value.key, caught.value.damage) == ("MANIFEST/cut.json", Damage.SIZE)
+    assert "100 bytes" in str(caught.value)
+    assert await backend.read_exact("MANIFEST/cut.json", 50, 100) == data[50:]
