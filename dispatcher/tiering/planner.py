@@ -19,7 +19,11 @@ The rules, in order:
    leading candidates whose storeTimestamp is at or before ``guard_ts``; none →
    ``Wait(GUARDED)`` (see :mod:`dispatcher.tiering.durability`; the ``sync`` guard instead makes
    a planned segment durable before it is uploaded).
-6. Cut now if the candidates fill the byte or message limit, or the oldest is at least
+6. Group confirmation (``cl_limit``, when the broker runs in a group of replicas): only
+   the leading candidates whose record ends at or below ``cl_limit``, the commitlog offset
+   every other reporting replica holds durably; none → ``Wait(UNCONFIRMED)`` (see
+   :mod:`dispatcher.replicas`).
+7. Cut now if the candidates fill the byte or message limit, or the oldest is at least
    ``segment_max_age`` old, or a catch-up pass flushes everything; else ``Wait(YOUNG)``.
 """
 
@@ -81,6 +85,7 @@ class WaitReason(enum.Enum):
     IDLE = "idle"  # nothing pending
     YOUNG = "young"  # pending data below every limit
     GUARDED = "guarded"  # pending data not yet known to be flushed (checkpoint guard)
+    UNCONFIRMED = "unconfirmed"  # pending data not yet held by the group's other replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +173,7 @@ def plan_segment(
     now_ms: int,
     guard_ts: int | None,
     flush: bool = False,
+    cl_limit: int | None = None,
 ) -> SegmentPlan | Wait | HotDataLost:
     """Apply the group-commit rules (module docstring) to one queue."""
     rng = hot.queue_range(queue.topic, queue.queue_id)
@@ -205,6 +211,13 @@ def plan_segment(
             return Wait(WaitReason.GUARDED, rng, pending, pending_bytes, oldest, first_cl)
         if g < k:
             units, k, full = units[:g], g, None
+    if cl_limit is not None:
+        ends = units["commitlog_offset"].astype(np.int64) + units["size"].astype(np.int64)
+        c = int(np.searchsorted(ends, cl_limit, side="right"))  # ends ascend within a queue
+        if c == 0:
+            return Wait(WaitReason.UNCONFIRMED, rng, pending, pending_bytes, oldest, first_cl)
+        if c < k:
+            units, k, full = units[:c], c, None
     if full is None and not flush:
         if not limits.age_cuts or now_ms - oldest < limits.max_age_ms:
             return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest, first_cl)
