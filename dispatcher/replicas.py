@@ -123,6 +123,7 @@ class ReplicaGroup:
         self._seen: dict[str, _Seen] = {}
         self._missing: set[str] = set()
         self.state = ReportState(None, None)
+        self.last_confirmed = 0  # the confirmed offset of this replica's last report
 
     @property
     def reporting(self) -> bool:
@@ -147,6 +148,7 @@ class ReplicaGroup:
         self._beat += 1
         report = ReplicaReport(self.settings.replica, end, self._beat, self.clock.now_ms())
         await publish_report(self.backend, self.cluster, self.broker, report)
+        self.last_confirmed = end
         return report
 
     async def report_until(self, stopping: asyncio.Event, interval: float) -> None:
@@ -164,7 +166,12 @@ class ReplicaGroup:
                 self.state = ReportState(self.state.published_ms, str(exc))
                 self.metrics.group_report_failures.inc()
             else:
-                if self.state.error is not None:
+                if self.state.published_ms is None:
+                    log.info(
+                        "replica %s reports: its store holds commitlog offset %d durably",
+                        self.settings.replica, self.last_confirmed,
+                    )  # fmt: skip
+                elif self.state.error is not None:
                     log.info("replica report published again")
                 self.state = ReportState(self.clock.monotonic_ms(), None)
                 self.metrics.group_last_report.set(self.clock.now_ms() / 1000)
