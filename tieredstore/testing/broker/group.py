@@ -1,8 +1,8 @@
 """A classic RocketMQ broker group for tests: a master and one slave, one broker name.
 
 :func:`start_slave` starts a second broker beside a running :class:`LocalCluster`: the
-same cluster and broker name, ``brokerId=1``, ``brokerRole=SLAVE``, the master's HA
-port as ``haMasterAddress``, its own store, logs and ports, on the master's name server.
+same cluster and broker name, ``brokerId=1``, ``brokerRole=SLAVE``, its own store, logs
+and ports, on the master's name server, from which it learns the master's HA address.
 The slave replicates the master's commitlog byte for byte (same physical offsets) and
 dispatches its own consume queues.
 
@@ -29,11 +29,9 @@ def _without_role(conf: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], .
 
 def start_slave(master: LocalCluster, workdir: Path) -> LocalCluster:
     """Start a slave of ``master`` in ``workdir``; return when it has booted."""
-    role = (
-        ("brokerId", "1"),
-        ("brokerRole", "SLAVE"),
-        ("haMasterAddress", f"127.0.0.1:{master.broker_port + 1}"),
-    )
+    # No haMasterAddress: a 5.3.3 slave learns the master's HA address (brokerIP2 and
+    # haListenPort) from the name server when it registers, and again if it changes.
+    role = (("brokerId", "1"), ("brokerRole", "SLAVE"))
     settings = dataclasses.replace(
         master.settings, extra_conf=(*_without_role(master.settings.extra_conf), *role)
     )

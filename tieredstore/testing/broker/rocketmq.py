@@ -352,6 +352,8 @@ class LocalCluster:
             "brokerId": "0",
             "brokerRole": "ASYNC_MASTER",
             "brokerIP1": "127.0.0.1",
+            # The HA address the name server hands a slave of this broker (brokerIP2:haListenPort).
+            "brokerIP2": "127.0.0.1",
             "listenPort": str(self.broker_port),
             "haListenPort": str(self.broker_port + 1),
             "namesrvAddr": self.namesrv_addr,
