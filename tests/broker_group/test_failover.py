@@ -291,6 +291,8 @@ def test_a_stock_consumer_reads_from_0_through_cold_into_hot_once(failover: Fail
 
 def test_the_old_master_coming_back_stands_by(failover: Failover) -> None:
     old = failover.old_master
+    log = failover.workdir / "m" / "sidecar.log"
+    log.rename(log.with_name("sidecar.before-the-crash.log"))  # the same state dir, a new log
     overrides = _overrides("master", TIEREDSTORE_READS_PORT="0")
     with LiveSidecar.start(
         old, failover.workdir / "m", cold=failover.cold, started="replica master reports",
