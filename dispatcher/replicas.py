@@ -51,7 +51,7 @@ from dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock, sleep_until
 from tieredstore.cold.replicas import ReplicaReport, publish_report, read_reports
-from tieredstore.errors import TieredStoreError
+from tieredstore.errors import CorruptUnitError, OffsetOutOfRangeError, TieredStoreError
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.keys import GroupSettings
 
@@ -65,14 +65,19 @@ def held_end(hot: HotStore) -> int:
 
     Every commitlog byte below it is in the store: the commitlog is written in order, and
     a record reaches a consume queue only after it was appended (blocking: reads the last
-    unit of every queue).
+    unit of every queue). A queue whose last unit cannot be read now (being written, or
+    torn by a crash the broker has not recovered yet) is left out: the end can only come
+    out lower, never higher than what the store holds.
     """
     end = 0
     for key in hot.queues():
-        rng = hot.queue_range(key.topic, key.queue_id)
-        if rng.max <= rng.min:
+        try:
+            rng = hot.queue_range(key.topic, key.queue_id)
+            if rng.max <= rng.min:
+                continue
+            unit = hot.read_units(key.topic, key.queue_id, rng.max - 1, rng.max)
+        except (CorruptUnitError, OffsetOutOfRangeError):
             continue
-        unit = hot.read_units(key.topic, key.queue_id, rng.max - 1, rng.max)
         end = max(end, int(unit["commitlog_offset"][0]) + int(unit["size"][0]))
     return end
 

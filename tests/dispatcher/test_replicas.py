@@ -197,3 +197,17 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
     plain = settings_for(slave, COLD, tmp_path / "p-state")
     async with open_runtime(plain, clock=clock) as rt:
         assert not health(rt.dispatcher, clock.now_ms(), rt.group).ok
+
+
+def test_a_store_cut_by_a_crash_reports_no_more_than_it_holds(tmp_path: Path) -> None:
+    """A store as a power cut leaves it before the broker recovered (whole consume-queue
+    files zeroed past the cut): the report leaves such a queue out (a lower end, never a
+    higher one) instead of failing."""
+    spec = SynthSpec(topics=1, queues=1, messages=600, body_min=50, body_max=60,
+                     cq_file_size=100 * 20)  # fmt: skip
+    root = synthesize(tmp_path / "store", spec).root
+    hot = HotStore(root)
+    units = hot.read_units("SynthTopic0", 0, 0, hot.queue_range("SynthTopic0", 0).max)
+    position = int(units["commitlog_offset"][150])  # in the second of six CQ files
+    cut_at(root, position)
+    assert held_end(HotStore(root)) <= position
