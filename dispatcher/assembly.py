@@ -160,9 +160,8 @@ def _dispatcher(
     )
     rounds = Rounds(
         hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
-        spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics),
+        spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics, group),
         committer=committer, states=states, on_segment=on_segment, batcher=batcher,
-        group=group,
     )  # fmt: skip
     return Dispatcher(
         hot=hot,

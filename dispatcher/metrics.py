@@ -20,7 +20,6 @@ class Metrics:
         self._batching(self.registry)
         self._queues(self.registry)
         self._guard(self.registry)
-        self._group(self.registry)
         self._spool(self.registry)
         self._lifecycle(self.registry)
         self._reads(self.registry)
@@ -206,42 +205,6 @@ class Metrics:
         self.guard_sync_failures = Counter(
             "tieredstore_guard_sync_failures",
             "fdatasync refused by the store's filesystem (the guard fell back to checkpoint)",
-            registry=r,
-        )
-
-    def _group(self, r: CollectorRegistry) -> None:
-        """The broker group rule (``[group]``, :mod:`dispatcher.replicas`)."""
-        self.group_replicas_confirming = Gauge(
-            "tieredstore_group_replicas_confirming",
-            "Other replicas of the group whose live reports limit tiering",
-            registry=r,
-        )
-        self.group_replicas_missing = Gauge(
-            "tieredstore_group_replicas_missing",
-            "Other replicas of the group (group.replicas - 1) that do not report: cold may "
-            "get ahead of their stores",
-            registry=r,
-        )
-        self.group_confirmed_offset = Gauge(
-            "tieredstore_group_confirmed_offset",
-            "Commitlog offset tiering may not pass (the lowest live replica's durable end; "
-            "-1: no limit)",
-            registry=r,
-        )
-        self.group_unconfirmed_bytes = Gauge(
-            "tieredstore_group_unconfirmed_bytes",
-            "Commitlog bytes this store holds that the group's limit keeps from tiering "
-            "(the lag the rule costs)",
-            registry=r,
-        )
-        self.group_last_report = Gauge(
-            "tieredstore_group_last_report",
-            "Unix time of this replica's last published report",
-            registry=r,
-        )
-        self.group_report_failures = Counter(
-            "tieredstore_group_report_failures",
-            "Replica reports not published (the store or the cold store failed)",
             registry=r,
         )
 

@@ -46,6 +46,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
 from dispatcher.metrics import Metrics
 from dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.backends.base import Backend
@@ -55,7 +57,7 @@ from tieredstore.errors import CorruptUnitError, OffsetOutOfRangeError, TieredSt
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.keys import GroupSettings
 
-__all__ = ["ReplicaGroup", "ReportState", "held_end"]
+__all__ = ["GroupMetrics", "ReplicaGroup", "ReportState", "held_end"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,45 @@ def held_end(hot: HotStore) -> int:
             continue
         end = max(end, int(unit["commitlog_offset"][0]) + int(unit["size"][0]))
     return end
+
+
+class GroupMetrics:
+    """The broker group rule's metrics, in the sidecar's registry."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.replicas_confirming = Gauge(
+            "tieredstore_group_replicas_confirming",
+            "Other replicas of the group whose live reports limit tiering",
+            registry=r,
+        )
+        self.replicas_missing = Gauge(
+            "tieredstore_group_replicas_missing",
+            "Other replicas of the group (group.replicas - 1) that do not report: cold may "
+            "get ahead of their stores",
+            registry=r,
+        )
+        self.confirmed_offset = Gauge(
+            "tieredstore_group_confirmed_offset",
+            "Commitlog offset tiering may not pass (the lowest live replica's durable end; "
+            "-1: no limit)",
+            registry=r,
+        )
+        self.unconfirmed_bytes = Gauge(
+            "tieredstore_group_unconfirmed_bytes",
+            "Commitlog bytes this store holds that the group's limit keeps from tiering "
+            "(the lag the rule costs)",
+            registry=r,
+        )
+        self.last_report = Gauge(
+            "tieredstore_group_last_report",
+            "Unix time of this replica's last published report",
+            registry=r,
+        )
+        self.report_failures = Counter(
+            "tieredstore_group_report_failures",
+            "Replica reports not published (the store or the cold store failed)",
+            registry=r,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +162,7 @@ class ReplicaGroup:
         self.cluster = cluster
         self.broker = broker
         self.clock = clock
-        self.metrics = metrics
+        self.metrics = GroupMetrics(metrics.registry)
         self.syncer = CommitlogSyncer(hot)
         self._started_ms = clock.monotonic_ms()
         self._beat = clock.now_ms()  # above any beat an earlier process of ours wrote
@@ -129,6 +170,8 @@ class ReplicaGroup:
         self._missing: set[str] = set()
         self.state = ReportState(None, None)
         self.last_confirmed = 0  # the confirmed offset of this replica's last report
+        #: This tick's limit (:meth:`new_tick`): None, or the offset tiering may not pass.
+        self.cl_limit: int | None = None
 
     @property
     def reporting(self) -> bool:
@@ -169,7 +212,7 @@ class ReplicaGroup:
                 if self.state.error != str(exc):
                     log.error("replica report not published: %s", exc)
                 self.state = ReportState(self.state.published_ms, str(exc))
-                self.metrics.group_report_failures.inc()
+                self.metrics.report_failures.inc()
             else:
                 if self.state.published_ms is None:
                     log.info(
@@ -179,7 +222,7 @@ class ReplicaGroup:
                 elif self.state.error is not None:
                     log.info("replica report published again")
                 self.state = ReportState(self.clock.monotonic_ms(), None)
-                self.metrics.group_last_report.set(self.clock.now_ms() / 1000)
+                self.metrics.last_report.set(self.clock.now_ms() / 1000)
             await sleep_until(self.clock, stopping, interval)
 
     def report_healthy(self) -> tuple[bool, str]:
@@ -196,6 +239,11 @@ class ReplicaGroup:
         return True, f"replica {self.settings.replica} reported {age:.1f}s ago"
 
     # -- the limit the other replicas set ----------------------------------------------
+    async def new_tick(self) -> None:
+        """Set :attr:`cl_limit` for the tick that starts (reads the reports when limited)."""
+        if self.limited:
+            self.cl_limit = await self.limit(await asyncio.to_thread(held_end, self.hot))
+
     async def limit(self, hot_end: int | None = None) -> int | None:
         """The commitlog offset tiering may not pass now, or None when nothing limits it.
 
@@ -217,8 +265,8 @@ class ReplicaGroup:
         self._log_changes(reports, live)
         expected = self.settings.replicas - 1
         missing = max(0, expected - len(live))
-        self.metrics.group_replicas_confirming.set(len(live))
-        self.metrics.group_replicas_missing.set(missing)
+        self.metrics.replicas_confirming.set(len(live))
+        self.metrics.replicas_missing.set(missing)
         cap: int | None
         if missing and now - self._started_ms < self.settings.replica_timeout * 1000:
             cap = min((r.confirmed for r in live), default=0)
@@ -226,9 +274,9 @@ class ReplicaGroup:
             cap = min(r.confirmed for r in live)
         else:
             cap = None
-        self.metrics.group_confirmed_offset.set(-1 if cap is None else cap)
+        self.metrics.confirmed_offset.set(-1 if cap is None else cap)
         if hot_end is not None:
-            self.metrics.group_unconfirmed_bytes.set(0 if cap is None else max(0, hot_end - cap))
+            self.metrics.unconfirmed_bytes.set(0 if cap is None else max(0, hot_end - cap))
         return cap
 
     def _live(self, report: ReplicaReport, now: int) -> bool:

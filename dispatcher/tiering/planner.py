@@ -164,6 +164,24 @@ def _guarded_count(hot: HotStore, units: Units, guard_ts: int) -> int:
     return lo
 
 
+def _ready_count(
+    hot: HotStore, units: Units, guard_ts: int | None, cl_limit: int | None
+) -> tuple[int, WaitReason]:
+    """How many leading units the durability guard (rule 5) and the group limit (rule 6)
+    let through, and the reason of the one that stopped the rest."""
+    k, why = int(units.shape[0]), WaitReason.YOUNG
+    if guard_ts is not None:
+        g = _guarded_count(hot, units, guard_ts)
+        if g < k:
+            k, why = g, WaitReason.GUARDED
+    if cl_limit is not None:
+        ends = units["commitlog_offset"][:k].astype(np.int64) + units["size"][:k].astype(np.int64)
+        c = int(np.searchsorted(ends, cl_limit, side="right"))  # ends ascend within a queue
+        if c < k:
+            k, why = c, WaitReason.UNCONFIRMED
+    return k, why
+
+
 def plan_segment(
     hot: HotStore,
     queue: QueueKey,
@@ -205,19 +223,11 @@ def plan_segment(
     pending_bytes = int(sizes[-1])
     first_cl = int(units["commitlog_offset"][0])
     oldest = hot.read_store_timestamp(first_cl)
-    if guard_ts is not None:
-        g = _guarded_count(hot, units, guard_ts)
-        if g == 0:
-            return Wait(WaitReason.GUARDED, rng, pending, pending_bytes, oldest, first_cl)
-        if g < k:
-            units, k, full = units[:g], g, None
-    if cl_limit is not None:
-        ends = units["commitlog_offset"].astype(np.int64) + units["size"].astype(np.int64)
-        c = int(np.searchsorted(ends, cl_limit, side="right"))  # ends ascend within a queue
-        if c == 0:
-            return Wait(WaitReason.UNCONFIRMED, rng, pending, pending_bytes, oldest, first_cl)
-        if c < k:
-            units, k, full = units[:c], c, None
+    ready, why = _ready_count(hot, units, guard_ts, cl_limit)
+    if ready == 0:
+        return Wait(why, rng, pending, pending_bytes, oldest, first_cl)
+    if ready < k:
+        units, k, full = units[:ready], ready, None
     if full is None and not flush:
         if not limits.age_cuts or now_ms - oldest < limits.max_age_ms:
             return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest, first_cl)

@@ -29,7 +29,6 @@ from typing import Final
 
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
-from dispatcher.replicas import ReplicaGroup, held_end
 from dispatcher.retention_pressure import HotOldest, hot_oldest
 from dispatcher.tiering.batch.writer import BatchItem, BatchWriter, round_limits, split_round
 from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
@@ -145,7 +144,6 @@ class Rounds:
         states: QueueStates,
         batcher: BatchWriter,
         on_segment: OnCommitted | None = None,
-        group: ReplicaGroup | None = None,
     ) -> None:
         self.hot = hot
         self.clock = clock
@@ -162,20 +160,14 @@ class Rounds:
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
         self._ticks = 0  # ticks begun (batching on, age cuts happen every other one)
-        self.group = group  # the broker group's replicas limit what is tiered
-        self._cl_limit: int | None = None  # this tick's group limit (None: no limit)
 
     async def new_tick(self) -> None:
-        """Read what a tick's rounds share: the broker's oldest file (for headroom), a
-        fresh sync round, the guard mode in force (a gauge) and, in a broker group, the
-        commitlog offset the other replicas confirmed (:mod:`dispatcher.replicas`)."""
+        """Read what a tick's rounds share: the broker's oldest file (for headroom), a fresh
+        sync round, the guard mode in force (a gauge) and the broker group's limit."""
         self._ticks += 1
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
-        self.guard.syncer.new_round()
+        await self.guard.new_tick()
         self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
-        if self.group is not None and self.group.limited:
-            hot_end = await asyncio.to_thread(held_end, self.hot)
-            self._cl_limit = await self.group.limit(hot_end)
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
@@ -250,7 +242,7 @@ class Rounds:
             try:
                 outcome = plan_segment(
                     self.hot, key, row.cold_commit, limits,
-                    now_ms=now_ms, guard_ts=guard, flush=flush, cl_limit=self._cl_limit,
+                    now_ms=now_ms, guard_ts=guard, flush=flush, cl_limit=self.guard.group.cl_limit,
                 )  # fmt: skip
             except Exception as exc:  # the caller records it (or re-raises a bug)
                 out.append(exc)

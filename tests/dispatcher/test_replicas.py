@@ -84,8 +84,8 @@ async def test_master_tiers_only_what_the_slave_holds_and_the_slave_takes_over(
             await rt.dispatcher.start(wait_for_lease=False)
             done = await rt.dispatcher.catch_up()
             assert done.messages > 0 and not done.errors
-            assert rt.metrics.group_confirmed_offset._value.get() == report.confirmed
-            assert rt.metrics.group_unconfirmed_bytes._value.get() > 0
+            assert rt.group.metrics.confirmed_offset._value.get() == report.confirmed
+            assert rt.group.metrics.unconfirmed_bytes._value.get() > 0
             await rt.dispatcher.close()  # the master host dies: nothing more from it
 
         held = _queue_max(slave)
@@ -103,7 +103,7 @@ async def test_master_tiers_only_what_the_slave_holds_and_the_slave_takes_over(
         assert not after.errors and not after.diverged
         rows = standby.catalogue.queues.all()
         assert all(r.state is QueueState.ACTIVE for r in rows)
-        assert standby.metrics.group_replicas_missing._value.get() == 1
+        assert standby.group.metrics.replicas_missing._value.get() == 1
         async with open_backend(COLD) as backend:
             await assert_cold_matches_hot(backend, HotStore(slave), CLUSTER, BROKER)
         assert await _cold_ends() == held
@@ -145,8 +145,8 @@ async def test_a_slave_that_stops_reporting_no_longer_holds_tiering_back(
             rest = await rt.dispatcher.catch_up()
         assert rest.messages > 0
         assert "replica slave stopped reporting" in caplog.text
-        assert rt.metrics.group_replicas_missing._value.get() == 1
-        assert rt.metrics.group_confirmed_offset._value.get() == -1
+        assert rt.group.metrics.replicas_missing._value.get() == 1
+        assert rt.group.metrics.confirmed_offset._value.get() == -1
         async with open_backend(COLD) as backend:
             await assert_cold_matches_hot(backend, HotStore(master), CLUSTER, BROKER)
 
@@ -190,7 +190,7 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
         await clock.parked()
         h = health(rt.dispatcher, clock.now_ms(), rt.group)
         assert not h.ok and h.reason.startswith("standby: replica report failing: fdatasync")
-        assert rt.metrics.group_report_failures._value.get() >= 1
+        assert rt.group.metrics.report_failures._value.get() >= 1
         stopping.set()
         await loop
         # Not in a group: a sidecar waiting on the lease is "starting", as before.
