@@ -10,6 +10,8 @@ catalogue — and chooses the clock, the metrics registry and the retry policy.
 * the retention pass and the config backup, run as the dispatcher's periodic and
   start-up jobs, and the compactor (batch slices rewritten as segments, batch objects
   deleted), a periodic job of its own (:func:`_compaction`);
+* the broker group's :class:`~dispatcher.replicas.ReplicaGroup` (this replica's reports,
+  the limit the other replicas set on the rounds);
 * one :class:`~dispatcher.queue_states.QueueStates`, the queue state the tiering parts
   share, handed explicitly to each of them;
 * :class:`~dispatcher.discovery.Discovery`,
@@ -36,6 +38,7 @@ from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
+from dispatcher.replicas import ReplicaGroup
 from dispatcher.tiering.batch.compaction import CompactionReport, Compactor
 from dispatcher.tiering.batch.keys import BatchKeys
 from dispatcher.tiering.batch.writer import BatchWriter
@@ -69,6 +72,8 @@ class Assembly:
     upload_limit: TokenBucket
     #: Rewrites batch slices as segments; a reload sets its ``tiering``.
     compactor: Compactor
+    #: This sidecar's part in its broker group: the reports it publishes, the limit.
+    group: ReplicaGroup
     config_backup: ConfigBackup | None = None
 
 
@@ -123,8 +128,12 @@ def build_dispatcher(
     )  # fmt: skip
     compactor = Compactor(writer=writer, keys=keys, lock=states.lock, tiering=settings.tiering)
     periodic.append(_compaction(settings, compactor, metrics))
-    dispatcher = _dispatcher(out, keys, writer, states, on_segment, periodic, startup)
-    return Assembly(dispatcher, retention, upload_limit, compactor, backup)
+    group = ReplicaGroup(
+        hot=hot, backend=backend, settings=settings.group, cluster=settings.cold.cluster,
+        broker=settings.cold.broker, clock=clock, metrics=metrics,
+    )  # fmt: skip
+    dispatcher = _dispatcher(out, keys, writer, states, on_segment, periodic, startup, group)
+    return Assembly(dispatcher, retention, upload_limit, compactor, group, backup)
 
 
 def _dispatcher(
@@ -135,6 +144,7 @@ def _dispatcher(
     on_segment: OnCommitted | None,
     periodic: list[Periodic],
     startup: list[StartupJob],
+    group: ReplicaGroup,
 ) -> Dispatcher:
     """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
@@ -150,7 +160,7 @@ def _dispatcher(
     )
     rounds = Rounds(
         hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
-        spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics),
+        spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics, group),
         committer=committer, states=states, on_segment=on_segment, batcher=batcher,
     )  # fmt: skip
     return Dispatcher(

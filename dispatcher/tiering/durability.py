@@ -50,6 +50,10 @@ but on ASYNC_FLUSH it releases data in thorough-flush steps (up to 10 s + 1 s) a
 newest millisecond waits for the broker's next flushed write.
 
 ``none``: no guard (tests, or a store on storage that survives power loss by itself).
+
+In a broker group the guard also carries the group's limit (``DurabilityGuard.group``,
+:mod:`dispatcher.replicas`): a record is tiered only once the other live replicas hold it
+durably too, so a failover never finds cold ahead of the new master.
 """
 
 from __future__ import annotations
@@ -60,12 +64,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dispatcher.metrics import Metrics
 from tieredstore.errors import StoreError, TieredStoreError
 from tieredstore.hot.files import MappedFile
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.loader import GuardMode
+
+if TYPE_CHECKING:  # dispatcher.replicas builds on this module's CommitlogSyncer
+    from dispatcher.replicas import ReplicaGroup
 
 __all__ = [
     "CommitlogSyncer",
@@ -190,11 +198,19 @@ class DurabilityGuard:
     replaceable (tests inject a refusing ``fdatasync``).
     """
 
-    def __init__(self, hot: HotStore, metrics: Metrics) -> None:
+    def __init__(self, hot: HotStore, metrics: Metrics, group: ReplicaGroup) -> None:
         self.hot = hot
         self.metrics = metrics
+        #: The broker group's limit on what may be tiered (its ``cl_limit``, set each tick).
+        self.group = group
         self.syncer = CommitlogSyncer(hot)
         self._sync_refused = False  # the store refused fdatasync: checkpoint rule instead
+
+    async def new_tick(self) -> None:
+        """A fresh sync round (:meth:`CommitlogSyncer.new_round`) and the group's limit
+        for the tick that starts (:meth:`ReplicaGroup.new_tick`)."""
+        self.syncer.new_round()
+        await self.group.new_tick()
 
     def mode(self, configured: GuardMode) -> GuardMode:
         """The rule in force: the configured one, or ``checkpoint`` once ``sync`` failed."""

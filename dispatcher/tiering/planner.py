@@ -19,7 +19,11 @@ The rules, in order:
    leading candidates whose storeTimestamp is at or before ``guard_ts``; none →
    ``Wait(GUARDED)`` (see :mod:`dispatcher.tiering.durability`; the ``sync`` guard instead makes
    a planned segment durable before it is uploaded).
-6. Cut now if the candidates fill the byte or message limit, or the oldest is at least
+6. Group confirmation (``cl_limit``, when the broker runs in a group of replicas): only
+   the leading candidates whose record ends at or below ``cl_limit``, the commitlog offset
+   every other reporting replica holds durably; none → ``Wait(UNCONFIRMED)`` (see
+   :mod:`dispatcher.replicas`).
+7. Cut now if the candidates fill the byte or message limit, or the oldest is at least
    ``segment_max_age`` old, or a catch-up pass flushes everything; else ``Wait(YOUNG)``.
 """
 
@@ -81,6 +85,7 @@ class WaitReason(enum.Enum):
     IDLE = "idle"  # nothing pending
     YOUNG = "young"  # pending data below every limit
     GUARDED = "guarded"  # pending data not yet known to be flushed (checkpoint guard)
+    UNCONFIRMED = "unconfirmed"  # pending data not yet held by the group's other replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +164,24 @@ def _guarded_count(hot: HotStore, units: Units, guard_ts: int) -> int:
     return lo
 
 
+def _ready_count(
+    hot: HotStore, units: Units, guard_ts: int | None, cl_limit: int | None
+) -> tuple[int, WaitReason]:
+    """How many leading units the durability guard (rule 5) and the group limit (rule 6)
+    let through, and the reason of the one that stopped the rest."""
+    k, why = int(units.shape[0]), WaitReason.YOUNG
+    if guard_ts is not None:
+        g = _guarded_count(hot, units, guard_ts)
+        if g < k:
+            k, why = g, WaitReason.GUARDED
+    if cl_limit is not None:
+        ends = units["commitlog_offset"][:k].astype(np.int64) + units["size"][:k].astype(np.int64)
+        c = int(np.searchsorted(ends, cl_limit, side="right"))  # ends ascend within a queue
+        if c < k:
+            k, why = c, WaitReason.UNCONFIRMED
+    return k, why
+
+
 def plan_segment(
     hot: HotStore,
     queue: QueueKey,
@@ -168,6 +191,7 @@ def plan_segment(
     now_ms: int,
     guard_ts: int | None,
     flush: bool = False,
+    cl_limit: int | None = None,
 ) -> SegmentPlan | Wait | HotDataLost:
     """Apply the group-commit rules (module docstring) to one queue."""
     rng = hot.queue_range(queue.topic, queue.queue_id)
@@ -199,12 +223,11 @@ def plan_segment(
     pending_bytes = int(sizes[-1])
     first_cl = int(units["commitlog_offset"][0])
     oldest = hot.read_store_timestamp(first_cl)
-    if guard_ts is not None:
-        g = _guarded_count(hot, units, guard_ts)
-        if g == 0:
-            return Wait(WaitReason.GUARDED, rng, pending, pending_bytes, oldest, first_cl)
-        if g < k:
-            units, k, full = units[:g], g, None
+    ready, why = _ready_count(hot, units, guard_ts, cl_limit)
+    if ready == 0:
+        return Wait(why, rng, pending, pending_bytes, oldest, first_cl)
+    if ready < k:
+        units, k, full = units[:ready], ready, None
     if full is None and not flush:
         if not limits.age_cuts or now_ms - oldest < limits.max_age_ms:
             return Wait(WaitReason.YOUNG, rng, pending, pending_bytes, oldest, first_cl)

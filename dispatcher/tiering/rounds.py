@@ -185,11 +185,11 @@ class Rounds:
         self._damage: list[DamagedObjectError] = []  # damaged batch objects this round found
 
     async def new_tick(self) -> None:
-        """Read what a tick's rounds share: the broker's oldest file (for headroom), a
-        fresh sync round, and the guard mode in force (a gauge)."""
+        """Read what a tick's rounds share: the broker's oldest file (for headroom), a fresh
+        sync round, the guard mode in force (a gauge) and the broker group's limit."""
         self._ticks += 1
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
-        self.guard.syncer.new_round()
+        await self.guard.new_tick()
         self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
 
     def clear_spool(self) -> None:
@@ -265,7 +265,7 @@ class Rounds:
             try:
                 outcome = plan_segment(
                     self.hot, key, row.cold_commit, limits,
-                    now_ms=now_ms, guard_ts=guard, flush=flush,
+                    now_ms=now_ms, guard_ts=guard, flush=flush, cl_limit=self.guard.group.cl_limit,
                 )  # fmt: skip
             except Exception as exc:  # the caller records it (or re-raises a bug)
                 out.append(exc)

@@ -5,6 +5,10 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
     <md5(cluster)[:8]>_<cluster>/                      cluster_dir(cluster)
       <broker>/                                         broker_prefix(cluster, broker)
         _lease.json                                     lease_key(cluster, broker)
+        _replicas/<replica>.json                        replica_key(cluster, broker,
+                                                        replica): what one replica of a
+                                                        broker group holds, durably
+                                                        (:mod:`tieredstore.cold.replicas`)
         _tiering.json                                   tiering_key(cluster, broker): the
                                                         topic rules, with since-when
         _queues/<topic>/<queueId>/INIT.json             init_key(queue): init offset + policy
@@ -151,6 +155,8 @@ __all__ = [
     "quarantine_prefix",
     "queue_record_prefix",
     "queue_root",
+    "replica_key",
+    "replica_prefix",
     "retention_key",
     "retiered_key",
     "stop_key",
@@ -178,6 +184,7 @@ _QUARANTINE_DIR: Final = "_quarantine"
 _CONFIG_DIR: Final = "_config"
 _FINGERPRINT_DIR: Final = "_fingerprints"
 _BATCH_DIR: Final = "_batches"
+_REPLICAS_DIR: Final = "_replicas"
 _RETIERED_DIR: Final = "_retiered"
 _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
@@ -707,6 +714,17 @@ def quarantine_loss_key(loss: LossKey, *, stamp_ms: int) -> str:
 
 
 # -- provenance records: what must be in cold (tieredstore.cold.provenance) --------------------
+
+
+def replica_prefix(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_replicas``, where a group's replicas report."""
+    return f"{broker_prefix(cluster, broker)}/{_REPLICAS_DIR}"
+
+
+def replica_key(cluster: str, broker: str, replica: str) -> str:
+    """Return ``<replica_prefix>/<replica>.json``: one replica's progress report."""
+    name = validate_name(replica, what="replica")
+    return f"{replica_prefix(cluster, broker)}/{name}{MANIFEST_SUFFIX}"
 
 
 def fingerprint_prefix(cluster: str, broker: str) -> str:

@@ -450,6 +450,40 @@ class LeaseSettings(Section):
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSettings(Section):
+    """``[group]``: one sidecar per replica of a broker group."""
+
+    SECTION: ClassVar[str] = "group"
+    TITLE: ClassVar[str] = "broker groups (master and slaves)"
+    replica: str = key(
+        parse_str,
+        "",
+        "This replica's name in its broker group, unique in the group (e.g. the host name); "
+        "every sidecar of the group has the same `cold.broker`. The sidecar publishes what "
+        "its store holds durably as `_replicas/<replica>.json` every tick, holding the lease "
+        "or standing by. Empty: not in a group (a single broker), nothing published.",
+        note='e.g. "broker-a-0"',
+    )
+    replicas: int = key(
+        parse_positive(parse_int),
+        1,
+        "Replicas in the group, this one included. Above 1, the sidecar that holds the lease "
+        "tiers a record only once every other replica that reports has it durably (the lowest "
+        "`confirmed` offset), so cold is never ahead of a replica that takes over; 1: no "
+        "such limit (a single broker).",
+    )
+    replica_timeout: float = key(
+        parse_positive(parse_duration),
+        "30s",
+        "A replica whose report did not change for this long (on this host's clock) no longer "
+        "holds tiering back: tiering goes on under the others, logged and counted in "
+        "`tieredstore_group_replicas_confirming`. Also how long a starting sidecar waits for "
+        "the replicas it has not heard from yet (duration, > 0; longer than a slave's "
+        "expected stalls, e.g. a GC pause or a network blip).",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class RetentionSettings(Section):
     """``[retention]``: how long cold data is kept."""
 
@@ -660,6 +694,7 @@ SECTIONS: Final[Mapping[str, type[Section]]] = {
         StateSettings,
         TieringSettings,
         LeaseSettings,
+        GroupSettings,
         RetentionSettings,
         ConfigBackupSettings,
         GcSettings,

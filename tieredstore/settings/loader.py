@@ -34,6 +34,7 @@ from tieredstore.settings.keys import (
     ColdSettings,
     ConfigBackupSettings,
     GcSettings,
+    GroupSettings,
     HttpSettings,
     LeaseSettings,
     LogSettings,
@@ -88,6 +89,7 @@ class Settings:
     state: StateSettings = field(init=False, compare=False, repr=False)
     tiering: TieringSettings = field(init=False, compare=False, repr=False)
     lease: LeaseSettings = field(init=False, compare=False, repr=False)
+    group: GroupSettings = field(init=False, compare=False, repr=False)
     retention: RetentionSettings = field(init=False, compare=False, repr=False)
     config_backup: ConfigBackupSettings = field(init=False, compare=False, repr=False)
     gc: GcSettings = field(init=False, compare=False, repr=False)

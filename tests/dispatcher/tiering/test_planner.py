@@ -186,3 +186,25 @@ def test_a_unit_torn_at_planning_is_found_before_commit(tmp_path: Path) -> None:
     out = _recheck_units(hot, [(row, torn), (row, plan), (row, plan)], [spooled, spooled, earlier])
     assert isinstance(out[0], StoreError) and "changed while they were tiered" in str(out[0])
     assert out[1:] == [spooled, earlier]
+
+
+def test_group_limit_caps_the_segment_at_the_confirmed_commitlog_offset(tmp_path: Path) -> None:
+    """``cl_limit``: only records ending at or below it; none → Wait(UNCONFIRMED)."""
+    hot = HotStore(_store(tmp_path).root)
+    limits = Limits(max_bytes=1 << 20, max_messages=10_000, max_age_ms=0)
+    units = hot.read_units(Q.topic, 0, 0, 200)
+    ends = units["commitlog_offset"].astype(np.int64) + units["size"].astype(np.int64)
+    plan = plan_segment(hot, Q, 0, limits, now_ms=START, guard_ts=None, cl_limit=int(ends[49]))
+    assert isinstance(plan, SegmentPlan)
+    assert (plan.start, plan.end, plan.cl_end) == (0, 50, int(ends[49]))
+    one_short = plan_segment(
+        hot, Q, 0, limits, now_ms=START, guard_ts=None, cl_limit=int(ends[49]) - 1
+    )
+    assert isinstance(one_short, SegmentPlan)
+    assert one_short.end == 49  # a record is confirmed only whole
+    nothing = plan_segment(hot, Q, 50, limits, now_ms=START, guard_ts=None, cl_limit=int(ends[49]))
+    assert isinstance(nothing, Wait)
+    assert (nothing.reason, nothing.pending) == (WaitReason.UNCONFIRMED, 150)
+    whole = plan_segment(hot, Q, 0, limits, now_ms=START, guard_ts=None, cl_limit=1 << 40)
+    assert isinstance(whole, SegmentPlan)
+    assert whole.end == 200

@@ -19,6 +19,9 @@ Lifecycle of the long-running mode:
   on its own listener, so ``/healthz`` answers 503 "starting" while the sidecar waits for
   the lease and a standby sidecar serves reads; the log lines ``HTTP API listening on
   http://HOST:PORT`` and ``read API listening on http://HOST:PORT`` give the real ports;
+* in a broker group (``group.replica`` set) the sidecar publishes its replica report
+  every ``tiering.tick_interval`` from start to stop, standing by or tiering
+  (:mod:`dispatcher.replicas`); ``--once`` publishes none;
 * ``SIGTERM``/``SIGINT``: no new segment starts; a line says at once how many uploads
   are in flight and that they get at most ``shutdown.deadline`` to commit; a second
   signal abandons them now (uncommitted objects are never read; ``gc`` removes them), as
@@ -211,8 +214,16 @@ async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settin
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
     try:
         servers = await _serve_http(rt)
-        if await stopper.start():
-            await rt.dispatcher.run(shutdown_deadline=rt.settings.shutdown.deadline)
+        reports = asyncio.create_task(
+            rt.group.report_until(rt.dispatcher.states.stopping, rt.settings.tiering.tick_interval),
+            name="replica reports",
+        )
+        try:
+            if await stopper.start():
+                await rt.dispatcher.run(shutdown_deadline=rt.settings.shutdown.deadline)
+        finally:
+            reports.cancel()
+            await asyncio.gather(reports, return_exceptions=True)
         log.info("stopped")
         return 0
     finally:

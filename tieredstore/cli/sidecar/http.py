@@ -4,7 +4,8 @@
 endpoint                answer
 ======================  ==================================================================
 ``GET /healthz``        200 ``{"status": "ok", ...}`` while the dispatcher runs and holds an
-                        unexpired writer lease; 503 ``{"status": "unavailable",
+                        unexpired writer lease, or stands by in a broker group with its
+                        replica reports going out; 503 ``{"status": "unavailable",
                         "reason": ...}`` otherwise (starting, waiting for the lease,
                         stopping, failed, lease lost or expired)
 ``GET /metrics``        Prometheus text format of the sidecar's registry
@@ -33,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from dispatcher.dispatcher import Dispatcher, DispatcherState
 from dispatcher.lease.lease import LeaseState
 from dispatcher.queue_status import collect, mark_stopped
+from dispatcher.replicas import ReplicaGroup
 from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.errors import ConfigError
@@ -60,10 +62,20 @@ _LEASE_WORDS: Final = {
 }
 
 
-def health(dispatcher: Dispatcher, now_ms: int) -> Health:
-    """Healthy while the dispatcher runs and holds a lease that has not expired."""
+def health(dispatcher: Dispatcher, now_ms: int, group: ReplicaGroup | None = None) -> Health:
+    """Healthy while the dispatcher runs and holds a lease that has not expired.
+
+    In a broker group (``group`` reporting) a standby is healthy too: a sidecar waiting
+    on the lease whose replica reports go out (it reads and syncs its store); one whose
+    reports fail is not.
+    """
     lease = dispatcher.lease
     if dispatcher.state is DispatcherState.CREATED:
+        if group is not None and group.reporting and lease.state is LeaseState.NOT_HELD:
+            ok, why = group.report_healthy()
+            if ok:
+                return Health(True, f"standby: waiting on the writer lease; {why}")
+            return Health(False, f"standby: {why}")
         return Health(False, f"starting: the writer lease is {_LEASE_WORDS[lease.state]}")
     if dispatcher.state is not DispatcherState.RUNNING:
         return Health(False, f"dispatcher is {dispatcher.state.value}")
@@ -83,7 +95,7 @@ class _Api:
         self.clock = clock
 
     async def healthz(self, _request: web.Request) -> web.Response:
-        h = health(self.rt.dispatcher, self.clock.now_ms())
+        h = health(self.rt.dispatcher, self.clock.now_ms(), self.rt.group)
         if h.ok:
             return web.json_response({"status": "ok", "detail": h.reason})
         return web.json_response({"status": "unavailable", "reason": h.reason}, status=503)

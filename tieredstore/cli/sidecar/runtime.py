@@ -21,6 +21,7 @@ from dispatcher.dispatcher import Dispatcher
 from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, StepHook
 from dispatcher.metrics import Metrics
+from dispatcher.replicas import ReplicaGroup
 from dispatcher.tiering.batch.compaction import Compactor
 from dispatcher.tiering.rounds import OnCommitted
 from metadata.catalogue import Catalogue
@@ -76,6 +77,8 @@ class Runtime:
     upload_limit: TokenBucket
     #: Rewrites batch slices as segments; a reload sets its ``tiering``.
     compactor: Compactor
+    #: This sidecar's part in its broker group (reports, the limit).
+    group: ReplicaGroup
     config_backup: ConfigBackup | None = None
 
 
@@ -123,7 +126,7 @@ async def open_runtime(
         stack.push_async_callback(built.dispatcher.close)
         yield Runtime(
             settings, backend, hot, catalogue, built.dispatcher, metrics, built.retention,
-            upload_limit=built.upload_limit, compactor=built.compactor,
+            upload_limit=built.upload_limit, compactor=built.compactor, group=built.group,
             config_backup=built.config_backup,
         )  # fmt: skip
 

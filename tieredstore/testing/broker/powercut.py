@@ -23,7 +23,7 @@ import numpy as np
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.hot.store import HotStore
 
-__all__ = ["PowerCut", "cut_power", "flushed_position"]
+__all__ = ["PowerCut", "cut_at", "cut_power", "flushed_position"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +65,24 @@ def _zero(path: Path, start: int) -> None:
         os.close(fd)
 
 
-def cut_power(root: Path) -> PowerCut:
-    """Zero what a worst-case power cut loses in the store at ``root`` (broker stopped)."""
+def cut_at(root: Path, position: int) -> None:
+    """Zero every commitlog byte of the store at ``root`` from ``position`` on and every
+    consume-queue unit that points there: the store as a replica that received only the
+    bytes below ``position`` holds it (a lagging slave), or as a power cut leaves it."""
     hot = HotStore(root)
-    cut = flushed_position(hot)
     for f in hot.commitlog_files().files:
-        if f.end > cut.position:
-            _zero(f.path, max(cut.position - f.base, 0))
+        if f.end > position:
+            _zero(f.path, max(position - f.base, 0))
     for q in hot.queues():
         for f in hot.cq_files(q.topic, q.queue_id).files:
             units = decode_units(f.path.read_bytes()[: f.size // CQ_UNIT_SIZE * CQ_UNIT_SIZE])
-            beyond = np.flatnonzero(units["commitlog_offset"] >= cut.position)
+            beyond = np.flatnonzero(units["commitlog_offset"] >= position)
             if beyond.size:
                 _zero(f.path, int(beyond[0]) * CQ_UNIT_SIZE)
+
+
+def cut_power(root: Path) -> PowerCut:
+    """Zero what a worst-case power cut loses in the store at ``root`` (broker stopped)."""
+    cut = flushed_position(HotStore(root))
+    cut_at(root, cut.position)
     return cut

@@ -352,6 +352,8 @@ class LocalCluster:
             "brokerId": "0",
             "brokerRole": "ASYNC_MASTER",
             "brokerIP1": "127.0.0.1",
+            # The HA address the name server hands a slave of this broker (brokerIP2:haListenPort).
+            "brokerIP2": "127.0.0.1",
             "listenPort": str(self.broker_port),
             "haListenPort": str(self.broker_port + 1),
             "namesrvAddr": self.namesrv_addr,
@@ -448,8 +450,25 @@ class LocalCluster:
             self.stop()
             raise
 
+    def start_replica_of(self, master: LocalCluster) -> None:
+        """Start only a broker, on ``master``'s name server (a second replica of a group:
+        its ``settings.extra_conf`` says ``brokerId``, ``brokerRole`` and the HA master);
+        return when it has booted. :meth:`stop` then stops this broker only."""
+        for d in (self.store_root, self.log_dir, self.home):
+            d.mkdir(parents=True, exist_ok=True)
+        self.namesrv_port = master.namesrv_port
+        self.broker_port = _free_port_block(2, 1)
+        self._write_configs()
+        _LIVE.add(self)
+        try:
+            self._start_broker()
+        except BaseException:
+            self.stop()
+            raise
+
     def _start_broker(self) -> None:
         broker_conf = self.workdir / "broker.conf"
+        self._write_configs()  # settings may have changed (a slave promoted to master)
         self._broker = self._spawn(
             "broker",
             [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",

@@ -29,15 +29,24 @@ class LiveSidecar:
     @classmethod
     @contextlib.contextmanager
     def start(
-        cls, cluster: LocalCluster, workdir: Path, *, overrides: Mapping[str, str] | None = None
+        cls,
+        cluster: LocalCluster,
+        workdir: Path,
+        *,
+        overrides: Mapping[str, str] | None = None,
+        cold: Path | None = None,
+        started: str = "lease acquired",
     ) -> Iterator[LiveSidecar]:
         """Start tiering ``cluster``'s store into ``workdir/cold``; SIGTERM it on exit.
 
         Small segments and a short tick so the live traffic is cut into many segments;
         ``%RETRY%`` topics are included so the broker's v2 (long topic) records are tiered.
-        ``overrides`` adds or replaces ``TIEREDSTORE_*`` environment settings.
+        ``overrides`` adds or replaces ``TIEREDSTORE_*`` environment settings; ``cold``
+        another cold directory (the replicas of a broker group share one); ``started``
+        the log text that says it started (a standby of a group never holds the lease).
         """
-        cold, state, log = workdir / "cold", workdir / "state", workdir / "sidecar.log"
+        cold = cold or workdir / "cold"
+        state, log = workdir / "state", workdir / "sidecar.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("TIEREDSTORE_")}
         env.update(
             TIEREDSTORE_TIERING_SEGMENT_MAX_BYTES="256K",
@@ -59,21 +68,19 @@ class LiveSidecar:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         sidecar = cls(proc, cold, state, log, *names)
         try:
-            sidecar.wait_started()
+            sidecar.wait_started(started)
             yield sidecar
         finally:
             sidecar.stop()
 
-    def wait_started(self) -> None:
-        """Wait until the sidecar holds its lease: its catalogue is open and migrated by
-        then, so a test that reads it read-only never meets a schema mid-migration."""
+    def wait_started(self, text: str = "lease acquired") -> None:
+        """Wait until the sidecar logs ``text`` (by default: it holds its lease; its
+        catalogue is open and migrated by then, so a test that reads it read-only never
+        meets a schema mid-migration)."""
         wait_until(
-            lambda: (
-                self.proc.poll() is not None
-                or "lease acquired" in self.log.read_text(errors="replace")
-            ),
+            lambda: self.proc.poll() is not None or text in self.log.read_text(errors="replace"),
             timeout=120,
-            what="the sidecar to acquire its lease",
+            what=f"the sidecar to log {text!r}",
         )
         if self.proc.poll() is not None:
             raise RuntimeError(f"sidecar exited with {self.proc.returncode}: {self.log_tail()}")
