@@ -100,6 +100,27 @@ class AuthMoto:
             aws_access_key_id=key.access_key, aws_secret_access_key=key.secret_key,
         )  # fmt: skip
 
+    def new_user(self, policy: str) -> tuple[str, IamKey]:
+        """A fresh IAM user held to ``policy`` and its access key (made by the admin)."""
+        user = f"user-{uuid.uuid4().hex[:12]}"
+        iam = self.client("iam")
+        try:
+            iam.create_user(UserName=user)
+            self.set_policy(user, policy, iam)
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+        finally:
+            iam.close()
+        return user, IamKey(str(key["AccessKeyId"]), str(key["SecretAccessKey"]))
+
+    def set_policy(self, user: str, policy: str, iam: Any = None) -> None:
+        """Replace ``user``'s policy (a policy changed while a sidecar runs)."""
+        client = iam or self.client("iam")
+        try:
+            client.put_user_policy(UserName=user, PolicyName="policy", PolicyDocument=policy)
+        finally:
+            if iam is None:
+                client.close()
+
     def new_bucket(self) -> str:
         """Create a fresh bucket (as the admin); return its name."""
         name = f"auth-{uuid.uuid4().hex[:16]}"
