@@ -20,7 +20,8 @@ from tieredstore.cli.sidecar.http import health
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import AccessFault, ColdStoreAccessError
-from tieredstore.hot.synth import SynthSpec, SyntheticStore, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.settings.loader import Settings
 from tieredstore.testing.moto import REGION, IamKey, s3_policy
 from tieredstore.testing.sidecar.settings import settings_for
 
@@ -45,6 +46,13 @@ def _use(monkeypatch: pytest.MonkeyPatch, key: IamKey) -> None:
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
+def _settings(auth_moto: AuthMoto, store: Path, tmp: Path) -> Settings:
+    cold = f"s3://{auth_moto.new_bucket()}/tiered"
+    return settings_for(
+        store, cold, tmp / "state", cold__endpoint_url=auth_moto.endpoint_url, cold__region=REGION
+    )
+
+
 def _refused(rt: Runtime, fault: str, op: str) -> float | None:
     return rt.metrics.registry.get_sample_value(
         "tieredstore_cold_access_refused", {"fault": fault, "op": op}
@@ -64,9 +72,7 @@ async def test_a_key_that_may_not_delete_stops_expiry_only(
 ) -> None:
     user, key = auth_moto.new_user(s3_policy("s3:DeleteObject"))
     _use(monkeypatch, key)
-    bucket = auth_moto.new_bucket()
-    settings = settings_for(store, f"s3://{bucket}/tiered", tmp_path / "state",
-                            cold__endpoint_url=auth_moto.endpoint_url, cold__region=REGION)  # fmt: skip
+    settings = _settings(auth_moto, store, tmp_path)
     clock = VirtualClock()
     async with open_runtime(settings, clock=clock) as rt:
         assert isinstance(rt.backend, AccessWatchingBackend)
@@ -109,9 +115,7 @@ async def test_a_policy_changed_under_a_running_sidecar_stops_tiering_until_it_i
 ) -> None:
     user, key = auth_moto.new_user(s3_policy())
     _use(monkeypatch, key)
-    bucket = auth_moto.new_bucket()
-    settings = settings_for(store, f"s3://{bucket}/tiered", tmp_path / "state",
-                            cold__endpoint_url=auth_moto.endpoint_url, cold__region=REGION)  # fmt: skip
+    settings = _settings(auth_moto, store, tmp_path)
     clock = VirtualClock()
     async with open_runtime(settings, clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
