@@ -17,14 +17,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import botocore.exceptions
 import pytest
 
 from tests.fixtures_s3 import AuthMoto
+from tieredstore.backends.s3 import access_fault
 from tieredstore.cli.main import main
+from tieredstore.errors import AccessFault
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import REGION, IamKey, S3Bucket
-
-pytestmark = [pytest.mark.s3]
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def case(request: pytest.FixtureRequest) -> Case:
     return Case(auth.endpoint_url, auth.new_bucket(), auth.no_list, "access denied")
 
 
+@pytest.mark.s3
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_gives_the_one_line_and_exit_3(
@@ -131,3 +133,31 @@ def test_every_command_gives_the_one_line_and_exit_3(
         assert code == 3, (command, err)
         assert shape.match(err), (command, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # no state dir, no output
+
+
+def _reply(code: str, status: int) -> botocore.exceptions.ClientError:
+    return botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "ListObjectsV2",
+    )
+
+
+@pytest.mark.parametrize(
+    ("exc", "fault"),
+    [
+        (_reply("PermanentRedirect", 301), AccessFault.WRONG_REGION),
+        (_reply("301", 301), AccessFault.WRONG_REGION),  # a HEAD: no body, no code
+        (_reply("AuthorizationHeaderMalformed", 400), AccessFault.WRONG_REGION),
+        (_reply("ExpiredToken", 400), AccessFault.BAD_CREDENTIALS),
+        (_reply("403", 403), AccessFault.DENIED),
+        (_reply("NoSuchKey", 404), None),
+        (_reply("SlowDown", 503), None),
+    ],
+)
+def test_which_replies_are_access_faults(exc: Exception, fault: AccessFault | None) -> None:
+    """Faults moto does not produce (a region redirect, an expired token) read as S3's."""
+    assert access_fault(exc) is fault
+    wrapped = PermissionError("denied")  # s3fs's translation keeps the reply as the cause
+    wrapped.__cause__ = exc
+    assert access_fault(wrapped) is fault
+    assert access_fault(botocore.exceptions.NoCredentialsError()) is AccessFault.NO_CREDENTIALS
