@@ -12,6 +12,10 @@ of each refusal and each success:
 * while a fault stands, ``tieredstore_cold_access_refused{fault, op}`` is 1 (the alert
   ``TieredstoreColdStoreRefused``), ``/healthz`` names it and :meth:`ColdAccess.summary`
   is the state the sidecar's progress line and summary show;
+* the standing faults are also written to ``cold-access.json`` in the state directory
+  (:data:`FILE_NAME`, whole and atomically at each change; removed when the sidecar
+  starts), so ``tieredstore status``, which never asks the sidecar, shows them:
+  ``{"version": 1, "refusals": [{"fault", "op", "message"}, ...]}``;
 * a later success clears it, with one INFO line (``cold store access restored``): a
   ``DENIED`` fault when the same operation succeeds, any other (credentials, bucket,
   region: the whole store) when any operation does. The work that failed is simply
@@ -26,6 +30,7 @@ goes on, and ``/healthz`` stays 200 with the fault in its detail
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass
@@ -35,9 +40,20 @@ from typing import Final, TypeVar
 from dispatcher.metrics import Metrics
 from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 from tieredstore.backends.forwarding import ForwardingBackend
-from tieredstore.errors import AccessFault, ColdStoreAccessError
+from tieredstore.errors import AccessFault, ColdStoreAccessError, ConfigError
+from tieredstore.restore.files import replace_file
 
-__all__ = ["AccessWatchingBackend", "ColdAccess", "Refusal"]
+__all__ = [
+    "FILE_NAME",
+    "AccessWatchingBackend",
+    "ColdAccess",
+    "Refusal",
+    "load_refusals",
+    "refusals_warning",
+]
+
+#: The standing faults' file in the state directory, for ``tieredstore status``.
+FILE_NAME: Final = "cold-access.json"
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +75,14 @@ class Refusal:
 class ColdAccess:
     """The faults the cold store currently refuses the sidecar with (module docstring)."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, path: Path | None = None) -> None:
+        """``path``: where the standing faults are kept for ``status`` (None: nowhere); a
+        file left by an earlier process is removed (this one has seen nothing yet)."""
         self._metrics = metrics
         self._standing: dict[tuple[AccessFault, str], Refusal] = {}
+        self._path = path
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     @property
     def refusals(self) -> tuple[Refusal, ...]:
@@ -92,11 +113,13 @@ class ColdAccess:
         self._standing[key] = Refusal(exc.fault, exc.op, str(exc))
         self._metrics.cold_access_refused.labels(exc.fault.value, exc.op).set(1)
         log.error("%s", exc)
+        self._save()
 
     def succeeded(self, op: str) -> None:
         """Note a success of ``op``: clears what it proves gone (module docstring)."""
         if not self._standing:
             return
+        before = len(self._standing)
         for key, refusal in list(self._standing.items()):
             if refusal.fault is AccessFault.DENIED and refusal.op != op:
                 continue
@@ -104,6 +127,45 @@ class ColdAccess:
             self._metrics.cold_access_refused.labels(refusal.fault.value, refusal.op).set(0)
             log.info("cold store access restored: %s of %s works again", op,
                      refusal.fault.value)  # fmt: skip
+        if len(self._standing) != before:
+            self._save()
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        doc = {"version": 1, "refusals": [
+            {"fault": r.fault.value, "op": r.op, "message": r.message} for r in self.refusals
+        ]}  # fmt: skip
+        try:
+            replace_file(self._path, json.dumps(doc, indent=1).encode())
+        except OSError as exc:  # the state is still on /healthz and the metric
+            log.warning("cannot record the cold store's refusals in %s: %s", self._path, exc)
+
+
+def load_refusals(path: Path) -> tuple[Refusal, ...]:
+    """The faults a running sidecar saved at ``path`` (none when there is no file).
+    Raises ConfigError, naming the file, when it is not what :class:`ColdAccess` writes."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"cannot read the cold store's refusals ({path}): {exc}") from exc
+    try:
+        return tuple(
+            Refusal(AccessFault(str(r["fault"])), str(r["op"]), str(r["message"]))
+            for r in doc["refusals"]
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"not a cold-access file ({path}): {exc!r}") from exc
+
+
+def refusals_warning(refusals: tuple[Refusal, ...]) -> str:
+    """The ``status`` warning for ``refusals`` (``""`` for none): the first one's message."""
+    if not refusals:
+        return ""
+    more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+    return f"the cold store refuses the sidecar: {refusals[0].message}{more}"
 
 
 class AccessWatchingBackend(ForwardingBackend):

@@ -9,6 +9,7 @@ credentials come from the environment, as a deployed one's do.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from dispatcher.cold_access import AccessWatchingBackend
 from tests.fixtures_s3 import AuthMoto
+from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.http import health
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
@@ -23,7 +25,7 @@ from tieredstore.errors import AccessFault, ColdStoreAccessError
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
 from tieredstore.testing.moto import REGION, IamKey, s3_policy
-from tieredstore.testing.sidecar.settings import settings_for
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -51,6 +53,19 @@ def _settings(auth_moto: AuthMoto, store: Path, tmp: Path) -> Settings:
     return settings_for(
         store, cold, tmp / "state", cold__endpoint_url=auth_moto.endpoint_url, cold__region=REGION
     )
+
+
+def _status(settings: Settings, capsys: pytest.CaptureFixture[str]) -> str:
+    """``tieredstore status --json``'s writer warning ("" for none), next to the running
+    sidecar (whose virtual clock leaves its lease expired on this host's clock)."""
+    capsys.readouterr()
+    argv = ["status", "--json", "--store", str(settings.store.path), "--state-dir",
+            str(settings.state.dir), "--cluster", CLUSTER, "--broker", BROKER]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    warning = doc["writer"]["warning"]
+    assert (doc["health"] == "WARNING") is (warning is not None)
+    return "" if warning is None else str(warning)
 
 
 def _refused(rt: Runtime, fault: str, op: str) -> float | None:
@@ -112,6 +127,7 @@ async def test_a_policy_changed_under_a_running_sidecar_stops_tiering_until_it_i
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     user, key = auth_moto.new_user(s3_policy())
     _use(monkeypatch, key)
@@ -130,8 +146,12 @@ async def test_a_policy_changed_under_a_running_sidecar_stops_tiering_until_it_i
         assert _refused(rt, "denied", "write") == 1
         state = health(rt.dispatcher, clock.now_ms(), rt.access)
         assert not state.ok and "tiering stopped" in state.reason, state
+        assert _status(settings, capsys).startswith(
+            "the cold store refuses the sidecar: cold store s3://"
+        )
         auth_moto.set_policy(user, s3_policy())  # fixed: the next tick tiers
         resumed = await rt.dispatcher.catch_up()
         assert resumed.segments > 1 and not resumed.errors
         assert _refused(rt, "denied", "write") == 0
         assert health(rt.dispatcher, clock.now_ms(), rt.access).ok
+        assert "refuses" not in _status(settings, capsys)

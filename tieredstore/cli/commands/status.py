@@ -4,7 +4,9 @@ retention headroom.
 Reads the broker store and the catalogue (read-only, so it works next to a running
 sidecar); it never contacts the cold store. The table starts with a one-line health
 summary (:func:`health_line`; WARNING also when messages wait and no sidecar holds the
-writer lease, or its holder makes no progress). ``--watch`` redraws it in place every ``--interval``
+writer lease, or its holder makes no progress, or the cold store refuses the running
+sidecar: its message, which the sidecar keeps in the state dir's ``cold-access.json``,
+:mod:`dispatcher.cold_access`). ``--watch`` redraws it in place every ``--interval``
 until Ctrl-C (on a terminal; piped, it prints one frame after another).
 
 Columns beyond the offsets and lag (JSON field names in brackets):
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import shutil
 import sys
@@ -290,7 +293,8 @@ def _interval(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dispatcher import stopped_file
+    from dispatcher import cold_access, stopped_file
+    from dispatcher.cold_access import load_refusals, refusals_warning
     from dispatcher.queue_status import mark_stopped
 
     # status never touches the cold store, so a cold URL is not required here.
@@ -315,6 +319,10 @@ def run(args: argparse.Namespace) -> int:
         writer = writer_status(
             lease, rows, lag_messages=lag, now_ms=now_ms, stall_after_s=_stall_after(settings)
         )
+        refused = refusals_warning(load_refusals(settings.state.dir / cold_access.FILE_NAME))
+        if refused:  # the cause first: a refused renewal also lets the lease lapse
+            also = f"; {writer.warning}" if writer.warning else ""
+            writer = dataclasses.replace(writer, warning=refused + also)
         return Snapshot(queues, writer)
 
     tty = sys.stdout.isatty()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.assembly import build_dispatcher
+from dispatcher.cold_access import FILE_NAME as COLD_ACCESS_FILE
 from dispatcher.cold_access import AccessWatchingBackend, ColdAccess
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.maintenance.config_backup import ConfigBackup
@@ -120,7 +121,7 @@ async def open_runtime(
     metrics = metrics or Metrics()
     policy = retry or RetryPolicy()
     async with AsyncExitStack() as stack:
-        access = ColdAccess(metrics)
+        access = ColdAccess(metrics, settings.state.dir / COLD_ACCESS_FILE)
         backend = AccessWatchingBackend(
             await _backend(settings, stack, backend, metrics, policy, clock), access
         )
