@@ -7,7 +7,10 @@ ones included (``If-None-Match``, ``If-Match``), nothing ever reaching AWS.
   process's GIL, counting requests from its access log (the benchmarks);
 * :class:`S3Bucket`: one bucket on either, with backend options and a plain botocore
   client for looking behind the backend's back;
-* the dummy credentials and region both use (:data:`AWS_ENV` for subprocesses).
+* the dummy credentials and region both use (:data:`AWS_ENV` for subprocesses);
+* IAM on a :class:`MotoServer`: :func:`iam_key` makes a user held to a policy
+  (:func:`s3_policy`: ``s3:*`` but what it denies) and its key, then :func:`enforce_auth`
+  turns on moto's checking of signatures and policies, as on S3 (the access-fault tests).
 """
 
 from __future__ import annotations
