@@ -224,12 +224,9 @@ class Metrics:
         )
         self.cold_access_refused = Gauge(
             "tieredstore_cold_access_refused",
-            "1 while the cold store refuses this sidecar's requests for one reason (fault: "
-            "no_credentials, bad_credentials, denied, no_bucket, wrong_region) and operation "
-            "(op: list, read, stat, write, delete, abort); 0 once it works again",
-            ["fault", "op"],
-            registry=r,
-        )
+            "1 while the cold store refuses this sidecar's op requests (fault: why)",
+            ["fault", "op"], registry=r,
+        )  # fmt: skip
         self.ticks = Counter("tieredstore_ticks", "Dispatcher ticks run", registry=r)
         self.last_tick = Gauge(
             "tieredstore_last_tick_timestamp_seconds", "When the last tick finished", registry=r

@@ -488,37 +488,8 @@ class S3Backend(Backend):
         except _S3_FAILURES as exc:
             fault = access_fault(exc)
             if fault is not None:
-                raise self._refused(fault, op, f"s3://{path}", exc) from exc
+                raise _refused(self, fault, op, f"s3://{path}", exc) from exc
             raise translate_s3_error(exc, op, f"s3://{path}") from exc
-
-    def _refused(
-        self, fault: AccessFault, op: str, where: str, exc: BaseException
-    ) -> ColdStoreAccessError:
-        """The one message of an access fault (module docstring)."""
-        failure = _client_failure(exc)
-        if failure is None:
-            said = f"{type(exc).__name__}: {exc}"
-        else:  # a HEAD's reply has no body: its code is the status
-            code = "HTTP" if failure.code == str(failure.status) else failure.code
-            said = f"{code} ({failure.status}){': ' + failure.message if failure.message else ''}"
-        client = self._fs._s3
-        region = self._region or (client.meta.region_name if client is not None else None)
-        where_to = f"endpoint {self._endpoint or 'AWS default'}, region {region or 'not set'}"
-        if fault is AccessFault.NO_CREDENTIALS:
-            credentials = f"no credentials found in {_CHAIN}"
-        elif self._explicit_credentials:
-            credentials = "credentials from explicit options (access_key/secret_key)"
-        else:
-            method = _credential_method(client)
-            source = _CREDENTIAL_SOURCES.get(method, method) if method else ""
-            credentials = f"credentials from {source or _CHAIN}"
-        hint = _advice(fault, op, self.bucket, self.url, failure)
-        return ColdStoreAccessError(
-            f"cold store {self.url}: {_FAULT_WORDS[fault]}: {op} of {where} refused ({said}); "
-            f"{where_to}, {credentials}; {hint}",
-            fault=fault,
-            op=op,
-        )
 
 
 class _MultipartUpload:
@@ -620,6 +591,36 @@ def _read_part(path: Path, offset: int, size: int) -> bytes:
     return data
 
 
+def _refused(
+    backend: S3Backend, fault: AccessFault, op: str, where: str, exc: BaseException
+) -> ColdStoreAccessError:
+    """The one message of an access fault of ``backend`` (module docstring)."""
+    failure = _client_failure(exc)
+    if failure is None:
+        said = f"{type(exc).__name__}: {exc}"
+    else:  # a HEAD's reply has no body: its code is the status
+        code = "HTTP" if failure.code == str(failure.status) else failure.code
+        said = f"{code} ({failure.status}){': ' + failure.message if failure.message else ''}"
+    client = backend._fs._s3
+    region = backend._region or (client.meta.region_name if client is not None else None)
+    where_to = f"endpoint {backend._endpoint or 'AWS default'}, region {region or 'not set'}"
+    if fault is AccessFault.NO_CREDENTIALS:
+        credentials = f"no credentials found in {_CHAIN}"
+    elif backend._explicit_credentials:
+        credentials = "credentials from explicit options (access_key/secret_key)"
+    else:
+        method = _credential_method(client)
+        source = _CREDENTIAL_SOURCES.get(method, method) if method else ""
+        credentials = f"credentials from {source or _CHAIN}"
+    hint = _advice(fault, op, backend.bucket, backend.url, failure)
+    return ColdStoreAccessError(
+        f"cold store {backend.url}: {_FAULT_WORDS[fault]}: {op} of {where} refused ({said}); "
+        f"{where_to}, {credentials}; {hint}",
+        fault=fault,
+        op=op,
+    )
+
+
 def access_fault(exc: BaseException) -> AccessFault | None:
     """The access fault behind a failed request (itself or a cause), or None."""
     seen: BaseException | None = exc
@@ -662,7 +663,7 @@ def _advice(fault: AccessFault, op: str, bucket: str, url: str, failure: _S3Fail
         return f"create bucket {bucket} or correct cold.url (--cold)"
     region = failure.region if failure is not None else ""
     named = f" ({region})" if region else ""
-    return f"set the bucket's region{named} in cold.region (--region) or AWS_DEFAULT_REGION"
+    return f"set cold.region (or AWS_DEFAULT_REGION) to the bucket's region{named}"
 
 
 def translate_s3_error(exc: BaseException, op: str, where: str) -> TieredStoreError:

@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Final, TextIO
 
 from dispatcher.queue_status import QueueStatus, WriterStatus, collect, writer_status
@@ -293,8 +294,7 @@ def _interval(args: argparse.Namespace) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dispatcher import cold_access, stopped_file
-    from dispatcher.cold_access import load_refusals, refusals_warning
+    from dispatcher import stopped_file
     from dispatcher.queue_status import mark_stopped
 
     # status never touches the cold store, so a cold URL is not required here.
@@ -319,11 +319,7 @@ def run(args: argparse.Namespace) -> int:
         writer = writer_status(
             lease, rows, lag_messages=lag, now_ms=now_ms, stall_after_s=_stall_after(settings)
         )
-        refused = refusals_warning(load_refusals(settings.state.dir / cold_access.FILE_NAME))
-        if refused:  # the cause first: a refused renewal also lets the lease lapse
-            also = f"; {writer.warning}" if writer.warning else ""
-            writer = dataclasses.replace(writer, warning=refused + also)
-        return Snapshot(queues, writer)
+        return Snapshot(queues, _with_refusals(writer, settings.state.dir))
 
     tty = sys.stdout.isatty()
     if args.watch:
@@ -357,6 +353,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False), writer))
     return 0
+
+
+def _with_refusals(writer: WriterStatus, state_dir: Path) -> WriterStatus:
+    """``writer`` with the cold store's refusals of the running sidecar first in its
+    warning (:mod:`dispatcher.cold_access`): the cause first, as a refused renewal also
+    lets the lease lapse."""
+    from dispatcher import cold_access
+
+    found = cold_access.load_refusals(state_dir / cold_access.FILE_NAME)
+    refused = cold_access.refusals_warning(found)
+    if not refused:
+        return writer
+    also = f"; {writer.warning}" if writer.warning else ""
+    return dataclasses.replace(writer, warning=refused + also)
 
 
 def _stall_after(settings: Settings) -> float:
