@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dispatcher.metrics import Metrics
 from tieredstore.clock import Clock, sleep_until
-from tieredstore.errors import LeaseLapsedError, RetryableError
+from tieredstore.errors import ColdStoreAccessError, LeaseLapsedError, RetryableError
 
 __all__ = ["Periodic", "run_periodic"]
 
@@ -44,7 +44,9 @@ async def run_periodic(
     is set.
 
     A retryable error or a lapsed lease (reclaimed by the next tick) is logged and
-    counted, and the job runs again next interval; any other error ends the loop.
+    counted, and the job runs again next interval; so is a cold store refusing the job
+    (ColdStoreAccessError, e.g. a key without s3:DeleteObject stops expiry and gc: its
+    one ERROR line is :mod:`dispatcher.cold_access`'s); any other error ends the loop.
     """
     while not stopping.is_set():
         await sleep_until(clock, stopping, job.interval)
@@ -55,4 +57,7 @@ async def run_periodic(
                 await job.job()
         except (RetryableError, LeaseLapsedError) as exc:  # a lapse: reclaimed next run
             log.warning("%s failed, will run again: %s", job.name, exc)
+            metrics.errors.labels(type(exc).__name__).inc()
+        except ColdStoreAccessError as exc:  # its ERROR line: dispatcher.cold_access
+            log.debug("%s refused, will run again: %s", job.name, exc)
             metrics.errors.labels(type(exc).__name__).inc()

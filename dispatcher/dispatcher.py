@@ -47,7 +47,7 @@ from dispatcher.topic_filter import TopicFilter
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow
 from tieredstore.clock import Clock, sleep_until, wait_at_most
-from tieredstore.errors import LeaseLostError, TieredStoreError
+from tieredstore.errors import ColdStoreAccessError, LeaseLostError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.loader import TieringSettings
 
@@ -148,12 +148,20 @@ class Dispatcher:
     async def tick(self, *, flush: bool = False) -> TickReport:
         """Discover queues and tier them (:meth:`tier_queues`); waits for the task it started.
 
-        Queues still in flight from an earlier tick are skipped, never doubled.
+        Queues still in flight from an earlier tick are skipped, never doubled. A cold
+        store refusing the tick's first requests (ColdStoreAccessError: keys rotated, a
+        policy changed) ends it with that error in the report, as a queue's would: the
+        next tick tries again (:mod:`dispatcher.cold_access` logs it once).
         """
         report = TickReport()
-        await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
-        rows = await self.discover()
-        await self.provenance.before_tiering(rows, self.tiering)
+        try:
+            await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
+            rows = await self.discover()
+            await self.provenance.before_tiering(rows, self.tiering)
+        except ColdStoreAccessError as exc:
+            record_error(exc, report, self.metrics)
+            self.metrics.ticks.inc()
+            return report
         await self.rounds.new_tick()
         report.new_queues = list(self.discovery.new_queues)
         idle = [r for r in rows if QueueKey(r.topic, r.queue_id) not in self._inflight]

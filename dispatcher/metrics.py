@@ -223,6 +223,11 @@ class Metrics:
             "Times this sidecar found it had lost the writer lease and stopped writing",
             registry=r,
         )
+        self.cold_access_refused = Gauge(
+            "tieredstore_cold_access_refused",
+            "1 while the cold store refuses this sidecar's op requests (fault: why)",
+            ["fault", "op"], registry=r,
+        )  # fmt: skip
         self.ticks = Counter("tieredstore_ticks", "Dispatcher ticks run", registry=r)
         self.last_tick = Gauge(
             "tieredstore_last_tick_timestamp_seconds", "When the last tick finished", registry=r

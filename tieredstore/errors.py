@@ -37,6 +37,7 @@ tell the operator?* (:class:`FatalError`).
         │   ├── DigestMismatchError     object digest differs from its manifest
         │   └── OverlapError            two committed segments cover the same offsets (exit 2)
         ├── BackendError                non-retryable backend failure (denied, bad bucket)
+        │   ├── ColdStoreAccessError    credentials, permission or bucket refused (exit 3)
         │   └── ConditionFailedError    a conditional write found the object not as expected
         ├── OffsetOutOfRangeError       queue offset outside what is stored
         ├── SpoolTooSmallError          the state dir cannot hold one segment's spool
@@ -58,6 +59,7 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "AccessFault",
     "BackendError",
     "BackendTimeoutError",
     "BackendUnavailableError",
@@ -65,6 +67,7 @@ __all__ = [
     "CatalogueError",
     "CatalogueMismatchError",
     "ColdDataError",
+    "ColdStoreAccessError",
     "ColdStoreUnreachableError",
     "ConditionFailedError",
     "ConfigError",
@@ -266,6 +269,41 @@ class DigestMismatchError(ColdDataError):
 
 class BackendError(FatalError):
     """A backend failure retrying will not fix (access denied, no such bucket, ...)."""
+
+
+class AccessFault(enum.Enum):
+    """Why a cold store refused a request it did answer: what :class:`ColdStoreAccessError`
+    is about. The value is the metric label and the ``status``/``/healthz`` state."""
+
+    NO_CREDENTIALS = "no_credentials"
+    """No credentials anywhere the client looked (environment, profile, instance role)."""
+    BAD_CREDENTIALS = "bad_credentials"
+    """Credentials the store does not accept: unknown key, wrong secret, expired token."""
+    DENIED = "denied"
+    """The credentials are valid but lack the right for this operation on this key."""
+    NO_BUCKET = "no_bucket"
+    """The bucket does not exist."""
+    WRONG_REGION = "wrong_region"
+    """The bucket lives in another region than the client asked (a 301 or 400 redirect)."""
+
+
+class ColdStoreAccessError(BackendError):
+    """The cold store answered but refused a request: no credentials, credentials it does
+    not accept, a key without the right for one operation, a missing bucket, a bucket in
+    another region (:class:`AccessFault`). The one message for these faults, whatever the
+    command: the store, its endpoint and region, the operation and key refused, where
+    the credentials came from, and what to do (built by the S3 backend). Every command
+    exits 3 on it; the sidecar at run time shows it as a state and resumes when it goes.
+
+    ``op`` is the backend operation refused (``list``, ``read``, ``write``, ``delete``,
+    ...): a fault of ``delete`` alone stops expiry and gc, never tiering."""
+
+    def __init__(
+        self, message: str, *, fault: AccessFault, op: str, where: str | None = None
+    ) -> None:
+        super().__init__(message, where=where)
+        self.fault = fault
+        self.op = op
 
 
 class ConditionFailedError(BackendError):

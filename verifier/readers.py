@@ -72,6 +72,7 @@ from tieredstore.cold.provenance import (
     read_tiering_record,
 )
 from tieredstore.errors import (
+    ColdStoreAccessError,
     ColdStoreUnreachableError,
     ConfigError,
     CorruptBatchError,
@@ -114,6 +115,7 @@ __all__ = [
     "mark_covering",
     "objects_frame",
     "open_cold_filesystem",
+    "probe_cold",
     "read_batch",
     "require_tiered",
     "segment_facts_frame",
@@ -379,11 +381,20 @@ def require_tiered(
     )  # fmt: skip
 
 
+def probe_cold(cold: ColdLocation) -> None:
+    """Ask the store at ``cold`` for one listing before Spark starts (``verify --fleet``,
+    which reads every cluster's records): the one message of an unreachable store or one
+    that refuses us (:func:`_probe`), never a Spark task's stack trace."""
+    _probe(cold, "_probe")
+
+
 def _probe(cold: ColdLocation, key: str) -> None:
     """Ask an S3 store for one key through the core backend before fsspec's sync API
     does: a store that does not answer raises ColdStoreUnreachableError, the message
     every command gives for it (fsspec's ``exists`` would say False after its own
-    retries, and the operator would look for a missing bucket). Other stores: nothing."""
+    retries, and the operator would look for a missing bucket); one that refuses us
+    (credentials, permission, bucket, region) raises ColdStoreAccessError, its one
+    message. Other stores: nothing."""
     if not cold.url.strip().lower().startswith(("s3://", "s3a://")):
         return
     so = cold.storage_options
@@ -396,10 +407,10 @@ def _probe(cold: ColdLocation, key: str) -> None:
     )
     try:
         asyncio.run(probe(cold.url.rstrip("/"), options, key, retry=COMMAND_RETRY))
-    except ColdStoreUnreachableError:
-        raise
+    except (ColdStoreUnreachableError, ColdStoreAccessError):
+        raise  # the one message for each, never "does not exist" for a bucket we may not list
     except TieredStoreError:
-        return  # it answered (no bucket, denied, ...): the checks below say what is wrong
+        return  # it answered otherwise: the checks below say what is wrong
 
 
 def _read_loss(fs: AbstractFileSystem, path: str, key: str) -> LossRecord | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from dispatcher.lease.lease import Lease
 from tieredstore.clock import Clock, sleep_until
-from tieredstore.errors import RetryableError
+from tieredstore.errors import ColdStoreAccessError, RetryableError
 
 __all__ = ["renew_until"]
 
@@ -30,8 +30,10 @@ async def renew_until(
     returned — not merely a stop asked: segments still draining must stay fenced);
     ``on_renewed`` is called after each renewal that landed.
 
-    A retryable failure is logged and retried next interval; any other error ends the
-    loop with it (the caller stops the dispatcher).
+    A retryable failure, or the cold store refusing the renewal (keys rotated, a policy
+    changed: ColdStoreAccessError), is logged and retried next interval (a lease that
+    lapses meanwhile is reclaimed once the store takes writes again); any other error
+    ends the loop with it (the caller stops the dispatcher).
     """
     while not done.is_set():
         await sleep_until(clock, done, lease.renew_interval)
@@ -39,7 +41,7 @@ async def renew_until(
             return
         try:
             await lease.renew()
-        except RetryableError as exc:
+        except (RetryableError, ColdStoreAccessError) as exc:  # a refusal may be lifted
             log.warning("lease renewal failed, will retry: %s", exc)
         else:
             on_renewed()

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 from dispatcher.metrics import Metrics
 from dispatcher.tiering.planner import HotDataLost
-from tieredstore.errors import LeaseLapsedError, LeaseLostError, RetryableError, TieredStoreError
+from tieredstore.errors import (
+    ColdStoreAccessError,
+    LeaseLapsedError,
+    LeaseLostError,
+    RetryableError,
+    TieredStoreError,
+)
 from tieredstore.hot.store import QueueKey
 
 __all__ = ["TickReport", "record_error"]
@@ -111,5 +117,8 @@ def record_error(exc: BaseException, report: TickReport, metrics: Metrics) -> No
         return
     metrics.errors.labels(type(exc).__name__).inc()
     report.errors.append(str(exc))
+    if isinstance(exc, ColdStoreAccessError):  # one ERROR per fault: dispatcher.cold_access
+        log.debug("tiering failed: %s", exc)
+        return
     level = logging.WARNING if isinstance(exc, RetryableError) else logging.ERROR
     log.log(level, "tiering failed: %s", exc)

@@ -172,12 +172,12 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
     clock = VirtualClock()
     settings = settings_for(slave, COLD, tmp_path / "s-state", **_group("slave"))
     async with open_runtime(settings, clock=clock) as rt:
-        h = health(rt.dispatcher, clock.now_ms(), rt.group)
+        h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert (h.ok, h.reason) == (False, "standby: no replica report published yet")
         stopping = asyncio.Event()
         loop = asyncio.create_task(rt.group.report_until(stopping, 1.0))
         await clock.parked()  # the first report is out, the loop sleeps
-        h = health(rt.dispatcher, clock.now_ms(), rt.group)
+        h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert h.ok and h.reason.startswith("standby: waiting on the writer lease; replica slave")
         reports = await read_reports(rt.backend, CLUSTER, BROKER)
         assert [(r.replica, r.confirmed) for r in reports] == [("slave", held_end(rt.hot))]
@@ -188,7 +188,7 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
         rt.group.syncer = CommitlogSyncer(rt.hot, fdatasync=refuse)
         await clock.advance(1.0)
         await clock.parked()
-        h = health(rt.dispatcher, clock.now_ms(), rt.group)
+        h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert not h.ok and h.reason.startswith("standby: replica report failing: fdatasync")
         assert rt.group.metrics.report_failures._value.get() >= 1
         stopping.set()
@@ -196,7 +196,7 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
         # Not in a group: a sidecar waiting on the lease is "starting", as before.
     plain = settings_for(slave, COLD, tmp_path / "p-state")
     async with open_runtime(plain, clock=clock) as rt:
-        assert not health(rt.dispatcher, clock.now_ms(), rt.group).ok
+        assert not health(rt.dispatcher, clock.now_ms(), group=rt.group).ok
 
 
 def test_a_store_cut_by_a_crash_reports_no_more_than_it_holds(tmp_path: Path) -> None:

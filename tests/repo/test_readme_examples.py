@@ -77,6 +77,7 @@ def sidecar_toml(tmp: Path) -> str:
 def test_the_readme_has_the_examples_this_file_runs() -> None:
     commands = shell_lines(README.read_text())
     assert [c.split()[:2] for c in commands if c.startswith("tieredstore")] == [
+        ["tieredstore", "check-cold"],
         ["tieredstore", "run"],
         ["tieredstore", "run"],
         ["tieredstore", "run"],

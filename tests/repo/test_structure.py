@@ -27,7 +27,7 @@ MAX_PACKAGE_MODULES = 15  # not counting __init__.py and __main__.py
 #: "package folder" -> (its own limit, why its modules are one list that reads best flat).
 PACKAGE_EXCEPTIONS: dict[str, tuple[int, str]] = {
     "tieredstore/cli/commands": (
-        18,
+        19,
         "one module per `tieredstore` subcommand (the folder is the command list "
         "`tieredstore --help` prints), plus the flags they share (_settings.py) and the "
         "status screen's view beside its command; grouping commands would hide one",

@@ -39,9 +39,22 @@ ConditionalRequestConflict, 409             BackendUnavailableError
 SlowDown, 503, 429, Throttling*             ThrottledError
 RequestTimeout, connect/read timeouts       BackendTimeoutError
 other 5xx, connection refused/reset         BackendUnavailableError
-AccessDenied, NoSuchBucket, other 4xx       BackendError
-missing credentials, other botocore errors  BackendError
+no credentials, InvalidAccessKeyId,        ColdStoreAccessError
+SignatureDoesNotMatch, ExpiredToken,
+AccessDenied, 403, NoSuchBucket,
+PermanentRedirect, 301 (another region)
+other 4xx, other botocore errors            BackendError
 ==========================================  ==========================
+
+A :class:`~tieredstore.errors.ColdStoreAccessError` (:class:`~tieredstore.errors.AccessFault`)
+is one line naming the store, its endpoint and region, the operation and key refused,
+where the credentials came from (explicit options, or the AWS chain: environment,
+profile, instance role; which one when botocore found any) and what to do, e.g.::
+
+    cold store s3://bkt/tiered: access denied: delete of s3://bkt/tiered/k refused
+    (AccessDenied (403): Access Denied); endpoint http://minio:9000, region us-east-1,
+    credentials from the environment (AWS_ACCESS_KEY_ID); grant s3:DeleteObject on
+    s3://bkt/tiered/* to this key, or run `tieredstore check-cold` to see what it may do
 """
 
 from __future__ import annotations
@@ -73,9 +86,11 @@ from tieredstore.backends.base import (
 from tieredstore.backends.keys import check_key, check_prefix, check_range
 from tieredstore.backends.options import BackendOptions
 from tieredstore.errors import (
+    AccessFault,
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
+    ColdStoreAccessError,
     ConditionFailedError,
     ConfigError,
     ObjectNotFoundError,
@@ -84,7 +99,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 
-__all__ = ["UPLOAD_MARK", "S3Backend", "parse_s3_url", "translate_s3_error"]
+__all__ = ["UPLOAD_MARK", "S3Backend", "access_fault", "parse_s3_url", "translate_s3_error"]
 
 MIN_PART_SIZE: Final = 5 << 20
 MAX_PARTS: Final = 10_000
@@ -109,6 +124,58 @@ _THROTTLE_CODES: Final = frozenset(
     }
 )
 _TIMEOUT_CODES: Final = frozenset({"RequestTimeout", "RequestTimeoutException"})
+_ACCESS_CODES: Final = {
+    "InvalidAccessKeyId": AccessFault.BAD_CREDENTIALS,
+    "SignatureDoesNotMatch": AccessFault.BAD_CREDENTIALS,
+    "ExpiredToken": AccessFault.BAD_CREDENTIALS,
+    "InvalidToken": AccessFault.BAD_CREDENTIALS,
+    "TokenRefreshRequired": AccessFault.BAD_CREDENTIALS,
+    "InvalidClientTokenId": AccessFault.BAD_CREDENTIALS,
+    "AccessDenied": AccessFault.DENIED,
+    "AllAccessDisabled": AccessFault.DENIED,
+    "403": AccessFault.DENIED,
+    "NoSuchBucket": AccessFault.NO_BUCKET,
+    "PermanentRedirect": AccessFault.WRONG_REGION,
+    "AuthorizationHeaderMalformed": AccessFault.WRONG_REGION,
+    "IllegalLocationConstraintException": AccessFault.WRONG_REGION,
+    "301": AccessFault.WRONG_REGION,
+}
+_NO_CREDENTIALS: Final = (
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.PartialCredentialsError,
+    botocore.exceptions.CredentialRetrievalError,
+)
+#: The IAM action each backend operation needs, for the advice of an access denied.
+_ACTIONS: Final = {
+    "list": "s3:ListBucket",
+    "read": "s3:GetObject",
+    "stat": "s3:GetObject",
+    "write": "s3:PutObject",
+    "delete": "s3:DeleteObject",
+    "abort": "s3:AbortMultipartUpload",
+}
+_FAULT_WORDS: Final = {
+    AccessFault.NO_CREDENTIALS: "no credentials",
+    AccessFault.BAD_CREDENTIALS: "credentials refused",
+    AccessFault.DENIED: "access denied",
+    AccessFault.NO_BUCKET: "no such bucket",
+    AccessFault.WRONG_REGION: "bucket in another region",
+}
+#: botocore's credential provider names, as the operator knows them.
+_CREDENTIAL_SOURCES: Final = {
+    "env": "the environment (AWS_ACCESS_KEY_ID)",
+    "shared-credentials-file": "the shared credentials file (profile)",
+    "config-file": "the AWS config file (profile)",
+    "iam-role": "the instance role",
+    "container-role": "the container role",
+    "assume-role": "an assumed role (profile)",
+    "sso": "AWS SSO (profile)",
+    "explicit": "explicit options",
+}
+_CHAIN: Final = (
+    "the AWS chain: environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), profile "
+    "(AWS_PROFILE, ~/.aws/credentials, ~/.aws/config), instance role"
+)
 # Everything an s3fs/aiobotocore call is known to raise for a failed request. Other
 # exceptions (TypeError, ...) are bugs and propagate untranslated.
 _S3_FAILURES: Final = (
@@ -161,6 +228,8 @@ class _S3Failure:
     code: str
     status: int
     message: str
+    #: The bucket's region when the reply names it (``x-amz-bucket-region``), else "".
+    region: str = ""
 
 
 class S3Backend(Backend):
@@ -173,6 +242,9 @@ class S3Backend(Backend):
         self.multipart_threshold = opts.multipart_threshold
         self.part_size = max(opts.multipart_threshold, MIN_PART_SIZE)
         self._fs = _make_filesystem(opts)
+        self._endpoint = opts.endpoint_url
+        self._region = opts.region
+        self._explicit_credentials = opts.access_key is not None
         self._state = _State.OPEN
         #: Called before every S3 request with its kind (read, stat, write, delete, list,
         #: abort): a multipart write makes several, a listing one per page. Set by
@@ -414,6 +486,9 @@ class S3Backend(Backend):
         try:
             yield
         except _S3_FAILURES as exc:
+            fault = access_fault(exc)
+            if fault is not None:
+                raise _refused(self, fault, op, f"s3://{path}", exc) from exc
             raise translate_s3_error(exc, op, f"s3://{path}") from exc
 
 
@@ -516,6 +591,81 @@ def _read_part(path: Path, offset: int, size: int) -> bytes:
     return data
 
 
+def _refused(
+    backend: S3Backend, fault: AccessFault, op: str, where: str, exc: BaseException
+) -> ColdStoreAccessError:
+    """The one message of an access fault of ``backend`` (module docstring)."""
+    failure = _client_failure(exc)
+    if failure is None:
+        said = f"{type(exc).__name__}: {exc}"
+    else:  # a HEAD's reply has no body: its code is the status
+        code = "HTTP" if failure.code == str(failure.status) else failure.code
+        said = f"{code} ({failure.status}){': ' + failure.message if failure.message else ''}"
+    client = backend._fs._s3
+    region = backend._region or (client.meta.region_name if client is not None else None)
+    where_to = f"endpoint {backend._endpoint or 'AWS default'}, region {region or 'not set'}"
+    if fault is AccessFault.NO_CREDENTIALS:
+        credentials = f"no credentials found in {_CHAIN}"
+    elif backend._explicit_credentials:
+        credentials = "credentials from explicit options (access_key/secret_key)"
+    else:
+        method = _credential_method(client)
+        source = _CREDENTIAL_SOURCES.get(method, method) if method else ""
+        credentials = f"credentials from {source or _CHAIN}"
+    hint = _advice(fault, op, backend.bucket, backend.url, failure)
+    return ColdStoreAccessError(
+        f"cold store {backend.url}: {_FAULT_WORDS[fault]}: {op} of {where} refused ({said}); "
+        f"{where_to}, {credentials}; {hint}",
+        fault=fault,
+        op=op,
+    )
+
+
+def access_fault(exc: BaseException) -> AccessFault | None:
+    """The access fault behind a failed request (itself or a cause), or None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, _NO_CREDENTIALS):
+            return AccessFault.NO_CREDENTIALS
+        seen = seen.__cause__
+    failure = _client_failure(exc)
+    if failure is None:
+        return None
+    fault = _ACCESS_CODES.get(failure.code)
+    if fault is None and failure.status == 301:
+        return AccessFault.WRONG_REGION
+    if fault is None and failure.status == 403:
+        return AccessFault.DENIED
+    return fault
+
+
+def _credential_method(client: Any) -> str:
+    """How botocore found ``client``'s credentials (``env``, ``iam-role``, ...), or ""."""
+    signer = getattr(client, "_request_signer", None)
+    credentials = getattr(signer, "_credentials", None)
+    return str(getattr(credentials, "method", "") or "")
+
+
+def _advice(fault: AccessFault, op: str, bucket: str, url: str, failure: _S3Failure | None) -> str:
+    """What to do about ``fault``, in one clause."""
+    check = "or run `tieredstore check-cold` to see what this key may do"
+    if fault is AccessFault.NO_CREDENTIALS:
+        return (
+            "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, set AWS_PROFILE, "
+            "or give this host an instance role"
+        )
+    if fault is AccessFault.BAD_CREDENTIALS:
+        return f"check the key id and secret (rotated? an expired session token?), {check}"
+    if fault is AccessFault.DENIED:
+        action = _ACTIONS.get(op, f"the right to {op}")
+        return f"grant {action} on {url}/* to this key in the bucket or IAM policy, {check}"
+    if fault is AccessFault.NO_BUCKET:
+        return f"create bucket {bucket} or correct cold.url (--cold)"
+    region = failure.region if failure is not None else ""
+    named = f" ({region})" if region else ""
+    return f"set cold.region (or AWS_DEFAULT_REGION) to the bucket's region{named}"
+
+
 def translate_s3_error(exc: BaseException, op: str, where: str) -> TieredStoreError:
     """Map an s3fs/botocore/aiohttp failure of ``op`` on ``where`` to our hierarchy."""
     failure = _client_failure(exc)
@@ -553,11 +703,13 @@ def _client_failure(exc: BaseException) -> _S3Failure | None:
     while seen is not None:
         if isinstance(seen, botocore.exceptions.ClientError):
             error = seen.response.get("Error", {})
-            status = seen.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            meta = seen.response.get("ResponseMetadata", {})
+            headers = meta.get("HTTPHeaders", {}) or {}
             return _S3Failure(
                 code=str(error.get("Code", "")),
-                status=int(status or 0),
+                status=int(meta.get("HTTPStatusCode", 0) or 0),
                 message=str(error.get("Message", "")),
+                region=str(error.get("Region") or headers.get("x-amz-bucket-region", "")),
             )
         seen = seen.__cause__
     return None

@@ -8,7 +8,9 @@ dependency only affects its own command.
 Exit codes (every command): 0 success; 1 a runtime failure (one line on stderr);
 3 bad usage or configuration (bad flag, bad config file, a cold store that does not
 answer — :class:`~tieredstore.errors.ColdStoreUnreachableError`, one message for every
-command — a ``--store`` that is not a broker store, a state dir with no catalogue or one
+command — or refuses us: no or wrong credentials, a key without a right, a missing
+bucket, another region — :class:`~tieredstore.errors.ColdStoreAccessError`, one message
+too — a ``--store`` that is not a broker store, a state dir with no catalogue or one
 of another cluster/broker). ``verify`` adds 1 DIRTY / 2 CORRUPT / 3 could not run /
 4 INCOMPLETE (``--fleet``: a broker without a recent hot fingerprint).
 """
@@ -29,6 +31,7 @@ from typing import Any, Final, NoReturn, Protocol, cast
 
 from tieredstore.errors import (
     CatalogueMismatchError,
+    ColdStoreAccessError,
     ColdStoreUnreachableError,
     ConfigError,
     NotAStoreError,
@@ -81,6 +84,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lease": (
         "tieredstore.cli.commands.lease",
         "show the writer lease, or break one whose holder is gone (break --force)",
+    ),
+    "check-cold": (
+        "tieredstore.cli.commands.check_cold",
+        "try list, get, conditional create and delete on the cold store (run it first)",
     ),
     "resume": (
         "tieredstore.cli.commands.resume",
@@ -240,7 +247,13 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command, translating our errors into one line and an exit code."""
     try:
         return _load(args.command).run(args)
-    except (ConfigError, NotAStoreError, CatalogueMismatchError, ColdStoreUnreachableError) as exc:
+    except (
+        ConfigError,
+        NotAStoreError,
+        CatalogueMismatchError,
+        ColdStoreUnreachableError,
+        ColdStoreAccessError,
+    ) as exc:
         print(f"tieredstore {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except TieredStoreError as exc:

@@ -7,12 +7,17 @@ ones included (``If-None-Match``, ``If-Match``), nothing ever reaching AWS.
   process's GIL, counting requests from its access log (the benchmarks);
 * :class:`S3Bucket`: one bucket on either, with backend options and a plain botocore
   client for looking behind the backend's back;
-* the dummy credentials and region both use (:data:`AWS_ENV` for subprocesses).
+* the dummy credentials and region both use (:data:`AWS_ENV` for subprocesses);
+* IAM on a :class:`MotoServer`: :func:`iam_key` makes a user held to a policy
+  (:func:`s3_policy`: ``s3:*`` but what it denies) and its key, then :func:`enforce_auth`
+  turns on moto's checking of signatures and policies, as on S3 (the access-fault tests).
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
 import socket
 import subprocess
@@ -21,7 +26,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,9 +40,13 @@ __all__ = [
     "AWS_ENV",
     "REGION",
     "SECRET_KEY",
+    "IamKey",
     "MotoServer",
     "S3Bucket",
+    "enforce_auth",
+    "iam_key",
     "reset_moto",
+    "s3_policy",
     "threaded_server",
 ]
 
@@ -173,11 +182,14 @@ class MotoServer:
     """A moto S3 server on loopback in its own process (so it never shares our GIL).
 
     ``with MotoServer(log) as moto: moto.endpoint_url``; :meth:`reset` forgets every
-    bucket and object (moto keeps them in memory).
+    bucket and object (moto keeps them in memory). ``env`` adds to the server's
+    environment: ``{"INITIAL_NO_AUTH_ACTION_COUNT": "0"}`` makes it check every
+    request's signature and IAM policies, as S3 does (the access-fault tests).
     """
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, env: Mapping[str, str] | None = None) -> None:
         self.log = log
+        self._env = {**os.environ, **(env or {})}
         self._mark = 0
         self.port = _free_port()
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
@@ -189,6 +201,7 @@ class MotoServer:
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=out,
                 stderr=out,
+                env=self._env,
             )
         deadline = time.monotonic() + 60
         while True:
@@ -235,3 +248,58 @@ class MotoServer:
     def pid(self) -> int | None:
         """The server process's id while it runs."""
         return self._proc.pid if self._proc is not None else None
+
+
+@dataclass(frozen=True)
+class IamKey:
+    """An access key of an IAM user on an auth-enforcing moto server
+    (:func:`iam_key`); ``env`` is the environment a command run with it needs."""
+
+    access_key: str
+    secret_key: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                "AWS_DEFAULT_REGION": REGION}  # fmt: skip
+
+
+def s3_policy(*denied: str) -> str:
+    """An IAM policy document allowing ``s3:*`` on everything but the ``denied`` actions
+    (``"s3:DeleteObject"``, ...), which an explicit Deny refuses, as on AWS."""
+    statements: list[dict[str, Any]] = [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]
+    if denied:
+        statements.append({"Effect": "Deny", "Action": list(denied), "Resource": "*"})
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def iam_key(endpoint_url: str, user: str, policy: str) -> IamKey:
+    """Create IAM ``user`` with inline ``policy`` and an access key on the moto server at
+    ``endpoint_url``: call it while the server does not check requests yet (before
+    :func:`enforce_auth`); afterwards the key is held to the policy."""
+    import botocore.session
+
+    iam = botocore.session.get_session().create_client(
+        "iam", endpoint_url=endpoint_url, region_name=REGION,
+        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+    )  # fmt: skip
+    try:
+        iam.create_user(UserName=user)
+        iam.put_user_policy(UserName=user, PolicyName=f"{user}-policy", PolicyDocument=policy)
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+    finally:
+        iam.close()
+    return IamKey(str(key["AccessKeyId"]), str(key["SecretAccessKey"]))
+
+
+def enforce_auth(endpoint_url: str) -> None:
+    """From now on the moto server at ``endpoint_url`` checks every request's signature
+    and IAM policies, as S3 does (moto's ``INITIAL_NO_AUTH_ACTION_COUNT`` set to 0)."""
+    request = urllib.request.Request(
+        f"{endpoint_url}/moto-api/reset-auth",
+        data=b"0",
+        method="POST",
+        headers={"Content-Type": "text/plain"},  # else moto reads no body
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        reply.read()

@@ -21,6 +21,7 @@ from tieredstore.errors import ConfigError, TieredStoreError
 from tieredstore.settings.loader import parse_duration
 from verifier.fleet.job import DEFAULT_MAX_FINGERPRINT_AGE_S, FleetOptions, verify_fleet
 from verifier.fleet.report import write_fleet_reports
+from verifier.readers import probe_cold
 from verifier.spark.interrupt import StopOnSignal
 from verifier.spark.session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
 from verifier.storage_flags import storage_options
@@ -80,6 +81,7 @@ def run_fleet(args: argparse.Namespace, *, prog: str, clock: Clock | None = None
     with StopOnSignal() as stop:
         try:
             opts = _options(args, (clock or SystemClock()).now_ms())
+            probe_cold(opts.cold)
             if log is not None:
                 out.mkdir(parents=True, exist_ok=True)
             stop.defer()

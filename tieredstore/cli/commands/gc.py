@@ -22,6 +22,7 @@ from metadata.catalogue import DB_NAME, Catalogue
 from metadata.rows import SegmentStatus
 from tieredstore.backends import open_cold
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
+from tieredstore.cli.sidecar.runtime import check_cold_store
 from tieredstore.clock import SystemClock
 from tieredstore.logs import configure_logging
 from tieredstore.settings.loader import Settings
@@ -63,6 +64,7 @@ def _catalogue_keys(
 async def _gc(settings: Settings, *, dry_run: bool) -> tuple[GcReport, int]:
     clock = SystemClock()
     protected, committed, batches = _catalogue_keys(settings)
+    await check_cold_store(settings)  # a refusing store: its one line, before the lease
     backend = open_cold(settings.cold)
     async with backend:
         lease = lease_for(settings, backend, clock)

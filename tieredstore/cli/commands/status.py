@@ -4,7 +4,9 @@ retention headroom.
 Reads the broker store and the catalogue (read-only, so it works next to a running
 sidecar); it never contacts the cold store. The table starts with a one-line health
 summary (:func:`health_line`; WARNING also when messages wait and no sidecar holds the
-writer lease, or its holder makes no progress). ``--watch`` redraws it in place every ``--interval``
+writer lease, or its holder makes no progress, or the cold store refuses the running
+sidecar: its message, which the sidecar keeps in the state dir's ``cold-access.json``,
+:mod:`dispatcher.cold_access`). ``--watch`` redraws it in place every ``--interval``
 until Ctrl-C (on a terminal; piped, it prints one frame after another).
 
 Columns beyond the offsets and lag (JSON field names in brackets):
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import shutil
 import sys
@@ -30,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Final, TextIO
 
 from dispatcher.queue_status import QueueStatus, WriterStatus, collect, writer_status
@@ -315,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
         writer = writer_status(
             lease, rows, lag_messages=lag, now_ms=now_ms, stall_after_s=_stall_after(settings)
         )
-        return Snapshot(queues, writer)
+        return Snapshot(queues, _with_refusals(writer, settings.state.dir))
 
     tty = sys.stdout.isatty()
     if args.watch:
@@ -349,6 +353,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write(frame(statuses, now_ms, _view(args, tty=tty, pinned=False), writer))
     return 0
+
+
+def _with_refusals(writer: WriterStatus, state_dir: Path) -> WriterStatus:
+    """``writer`` with the cold store's refusals of the running sidecar first in its
+    warning (:mod:`dispatcher.cold_access`): the cause first, as a refused renewal also
+    lets the lease lapse."""
+    from dispatcher import cold_access
+
+    found = cold_access.load_refusals(state_dir / cold_access.FILE_NAME)
+    refused = cold_access.refusals_warning(found)
+    if not refused:
+        return writer
+    also = f"; {writer.warning}" if writer.warning else ""
+    return dataclasses.replace(writer, warning=refused + also)
 
 
 def _stall_after(settings: Settings) -> float:

@@ -7,7 +7,10 @@ endpoint                answer
                         unexpired writer lease, or stands by in a broker group with its
                         replica reports going out; 503 ``{"status": "unavailable",
                         "reason": ...}`` otherwise (starting, waiting for the lease,
-                        stopping, failed, lease lost or expired)
+                        stopping, failed, lease lost or expired, the cold store
+                        refusing what tiering needs); ``cold_access`` lists the faults
+                        the cold store refuses now (:mod:`dispatcher.cold_access`; a
+                        delete-only one leaves the status ``ok``)
 ``GET /metrics``        Prometheus text format of the sidecar's registry
 ``GET /v1/queues``      per-queue hot/cold offsets, lag and state, as ``status --json``
 ======================  ==================================================================
@@ -31,6 +34,7 @@ from typing import Final
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from dispatcher.cold_access import ColdAccess, Refusal
 from dispatcher.dispatcher import Dispatcher, DispatcherState
 from dispatcher.lease.lease import LeaseState
 from dispatcher.queue_status import collect, mark_stopped
@@ -62,13 +66,24 @@ _LEASE_WORDS: Final = {
 }
 
 
-def health(dispatcher: Dispatcher, now_ms: int, group: ReplicaGroup | None = None) -> Health:
-    """Healthy while the dispatcher runs and holds a lease that has not expired.
+def health(
+    dispatcher: Dispatcher,
+    now_ms: int,
+    *,
+    group: ReplicaGroup | None = None,
+    access: ColdAccess | None = None,
+) -> Health:
+    """Healthy while the dispatcher runs and holds a lease that has not expired, and the
+    cold store refuses it nothing tiering needs (``access``: a delete-only refusal is
+    named in the detail but stays healthy: tiering goes on).
 
     In a broker group (``group`` reporting) a standby is healthy too: a sidecar waiting
     on the lease whose replica reports go out (it reads and syncs its store); one whose
     reports fail is not.
     """
+    refused = access.summary() if access is not None else ""
+    if refused and access is not None and access.blocks_tiering:
+        return Health(False, refused)
     lease = dispatcher.lease
     if dispatcher.state is DispatcherState.CREATED:
         if group is not None and group.reporting and lease.state is LeaseState.NOT_HELD:
@@ -84,7 +99,8 @@ def health(dispatcher: Dispatcher, now_ms: int, group: ReplicaGroup | None = Non
     if lease.expires_at_ms <= now_ms:
         late = (now_ms - lease.expires_at_ms) / 1000
         return Health(False, f"writer lease expired {late:.1f}s ago without renewal")
-    return Health(True, f"running, writer lease epoch {lease.epoch}")
+    running = f"running, writer lease epoch {lease.epoch}"
+    return Health(True, f"{running}; {refused}" if refused else running)
 
 
 class _Api:
@@ -95,10 +111,19 @@ class _Api:
         self.clock = clock
 
     async def healthz(self, _request: web.Request) -> web.Response:
-        h = health(self.rt.dispatcher, self.clock.now_ms(), self.rt.group)
+        h = health(
+            self.rt.dispatcher, self.clock.now_ms(), group=self.rt.group, access=self.rt.access
+        )
+        refusals = [asdict(r) | {"fault": r.fault.value} for r in self._refusals()]
         if h.ok:
-            return web.json_response({"status": "ok", "detail": h.reason})
-        return web.json_response({"status": "unavailable", "reason": h.reason}, status=503)
+            return web.json_response({"status": "ok", "detail": h.reason,
+                                      "cold_access": refusals})  # fmt: skip
+        return web.json_response(
+            {"status": "unavailable", "reason": h.reason, "cold_access": refusals}, status=503
+        )
+
+    def _refusals(self) -> tuple[Refusal, ...]:
+        return self.rt.access.refusals if self.rt.access is not None else ()
 
     async def metrics(self, _request: web.Request) -> web.Response:
         body = generate_latest(self.rt.metrics.registry)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatcher.assembly import build_dispatcher
+from dispatcher.cold_access import FILE_NAME as COLD_ACCESS_FILE
+from dispatcher.cold_access import AccessWatchingBackend, ColdAccess
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.maintenance.config_backup import ConfigBackup
 from dispatcher.maintenance.retention import Retention, StepHook
@@ -32,7 +34,7 @@ from tieredstore.backends.factory import reach_of
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.cold.layout import lease_key
-from tieredstore.errors import BackendError, ConfigError
+from tieredstore.errors import BackendError, ColdStoreAccessError, ConfigError
 from tieredstore.hot.store import HotStore
 from tieredstore.ratelimit import TokenBucket
 from tieredstore.settings.loader import Settings
@@ -48,14 +50,18 @@ async def check_cold_store(settings: Settings) -> None:
     first, so a cold store that does not answer leaves no state dir behind.
 
     Raises ColdStoreUnreachableError (the one message every command gives for this
-    fault) when it does not answer, and ConfigError naming ``cold.url`` when it refuses
-    us (no such bucket, access denied), so a misconfigured sidecar stops at start.
+    fault) when it does not answer, ColdStoreAccessError (one message too) when it
+    refuses us (credentials, permission, no such bucket, another region), and
+    ConfigError naming ``cold.url`` for any other refusal, so a misconfigured sidecar
+    stops at start.
     """
     policy = RetryPolicy(max_attempts=3, base_delay=0.5, max_delay=2.0)
     where = f"cold.url={settings.redacted()['cold.url']}"
     backend = open_cold(settings.cold, retry=policy)
     try:
         await backend.list(lease_key(settings.cold.cluster, settings.cold.broker))
+    except ColdStoreAccessError:
+        raise
     except BackendError as exc:
         raise ConfigError(f"cold store refused the first request: {exc}", where=where) from exc
     finally:
@@ -80,6 +86,8 @@ class Runtime:
     #: This sidecar's part in its broker group (reports, the limit).
     group: ReplicaGroup
     config_backup: ConfigBackup | None = None
+    #: What the cold store refuses this sidecar now (``/healthz``, the log, the metric).
+    access: ColdAccess | None = None
 
 
 def _counted(backend: Backend, metrics: Metrics) -> CountingBackend:
@@ -116,7 +124,10 @@ async def open_runtime(
     metrics = metrics or Metrics()
     policy = retry or RetryPolicy()
     async with AsyncExitStack() as stack:
-        backend = await _backend(settings, stack, backend, metrics, policy, clock)
+        access = ColdAccess(metrics, settings.state.dir / COLD_ACCESS_FILE)
+        backend = AccessWatchingBackend(
+            await _backend(settings, stack, backend, metrics, policy, clock), access
+        )
         hot, catalogue = _open_stores(settings, stack)
         built = build_dispatcher(
             settings, backend=backend, hot=hot, catalogue=catalogue, clock=clock,
@@ -127,7 +138,7 @@ async def open_runtime(
         yield Runtime(
             settings, backend, hot, catalogue, built.dispatcher, metrics, built.retention,
             upload_limit=built.upload_limit, compactor=built.compactor, group=built.group,
-            config_backup=built.config_backup,
+            config_backup=built.config_backup, access=access,
         )  # fmt: skip
 
 
