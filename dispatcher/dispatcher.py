@@ -233,6 +233,8 @@ class Dispatcher:
         self.metrics.lease_epoch.set(self.lease.epoch)
         if self.tiering.batching:
             await self.rounds.batcher.start()  # before recover: it adopts what the fence froze
+        else:  # a takeover all the same: an older writer's batch create must not land
+            await self.rounds.batcher.keys.fence_takeover()
         report = await self.writer.recover()
         damaged.clear()
         damaged.update(report_damage(report.issues, self.metrics))
@@ -242,7 +244,9 @@ class Dispatcher:
                 metrics=self.metrics, keys=self.rounds.batcher.keys,
             )  # fmt: skip
         self.states.save()  # with the damaged queues: `status` shows them DEGRADED
-        await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())
+        await self.provenance.publish_rules(
+            TopicFilter.of(self.tiering).rules(), str(self.tiering.init_policy)
+        )
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self.states.lock:
             for job in self.startup:
