@@ -24,9 +24,11 @@ of the slice's start for its own epoch (:meth:`ColdWriter.gate_start
 <dispatcher.tiering.cold_writer.ColdWriter.gate_start>`: a fence marker): the frozen
 create then finds the key taken, reads a newer epoch and stops as fenced. Only the first
 slice needs it: the older writer's create can only be at the queue's frontier as it was
-committed when this writer took over, and its later creates need that one to land. If a
-manifest landed there first, it is adopted (as a segment's manifest create that finds
-another is) and the queue is planned again from past it.
+committed when this writer took over, and its later creates need that one to land; and
+a writer of lease epoch 1 needs none (no older writer exists). So the gate costs one
+create per queue per start of the sidecar, never per round. If a manifest landed there
+first, it is adopted (as a segment's manifest create that finds another is) and the
+queue is planned again from past it.
 
 A create that finds its key taken reads it (:meth:`BatchWriter._taken`): the very same
 bytes are ours (a retry after a lost reply: committed); a fence or batch of a newer epoch
@@ -251,9 +253,9 @@ class BatchWriter:
         stale writer's manifest landed there first (adopted, or quarantined if hot
         disagrees; the queue is planned again from its new row)."""
         queue = QueueKey(row.topic, row.queue_id)
-        if queue in self._gated:
-            return CommitKind.COMMITTED
         lease = self.keys.lease
+        if queue in self._gated or lease.epoch <= 1:  # epoch 1: no older writer exists
+            return CommitKind.COMMITTED
         writer = self.committer.writer
         landed = await writer.gate_start(
             writer.queue_path(row.topic, row.queue_id), start,
