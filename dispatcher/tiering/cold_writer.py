@@ -14,6 +14,9 @@ outcome, reported as a :class:`ManifestOutcome`: what is already there is our ow
 manifest (a retry after a lost reply), another writer's manifest, which the caller
 checks and adopts, a manifest of a format this version cannot read (the queue stops) —
 or a manifest or marker of a newer lease epoch: this writer has been fenced and stops.
+Before a queue's first batch slice in a process, the batch writer takes the manifest key
+of the slice's start with a marker of its own (:meth:`ColdWriter.gate_start`), so a
+stale writer's create there is fenced too (docs/reliability.md).
 
 On start, :meth:`ColdWriter.recover` reconciles the catalogue with cold; what it finds
 damaged in a committed history is made loud (:func:`report_damage`) and a lost tail the
