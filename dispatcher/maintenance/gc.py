@@ -200,7 +200,6 @@ async def scan_garbage(
         referenced.update((m.commit_log_key, m.consume_queue_key))
     garbage: list[Garbage] = []
     young = 0
-    grace_ms = grace_s * 1000
     for queue, infos in sorted(segment_objects.items()):
         if queue in blocked:
             continue
@@ -208,12 +207,12 @@ async def scan_garbage(
             if info.key in referenced:
                 continue
             age = now_ms - round(info.mtime * 1000)
-            if age > grace_ms:
+            if age > grace_s * 1000:
                 garbage.append(Garbage(info.key, GarbageKind.UNCOMMITTED, info.size, age))
             else:
                 young += 1
     fences = _fences(garbage, parsed, {m.key for m in manifests})
-    garbage.extend(await _leftovers(backend, prefix, now_ms, grace_ms))
+    garbage.extend(await _leftovers(backend, prefix, now_ms, grace_s * 1000))
     return GcReport(cluster, broker, tuple(garbage), tuple(findings), young, len(manifests),
                     fences, now_ms)  # fmt: skip
 

@@ -20,12 +20,12 @@ The manifest gate. A slice takes no manifest key, and the reading rule prefers a
 to a slice over the same offsets; so a writer of an older epoch frozen inside its
 manifest create at offset S could land a segment over the slices a successor committed
 from S. Before a queue's first slice in this process, the writer takes the manifest key
-of the slice's start for its own epoch (:meth:`ColdWriter.gate_start
-<dispatcher.tiering.cold_writer.ColdWriter.gate_start>`: a fence marker): the frozen
-create then finds the key taken, reads a newer epoch and stops as fenced. Only the first
-slice needs it: the older writer's create can only be at the queue's frontier as it was
-committed when this writer took over, and its later creates need that one to land; and
-a writer of lease epoch 1 needs none (no older writer exists). So the gate costs one
+of the slice's start for its own epoch (a fence marker:
+:func:`~dispatcher.tiering.cold_writer.gate_start`): the frozen create then finds the
+key taken, reads a newer epoch and stops as fenced. Only the first slice needs it: the
+older writer's create can only be at the queue's frontier as it was committed when this
+writer took over, and its later creates need that one to land; and a writer of lease
+epoch 1 needs none (no older writer exists). So the gate costs one
 create per queue per start of the sidecar, never per round. If a manifest landed there
 first, it is adopted (as a segment's manifest create that finds another is) and the
 queue is planned again from past it.
@@ -56,6 +56,7 @@ import numpy as np
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.batch.keys import MAX_RESEQUENCE, BatchKeys
+from dispatcher.tiering.cold_writer import gate_start
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
 from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
@@ -257,8 +258,8 @@ class BatchWriter:
         if queue in self._gated or lease.epoch <= 1:  # epoch 1: no older writer exists
             return CommitKind.COMMITTED
         writer = self.committer.writer
-        landed = await writer.gate_start(
-            writer.queue_path(row.topic, row.queue_id), start,
+        landed = await gate_start(
+            writer, writer.queue_path(row.topic, row.queue_id), start,
             lease_epoch=lease.epoch, check=lease.check,
         )  # fmt: skip
         if landed is not None:
