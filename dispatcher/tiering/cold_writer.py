@@ -401,6 +401,7 @@ async def gate_start(
         f"the manifest key changed {_MAX_SWAPS} times while gating it", where=key
     )
 
+
 def _fenced_at(
     key: str, start: int, queue: QueuePath, epoch: int, writer_id: str, ours: int
 ) -> LeaseLostError:
