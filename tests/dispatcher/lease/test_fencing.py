@@ -468,9 +468,10 @@ async def test_gc_with_no_grace_fences_a_frozen_batch_create(
                                     now_ms=clock.now_ms(), grace_s=0)  # fmt: skip
         await delete_garbage(report, backend=backend, lease=lease)
         await lease.release()
-        # A's batch create goes out after GC's epoch; its renewal stays stuck, so what
-        # fences A is the key it finds taken.
-        stall.release("create", "read")
+        # A's batch create (and whatever else A had in flight) goes out after GC's epoch;
+        # its renewal's swap stays stuck, so what fences A is the key it finds taken.
+        stall.release("create", "read", "size", "exists", "list", "write", "write_chunks",
+                      "delete")  # fmt: skip
         with pytest.raises(LeaseLostError):
             await asyncio.wait_for(a_pass, WAIT_S)
         stall.release()
