@@ -241,6 +241,8 @@ class Dispatcher:
         self.metrics.lease_epoch.set(self.lease.epoch)
         if self.tiering.batching:
             await self.rounds.batcher.start()  # before recover: it adopts what the fence froze
+        else:  # a takeover all the same: an older writer's batch create must not land
+            await self.rounds.batcher.keys.fence_takeover()
         report = await self.writer.recover()
         damaged.clear()
         found = report_damage(report.issues, self.metrics, self.catalogue)
@@ -251,7 +253,9 @@ class Dispatcher:
                 keys=self.rounds.batcher.keys, lost_batches=found.batches,
             )  # fmt: skip
         self.states.save()  # with the damaged queues: `status` shows them DEGRADED
-        await self.provenance.publish_rules(TopicFilter.of(self.tiering).rules())
+        await self.provenance.publish_rules(
+            TopicFilter.of(self.tiering).rules(), str(self.tiering.init_policy)
+        )
         await asyncio.to_thread(self.rounds.clear_spool)
         async with self.states.lock:
             for job in self.startup:

@@ -14,7 +14,9 @@ were stored (:class:`HotFacts`). Per queue:
   that is tiered (it has segments, or its topic is included and hot holds data) with no
   init record is ``unproven_start`` (DIRTY), and its start is taken as what cold (or,
   with no segment, hot) shows — except that messages hot holds which were stored while
-  an entry tiered the topic are required all the same (``missing_head`` below them);
+  an entry tiered the topic are required all the same (``missing_head`` below them),
+  and so is everything hot holds when the tiering record says the init policy was
+  ``earliest`` throughout (:func:`earliest_start`);
 * ``missing_head`` (CORRUPT) — cold starts above the required start and no accepted
   loss span covers the difference: checked whether or not hot still has those offsets;
 * ``hot_not_covered`` (CORRUPT) for a queue with **no segment**, or with a required
@@ -33,7 +35,9 @@ Worked example (lag cutoff 900, loss records none)::
     none  -          [0, 800)         [0, 1000)       unproven_start
     none  -          [300, 800)       [0, 1000)       unproven_start, and missing_head
                                                       [100, 300) if hot's messages from
-                                                      100 on were stored while tiered
+                                                      100 on were stored while tiered,
+                                                      [0, 300) if the policy was always
+                                                      earliest
     0     stop 500   none             [0, 1000)       hot_not_covered [0, 500)
 
 **Records checked against what hot proves** (pure decisions over plain values, so any
@@ -87,6 +91,7 @@ __all__ = [
     "Span",
     "Stop",
     "apply_requirements",
+    "earliest_start",
     "impossible_init",
     "impossible_losses",
     "impossible_retention",
@@ -395,10 +400,27 @@ def _missing_head(q: QueueReport, req: Requirements, required: int | None) -> li
 
 def _proven_start(q: QueueReport, req: Requirements, required: int | None) -> int | None:
     """Where the queue must start in cold: the required start, or, with no init or
-    retention record, the first hot message stored while an entry tiered its topic."""
+    retention record, the first hot message stored while an entry tiered its topic —
+    or the hot min, when the tiering record says every queue was initialised at its hot
+    min (:func:`earliest_start`)."""
     if required is not None:
         return required
-    return tiered_start(req.tiering, q.topic, req.hot.get((q.topic, q.queue_id)))
+    hot = req.hot.get((q.topic, q.queue_id))
+    starts = [tiered_start(req.tiering, q.topic, hot), earliest_start(req.tiering, hot)]
+    return min((s for s in starts if s is not None), default=None)
+
+
+def earliest_start(tiering: TieringRecord, hot: HotFacts | None) -> int | None:
+    """The start a queue with no init record must have in cold when the broker's init
+    policy was ``earliest`` throughout (:attr:`TieringRecord.always_earliest`): the hot
+    min (None: not so, or no hot messages). The queue was initialised at the hot min of
+    the day it was first seen, and the hot min never goes down, so every offset hot holds
+    now was required; cold starting above it is ``missing_head`` (CORRUPT) unless a
+    retention or loss record explains it. The one rule both the single-broker job and
+    the fleet job apply (through :func:`judge`)."""
+    if not tiering.always_earliest or hot is None or hot.hot_min >= hot.hot_max:
+        return None
+    return hot.hot_min
 
 
 def _nothing_tiered(

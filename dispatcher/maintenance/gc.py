@@ -28,6 +28,11 @@ by compare-and-swap when due): a sidecar that lost its lease deletes nothing mor
 Garbage can never become committed later: every upload attempt writes under names of
 its own, and a manifest only ever names the objects its own attempt wrote.
 
+**Fencing the batch sequence.** GC takes the lease like any takeover, so before anything
+else :func:`delete_garbage` fences the batch sequence as a sidecar's batch writer does
+on start: a writer of an older epoch frozen inside its batch create then finds its key
+taken by GC's fence and stops, instead of committing after GC took a new epoch.
+
 **Fencing before deleting.** A writer paused after its last lease check, right before
 its manifest create (or inside a create its backend retries), would otherwise commit a
 manifest naming objects GC just deleted. So before deleting the objects of a segment
@@ -55,7 +60,9 @@ from typing import Final
 from dispatcher.lease.guard import hold_lease
 from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.retention import format_age
+from dispatcher.tiering.batch.keys import BatchKeys
 from tieredstore.backends.base import Backend, ObjectInfo
+from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cold.history import read_batch
 from tieredstore.cold.layout import (
     ObjectKey,
@@ -137,10 +144,12 @@ class Fence:
 
 @dataclass(frozen=True, slots=True)
 class GcReport:
-    """What a scan found. ``young`` counts uncommitted objects still within the grace;
-    ``fences`` are the segment starts to fence before deleting (``now_ms``: the scan's
-    time, which the markers record)."""
+    """What a scan of broker ``broker`` of ``cluster`` found. ``young`` counts
+    uncommitted objects still within the grace; ``fences`` are the segment starts to
+    fence before deleting (``now_ms``: the scan's time, which the markers record)."""
 
+    cluster: str
+    broker: str
     garbage: tuple[Garbage, ...]
     findings: tuple[Finding, ...]
     young: int
@@ -198,7 +207,6 @@ async def scan_garbage(
         referenced.update((m.commit_log_key, m.consume_queue_key))
     garbage: list[Garbage] = []
     young = 0
-    grace_ms = grace_s * 1000
     for queue, infos in sorted(segment_objects.items()):
         if queue in blocked:
             continue
@@ -206,13 +214,14 @@ async def scan_garbage(
             if info.key in referenced:
                 continue
             age = now_ms - round(info.mtime * 1000)
-            if age > grace_ms:
+            if age > grace_s * 1000:
                 garbage.append(Garbage(info.key, GarbageKind.UNCOMMITTED, info.size, age))
             else:
                 young += 1
     fences = _fences(garbage, parsed, {m.key for m in manifests})
-    garbage.extend(await _leftovers(backend, prefix, now_ms, grace_ms))
-    return GcReport(tuple(garbage), tuple(findings), young, len(manifests), fences, now_ms)
+    garbage.extend(await _leftovers(backend, prefix, now_ms, grace_s * 1000))
+    return GcReport(cluster, broker, tuple(garbage), tuple(findings), young, len(manifests),
+                    fences, now_ms)  # fmt: skip
 
 
 def _missing_committed(committed: Collection[str], listing: dict[str, ObjectInfo]) -> list[Finding]:
@@ -355,12 +364,19 @@ async def delete_garbage(report: GcReport, *, backend: Backend, lease: Lease) ->
     """Fence, then delete what ``report`` found, holding the lease; return how many
     were removed.
 
-    Every start in ``report.fences`` gets this GC's fence marker first; an object a
-    manifest that landed since the scan names is spared (so is every object of a queue
-    whose manifest key then holds something unreadable). Objects and leftovers both go
-    through the backend (idempotent). Raises LeaseLostError if another writer took
-    over, BackendError if one cannot be removed.
+    First the batch sequence gets this GC's fence
+    (:meth:`~dispatcher.tiering.batch.keys.BatchKeys.fence_takeover`: a writer frozen
+    inside its batch create cannot commit after GC took its epoch); then every start in
+    ``report.fences`` gets this GC's fence marker; an object a manifest that landed
+    since the scan names is spared (so is every object of a queue whose manifest key
+    then holds something unreadable). Objects and leftovers both go through the backend
+    (idempotent). Raises LeaseLostError if another writer took over, BackendError if
+    one cannot be removed.
     """
+    await hold_lease(lease)
+    keys = BatchKeys(backend=backend, lease=lease, clock=lease.clock, retry=RetryPolicy(),
+                     cluster=report.cluster, broker=report.broker)  # fmt: skip
+    await keys.fence_takeover()
     spared: set[str] = set()
     for fence in report.fences:
         await hold_lease(lease)

@@ -14,6 +14,9 @@ outcome, reported as a :class:`ManifestOutcome`: what is already there is our ow
 manifest (a retry after a lost reply), another writer's manifest, which the caller
 checks and adopts, a manifest of a format this version cannot read (the queue stops) —
 or a manifest or marker of a newer lease epoch: this writer has been fenced and stops.
+Before a queue's first batch slice in a process, the batch writer takes the manifest key
+of the slice's start with a marker of its own (:func:`gate_start`), so a
+stale writer's create there is fenced too (docs/reliability.md).
 
 On start, :meth:`ColdWriter.recover` reconciles the catalogue with cold; what it finds
 damaged in a committed history is made loud (:func:`report_damage`) and a lost tail the
@@ -88,6 +91,7 @@ __all__ = [
     "FoundDamage",
     "HealOutcome",
     "ManifestOutcome",
+    "gate_start",
     "heal_damaged",
     "heal_lost_tail",
     "report_batch_damage",
@@ -356,6 +360,78 @@ class FoundDamage:
 
     queues: Damaged = field(default_factory=dict)
     batches: frozenset[str] = frozenset()
+
+
+async def gate_start(
+    writer: ColdWriter,
+    queue: QueuePath,
+    start: int,
+    *,
+    lease_epoch: int,
+    check: Callable[[], None],
+) -> str | None:
+    """Take the manifest key of ``start`` for this writer's epoch before batch slices
+    from ``start`` are committed: a writer of an older epoch frozen inside its
+    manifest create there then finds the key taken and stops as fenced, instead of
+    landing a segment the reading rule would read over the slices.
+
+    Puts a fence marker of ``lease_epoch`` there (create-if-absent; a marker of an
+    older epoch is replaced by compare-and-swap; one of this epoch stays). Returns
+    None once the key holds a marker of this epoch, or the key when a manifest is
+    there (it landed since the catalogue was reconciled: the caller adopts it and
+    commits no slice from ``start``). Raises LeaseLostError when a marker or
+    manifest of a newer epoch is there. A later manifest of this or a newer epoch
+    at ``start`` (compaction's) replaces the marker (:meth:`ColdWriter.create_manifest`).
+    """
+    key = object_key(queue, SegmentKind.MANIFEST, start)
+    data = FenceMarker(
+        queue.cluster, queue.broker, queue.topic, queue.queue_id, start,
+        lease_epoch=lease_epoch, writer_id=writer.writer_id,
+        created_at_ms=writer.clock.now_ms(),
+    ).to_json()  # fmt: skip
+
+    async def create() -> str:
+        check()
+        return await writer.backend.create(key, data)
+
+    try:
+        await writer._retrying("manifest gate", create)
+        return None
+    except ConditionFailedError:
+        pass
+    for _ in range(_MAX_SWAPS):
+        got = await writer.backend.read_versioned(key)
+        try:
+            theirs = read_stored(got.data, key)
+        except UnsupportedFormatError:
+            return key  # a manifest of a newer format: the adoption stops the queue
+        if theirs.lease_epoch > lease_epoch:
+            raise _fenced_at(key, start, queue, theirs.lease_epoch, theirs.writer_id,
+                                  lease_epoch)  # fmt: skip
+        if not isinstance(theirs, FenceMarker):
+            return key
+        if theirs.lease_epoch == lease_epoch:
+            return None
+        check()
+        try:
+            await writer.backend.replace(key, data, version=got.version)
+            return None
+        except ConditionFailedError:
+            continue  # replaced under us: read what is there now
+    raise ConditionFailedError(
+        f"the manifest key changed {_MAX_SWAPS} times while gating it", where=key
+    )
+
+
+def _fenced_at(
+    key: str, start: int, queue: QueuePath, epoch: int, writer_id: str, ours: int
+) -> LeaseLostError:
+    fenced = LeaseLostError(
+        f"fenced: epoch {epoch} ({writer_id}) took queue offset {start} of {queue} first",
+        where=key,
+    )
+    log.error("%s; this writer (epoch %d) stops", fenced, ours)
+    return fenced
 
 
 def _queue_of(key: str) -> QueueKey | None:

@@ -127,9 +127,9 @@ class SegmentCommitter:
         if outcome is ManifestOutcome.UNREADABLE:
             self.stop_unreadable(row, manifest.key)
             return CommitResult(CommitKind.STOPPED, row)
-        return CommitResult(CommitKind.ADOPTED, await self._adopt_ahead(row, manifest.key))
+        return CommitResult(CommitKind.ADOPTED, await self.adopt_ahead(row, manifest.key))
 
-    async def _adopt_ahead(self, row: QueueRow, key: str) -> QueueRow:
+    async def adopt_ahead(self, row: QueueRow, key: str) -> QueueRow:
         """The cold store already holds a manifest at ``key``: adopt it if its objects
         are whole and agree with the hot store, else quarantine it; never overwrite it.
 

@@ -1,8 +1,10 @@
 """The sidecar's side of the provenance records (:mod:`tieredstore.cold.provenance`).
 
 * :meth:`ProvenanceWriter.publish_rules` — the broker's tiering record, current with
-  the topic filter: on start and after every reload that changes the filter
-  (compare-and-swap; a no-op when unchanged).
+  the topic filter and the init policy: on start and after every reload that changes
+  either (compare-and-swap; a no-op when unchanged). A record created while the
+  catalogue already holds tiered queues (an older sidecar's store, or the record
+  deleted) starts with the policy unknown.
 * :meth:`ProvenanceWriter.ensure_inits` — an init record for every ACTIVE queue before
   it is tiered, so before its first manifest (create-if-absent). A queue this process
   has not seen a record for gets one when hot still proves its start (hot min ≤ the
@@ -74,7 +76,7 @@ class ProvenanceWriter:
         self.backend, self.lease, self.hot = backend, lease, hot
         self.cluster, self.broker = cluster, broker
         self.catalogue = catalogue  # the queues stop records are due for (None: none)
-        self._rules: TopicRules | None = None  # as last published by this process
+        self._rules: tuple[TopicRules, str] | None = None  # as last published here
         self._settled: set[QueueKey] | None = None  # queues with an init record (or none due)
         self._record: TieringRecord | None = None  # stop records not yet written for it
 
@@ -95,21 +97,30 @@ class ProvenanceWriter:
         """What must be in cold, in cold, before any of it is: the rules (after a reload
         too), where tiering stopped for the queues they exclude now, and each of
         ``rows``' init record, ahead of its first manifest."""
-        await self.publish_rules(TopicFilter.of(tiering).rules())
+        await self.publish_rules(TopicFilter.of(tiering).rules(), str(tiering.init_policy))
         await self.record_stops()
         await self.ensure_inits(rows, str(tiering.init_policy))
 
-    async def publish_rules(self, rules: TopicRules) -> None:
-        """Make ``rules`` the tiering record's current rules (once per change)."""
-        if rules == self._rules:
+    async def publish_rules(self, rules: TopicRules, init_policy: str) -> None:
+        """Make ``rules`` and ``init_policy`` the tiering record's current rules and
+        policy (once per change)."""
+        if (rules, init_policy) == self._rules:
             return
         self.lease.check()
         self._record = await publish_tiering_rules(
             self.backend, self.cluster, self.broker, rules,
             now_ms=self.lease.clock.now_ms(), writer_id=self.lease.owner,
-            lease_epoch=self.lease.epoch,
+            lease_epoch=self.lease.epoch, init_policy=init_policy,
+            tiered_before=self._tiered_before(),
         )  # fmt: skip
-        self._rules = rules
+        self._rules = (rules, init_policy)
+
+    def _tiered_before(self) -> bool:
+        """Whether the catalogue holds a queue tiered past its init offset (a record
+        created now cannot say which policy initialised it)."""
+        if self.catalogue is None:
+            return False
+        return any(row.cold_commit > row.init_offset for row in self.catalogue.queues.all())
 
     async def record_stops(self) -> None:
         """A stop record for each catalogue queue the published rules stopped tiering

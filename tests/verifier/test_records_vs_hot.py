@@ -276,6 +276,56 @@ def test_a_deleted_init_record_and_head_are_corrupt_where_hot_proves_tiering(
     }
 
 
+# -- row 5 of issue 46: the init policy on record; init record and head deleted ----------
+
+
+def tier_late(site: Site, *policies: str | None) -> int:
+    """The tiering record of a sidecar started after every message hot holds was stored
+    (one entry per policy of ``policies``, in turn); then Q's init record and first two
+    segments deleted. Returns Q's cold min."""
+    history = tuple(
+        RuleEpoch(CREATED_AT_MS + 10_000 + i, TopicRules(), "test-writer", 1, policy)
+        for i, policy in enumerate(policies)
+    )
+    record = TieringRecord(CLUSTER, BROKER, history)
+    site.put(record.key, record.to_json())
+    site.rm(init_key(qpath(Q)))
+    site.drop_segments(Q, 0, 2)
+    return stop_at(site, Q, 2)
+
+
+def test_a_deleted_init_record_and_head_are_corrupt_under_an_earliest_policy(
+    site: Site,
+) -> None:
+    cold_min = tier_late(site, "earliest")
+    assert hot_range(site)[0] == 0 < cold_min
+    code, doc = site.verify()
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {
+        ("unproven_start", TOPIC, 0, cold_min, cold_min, None),
+        ("missing_head", TOPIC, 0, 0, cold_min, None),
+    }
+
+
+@pytest.mark.parametrize("site", [pytest.param("s3-fleet", marks=pytest.mark.s3)], indirect=True)
+def test_on_s3_the_fleet_job_holds_an_earliest_policy_to_hot_min(site: Site) -> None:
+    test_a_deleted_init_record_and_head_are_corrupt_under_an_earliest_policy(site)
+
+
+@pytest.mark.parametrize(
+    "policies",
+    [("latest",), ("timestamp:5",), (None,), (None, "earliest"), ("earliest", "latest")],
+    ids=["latest", "timestamp", "unknown", "earliest-since-an-upgrade", "earliest-then-latest"],
+)
+def test_a_deleted_init_record_under_another_policy_stays_dirty(
+    site: Site, policies: tuple[str | None, ...]
+) -> None:
+    cold_min = tier_late(site, *policies)
+    code, doc = site.verify()
+    assert (code, doc["verdict"]) == (1, "DIRTY")
+    assert found(doc) == {("unproven_start", TOPIC, 0, cold_min, cold_min, None)}
+
+
 # -- verdicts that must not change ---------------------------------------------------------
 
 

@@ -6,9 +6,12 @@ beside the topics, so that GC, reconcile and the verifier's segment checks never
 them for segment objects, and deleting a queue's data leaves them behind):
 
 * the broker's **tiering record** (``_tiering.json``, :class:`TieringRecord`): the topic
-  rules the sidecar tiers by, as a history — each entry the rules and since when they
-  applied. Written by the sidecar when it takes the lease, compare-and-swap (a new entry
-  only when the rules changed);
+  rules and the init policy (``tiering.init_policy``) the sidecar tiers by, as a history —
+  each entry the rules, the policy and since when they applied. Written by the sidecar
+  when it takes the lease, compare-and-swap (a new entry only when the rules or the
+  policy changed). Format 2 added the policy; an entry of a format-1 record, and the
+  first entry of a record created over a prefix something was tiered to before, has
+  the policy ``None`` (unknown: a queue may have been initialised under any policy);
 * a queue's **init record** (``_queues/<topic>/<queueId>/INIT.json``, :class:`QueueInit`):
   its init offset and the policy that chose it, created once (create-if-absent) when
   the queue is initialised, before its first manifest;
@@ -39,6 +42,7 @@ naming the prefix and the brokers that do exist.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
@@ -70,6 +74,7 @@ from tieredstore.topic_rules import TopicDecision, TopicRules
 
 __all__ = [
     "PROVENANCE_FORMAT_VERSION",
+    "TIERING_FORMAT_VERSION",
     "NotTieredError",
     "QueueInit",
     "QueueProvenance",
@@ -85,6 +90,8 @@ __all__ = [
 ]
 
 PROVENANCE_FORMAT_VERSION: Final = 1
+#: The tiering record's format: 2 added each entry's ``init_policy`` (1 still reads).
+TIERING_FORMAT_VERSION: Final = 2
 
 
 class _Listed(Protocol):
@@ -110,12 +117,18 @@ def _check(ok: bool, problem: str, where: str) -> None:
         raise CorruptProvenanceError(problem, where=where)
 
 
-def _parse(data: bytes, where: str, what: str, fields: dict[str, type]) -> dict[str, Any]:
-    """Exactly ``fields``, each of its type, in a JSON object of the current format."""
+def _parse(
+    data: bytes,
+    where: str,
+    what: str,
+    fields: dict[str, type],
+    versions: tuple[int, ...] = (PROVENANCE_FORMAT_VERSION,),
+) -> dict[str, Any]:
+    """Exactly ``fields``, each of its type, in a JSON object of one of ``versions``."""
     doc = parse_object(data, error=CorruptProvenanceError, what=what, where=where)
     values: dict[str, Any] = {name: doc.scalar(name, typ) for name, typ in fields.items()}
     doc.no_extra()
-    _check(values["format_version"] == PROVENANCE_FORMAT_VERSION,
+    _check(values["format_version"] in versions,
            f"unsupported format_version {values['format_version']}", where)  # fmt: skip
     return values
 
@@ -125,12 +138,16 @@ def _parse(data: bytes, where: str, what: str, fields: dict[str, type]) -> dict[
 
 @dataclass(frozen=True, slots=True)
 class RuleEpoch:
-    """Topic rules and since when (epoch ms) the writer ``writer_id`` applied them."""
+    """Topic rules and init policy, and since when (epoch ms) the writer ``writer_id``
+    applied them. ``init_policy`` is the setting's text (``earliest``, ``latest``,
+    ``timestamp:<ms>``) or None: not on record (a format-1 entry, or the queues tiered
+    before the record existed)."""
 
     since_ms: int
     rules: TopicRules
     writer_id: str
     lease_epoch: int
+    init_policy: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
         return {
@@ -138,6 +155,7 @@ class RuleEpoch:
             "rules": self.rules.to_doc(),
             "writer_id": self.writer_id,
             "lease_epoch": self.lease_epoch,
+            "init_policy": self.init_policy,
         }
 
 
@@ -177,19 +195,35 @@ class TieringRecord:
             since = e.since_ms
         return None
 
+    @property
+    def always_earliest(self) -> bool:
+        """Whether every queue of the broker was initialised at its hot min: every entry
+        of the history, from the first, says ``earliest`` (none unknown). A queue is
+        initialised once, under the entry in force when the sidecar first saw it, so a
+        single other or unknown entry anywhere in the history takes this back for good:
+        the record never claims more than was true."""
+        return all(e.init_policy == "earliest" for e in self.history)
+
     def with_rules(
-        self, rules: TopicRules, *, now_ms: int, writer_id: str, lease_epoch: int
+        self,
+        rules: TopicRules,
+        *,
+        now_ms: int,
+        writer_id: str,
+        lease_epoch: int,
+        init_policy: str | None = None,
     ) -> TieringRecord:
-        """This record with ``rules`` current from ``now_ms`` (itself when unchanged)."""
-        if self.current.rules == rules:
+        """This record with ``rules`` and ``init_policy`` current from ``now_ms`` (itself
+        when both are unchanged)."""
+        if self.current.rules == rules and self.current.init_policy == init_policy:
             return self
-        epoch = RuleEpoch(now_ms, rules, writer_id, lease_epoch)
+        epoch = RuleEpoch(now_ms, rules, writer_id, lease_epoch, init_policy)
         return TieringRecord(self.cluster, self.broker, (*self.history, epoch))
 
     def to_json(self) -> bytes:
         return canonical(
             {
-                "format_version": PROVENANCE_FORMAT_VERSION,
+                "format_version": TIERING_FORMAT_VERSION,
                 "cluster": self.cluster,
                 "broker": self.broker,
                 "history": [e.to_doc() for e in self.history],
@@ -197,10 +231,28 @@ class TieringRecord:
         )
 
 
-def _rule_epoch(item: object, where: str) -> RuleEpoch:
+_ENTRY_FIELDS: Final = {
+    1: {"since_ms", "rules", "writer_id", "lease_epoch"},
+    2: {"since_ms", "rules", "writer_id", "lease_epoch", "init_policy"},
+}
+
+
+def _init_policy(value: object, where: str) -> str | None:
+    """A history entry's ``init_policy``: null, or a policy the setting accepts."""
+    if value is None:
+        return None
+    ok = isinstance(value, str) and (
+        value in ("earliest", "latest") or re.fullmatch(r"timestamp:\d+", value) is not None
+    )
+    _check(ok, f"history entry init_policy {value!r} is not a policy", where)
+    assert isinstance(value, str)
+    return value
+
+
+def _rule_epoch(item: object, where: str, version: int) -> RuleEpoch:
     _check(isinstance(item, dict), "a history entry is not an object", where)
     assert isinstance(item, dict)
-    _check(set(item) == {"since_ms", "rules", "writer_id", "lease_epoch"},
+    _check(set(item) == _ENTRY_FIELDS[version],
            f"history entry has fields {sorted(item)}", where)  # fmt: skip
     since, writer, epoch, rules = (
         item[k] for k in ("since_ms", "writer_id", "lease_epoch", "rules")
@@ -213,15 +265,18 @@ def _rule_epoch(item: object, where: str) -> RuleEpoch:
         parsed = TopicRules.from_doc(rules)
     except ValueError as exc:
         raise CorruptProvenanceError(f"topic rules: {exc}", where=where) from exc
-    return RuleEpoch(since, parsed, writer, epoch)
+    policy = _init_policy(item.get("init_policy"), where)
+    return RuleEpoch(since, parsed, writer, epoch, policy)
 
 
 def read_tiering_record(data: bytes, key: str) -> TieringRecord:
-    """Parse the tiering record stored at ``key`` (CorruptProvenanceError if invalid, or
-    if it names another broker than its key)."""
+    """Parse the tiering record stored at ``key``, format 1 (its entries' init policy
+    unknown: None) or 2 (CorruptProvenanceError if invalid, or if it names another
+    broker than its key)."""
     fields = {"format_version": int, "cluster": str, "broker": str, "history": list}
-    values = _parse(data, key, "tiering record", fields)
-    history = tuple(_rule_epoch(item, key) for item in values["history"])
+    values = _parse(data, key, "tiering record", fields, tuple(_ENTRY_FIELDS))
+    version = values["format_version"]
+    history = tuple(_rule_epoch(item, key, version) for item in values["history"])
     _check(bool(history), "history is empty", key)
     since = [e.since_ms for e in history]
     _check(since == sorted(since), "history is not in since_ms order", key)
@@ -242,15 +297,26 @@ async def publish_tiering_rules(
     now_ms: int,
     writer_id: str,
     lease_epoch: int,
+    init_policy: str | None = None,
+    tiered_before: bool = False,
 ) -> TieringRecord:
-    """Make ``rules`` the broker's current tiering rules (from ``now_ms`` when they
-    changed); return the stored record. Create-if-absent, else compare-and-swap on the
-    version read (``backend`` is a :class:`~tieredstore.backends.base.Backend`); a lost
-    race raises ConditionFailedError (the caller holds the lease, so it means another
-    writer). A stored record that does not parse is replaced only by a full new history
-    and raises CorruptProvenanceError instead: the operator decides."""
+    """Make ``rules`` and ``init_policy`` the broker's current tiering rules and policy
+    (from ``now_ms`` when they changed); return the stored record. Create-if-absent, else
+    compare-and-swap on the version read (``backend`` is a
+    :class:`~tieredstore.backends.base.Backend`); a lost race raises ConditionFailedError
+    (the caller holds the lease, so it means another writer). A stored record that does
+    not parse is replaced only by a full new history and raises CorruptProvenanceError
+    instead: the operator decides.
+
+    ``tiered_before``: queues were initialised at this prefix before (the caller's
+    catalogue holds tiered queues) although no record is there — an older sidecar's, or
+    a record deleted: a new record then starts with an entry whose policy is unknown, so
+    it never says those queues were initialised under ``init_policy``."""
     key = tiering_key(cluster, broker)
-    fresh = TieringRecord(cluster, broker, (RuleEpoch(now_ms, rules, writer_id, lease_epoch),))
+    current_epoch = RuleEpoch(now_ms, rules, writer_id, lease_epoch, init_policy)
+    unknown = RuleEpoch(now_ms, rules, writer_id, lease_epoch, None)
+    entries = (unknown, current_epoch) if tiered_before and init_policy else (current_epoch,)
+    fresh = TieringRecord(cluster, broker, entries)
     try:
         current = await backend.read_versioned(key)
     except ObjectNotFoundError:
@@ -258,7 +324,7 @@ async def publish_tiering_rules(
         return fresh
     stored = read_tiering_record(current.data, key)
     updated = stored.with_rules(rules, now_ms=now_ms, writer_id=writer_id,
-                                lease_epoch=lease_epoch)  # fmt: skip
+                                lease_epoch=lease_epoch, init_policy=init_policy)  # fmt: skip
     if updated is not stored:
         await backend.replace(key, updated.to_json(), version=current.version)
     return updated

@@ -11,7 +11,9 @@ When the key is taken already, what is there decides (:meth:`BatchKeys.taken`):
   got there first): list again and take the next sequence.
 
 Users: the batch writer (:mod:`dispatcher.tiering.batch.writer`: its start fence and each
-batch), and the two cuts of a queue's history while batch slices may lie past the cut,
+batch), every other takeover (:meth:`BatchKeys.fence_takeover`: ``gc`` and a sidecar
+with batching off fence the sequence as the batch writer's start does), and the two
+cuts of a queue's history while batch slices may lie past the cut,
 ``repair`` and the heal of a lost tail (:meth:`BatchKeys.fence` with ``withdrawn``: a
 fence that also withdraws the queue's slices of lower sequences from the cut on,
 :class:`~tieredstore.cold.batch.Withdrawn`).
@@ -94,6 +96,17 @@ class BatchKeys:
             f"batch keys kept being taken while fencing ({MAX_RESEQUENCE} tries)",
             where=self.prefix,
         )
+
+    async def fence_takeover(self) -> BatchFence | None:
+        """Fence the batch sequence for a holder that takes the lease without committing
+        batches itself (``gc``, a sidecar with batching off): a writer of an older epoch
+        frozen inside its batch create then finds its key taken by this fence (or lands
+        below it, listed before it). None when nothing is listed under ``_batches/``: no
+        writer can be inside a batch create then, as each fences its start first.
+        Raises LeaseLostError if a newer writer fenced this one."""
+        if await self.listed_next() == 0:
+            return None
+        return await self.fence()
 
     async def create(self, key: str, data: bytes) -> None:
         """Create ``data`` at ``key`` under the lease (retried per the policy).

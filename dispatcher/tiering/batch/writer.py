@@ -16,6 +16,20 @@ create a sequence at or below the fence, and every such key is taken: its create
 it reads a fence or a batch of a newer epoch, and stops (:class:`LeaseLostError`). Every
 batch it did create is listed before the fence, so the reconcile that follows adopts it.
 
+The manifest gate. A slice takes no manifest key, and the reading rule prefers a segment
+to a slice over the same offsets; so a writer of an older epoch frozen inside its
+manifest create at offset S could land a segment over the slices a successor committed
+from S. Before a queue's first slice in this process, the writer takes the manifest key
+of the slice's start for its own epoch (a fence marker:
+:func:`~dispatcher.tiering.cold_writer.gate_start`): the frozen create then finds the
+key taken, reads a newer epoch and stops as fenced. Only the first slice needs it: the
+older writer's create can only be at the queue's frontier as it was committed when this
+writer took over, and its later creates need that one to land; and a writer of lease
+epoch 1 needs none (no older writer exists). So the gate costs one
+create per queue per start of the sidecar, never per round. If a manifest landed there
+first, it is adopted (as a segment's manifest create that finds another is) and the
+queue is planned again from past it.
+
 A create that finds its key taken reads it (:meth:`BatchWriter._taken`): the very same
 bytes are ours (a retry after a lost reply: committed); a fence or batch of a newer epoch
 fences this writer; anything else (a sequence this writer wrongly believed free) makes it
@@ -43,6 +57,7 @@ from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.tiering.batch.damage import handle_damage
 from dispatcher.tiering.batch.keys import MAX_RESEQUENCE, BatchKeys
+from dispatcher.tiering.cold_writer import gate_start
 from dispatcher.tiering.commitlog_pass import Spooled
 from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
 from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
@@ -173,6 +188,7 @@ class BatchWriter:
         self.metrics = metrics
         self.continuity = committer.writer.continuity
         self._next: int | None = None  # the next sequence to create; None before start
+        self._gated: set[QueueKey] = set()  # queues whose frontier this process gated
         self._lock = asyncio.Lock()
         self.batches = 0  # batch objects this writer committed
 
@@ -182,6 +198,7 @@ class BatchWriter:
         sequence. Raises LeaseLostError if a newer writer fenced this one first."""
         fence = await self.keys.fence()
         self._next = fence.sequence + 1
+        self._gated.clear()
         return fence.sequence
 
     # -- commit ----------------------------------------------------------------------
@@ -247,6 +264,26 @@ class BatchWriter:
         except CorruptDataError as exc:
             self.committer.stop_inconsistent(row, exc)
             return CommitKind.STOPPED
+        return await self._gate(row, item.plan.start)
+
+    async def _gate(self, row: QueueRow, start: int) -> CommitKind:
+        """The manifest gate of a queue's first slice in this process (module
+        docstring): COMMITTED once the key of ``start`` is this epoch's; ADOPTED when a
+        stale writer's manifest landed there first (adopted, or quarantined if hot
+        disagrees; the queue is planned again from its new row)."""
+        queue = QueueKey(row.topic, row.queue_id)
+        lease = self.keys.lease
+        if queue in self._gated or lease.epoch <= 1:  # epoch 1: no older writer exists
+            return CommitKind.COMMITTED
+        writer = self.committer.writer
+        landed = await gate_start(
+            writer, writer.queue_path(row.topic, row.queue_id), start,
+            lease_epoch=lease.epoch, check=lease.check,
+        )  # fmt: skip
+        if landed is not None:
+            await self.committer.adopt_ahead(row, landed)
+            return CommitKind.ADOPTED
+        self._gated.add(queue)
         return CommitKind.COMMITTED
 
     async def _publish(self, parts: list[SlicePart]) -> BatchHead:

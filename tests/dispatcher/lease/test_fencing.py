@@ -13,6 +13,12 @@ land:
 * **stale batch** (``tiering.batching``): A's batch create is stuck; B takes over and
   fences the next batch sequence; A's batch either landed first (B adopts it) or loses
   to B's fence (A stops as fenced).
+* **frozen manifest create under slices** (issue 46): A (per-queue segments) is frozen
+  inside its manifest create at offset S; B takes over with batching on and commits
+  ``[S, ...)`` as batch slices; then A's create goes out: B took the manifest key of S
+  for its epoch before its first slice there, so A's manifest never lands.
+* **gc over a frozen batch create** (issue 46): A's batch create is stuck; ``gc --grace
+  0`` takes the lease and fences the batch sequence; A's batch never lands after it.
 * **SIGTERM while uploading**: A is asked to stop with a slow upload in flight while B
   waits for the lease; A keeps renewing while it drains, abandons the upload at its
   deadline and releases the lease only after the upload returned; the abandoned request
@@ -37,15 +43,18 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.lease.lease import LeaseState
+from dispatcher.assembly import lease_for
+from dispatcher.lease.lease import Lease, LeaseState
+from dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.batch import BatchFence, BatchHead
-from tieredstore.cold.history import load_history, read_batch
-from tieredstore.cold.layout import batch_key
+from tieredstore.cold.history import EntryKind, load_history, read_batch
+from tieredstore.cold.layout import QueuePath, batch_key, parse_object_key
+from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec
@@ -342,6 +351,137 @@ async def test_a_stale_batch_is_fenced_or_adopted_never_doubled(
             assert isinstance(at_a, BatchFence) and at_a.lease_epoch == 2
         history = await load_history(backend, CLUSTER, BROKER)
         assert not [o for h in history.queues.values() for o in h.overlaps]  # no doubles
+        await check_exact(backend, store, spark, cold)
+
+
+class Recorded:
+    """A trigger matching the ``n``-th call of ``op`` on a key containing ``part``, that
+    remembers the key it matched."""
+
+    def __init__(self, op: str, part: str, n: int) -> None:
+        self.match = nth(op, part, n)
+        self.key = ""
+
+    def __call__(self, called: str, key: str) -> bool:
+        if self.match(called, key):
+            self.key = key
+            return True
+        return False
+
+
+async def test_a_frozen_manifest_create_never_lands_over_a_successors_slices(
+    cold: Cold, store: Path, tmp_path: Path, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commits per-queue segments and is frozen inside its third manifest create, at
+    offset S of its queue; B takes over with batching on and segments too large to cut
+    by size, so it commits the rest of that queue, from S, as batch slices. When A's
+    create goes out, B's fence marker holds the key: A is fenced, cold holds no segment
+    over B's slices, and cold covers hot exactly."""
+    clock = VirtualClock()
+    stall = None
+    frozen = Recorded("create", "/MANIFEST/", 3)
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall
+        stall = Stall(inner, frozen)
+        return stall
+
+    async with (
+        sidecar("a", cold, store, tmp_path, clock, wrap, tiering__batching=False) as (a, _),
+        sidecar(
+            "b",
+            cold,
+            store,
+            tmp_path,
+            clock,
+            tiering__batching=True,
+            tiering__segment_max_bytes="64M",
+        ) as (b, backend),  # fmt: skip
+    ):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_pass = asyncio.create_task(a.dispatcher.catch_up())
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        await take_over(b, clock)
+        assert not (await asyncio.wait_for(b.dispatcher.catch_up(), WAIT_S)).errors
+        at = parse_object_key(frozen.key)
+        history = await load_history(backend, CLUSTER, BROKER)
+        links = history.queues[QueuePath(CLUSTER, BROKER, at.topic, at.queue_id)].links
+        sliced = [c for c in links if c.start_offset == at.base_offset]
+        assert [c.kind for c in sliced] == [EntryKind.SLICE]  # B sliced from S
+        # A's create goes out now; its renewal stays stuck, so what fences A is the key.
+        stall.release("create", "read")
+        with pytest.raises(LeaseLostError):
+            await asyncio.wait_for(a_pass, WAIT_S)
+        stall.release()
+        stored = read_stored(await backend.read(frozen.key), frozen.key)
+        assert isinstance(stored, FenceMarker | Manifest) and stored.lease_epoch == 2
+        assert fenced(a) == 1
+        assert f"took queue offset {at.base_offset} of" in caplog.text
+        history = await load_history(backend, CLUSTER, BROKER)
+        assert not [o for h in history.queues.values() for o in h.overlaps]
+        await check_exact(backend, store, spark, cold)
+
+
+async def gc_takes_over(lease: Lease, clock: VirtualClock) -> None:
+    """``gc``'s acquire (``wait=False``) of the lease A holds but renews no more: taken
+    once A's record stayed unchanged for the lease time on this clock."""
+    acquiring = asyncio.create_task(lease.acquire(wait=False))
+
+    async def until_held() -> None:
+        while not acquiring.done():
+            await clock.parked_or_done(acquiring)
+            if not acquiring.done():
+                await clock.advance(1)
+
+    await asyncio.wait_for(until_held(), WAIT_S)
+    assert acquiring.result() == 2
+
+
+async def test_gc_with_no_grace_fences_a_frozen_batch_create(
+    cold: Cold, store: Path, tmp_path: Path, spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batching on: A's batch create (its second create under ``_batches/``) is stuck;
+    ``gc --grace 0`` takes the lease over (epoch 2), collects and releases it. GC fenced
+    the batch sequence, so A's create then finds GC's fence at its key and A stops as
+    fenced; a sidecar started afterwards tiers everything, and cold covers hot exactly."""
+    clock = VirtualClock()
+    stall = None
+
+    def wrap(inner: Backend) -> Stall:
+        nonlocal stall
+        stall = Stall(inner, nth("create", "/_batches/", 2))
+        return stall
+
+    async with (
+        sidecar("a", cold, store, tmp_path, clock, wrap, tiering__batching=True) as (a, _),
+        open_backend(cold.url, options=cold.options) as backend,
+    ):
+        assert stall is not None
+        await a.dispatcher.start(wait_for_lease=False)
+        a_pass = asyncio.create_task(a.dispatcher.catch_up())
+        await asyncio.wait_for(stall.stalled.wait(), WAIT_S)
+        gc_settings = settings_for(store, cold.url, tmp_path / "state-gc", **cold.settings)
+        lease = lease_for(gc_settings, backend, clock)
+        await gc_takes_over(lease, clock)
+        report = await scan_garbage(backend, cluster=CLUSTER, broker=BROKER,
+                                    now_ms=clock.now_ms(), grace_s=0)  # fmt: skip
+        await delete_garbage(report, backend=backend, lease=lease)
+        await lease.release()
+        # A's batch create (and whatever else A had in flight) goes out after GC's epoch;
+        # its renewal's swap stays stuck, so what fences A is the key it finds taken.
+        stall.release("create", "read", "size", "exists", "list", "write", "write_chunks",
+                      "delete")  # fmt: skip
+        with pytest.raises(LeaseLostError):
+            await asyncio.wait_for(a_pass, WAIT_S)
+        stall.release()
+        key = batch_key(CLUSTER, BROKER, 1)  # A's: its start fence is sequence 0
+        at_a = await read_batch(backend, key, await backend.size(key))
+        assert isinstance(at_a, BatchFence) and at_a.lease_epoch == 2
+        assert "fenced: epoch 2 holds batch key first" in caplog.text
+    async with sidecar("c", cold, store, tmp_path, clock, tiering__batching=True) as (c, backend):
+        await c.dispatcher.start(wait_for_lease=False)
+        assert not (await asyncio.wait_for(c.dispatcher.catch_up(), WAIT_S)).errors
         await check_exact(backend, store, spark, cold)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from dispatcher.maintenance.retention import DeletionStep
@@ -16,6 +18,7 @@ from metadata.reconcile import rebuild
 from metadata.rows import QueueRow, QueueState, SegmentRow
 from tests.dispatcher.conftest import TierExpiring
 from tieredstore.backends.memory import MemoryBackend
+from tieredstore.canonical_json import canonical
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import (
@@ -27,12 +30,20 @@ from tieredstore.cold.layout import (
     stop_key,
     tiering_key,
 )
-from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record, read_tiering_record
+from tieredstore.cold.provenance import (
+    QueueInit,
+    StopMark,
+    publish_tiering_rules,
+    read_queue_record,
+    read_tiering_record,
+)
+from tieredstore.errors import CorruptProvenanceError
 from tieredstore.hot.store import HotStore
 from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 # SPEC: the store the `store` fixture (tests/dispatcher/conftest.py) writes.
 from tieredstore.testing.stores.retention import END, SPEC, H, retention_settings
+from tieredstore.topic_rules import TopicRules
 
 
 def _parse_init(data: bytes, key: str) -> QueueInit:
@@ -226,3 +237,74 @@ async def test_gc_never_collects_the_records_and_rebuild_starts_queues_from_them
         rebuilt = await rebuild(rt.backend, tmp_path / "state2", cluster=CLUSTER, broker=BROKER)
     assert rebuilt.clean, rebuilt
     assert {(q.topic, q.queue_id): q.init_offset for q in rebuilt.created} == expected
+
+
+# -- the init policy on record (issue 46) ------------------------------------------------
+
+
+async def test_the_record_says_the_init_policy_and_since_when_it_changed(
+    store: Path, tmp_path: Path, tier_expiring: TierExpiring
+) -> None:
+    clock = VirtualClock(start_ms=END)
+    await tier_expiring(tmp_path, clock)  # the retention settings: earliest
+    key = tiering_key(CLUSTER, BROKER)
+    record = read_tiering_record((tmp_path / "cold" / key).read_bytes(), key)
+    assert [e.init_policy for e in record.history] == ["earliest"]
+    assert record.always_earliest
+    later = END + 60_000
+    clock.set_ms(later)
+    settings = retention_settings(tmp_path, tiering__init_policy="latest")
+    async with open_runtime(settings, clock=clock) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        await rt.dispatcher.tick()
+    record = read_tiering_record((tmp_path / "cold" / key).read_bytes(), key)
+    assert [(e.since_ms, e.init_policy) for e in record.history] == [
+        (END, "earliest"), (later, "latest")
+    ]  # fmt: skip
+    assert not record.always_earliest  # a queue first seen since then began at hot max
+
+
+def _v1(since_ms: int) -> bytes:
+    entry = {"lease_epoch": 1, "rules": TopicRules().to_doc(), "since_ms": since_ms,
+             "writer_id": "old@h"}  # fmt: skip
+    doc = {"broker": BROKER, "cluster": CLUSTER, "format_version": 1, "history": [entry]}
+    return canonical(doc)
+
+
+async def test_a_format_1_record_reads_with_the_policy_unknown_and_is_upgraded() -> None:
+    key = tiering_key(CLUSTER, BROKER)
+    old = read_tiering_record(_v1(END), key)
+    assert [e.init_policy for e in old.history] == [None] and not old.always_earliest
+    backend = MemoryBackend.from_url("memory://provenance-v1")
+    await backend.create(key, _v1(END))
+    new = await publish_tiering_rules(
+        backend, CLUSTER, BROKER, TopicRules(), now_ms=END + 1, writer_id="w@h",
+        lease_epoch=2, init_policy="earliest",
+    )  # fmt: skip
+    assert [(e.since_ms, e.init_policy) for e in new.history] == [
+        (END, None),
+        (END + 1, "earliest"),
+    ]
+    stored = await backend.read(key)
+    assert b'"format_version":2' in stored and read_tiering_record(stored, key) == new
+    assert not new.always_earliest  # queues the old sidecar began: policy not on record
+
+
+async def test_a_record_created_over_queues_tiered_before_starts_unknown() -> None:
+    backend = MemoryBackend.from_url("memory://provenance-fresh")
+    made = await publish_tiering_rules(backend, CLUSTER, BROKER, TopicRules(), now_ms=END,
+                                       writer_id="w@h", lease_epoch=3, init_policy="earliest",
+                                       tiered_before=True)  # fmt: skip
+    assert [e.init_policy for e in made.history] == [None, "earliest"]
+    assert not made.always_earliest
+
+
+def test_a_policy_the_setting_would_refuse_is_a_corrupt_record() -> None:
+    key = tiering_key(CLUSTER, BROKER)
+    bad = (
+        _v1(END)
+        .replace(b'"format_version":1', b'"format_version":2')
+        .replace(b'"lease_epoch":1,', b'"init_policy":"oldest","lease_epoch":1,')
+    )
+    with pytest.raises(CorruptProvenanceError, match="init_policy 'oldest' is not a policy"):
+        read_tiering_record(bad, key)
