@@ -125,10 +125,9 @@ class Metrics:
         )
         self.queue_damaged = Gauge(
             "tieredstore_queue_cold_damaged",
-            "1 while cold damage was found in the queue's committed history, at start "
-            "(a manifest missing, empty, unparsable or of a newer format, an object "
-            "missing or of the wrong size) or by a tick (a batch object holding a slice "
-            "of the queue missing, cut short, or not checking): status says DEGRADED",
+            "1 while cold damage was found in the queue's committed history, at start or "
+            "by a tick (a manifest or batch object missing, cut short or not checking, "
+            "an object of the wrong size): status says DEGRADED",
             ["topic", "queue", "kind"],
             registry=r,
         )
