@@ -71,8 +71,8 @@ from verifier.vocabulary import LagAllowance, LagUnit
 
 __all__ = [
     "DEFAULT_BLOCK_OFFSETS",
-    "FINGERPRINT_FORMAT_VERSION",
     "DEFAULT_LEAF_OFFSETS",
+    "FINGERPRINT_FORMAT_VERSION",
     "Block",
     "BlockHasher",
     "Fingerprint",
@@ -294,10 +294,16 @@ class Fingerprint:
                     "hot_min": q.hot_min,
                     "hot_max": q.hot_max,
                     "blocks": [
-                        [b.start, b.end, b.digest, b.first_store_ms, b.last_store_ms,
-                         base64.b64encode(b.leaves).decode()]
+                        [
+                            b.start,
+                            b.end,
+                            b.digest,
+                            b.first_store_ms,
+                            b.last_store_ms,
+                            base64.b64encode(b.leaves).decode(),
+                        ]
                         for b in q.blocks
-                    ],  # fmt: skip
+                    ],
                     "stored_from": [[since, offset] for since, offset in q.stored_from],
                 }
                 for q in self.queues
@@ -414,13 +420,9 @@ async def take_fingerprint(
                     await bucket.acquire(size)
             top = max(low, rng.max)
             stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
-            read.append(
-                _ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, leaf_offsets)
-            )
+            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, leaf_offsets))
     queues = tuple(q.printed() for q in read)
-    return Fingerprint(
-        cluster, broker, taken, block_offsets, total, queues, sequence, leaf_offsets
-    )
+    return Fingerprint(cluster, broker, taken, block_offsets, total, queues, sequence, leaf_offsets)
 
 
 class _Digests:

@@ -472,7 +472,9 @@ def verify_fleet(spark: SparkSession, opts: FleetOptions) -> FleetResult:
     sc = spark.sparkContext
     scans = [
         s
-        for s in sc.parallelize(brokers, max(1, len(brokers))).map(_ScanBroker(cold, opts.now_ms)).collect()
+        for s in sc.parallelize(brokers, max(1, len(brokers)))
+        .map(_ScanBroker(cold, opts.now_ms))
+        .collect()
         if s.tiering is not None
     ]
     if not scans:

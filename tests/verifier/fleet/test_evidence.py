@@ -23,7 +23,7 @@ from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.stores.coldimage import ColdImage, write_local
 from tieredstore.testing.verification.fleet import damage_flip, fleet_image
-from verifier.fleet.fingerprint import Fingerprint, QueuePrint, take_fingerprint
+from verifier.fleet.fingerprint import QueuePrint, take_fingerprint
 from verifier.fleet.job import FleetOptions, verify_fleet
 from verifier.job import verify
 from verifier.outcome import VerificationResult

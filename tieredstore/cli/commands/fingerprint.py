@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Final
 
 from tieredstore.backends import open_backend
+from tieredstore.backends.base import Backend
 from tieredstore.backends.factory import COMMAND_RETRY, canonical_cold_url
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.commands._settings import non_negative_int
 from tieredstore.clock import SystemClock
-from tieredstore.backends.base import Backend
 from tieredstore.cold.layout import fingerprint_key, fingerprint_prefix, parse_fingerprint_name
 from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
@@ -73,8 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--leaf-offsets",
         type=non_negative_int,
         default=DEFAULT_LEAF_OFFSETS,
-        help="queue offsets per leaf digest, the unit the fleet job compares "
-        "(default %(default)s)",
+        help="queue offsets per leaf digest, the unit the fleet job compares (default %(default)s)",
     )
 
 
@@ -115,8 +114,7 @@ async def _fingerprint(args: argparse.Namespace) -> int:
             except ConditionFailedError as exc:
                 if attempt == MAX_RESEQUENCE - 1:
                     raise ConditionFailedError(
-                        f"fingerprint sequence taken {MAX_RESEQUENCE} times over by other "
-                        "runs",
+                        f"fingerprint sequence taken {MAX_RESEQUENCE} times over by other runs",
                         where=key,
                     ) from exc
     blocks = sum(len(q.blocks) for q in fp.queues)
