@@ -15,7 +15,8 @@ over the covering links; every link, covering or not, is read (a slice: range re
 its batch) and checked:
 
 * ``corrupt_manifest``, ``gap``, ``overlap`` (unless an accepted loss span covers the
-  hole), ``missing_object``, ``size_mismatch``, ``digest_mismatch``, ``record_mismatch``
+  hole; decided by :func:`verifier.decision.decide`, as the single-broker job does),
+  ``missing_object``, ``size_mismatch``, ``digest_mismatch``, ``record_mismatch``
   and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`);
 * ``content_mismatch`` per **leaf**: each fingerprint leaf (format 3: 64 offsets by
   default, whatever the block and segment boundaries; format 2: a block) that cold
@@ -62,6 +63,7 @@ from tieredstore.errors import CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
+from verifier.decision import Link, QueueLinks, decide
 from verifier.fleet.fingerprint import Leaf, QueuePrint
 from verifier.outcome import Anomaly, QueueReport
 from verifier.readers import loss_detail
@@ -166,35 +168,17 @@ class _Run:
                 out.append(Committed.of_manifest(stored))
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset))
 
-    def covered(self, start: int, end: int) -> bool:
-        return any(s.start <= start and s.end >= end for s in self.w.spans)
-
     def layout(self, links: list[Committed]) -> None:
-        reach: int | None = None
-        for m in links:
-            if (
-                reach is not None
-                and m.start_offset > reach
-                and not self.covered(reach, m.start_offset)
-            ):
-                self.anomaly(
-                    FindingKind.GAP,
-                    reach,
-                    m.start_offset,
-                    None,
-                    f"queue offsets [{reach}, {m.start_offset}) are in no committed segment "
-                    f"(the next segment is {_name(m)})",
-                )
-            if reach is not None and m.start_offset < reach:
-                self.anomaly(
-                    FindingKind.OVERLAP,
-                    m.start_offset,
-                    min(m.end_offset, reach),
-                    _name(m),
-                    f"segment [{m.start_offset}, {m.end_offset}) starts below the end "
-                    f"{reach} of an earlier segment",
-                )
-            reach = m.end_offset if reach is None else max(reach, m.end_offset)
+        """``gap`` and ``overlap``: the shared decision (:mod:`verifier.decision`)."""
+        w = self.w
+        queue = QueueLinks(
+            w.topic,
+            w.queue_id,
+            [Link(m.start_offset, m.end_offset, _name(m)) for m in links],
+            [(s.start, s.end) for s in w.spans],
+        )
+        for f in decide(queue):
+            self.anomaly(f.kind, f.start, f.end, f.object_key, f.detail)
 
     def read(self, m: Committed, which: str) -> bytes | None:
         ref: Span = m.commit_log if which == "cl" else m.consume_queue
