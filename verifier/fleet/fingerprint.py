@@ -371,10 +371,9 @@ async def take_fingerprint(
     since_ms: tuple[int, ...] = (),
     sequence: int = 0,
 ) -> Fingerprint:
-    """Read every hot queue block by block and fingerprint it (module doc), with
-    ``stored_from`` for each of ``since_ms`` (the tiering record's entry times), and
-    per block the digests of its leaves of ``leaf_offsets``; ``sequence`` is the one its
-    key takes (the caller allocates it).
+    """Read every hot queue block by block and fingerprint it (module doc): per block its
+    digest and its leaves' (of ``leaf_offsets``), ``stored_from`` for each of ``since_ms``
+    (the tiering record's entry times), ``sequence`` as given (the caller allocates it).
 
     ``bucket`` paces the reads (bytes of consume queue and commit log); its waits are on
     ``clock``. A block the broker deletes while we read (the queue's oldest) moves the
@@ -389,9 +388,7 @@ async def take_fingerprint(
     read: list[_ReadQueue] = []
     total = 0
     with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
-        for key in hot.queues():
-            if not hot.cq_files(key.topic, key.queue_id):
-                continue
+        for key in (k for k in hot.queues() if hot.cq_files(k.topic, k.queue_id)):
             rng = hot.queue_range(key.topic, key.queue_id)
             blocks: list[_ReadBlock] = []
             found: dict[int, int] = {}
@@ -409,9 +406,8 @@ async def take_fingerprint(
                     low = end  # deleted by the broker's retention while we read
                     continue
                 first, last = store_times(records, sizes)
-                for t in since_ms:
-                    if t not in found and last >= t:
-                        found[t] = start + first_stored_at(records, sizes, t)
+                new = (t for t in since_ms if t not in found and last >= t)
+                found |= {t: start + first_stored_at(records, sizes, t) for t in new}
                 taken_digests = digests.take(start, units, records)
                 blocks.append(_ReadBlock(start, end, taken_digests, first, last))
                 size = len(records) + 20 * units.shape[0]
