@@ -130,7 +130,7 @@ def main() -> int:
         runs.append((fp_time.seconds, time.process_time() - cpu0))
     fp_seconds, fp_cpu = sorted(runs)[len(runs) // 2]
     cat_seconds = sorted(cats)[len(cats) // 2]
-    fp_file = cold / fingerprint_key(CLUSTER, brokers[0], stamp_ms=fp.taken_ms)
+    fp_file = cold / fingerprint_key(CLUSTER, brokers[0], stamp_ms=fp.taken_ms, sequence=0)
     fp_file.parent.mkdir(parents=True, exist_ok=True)
     fp_file.write_bytes(fp.to_bytes())
     fp_size = fp_file.stat().st_size

@@ -18,7 +18,10 @@ manifests, batch objects by their slices (never orphans: a batch none of whose s
 covers anything is garbage awaiting collection).
 
 Expressions are Spark SQL strings (``selectExpr``/``where``): one gateway call per
-projection instead of one per column function, which keeps planning a run cheap.
+projection instead of one per column function, which keeps planning a run cheap. The
+layout of a queue (``gap``, ``overlap``) is not SQL: it is the one decision
+:func:`verifier.decision.decide` that the fleet job drives too, run here over Arrow
+batches of each queue's covering links (:class:`_Layout`).
 
 Offsets and scope, per queue (``hot [hot_min, hot_max)``, ``cold [cold_min, cold_max)``)::
 
@@ -42,14 +45,18 @@ one anomaly per loss record) instead of ``gap`` / ``hot_not_covered`` (CORRUPT).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import reduce
-from typing import Final
+from typing import Any, Final
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.functions import expr
 
 from tieredstore.findings import FindingKind
 from verifier import schemas
+from verifier.decision import Link, QueueLinks, decide
 from verifier.segmentcheck import FactKind
 
 __all__ = [
@@ -78,11 +85,7 @@ __all__ = [
 ]
 
 _QUEUE: Final = ["topic", "queue_id"]
-# The end of the furthest segment before this one, in start order, per queue.
-_REACH: Final = (
-    "max(end_offset) OVER (PARTITION BY topic, queue_id ORDER BY start_offset "
-    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS _reach"
-)
+_NO_SPANS: Final = "CAST(NULL AS ARRAY<STRUCT<span_start: BIGINT, span_end: BIGINT>>) AS _spans"
 
 
 def _q(text: str) -> str:
@@ -175,43 +178,59 @@ def queue_state(cold_ranges: DataFrame, hot: DataFrame) -> DataFrame:
     return cold_ranges.join(hot.where("error IS NULL"), _QUEUE, "inner")
 
 
-def _not_in_a_span(holes: DataFrame, spans: DataFrame, start: str, end: str) -> DataFrame:
-    """``holes`` rows whose ``[start, end)`` no accepted-loss span contains."""
-    s = spans.selectExpr("topic AS _st", "queue_id AS _sq", "span_start", "span_end")
-    cond = f"topic = _st AND queue_id = _sq AND span_start <= {start} AND span_end >= {end}"
-    return holes.join(s, expr(cond), "left_anti")
+@dataclass(frozen=True)
+class _Layout:
+    """A Spark task (``mapInArrow``) deciding the layout of each queue it is given whole
+    (rows: a covering link, with its queue's accepted-loss spans) by
+    :func:`verifier.decision.decide`; yields ANOMALIES rows of class ``kind``."""
+
+    kind: FindingKind
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        queues: dict[tuple[str, int], tuple[list[Link], set[tuple[int, int]]]] = {}
+        for batch in batches:
+            for r in batch.to_pylist():
+                links, spans = queues.setdefault((r["topic"], r["queue_id"]), ([], set()))
+                links.append(Link(r["start_offset"], r["end_offset"], r["manifest_key"]))
+                spans.update((s["span_start"], s["span_end"]) for s in r["_spans"] or ())
+        rows: list[dict[str, Any]] = []
+        for (topic, queue_id), (links, spans) in sorted(queues.items()):
+            for f in decide(QueueLinks(topic, queue_id, links, sorted(spans)), [self.kind]):
+                rows.append({
+                    "anomaly": f.kind.value, "severity": f.kind.severity.value,
+                    "topic": topic, "queue_id": queue_id, "start_offset": f.start,
+                    "end_offset": f.end, "count": f.end - f.start if f.end is not None
+                    and f.start is not None else None, "object_key": f.object_key,
+                    "detail": f.detail,
+                })  # fmt: skip
+        yield pa.RecordBatch.from_pylist(rows, schema=schemas.arrow_schema(schemas.ANOMALIES))
+
+
+def _layout(covered: DataFrame, spans: DataFrame | None, kind: FindingKind) -> DataFrame:
+    """Each queue's covering links (with its spans) in one task: the decision's input."""
+    links = covered.select(*_QUEUE, "start_offset", "end_offset", "manifest_key")
+    if spans is None:
+        links = links.selectExpr("*", _NO_SPANS)
+    else:
+        per_queue = spans.groupBy(*_QUEUE).agg(
+            expr("collect_list(struct(span_start, span_end)) AS _spans")
+        )
+        links = links.join(per_queue, _QUEUE, "left")
+    return links.repartition(*_QUEUE).mapInArrow(_Layout(kind), schemas.ANOMALIES)
 
 
 def gap(covered: DataFrame, spans: DataFrame) -> DataFrame:
     """``gap``: offsets between a queue's cold min and cold max in no covering link
     (:func:`covering`), unless an accepted loss (``spans``, LOSS_SPANS) covers the whole
-    hole."""
-    holes = covered.selectExpr("*", _REACH).where("start_offset > _reach")
-    holes = _not_in_a_span(holes, spans, "_reach", "start_offset")
-    return _anomalies(
-        holes,
-        FindingKind.GAP,
-        start="_reach",
-        end="start_offset",
-        detail="format_string('queue offsets [%d, %d) are in no committed segment (the "
-        "next segment is %s)', _reach, start_offset, manifest_key)",
-    )
+    hole (:func:`verifier.decision.queue.gaps`)."""
+    return _layout(covered, spans, FindingKind.GAP)
 
 
 def overlap(covered: DataFrame) -> DataFrame:
     """``overlap``: offsets covered by two covering links (:func:`covering`: in effect two
     segments, as the reading rule never lets a slice cover what another link holds),
-    reported on the later one."""
-    twice = covered.selectExpr("*", _REACH).where("start_offset < _reach")
-    return _anomalies(
-        twice,
-        FindingKind.OVERLAP,
-        start="start_offset",
-        end="least(end_offset, _reach)",
-        object_key="manifest_key",
-        detail="format_string('segment [%d, %d) starts below the end %d of an earlier "
-        "segment', start_offset, end_offset, _reach)",
-    )
+    reported on the later one (:func:`verifier.decision.queue.overlaps`)."""
+    return _layout(covered, None, FindingKind.OVERLAP)
 
 
 def hot_not_covered(queues: DataFrame, spans: DataFrame) -> DataFrame:

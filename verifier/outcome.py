@@ -126,7 +126,9 @@ class VerificationResult:
     verifier's clock when the run started (``options.now_ms``), or for a fleet run the
     time the broker's hot fingerprint was taken. ``incomplete`` says what could not be
     proven (a fleet run's broker without a recent fingerprint): the verdict is then at
-    least INCOMPLETE, never CLEAN."""
+    least INCOMPLETE, never CLEAN. ``notes`` name what the run noticed that decides no
+    verdict (a fleet run: a hot fingerprint dated after the verifier's clock that is not
+    the one checked against)."""
 
     options: VerifyOptions
     queues: tuple[QueueReport, ...]
@@ -137,6 +139,7 @@ class VerificationResult:
     started_ms: int
     finished_ms: int
     incomplete: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:

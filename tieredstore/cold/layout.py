@@ -21,9 +21,13 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
                                                         topic from ``since`` (epoch ms)
         _quarantine/<topic>/<queueId>/<stamp>/<KIND>/<name>   quarantine_key(...)
         _config/<file>/<stamp>-<digest>                 config_copy_key(...)
-        _fingerprints/<stamp_ms:013d>.json              fingerprint_key(cluster, broker,
-                                                        stamp): a hot fingerprint, written
-                                                        by ``tieredstore fingerprint``
+        _fingerprints/s<seq:010d>-<stamp_ms:013d>.json  fingerprint_key(cluster, broker,
+                                                        stamp, sequence): a hot
+                                                        fingerprint, written by
+                                                        ``tieredstore fingerprint``; the
+                                                        sequence orders them (older
+                                                        ``<stamp_ms:013d>.json``: below
+                                                        every sequenced one)
         _batches/<name(sequence)>.batch                 batch_key(cluster, broker,
                                                         sequence): one tick's data of
                                                         many small queues in one object
@@ -116,6 +120,7 @@ __all__ = [
     "MAX_OFFSET",
     "MAX_QUEUE_ID",
     "ConfigCopyKey",
+    "FingerprintName",
     "Listed",
     "LossKey",
     "ObjectKey",
@@ -146,6 +151,7 @@ __all__ = [
     "object_name",
     "parse_batch_key",
     "parse_config_copy_key",
+    "parse_fingerprint_name",
     "parse_fingerprint_stamp",
     "parse_loss_key",
     "parse_object_key",
@@ -732,20 +738,54 @@ def fingerprint_prefix(cluster: str, broker: str) -> str:
     return f"{broker_prefix(cluster, broker)}/{_FINGERPRINT_DIR}"
 
 
-def fingerprint_key(cluster: str, broker: str, *, stamp_ms: int) -> str:
-    """Return ``<fingerprint_prefix>/<stamp_ms:013d>.json``: one hot fingerprint, named by
-    the time it was taken so that a listing sorts oldest first."""
+@dataclass(frozen=True, slots=True, order=True)
+class FingerprintName:
+    """A fingerprint object's name, ordered newest last: by its per-broker ``sequence``
+    (what a host clock cannot forge), a format-2 name without one (``sequence`` -1)
+    below every sequenced one, ties by ``stamp_ms`` (the host clock when it was taken)."""
+
+    sequence: int
+    stamp_ms: int
+
+    @property
+    def name(self) -> str:
+        """The object name: ``s<sequence:010d>-<stamp_ms:013d>.json`` (``<stamp_ms>.json``
+        for a name without a sequence)."""
+        if self.sequence < 0:
+            return f"{self.stamp_ms:013d}{MANIFEST_SUFFIX}"
+        return f"s{self.sequence:010d}-{self.stamp_ms:013d}{MANIFEST_SUFFIX}"
+
+
+def fingerprint_key(cluster: str, broker: str, *, stamp_ms: int, sequence: int) -> str:
+    """Return ``<fingerprint_prefix>/s<sequence:010d>-<stamp_ms:013d>.json``: one hot
+    fingerprint, the broker's ``sequence``-th (``tieredstore fingerprint`` creates it at
+    one past the highest listed, create-if-absent), taken at ``stamp_ms``."""
     stamp = _validate_offset(stamp_ms, "fingerprint stamp")
-    return f"{fingerprint_prefix(cluster, broker)}/{stamp:013d}{MANIFEST_SUFFIX}"
+    seq = _validate_offset(sequence, "fingerprint sequence")
+    return f"{fingerprint_prefix(cluster, broker)}/{FingerprintName(seq, stamp).name}"
+
+
+def parse_fingerprint_name(name: str) -> FingerprintName | None:
+    """A fingerprint object's name (``s0000000003-1700000000000.json``, or a format-2
+    ``1700000000000.json``: sequence -1), None if the name is not one."""
+    digits = name.removesuffix(MANIFEST_SUFFIX)
+    if digits == name or not digits.isascii():
+        return None
+    seq, dash, stamp = digits.removeprefix("s").partition("-")
+    if digits.startswith("s") and dash and len(seq) == 10 and seq.isdigit():
+        return FingerprintName(int(seq), int(stamp)) if _stamp(stamp) else None
+    return FingerprintName(-1, int(digits)) if _stamp(digits) else None
+
+
+def _stamp(digits: str) -> bool:
+    return digits.isdigit() and len(digits) >= 13
 
 
 def parse_fingerprint_stamp(name: str) -> int | None:
-    """The stamp of a fingerprint object's name (``0001700000000000.json``), None if the
-    name is not one."""
-    digits = name.removesuffix(MANIFEST_SUFFIX)
-    if digits == name or not digits.isascii() or not digits.isdigit() or len(digits) < 13:
-        return None
-    return int(digits)
+    """The stamp of a fingerprint object's name (either form), None if the name is not
+    one."""
+    parsed = parse_fingerprint_name(name)
+    return None if parsed is None else parsed.stamp_ms
 
 
 def tiering_key(cluster: str, broker: str) -> str:

@@ -15,12 +15,17 @@ over the covering links; every link, covering or not, is read (a slice: range re
 its batch) and checked:
 
 * ``corrupt_manifest``, ``gap``, ``overlap`` (unless an accepted loss span covers the
-  hole), ``missing_object``, ``size_mismatch``, ``digest_mismatch``, ``record_mismatch``
+  hole; decided by :func:`verifier.decision.decide`, as the single-broker job does),
+  ``missing_object``, ``size_mismatch``, ``digest_mismatch``, ``record_mismatch``
   and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`);
-* ``content_mismatch`` per **block**: each fingerprint block that cold covers whole is
-  hashed from cold records (:class:`~verifier.fleet.fingerprint.BlockHasher`) and compared;
-  the anomaly names the block (``verify --hot`` on the broker host names the byte). A
-  slice that does not cover is hashed on its own, for the blocks it holds whole, and
+* ``content_mismatch`` per **leaf**: each fingerprint leaf (format 3: 64 offsets by
+  default, whatever the block and segment boundaries; format 2: a block) that cold
+  covers whole is hashed from cold records
+  (:class:`~verifier.fleet.fingerprint.BlockHasher`) and compared; the anomaly names the
+  leaf (``verify --hot`` on the broker host names the byte). Only the offsets of leaves
+  compared count as compared (``units_compared``, ``bytes_compared``): a leaf across a
+  retention cut or past cold's max is not. A slice that does not cover is hashed on its
+  own, for the leaves it holds whole, and
   is a ``content_mismatch`` as well when its digests differ from the covering link's
   over exactly its offsets (two copies that disagree);
 * ``hot_not_covered`` for the tail: ``[cold_max, lag_cutoff)``, the cutoff from the
@@ -58,7 +63,8 @@ from tieredstore.errors import CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
-from verifier.fleet.fingerprint import BlockHasher, QueuePrint
+from verifier.decision import Link, QueueLinks, decide
+from verifier.fleet.fingerprint import Leaf, QueuePrint
 from verifier.outcome import Anomaly, QueueReport
 from verifier.readers import loss_detail
 from verifier.scope import Span as LossSpan
@@ -101,6 +107,17 @@ class QueueWork:
     slices: Sequence[Committed | Withdrawal] = ()
 
 
+class _Fed:
+    """One leaf's hasher as the links feed it: offsets and record bytes fed so far, and
+    the object the first run came from (named in a mismatch)."""
+
+    def __init__(self, leaf: Leaf, key: str) -> None:
+        self.hasher = leaf.hasher()
+        self.units = 0
+        self.bytes = 0
+        self.key = key
+
+
 @dataclass(frozen=True)
 class QueueCheck:
     """The queue's report row and anomalies; ``where`` is the task that ran it."""
@@ -123,9 +140,9 @@ class _Run:
         self.cold_messages = 0
         self.cold_bytes = 0
         hot = work.hot
-        self.targets = list(hot.blocks) if hot is not None else []
+        self.targets = hot.leaves() if hot is not None else []
         self.ends = [b.end for b in self.targets]
-        self.hashers: dict[int, tuple[BlockHasher, int, str]] = {}
+        self.hashers: dict[int, _Fed] = {}
 
     def anomaly(
         self, kind: FindingKind, start: int | None, end: int | None, key: str | None, detail: str
@@ -151,35 +168,17 @@ class _Run:
                 out.append(Committed.of_manifest(stored))
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset))
 
-    def covered(self, start: int, end: int) -> bool:
-        return any(s.start <= start and s.end >= end for s in self.w.spans)
-
     def layout(self, links: list[Committed]) -> None:
-        reach: int | None = None
-        for m in links:
-            if (
-                reach is not None
-                and m.start_offset > reach
-                and not self.covered(reach, m.start_offset)
-            ):
-                self.anomaly(
-                    FindingKind.GAP,
-                    reach,
-                    m.start_offset,
-                    None,
-                    f"queue offsets [{reach}, {m.start_offset}) are in no committed segment "
-                    f"(the next segment is {_name(m)})",
-                )
-            if reach is not None and m.start_offset < reach:
-                self.anomaly(
-                    FindingKind.OVERLAP,
-                    m.start_offset,
-                    min(m.end_offset, reach),
-                    _name(m),
-                    f"segment [{m.start_offset}, {m.end_offset}) starts below the end "
-                    f"{reach} of an earlier segment",
-                )
-            reach = m.end_offset if reach is None else max(reach, m.end_offset)
+        """``gap`` and ``overlap``: the shared decision (:mod:`verifier.decision`)."""
+        w = self.w
+        queue = QueueLinks(
+            w.topic,
+            w.queue_id,
+            [Link(m.start_offset, m.end_offset, _name(m)) for m in links],
+            [(s.start, s.end) for s in w.spans],
+        )
+        for f in decide(queue):
+            self.anomaly(f.kind, f.start, f.end, f.object_key, f.detail)
 
     def read(self, m: Committed, which: str) -> bytes | None:
         ref: Span = m.commit_log if which == "cl" else m.consume_queue
@@ -228,8 +227,7 @@ class _Run:
                 m.end_offset,
                 key,
                 f"digest of [{ref.at}, {ref.end}) is {actual}, {says} says {ref.digest}",
-            )
-            return None
+            )  # its records are still checked and compared, as the single-broker job does
         return data
 
     def segment(self, m: Committed, covers: bool = True) -> None:
@@ -267,13 +265,13 @@ class _Run:
                 keys.get(f.kind),
                 f.detail,
             )
-        if facts.facts:
-            return
+        if any(f.kind is FactKind.CQ_OFFSETS for f in facts.facts):
+            return  # units that do not tile the commit log: no records to hash
         if covers:
-            self.feed(m, units, cl, self.hashers, count=True)
+            self.feed(m, units, cl, self.hashers)
             return
-        own: dict[int, tuple[BlockHasher, int, str]] = {}
-        self.feed(m, units, cl, own, count=False)
+        own: dict[int, _Fed] = {}
+        self.feed(m, units, cl, own)
         self.compare_blocks(own, count=False)
 
     def feed(
@@ -281,11 +279,9 @@ class _Run:
         m: Committed,
         units: Any,
         cl: bytes,
-        hashers: dict[int, tuple[BlockHasher, int, str]],
-        *,
-        count: bool,
+        hashers: dict[int, _Fed],
     ) -> None:
-        """Hash the link's records into every fingerprint block they fall in."""
+        """Hash the link's records into every fingerprint leaf they fall in."""
         first = bisect.bisect_right(self.ends, m.start_offset)  # blocks end in order
         for b in self.targets[first:]:
             if b.start >= m.end_offset:
@@ -294,12 +290,10 @@ class _Run:
             part = units[lo - m.start_offset : hi - m.start_offset]
             offs = part["commitlog_offset"].astype(np.int64) - m.cl_base
             sizes = part["size"].astype(np.int64)
-            hasher, fed, key = hashers.get(b.start, (BlockHasher(), 0, m.commit_log_key))
-            hasher.update(part, gather(cl, offs, sizes))
-            hashers[b.start] = (hasher, fed + hi - lo, key)
-            if count:
-                self.bytes += int(sizes.sum())
-                self.units += hi - lo
+            fed = hashers.setdefault(b.start, _Fed(b, m.commit_log_key))
+            fed.hasher.update(part, gather(cl, offs, sizes))
+            fed.units += hi - lo
+            fed.bytes += int(sizes.sum())
 
     def copies(self, chosen: Sequence[Committed], others: Sequence[Committed]) -> None:
         """A slice that does not cover against the covering link over exactly its offsets:
@@ -334,27 +328,30 @@ class _Run:
         self.compare_blocks()
         return links
 
-    def compare_blocks(
-        self, hashers: dict[int, tuple[BlockHasher, int, str]] | None = None, *, count: bool = True
-    ) -> None:
+    def compare_blocks(self, hashers: dict[int, _Fed] | None = None, *, count: bool = True) -> None:
+        """Compare each leaf fed whole with the fingerprint's; ``count``: what was
+        compared counts (the covering links', not a stray slice's)."""
         w = self.w
         hashers = self.hashers if hashers is None else hashers
         for b in self.targets:
-            entry = hashers.get(b.start)
-            if entry is None or entry[1] != b.end - b.start:
+            fed = hashers.get(b.start)
+            if fed is None or fed.units != b.end - b.start:
                 continue  # not all of it in cold (yet): the range checks speak for it
             if count:
                 self.blocks += 1
-            got = entry[0].hexdigest()
+                self.units += fed.units
+                self.bytes += fed.bytes
+            got = fed.hasher.hexdigest()
             if got != b.digest:
                 self.anomaly(
                     FindingKind.CONTENT_MISMATCH,
                     b.start,
                     b.end,
-                    entry[2],
+                    fed.key,
                     f"broker {w.cluster}/{w.broker}, queue {w.topic}/{w.queue_id}, block "
-                    f"[{b.start}, {b.end}): cold records hash to {got}, the hot fingerprint "
-                    f"says {b.digest} (run verify --hot on the broker host for the byte)",
+                    f"leaf [{b.start}, {b.end}): cold records hash to {got}, the hot "
+                    f"fingerprint says {b.digest} (run verify --hot on the broker host for "
+                    "the byte)",
                 )
 
 

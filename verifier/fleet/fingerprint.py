@@ -41,6 +41,7 @@ whose digests a worker thread takes meanwhile (hashlib lets go of the GIL).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections import deque
@@ -70,45 +71,55 @@ from verifier.vocabulary import LagAllowance, LagUnit
 
 __all__ = [
     "DEFAULT_BLOCK_OFFSETS",
+    "DEFAULT_LEAF_OFFSETS",
     "FINGERPRINT_FORMAT_VERSION",
     "Block",
     "BlockHasher",
     "Fingerprint",
+    "Leaf",
     "QueuePrint",
     "block_ranges",
     "read_fingerprint",
     "take_fingerprint",
 ]
 
-#: 2: ``stored_from`` per queue (format 1 had none; it is refused, never read as empty).
-FINGERPRINT_FORMAT_VERSION: Final = 2
+#: 3: a per-broker ``sequence`` and per block its **leaf** digests. 2: ``stored_from`` per
+#: queue (format 1 had none; it is refused, never read as empty). A format-2 fingerprint
+#: still reads: its blocks are its leaves, and it has no sequence.
+FINGERPRINT_FORMAT_VERSION: Final = 3
+_READABLE_VERSIONS: Final = (2, 3)
 #: Queue offsets per block: 256 blocks per million messages.
 DEFAULT_BLOCK_OFFSETS: Final = 4096
+#: Queue offsets per leaf: the unit of comparison (8 bytes of digest per leaf).
+DEFAULT_LEAF_OFFSETS: Final = 64
 _DIGEST_SIZE: Final = 16
+_LEAF_DIGEST_SIZE: Final = 8
 #: Blocks whose digest is being taken while the next is read (each holds its records).
 _DIGESTS_QUEUED: Final = 2
 _UNIT_HEAD: Final = np.dtype([("size", ">i4"), ("tags_code", ">i8")])
 
 
 class BlockHasher:
-    """The block digest (module doc), fed one run of consecutive offsets at a time."""
+    """The block digest (module doc), fed one run of consecutive offsets at a time; a
+    leaf digest is the same construction in ``digest_size`` 8 bytes."""
 
-    def __init__(self) -> None:
-        self._units = hashlib.blake2b(digest_size=_DIGEST_SIZE)
-        self._records = hashlib.blake2b(digest_size=_DIGEST_SIZE)
+    def __init__(self, digest_size: int = _DIGEST_SIZE) -> None:
+        self._size = digest_size
+        self._units = hashlib.blake2b(digest_size=digest_size)
+        self._records = hashlib.blake2b(digest_size=digest_size)
 
     def update(self, units: Units, records: bytes | bytearray | memoryview) -> None:
         """Add the offsets of ``units`` whose records are ``records``, back to back. A
         ``bytearray`` is changed in place (its physicalOffset fields zeroed): no copy."""
         self.feed(*block_streams(units, records))
 
-    def feed(self, units: bytes, records: bytes | bytearray) -> None:
+    def feed(self, units: bytes, records: bytes | bytearray | memoryview) -> None:
         """Add one run's two streams as :func:`block_streams` gives them."""
         self._units.update(units)
         self._records.update(records)
 
     def hexdigest(self) -> str:
-        outer = hashlib.blake2b(digest_size=_DIGEST_SIZE)
+        outer = hashlib.blake2b(digest_size=self._size)
         outer.update(self._units.digest() + self._records.digest())
         return outer.hexdigest()
 
@@ -173,14 +184,47 @@ def block_ranges(lo: int, hi: int, block_offsets: int) -> Iterator[tuple[int, in
 
 
 @dataclass(frozen=True, slots=True)
+class Leaf:
+    """One unit of comparison: ``[start, end)`` and its digest (hex: 8 bytes for a
+    leaf of format 3, 16 for a format-2 block read as one leaf)."""
+
+    start: int
+    end: int
+    digest: str
+
+    def hasher(self) -> BlockHasher:
+        """A hasher whose digest compares with this one's."""
+        return BlockHasher(len(self.digest) // 2)
+
+
+@dataclass(frozen=True, slots=True)
 class Block:
-    """One block of a queue: ``[start, end)``, its digest and first/last store times."""
+    """One block of a queue: ``[start, end)``, its digest and first/last store times,
+    and its leaf digests back to back (8 bytes each, format 3; empty in format 2): one per
+    leaf of :func:`block_ranges` ``(start, end, leaf_offsets)``."""
 
     start: int
     end: int
     digest: str
     first_store_ms: int
     last_store_ms: int
+    leaves: bytes = b""
+
+    def leaf_list(self, leaf_offsets: int) -> list[Leaf]:
+        """The block's leaves (itself as one, if it has no leaf digests)."""
+        if not self.leaves or leaf_offsets <= 0:
+            return [Leaf(self.start, self.end, self.digest)]
+        size = _LEAF_DIGEST_SIZE
+        ranges = list(block_ranges(self.start, self.end, leaf_offsets))
+        if len(self.leaves) != size * len(ranges):
+            raise ValueError(
+                f"block [{self.start}, {self.end}) has {len(self.leaves)} bytes of leaf "
+                f"digests, {size * len(ranges)} expected"
+            )
+        return [
+            Leaf(s, e, self.leaves[i * size : (i + 1) * size].hex())
+            for i, (s, e) in enumerate(ranges)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +238,13 @@ class QueuePrint:
     hot_max: int
     blocks: tuple[Block, ...]
     stored_from: tuple[tuple[int, int], ...] = ()
+    #: Offsets per leaf (0: the blocks are the leaves, format 2).
+    leaf_offsets: int = 0
+
+    def leaves(self) -> list[Leaf]:
+        """The units of comparison, in offset order: every block's leaves (format 2:
+        the blocks themselves)."""
+        return [leaf for b in self.blocks for leaf in b.leaf_list(self.leaf_offsets)]
 
     def lag_cutoff(self, allowance: LagAllowance, reference_ms: int) -> int:
         """The first offset allowed to be untiered (the verifier's lag rule, at block
@@ -209,7 +260,9 @@ class QueuePrint:
 @dataclass(frozen=True)
 class Fingerprint:
     """A broker's hot store at ``taken_ms`` (the broker host's clock): the reference time
-    of the lag rule for a check against it."""
+    of the lag rule for a check against it. ``sequence`` is its place among the broker's
+    fingerprints (its key's; -1: format 2, none), ``leaf_offsets`` the leaf size (0:
+    format 2, no leaves)."""
 
     cluster: str
     broker: str
@@ -217,6 +270,8 @@ class Fingerprint:
     block_offsets: int
     hot_bytes: int
     queues: tuple[QueuePrint, ...]
+    sequence: int = -1
+    leaf_offsets: int = 0
 
     def queue(self, topic: str, queue_id: int) -> QueuePrint | None:
         return next((q for q in self.queues if (q.topic, q.queue_id) == (topic, queue_id)), None)
@@ -227,8 +282,10 @@ class Fingerprint:
             "format_version": FINGERPRINT_FORMAT_VERSION,
             "cluster": self.cluster,
             "broker": self.broker,
+            "sequence": self.sequence,
             "taken_ms": self.taken_ms,
             "block_offsets": self.block_offsets,
+            "leaf_offsets": self.leaf_offsets,
             "hot_bytes": self.hot_bytes,
             "queues": [
                 {
@@ -237,7 +294,14 @@ class Fingerprint:
                     "hot_min": q.hot_min,
                     "hot_max": q.hot_max,
                     "blocks": [
-                        [b.start, b.end, b.digest, b.first_store_ms, b.last_store_ms]
+                        [
+                            b.start,
+                            b.end,
+                            b.digest,
+                            b.first_store_ms,
+                            b.last_store_ms,
+                            base64.b64encode(b.leaves).decode(),
+                        ]
                         for b in q.blocks
                     ],
                     "stored_from": [[since, offset] for since, offset in q.stored_from],
@@ -249,27 +313,32 @@ class Fingerprint:
 
 
 def read_fingerprint(data: bytes, key: str) -> Fingerprint:
-    """Parse a stored fingerprint.
+    """Parse a stored fingerprint: format 3, or format 2 (no sequence, -1; no leaves: its
+    blocks are compared whole, as that format's reader did).
 
     Raises:
-        CorruptProvenanceError: not a fingerprint of this format (naming ``key``).
+        CorruptProvenanceError: not a fingerprint of a format this version reads, or
+            leaf digests that do not fit their blocks (naming ``key``).
     """
     try:
         doc: dict[str, Any] = json.loads(data)
-        if doc["format_version"] != FINGERPRINT_FORMAT_VERSION:
+        version = doc["format_version"]
+        if version not in _READABLE_VERSIONS:
             raise CorruptProvenanceError(
-                f"fingerprint format {doc['format_version']} is not one this version reads",
-                where=key,
+                f"fingerprint format {version} is not one this version reads", where=key
             )
+        leaf_offsets = int(doc["leaf_offsets"]) if version >= 3 else 0
         queues = tuple(
             QueuePrint(
                 str(q["topic"]), int(q["queue_id"]), int(q["hot_min"]), int(q["hot_max"]),
-                tuple(Block(int(s), int(e), str(d), int(f), int(la))
-                      for s, e, d, f, la in q["blocks"]),
+                tuple(_block(b, version) for b in q["blocks"]),
                 tuple((int(t), int(o)) for t, o in q["stored_from"]),
+                leaf_offsets,
             )
             for q in doc["queues"]
         )  # fmt: skip
+        for q in queues:
+            q.leaves()  # leaf digests that do not fit their blocks raise ValueError
         return Fingerprint(
             str(doc["cluster"]),
             str(doc["broker"]),
@@ -277,9 +346,17 @@ def read_fingerprint(data: bytes, key: str) -> Fingerprint:
             int(doc["block_offsets"]),
             int(doc["hot_bytes"]),
             queues,
+            int(doc["sequence"]) if version >= 3 else -1,
+            leaf_offsets,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptProvenanceError(f"fingerprint does not read: {exc}", where=key) from exc
+
+
+def _block(row: list[Any], version: int) -> Block:
+    s, e, d, f, la = row[:5]
+    leaves = base64.b64decode(str(row[5]), validate=True) if version >= 3 else b""
+    return Block(int(s), int(e), str(d), int(f), int(la), leaves)
 
 
 async def take_fingerprint(
@@ -290,10 +367,13 @@ async def take_fingerprint(
     clock: Clock,
     bucket: TokenBucket | None = None,
     block_offsets: int = DEFAULT_BLOCK_OFFSETS,
+    leaf_offsets: int = DEFAULT_LEAF_OFFSETS,
     since_ms: tuple[int, ...] = (),
+    sequence: int = 0,
 ) -> Fingerprint:
-    """Read every hot queue block by block and fingerprint it (module doc), with
-    ``stored_from`` for each of ``since_ms`` (the tiering record's entry times).
+    """Read every hot queue block by block and fingerprint it (module doc): per block its
+    digest and its leaves' (of ``leaf_offsets``), ``stored_from`` for each of ``since_ms``
+    (the tiering record's entry times), ``sequence`` as given (the caller allocates it).
 
     ``bucket`` paces the reads (bytes of consume queue and commit log); its waits are on
     ``clock``. A block the broker deletes while we read (the queue's oldest) moves the
@@ -302,15 +382,13 @@ async def take_fingerprint(
     Raises:
         StoreError: the store is not a broker store, or a file does not read.
     """
-    if block_offsets <= 0:
-        raise ValueError(f"block_offsets must be > 0, got {block_offsets}")
+    if block_offsets <= 0 or leaf_offsets <= 0:
+        raise ValueError(f"block and leaf offsets must be > 0, got {block_offsets}, {leaf_offsets}")
     taken = clock.now_ms()
     read: list[_ReadQueue] = []
     total = 0
-    with HotCommitlog(hot.commitlog_files()) as cl, _Digests() as digests:
-        for key in hot.queues():
-            if not hot.cq_files(key.topic, key.queue_id):
-                continue
+    with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
+        for key in (k for k in hot.queues() if hot.cq_files(k.topic, k.queue_id)):
             rng = hot.queue_range(key.topic, key.queue_id)
             blocks: list[_ReadBlock] = []
             found: dict[int, int] = {}
@@ -328,19 +406,19 @@ async def take_fingerprint(
                     low = end  # deleted by the broker's retention while we read
                     continue
                 first, last = store_times(records, sizes)
-                for t in since_ms:
-                    if t not in found and last >= t:
-                        found[t] = start + first_stored_at(records, sizes, t)
-                blocks.append(_ReadBlock(start, end, digests.take(units, records), first, last))
+                new = (t for t in since_ms if t not in found and last >= t)
+                found |= {t: start + first_stored_at(records, sizes, t) for t in new}
+                taken_digests = digests.take(start, units, records)
+                blocks.append(_ReadBlock(start, end, taken_digests, first, last))
                 size = len(records) + 20 * units.shape[0]
                 total += size
                 if bucket is not None:
                     await bucket.acquire(size)
             top = max(low, rng.max)
             stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
-            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored))
+            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, leaf_offsets))
     queues = tuple(q.printed() for q in read)
-    return Fingerprint(cluster, broker, taken, block_offsets, total, queues)
+    return Fingerprint(cluster, broker, taken, block_offsets, total, queues, sequence, leaf_offsets)
 
 
 class _Digests:
@@ -348,9 +426,10 @@ class _Digests:
     caller reads the next blocks; at most ``_DIGESTS_QUEUED`` wait, each holding its
     records (a context manager: leaving it waits for them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, leaf_offsets: int) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest")
-        self._queued: deque[Future[str]] = deque()
+        self._queued: deque[Future[tuple[str, bytes]]] = deque()
+        self._leaf = leaf_offsets
 
     def __enter__(self) -> Self:
         return self
@@ -358,18 +437,33 @@ class _Digests:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown()
 
-    def take(self, units: Units, records: bytearray) -> Future[str]:
-        """The digest of one whole block (its ``records`` are zeroed in place)."""
+    def take(self, start: int, units: Units, records: bytearray) -> Future[tuple[str, bytes]]:
+        """The digest of one whole block from ``start`` and its leaf digests (its
+        ``records`` are zeroed in place)."""
         if len(self._queued) == _DIGESTS_QUEUED:
             self._queued.popleft().result()  # bounds the records held
-        self._queued.append(self._pool.submit(_block_digest, *block_streams(units, records)))
+        sizes = units["size"].astype(np.int64)
+        streams = block_streams(units, records)
+        self._queued.append(self._pool.submit(_block_digest, start, sizes, self._leaf, *streams))
         return self._queued[-1]
 
 
-def _block_digest(units: bytes, records: bytearray) -> str:
+def _block_digest(
+    start: int, sizes: npt.NDArray[np.int64], leaf_offsets: int, units: bytes, records: bytearray
+) -> tuple[str, bytes]:
     hasher = BlockHasher()
     hasher.feed(units, records)
-    return hasher.hexdigest()
+    ends = np.cumsum(sizes)
+    width = _UNIT_HEAD.itemsize
+    view = memoryview(records)
+    leaves = bytearray()
+    for lo, hi in block_ranges(start, start + int(sizes.size), leaf_offsets):
+        i, j = lo - start, hi - start
+        leaf = BlockHasher(_LEAF_DIGEST_SIZE)
+        first = int(ends[i - 1]) if i else 0
+        leaf.feed(units[i * width : j * width], view[first : int(ends[j - 1])])
+        leaves += bytes.fromhex(leaf.hexdigest())
+    return hasher.hexdigest(), bytes(leaves)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +472,7 @@ class _ReadBlock:
 
     start: int
     end: int
-    digest: Future[str]
+    digest: Future[tuple[str, bytes]]
     first: int
     last: int
 
@@ -393,11 +487,20 @@ class _ReadQueue:
     hot_max: int
     blocks: list[_ReadBlock]
     stored_from: tuple[tuple[int, int], ...]
+    leaf_offsets: int
 
     def printed(self) -> QueuePrint:
         """The queue's print, each block's digest waited for."""
-        blocks = tuple(Block(b.start, b.end, b.digest.result(), b.first, b.last)
-                       for b in self.blocks)  # fmt: skip
+        blocks = []
+        for b in self.blocks:
+            digest, leaves = b.digest.result()
+            blocks.append(Block(b.start, b.end, digest, b.first, b.last, leaves))
         return QueuePrint(
-            self.topic, self.queue_id, self.hot_min, self.hot_max, blocks, self.stored_from
+            self.topic,
+            self.queue_id,
+            self.hot_min,
+            self.hot_max,
+            tuple(blocks),
+            self.stored_from,
+            self.leaf_offsets,
         )

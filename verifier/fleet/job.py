@@ -22,9 +22,17 @@ Loss records the fingerprint's hot range contradicts
 (:func:`verifier.scope.impossible_losses`) are left out of the accepted losses before
 the queue tasks run, as the single-broker job does before its segment checks.
 
-A broker with a tiering record whose newest fingerprint is missing, unreadable, older
-than ``max_fingerprint_age_s`` (by the job's clock) or without ``stored_from`` for one
-of the tiering record's times (taken before that entry was written) is **INCOMPLETE**
+The **newest** fingerprint is the one of the highest sequence in its key
+(:class:`~tieredstore.cold.layout.FingerprintName`: ``tieredstore fingerprint`` creates
+each at one past the highest listed), never the one of the latest host time: a
+fingerprint taken while its host's clock ran ahead cannot stay "newest". Every listed
+fingerprint dated after the job's clock is named in the broker's ``notes``.
+
+A broker with a tiering record whose newest fingerprint is missing, unreadable, not what
+its key says (another broker's, another sequence's: a copy), dated after the job's clock
+(never trusted as fresh), older than ``max_fingerprint_age_s`` (by the job's clock) or
+without ``stored_from`` for one of the tiering record's times (taken before that entry
+was written) is **INCOMPLETE**
 — or worse, if its cold data alone shows damage — never CLEAN. The fleet's verdict is
 its worst broker's. A prefix without a tiering record is not a tiered broker and is left out.
 """
@@ -47,7 +55,7 @@ from tieredstore.cold.layout import (
     broker_prefix,
     cluster_dir,
     fingerprint_prefix,
-    parse_fingerprint_stamp,
+    parse_fingerprint_name,
 )
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import QueueInit, RetentionMark, StopMark, TieringRecord
@@ -190,6 +198,8 @@ class BrokerScan:
     batches: dict[str, int] = field(default_factory=dict)
     #: A ``corrupt_manifest`` per batch object whose head does not parse.
     batch_problems: tuple[Anomaly, ...] = ()
+    #: The listed fingerprints dated after the job's clock, named (``notes``).
+    fingerprint_notes: tuple[str, ...] = ()
 
     def hot_facts(self) -> dict[tuple[str, int], HotFacts]:
         """What the fingerprint proves of each hot queue (empty: no fingerprint)."""
@@ -214,6 +224,7 @@ class BrokerScan:
 @dataclass(frozen=True)
 class _ScanBroker:
     cold: ColdLocation
+    now_ms: int
 
     def __call__(self, ref: BrokerRef) -> BrokerScan:
         listing = list_cold_objects(self.cold, ref.cluster, ref.broker)
@@ -228,7 +239,7 @@ class _ScanBroker:
             objects.setdefault(q, {})[row["key"]] = row["size"]
             if row["kind"] == SegmentKind.MANIFEST.value:
                 manifests.setdefault(q, []).append(row["key"])
-        fp, key, problem = self._newest_fingerprint(ref)
+        fp, key, problem, notes = self._newest_fingerprint(ref)
         slices, problems = self._slices(batches)
         return BrokerScan(
             ref,
@@ -246,6 +257,7 @@ class _ScanBroker:
             slices,
             batches,
             problems,
+            notes,
         )
 
     def _slices(
@@ -273,7 +285,9 @@ class _ScanBroker:
 
     def _newest_fingerprint(
         self, ref: BrokerRef
-    ) -> tuple[Fingerprint | None, str | None, str | None]:
+    ) -> tuple[Fingerprint | None, str | None, str | None, tuple[str, ...]]:
+        """The newest fingerprint by sequence (module doc), its key, why it cannot be
+        used (None: it can), and a note per listed fingerprint dated after the clock."""
         fs, root = self.cold.filesystem()
         prefix = fingerprint_prefix(ref.cluster, ref.broker)
         try:
@@ -283,17 +297,38 @@ class _ScanBroker:
             ]
         except FileNotFoundError:
             names = []
-        stamps = sorted(s for s in map(parse_fingerprint_stamp, names) if s is not None)
-        if not stamps:
-            return None, None, "no hot fingerprint"
-        key = f"{prefix}/{stamps[-1]:013d}.json"
+        named = sorted((n, name) for name in names if (n := parse_fingerprint_name(name)))
+        if not named:
+            return None, None, "no hot fingerprint", ()
+        notes = tuple(
+            f"hot fingerprint {prefix}/{name} is dated {(n.stamp_ms - self.now_ms) / 1000:.0f} s "
+            "after the verifier's clock (its host's clock ran ahead): never used as fresh"
+            for n, name in named
+            if n.stamp_ms > self.now_ms
+        )
+        newest, name = named[-1]
+        key = f"{prefix}/{name}"
         try:
             fp = read_fingerprint(fs.cat_file(ColdLocation.path(root, key)), key)
         except CorruptProvenanceError as exc:
-            return None, key, f"the newest hot fingerprint does not read: {exc}"
+            return None, key, f"the newest hot fingerprint does not read: {exc}", notes
         if (fp.cluster, fp.broker) != (ref.cluster, ref.broker):
-            return None, key, f"the newest hot fingerprint is of {fp.cluster}/{fp.broker}"
-        return fp, key, None
+            why = f"the newest hot fingerprint ({key}) is of {fp.cluster}/{fp.broker}"
+            return None, key, why, notes
+        if (fp.sequence, fp.taken_ms) != (newest.sequence, newest.stamp_ms):
+            why = (
+                f"the newest hot fingerprint ({key}) says sequence {fp.sequence}, taken at "
+                f"{fp.taken_ms}: not what its key says (a copy)"
+            )
+            return None, key, why, notes
+        if fp.taken_ms > self.now_ms:
+            why = (
+                f"the newest hot fingerprint ({key}) is dated "
+                f"{(fp.taken_ms - self.now_ms) / 1000:.0f} s after the verifier's clock: its "
+                "host's clock ran ahead; take a new one"
+            )
+            return None, key, why, notes
+        return fp, key, None, notes
 
 
 # -- 3. a task per queue -------------------------------------------------------------
@@ -417,6 +452,7 @@ def _broker_result(
         started_ms=started,
         finished_ms=time.time_ns() // 1_000_000,
         incomplete=_incomplete(scan, opts),
+        notes=scan.fingerprint_notes,
     )
 
 
@@ -436,7 +472,9 @@ def verify_fleet(spark: SparkSession, opts: FleetOptions) -> FleetResult:
     sc = spark.sparkContext
     scans = [
         s
-        for s in sc.parallelize(brokers, max(1, len(brokers))).map(_ScanBroker(cold)).collect()
+        for s in sc.parallelize(brokers, max(1, len(brokers)))
+        .map(_ScanBroker(cold, opts.now_ms))
+        .collect()
         if s.tiering is not None
     ]
     if not scans:

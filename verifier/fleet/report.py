@@ -11,7 +11,7 @@
       {"format_version": 1, "verdict", "exit_code", "started_ms", "finished_ms",
        "parameters": {"cold", "clusters", "lag_allowance", "max_fingerprint_age_s", "now_ms"},
        "workers": [...], "brokers": [{"cluster", "broker", "verdict", "exit_code",
-       "incomplete", "fingerprint", "fingerprint_taken_ms", "queues", "anomalies",
+       "incomplete", "notes", "fingerprint", "fingerprint_taken_ms", "queues", "anomalies",
        "anomaly_counts", "bytes_verified", "report"}]}
 
 * ``fleet.html`` — one row per broker, worst first, linking to each broker's page;
@@ -67,6 +67,7 @@ def _broker_doc(r: VerificationResult) -> dict[str, Any]:
         "verdict": r.verdict.value,
         "exit_code": r.verdict.exit_code,
         "incomplete": r.incomplete,
+        "notes": list(r.notes),
         "fingerprint": fingerprint,
         "fingerprint_taken_ms": r.reference_ts,
         "queues": r.totals.queues,

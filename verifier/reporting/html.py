@@ -359,7 +359,8 @@ def _run_parameters(doc: dict[str, Any]) -> dict[str, Any]:
 def _incomplete(doc: dict[str, Any]) -> str:
     """Why the verdict is INCOMPLETE (a fleet run's broker), or nothing."""
     why = doc.get("incomplete")
-    return f'<p id="incomplete">Not proven: {_e(why)}.</p>' if why else ""
+    notes = "".join(f'<p class="note">Note: {_e(n)}.</p>' for n in doc.get("notes", []))
+    return (f'<p id="incomplete">Not proven: {_e(why)}.</p>' if why else "") + notes
 
 
 def render_html(

@@ -4,6 +4,8 @@
 
     {"format_version": 1, "verdict": "CLEAN|DIRTY|INCOMPLETE|CORRUPT", "exit_code"
      (verifier.verdict), "incomplete": what could not be proven (a fleet run) | null,
+     "notes": [what the run noticed that decides no verdict, e.g. a future-dated
+     fingerprint],
      "parameters": {...}, "reference_ts": <the verifier's clock at the start (epoch ms)>,
      "totals": {...}, "anomaly_counts": {"gap": 0, ...},
      "topics": [{"topic", "queues", "status", "statuses": {status: count}, "segments",
@@ -177,6 +179,7 @@ def report_document(result: VerificationResult) -> dict[str, Any]:
         "verdict": result.verdict.value,
         "exit_code": result.verdict.exit_code,
         "incomplete": result.incomplete,
+        "notes": list(result.notes),
         "started_ms": result.started_ms,
         "finished_ms": result.finished_ms,
         "parameters": {

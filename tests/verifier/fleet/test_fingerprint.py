@@ -11,7 +11,12 @@ import pytest
 
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import VirtualClock
-from tieredstore.cold.layout import fingerprint_prefix, parse_fingerprint_stamp, tiering_key
+from tieredstore.cold.layout import (
+    fingerprint_prefix,
+    parse_fingerprint_name,
+    parse_fingerprint_stamp,
+    tiering_key,
+)
 from tieredstore.cold.provenance import read_tiering_record
 from tieredstore.errors import CorruptProvenanceError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
@@ -180,3 +185,82 @@ async def test_the_reads_are_paced_by_the_rate_limit(stores: tuple[Path, Path]) 
     assert waited <= fp.hot_bytes // rate + 1
     doc = json.loads(fp.to_bytes())
     assert doc["hot_bytes"] == fp.hot_bytes
+
+
+async def test_each_leaf_digest_is_its_own_records_hashed(stores: tuple[Path, Path]) -> None:
+    # Leaves of 10 inside blocks of 37: a leaf ends at a block's end as well as every 10.
+    store = HotStore(stores[0])
+    fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                block_offsets=37, leaf_offsets=10)  # fmt: skip
+    for q in fp.queues:
+        leaves = q.leaves()
+        assert [(x.start, x.end) for x in leaves][:5] == [(0, 10), (10, 20), (20, 30), (30, 37),
+                                                          (37, 40)]  # fmt: skip
+        assert leaves[-1].end == q.hot_max
+        for leaf in leaves:
+            units = store.read_units(q.topic, q.queue_id, leaf.start, leaf.end)
+            hasher = leaf.hasher()
+            hasher.update(units, b"".join(store.read_records_bytes(units["commitlog_offset"],
+                                                                  units["size"])))  # fmt: skip
+            assert hasher.hexdigest() == leaf.digest and len(leaf.digest) == 16
+    assert read_fingerprint(fp.to_bytes(), "k") == fp
+
+
+async def test_a_format_2_fingerprint_still_reads_its_blocks_as_its_leaves(
+    stores: tuple[Path, Path],
+) -> None:
+    store = HotStore(stores[0])
+    fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                block_offsets=100)  # fmt: skip
+    doc = json.loads(fp.to_bytes())
+    doc["format_version"] = 2
+    del doc["sequence"], doc["leaf_offsets"]
+    for q in doc["queues"]:
+        q["blocks"] = [b[:5] for b in q["blocks"]]
+    old = read_fingerprint(json.dumps(doc).encode(), "old.json")
+    assert (old.sequence, old.leaf_offsets) == (-1, 0)
+    for q in old.queues:
+        assert [(x.start, x.end, x.digest) for x in q.leaves()] == [
+            (b.start, b.end, b.digest) for b in q.blocks
+        ]
+
+
+def test_leaf_digests_that_do_not_fit_their_block_are_refused() -> None:
+    doc = {"format_version": 3, "cluster": CLUSTER, "broker": BROKER, "sequence": 0,
+           "taken_ms": 1, "block_offsets": 100, "leaf_offsets": 10, "hot_bytes": 0,
+           "queues": [{"topic": "t", "queue_id": 0, "hot_min": 0, "hot_max": 30,
+                       "blocks": [[0, 30, "00", 1, 2, "AAAAAAAAAAA="]],
+                       "stored_from": []}]}  # fmt: skip
+    with pytest.raises(CorruptProvenanceError, match="leaf digests") as exc:
+        read_fingerprint(json.dumps(doc).encode(), "fp/x.json")
+    assert "fp/x.json" in str(exc.value)
+
+
+def test_the_newest_fingerprint_is_the_highest_sequence_whatever_its_host_time() -> None:
+    ahead = parse_fingerprint_name("s0000000000-1800000000000.json")
+    later = parse_fingerprint_name("s0000000001-1700000000000.json")
+    old = parse_fingerprint_name("1900000000000.json")  # format 2: no sequence
+    assert ahead is not None and later is not None and old is not None
+    assert max(ahead, later, old) == later and min(ahead, later, old) == old
+    assert later.name == "s0000000001-1700000000000.json" and old.name == "1900000000000.json"
+    for bad in ("s1-1700000000000.json", "s0000000001-17.json", "x.json", "s0000000001.json"):
+        assert parse_fingerprint_name(bad) is None, bad
+
+
+def test_each_run_of_the_command_takes_the_next_sequence(
+    stores: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    hot, cold = stores
+    folder = cold / fingerprint_prefix(CLUSTER, BROKER)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "1900000000000.json").write_bytes(b"{}")  # a format-2 name sorts below
+    argv = ["fingerprint", "--store", str(hot), "--cold", str(cold), "--cluster", CLUSTER,
+            "--broker", BROKER, "--max-bytes-per-second=0"]  # fmt: skip
+    assert cli_main(argv) == 0 and cli_main(argv) == 0
+    capsys.readouterr()
+    names = sorted(n for p in folder.iterdir() if (n := parse_fingerprint_name(p.name)))
+    assert [n.sequence for n in names] == [-1, 0, 1]
+    for n in names[1:]:
+        assert read_fingerprint((folder / n.name).read_bytes(), n.name).sequence == n.sequence
+    for p in folder.iterdir():
+        p.unlink()

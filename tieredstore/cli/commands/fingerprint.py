@@ -4,7 +4,9 @@ Run on each broker host (cron), before the nightly fleet verification
 (``tieredstore verify --fleet``). Reads every hot queue block by block, paced by
 ``--max-bytes-per-second`` so that it never starves the broker, and writes one hot
 fingerprint (:mod:`verifier.fleet.fingerprint`) under the broker's cold prefix,
-``_fingerprints/<taken_ms>.json``, create-if-absent. No Spark, no JVM; memory is three
+``_fingerprints/s<sequence>-<taken_ms>.json``, create-if-absent at one past the highest
+sequence listed (taken meanwhile by another run: list again, next sequence). The sequence,
+not the host clock, decides which fingerprint is newest. No Spark, no JVM; memory is three
 blocks' records (a worker thread hashes two while the next is read). The fingerprint is
 computed from hot bytes only: never from the sidecar's catalogue or its tiering path;
 the only thing read from cold is the broker's tiering record, for the times its
@@ -19,23 +21,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from pathlib import Path
+from typing import Final
 
 from tieredstore.backends import open_backend
+from tieredstore.backends.base import Backend
 from tieredstore.backends.factory import COMMAND_RETRY, canonical_cold_url
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.commands._settings import non_negative_int
 from tieredstore.clock import SystemClock
-from tieredstore.cold.layout import fingerprint_key
+from tieredstore.cold.layout import fingerprint_key, fingerprint_prefix, parse_fingerprint_name
 from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
 from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes
 from tieredstore.ratelimit import TokenBucket
-from verifier.fleet.fingerprint import DEFAULT_BLOCK_OFFSETS, take_fingerprint
+from verifier.fleet.fingerprint import (
+    DEFAULT_BLOCK_OFFSETS,
+    DEFAULT_LEAF_OFFSETS,
+    take_fingerprint,
+)
 
 #: The default pace: a tenth of a modest disk's sequential read rate.
 DEFAULT_MAX_BYTES_PER_SECOND = 64 << 20
+#: How many times the create moves to a later sequence before it gives up.
+MAX_RESEQUENCE: Final = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,11 +69,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_BLOCK_OFFSETS,
         help="queue offsets per digest block (default %(default)s)",
     )
+    p.add_argument(
+        "--leaf-offsets",
+        type=non_negative_int,
+        default=DEFAULT_LEAF_OFFSETS,
+        help="queue offsets per leaf digest, the unit the fleet job compares (default %(default)s)",
+    )
+
+
+async def next_sequence(cold: Backend, cluster: str, broker: str) -> int:
+    """One past the highest fingerprint sequence listed for the broker (0 if none)."""
+    prefix = fingerprint_prefix(cluster, broker) + "/"
+    names = (parse_fingerprint_name(i.key.rsplit("/", 1)[-1]) for i in await cold.list(prefix))
+    return max((n.sequence for n in names if n is not None), default=-1) + 1
 
 
 async def _fingerprint(args: argparse.Namespace) -> int:
     if args.block_offsets == 0:
         raise ConfigError("bad --block-offsets: must be at least 1")
+    if args.leaf_offsets == 0:
+        raise ConfigError("bad --leaf-offsets: must be at least 1")
     if not args.store.is_dir():
         raise NotAStoreError("hot store directory does not exist", where=str(args.store))
     hot = HotStore(args.store)
@@ -76,16 +102,21 @@ async def _fingerprint(args: argparse.Namespace) -> int:
         since = tuple(sorted({e.since_ms for e in record.history})) if record else ()
         fp = await take_fingerprint(
             hot, cluster=cluster, broker=broker, clock=clock, bucket=bucket,
-            block_offsets=args.block_offsets, since_ms=since,
+            block_offsets=args.block_offsets, leaf_offsets=args.leaf_offsets, since_ms=since,
         )  # fmt: skip
-        key = fingerprint_key(cluster, broker, stamp_ms=fp.taken_ms)
-        data = fp.to_bytes()
-        try:
-            await cold.create(key, data)
-        except ConditionFailedError as exc:
-            raise ConditionFailedError(
-                "a fingerprint of that time already exists", where=key
-            ) from exc
+        for attempt in range(MAX_RESEQUENCE):
+            fp = dataclasses.replace(fp, sequence=await next_sequence(cold, cluster, broker))
+            key = fingerprint_key(cluster, broker, stamp_ms=fp.taken_ms, sequence=fp.sequence)
+            data = fp.to_bytes()
+            try:
+                await cold.create(key, data)
+                break
+            except ConditionFailedError as exc:
+                if attempt == MAX_RESEQUENCE - 1:
+                    raise ConditionFailedError(
+                        f"fingerprint sequence taken {MAX_RESEQUENCE} times over by other runs",
+                        where=key,
+                    ) from exc
     blocks = sum(len(q.blocks) for q in fp.queues)
     print(
         f"fingerprint {key}: {len(fp.queues)} queues, {blocks} blocks, "

@@ -1,0 +1,248 @@
+"""Property (issue 46): for every damage the generator makes, the single-broker job (hot
+files) and the fleet job (a hot fingerprint) give the same verdict and the same anomaly
+classes per queue; a forged newest fingerprint never lets the fleet job say CLEAN.
+
+The store: one broker of a small synthetic hot store, tiered into 100-message segments,
+one queue's head expired by retention (on record), each queue's tail moved into one
+batch object (as the batch writer commits small queues), fingerprinted by ``tieredstore
+fingerprint`` (format 3: leaves of 64). Each example damages up to three objects —
+delete, cut short, or flip a byte (of a data object; of a batch: a byte of its head or
+of a slice) — and may forge the newest fingerprint: one dated a day ahead, another
+broker's, or one with a block's leaf digests cut short (a partial block).
+
+Classes the fleet job does not decide by design (docs/verification.md, "verify
+--fleet"): ``orphan_object`` (its listing has no write times for the grace period),
+``catalogue_drift`` and ``cold_ahead_of_hot``; they are left out of the comparison.
+
+Not yet one decision (issue 46, deliverable 4, open): what a link's records say once one
+of its objects is missing, cut short or fails its digest. The single-broker job's reader
+tasks and the fleet's queue task still decide that apart, so on a queue with a
+``missing_object``, ``size_mismatch`` or ``digest_mismatch`` the two may differ in the
+classes that follow from it (``record_mismatch``, ``content_mismatch``); those two are
+compared only on queues without one (:data:`FOLLOWERS`). Verdicts are compared always.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+
+from tieredstore.cli.main import main as cli_main
+from tieredstore.clock import SystemClock
+from tieredstore.cold.batch import SlicePart, build_batch
+from tieredstore.cold.layout import (
+    QueuePath,
+    fingerprint_key,
+    fingerprint_prefix,
+    init_key,
+    parse_fingerprint_name,
+)
+from tieredstore.cold.manifest import Manifest
+from tieredstore.cold.provenance import RetentionMark
+from tieredstore.findings import FindingKind
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.hot.store import QueueKey
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.stores.coldimage import ColdImage, write_local
+from tieredstore.testing.verification.fleet import fleet_image
+from verifier.fleet.fingerprint import read_fingerprint
+from verifier.fleet.job import FleetOptions, verify_fleet
+from verifier.job import verify
+from verifier.outcome import VerificationResult
+from verifier.verdict import Verdict
+from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+CLUSTER, BROKER = "ParityCluster", "broker-parity"
+SPEC = SynthSpec(
+    topics=1, queues=2, messages=1000, body_min=100, body_max=300,
+    commitlog_file_size=256 << 10, cq_file_size=200 * CQ_UNIT_SIZE, seed=47,
+)  # fmt: skip
+QUEUES = (QueueKey("SynthTopic0", 0), QueueKey("SynthTopic0", 1))
+EXPIRED = QUEUES[1]  # its first segment expired by retention (on record)
+NO_LAG = LagAllowance(LagUnit.MESSAGES, 0)
+NOT_DECIDED = {FindingKind.ORPHAN_OBJECT, FindingKind.CATALOGUE_DRIFT,
+               FindingKind.COLD_AHEAD_OF_HOT}  # fmt: skip
+#: Classes that may follow from an object-level finding on the same queue (module doc).
+OBJECT_LEVEL = {FindingKind.MISSING_OBJECT, FindingKind.SIZE_MISMATCH,
+                FindingKind.DIGEST_MISMATCH}  # fmt: skip
+FOLLOWERS = {FindingKind.RECORD_MISMATCH, FindingKind.CONTENT_MISMATCH}
+ACTIONS = ("delete", "truncate", "flip")
+FORGERIES = ("none", "ahead", "other", "partial")
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Base:
+    hot: Path
+    cold: Path
+    #: (key, kind): kind is "data", "json" or "batch".
+    targets: tuple[tuple[str, str], ...]
+
+
+def _manifests(image: ColdImage, q: QueueKey) -> list[Manifest]:
+    mark = f"/{BROKER}/{q.topic}/{q.queue_id}/MANIFEST/"
+    found = [Manifest.from_json(v, where=k) for k, v in image.objects.items() if mark in k]
+    return sorted(found, key=lambda m: m.start_offset)
+
+
+def _drop(image: ColdImage, m: Manifest) -> None:
+    for key in (m.key, m.commit_log_key, m.consume_queue_key):
+        del image.objects[key]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
+    root = tmp_path_factory.mktemp("parity")
+    synthesize(root / "hot", SPEC)
+    image = fleet_image(root / "hot", CLUSTER, [BROKER], segment_messages=100)
+    first = _manifests(image, EXPIRED)[0]
+    _drop(image, first)
+    mark = RetentionMark(1, CLUSTER, BROKER, EXPIRED.topic, EXPIRED.queue_id, "test-writer",
+                         1, first.end_offset, first.key, first.max_store_timestamp,
+                         1_700_000_100_000)  # fmt: skip
+    image.objects[mark.key] = mark.to_json()
+    parts = []
+    for q in QUEUES:  # each queue's last two segments become one slice of batch 0
+        segs = _manifests(image, q)[-2:]
+        parts.append(SlicePart(
+            q.topic, q.queue_id, segs[0].start_offset, segs[-1].end_offset, segs[0].cl_base,
+            b"".join(image.objects[m.commit_log_key] for m in segs),
+            b"".join(image.objects[m.consume_queue_key] for m in segs),
+            min(m.min_store_timestamp for m in segs), max(m.max_store_timestamp for m in segs),
+        ))  # fmt: skip
+        for m in segs:
+            _drop(image, m)
+    index, data = build_batch(
+        cluster=CLUSTER, broker=BROKER, sequence=0, writer_id="w", lease_epoch=1,
+        created_at_ms=1_700_000_000_000, parts=parts,
+    )  # fmt: skip
+    image.objects[index.key] = data
+    targets: list[tuple[str, str]] = [(index.key, "batch"), (mark.key, "json")]
+    for q in QUEUES:
+        for m in _manifests(image, q):
+            targets += [(m.key, "json"), (m.commit_log_key, "data"), (m.consume_queue_key, "data")]
+        targets.append((init_key(QueuePath(CLUSTER, BROKER, q.topic, q.queue_id)), "json"))
+    write_local(image, root / "cold")
+    assert cli_main([
+        "fingerprint", "--store", str(root / "hot"), "--cold", str(root / "cold"),
+        "--cluster", CLUSTER, "--broker", BROKER, "--max-bytes-per-second", "0",
+    ]) == 0  # fmt: skip
+    return Base(root / "hot", root / "cold", tuple(sorted(targets)))
+
+
+def _damage(path: Path, kind: str, action: str, where: float) -> str:
+    """Damage the object at ``path``; return what was done (for the failure message)."""
+    data = path.read_bytes()
+    if action == "delete":
+        path.unlink()
+        return "deleted"
+    if action == "flip" and kind == "batch":  # a byte of the head's first 16, or of a slice
+        head = where < 0.5
+        pos = int(where * 2 * 15) if head else len(data) - 1 - int((where - 0.5) * 400)
+        path.write_bytes(data[:pos] + bytes([data[pos] ^ 0x41]) + data[pos + 1 :])
+        return f"flipped byte {pos} ({'head' if head else 'slice'})"
+    if action == "flip" and kind == "data":
+        pos = int(where * (len(data) - 1))
+        path.write_bytes(data[:pos] + bytes([data[pos] ^ 0x41]) + data[pos + 1 :])
+        return f"flipped byte {pos}"
+    cut = int(where * (len(data) - 1))  # JSON: cut short (a flipped byte may change nothing)
+    path.write_bytes(data[:cut])
+    return f"cut to {cut} bytes"
+
+
+def _forge(cold: Path, forgery: str) -> str | None:
+    """Write a forged fingerprint at the broker's next sequence; return its key."""
+    folder = cold / fingerprint_prefix(CLUSTER, BROKER)
+    newest = max(n for p in folder.iterdir() if (n := parse_fingerprint_name(p.name)))
+    fp = read_fingerprint((folder / newest.name).read_bytes(), newest.name)
+    seq = newest.sequence + 1
+    if forgery == "ahead":
+        fp = dataclasses.replace(fp, taken_ms=SystemClock().now_ms() + DAY_MS, sequence=seq)
+        body = fp.to_bytes()
+    elif forgery == "other":  # another broker's fingerprint, copied under this broker
+        body = dataclasses.replace(fp, broker="broker-other", sequence=seq).to_bytes()
+    else:  # "partial": a block whose leaf digests were cut short
+        doc = json.loads(dataclasses.replace(fp, sequence=seq).to_bytes())
+        doc["queues"][0]["blocks"][0][5] = doc["queues"][0]["blocks"][0][5][:-12]
+        body = json.dumps(doc).encode()
+    key = fingerprint_key(CLUSTER, BROKER, stamp_ms=fp.taken_ms, sequence=seq)
+    (cold / key).write_bytes(body)
+    return key
+
+
+def _classes(*results: VerificationResult) -> list[set[tuple[str, str, int]]]:
+    """Each result's (class, topic, queue id), leaving out :data:`NOT_DECIDED` and, on a
+    queue where either result has an object-level finding, :data:`FOLLOWERS`."""
+    hit = {(a.topic, a.queue_id) for r in results for a in r.anomalies
+           if a.anomaly in OBJECT_LEVEL}  # fmt: skip
+    return [
+        {
+            (a.anomaly.value, a.topic, a.queue_id)
+            for a in r.anomalies
+            if a.anomaly not in NOT_DECIDED
+            and not (a.anomaly in FOLLOWERS and (a.topic, a.queue_id) in hit)
+        }
+        for r in results
+    ]
+
+
+def test_the_undamaged_base_is_clean_by_both_jobs(base: Base, spark: SparkSession) -> None:
+    single, fleet = _both(base.hot, base.cold, spark)
+    assert (single.verdict, fleet.verdict) == (Verdict.CLEAN, Verdict.CLEAN), (
+        single.anomalies,
+        fleet.anomalies,
+    )
+    assert fleet.totals.units_compared == sum(
+        q.cold_max - q.cold_min for q in fleet.queues if q.cold_max and q.cold_min is not None
+    ) - (128 - 100)  # all but cold's part of the leaf across the retention cut, [64, 128)
+
+
+def _both(hot: Path, cold: Path, spark: SparkSession) -> tuple[VerificationResult, ...]:
+    now = SystemClock().now_ms()
+    single = verify(spark, VerifyOptions(
+        hot=hot, cold_url=str(cold), cluster=CLUSTER, broker=BROKER, now_ms=now,
+        level=Level.CONTENT, lag_allowance=NO_LAG,
+    ))  # fmt: skip
+    fleet = verify_fleet(spark, FleetOptions(str(cold), now, lag_allowance=NO_LAG))
+    (broker,) = fleet.brokers
+    return single, broker
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_both_jobs_give_the_same_verdict_and_classes_for_any_damage(
+    base: Base, spark: SparkSession, data: st.DataObject
+) -> None:
+    chosen = data.draw(
+        st.lists(st.sampled_from(base.targets), min_size=1, max_size=3, unique=True), label="hit"
+    )
+    forgery = data.draw(st.sampled_from(FORGERIES), label="fingerprint forgery")
+    done = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = Path(tmp) / "cold"
+        shutil.copytree(base.cold, cold)
+        for key, kind in chosen:
+            action = data.draw(st.sampled_from(ACTIONS), label=f"action on {key}")
+            where = data.draw(st.floats(0.0, 0.99), label="where")
+            done.append((key, _damage(cold / key, kind, action, where)))
+        forged = _forge(cold, forgery) if forgery != "none" else None
+        single, fleet = _both(base.hot, cold, spark)
+    assert single.verdict is not Verdict.CLEAN, f"CLEAN after {done}"
+    if forged is None:
+        assert fleet.verdict is single.verdict, (done, single.anomalies, fleet.anomalies)
+        got, want = _classes(fleet, single)
+        assert got == want, done
+    else:  # a forged newest fingerprint: never trusted, never CLEAN, named
+        assert fleet.verdict.rank >= Verdict.INCOMPLETE.rank, (forgery, done)
+        assert fleet.incomplete is not None and forged in fleet.incomplete

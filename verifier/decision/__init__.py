@@ -1,0 +1,6 @@
+"""The verifier's decisions, sans IO: what both jobs (the single-broker Spark job and the
+fleet job's per-queue tasks) decide from the same facts, each over its own I/O."""
+
+from verifier.decision.queue import RULES, Finding, Link, QueueLinks, decide
+
+__all__ = ["RULES", "Finding", "Link", "QueueLinks", "decide"]
