@@ -161,6 +161,7 @@ def test_the_dashboard_queries_only_metrics_the_code_exports(
         "tieredstore_lease_held", "tieredstore_lease_epoch", "tieredstore_queue_state",
         "tieredstore_backend_requests_total", "tieredstore_backend_bytes_total",
         "tieredstore_verify_exit_code", "tieredstore_verify_last_run_timestamp_seconds",
+        "tieredstore_group_replicas_missing", "tieredstore_group_unconfirmed_bytes",
         *RETENTION,
     } <= used  # fmt: skip
 
@@ -201,7 +202,7 @@ def test_the_dashboard_is_well_formed() -> None:
     rows = {p["title"] for p in panels if p["type"] == "row"}
     assert rows == {
         "Health", "Lag per queue", "Throughput", "Errors and retries", "Cold store requests",
-        "Lease", "Queue states", "Retention pressure", "Verification",
+        "Lease", "Broker group", "Queue states", "Retention pressure", "Verification",
     }  # fmt: skip
 
 
@@ -227,7 +228,8 @@ def test_every_alert_has_a_unit_test_that_fires_and_one_that_does_not() -> None:
         "TieredstoreVerificationCorrupt", "TieredstoreVerificationDirty",
         "TieredstoreVerificationTooOld", "TieredstoreVerificationIncomplete",
         "TieredstoreFleetVerificationTooOld", "TieredstoreVerificationNeverReported",
-        "TieredstoreBrokerNeverVerified",
+        "TieredstoreBrokerNeverVerified", "TieredstoreGroupReplicaMissing",
+        "TieredstoreGroupUnconfirmedGrowing",
     }  # fmt: skip
     tested = _alert_tests()
     assert set(tested) == alerts
