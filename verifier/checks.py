@@ -363,8 +363,8 @@ def missing_batch(slices: DataFrame, objects: DataFrame, valid: DataFrame) -> Da
         "w.topic = s.topic AND w.queue_id = s.queue_id AND w.sequence > s.sequence "
         "AND w.start_offset <= s.start_offset"
     )
-    lost = gone.join(segments, compacted, "left_anti").alias("s").join(
-        fences, withdrawn, "left_anti"
+    lost = (
+        gone.join(segments, compacted, "left_anti").alias("s").join(fences, withdrawn, "left_anti")
     )
     return _anomalies(
         lost,

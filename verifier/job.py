@@ -15,8 +15,8 @@ generation. Frames (schemas in :mod:`verifier.schemas`):
    take the run's clock (``now_ms``: the lag reference), list the broker's cold prefix
    once with fsspec (``readers.list_cold_objects`` → ``ColdListing``: objects, loss
    records, the provenance records and unrecognised keys), list the hot queues, and
-   optionally read the catalogue (first: ``checks.missing_batch``). A prefix without a tiering record was refused before
-   Spark started (``readers.require_tiered``).
+   optionally read the catalogue (first: ``checks.missing_batch``). A prefix without a
+   tiering record was refused before Spark started (``readers.require_tiered``).
 2. **OBJECTS** (``readers.objects_frame``): the listing as a DataFrame.
 3. **HOT_QUEUES** (``readers.hot_queue_frame``): each hot queue's ``[min, max)`` and lag
    cutoff, read by the tasks and collected (job 1). The driver raises any error here

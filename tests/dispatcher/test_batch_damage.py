@@ -221,11 +221,11 @@ def test_verify_names_a_deleted_batch_object_from_the_catalogue(
     asyncio.run(_tier(settings))
     key, head = asyncio.run(_newest_batch(settings))
     _damage(cold, key, head, "deleted")
-    named = [
-        (a.topic, a.queue_id, a.start, a.end)
-        for a in _verify(spark, store, cold, state)
-        if a.anomaly is FindingKind.MISSING_OBJECT and a.object_key == key
+    missing = [
+        a for a in _verify(spark, store, cold, state) if a.anomaly is FindingKind.MISSING_OBJECT
     ]
+    assert {a.object_key for a in missing} == {key}  # the intact older batch is no finding
+    named = [(a.topic, a.queue_id, a.start, a.end) for a in missing]
     held = [(p.topic, p.queue_id, p.start_offset, p.end_offset) for p in head.index.slices]
     assert sorted(named) == sorted(held) and {q for _, q, _, _ in named} == set(HIT)
     # Without the catalogue, the report says the gap as before: no anomaly names the key.
