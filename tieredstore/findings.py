@@ -114,7 +114,10 @@ FINDINGS: Final[Mapping[FindingKind, Finding]] = {
         "offsets covered by two committed segments", ("verifier", "reconcile")
     ),
     FindingKind.MISSING_OBJECT: Finding(
-        "a manifest names an object that does not exist", ("verifier", "gc", "reconcile")
+        "a manifest names an object that does not exist; or a batch object the "
+        "catalogue's slice rows name (with `--state-dir`: one per queue it held, the "
+        "batch key as the object and the queue's offsets in it)",
+        ("verifier", "gc", "reconcile"),
     ),
     FindingKind.SIZE_MISMATCH: Finding(
         "an object's size differs from its manifest", ("verifier", "gc", "reconcile")

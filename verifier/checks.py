@@ -72,6 +72,7 @@ __all__ = [
     "hot_not_covered",
     "lost_before_tiering",
     "manifest_mismatch",
+    "missing_batch",
     "missing_object",
     "orphan_object",
     "overlap",
@@ -337,6 +338,43 @@ def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
     unreadable = _facts_of(facts, FactKind.OBJECT_UNREADABLE)
     frames.append(_fact_anomalies(unreadable, FindingKind.MISSING_OBJECT))
     return reduce(DataFrame.unionByName, frames)
+
+
+def missing_batch(slices: DataFrame, objects: DataFrame, valid: DataFrame) -> DataFrame:
+    """``missing_object`` of a batch object the catalogue's slice rows (CATALOGUE_SLICES)
+    name and the listing (OBJECTS) does not hold: one row per slice row, so each queue
+    the batch held is named with the batch key and the offsets it lost there.
+
+    The catalogue is read before the listing, so a batch compacted and collected in
+    between is no finding: a slice row is left out when one valid segment of its queue
+    holds all its offsets, or a batch fence of a higher sequence withdrew it (a fence
+    withdraws the queue's slices of lower sequences from its offset on). Without a
+    catalogue, a deleted batch shows only as its offsets' ``gap`` / ``hot_not_covered``.
+    """
+    listed = objects.select(expr("key AS batch_key"))
+    gone = slices.join(listed, "batch_key", "left_anti").alias("s")
+    segments = valid.where(f"link = {_q(schemas.LINK_SEGMENT)}").alias("g")
+    compacted = expr(
+        "g.topic = s.topic AND g.queue_id = s.queue_id AND g.start_offset <= s.start_offset "
+        "AND g.end_offset >= s.end_offset"
+    )
+    fences = valid.where(f"link = {_q(schemas.LINK_WITHDRAWAL)}").alias("w")
+    withdrawn = expr(
+        "w.topic = s.topic AND w.queue_id = s.queue_id AND w.sequence > s.sequence "
+        "AND w.start_offset <= s.start_offset"
+    )
+    lost = (
+        gone.join(segments, compacted, "left_anti").alias("s").join(fences, withdrawn, "left_anti")
+    )
+    return _anomalies(
+        lost,
+        FindingKind.MISSING_OBJECT,
+        start="start_offset",
+        end="end_offset",
+        object_key="batch_key",
+        detail="format_string('batch object does not exist; the catalogue says it holds "
+        "[%d, %d) of %s/%d', start_offset, end_offset, topic, queue_id)",
+    )
 
 
 def size_mismatch(work: DataFrame) -> DataFrame:

@@ -15,8 +15,8 @@ generation. Frames (schemas in :mod:`verifier.schemas`):
    take the run's clock (``now_ms``: the lag reference), list the broker's cold prefix
    once with fsspec (``readers.list_cold_objects`` → ``ColdListing``: objects, loss
    records, the provenance records and unrecognised keys), list the hot queues, and
-   optionally read the catalogue. A prefix without a tiering record was refused before
-   Spark started (``readers.require_tiered``).
+   optionally read the catalogue (first: ``checks.missing_batch``). A prefix without a
+   tiering record was refused before Spark started (``readers.require_tiered``).
 2. **OBJECTS** (``readers.objects_frame``): the listing as a DataFrame.
 3. **HOT_QUEUES** (``readers.hot_queue_frame``): each hot queue's ``[min, max)`` and lag
    cutoff, read by the tasks and collected (job 1). The driver raises any error here
@@ -73,7 +73,7 @@ from tieredstore.errors import OffsetOutOfRangeError, StoreError
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import HotStore, QueueKey
 from verifier import checks, readers, schemas
-from verifier.catalogue import read_catalogue
+from verifier.catalogue import CatalogueRows, read_catalogue
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge
 from verifier.vocabulary import VerifyOptions
@@ -108,7 +108,7 @@ class _Inputs:
     cold: readers.ColdLocation
     listing: readers.ColdListing
     hot_queues: list[QueueKey]
-    catalogue: pa.Table | None
+    catalogue: CatalogueRows | None
 
     @property
     def manifests(self) -> int:
@@ -285,8 +285,10 @@ def _anomalies(
         checks.orphan_object(run.objects, run.valid, opts.now_ms, grace_ms),
     ]
     if inputs.catalogue is not None:
-        cat = _local(spark, inputs.catalogue, schemas.CATALOGUE)
+        cat = _local(spark, inputs.catalogue.segments, schemas.CATALOGUE)
         found.append(checks.catalogue_drift(cat, run.valid, opts.now_ms, grace_ms))
+        sliced = _local(spark, inputs.catalogue.slices, schemas.CATALOGUE_SLICES)
+        found.append(checks.missing_batch(sliced, run.objects, run.valid))
     rows = checks.union_anomalies(*found).collect()
     return tuple(Anomaly.from_row(r.asDict()) for r in rows)
 

@@ -17,6 +17,8 @@ Frames, in the order a run builds them::
     ANOMALIES      the report: one row per anomaly, offsets as half-open ranges
     QUEUE_SUMMARY  one row per queue seen on either side
     CATALOGUE      the catalogue's committed segments (optional catalogue_drift check)
+    CATALOGUE_SLICES  the catalogue's batch slice rows (optional: a batch object they
+                   name that cold does not hold is ``missing_object``)
     LOSSES         the loss records (``LOSS/``) the driver read: accepted losses
     LOSS_SPANS     per queue, the accepted losses merged into maximal contiguous spans
 
@@ -43,6 +45,7 @@ from pyspark.sql.types import (
 __all__ = [
     "ANOMALIES",
     "CATALOGUE",
+    "CATALOGUE_SLICES",
     "FACT",
     "HOT_INPUT",
     "HOT_QUEUES",
@@ -250,6 +253,16 @@ CATALOGUE: Final = StructType(
         _s("cl_digest", StringType()),
         _s("cq_digest", StringType()),
         _s("status", StringType()),  # COMMITTED | DELETING
+    ]
+)
+
+CATALOGUE_SLICES: Final = StructType(
+    [
+        _s("batch_key", StringType()),
+        _s("sequence", LongType()),
+        *_QUEUE,
+        _s("start_offset", LongType()),
+        _s("end_offset", LongType()),
     ]
 )
 

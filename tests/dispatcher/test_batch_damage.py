@@ -14,6 +14,9 @@ finds it):
 * its slices from the lost one on are withdrawn, a ``_retiered`` record names the batch,
   and the offsets are tiered again from hot: cold covers hot again;
 * the queues not in the batch go on tiering; no tick says "unreachable".
+
+``gc`` names the damaged batch; so does ``verify``: a deleted one, which leaves nothing in
+cold naming its queues, is ``missing_object`` per queue from the catalogue's slice rows.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from tieredstore.backends.factory import open_cold
 from tieredstore.cli.main import main
@@ -32,11 +37,15 @@ from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.cold.batch import BatchHead
 from tieredstore.cold.history import Committed, read_batch
 from tieredstore.cold.layout import batch_prefix, parse_batch_key
+from tieredstore.findings import FindingKind
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings
 from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from verifier.job import verify
+from verifier.outcome import Anomaly
+from verifier.vocabulary import Verdict, VerifyOptions
 
 from .conftest import Cold
 
@@ -186,3 +195,38 @@ def test_gc_names_a_damaged_batch_object(
     assert f"DAMAGED {kind}: the catalogue's batch slices are in it" in out
     assert f"({key})" in out
     assert "1 problems" in out
+
+
+def _verify(spark: SparkSession, store: Path, cold: Cold, state: Path | None) -> list[Anomaly]:
+    """``verify`` of the store (the catalogue of ``state`` when given): its anomalies."""
+    options = cold.bucket.fsspec_options() if cold.bucket is not None else {}
+    opts = VerifyOptions(
+        hot=store, cold_url=cold.url, cluster=CLUSTER, broker=BROKER,
+        now_ms=time.time_ns() // 1_000_000, metadata_dir=state, storage_options=options,
+    )  # fmt: skip
+    result = verify(spark, opts)
+    assert result.verdict is Verdict.CORRUPT
+    return list(result.anomalies)
+
+
+@pytest.mark.spark
+def test_verify_names_a_deleted_batch_object_from_the_catalogue(
+    store: Path, cold: Cold, tmp_path: Path, spark: SparkSession
+) -> None:
+    # Before, a deleted batch showed only as its slices' offsets missing, with no key.
+    state = tmp_path / "state"
+    settings = _settings(store, cold, state)
+    asyncio.run(_tier(settings))
+    SyntheticStore.open(store).append(queues=[(TOPIC, q) for q in HIT] * 10)
+    asyncio.run(_tier(settings))
+    key, head = asyncio.run(_newest_batch(settings))
+    _damage(cold, key, head, "deleted")
+    missing = [
+        a for a in _verify(spark, store, cold, state) if a.anomaly is FindingKind.MISSING_OBJECT
+    ]
+    assert {a.object_key for a in missing} == {key}  # the intact older batch is no finding
+    named = [(a.topic, a.queue_id, a.start, a.end) for a in missing]
+    held = [(p.topic, p.queue_id, p.start_offset, p.end_offset) for p in head.index.slices]
+    assert sorted(named) == sorted(held) and {q for _, q, _, _ in named} == set(HIT)
+    # Without the catalogue, the report says the gap as before: no anomaly names the key.
+    assert all(a.object_key != key for a in _verify(spark, store, cold, None))

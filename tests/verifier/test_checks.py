@@ -386,6 +386,37 @@ def test_catalogue_drift_three_ways(spark: SparkSession) -> None:
     )
 
 
+def test_a_batch_the_catalogue_names_and_cold_lacks_is_missing_per_queue(
+    spark: SparkSession,
+) -> None:
+    rows = [  # (batch key, sequence, queue, start, end)
+        ("b/1", 1, 0, 0, 10),  # listed: no finding
+        ("b/2", 2, 0, 10, 20),  # gone, a segment holds [10, 20): compacted, collected
+        ("b/3", 3, 0, 20, 30),  # gone, withdrawn by the fence of sequence 4: healed
+        ("b/5", 5, 0, 30, 40),  # gone: missing, in both queues it held
+        ("b/5", 5, 1, 7, 9),
+    ]
+    slices = spark.createDataFrame(
+        [
+            {"batch_key": k, "sequence": seq, "topic": T, "queue_id": q, "start_offset": s,
+             "end_offset": e}
+            for k, seq, q, s, e in rows
+        ],
+        schema=schemas.CATALOGUE_SLICES,
+    )  # fmt: skip
+    objects = _objects(spark, ("b/1", "BATCH", 1, 5_000, 1_000))
+    fence = _segment(20, 20, manifest_key=f"b/4#{T}/0", link=schemas.LINK_WITHDRAWAL, sequence=4)
+    valid = _segments(spark, _segment(5, 25), fence)
+    found = checks.missing_batch(slices, objects, valid)
+    assert sorted(_ranges(found)) == [
+        ("missing_object", 0, 30, 40, "b/5"),
+        ("missing_object", 1, 7, 9, "b/5"),
+    ]
+    assert {r.queue_id: r.detail for r in found.collect()}[1] == (
+        f"batch object does not exist; the catalogue says it holds [7, 9) of {T}/1"
+    )
+
+
 def test_queue_summary_joins_both_sides(spark: SparkSession) -> None:
     valid = _segments(spark, _segment(100, 200), _segment(200, 300, cl_base=10_000))
     cold = checks.cold_queue_ranges(valid)
