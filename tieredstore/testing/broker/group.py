@@ -49,4 +49,4 @@ def promote(slave: LocalCluster, extra_conf: tuple[tuple[str, str], ...] = ()) -
         slave.settings,
         extra_conf=(*_without_role(slave.settings.extra_conf), *master_role, *extra_conf),
     )
-    slave.restart_broker()
+    slave.restart_broker(rewrite_configs=True)

@@ -468,7 +468,6 @@ class LocalCluster:
 
     def _start_broker(self) -> None:
         broker_conf = self.workdir / "broker.conf"
-        self._write_configs()  # settings may have changed (a slave promoted to master)
         self._broker = self._spawn(
             "broker",
             [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",
@@ -499,11 +498,15 @@ class LocalCluster:
         if self._broker.stdin is not None:
             self._broker.stdin.close()
 
-    def restart_broker(self) -> None:
+    def restart_broker(self, *, rewrite_configs: bool = False) -> None:
         """Start the broker again on the same store, ports and name server (after
-        :meth:`kill_broker`); returns once it has booted."""
+        :meth:`kill_broker`); returns once it has booted. ``broker.conf`` is kept as it is
+        (a test may have edited it), unless ``rewrite_configs`` writes it anew from
+        :attr:`settings` (a slave promoted to master)."""
         if self.running:
             raise HarnessError("the broker is still running; kill it first")
+        if rewrite_configs:
+            self._write_configs()
         self._start_broker()
 
     @staticmethod
