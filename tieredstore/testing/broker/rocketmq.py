@@ -499,10 +499,8 @@ class LocalCluster:
             self._broker.stdin.close()
 
     def restart_broker(self, *, rewrite_configs: bool = False) -> None:
-        """Start the broker again on the same store, ports and name server (after
-        :meth:`kill_broker`); returns once it has booted. ``broker.conf`` is kept as it is
-        (a test may have edited it), unless ``rewrite_configs`` writes it anew from
-        :attr:`settings` (a slave promoted to master)."""
+        """Start the broker again on the same store, ports, name server and ``broker.conf``
+        (``rewrite_configs``: anew from :attr:`settings`); returns once it has booted."""
         if self.running:
             raise HarnessError("the broker is still running; kill it first")
         if rewrite_configs:
