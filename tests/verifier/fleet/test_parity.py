@@ -232,3 +232,32 @@ def test_both_jobs_give_the_same_verdict_and_classes_for_any_damage(
     else:  # a forged newest fingerprint: never trusted, never CLEAN, named
         assert fleet.verdict.rank >= Verdict.INCOMPLETE.rank, (forgery, done)
         assert fleet.incomplete is not None and forged in fleet.incomplete
+
+
+def test_a_unit_pointing_off_its_record_is_judged_alike_by_both_jobs(
+    base: Base, spark: SparkSession
+) -> None:
+    """A consume-queue unit whose commit-log offset is changed (its digest fails, its
+    units no longer tile the commit log): both jobs report the object, the records and
+    the manifest claims they no longer match, and neither compares content the units no
+    longer point at (the one rule of :mod:`verifier.decision.link`)."""
+    key = next(k for k, kind in base.targets if kind == "json" and "/MANIFEST/" in k)
+    m = Manifest.from_json((base.cold / key).read_bytes(), where=key)
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = Path(tmp) / "cold"
+        shutil.copytree(base.cold, cold)
+        cq = bytearray((cold / m.consume_queue_key).read_bytes())
+        cq[5 * CQ_UNIT_SIZE + 7] ^= 0x04  # the low byte of unit 5's commit-log offset
+        (cold / m.consume_queue_key).write_bytes(bytes(cq))
+        single, fleet = _both(base.hot, cold, spark)
+    got, want = _classes(fleet, single)
+    assert (
+        got
+        == want
+        == {
+            (FindingKind.DIGEST_MISMATCH.value, m.topic, m.queue_id),
+            (FindingKind.RECORD_MISMATCH.value, m.topic, m.queue_id),
+            (FindingKind.MANIFEST_MISMATCH.value, m.topic, m.queue_id),
+        }
+    )
+    assert (single.verdict, fleet.verdict) == (Verdict.CORRUPT, Verdict.CORRUPT)
