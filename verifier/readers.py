@@ -33,7 +33,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import fsspec
 import numpy as np
@@ -844,6 +844,14 @@ def tail_timestamp(hot: HotStore, queue: QueueKey, offset: int) -> int:
 # -- segments -------------------------------------------------------------------------
 
 
+#: How a link's object findings travel to the driver (SEGMENT_FACTS ``facts``).
+_OBJECT_FACT: Final = {
+    FindingKind.MISSING_OBJECT: FactKind.OBJECT_UNREADABLE,
+    FindingKind.SIZE_MISMATCH: FactKind.OBJECT_SIZE,
+    FindingKind.DIGEST_MISMATCH: FactKind.OBJECT_DIGEST,
+}
+
+
 @dataclass(frozen=True)
 class SegmentTask:
     """Verify links (SEGMENT_WORK rows: segments and slices alike) into SEGMENT_FACTS
@@ -890,14 +898,11 @@ class _SegmentRun:
             lo, hi = max(start, seg["hot_min"]), min(end, seg["hot_max"])
         cold_only = (min(end, seg["hot_min"]) - start) if seg["hot_present"] else end - start
         compared = bytes_compared = 0
-        reads = [self._read("cq")]
-        if self.level is Level.CONTENT:
-            reads.append(self._read("cl"))
-        cq, cl = reads[0][1], reads[1][1] if len(reads) > 1 else None
-        for r, _ in reads:  # an object listed at its size but not read whole
-            for f in object_findings(seg["manifest_key"], start, end, [r]):
-                if r.listed is not None and f.kind is FindingKind.MISSING_OBJECT:
-                    self._fact(FactKind.OBJECT_UNREADABLE, r.key, f.detail)
+        reads = [self._read("cq"), self._read("cl", read=self.level is Level.CONTENT)]
+        cq, cl = reads[0][1], reads[1][1]
+        for f in object_findings(seg["manifest_key"], start, end, [r for r, _ in reads]):
+            self._fact(_OBJECT_FACT[f.kind], f.object_key or "", f.detail)
+        reads = reads if self.level is Level.CONTENT else reads[:1]  # what the level reads
         if cq is not None and judged(r for r, _ in reads):  # the one rule: read whole
             units = decode_units(cq, where=seg["cq_key"])
             geo = SegmentGeometry(start, end, seg["cl_base"], seg["cl_end"])
@@ -922,16 +927,17 @@ class _SegmentRun:
             "facts": self.facts,
         }
 
-    def _read(self, which: str) -> tuple[ObjectRead, bytes | None]:
+    def _read(self, which: str, *, read: bool = True) -> tuple[ObjectRead, bytes | None]:
         """Gather the facts of one object of the link (listed size, bytes read, digest):
         a segment's whole object, or a slice's byte range of its batch (a range read).
-        Only an object listed at the link's size is read."""
+        Only an object listed at the link's size is read, and only if ``read``."""
         seg = self.seg
         key, listed = seg[f"{which}_key"], seg[f"{which}_listed_size"]
         at, size = seg[f"{which}_at"], seg[f"{which}_size"]
-        fact = ObjectRead(key, listed, seg[f"{which}_object_size"], size)
-        if listed is None or listed != seg[f"{which}_object_size"]:
-            return fact, None  # missing_object / size_mismatch come from the listing
+        says = "its batch index" if seg["link"] == schemas.LINK_SLICE else "its manifest"
+        fact = ObjectRead(key, listed, seg[f"{which}_object_size"], size, says=says)
+        if not read or listed is None or listed != seg[f"{which}_object_size"]:
+            return fact, None
         path = ColdLocation.path(self.root, key)
         try:
             whole = at == 0 and size == listed

@@ -61,8 +61,14 @@ class ObjectRead:
 def object_findings(
     link: str, start: int, end: int, reads: Iterable[ObjectRead]
 ) -> Iterator[Finding]:
-    """The object-level findings of the link named ``link`` over ``[start, end)``."""
+    """The object-level findings of the link named ``link`` over ``[start, end)``. An
+    object named twice (a slice's batch holds both its spans) is missing or of another
+    size once; each span's digest is its own."""
+    told: set[str] = set()
     for r in reads:
+        if r.key in told and (r.listed is None or r.listed != r.recorded):
+            continue
+        told.add(r.key)
         if r.listed is None:
             yield Finding(
                 FindingKind.MISSING_OBJECT, start, end, r.key,
