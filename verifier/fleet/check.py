@@ -216,8 +216,8 @@ class _Run:
     def segment(self, m: Committed, covers: bool = True) -> None:
         (cq_read, cq), (cl_read, cl) = self.read(m, "cq"), self.read(m, "cl")
         reads = (cq_read, cl_read)
-        for f in object_findings(_name(m), m.start_offset, m.end_offset, reads):
-            self.anomaly(f.kind, f.start, f.end, f.object_key, f.detail)
+        for o in object_findings(_name(m), m.start_offset, m.end_offset, reads):
+            self.anomaly(o.kind, o.start, o.end, o.object_key, o.detail)
         if not judged(reads) or cq is None or cl is None:
             return  # the one rule: records are judged only on a link read whole
         try:
