@@ -21,7 +21,10 @@ Expressions are Spark SQL strings (``selectExpr``/``where``): one gateway call p
 projection instead of one per column function, which keeps planning a run cheap. The
 layout of a queue (``gap``, ``overlap``) is not SQL: it is the one decision
 :func:`verifier.decision.decide` that the fleet job drives too, run here over Arrow
-batches of each queue's covering links (:class:`_Layout`).
+batches of each queue's covering links (:class:`_Layout`). A link's objects
+(``missing_object``, ``size_mismatch``, ``digest_mismatch``) and whether its records are
+judged are decided in the reader tasks by :mod:`verifier.decision.link`, also shared;
+here they are only facts turned into rows.
 
 Offsets and scope, per queue (``hot [hot_min, hot_max)``, ``cold [cold_min, cold_max)``)::
 
@@ -307,37 +310,11 @@ def segment_work(valid: DataFrame, objects: DataFrame, hot: DataFrame) -> DataFr
     return joined.select(*schemas.SEGMENT_WORK.fieldNames())
 
 
-def _per_object(df: DataFrame, cls: FindingKind, where: str, detail: str) -> list[DataFrame]:
-    """One frame of ``cls`` anomalies for each of a segment's two objects.
-
-    In ``where`` and ``detail`` (SQL), ``{w}`` stands for the object's column prefix
-    (``cl``, ``cq``) and ``{name}`` for its name in messages.
-    """
-    return [
-        _anomalies(
-            df.where(where.format(w=w, name=name)),
-            cls,
-            start="start_offset",
-            end="end_offset",
-            object_key=f"{w}_key",
-            detail=detail.format(w=w, name=name),
-        )
-        for w, name in (("cl", "commit-log"), ("cq", "consume-queue"))
-    ]
-
-
-def missing_object(work: DataFrame, facts: DataFrame) -> DataFrame:
+def missing_object(facts: DataFrame) -> DataFrame:
     """``missing_object``: an object a link names is not listed (a slice's batch: once),
-    or vanished when a task came to read it."""
-    frames = _per_object(
-        work,
-        FindingKind.MISSING_OBJECT,
-        f"{{w}}_listed_size IS NULL AND ('{{w}}' = 'cl' OR link != {_q(schemas.LINK_SLICE)})",
-        "format_string('{name} object named by %s does not exist', manifest_key)",
-    )
-    unreadable = _facts_of(facts, FactKind.OBJECT_UNREADABLE)
-    frames.append(_fact_anomalies(unreadable, FindingKind.MISSING_OBJECT))
-    return reduce(DataFrame.unionByName, frames)
+    or vanished when a task came to read it (:func:`verifier.decision.object_findings`,
+    ``object_unreadable`` facts)."""
+    return _fact_anomalies(_facts_of(facts, FactKind.OBJECT_UNREADABLE), FindingKind.MISSING_OBJECT)
 
 
 def missing_batch(slices: DataFrame, objects: DataFrame, valid: DataFrame) -> DataFrame:
@@ -377,31 +354,17 @@ def missing_batch(slices: DataFrame, objects: DataFrame, valid: DataFrame) -> Da
     )
 
 
-def size_mismatch(work: DataFrame) -> DataFrame:
+def size_mismatch(facts: DataFrame) -> DataFrame:
     """``size_mismatch``: a listed object whose size differs from what its link says (a
-    segment's manifest: the object's size; a slice's batch index: the batch's size). A
-    slice reports it on the commit-log side only (both sides are the same object)."""
-    frames = _per_object(
-        work,
-        FindingKind.SIZE_MISMATCH,
-        "{w}_listed_size IS NOT NULL AND {w}_listed_size != {w}_object_size"
-        f" AND ('{{w}}' = 'cl' OR link != {_q(schemas.LINK_SLICE)})",
-        "format_string('object is %d bytes, its %s says %d', {w}_listed_size, "
-        f"CASE WHEN link = {_q(schemas.LINK_SLICE)} THEN 'batch index' ELSE 'manifest' END, "
-        "{w}_object_size)",
-    )
-    return reduce(DataFrame.unionByName, frames)
+    segment's manifest: the object's size; a slice's batch index: the batch's size); a
+    slice's batch once (``object_size`` facts)."""
+    return _fact_anomalies(_facts_of(facts, FactKind.OBJECT_SIZE), FindingKind.SIZE_MISMATCH)
 
 
 def digest_mismatch(facts: DataFrame) -> DataFrame:
-    """``digest_mismatch``: an object read whole whose digest differs from its manifest's."""
-    frames = _per_object(
-        facts,
-        FindingKind.DIGEST_MISMATCH,
-        "{w}_digest_actual IS NOT NULL AND {w}_digest_actual != {w}_digest",
-        "format_string('digest is %s, its manifest says %s', {w}_digest_actual, {w}_digest)",
-    )
-    return reduce(DataFrame.unionByName, frames)
+    """``digest_mismatch``: a span read whole whose digest differs from its link's
+    (``object_digest`` facts)."""
+    return _fact_anomalies(_facts_of(facts, FactKind.OBJECT_DIGEST), FindingKind.DIGEST_MISMATCH)
 
 
 def _facts_of(facts: DataFrame, *kinds: FactKind) -> DataFrame:

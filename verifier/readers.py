@@ -27,12 +27,13 @@ tasks run (on the broker host with ``local[*]``, or a shared mount on a cluster)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import fsspec
 import numpy as np
@@ -85,11 +86,13 @@ from tieredstore.errors import (
     StoreNotFoundError,
     TieredStoreError,
 )
+from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import HotCommitlog
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
 from verifier import schemas
+from verifier.decision import ObjectRead, content_judged, judged, object_findings
 from verifier.segmentcheck import (
     FactKind,
     HotSide,
@@ -841,6 +844,14 @@ def tail_timestamp(hot: HotStore, queue: QueueKey, offset: int) -> int:
 # -- segments -------------------------------------------------------------------------
 
 
+#: How a link's object findings travel to the driver (SEGMENT_FACTS ``facts``).
+_OBJECT_FACT: Final = {
+    FindingKind.MISSING_OBJECT: FactKind.OBJECT_UNREADABLE,
+    FindingKind.SIZE_MISMATCH: FactKind.OBJECT_SIZE,
+    FindingKind.DIGEST_MISMATCH: FactKind.OBJECT_DIGEST,
+}
+
+
 @dataclass(frozen=True)
 class SegmentTask:
     """Verify links (SEGMENT_WORK rows: segments and slices alike) into SEGMENT_FACTS
@@ -887,9 +898,12 @@ class _SegmentRun:
             lo, hi = max(start, seg["hot_min"]), min(end, seg["hot_max"])
         cold_only = (min(end, seg["hot_min"]) - start) if seg["hot_present"] else end - start
         compared = bytes_compared = 0
-        cq = self._read("cq")
-        cl = self._read("cl") if self.level is Level.CONTENT else None
-        if cq is not None:
+        reads = [self._read("cq"), self._read("cl", read=self.level is Level.CONTENT)]
+        cq, cl = reads[0][1], reads[1][1]
+        for f in object_findings(seg["manifest_key"], start, end, [r for r, _ in reads]):
+            self._fact(_OBJECT_FACT[f.kind], f.object_key or "", f.detail)
+        reads = reads if self.level is Level.CONTENT else reads[:1]  # what the level reads
+        if cq is not None and judged(r for r, _ in reads):  # the one rule: read whole
             units = decode_units(cq, where=seg["cq_key"])
             geo = SegmentGeometry(start, end, seg["cl_base"], seg["cl_end"])
             hot_side = self._hot_side(lo, hi) if hi > lo else None
@@ -899,7 +913,12 @@ class _SegmentRun:
                 seg["min_store_timestamp"], seg["max_store_timestamp"], seg["message_count"]
             )
             found = check_segment(geo, units, cl=cl, hot=hot_side, claims=claims)
-            compared, bytes_compared = found.units_compared, found.bytes_compared
+            tiles = not any(f.kind is FactKind.CQ_OFFSETS for f in found.facts)
+            if content_judged(tiles):
+                compared, bytes_compared = found.units_compared, found.bytes_compared
+            else:  # units that do not tile point at no records to compare with hot
+                hot_kinds = (FactKind.CQ_VS_HOT, FactKind.RECORD_BYTES)
+                found = SegmentFacts(0, 0, [f for f in found.facts if f.kind not in hot_kinds])
             self._add_facts(found)
         return self.out | {
             "units_compared": compared,
@@ -908,14 +927,17 @@ class _SegmentRun:
             "facts": self.facts,
         }
 
-    def _read(self, which: str) -> bytes | None:
-        """Read a span whose object's listed size matches the link's, and digest it: a
-        segment's whole object, or a slice's byte range of its batch (a range read)."""
+    def _read(self, which: str, *, read: bool = True) -> tuple[ObjectRead, bytes | None]:
+        """Gather the facts of one object of the link (listed size, bytes read, digest):
+        a segment's whole object, or a slice's byte range of its batch (a range read).
+        Only an object listed at the link's size is read, and only if ``read``."""
         seg = self.seg
         key, listed = seg[f"{which}_key"], seg[f"{which}_listed_size"]
         at, size = seg[f"{which}_at"], seg[f"{which}_size"]
-        if listed is None or listed != seg[f"{which}_object_size"]:
-            return None  # missing_object / size_mismatch come from the listing
+        says = "its batch index" if seg["link"] == schemas.LINK_SLICE else "its manifest"
+        fact = ObjectRead(key, listed, seg[f"{which}_object_size"], size, says=says)
+        if not read or listed is None or listed != seg[f"{which}_object_size"]:
+            return fact, None
         path = ColdLocation.path(self.root, key)
         try:
             whole = at == 0 and size == listed
@@ -923,19 +945,15 @@ class _SegmentRun:
                 self.fs.cat_file(path) if whole else self.fs.cat_file(path, start=at, end=at + size)
             )
         except FileNotFoundError:
-            self._fact(FactKind.OBJECT_UNREADABLE, key, "object vanished after the listing")
-            return None
+            data = b""
         if len(data) != size:
-            self._fact(
-                FactKind.OBJECT_UNREADABLE,
-                key,
-                f"bytes [{at}, {at + size}) read as {len(data)} bytes of an object listed "
-                f"as {listed}",
-            )
-            return None
+            return dataclasses.replace(fact, read=len(data)), None
         algorithm = DigestAlgorithm.for_hex(seg[f"{which}_digest"])
-        self.out[f"{which}_digest_actual"] = digest(data, algorithm)
-        return data
+        actual = digest(data, algorithm)
+        self.out[f"{which}_digest_actual"] = actual
+        return dataclasses.replace(
+            fact, read=size, actual=actual, expected=seg[f"{which}_digest"]
+        ), data
 
     def _fact(self, kind: FactKind, key: str, detail: str) -> None:
         start, end = self.seg["start_offset"], self.seg["end_offset"]

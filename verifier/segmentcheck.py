@@ -75,7 +75,11 @@ class FactKind(enum.Enum):
     CQ_VS_HOT = "cq_vs_hot"
     RECORD_BYTES = "record_bytes"
     MANIFEST_FIELDS = "manifest_fields"
+    #: The link's objects, as :func:`verifier.decision.object_findings` decides them
+    #: (``missing_object``, ``size_mismatch``, ``digest_mismatch``).
     OBJECT_UNREADABLE = "object_unreadable"
+    OBJECT_SIZE = "object_size"
+    OBJECT_DIGEST = "object_digest"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from tieredstore.findings import FindingKind
 from verifier import checks, schemas
+from verifier.decision import ObjectRead, object_findings
 
 pytestmark = pytest.mark.spark
 
@@ -266,7 +267,7 @@ def _hot(spark: SparkSession, hot_min: int, hot_max: int) -> DataFrame:
     return spark.createDataFrame([row], schema=schemas.HOT_QUEUES)
 
 
-def test_missing_and_wrongly_sized_objects(spark: SparkSession) -> None:
+def test_segment_work_carries_each_objects_listed_size(spark: SparkSession) -> None:
     valid = _segments(spark, _segment(0, 10), _segment(10, 20, cl_base=1000))
     objects = _objects(
         spark,
@@ -277,10 +278,31 @@ def test_missing_and_wrongly_sized_objects(spark: SparkSession) -> None:
         ("m/0/10", "MANIFEST", 10, 10, 1),
     )
     work = checks.segment_work(valid, objects, _hot(spark, 0, 20))
-    facts = spark.createDataFrame([], schema=schemas.SEGMENT_FACTS)
-    assert _ranges(checks.missing_object(work, facts)) == [
-        ("missing_object", 0, 10, 20, "cl/0/1000")
-    ]
+    (row,) = work.where(work.start_offset == 10).collect()
+    assert (row.hot_present, row.hot_min, row.hot_max, row.cl_listed_size) == (True, 0, 20, None)
+    assert (row.cq_listed_size, row.cq_object_size) == (180, 200)
+
+
+def _facts(spark: SparkSession, *found: tuple[str, str, str]) -> DataFrame:
+    """SEGMENT_FACTS: one link [10, 20) with facts (kind, object key, detail)."""
+    row = {
+        "manifest_key": "m/0/10", "topic": T, "queue_id": 0, "start_offset": 10,
+        "end_offset": 20, "cl_key": "cl/0/1000", "cq_key": "cq/0/200", "cl_digest": "a",
+        "cq_digest": "b", "cl_digest_actual": None, "cq_digest_actual": None,
+        "units_compared": 0, "bytes_compared": 0, "cold_only": 0, "covers": True,
+        "facts": [{"kind": k, "start_offset": 10, "end_offset": 20, "count": 10,
+                   "object_key": key, "detail": d} for k, key, d in found],
+    }  # fmt: skip
+    return spark.createDataFrame([row], schema=schemas.SEGMENT_FACTS)
+
+
+def test_object_facts_become_missing_and_size_mismatch(spark: SparkSession) -> None:
+    facts = _facts(
+        spark,
+        ("object_unreadable", "cl/0/1000", "object named by m/0/10 does not exist"),
+        ("object_size", "cq/0/200", "object is 180 bytes, its manifest says 200"),
+    )
+    assert _ranges(checks.missing_object(facts)) == [("missing_object", 0, 10, 20, "cl/0/1000")]
     expected = _anomalies(
         spark,
         (
@@ -293,9 +315,8 @@ def test_missing_and_wrongly_sized_objects(spark: SparkSession) -> None:
             "object is 180 bytes, its manifest says 200",
         ),
     )
-    assertDataFrameEqual(checks.size_mismatch(work), expected)
-    (row,) = work.where(work.start_offset == 10).collect()
-    assert (row.hot_present, row.hot_min, row.hot_max, row.cl_listed_size) == (True, 0, 20, None)
+    assertDataFrameEqual(checks.size_mismatch(facts), expected)
+    assert checks.digest_mismatch(facts).count() == 0
 
 
 def test_orphans_are_unreferenced_objects_older_than_the_grace(spark: SparkSession) -> None:
@@ -340,7 +361,11 @@ def test_digest_record_and_content_facts_become_their_classes(spark: SparkSessio
         "bytes_compared": 1000,
         "cold_only": 0,
         "covers": True,
-        "facts": [fact, fact | {"kind": "cq_offsets", "object_key": "cq/0/0"}],
+        "facts": [
+            fact,
+            fact | {"kind": "cq_offsets", "object_key": "cq/0/0"},
+            fact | {"kind": "object_digest", "start_offset": 0, "end_offset": 10, "count": 10},
+        ],
     }
     facts = spark.createDataFrame([row], schema=schemas.SEGMENT_FACTS)
     assert _ranges(checks.digest_mismatch(facts)) == [("digest_mismatch", 0, 0, 10, "cl/0/0")]
@@ -491,11 +516,16 @@ def test_batch_objects_are_never_orphans(spark: SparkSession) -> None:
 def test_a_slice_object_of_the_wrong_size_is_one_size_mismatch(spark: SparkSession) -> None:
     valid = _segments(spark, _slice(0, 10, covers=True))
     objects = _objects(spark, ("b/0", "BATCH", 0, 4_000, 1))
-    work = checks.segment_work(valid, objects, _hot(spark, 0, 10))
-    found = checks.size_mismatch(work).collect()
-    assert [(r.object_key, r.detail) for r in found] == [
-        ("b/0", "object is 4000 bytes, its batch index says 5000")
+    (row,) = checks.segment_work(valid, objects, _hot(spark, 0, 10)).collect()
+    reads = [  # a slice's two spans, of the one batch object: what a task gathers
+        ObjectRead(row[f"{w}_key"], row[f"{w}_listed_size"], row[f"{w}_object_size"],
+                   row[f"{w}_size"], says="its batch index")
+        for w in ("cq", "cl")
+    ]  # fmt: skip
+    found = list(object_findings(row.manifest_key, 0, 10, reads))
+    assert [(f.kind, f.object_key, f.detail) for f in found] == [
+        (FindingKind.SIZE_MISMATCH, "b/0", "object is 4000 bytes, its batch index says 5000")
     ]
-    absent = checks.segment_work(valid, _objects(spark), _hot(spark, 0, 10))
-    facts = spark.createDataFrame([], schema=schemas.SEGMENT_FACTS)
-    assert _ranges(checks.missing_object(absent, facts)) == [("missing_object", 0, 0, 10, "b/0")]
+    (absent,) = checks.segment_work(valid, _objects(spark), _hot(spark, 0, 10)).collect()
+    reads = [ObjectRead("b/0", absent.cl_listed_size, 5_000, 10)] * 2
+    assert [f.kind for f in object_findings("s", 0, 10, reads)] == [FindingKind.MISSING_OBJECT]

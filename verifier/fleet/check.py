@@ -16,8 +16,10 @@ its batch) and checked:
 
 * ``corrupt_manifest``, ``gap``, ``overlap`` (unless an accepted loss span covers the
   hole; decided by :func:`verifier.decision.decide`, as the single-broker job does),
-  ``missing_object``, ``size_mismatch``, ``digest_mismatch``, ``record_mismatch``
-  and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`);
+  ``missing_object``, ``size_mismatch`` and ``digest_mismatch`` (decided by
+  :func:`verifier.decision.object_findings` from what was read), ``record_mismatch``
+  and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`)
+  on a link read whole (:func:`verifier.decision.judged`, the single-broker job's rule);
 * ``content_mismatch`` per **leaf**: each fingerprint leaf (format 3: 64 offsets by
   default, whatever the block and segment boundaries; format 2: a block) that cold
   covers whole is hashed from cold records
@@ -41,6 +43,7 @@ decided: cold may hold offsets written after the fingerprint was taken.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +66,15 @@ from tieredstore.errors import CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
-from verifier.decision import Link, QueueLinks, decide
+from verifier.decision import (
+    Link,
+    ObjectRead,
+    QueueLinks,
+    content_judged,
+    decide,
+    judged,
+    object_findings,
+)
 from verifier.fleet.fingerprint import Leaf, QueuePrint
 from verifier.outcome import Anomaly, QueueReport
 from verifier.readers import loss_detail
@@ -180,61 +191,35 @@ class _Run:
         for f in decide(queue):
             self.anomaly(f.kind, f.start, f.end, f.object_key, f.detail)
 
-    def read(self, m: Committed, which: str) -> bytes | None:
+    def read(self, m: Committed, which: str) -> tuple[ObjectRead, bytes | None]:
+        """Gather the facts of one object of ``m`` (listed size, bytes read, digest);
+        the decision (:func:`verifier.decision.object_findings`) judges them."""
         ref: Span = m.commit_log if which == "cl" else m.consume_queue
-        key = ref.key
-        says = "the manifest" if m.kind is EntryKind.SEGMENT else "the batch index"
-        listed = self.w.objects.get(key)
-        if listed is None:
-            self.anomaly(
-                FindingKind.MISSING_OBJECT,
-                m.start_offset,
-                m.end_offset,
-                key,
-                f"{_name(m)} names an object that is not in the store",
-            )
-            return None
-        if listed != ref.object_size:
-            self.anomaly(
-                FindingKind.SIZE_MISMATCH,
-                m.start_offset,
-                m.end_offset,
-                key,
-                f"object is {listed} bytes, {says} says {ref.object_size}",
-            )
-            return None
+        says = "its manifest" if m.kind is EntryKind.SEGMENT else "its batch index"
+        listed = self.w.objects.get(ref.key)
+        fact = ObjectRead(ref.key, listed, ref.object_size, ref.size, says=says)
+        if listed is None or listed != ref.object_size:
+            return fact, None
         try:
             if ref.at == 0 and ref.size == ref.object_size:
-                data: bytes = self.fs.cat_file(self.path(key))
+                data: bytes = self.fs.cat_file(self.path(ref.key))
             else:
-                data = self.fs.cat_file(self.path(key), start=ref.at, end=ref.end)
+                data = self.fs.cat_file(self.path(ref.key), start=ref.at, end=ref.end)
         except FileNotFoundError:
             data = b""
-        if len(data) != ref.size:
-            self.anomaly(
-                FindingKind.MISSING_OBJECT,
-                m.start_offset,
-                m.end_offset,
-                key,
-                "object vanished after the listing",
-            )
-            return None
-        actual = digest(data, DigestAlgorithm.for_hex(ref.digest))
-        if actual != ref.digest:
-            self.anomaly(
-                FindingKind.DIGEST_MISMATCH,
-                m.start_offset,
-                m.end_offset,
-                key,
-                f"digest of [{ref.at}, {ref.end}) is {actual}, {says} says {ref.digest}",
-            )  # its records are still checked and compared, as the single-broker job does
-        return data
+        actual = (
+            digest(data, DigestAlgorithm.for_hex(ref.digest)) if len(data) == ref.size else None
+        )
+        fact = dataclasses.replace(fact, read=len(data), actual=actual, expected=ref.digest)
+        return fact, data
 
     def segment(self, m: Committed, covers: bool = True) -> None:
-        cq = self.read(m, "cq")
-        cl = self.read(m, "cl")
-        if cq is None or cl is None:
-            return
+        (cq_read, cq), (cl_read, cl) = self.read(m, "cq"), self.read(m, "cl")
+        reads = (cq_read, cl_read)
+        for o in object_findings(_name(m), m.start_offset, m.end_offset, reads):
+            self.anomaly(o.kind, o.start, o.end, o.object_key, o.detail)
+        if not judged(reads) or cq is None or cl is None:
+            return  # the one rule: records are judged only on a link read whole
         try:
             units = decode_units(cq, where=m.consume_queue_key)
         except TieredStoreError as exc:
@@ -265,7 +250,7 @@ class _Run:
                 keys.get(f.kind),
                 f.detail,
             )
-        if any(f.kind is FactKind.CQ_OFFSETS for f in facts.facts):
+        if not content_judged(not any(f.kind is FactKind.CQ_OFFSETS for f in facts.facts)):
             return  # units that do not tile the commit log: no records to hash
         if covers:
             self.feed(m, units, cl, self.hashers)

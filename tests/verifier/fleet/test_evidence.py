@@ -1,14 +1,21 @@
 """Issue 46, the fleet job's rows: a fingerprint from the future cannot pin the view, a
 record that differs past a retention cut is CORRUPT as the single-broker job says, and
-a queue that never fills a 4,096-offset block is compared (leaf digests, format 3)."""
+a queue that never fills a 4,096-offset block is compared (leaf digests, format 3).
+
+The first two rows run on POSIX and on the suite's S3 server (moto on loopback): the
+cold directory the module builds is copied whole into a fresh bucket (:func:`site`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
@@ -21,6 +28,7 @@ from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.stores.coldimage import ColdImage, write_local
 from tieredstore.testing.verification.fleet import damage_flip, fleet_image
 from verifier.fleet.fingerprint import QueuePrint, take_fingerprint
@@ -115,23 +123,45 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Stores:
     return Stores(hot, cold, flipped, future_key)
 
 
-def _fleet(stores: Stores, spark: SparkSession) -> dict[str, VerificationResult]:
-    opts = FleetOptions(str(stores.cold), SystemClock().now_ms(), lag_allowance=NO_LAG)
+@dataclass(frozen=True)
+class Site:
+    """Where the verifiers read the module's cold store: its directory, or a bucket."""
+
+    url: str
+    storage: Mapping[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture(params=["posix", pytest.param("s3", marks=pytest.mark.s3)])
+def site(request: pytest.FixtureRequest, stores: Stores) -> Site:
+    if request.param == "posix":
+        return Site(str(stores.cold))
+    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
+    storage = bucket.fsspec_options()
+    fs, root = fsspec.core.url_to_fs(bucket.url, **storage)
+    files = [p for p in stores.cold.rglob("*") if p.is_file()]
+    fs.pipe({f"{root.rstrip('/')}/{p.relative_to(stores.cold)}": p.read_bytes() for p in files})
+    return Site(bucket.url, storage)
+
+
+def _fleet(site: Site, spark: SparkSession) -> dict[str, VerificationResult]:
+    opts = FleetOptions(site.url, SystemClock().now_ms(), lag_allowance=NO_LAG,
+                        storage_options=dict(site.storage))  # fmt: skip
     return {r.options.broker: r for r in verify_fleet(spark, opts).brokers}
 
 
-def _single(stores: Stores, spark: SparkSession, broker: str) -> VerificationResult:
+def _single(stores: Stores, site: Site, spark: SparkSession, broker: str) -> VerificationResult:
     opts = VerifyOptions(
-        hot=stores.hot, cold_url=str(stores.cold), cluster=CLUSTER, broker=broker,
+        hot=stores.hot, cold_url=site.url, cluster=CLUSTER, broker=broker,
         now_ms=SystemClock().now_ms(), level=Level.CONTENT, lag_allowance=NO_LAG,
+        storage_options=site.storage,
     )  # fmt: skip
     return verify(spark, opts)
 
 
 def test_a_fingerprint_from_a_clock_a_day_ahead_neither_pins_the_view_nor_hides_loss(
-    stores: Stores, spark: SparkSession
+    stores: Stores, site: Site, spark: SparkSession
 ) -> None:
-    ahead = _fleet(stores, spark)[AHEAD]
+    ahead = _fleet(site, spark)[AHEAD]
     assert ahead.verdict is Verdict.CORRUPT
     assert {(a.anomaly, a.topic, a.queue_id) for a in ahead.anomalies} == {
         (FindingKind.HOT_NOT_COVERED, Q.topic, Q.queue_id)
@@ -141,10 +171,10 @@ def test_a_fingerprint_from_a_clock_a_day_ahead_neither_pins_the_view_nor_hides_
 
 
 def test_a_record_that_differs_past_a_retention_cut_is_corrupt_as_the_single_job_says(
-    stores: Stores, spark: SparkSession
+    stores: Stores, site: Site, spark: SparkSession
 ) -> None:
-    cut = _fleet(stores, spark)[CUT]
-    single = _single(stores, spark, CUT)
+    cut = _fleet(site, spark)[CUT]
+    single = _single(stores, site, spark, CUT)
     assert (cut.verdict, single.verdict) == (Verdict.CORRUPT, Verdict.CORRUPT)
     classes = {(a.anomaly, a.topic, a.queue_id) for a in cut.anomalies}
     assert classes == {(a.anomaly, a.topic, a.queue_id) for a in single.anomalies}
@@ -161,7 +191,7 @@ def test_a_record_that_differs_past_a_retention_cut_is_corrupt_as_the_single_job
 def test_a_queue_under_one_block_is_compared_as_far_as_cold_holds_it(
     stores: Stores, spark: SparkSession
 ) -> None:
-    trickle = _fleet(stores, spark)[TRICKLE]
+    trickle = _fleet(Site(str(stores.cold)), spark)[TRICKLE]
     for q in trickle.queues:  # cold lacks hot's last ~100: the leaves of 64 below cold max
         assert q.cold_max is not None and q.hot_max is not None and q.cold_max < q.hot_max
         assert q.units_compared == q.cold_max // 64 * 64 > 0

@@ -14,12 +14,11 @@ Classes the fleet job does not decide by design (docs/verification.md, "verify
 --fleet"): ``orphan_object`` (its listing has no write times for the grace period),
 ``catalogue_drift`` and ``cold_ahead_of_hot``; they are left out of the comparison.
 
-Not yet one decision (issue 46, deliverable 4, open): what a link's records say once one
-of its objects is missing, cut short or fails its digest. The single-broker job's reader
-tasks and the fleet's queue task still decide that apart, so on a queue with a
-``missing_object``, ``size_mismatch`` or ``digest_mismatch`` the two may differ in the
-classes that follow from it (``record_mismatch``, ``content_mismatch``); those two are
-compared only on queues without one (:data:`FOLLOWERS`). Verdicts are compared always.
+One decision (issue 46, deliverable 4): what a link's objects say (``missing_object``,
+``size_mismatch``, ``digest_mismatch``) and whether its records and content are judged
+(only on a link read whole; content only where its units tile its commit log) is
+:mod:`verifier.decision.link`, which both jobs drive, so ``record_mismatch`` and
+``content_mismatch`` are compared on every queue, damaged objects or not.
 """
 
 from __future__ import annotations
@@ -73,10 +72,6 @@ EXPIRED = QUEUES[1]  # its first segment expired by retention (on record)
 NO_LAG = LagAllowance(LagUnit.MESSAGES, 0)
 NOT_DECIDED = {FindingKind.ORPHAN_OBJECT, FindingKind.CATALOGUE_DRIFT,
                FindingKind.COLD_AHEAD_OF_HOT}  # fmt: skip
-#: Classes that may follow from an object-level finding on the same queue (module doc).
-OBJECT_LEVEL = {FindingKind.MISSING_OBJECT, FindingKind.SIZE_MISMATCH,
-                FindingKind.DIGEST_MISMATCH}  # fmt: skip
-FOLLOWERS = {FindingKind.RECORD_MISMATCH, FindingKind.CONTENT_MISMATCH}
 ACTIONS = ("delete", "truncate", "flip")
 FORGERIES = ("none", "ahead", "other", "partial")
 DAY_MS = 24 * 3600 * 1000
@@ -182,19 +177,10 @@ def _forge(cold: Path, forgery: str) -> str | None:
 
 
 def _classes(*results: VerificationResult) -> list[set[tuple[str, str, int]]]:
-    """Each result's (class, topic, queue id), leaving out :data:`NOT_DECIDED` and, on a
-    queue where either result has an object-level finding, :data:`FOLLOWERS`."""
-    hit = {(a.topic, a.queue_id) for r in results for a in r.anomalies
-           if a.anomaly in OBJECT_LEVEL}  # fmt: skip
-    return [
-        {
-            (a.anomaly.value, a.topic, a.queue_id)
-            for a in r.anomalies
-            if a.anomaly not in NOT_DECIDED
-            and not (a.anomaly in FOLLOWERS and (a.topic, a.queue_id) in hit)
-        }
-        for r in results
-    ]
+    """Each result's (class, topic, queue id), leaving out :data:`NOT_DECIDED`."""
+    found = [{(a.anomaly.value, a.topic, a.queue_id) for a in r.anomalies} for r in results]
+    left_out = {k.value for k in NOT_DECIDED}
+    return [{c for c in classes if c[0] not in left_out} for classes in found]
 
 
 def test_the_undamaged_base_is_clean_by_both_jobs(base: Base, spark: SparkSession) -> None:
@@ -246,3 +232,32 @@ def test_both_jobs_give_the_same_verdict_and_classes_for_any_damage(
     else:  # a forged newest fingerprint: never trusted, never CLEAN, named
         assert fleet.verdict.rank >= Verdict.INCOMPLETE.rank, (forgery, done)
         assert fleet.incomplete is not None and forged in fleet.incomplete
+
+
+def test_a_unit_pointing_off_its_record_is_judged_alike_by_both_jobs(
+    base: Base, spark: SparkSession
+) -> None:
+    """A consume-queue unit whose commit-log offset is changed (its digest fails, its
+    units no longer tile the commit log): both jobs report the object, the records and
+    the manifest claims they no longer match, and neither compares content the units no
+    longer point at (the one rule of :mod:`verifier.decision.link`)."""
+    key = next(k for k, kind in base.targets if kind == "json" and "/MANIFEST/" in k)
+    m = Manifest.from_json((base.cold / key).read_bytes(), where=key)
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = Path(tmp) / "cold"
+        shutil.copytree(base.cold, cold)
+        cq = bytearray((cold / m.consume_queue_key).read_bytes())
+        cq[5 * CQ_UNIT_SIZE + 7] ^= 0x04  # the low byte of unit 5's commit-log offset
+        (cold / m.consume_queue_key).write_bytes(bytes(cq))
+        single, fleet = _both(base.hot, cold, spark)
+    got, want = _classes(fleet, single)
+    assert (
+        got
+        == want
+        == {
+            (FindingKind.DIGEST_MISMATCH.value, m.topic, m.queue_id),
+            (FindingKind.RECORD_MISMATCH.value, m.topic, m.queue_id),
+            (FindingKind.MANIFEST_MISMATCH.value, m.topic, m.queue_id),
+        }
+    )
+    assert (single.verdict, fleet.verdict) == (Verdict.CORRUPT, Verdict.CORRUPT)

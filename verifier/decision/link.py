@@ -1,0 +1,103 @@
+"""One link's objects decided once, sans IO: ``missing_object``, ``size_mismatch``,
+``digest_mismatch``, and which of the link's records and content are judged.
+
+Both verifiers gather the same facts over their own I/O — whether each object the link
+names is listed and at what size, how many bytes a read of the link's span returned,
+the digest those bytes hash to — as an :class:`ObjectRead` per object, and drive
+:func:`object_findings` and :func:`judged` with them:
+
+* ``missing_object`` — the object is not listed, or a read of the span returned fewer
+  bytes than the link says (it vanished after the listing);
+* ``size_mismatch`` — the listed size differs from the size the link records (the
+  object is not read);
+* ``digest_mismatch`` — the span was read whole and hashes to another digest than the
+  link's (its bytes are still judged: they are what cold would serve).
+
+The one rule for what follows (``record_mismatch``, ``manifest_mismatch``,
+``content_mismatch``): a link's records and content are judged only when **every**
+object the run reads for it was read whole (:func:`judged`); a link one of whose
+objects is missing, of the wrong size or cut short says only that. Its content is
+compared with hot only where its units tile its commit log (:func:`content_judged`):
+units that do not are a ``record_mismatch`` and point at no records to compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from tieredstore.findings import FindingKind
+from verifier.decision.queue import Finding
+
+__all__ = ["ObjectRead", "content_judged", "judged", "object_findings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRead:
+    """What one run found of one object a link names.
+
+    ``listed``: its size in the listing (None: not listed). ``recorded``: the object's
+    size the link records. ``read``: how many bytes a read of the link's span returned
+    (None: not read, as an object of the wrong size is not). ``span``: the span's size.
+    ``actual``/``expected``: the digest of the bytes read and the link's.
+    """
+
+    key: str
+    listed: int | None
+    recorded: int
+    span: int
+    read: int | None = None
+    actual: str | None = None
+    expected: str | None = None
+    #: Who records the size and digest, for messages ("its manifest", "its batch index").
+    says: str = "its manifest"
+
+    @property
+    def whole(self) -> bool:
+        """Whether the link's span of this object was read whole."""
+        return self.read is not None and self.read == self.span
+
+
+def object_findings(
+    link: str, start: int, end: int, reads: Iterable[ObjectRead]
+) -> Iterator[Finding]:
+    """The object-level findings of the link named ``link`` over ``[start, end)``. An
+    object named twice (a slice's batch holds both its spans) is missing or of another
+    size once; each span's digest is its own."""
+    told: set[str] = set()
+    for r in reads:
+        if r.key in told and (r.listed is None or r.listed != r.recorded):
+            continue
+        told.add(r.key)
+        if r.listed is None:
+            yield Finding(
+                FindingKind.MISSING_OBJECT, start, end, r.key,
+                f"object named by {link} does not exist",
+            )  # fmt: skip
+        elif r.listed != r.recorded:
+            yield Finding(
+                FindingKind.SIZE_MISMATCH, start, end, r.key,
+                f"object is {r.listed} bytes, {r.says} says {r.recorded}",
+            )  # fmt: skip
+        elif r.read is not None and not r.whole:
+            yield Finding(
+                FindingKind.MISSING_OBJECT, start, end, r.key,
+                f"object vanished after the listing (read {r.read} of {r.span} bytes)",
+            )  # fmt: skip
+        elif r.whole and r.actual is not None and r.actual != r.expected:
+            yield Finding(
+                FindingKind.DIGEST_MISMATCH, start, end, r.key,
+                f"digest is {r.actual}, {r.says} says {r.expected}",
+            )  # fmt: skip
+
+
+def judged(reads: Iterable[ObjectRead]) -> bool:
+    """Whether the link's records are judged: every object read for it was read whole
+    (a digest that differs does not stop it)."""
+    return all(r.whole for r in reads)
+
+
+def content_judged(units_tile: bool) -> bool:
+    """Whether a judged link's content is compared with hot: only where its units tile
+    its commit log (otherwise they are a ``record_mismatch`` and nothing more)."""
+    return units_tile
