@@ -58,7 +58,7 @@ typecheck: $(STAMP)
 ## pytest: every test, on PYTEST_WORKERS workers (2; 0 runs them in one process)
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 --durations-min=20
 
 ## docs: rewrite docs/configuration.md's settings tables and docs/sidecar.toml from
 ##   the declaration of the settings (tieredstore/settings/keys.py)
