@@ -33,6 +33,7 @@ from tieredstore.settings.values import (
     parse_int,
     parse_name,
     parse_non_negative,
+    parse_optional_name,
     parse_path,
     parse_port,
     parse_positive,
@@ -456,12 +457,13 @@ class GroupSettings(Section):
     SECTION: ClassVar[str] = "group"
     TITLE: ClassVar[str] = "broker groups (master and slaves)"
     replica: str = key(
-        parse_str,
+        parse_optional_name,
         "",
         "This replica's name in its broker group, unique in the group (e.g. the host name); "
         "every sidecar of the group has the same `cold.broker`. The sidecar publishes what "
         "its store holds durably as `_replicas/<replica>.json` every tick, holding the lease "
-        "or standing by. Empty: not in a group (a single broker), nothing published.",
+        "or standing by (letters, digits, `_ - . % |`). Empty: not in a group (a single "
+        "broker), nothing published; required when `group.replicas` is above 1.",
         note='e.g. "broker-a-0"',
     )
     replicas: int = key(
@@ -477,7 +479,7 @@ class GroupSettings(Section):
         "30s",
         "A replica whose report did not change for this long (on this host's clock) no longer "
         "holds tiering back: tiering goes on under the others, logged and counted in "
-        "`tieredstore_group_replicas_confirming`. Also how long a starting sidecar waits for "
+        "`tieredstore_group_replicas_missing`. Also how long a starting sidecar waits for "
         "the replicas it has not heard from yet (duration, > 0; longer than a slave's "
         "expected stalls, e.g. a GC pause or a network blip).",
     )

@@ -211,6 +211,7 @@ def load_settings(
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"bad value for {s.key}: {exc}", where=sources[s.key]) from exc
     _check_listeners(values, sources)
+    _check_group(values, sources)
     return Settings(values, sources)
 
 
@@ -224,6 +225,17 @@ def _check_listeners(values: Mapping[str, Any], sources: Mapping[str, str]) -> N
             f"reads.port and http.port are both {values['http.port']}: the read API needs "
             "a listener of its own",
             where=sources["reads.port"],
+        )
+
+
+def _check_group(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """A sidecar of a group of several replicas names its replica: without a name it
+    publishes no report, and once it holds the lease nothing would hold tiering back."""
+    if values["group.replicas"] > 1 and not values["group.replica"]:
+        raise ConfigError(
+            f"group.replicas is {values['group.replicas']} but group.replica is empty: name "
+            "this replica (unique in the group, e.g. the host name)",
+            where=sources["group.replicas"],
         )
 
 

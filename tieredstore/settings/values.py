@@ -30,6 +30,7 @@ __all__ = [
     "parse_int",
     "parse_name",
     "parse_non_negative",
+    "parse_optional_name",
     "parse_path",
     "parse_port",
     "parse_positive",
@@ -173,6 +174,12 @@ def parse_name(value: object) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_.%|-]{1,127}", text) or text in (".", ".."):
         raise ValueError(f"{text!r} is not a valid name (letters, digits, _ - . % |; max 127)")
     return text
+
+
+def parse_optional_name(value: object) -> str:
+    """Empty, or a name as :func:`parse_name` takes it."""
+    text = parse_str(value)
+    return parse_name(text) if text else text
 
 
 def parse_positive(parse: Callable[[object], _N]) -> Callable[[object], _N]:

@@ -64,7 +64,7 @@ BAD: dict[str, tuple[object, str]] = {
     "tiering.include_dlq": (2, "not a boolean"),
     "lease.renew_interval": ("-5s", "not a duration"),
     "lease.wait": ("sometimes", "not a boolean"),
-    "group.replica": (["x"], "not a string"),
+    "group.replica": ("broker-a/0", "not a valid name"),
     "group.replicas": (0, "must be positive"),
     "group.replica_timeout": ("0s", "must be positive"),
     "retention.default": ("3 weeks", "not a duration"),
@@ -102,6 +102,20 @@ def test_each_key_refuses_a_bad_value_with_one_line(key: str) -> None:
     assert f"bad value for {key}" in message
     assert words in message
     assert "\n" not in message
+
+
+def test_a_group_of_several_replicas_needs_this_replicas_name() -> None:
+    # Without a name the sidecar publishes no report: once it held the lease, nothing
+    # would hold its tiering back for the others.
+    with pytest.raises(ConfigError) as info:
+        load_settings(env={"TIEREDSTORE_GROUP_REPLICAS": "2"}, overrides=REQUIRED)
+    assert str(info.value) == (
+        "group.replicas is 2 but group.replica is empty: name this replica (unique in the "
+        "group, e.g. the host name) (env TIEREDSTORE_GROUP_REPLICAS)"
+    )
+    ok = load_settings(env={}, overrides={**REQUIRED, "group.replicas": 2, "group.replica": "a"})
+    assert (ok.group.replicas, ok.group.replica) == (2, "a")
+    assert load_settings(env={}, overrides=REQUIRED).group.replica == ""  # a single broker
 
 
 def test_defaults_and_precedence(tmp_path: Path) -> None:
