@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dispatcher.queue_status import QueueStatus
+from metadata.rows import QueueState
 from tieredstore.cli.commands.status import View, frame, health
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select, worst_first
 
 T0 = 1_700_000_000_000
 
 
-def _q(topic: str, queue: int = 0, state: str = "ACTIVE", **kw: object) -> QueueStatus:
+def _q(
+    topic: str, queue: int = 0, state: QueueState = QueueState.ACTIVE, **kw: object
+) -> QueueStatus:
     base = QueueStatus(topic, queue, state, 0, 100, 0, 100, 0, 0, 0.0, "")
     return replace(base, **kw)  # type: ignore[arg-type]
 
@@ -19,9 +22,9 @@ def _q(topic: str, queue: int = 0, state: str = "ACTIVE", **kw: object) -> Queue
 QUEUES = [
     _q("Calm", lag_seconds=1.0),
     _q("Behind", lag_seconds=900.0, lag_messages=10),
-    _q("Paused", state="PAUSED"),
+    _q("Paused", state=QueueState.PAUSED),
     _q("Noted", note="cannot read queue"),
-    _q("Diverged", state="DIVERGED"),
+    _q("Diverged", state=QueueState.DIVERGED),
     _q("Lost", lost_unacknowledged=3),
     _q("AlsoBehind", lag_seconds=900.0, lag_messages=50),
 ]
