@@ -16,6 +16,7 @@ __all__ = ["GAUGE_STATES", "Metrics"]
 
 #: The ``state`` labels of ``tieredstore_queue_state``, in the order they are exported:
 #: every queue state but DEGRADED, which ``tieredstore_queue_cold_damaged`` says.
+#: :meth:`Metrics.set_queue_state` sets the queue's ``state`` label to 1, the others to 0.
 GAUGE_STATES: Final = tuple(s for s in QueueState if s is not QueueState.DEGRADED)
 
 
@@ -277,9 +278,5 @@ class Metrics:
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: QueueState) -> None:
-        """1 for ``state``'s label of the queue, 0 for the others (:data:`GAUGE_STATES`;
-        DEGRADED is no label here: ValueError)."""
-        if state not in GAUGE_STATES:
-            raise ValueError(f"{state.value} is not a label of tieredstore_queue_state")
         for s in GAUGE_STATES:
             self.queue_state.labels(topic, str(queue), s.value).set(1 if s is state else 0)
