@@ -95,9 +95,9 @@ class Discovery:
             if row is None:
                 continue  # filtered out or refused
             if self.states.is_stopped(key):  # stopped by the committer, reason and all
-                self.metrics.set_queue_state(key.topic, key.queue_id, "STOPPED")
+                self.metrics.set_queue_state(key.topic, key.queue_id, QueueState.STOPPED)
                 continue
-            self.metrics.set_queue_state(key.topic, key.queue_id, row.state.name)
+            self.metrics.set_queue_state(key.topic, key.queue_id, row.state)
             if row.state is QueueState.ACTIVE:
                 rows.append(row)
             elif row.state in (QueueState.PAUSED, QueueState.DIVERGED):

@@ -6,9 +6,18 @@ need no backend call, so they keep moving while the backend is down.
 
 from __future__ import annotations
 
+from typing import Final
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["Metrics"]
+from metadata.rows import QueueState
+
+__all__ = ["GAUGE_STATES", "Metrics"]
+
+#: The ``state`` labels of ``tieredstore_queue_state``, in the order they are exported:
+#: every queue state but DEGRADED, which ``tieredstore_queue_cold_damaged`` says.
+#: :meth:`Metrics.set_queue_state` sets the queue's ``state`` label to 1, the others to 0.
+GAUGE_STATES: Final = tuple(s for s in QueueState if s is not QueueState.DEGRADED)
 
 
 class Metrics:
@@ -268,6 +277,6 @@ class Metrics:
         for m in ("sync", "checkpoint", "none"):
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
-    def set_queue_state(self, topic: str, queue: int, state: str) -> None:
-        for s in ("ACTIVE", "PAUSED", "DIVERGED", "DELETED", "STOPPED"):
-            self.queue_state.labels(topic, str(queue), s).set(1 if s == state else 0)
+    def set_queue_state(self, topic: str, queue: int, state: QueueState) -> None:
+        for s in GAUGE_STATES:
+            self.queue_state.labels(topic, str(queue), s.value).set(1 if s is state else 0)

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
 from metadata.rows import LeaseRow, QueueRow, QueueState
@@ -44,6 +45,7 @@ __all__ = [
     "QueueStatus",
     "WriterState",
     "WriterStatus",
+    "as_json",
     "collect",
     "mark_stopped",
     "untiered",
@@ -63,9 +65,11 @@ class LossStatus:
 
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
+    """One queue as ``status`` and ``/v1/queues`` show it (:func:`as_json` for JSON)."""
+
     topic: str
     queue: int
-    state: str
+    state: QueueState
     hot_min: int
     hot_max: int
     cold_min: int
@@ -79,6 +83,12 @@ class QueueStatus:
     lost_unacknowledged: int = 0
     lost_accepted: int = 0
     losses: list[LossStatus] = field(default_factory=list)
+
+
+def as_json(status: QueueStatus) -> dict[str, Any]:
+    """The queue as ``status --json`` and ``/v1/queues`` give it: its fields by name, the
+    state as its name (``"ACTIVE"``)."""
+    return asdict(status) | {"state": status.state.value}
 
 
 def collect(
@@ -133,7 +143,7 @@ def _one(hot: HotStore, row: QueueRow, now_ms: int, oldest: HotOldest | None) ->
     return QueueStatus(
         topic=row.topic,
         queue=row.queue_id,
-        state=row.state.name,
+        state=row.state,
         hot_min=rng_min,
         hot_max=rng_max,
         cold_min=row.cold_min,
@@ -161,9 +171,9 @@ def mark_stopped(
     for s in statuses:
         key = QueueKey(s.topic, s.queue)
         if reason := stopped.get(key):
-            s = replace(s, state="STOPPED", note=reason)
+            s = replace(s, state=QueueState.STOPPED, note=reason)
         elif degraded and (reason := degraded.get(key)):
-            s = replace(s, state="DEGRADED", note=reason)
+            s = replace(s, state=QueueState.DEGRADED, note=reason)
         out.append(s)
     return out
 

@@ -2,7 +2,8 @@
 
 A queue row is created eagerly (:meth:`QueueTable.ensure`) with its init offset and cold
 commitlog base in one transaction; its state changes only through
-:meth:`~QueueTable.set_state` and :meth:`~QueueTable.accept_loss`, which records an
+:meth:`~QueueTable.set_state` (along the state table,
+:data:`metadata.rows.TRANSITIONS`) and :meth:`~QueueTable.accept_loss`, which records an
 accepted loss (a :class:`~tieredstore.cold.loss.LossRecord` already in the bucket) and moves
 ``cold_commit`` past it. Callers reach it as ``catalogue.queues``
 (:class:`metadata.catalogue.Catalogue`).
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from metadata.database import LOSS_COLUMNS, QUEUE_COLUMNS, CatalogueDatabase
-from metadata.rows import QueueRow, QueueState
+from metadata.rows import QueueRow, QueueState, is_valid_transition
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.loss import LossRecord
 from tieredstore.errors import CatalogueError
@@ -97,7 +98,13 @@ class QueueTable:
         return [self._db.queue_row(r) for r in rows]
 
     def set_state(self, topic: str, queue_id: int, state: QueueState) -> QueueRow:
-        """Set a queue's state; return the updated row. Unknown queue: CatalogueError.
+        """Move a queue to ``state``; return the updated row.
+
+        Only the moves of :data:`~metadata.rows.TRANSITIONS` are made: any other (DELETED
+        to ACTIVE, or to a state the catalogue does not store, STOPPED or DEGRADED) raises
+        CatalogueError naming the queue and both states, and the row is left unchanged.
+        A state set to itself is a no-op: the row comes back as it was, ``updated_at_ms``
+        included. Unknown queue: CatalogueError.
 
         DELETED (the topic's cold data destroyed) also forgets the queue's batch slices,
         in the same transaction, ``cold_min`` moving to its first segment left, else to
@@ -107,6 +114,14 @@ class QueueTable:
         """
         with self._db.transaction() as conn:
             row = self._db.require_queue(conn, topic, queue_id)
+            if not is_valid_transition(row.state, state):
+                raise CatalogueError(
+                    f"cannot move the queue from {row.state.value} to {state.value}: "
+                    "not a transition of the queue state table",
+                    where=self._db.queue_where(topic, queue_id),
+                )
+            if state is row.state:
+                return row
             if state is not QueueState.DELETED:
                 return self._db.set_queue(conn, row, state=state)
             conn.execute("DELETE FROM slices WHERE topic = ? AND queue_id = ?", (topic, queue_id))
@@ -163,6 +178,7 @@ class QueueTable:
                     f"recorded at offset {record.start_offset}",
                     where=where,
                 )
+            # PAUSED -> ACTIVE or ACTIVE -> ACTIVE: both in the state table
             if row.state not in (QueueState.ACTIVE, QueueState.PAUSED):
                 raise CatalogueError(
                     f"queue is {row.state.value}; a loss cannot be accepted", where=where

@@ -4,26 +4,98 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Final
 
 from tieredstore.cold.manifest import Manifest
 
-__all__ = ["LeaseRow", "QueueRow", "QueueState", "SegmentRow", "SegmentStatus"]
+__all__ = [
+    "PERSISTED_STATES",
+    "TRANSITIONS",
+    "LeaseRow",
+    "QueueRow",
+    "QueueState",
+    "SegmentRow",
+    "SegmentStatus",
+    "is_valid_transition",
+]
 
 
 class QueueState(enum.Enum):
-    """Whether the dispatcher tiers a queue.
+    """Every state a queue is shown in: ``tieredstore status`` (text and ``--json``),
+    the HTTP API's ``/v1/queues``, the ``tieredstore_queue_state`` gauge and the log.
 
-    ACTIVE: tiered. PAUSED: the broker deleted offsets before they were tiered (the
-    dispatcher stopped it, nothing after the hole is tiered); ``tieredstore resume
-    --accept-loss`` records the loss in cold and makes it ACTIVE again.
-    DIVERGED: the hot store no longer agrees with cold; tiering stopped until
-    ``tieredstore repair``. DELETED: the topic is gone and its cold data destroyed.
+    **Persisted** (:attr:`persisted`; the only values of the catalogue's ``queues.state``
+    column, changed by :meth:`metadata.queue_table.QueueTable.set_state` along
+    :data:`TRANSITIONS` only):
+
+    * ACTIVE: tiered. A queue's row is created ACTIVE.
+    * PAUSED: the broker deleted offsets before they were tiered (the dispatcher stopped
+      it, nothing after the hole is tiered); ``tieredstore resume --accept-loss`` records
+      the loss in cold and makes it ACTIVE again.
+    * DIVERGED: the hot store no longer agrees with cold; tiering stopped until
+      ``tieredstore repair``.
+    * DELETED: the topic is gone and its cold data destroyed (retention, ``expire
+      --purge``); final.
+
+    **Per process** (never in the catalogue: the running sidecar shows them over the
+    catalogue's state, STOPPED winning over DEGRADED, and keeps them in the state dir's
+    ``stopped-queues.json`` for ``status``; its next start forgets them):
+
+    * STOPPED: this process stopped tiering the queue (a newer-format manifest at its
+      frontier, an inconsistent hot store) until it restarts.
+    * DEGRADED: cold damage was found in the queue's committed history; the queue is
+      still tiered. The gauge has no DEGRADED label: ``tieredstore_queue_cold_damaged``
+      says it.
     """
 
     ACTIVE = "ACTIVE"
     PAUSED = "PAUSED"
     DIVERGED = "DIVERGED"
     DELETED = "DELETED"
+    STOPPED = "STOPPED"
+    DEGRADED = "DEGRADED"
+
+    @property
+    def persisted(self) -> bool:
+        """Whether the catalogue stores this state (else it is the running process's)."""
+        return self in PERSISTED_STATES
+
+
+#: The states the catalogue stores (its schema's ``CHECK`` lists the same values).
+PERSISTED_STATES: Final = frozenset(
+    {QueueState.ACTIVE, QueueState.PAUSED, QueueState.DIVERGED, QueueState.DELETED}
+)
+
+#: Every change of a queue's persisted state the code makes, as ``(from, to)``; any
+#: other is refused by :meth:`~metadata.queue_table.QueueTable.set_state`. Setting a
+#: persisted state to itself is allowed too (a no-op; :func:`is_valid_transition`).
+#: ``tests/repo/test_state_transitions.py`` checks that every ``set_state`` the code
+#: performs is here, and that nothing else is.
+TRANSITIONS: Final[frozenset[tuple[QueueState, QueueState]]] = frozenset(
+    {
+        # the committer: the broker deleted offsets before they were tiered
+        (QueueState.ACTIVE, QueueState.PAUSED),
+        # the committer: the hot store no longer agrees with cold
+        (QueueState.ACTIVE, QueueState.DIVERGED),
+        # `resume` (`--accept-loss`: the loss recorded), or reconcile adopting a loss record
+        (QueueState.PAUSED, QueueState.ACTIVE),
+        # `repair`: the cold history cut back to what the hot store holds
+        (QueueState.DIVERGED, QueueState.ACTIVE),
+        # retention or `expire --purge`: the topic is gone and its cold data destroyed
+        (QueueState.ACTIVE, QueueState.DELETED),
+        (QueueState.PAUSED, QueueState.DELETED),
+        (QueueState.DIVERGED, QueueState.DELETED),
+    }
+)
+
+
+def is_valid_transition(source: QueueState, target: QueueState) -> bool:
+    """Whether the catalogue may move a queue from ``source`` to ``target``: a pair of
+    :data:`TRANSITIONS`, or a persisted state to itself. A per-process state (STOPPED,
+    DEGRADED) is never one end of a valid transition: the catalogue does not store it."""
+    if source is target:
+        return source.persisted
+    return (source, target) in TRANSITIONS
 
 
 class SegmentStatus(enum.Enum):

@@ -536,7 +536,7 @@ async def execute(
             await destroy_queue(decision, catalogue=catalogue, lease=lease)
             log.warning("destroyed %s", decision.describe())
             if metrics is not None:
-                metrics.set_queue_state(decision.topic, decision.queue_id, "DELETED")
+                metrics.set_queue_state(decision.topic, decision.queue_id, QueueState.DELETED)
 
 
 async def resume(

@@ -169,7 +169,7 @@ class SegmentCommitter:
 
     def _stop(self, row: QueueRow, reason: str, error_kind: str) -> None:
         self.states.stop_queue(QueueKey(row.topic, row.queue_id), reason)
-        self.metrics.set_queue_state(row.topic, row.queue_id, "STOPPED")
+        self.metrics.set_queue_state(row.topic, row.queue_id, QueueState.STOPPED)
         self.metrics.errors.labels(error_kind).inc()
 
     async def diverge(self, row: QueueRow, why: str) -> None:
@@ -182,7 +182,7 @@ class SegmentCommitter:
         self.states.mark_reminded(QueueKey(row.topic, row.queue_id), QueueState.DIVERGED)
         async with self.states.lock:
             self.catalogue.queues.set_state(row.topic, row.queue_id, QueueState.DIVERGED)
-        self.metrics.set_queue_state(row.topic, row.queue_id, "DIVERGED")
+        self.metrics.set_queue_state(row.topic, row.queue_id, QueueState.DIVERGED)
         self.metrics.errors.labels("DivergedError").inc()
 
     def hot_data_lost(self, lost: HotDataLost) -> None:
@@ -203,7 +203,7 @@ class SegmentCommitter:
             lost.end - lost.start
         )
         self.catalogue.queues.set_state(lost.queue.topic, lost.queue.queue_id, QueueState.PAUSED)
-        self.metrics.set_queue_state(lost.queue.topic, lost.queue.queue_id, "PAUSED")
+        self.metrics.set_queue_state(lost.queue.topic, lost.queue.queue_id, QueueState.PAUSED)
 
 
 # -- the built segment, checked end to end before upload ---------------------------

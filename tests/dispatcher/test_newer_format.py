@@ -68,7 +68,7 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
         assert stopped_row is not None and stopped_row.cold_commit == 0
         rows = rt.catalogue.queues.all()
         statuses = mark_stopped(collect(rt.hot, rows, 0), rt.dispatcher.states.stopped)
-        assert [(s.queue, s.state) for s in statuses] == [(0, "STOPPED"), (1, "ACTIVE")]
+        assert [(s.queue, s.state.value) for s in statuses] == [(0, "STOPPED"), (1, "ACTIVE")]
         assert key in statuses[0].note  # the HTTP API's /queues
         creates = rt.dispatcher.metrics.errors.labels("UnsupportedFormatError")._value.get()
         assert creates == 1  # one attempt, not one per tick

@@ -292,15 +292,18 @@ def test_commit_needs_a_known_active_queue_of_this_catalogue(
     with pytest.raises(CatalogueError, match="unknown queue"):
         catalogue.segments.commit(manifests[0])
     catalogue.queues.ensure(TOPIC, 0, 0)
-    for state in (QueueState.PAUSED, QueueState.DIVERGED, QueueState.DELETED):
+    for state in (QueueState.PAUSED, QueueState.DIVERGED):
         catalogue.queues.set_state(TOPIC, 0, state)
         with pytest.raises(CatalogueError, match=f"queue is {state.value}"):
             catalogue.segments.commit(manifests[0])
-    catalogue.queues.set_state(TOPIC, 0, QueueState.ACTIVE)
+        catalogue.queues.set_state(TOPIC, 0, QueueState.ACTIVE)
     foreign = chain(QueuePath("OtherCluster", BROKER, TOPIC, 0), [3])[0].manifest
     with pytest.raises(CatalogueError, match="does not belong"):
         catalogue.segments.commit(foreign)
     catalogue.segments.commit(manifests[0])
+    catalogue.queues.set_state(TOPIC, 0, QueueState.DELETED)
+    with pytest.raises(CatalogueError, match="queue is DELETED"):
+        catalogue.segments.commit(manifests[1])
 
 
 def test_commit_segments_commits_a_group_and_refuses_only_the_bad_ones(

@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 )
 
 from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState, SegmentStatus
+from metadata.rows import QueueRow, QueueState, SegmentStatus, is_valid_transition
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
@@ -159,8 +159,15 @@ class CatalogueMachine(RuleBasedStateMachine):
 
     @rule(key=queues, state=st.sampled_from([QueueState.ACTIVE] * 3 + list(QueueState)))
     def set_state(self, key: tuple[str, int], state: QueueState) -> None:
-        if self._row(key) is not None:
-            assert self.cat.queues.set_state(*key, state).state is state
+        row = self._row(key)
+        if row is None:
+            return
+        if not is_valid_transition(row.state, state):
+            with pytest.raises(CatalogueError, match="not a transition of the queue state"):
+                self.cat.queues.set_state(*key, state)
+            assert self._row(key) == row
+            return
+        assert self.cat.queues.set_state(*key, state).state is state
 
     @rule(key=queues, data=st.data())
     def truncate(self, key: tuple[str, int], data: st.DataObject) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from dispatcher.queue_status import collect, mark_stopped
+from metadata.rows import QueueState
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.segment import RecordOwners, TopicTable
@@ -80,7 +81,7 @@ async def test_a_unit_pointing_at_another_topics_record_stops_only_its_queue(
         views = mark_stopped(
             collect(rt.hot, rt.catalogue.queues.all(), 0), rt.dispatcher.states.stopped
         )
-        stopped = [v for v in views if v.state == "STOPPED"]
+        stopped = [v for v in views if v.state is QueueState.STOPPED]
         assert [(v.topic, v.queue) for v in stopped] == [(BROKEN, 0)]
         assert f"queue offset {offset}" in stopped[0].note  # the HTTP API's /v1/queues
         assert "not of topic" in stopped[0].note or "queueId" in stopped[0].note

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import replace
 
-from dispatcher.queue_status import QueueStatus
+from dispatcher.queue_status import QueueStatus, as_json
+from metadata.rows import QueueState
 from tieredstore.cli.commands.status import View, frame, health
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select, worst_first
 
 T0 = 1_700_000_000_000
 
 
-def _q(topic: str, queue: int = 0, state: str = "ACTIVE", **kw: object) -> QueueStatus:
+def _q(
+    topic: str, queue: int = 0, state: QueueState = QueueState.ACTIVE, **kw: object
+) -> QueueStatus:
     base = QueueStatus(topic, queue, state, 0, 100, 0, 100, 0, 0, 0.0, "")
     return replace(base, **kw)  # type: ignore[arg-type]
 
@@ -19,9 +24,9 @@ def _q(topic: str, queue: int = 0, state: str = "ACTIVE", **kw: object) -> Queue
 QUEUES = [
     _q("Calm", lag_seconds=1.0),
     _q("Behind", lag_seconds=900.0, lag_messages=10),
-    _q("Paused", state="PAUSED"),
+    _q("Paused", state=QueueState.PAUSED),
     _q("Noted", note="cannot read queue"),
-    _q("Diverged", state="DIVERGED"),
+    _q("Diverged", state=QueueState.DIVERGED),
     _q("Lost", lost_unacknowledged=3),
     _q("AlsoBehind", lag_seconds=900.0, lag_messages=50),
 ]
@@ -83,3 +88,10 @@ def test_a_filter_that_leaves_nothing_says_so_instead_of_a_bare_header() -> None
     assert lines[2:] == ["no queue matching --topic 'Nothing*' (of 2)"]
     narrow = frame(healthy, T0, View(problems=True, layout=Layout(40, 10))).splitlines()
     assert len(narrow[2]) == 40 and narrow[2].endswith("…")
+
+
+def test_json_names_the_state_where_the_field_is() -> None:
+    """``status --json`` and ``/v1/queues``: every field in order, the state by name."""
+    doc = as_json(_q("Stopped", state=QueueState.STOPPED, note="why"))
+    assert list(doc) == [f.name for f in dataclasses.fields(QueueStatus)]
+    assert json.dumps(doc).startswith('{"topic": "Stopped", "queue": 0, "state": "STOPPED", ')

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue_status import QueueStatus
+from metadata.rows import QueueState
 from tieredstore.cli.commands.status import CLEAR, Snapshot, health_line, watch
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
@@ -19,7 +20,7 @@ from tieredstore.hot.synth import SynthSpec, synthesize
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 
 
-def _q(topic: str, queue: int, state: str = "ACTIVE", **kw: object) -> QueueStatus:
+def _q(topic: str, queue: int, state: QueueState = QueueState.ACTIVE, **kw: object) -> QueueStatus:
     base = QueueStatus(topic, queue, state, 0, 100, 0, 100, 0, 0, 0.0, "")
     return replace(base, **kw)  # type: ignore[arg-type]
 
@@ -30,11 +31,11 @@ def test_health_line_names_the_worst_and_the_oldest_lag() -> None:
         "2023-11-14T22:13:20Z OK: 2 queues (2 ACTIVE); "
         "lag 5 messages, 3.0 MiB, oldest 1 m 15 s (A/1)"
     )
-    paused = [*ok, _q("B", 0, "PAUSED"), _q("C", 2, note="cannot read queue")]
+    paused = [*ok, _q("B", 0, QueueState.PAUSED), _q("C", 2, note="cannot read queue")]
     assert health_line(paused, T0).startswith(
         "2023-11-14T22:13:20Z WARNING: 4 queues (1 PAUSED, 3 ACTIVE); 1 with notes; lag 5"
     )
-    diverged = [*paused, _q("D", 0, "DIVERGED")]
+    diverged = [*paused, _q("D", 0, QueueState.DIVERGED)]
     assert " CRITICAL: 5 queues (1 DIVERGED, 1 PAUSED, 3 ACTIVE);" in health_line(diverged, T0)
     assert health_line([], T0) == "2023-11-14T22:13:20Z NO QUEUES: 0 queues; lag 0 messages, 0 B"
 

@@ -305,13 +305,13 @@ def _stopped_queues(rt: Runtime) -> int:
             row, row.state.value, fix[row.state], row.topic, row.queue_id, extra,
         )  # fmt: skip
     states = rt.dispatcher.states
-    marked: list[tuple[str, Mapping[QueueKey, str]]] = [
-        ("STOPPED", states.stopped),
-        ("DEGRADED", states.damaged),
+    marked: list[tuple[QueueState, Mapping[QueueKey, str]]] = [
+        (QueueState.STOPPED, states.stopped),
+        (QueueState.DEGRADED, states.damaged),
     ]
     for state, queues in marked:
         for queue, reason in sorted(queues.items()):
-            log.error("queue %s is %s: %s", queue, state, reason)
+            log.error("queue %s is %s: %s", queue, state.value, reason)
     return 1 if stopped or any(queues for _, queues in marked) else 0
 
 

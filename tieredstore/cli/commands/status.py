@@ -32,12 +32,13 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TextIO
 
-from dispatcher.queue_status import QueueStatus, WriterStatus, collect, writer_status
+from dispatcher.queue_status import QueueStatus, WriterStatus, as_json, collect, writer_status
 from metadata.catalogue import Catalogue
+from metadata.rows import QueueState
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
 from tieredstore.clock import Clock, SystemClock
@@ -48,7 +49,15 @@ from tieredstore.settings.loader import Settings, parse_duration
 
 #: Cursor home and clear screen: the next frame replaces the last one.
 CLEAR: Final = "\x1b[H\x1b[2J"
-_STATES: Final = ("DIVERGED", "DEGRADED", "PAUSED", "STOPPED", "ACTIVE", "DELETED")
+#: The order the health line counts the queues by state in: the worst first.
+_STATES: Final = (
+    QueueState.DIVERGED,
+    QueueState.DEGRADED,
+    QueueState.PAUSED,
+    QueueState.STOPPED,
+    QueueState.ACTIVE,
+    QueueState.DELETED,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,9 +93,9 @@ def health(statuses: Sequence[QueueStatus], writer: WriterStatus | None = None) 
     states = Counter(s.state for s in statuses)
     if not statuses:
         return "NO QUEUES"
-    if states["DIVERGED"] or states["DEGRADED"]:
+    if states[QueueState.DIVERGED] or states[QueueState.DEGRADED]:
         return "CRITICAL"
-    if states["PAUSED"] or any(s.note for s in statuses):
+    if states[QueueState.PAUSED] or any(s.note for s in statuses):
         return "WARNING"
     if writer is not None and writer.warning:
         return "WARNING"
@@ -172,7 +181,7 @@ class _HealthParts:
             time=iso_time(now_ms),
             verdict=health(statuses, writer),
             queues=len(statuses),
-            counts=", ".join(f"{states[s]} {s}" for s in _STATES if states[s]),
+            counts=", ".join(f"{states[s]} {s.value}" for s in _STATES if states[s]),
             noted=sum(1 for s in statuses if s.note),
             lag_messages=sum(s.lag_messages for s in statuses),
             lag_bytes=human_bytes(sum(s.lag_bytes for s in statuses)),
@@ -347,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
             "health": health(statuses, writer),
             "summary": health_line(statuses, now_ms, writer=writer),
             "writer": None if writer is None else _writer_json(writer),
-            "queues": [asdict(s) for s in shown],
+            "queues": [as_json(s) for s in shown],
         }
         print(json.dumps(doc, indent=1))
         return 0

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from dispatcher.queue_status import QueueStatus
+from metadata.rows import QueueState
 from tieredstore.humanize import shorten_middle
 
 __all__ = ["Layout", "fit", "is_problem", "render_table", "select", "worst_first"]
@@ -42,9 +43,9 @@ def fit(text: str, width: int) -> str:
 
 
 def _severity(s: QueueStatus) -> int:
-    if s.state in ("DIVERGED", "DEGRADED"):
+    if s.state in (QueueState.DIVERGED, QueueState.DEGRADED):
         return 0
-    if s.state == "PAUSED" or s.lost_unacknowledged:
+    if s.state is QueueState.PAUSED or s.lost_unacknowledged:
         return 1
     return 2 if s.note else 3
 
@@ -106,7 +107,7 @@ def _room_s(s: QueueStatus) -> str:
 #: In display order; ``drop`` says which go first on a narrow screen.
 _COLUMNS: Final = (
     _Column("q", 3, lambda s: str(s.queue)),
-    _Column("state", 8, lambda s: s.state),
+    _Column("state", 8, lambda s: s.state.value),
     _Column("hot min", 9, lambda s: str(s.hot_min), drop=6),
     _Column("hot max", 9, lambda s: str(s.hot_max), drop=4),
     _Column("cold min", 9, lambda s: str(s.cold_min), drop=7),

@@ -37,7 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from dispatcher.cold_access import ColdAccess, Refusal
 from dispatcher.dispatcher import Dispatcher, DispatcherState
 from dispatcher.lease.lease import LeaseState
-from dispatcher.queue_status import collect, mark_stopped
+from dispatcher.queue_status import as_json, collect, mark_stopped
 from dispatcher.replicas import ReplicaGroup
 from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.clock import Clock, SystemClock
@@ -135,7 +135,7 @@ class _Api:
         statuses = await asyncio.to_thread(collect, self.rt.hot, rows, self.clock.now_ms(), losses)
         states = self.rt.dispatcher.states
         statuses = mark_stopped(statuses, states.stopped, states.damaged)
-        return web.json_response({"queues": [asdict(s) for s in statuses]})
+        return web.json_response({"queues": [as_json(s) for s in statuses]})
 
 
 def build_app(rt: Runtime, *, clock: Clock | None = None) -> web.Application:
