@@ -32,6 +32,7 @@ from tieredstore.cold.layout import broker_prefix, object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError, CatalogueMismatchError, ConfigError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.state_dir import CATALOGUE_FILE
 
 __all__ = [
     "DB_NAME",
@@ -51,7 +52,8 @@ log = logging.getLogger(__name__)
 #: The schema version that added ``identity.cold_url`` (:mod:`metadata.schema`).
 _COLD_URL_VERSION: Final = 4
 
-DB_NAME: Final = "catalogue.sqlite3"
+#: The catalogue's file in the state dir (named once, in the core: the verifier reads it).
+DB_NAME: Final = CATALOGUE_FILE
 LOCK_NAME: Final = "catalogue.lock"
 _SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 

@@ -71,7 +71,7 @@ async def _repair_queue(rt: Runtime, queue_id: int) -> None:
         plan,
         backend=rt.backend,
         catalogue=rt.catalogue,
-        lease=rt.dispatcher.lease,
+        keys=rt.dispatcher.rounds.batcher.keys,
         clock=rt.dispatcher.clock,
     )
 

@@ -20,11 +20,10 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from tieredstore.errors import CatalogueError
+from tieredstore.state_dir import CATALOGUE_FILE
 from verifier import schemas
 
-__all__ = ["CATALOGUE_FILE", "CatalogueRows", "read_catalogue"]
-
-CATALOGUE_FILE: Final = "catalogue.sqlite3"
+__all__ = ["CatalogueRows", "read_catalogue"]
 
 _SEGMENTS_SQL: Final = (
     "SELECT manifest_key, topic, queue_id, start_offset, end_offset, cl_base, cl_end, "

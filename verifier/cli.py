@@ -42,9 +42,10 @@ from pyspark.errors import PySparkException
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.errors import ConfigError, StoreNotFoundError, TieredStoreError
 from tieredstore.humanize import human_seconds
+from tieredstore.settings.flags import setting_help, settings_by_dest
 from tieredstore.settings.loader import load_settings, parse_duration
+from tieredstore.state_dir import CATALOGUE_FILE
 from verifier import readers
-from verifier.catalogue import CATALOGUE_FILE
 from verifier.fleet.cli import add_fleet_arguments, run_fleet
 from verifier.job import silent, verify
 from verifier.outcome import Anomaly, VerificationResult
@@ -183,11 +184,13 @@ def _add_location_arguments(p: argparse.ArgumentParser) -> None:
         dest="hot",
         type=Path,
         metavar="DIR",
-        help="broker store root, read-only [store.path]",
+        help=setting_help("--store", "broker store root, read-only"),
     )
-    p.add_argument("--cold", help="cold store root URL (path, file://, s3://) [cold.url]")
-    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
-    p.add_argument("--broker", help="broker name [cold.broker]")
+    p.add_argument(
+        "--cold", help=setting_help("--cold", "cold store root URL (path, file://, s3://)")
+    )
+    p.add_argument("--cluster", help=setting_help("--cluster", "broker cluster name"))
+    p.add_argument("--broker", help=setting_help("--broker", "broker name"))
     p.add_argument(
         "--state-dir",
         "--metadata",
@@ -195,23 +198,19 @@ def _add_location_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         default=None,
-        help="the sidecar's state dir: check catalogue drift [state.dir; with --config, "
-        "checked when it holds a catalogue]",
+        help=setting_help(
+            "--state-dir",
+            "the sidecar's state dir: check catalogue drift",
+            more="with --config, checked when it holds a catalogue",
+        ),
     )
     add_storage_arguments(p)
     add_fleet_arguments(p)
 
 
-#: flag (its argparse dest) → the sidecar setting it stands for
-_SETTING_OF: Final = {
-    "hot": "store.path",
-    "cold": "cold.url",
-    "cluster": "cold.cluster",
-    "broker": "cold.broker",
-    "endpoint_url": "cold.endpoint_url",
-    "region": "cold.region",
-    "metadata": "state.dir",
-}
+#: flag (its argparse dest) → the sidecar setting it stands for; ``--store`` and
+#: ``--state-dir`` keep the dests of their older names ``--hot`` and ``--metadata``.
+_SETTING_OF: Final = settings_by_dest({"--store": "hot", "--state-dir": "metadata"})
 _REQUIRED: Final = {
     "hot": "--store",
     "cold": "--cold",
@@ -239,24 +238,16 @@ def with_config(args: argparse.Namespace) -> argparse.Namespace:
                 f"missing {', '.join(missing)} (or --config naming the sidecar's config file)"
             )
         return args
-    overrides = {key: getattr(args, dest) for dest, key in _SETTING_OF.items()}
+    given = {dest: key for dest, key in _SETTING_OF.items() if dest in vars(args)}
+    overrides = {key: getattr(args, dest) for dest, key in given.items()}
     settings = load_settings(
         config, overrides={k: None if v is None else str(v) for k, v in overrides.items()}
     )
     state = Path(settings.state.dir)
     catalogue = args.metadata or (state if (state / CATALOGUE_FILE).is_file() else None)
-    return argparse.Namespace(
-        **{
-            **vars(args),
-            "hot": Path(settings.store.path),
-            "cold": settings.cold.url,
-            "cluster": settings.cold.cluster,
-            "broker": settings.cold.broker,
-            "endpoint_url": settings.cold.endpoint_url or None,
-            "region": settings.cold.region or None,
-            "metadata": catalogue,
-        }
-    )
+    # The file's value of each flag (an empty endpoint or region: none), flags winning.
+    found = {dest: settings.values[key] or None for dest, key in given.items()}
+    return argparse.Namespace(**{**vars(args), **found, "metadata": catalogue})
 
 
 def options_from_args(args: argparse.Namespace, *, now_ms: int) -> VerifyOptions:

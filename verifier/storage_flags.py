@@ -1,7 +1,7 @@
 """The cold store's access flags, shared by the single-broker run and ``--fleet``:
 ``--endpoint-url``, ``--region`` and ``--storage-option``, declared and parsed once.
 
-Each stands for a sidecar setting (``cold.endpoint_url``, ``cold.region``); a bad
+Each stands for a sidecar setting (:mod:`tieredstore.settings.flags`); a bad
 ``--storage-option`` is a :class:`~tieredstore.errors.ConfigError` naming the flag.
 """
 
@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from tieredstore.errors import ConfigError
+from tieredstore.settings.flags import setting_help
 
 __all__ = ["add_storage_arguments", "storage_options"]
 
@@ -21,9 +22,9 @@ def add_storage_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--endpoint-url",
         default=None,
-        help="S3 endpoint URL (MinIO, moto, ...) [cold.endpoint_url]",
+        help=setting_help("--endpoint-url", "S3 endpoint URL (MinIO, moto, ...)"),
     )
-    p.add_argument("--region", default=None, help="S3 region [cold.region]")
+    p.add_argument("--region", default=None, help=setting_help("--region", "S3 region"))
     p.add_argument(
         "--storage-option",
         action="append",

@@ -50,7 +50,6 @@ from dispatcher.tiering.quarantine import Move, SegmentCheck, check_segment, qua
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.backends.base import Backend
-from tieredstore.backends.retry import RetryPolicy
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import Withdrawn
 from tieredstore.cold.history import Committed, as_link, span_bytes
@@ -266,15 +265,18 @@ async def execute_repair(
     *,
     backend: Backend,
     catalogue: Catalogue,
-    lease: Lease,
+    keys: BatchKeys,
     clock: Clock,
 ) -> RepairReport:
     """Withdraw the slices past the cut (if ``plan.withdraws``), quarantine
     ``plan.moves``, truncate the catalogue to ``plan.cut``, set ACTIVE.
 
-    Holds the lease before each move and before the catalogue changes (LeaseLostError
-    stops it; running repair again finishes the job, see the module docstring).
+    ``keys`` are the running sidecar's batch keys (the assembly's, which the batch writer
+    and the heal of a lost tail fence with too); their lease is the one held. Holds the
+    lease before each move and before the catalogue changes (LeaseLostError stops it;
+    running repair again finishes the job, see the module docstring).
     """
+    lease = keys.lease
     stamp = clock.now_ms()
     topic, queue_id = plan.row.topic, plan.row.queue_id
     moved: list[tuple[str, str]] = []
@@ -282,8 +284,6 @@ async def execute_repair(
         for link in plan.withdrawn:
             moved += await _quarantine_slice(link, backend=backend, lease=lease, stamp=stamp)
         await hold_lease(lease)
-        keys = BatchKeys(backend=backend, lease=lease, clock=clock, retry=RetryPolicy(),
-                         cluster=catalogue.cluster, broker=catalogue.broker)  # fmt: skip
         await keys.fence([Withdrawn(topic, queue_id, plan.cut)])
     for move in plan.moves:
         moved += await quarantine(move, backend=backend, lease=lease, stamp=stamp)

@@ -40,6 +40,7 @@ from tieredstore.cold.layout import (
     QueueRecordKind,
     broker_prefix,
     parse_queue_record_key,
+    queue_records_prefix,
 )
 from tieredstore.cold.provenance import (
     PROVENANCE_FORMAT_VERSION,
@@ -148,8 +149,9 @@ class ProvenanceWriter:
         """The queues whose init record is in cold (listed once per process)."""
         if self._settled is None:
             prefix = broker_prefix(self.cluster, self.broker) + "/"
+            records = queue_records_prefix(self.cluster, self.broker) + "/"
             found: set[QueueKey] = set()
-            for info in await self.backend.list(prefix + "_queues/"):
+            for info in await self.backend.list(records):
                 parsed = parse_queue_record_key(info.key, prefix)
                 if parsed is not None and parsed.kind is QueueRecordKind.INIT:
                     found.add(QueueKey(parsed.queue.topic, parsed.queue.queue_id))

@@ -83,8 +83,8 @@ async def _tier_diverge_repair(tmp_path: Path) -> tuple[dict[str, bytes], dict[s
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=0
         )
         await execute_repair(
-            plan, backend=rt.backend, catalogue=rt.catalogue, lease=rt.dispatcher.lease,
-            clock=rt.dispatcher.clock,
+            plan, backend=rt.backend, catalogue=rt.catalogue,
+            keys=rt.dispatcher.rounds.batcher.keys, clock=rt.dispatcher.clock,
         )  # fmt: skip
         await rt.dispatcher.catch_up()
     now = _manifests(tmp_path / "cold")
@@ -121,8 +121,8 @@ async def test_expire_repair_and_gc_from_a_stale_state_dir_leave_b_s_segments(
         )
         assert plan.moves, "the stale catalogue decided to move A's segments"
         await execute_repair(
-            plan, backend=rt.backend, catalogue=rt.catalogue, lease=rt.dispatcher.lease,
-            clock=rt.dispatcher.clock,
+            plan, backend=rt.backend, catalogue=rt.catalogue,
+            keys=rt.dispatcher.rounds.batcher.keys, clock=rt.dispatcher.clock,
         )  # fmt: skip
         await rt.dispatcher.lease.release()
     _assert_survive(tmp_path, fresh)

@@ -4,6 +4,7 @@ and one line per stage on stderr while it runs (``--progress``)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -114,3 +115,28 @@ def test_the_last_stage_line_counts_the_queues_by_status_worst_first(tmp_path: P
     )
     result = replace(base, queues=queues, anomalies=anomalies)
     assert _queues_done(result) == "verified 4 queues: 1 corrupt, 1 dirty, 2 ok; 3 anomalies"
+
+
+def test_the_config_gives_each_location_flag_its_setting_a_flag_winning(tmp_path: Path) -> None:
+    from tieredstore.state_dir import CATALOGUE_FILE
+    from verifier.cli import add_arguments, with_config
+
+    state = tmp_path / "state"
+    state.mkdir()
+    config = tmp_path / "sidecar.toml"
+    config.write_text(
+        f'[store]\npath = "{tmp_path / "store"}"\n'
+        f'[cold]\nurl = "memory://c"\ncluster = "{CLUSTER}"\nbroker = "{BROKER}"\n'
+        'endpoint_url = "http://127.0.0.1:9000"\nregion = "eu-west-1"\n'
+        f'[state]\ndir = "{state}"\n'
+    )
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = with_config(parser.parse_args(["--config", str(config), "--broker", "other"]))
+    assert (args.hot, args.cold, args.cluster) == (tmp_path / "store", "memory://c", CLUSTER)
+    assert args.broker == "other"  # the flag wins over the file
+    assert (args.endpoint_url, args.region) == ("http://127.0.0.1:9000", "eu-west-1")
+    assert args.metadata is None  # the state dir holds no catalogue: no drift check
+    (state / CATALOGUE_FILE).touch()
+    args = with_config(parser.parse_args(["--config", str(config), "--region", "us-east-2"]))
+    assert (args.metadata, args.region) == (state, "us-east-2")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from tieredstore.errors import ConfigError
+from tieredstore.settings.keys import ColdSettings
 
 __all__ = ["DEFAULT_MULTIPART_THRESHOLD", "BackendOptions"]
 
-DEFAULT_MULTIPART_THRESHOLD = 64 << 20
+#: The ``cold.multipart_threshold`` setting's default, in bytes (declared there only).
+DEFAULT_MULTIPART_THRESHOLD: Final[int] = ColdSettings.default_of("multipart_threshold")
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,7 @@ __all__ = [
     "quarantine_loss_key",
     "quarantine_prefix",
     "queue_record_prefix",
+    "queue_records_prefix",
     "queue_root",
     "replica_key",
     "replica_prefix",
@@ -794,15 +795,20 @@ def tiering_key(cluster: str, broker: str) -> str:
     return f"{broker_prefix(cluster, broker)}/{_TIERING_NAME}"
 
 
+def queue_records_prefix(cluster: str, broker: str) -> str:
+    """Return ``<cluster_dir>/<broker>/_queues``: where the records of every queue of the
+    broker live (list it with a trailing ``/``; :func:`parse_queue_record_key` reads what
+    is listed)."""
+    return f"{broker_prefix(cluster, broker)}/{_QUEUES_DIR}"
+
+
 def queue_record_prefix(queue: QueuePath) -> str:
     """Return ``<cluster_dir>/<broker>/_queues/<topic>/<queueId>``: the queue's records.
 
     Beside the topic directories (not inside the queue root), so that deleting a queue's
     data leaves the record of what it had to hold.
     """
-    return (
-        f"{broker_prefix(queue.cluster, queue.broker)}/{_QUEUES_DIR}/{queue.topic}/{queue.queue_id}"
-    )
+    return f"{queue_records_prefix(queue.cluster, queue.broker)}/{queue.topic}/{queue.queue_id}"
 
 
 def init_key(queue: QueuePath) -> str:

@@ -142,6 +142,16 @@ class Section:
         return cls(**own)
 
     @classmethod
+    def default_of(cls, name: str) -> Any:
+        """The parsed default of the section's key ``name`` (the one place a default is
+        said: code that needs it outside the settings reads it here). KeyError if the
+        section has no such key or the key is required (it has no default)."""
+        declared = {f.name: f.metadata[_DECLARED] for f in fields(cls)}[name]
+        if declared.required:
+            raise KeyError(f"{cls.SECTION}.{name} is required: it has no default")
+        return declared.default
+
+    @classmethod
     def settings(cls) -> tuple[Setting, ...]:
         """The section's keys, in declaration order."""
         return tuple(

@@ -118,7 +118,7 @@ async def test_repair_keeps_the_agreeing_prefix_and_quarantines_the_rest(
                 plan,
                 backend=rt.backend,
                 catalogue=rt.catalogue,
-                lease=rt.dispatcher.lease,
+                keys=rt.dispatcher.rounds.batcher.keys,
                 clock=rt.dispatcher.clock,
             )
             assert report.row.state is QueueState.ACTIVE and report.row.cold_commit == plan.cut
@@ -190,7 +190,7 @@ async def test_a_committed_manifest_the_catalogue_never_adopted_is_quarantined(
             plan,
             backend=rt.backend,
             catalogue=rt.catalogue,
-            lease=rt.dispatcher.lease,
+            keys=rt.dispatcher.rounds.batcher.keys,
             clock=rt.dispatcher.clock,
         )
         assert not await rt.backend.exists(stray.key)
@@ -208,7 +208,7 @@ async def _repair_other(rt: Runtime) -> None:
         plan,
         backend=rt.backend,
         catalogue=rt.catalogue,
-        lease=rt.dispatcher.lease,
+        keys=rt.dispatcher.rounds.batcher.keys,
         clock=rt.dispatcher.clock,
     )
 

@@ -79,8 +79,8 @@ async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
             hot=rt.hot, backend=rt.backend, catalogue=rt.catalogue, topic=TOPIC, queue_id=1
         )
         await execute_repair(
-            other, backend=rt.backend, catalogue=rt.catalogue, lease=rt.dispatcher.lease,
-            clock=rt.dispatcher.clock,
+            other, backend=rt.backend, catalogue=rt.catalogue,
+            keys=rt.dispatcher.rounds.batcher.keys, clock=rt.dispatcher.clock,
         )  # fmt: skip
         fences = await _fences(rt.backend, batch_prefix(CLUSTER, BROKER))
         assert Withdrawn(TOPIC, 0, plan.cut) in {w for f in fences for w in f.withdrawn}

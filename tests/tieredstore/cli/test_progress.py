@@ -62,7 +62,7 @@ def test_without_a_backlog_or_disabled() -> None:
     off = ProgressLine(enabled=False, stream=quiet, clock=clock)
     off.measure(total)
     off.add(10, 2048)
-    assert quiet.getvalue() == "" and measured == [] and off.messages == 10
+    assert quiet.getvalue() == "" and measured == [] and off.counts.messages == 10
 
 
 def test_batch_slices_are_said_apart_from_segments() -> None:
@@ -74,7 +74,7 @@ def test_batch_slices_are_said_apart_from_segments() -> None:
     clock.now += 1.0
     bar.add(30, 2048)
     assert out.getvalue().split("\r")[-1].startswith("tiered 1 segments, 1 batch slices, 40 ")
-    assert (bar.segments, bar.slices, bar.messages) == (1, 1, 40)
+    assert (bar.counts.segments, bar.counts.slices, bar.counts.messages) == (1, 1, 40)
 
 
 @pytest.mark.slow

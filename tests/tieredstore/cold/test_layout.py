@@ -272,6 +272,30 @@ def test_parse_config_copy_key_refuses_other_keys(key: str) -> None:
         parse_config_copy_key(key)
 
 
+# -- per-queue records ----------------------------------------------------------------------
+
+
+def test_queue_records_live_under_the_brokers_queues_directory() -> None:
+    from tieredstore.cold.layout import (
+        init_key,
+        parse_queue_record_key,
+        queue_record_prefix,
+        queue_records_prefix,
+    )
+
+    records = queue_records_prefix("DefaultCluster", "broker-a")
+    assert records == "212d6b50_DefaultCluster/broker-a/_queues"
+    queue = QueuePath("DefaultCluster", "broker-a", "T", 3)
+    assert queue_record_prefix(queue) == f"{records}/T/3"
+    assert init_key(queue).startswith(records + "/")
+    parsed = parse_queue_record_key(
+        init_key(queue), broker_prefix("DefaultCluster", "broker-a") + "/"
+    )
+    assert parsed is not None and parsed.queue == queue
+    with pytest.raises(InvalidNameError, match="broker"):
+        queue_records_prefix("DefaultCluster", "a/b")
+
+
 # -- batch objects ------------------------------------------------------------------------
 
 

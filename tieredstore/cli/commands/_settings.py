@@ -8,20 +8,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tieredstore.settings.flags import setting_help, settings_by_dest
 from tieredstore.settings.loader import Settings, check_environment, load_settings
 from tieredstore.settings.values import LOG_FORMATS, LOG_LEVELS
 
-#: flag dest → setting key
-_FLAGS: dict[str, str] = {
-    "store": "store.path",
-    "cold": "cold.url",
-    "cluster": "cold.cluster",
-    "broker": "cold.broker",
-    "state_dir": "state.dir",
-    "endpoint_url": "cold.endpoint_url",
-    "log_format": "log.format",
-    "log_level": "log.level",
-}
+#: flag dest → setting key (:data:`~tieredstore.settings.flags.SETTING_FLAGS`)
+_FLAGS: dict[str, str] = settings_by_dest()
 
 
 def add_settings_arguments(p: argparse.ArgumentParser, *, store: bool = True) -> None:
@@ -33,14 +25,16 @@ def add_settings_arguments(p: argparse.ArgumentParser, *, store: bool = True) ->
         help="TOML config file (default: $TIEREDSTORE_CONFIG if set)",
     )
     if store:
-        p.add_argument("--store", help="broker store root [store.path]")
-    p.add_argument("--cold", help="cold store URL [cold.url]")
-    p.add_argument("--cluster", help="broker cluster name [cold.cluster]")
-    p.add_argument("--broker", help="broker name [cold.broker]")
-    p.add_argument("--state-dir", help="state directory for the catalogue [state.dir]")
-    p.add_argument("--endpoint-url", help="S3 endpoint URL [cold.endpoint_url]")
-    p.add_argument("--log-format", choices=LOG_FORMATS, help="[log.format]")
-    p.add_argument("--log-level", choices=LOG_LEVELS, help="[log.level]")
+        p.add_argument("--store", help=setting_help("--store", "broker store root"))
+    p.add_argument("--cold", help=setting_help("--cold", "cold store URL"))
+    p.add_argument("--cluster", help=setting_help("--cluster", "broker cluster name"))
+    p.add_argument("--broker", help=setting_help("--broker", "broker name"))
+    p.add_argument(
+        "--state-dir", help=setting_help("--state-dir", "state directory for the catalogue")
+    )
+    p.add_argument("--endpoint-url", help=setting_help("--endpoint-url", "S3 endpoint URL"))
+    p.add_argument("--log-format", choices=LOG_FORMATS, help=setting_help("--log-format"))
+    p.add_argument("--log-level", choices=LOG_LEVELS, help=setting_help("--log-level"))
 
 
 def settings_from_args(

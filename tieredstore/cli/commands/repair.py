@@ -62,7 +62,7 @@ async def _repair(settings: Settings, topic: str, queue_id: int) -> RepairReport
             plan,
             backend=rt.backend,
             catalogue=rt.catalogue,
-            lease=rt.dispatcher.lease,
+            keys=rt.dispatcher.rounds.batcher.keys,
             clock=rt.dispatcher.clock,
         )
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Final, TextIO
 
 from dispatcher.tiering.planner import SegmentPlan
+from dispatcher.tiering.tick_report import TickReport
 from metadata.catalogue import Catalogue
 from metadata.rows import QueueState
 from tieredstore.errors import TieredStoreError
@@ -159,6 +160,8 @@ class ProgressLine:
     Disabled (the default when stderr is not a TTY) it only counts, so logs stay clean
     and the total is never measured. ``total`` measures the pass's total in messages
     (None: no total, no ETA); ``clock`` gives monotonic seconds (tests pass their own).
+    It counts as a tick's report does (:meth:`TickReport.count
+    <dispatcher.tiering.tick_report.TickReport.count>`, into :attr:`counts`).
     """
 
     def __init__(
@@ -170,10 +173,8 @@ class ProgressLine:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.line = RewrittenLine(enabled, stream, clock)
-        self.segments = 0
-        self.slices = 0
-        self.messages = 0
-        self.bytes = 0
+        #: What was committed so far: segments, batch slices, messages and bytes.
+        self.counts = TickReport()
         self._measure_total = total
         self._clock = clock
         self._measured: float | None = None
@@ -191,12 +192,7 @@ class ProgressLine:
     def add(self, messages: int, nbytes: int, *, sliced: bool = False) -> None:
         """Count one committed segment (or batch slice: ``sliced``) of ``messages``
         messages and ``nbytes`` bytes; redraw if enabled and due."""
-        if sliced:
-            self.slices += 1
-        else:
-            self.segments += 1
-        self.messages += messages
-        self.bytes += nbytes
+        self.counts.count(messages, nbytes, sliced=sliced)
         if self.line.due():
             self._measure()
             self.line.draw(self.text())
@@ -208,19 +204,19 @@ class ProgressLine:
         if self._measured is not None and now - self._measured < _REMEASURE:
             return
         self._measured = now
-        self._total = max(self._measure_total(), self.messages)
+        self._total = max(self._measure_total(), self.counts.messages)
 
     def text(self) -> str:
         """The progress line as of now."""
-        elapsed = max(self.line.elapsed, 1e-9)
-        done, rate = human_bytes(self.bytes), human_rate(self.bytes / elapsed)
-        tiered = tiered_words(self.segments, self.slices)
+        counts, elapsed = self.counts, max(self.line.elapsed, 1e-9)
+        done, rate = human_bytes(counts.bytes), human_rate(counts.bytes / elapsed)
+        tiered = tiered_words(counts.segments, counts.slices)
         if self._total is None:
-            return f"tiered {tiered}, {self.messages:,} messages, {done} ({rate})"
-        pct = 100 * self.messages // max(self._total, 1)
+            return f"tiered {tiered}, {counts.messages:,} messages, {done} ({rate})"
+        pct = 100 * counts.messages // max(self._total, 1)
         return (
-            f"tiered {tiered}, {self.messages:,}/{self._total:,} messages "
-            f"({pct} %), {done} ({rate}), {eta(self.messages, self._total, elapsed)}"
+            f"tiered {tiered}, {counts.messages:,}/{self._total:,} messages "
+            f"({pct} %), {done} ({rate}), {eta(counts.messages, self._total, elapsed)}"
         )
 
     def close(self) -> None:
