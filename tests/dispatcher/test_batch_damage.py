@@ -175,17 +175,24 @@ async def test_a_damaged_batch_degrades_and_heals_every_queue_it_held(
         assert record["lost_start_offset"] == part.start_offset
 
 
-@pytest.mark.parametrize("damage", ["deleted", "truncated", "head_byte"])
-def test_gc_names_a_damaged_batch_object(
-    damage: str, store: Path, cold: Cold, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    state = tmp_path / "state"
+def _tier_then_damage(store: Path, cold: Cold, state: Path, damage: str) -> tuple[str, BatchHead]:
+    """Tier the store, append to the HIT queues, tier again (a batch holding them), then
+    damage that newest batch object; return its key and its head as written."""
     settings = _settings(store, cold, state)
     asyncio.run(_tier(settings))
     SyntheticStore.open(store).append(queues=[(TOPIC, q) for q in HIT] * 10)
     asyncio.run(_tier(settings))
     key, head = asyncio.run(_newest_batch(settings))
     _damage(cold, key, head, damage)
+    return key, head
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "head_byte"])
+def test_gc_names_a_damaged_batch_object(
+    damage: str, store: Path, cold: Cold, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    key, _ = _tier_then_damage(store, cold, state, damage)
     capsys.readouterr()
     assert main(["gc", "--dry-run", *location_args(store, cold.url, state)]) == 1
     out = capsys.readouterr().out
@@ -215,12 +222,7 @@ def test_verify_names_a_deleted_batch_object_from_the_catalogue(
 ) -> None:
     # Before, a deleted batch showed only as its slices' offsets missing, with no key.
     state = tmp_path / "state"
-    settings = _settings(store, cold, state)
-    asyncio.run(_tier(settings))
-    SyntheticStore.open(store).append(queues=[(TOPIC, q) for q in HIT] * 10)
-    asyncio.run(_tier(settings))
-    key, head = asyncio.run(_newest_batch(settings))
-    _damage(cold, key, head, "deleted")
+    key, head = _tier_then_damage(store, cold, state, "deleted")
     missing = [
         a for a in _verify(spark, store, cold, state) if a.anomaly is FindingKind.MISSING_OBJECT
     ]
