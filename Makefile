@@ -61,7 +61,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=30 --durations-min=20
 
 ## docs: rewrite docs/configuration.md's settings tables and docs/sidecar.toml from
-##   the declaration of the settings (tieredstore/settings/keys.py)
+##   the declaration of the settings (tieredstore/settings/declaration.py)
 docs: $(STAMP)
 	$(BIN)/python -m tieredstore.settings.docs
 

@@ -32,6 +32,14 @@ from typing import Any
 
 import numpy as np
 
+#: The repository root. The test support (tests/support/) is not installed (the wheel holds
+#: no test code), so each bench script, run as ``python bench/<name>.py``, imports it from
+#: here; every script imports this module before ``tests.support``.
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.support.moto import AWS_ENV as MOTO_ENV
 from tieredstore.cold.batch import BatchHead, read_batch_head
 from tieredstore.cold.digests import digest
 from tieredstore.cold.layout import object_name
@@ -40,7 +48,6 @@ from tieredstore.formats.checkpoint import read_checkpoint
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, encode_units
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import parse_size
-from tieredstore.testing.moto import AWS_ENV as MOTO_ENV
 
 #: The upload attempt in the names of the objects the offsets-store builder writes.
 ATTEMPT = "0000000000000000"
@@ -86,7 +93,7 @@ __all__ = [
     "warm",
 ]
 
-#: Dummy credentials for moto on loopback (tieredstore.testing.moto); nothing here ever
+#: Dummy credentials for moto on loopback (tests.support.moto); nothing here ever
 #: reaches AWS.
 AWS_ENV = {
     **MOTO_ENV,
@@ -98,7 +105,6 @@ CLUSTER = "BenchCluster"
 BROKER = "bench-broker"
 MIB = 1 << 20
 GIB = 1 << 30
-REPO = Path(__file__).resolve().parent.parent
 
 
 def size_arg(text: str) -> int:
@@ -533,7 +539,7 @@ def spark_profile(event_dir: Path) -> SparkProfile:
 
 @dataclass(frozen=True, slots=True)
 class VerifierRun:
-    """One ``python -m verifier`` process: its wall time, the job's own time, totals.
+    """One ``python -m tieredstore.verifier`` process: its wall time, the job's own time, totals.
 
     ``job_seconds`` is ``finished_ms - started_ms`` of ``report.json``: the Spark job
     (reading, checking, collecting), without JVM and SparkSession start-up and without
@@ -555,7 +561,7 @@ def verifier_run(
 
     Spark's event log is switched on (through ``PYSPARK_SUBMIT_ARGS``) and summarised.
     """
-    cmd = [sys.executable, "-m", "verifier", "--store", str(hot), "--cold", cold]
+    cmd = [sys.executable, "-m", "tieredstore.verifier", "--store", str(hot), "--cold", cold]
     cmd += ["--cluster", cluster, "--broker", broker, "--level", level]
     cmd += ["--out", str(out), "--master", master, "--lag-allowance", "0"]
     events = out.parent / f"spark-events-{level}"
@@ -589,7 +595,8 @@ def tiny_store(root: Path) -> Path:
 
 
 def fixed_cost_line(root: Path, *, master: str, measure: bool = True) -> str:
-    """One line: a whole ``python -m verifier`` process (fresh JVM) on a near-empty store,
+    """One line: a whole ``python -m tieredstore.verifier`` process (fresh JVM) on a near-empty
+    store,
     its job time and its Spark jobs and stages: the fixed cost of one run. With
     ``measure`` false (``--no-fixed-cost``) no process runs and the line says so."""
     if not measure:
@@ -715,8 +722,7 @@ def content_store(root: Path, messages: int, segment_messages: int) -> None:
     """``root/hot``: ``messages`` ~1 KiB messages in 2 topics x 4 queues (uncompressed);
     ``root/cold``: every queue tiered with the real segment codec into segments of
     ``segment_messages`` (cluster DefaultCluster, broker broker-a)."""
-    sys.path.insert(0, str(REPO))
-    from tieredstore.testing.stores.coldimage import tier, write_local
+    from tests.support.stores.coldimage import tier, write_local
 
     spec = SynthSpec(
         topics=2, queues=4, messages=messages, body_min=900, body_max=1100,
@@ -728,7 +734,7 @@ def content_store(root: Path, messages: int, segment_messages: int) -> None:
 
 def verify_options(hot: Path, cold: Path, level: str, cluster: str, broker: str) -> Any:
     """VerifyOptions for a run with no lag allowance."""
-    from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
+    from tieredstore.verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
     return VerifyOptions(
         hot=hot, cold_url=str(cold), cluster=cluster, broker=broker,
@@ -739,7 +745,7 @@ def verify_options(hot: Path, cold: Path, level: str, cluster: str, broker: str)
 
 def timed_verify(spark: Any, opts: Any) -> tuple[float, Any]:
     """One whole ``verify`` in ``spark``: (seconds, result)."""
-    from verifier.job import verify
+    from tieredstore.verifier.job import verify
 
     t0 = time.perf_counter()
     result = verify(spark, opts)
@@ -761,7 +767,7 @@ def timed_verify_jobs(spark: Any, opts: Any) -> tuple[float, int, Any]:
 def verifier_stage_seconds(spark: Any, opts: Any) -> float:
     """Seconds of the per-segment verification stage over cached inputs."""
     from tieredstore.hot.store import HotStore
-    from verifier import checks, readers, schemas
+    from tieredstore.verifier import checks, readers, schemas
 
     cold = readers.ColdLocation(opts.cold_url)
     listing = readers.list_cold_objects(cold, opts.cluster, opts.broker)

@@ -57,12 +57,12 @@ from _common import (
     verify_options,
 )
 
-from tieredstore.archive.export import ExportRequest, export_parquet
-from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.backends import open_backend
 from tieredstore.clock import SystemClock
 from tieredstore.cold.manifest import Manifest, read_stored
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.export.parquet import ExportRequest, export_parquet
+from tieredstore.export.rows import ARCHIVE_SCHEMA, SegmentSlice
 
 TARGET = 0.5
 
@@ -125,8 +125,8 @@ def _pyarrow(rows: pa.Table, out: Path) -> float:
 
 def _spark_side(args: argparse.Namespace, root: Path, nbytes: int) -> tuple[float, float]:
     """(scan seconds, verifier stage seconds), both warm."""
-    from verifier.archive import register
-    from verifier.spark.session import spark_session
+    from tieredstore.verifier.archive import register
+    from tieredstore.verifier.spark.session import spark_session
 
     opts = verify_options(root / "hot", root / "cold", "content", CLUSTER, BROKER)
     with spark_session(args.master) as spark:

@@ -42,7 +42,8 @@ from _common import (
     warm,
 )
 
-from dispatcher.tiering.commitlog_pass import (
+from tieredstore.cold.segment import RecordHeads, RecordOwners
+from tieredstore.dispatcher.tiering.commitlog_pass import (
     WINDOW_BYTES,
     GatherJob,
     Spooled,
@@ -51,9 +52,8 @@ from dispatcher.tiering.commitlog_pass import (
     _windows,
     gather_segments,
 )
-from dispatcher.tiering.committer import check_built
-from dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
-from tieredstore.cold.segment import RecordHeads, RecordOwners
+from tieredstore.dispatcher.tiering.committer import check_built
+from tieredstore.dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
 from tieredstore.hot.commitlog import read_span
 from tieredstore.hot.store import HotStore
 

@@ -59,9 +59,9 @@ import numpy as np
 from _common import AWS_ENV, BROKER, CLUSTER, machine, result_line, table
 from prometheus_client import CollectorRegistry
 
-from dispatcher.tiering.planner import SegmentPlan
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings, load_settings
@@ -244,7 +244,7 @@ def cold_store(kind: str, mode: str, root: Path) -> Iterator[dict[str, object]]:
     else:
         import botocore.session
 
-        from tieredstore.testing.moto import MotoServer
+        from tests.support.moto import MotoServer
 
         os.environ.update(AWS_ENV)
         with MotoServer(root / f"moto-{mode}.log") as moto:

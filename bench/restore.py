@@ -52,7 +52,7 @@ from _common import (
     warm,
 )
 
-from tieredstore.testing.moto import MotoServer
+from tests.support.moto import MotoServer
 
 RATIO_TARGET = 0.5
 RSS_TARGET = 256 * MIB

@@ -1,6 +1,6 @@
 """A stock RocketMQ consumer drains a queue's history through the broker read plugin.
 
-A real name server and broker (``tieredstore.testing.broker.rocketmq``; the plugin jar built by
+A real name server and broker (``tests.support.broker.rocketmq``; the plugin jar built by
 Maven from ``broker-plugin/``, ``messageStorePlugIn`` in ``broker.conf``) take
 ``--messages`` messages on one queue from the stock producer; a real ``tieredstore run``
 tiers them and serves its read API on loopback; then the broker's own expiry deletes
@@ -39,9 +39,8 @@ from pathlib import Path
 
 from _common import MIB, machine, result_line, sidecar_cmd, sidecar_env, table, vm_hwm
 
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.plugin import PLUGIN_CLASS, build_plugin
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     Toolchain,
@@ -49,6 +48,7 @@ from tieredstore.testing.broker.rocketmq import (
     prepare_toolchain,
     wait_until,
 )
+from tieredstore.hot.store import HotStore
 
 RATIO_TARGET = 0.5
 P99_TARGET_MS = 50.0

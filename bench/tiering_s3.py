@@ -49,7 +49,7 @@ from _common import (
     warm,
 )
 
-from tieredstore.testing.moto import MotoServer
+from tests.support.moto import MotoServer
 
 RATIO_TARGET = 0.8
 RSS_TARGET = 256 * MIB

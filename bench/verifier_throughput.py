@@ -126,7 +126,7 @@ def host_scaling(workers: int = 2, units: int = 4) -> float:
 def main() -> None:
     args = _arguments()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from verifier.spark.session import spark_session
+    from tieredstore.verifier.spark.session import spark_session
 
     if args.stages_of is not None:  # the second process of the scaling comparison
         with spark_session(args.master) as spark:

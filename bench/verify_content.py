@@ -4,7 +4,7 @@ Synthesizes a store of ``--size`` commitlog bytes (default 128 MiB, same shape a
 tiering benchmarks), tiers it with ``tieredstore run --once`` into a local cold
 directory, and then times:
 
-* **verifier**: ``python -m verifier --level content --master local[2]`` as a process.
+* **verifier**: ``python -m tieredstore.verifier --level content --master local[2]`` as a process.
   ``job`` is the Spark job alone (``report.json`` finished − started: no JVM start-up,
   no report writing); ``process`` is the whole command. The rate counts the verifier's
   own ``bytes_compared``;

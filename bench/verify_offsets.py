@@ -5,7 +5,7 @@ records): ``--queues`` queues holding ``--units`` consume-queue units in all, in
 files of 300,000 units, and in cold segments of ``--segment-units`` units (CONSUME_QUEUE
 object + manifest; COMMIT_LOG objects are sparse files of the right size). Then times:
 
-* **verifier**: ``python -m verifier --level offsets --master local[2]`` as a process.
+* **verifier**: ``python -m tieredstore.verifier --level offsets --master local[2]`` as a process.
   ``job`` is the Spark job alone (``report.json`` finished − started: no JVM start-up,
   no report writing); ``process`` is the whole command. The rate counts the verifier's
   own ``units_compared``;

@@ -2,7 +2,7 @@
 interval on the injected clock until the dispatcher stops, under the catalogue lock unless
 it takes that lock itself around its catalogue writes (compaction: its uploads must not
 hold up the group commits). The lease's own loop is
-:func:`dispatcher.lease.renewal.renew_until`."""
+:func:`tieredstore.dispatcher.lease.renewal.renew_until`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from dispatcher.metrics import Metrics
 from tieredstore.clock import Clock, sleep_until
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.errors import ColdStoreAccessError, LeaseLapsedError, RetryableError
 
 __all__ = ["Periodic", "run_periodic"]
@@ -46,7 +46,7 @@ async def run_periodic(
     A retryable error or a lapsed lease (reclaimed by the next tick) is logged and
     counted, and the job runs again next interval; so is a cold store refusing the job
     (ColdStoreAccessError, e.g. a key without s3:DeleteObject stops expiry and gc: its
-    one ERROR line is :mod:`dispatcher.cold_access`'s); any other error ends the loop.
+    one ERROR line is :mod:`tieredstore.dispatcher.cold_access`'s); any other error ends the loop.
     """
     while not stopping.is_set():
         await sleep_until(clock, stopping, job.interval)
@@ -58,6 +58,6 @@ async def run_periodic(
         except (RetryableError, LeaseLapsedError) as exc:  # a lapse: reclaimed next run
             log.warning("%s failed, will run again: %s", job.name, exc)
             metrics.errors.labels(type(exc).__name__).inc()
-        except ColdStoreAccessError as exc:  # its ERROR line: dispatcher.cold_access
+        except ColdStoreAccessError as exc:  # its ERROR line: tieredstore.dispatcher.cold_access
             log.debug("%s refused, will run again: %s", job.name, exc)
             metrics.errors.labels(type(exc).__name__).inc()

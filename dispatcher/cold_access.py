@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
 
-from dispatcher.metrics import Metrics
 from tieredstore.backends.base import Backend, ObjectInfo, Versioned
 from tieredstore.backends.forwarding import ForwardingBackend
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.errors import AccessFault, ColdStoreAccessError, ConfigError
 from tieredstore.restore.files import replace_file
 

@@ -13,14 +13,14 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.topic_filter import TopicFilter
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState
 from tieredstore.cold.layout import validate_topic
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import InvalidNameError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey, SkippedDir
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState
 from tieredstore.settings.loader import InitStart, TieringSettings
 
 __all__ = ["Discovery"]

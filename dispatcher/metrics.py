@@ -10,7 +10,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from metadata.rows import QueueState
+from tieredstore.metadata.rows import QueueState
 
 __all__ = ["GAUGE_STATES", "Metrics"]
 
@@ -242,7 +242,7 @@ class Metrics:
         )
 
     def _spool(self, r: CollectorRegistry) -> None:
-        """The tiering spool in the state dir (:mod:`dispatcher.tiering.spool_room`)."""
+        """The tiering spool in the state dir (:mod:`tieredstore.dispatcher.tiering.spool_room`)."""
         self.spool_too_small = Gauge(
             "tieredstore_spool_too_small",
             "1 while a segment does not fit the spool alone (state dir disk too small or "

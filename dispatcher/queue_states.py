@@ -1,10 +1,10 @@
 """What the dispatcher's parts share about the queues of one process: one owner.
 
-:class:`QueueStates` is built once, by :func:`dispatcher.assembly.build_dispatcher`, and
-handed explicitly to :class:`~dispatcher.discovery.Discovery`,
-:class:`~dispatcher.tiering.committer.SegmentCommitter`,
-:class:`~dispatcher.tiering.rounds.Rounds` and the
-:class:`~dispatcher.dispatcher.Dispatcher`; nothing else makes one. Every part runs on
+:class:`QueueStates` is built once, by :func:`tieredstore.dispatcher.assembly.build_dispatcher`, and
+handed explicitly to :class:`~tieredstore.dispatcher.discovery.Discovery`,
+:class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`,
+:class:`~tieredstore.dispatcher.tiering.rounds.Rounds` and the
+:class:`~tieredstore.dispatcher.dispatcher.Dispatcher`; nothing else makes one. Every part runs on
 the one event loop and no thread touches it, so plain reads and writes are atomic
 between awaits; the lock is for catalogue writes that span awaits.
 
@@ -19,7 +19,7 @@ Who may change what:
   discovery keeps them out of the ACTIVE set; a restart (a new process) tries them again;
 * the damaged queues: filled by the dispatcher's start, before the first tick, and by
   the rounds when a tick finds a damaged batch object
-  (:func:`dispatcher.tiering.batch.damage.handle_damage`, under the lock);
+  (:func:`tieredstore.dispatcher.tiering.batch.damage.handle_damage`, under the lock);
 * the reminders: :meth:`QueueStates.mark_reminded` (the committer, which explains the
   queues it stops itself) and :meth:`QueueStates.first_reminder` (discovery).
 """
@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from dispatcher import stopped_file
-from metadata.rows import QueueState
+from tieredstore.dispatcher import stopped_file
 from tieredstore.hot.store import QueueKey
+from tieredstore.metadata.rows import QueueState
 
 __all__ = ["Damaged", "QueueStates", "Stopped"]
 
@@ -45,7 +45,7 @@ __all__ = ["Damaged", "QueueStates", "Stopped"]
 Stopped = dict[QueueKey, str]
 
 #: Queues whose committed history is damaged, with the reason ``status`` shows
-#: (:func:`dispatcher.tiering.cold_writer.report_damage`).
+#: (:func:`tieredstore.dispatcher.tiering.cold_writer.report_damage`).
 Damaged = dict[QueueKey, str]
 
 
@@ -53,7 +53,7 @@ class QueueStates:
     """The queue state the dispatcher's parts share; see the module docstring.
 
     The stopped and damaged queues are written to ``stopped_path`` (None: nowhere),
-    where ``tieredstore status`` reads them (:mod:`dispatcher.stopped_file`).
+    where ``tieredstore status`` reads them (:mod:`tieredstore.dispatcher.stopped_file`).
     """
 
     def __init__(self, *, stopped_path: Path | None = None) -> None:
@@ -62,9 +62,10 @@ class QueueStates:
         self._stopping = asyncio.Event()
         self._stopped: Stopped = {}
         #: Queues with cold damage found (DEGRADED): the dispatcher's start fills it and
-        #: :func:`~dispatcher.tiering.cold_writer.heal_damaged` rewrites its notes before
+        #: :func:`~tieredstore.dispatcher.tiering.cold_writer.heal_damaged` rewrites its notes
+        #: before
         #: the first tick; a tick that finds a damaged batch object adds the queues it
-        #: held (:func:`~dispatcher.tiering.batch.damage.handle_damage`); everyone else
+        #: held (:func:`~tieredstore.dispatcher.tiering.batch.damage.handle_damage`); everyone else
         #: only reads it.
         self.damaged: Damaged = {}
         # Stopped queues (and the state they stopped in) already explained to the

@@ -7,7 +7,7 @@ cold store.
 
 The writer — is a sidecar tiering this broker? — is judged here too
 (:func:`writer_status`). ``status`` judges it from the catalogue's mirror of the lease
-(:meth:`metadata.catalogue.Catalogue.lease`, written by the sidecar when it takes the
+(:meth:`tieredstore.metadata.catalogue.Catalogue.lease`, written by the sidecar when it takes the
 lease, at each renewal and when it releases it) and from the queues' last change
 (``updated_at_ms``: a commit moves it):
 
@@ -33,12 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
-from metadata.rows import LeaseRow, QueueRow, QueueState
 from tieredstore.cold.loss import LossRecord
+from tieredstore.dispatcher.retention_pressure import Headroom, HotOldest, hot_oldest
 from tieredstore.errors import TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.humanize import human_seconds, iso_time
+from tieredstore.metadata.rows import LeaseRow, QueueRow, QueueState
 
 __all__ = [
     "LossStatus",

@@ -18,7 +18,7 @@ itself, in cold:
   master's at the same physical offsets, so one offset says it for every queue.
 * **The limit.** The lease holder tiers a record only if it ends at or below the lowest
   ``confirmed`` of the *other* replicas whose report is live (:meth:`ReplicaGroup.limit`,
-  passed to :func:`dispatcher.tiering.planner.plan_segment` as ``cl_limit``).
+  passed to :func:`tieredstore.dispatcher.tiering.planner.plan_segment` as ``cl_limit``).
 * **Liveness without shared clocks.** A report is live while its ``beat`` keeps
   changing: a report unchanged for ``group.replica_timeout`` on *this* host's monotonic
   clock is from a replica that stopped (dead, frozen, cut off). It no longer holds
@@ -48,14 +48,14 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from dispatcher.metrics import Metrics
-from dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock, sleep_until
 from tieredstore.cold.replicas import ReplicaReport, publish_report, read_reports
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.errors import CorruptUnitError, OffsetOutOfRangeError, TieredStoreError
 from tieredstore.hot.store import HotStore
-from tieredstore.settings.keys import GroupSettings
+from tieredstore.settings.declaration import GroupSettings
 
 __all__ = ["GroupMetrics", "ReplicaGroup", "ReportState", "held_end"]
 

@@ -1,7 +1,7 @@
 """Queues a newer-format manifest stopped, remembered beside the catalogue.
 
 The running sidecar keeps its STOPPED queues in memory
-(:data:`dispatcher.queue_states.Stopped`)
+(:data:`tieredstore.dispatcher.queue_states.Stopped`)
 and writes them here, so that ``tieredstore status``, which reads the state directory and
 never the sidecar, shows them too. The file belongs to the sidecar holding the state
 directory's lock: it is emptied when the dispatcher starts (a restart tries each queue
@@ -9,7 +9,7 @@ once more: an upgraded sidecar may read the manifest) and rewritten, whole and a
 each time a queue stops. A missing file means no queue is stopped.
 
 It also holds the queues DEGRADED by cold damage found at start (the ``degraded`` list,
-:func:`dispatcher.tiering.cold_writer.report_damage`).
+:func:`tieredstore.dispatcher.tiering.cold_writer.report_damage`).
 
 Format: a JSON object ``{"version": 2, "queues": [{"topic", "queue", "reason"}, ...],
 "degraded": [...]}``
@@ -38,7 +38,7 @@ def save(
     path: Path, stopped: Mapping[QueueKey, str], degraded: Mapping[QueueKey, str] | None = None
 ) -> None:
     """Write ``stopped`` (and the ``degraded`` queues: cold damage found at start,
-    :func:`dispatcher.tiering.cold_writer.report_damage`) to ``path`` whole
+    :func:`tieredstore.dispatcher.tiering.cold_writer.report_damage`) to ``path`` whole
     (:func:`~tieredstore.restore.files.replace_file`)."""
     doc = {"version": 2, "queues": _entries(stopped), "degraded": _entries(degraded or {})}
     replace_file(path, json.dumps(doc, indent=1).encode())

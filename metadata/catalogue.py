@@ -2,7 +2,8 @@
 
 One SQLite database (``catalogue.sqlite3``; WAL, ``synchronous=FULL``, foreign keys on) in
 the sidecar's state directory, for one (cluster, broker). It is a cache of the bucket's
-manifests — the cold store is self-describing, so :func:`metadata.reconcile.reconcile` adopts
+manifests — the cold store is self-describing, so :func:`tieredstore.metadata.reconcile.reconcile`
+adopts
 manifests the catalogue missed and :func:`rebuild` recreates it from manifests alone.
 
 Rules it enforces:
@@ -36,11 +37,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Self, Unpack
 
-from metadata.database import DB_NAME, LOCK_NAME, CatalogueDatabase, CatalogueState, OpenOptions
-from metadata.queue_table import QueueTable
-from metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
-from metadata.segment_table import SegmentTable
-from metadata.slice_table import SliceTable
+from tieredstore.metadata.database import (
+    DB_NAME,
+    LOCK_NAME,
+    CatalogueDatabase,
+    CatalogueState,
+    OpenOptions,
+)
+from tieredstore.metadata.queue_table import QueueTable
+from tieredstore.metadata.rows import LeaseRow, QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.metadata.segment_table import SegmentTable
+from tieredstore.metadata.slice_table import SliceTable
 from tieredstore.settings.loader import Settings
 
 __all__ = [
@@ -59,11 +66,13 @@ __all__ = [
 class Catalogue:
     """The catalogue of one (cluster, broker). Open with :meth:`open`; a context manager.
 
-    Composed of one object per concern over one database (:mod:`metadata.database`,
+    Composed of one object per concern over one database (:mod:`tieredstore.metadata.database`,
     ``catalogue.db``): ``catalogue.queues`` (queues and accepted losses,
-    :mod:`metadata.queue_table`), ``catalogue.segments`` (segment lookups, commits, expiry
-    and truncation, :mod:`metadata.segment_table`), ``catalogue.slices`` (batch slices: commits,
-    compaction's swap, :mod:`metadata.slice_table`), and here the mirror of the bucket's
+    :mod:`tieredstore.metadata.queue_table`), ``catalogue.segments`` (segment lookups, commits,
+    expiry
+    and truncation, :mod:`tieredstore.metadata.segment_table`), ``catalogue.slices`` (batch slices:
+    commits,
+    compaction's swap, :mod:`tieredstore.metadata.slice_table`), and here the mirror of the bucket's
     lease. Every method raises :class:`CatalogueError` on a closed catalogue, on a write
     to a read-only one, and on any database failure.
     """
@@ -77,7 +86,7 @@ class Catalogue:
     @classmethod
     def open(cls, state_dir: Path | str, **options: Unpack[OpenOptions]) -> Self:
         """Open the catalogue in ``state_dir``: :meth:`CatalogueDatabase.open
-        <metadata.database.CatalogueDatabase.open>` says how, with which options, and
+        <tieredstore.metadata.database.CatalogueDatabase.open>` says how, with which options, and
         what it raises."""
         return cls(CatalogueDatabase.open(state_dir, **options))
 

@@ -3,10 +3,11 @@
 :class:`CatalogueDatabase` opens ``catalogue.sqlite3`` in the sidecar's state directory
 (WAL, ``synchronous=FULL``, foreign keys on), migrates its schema, takes the writer lock
 (``catalogue.lock``), checks the (cluster, broker) and the cold store it belongs to, and
-gives the tables composed over it (:mod:`metadata.queue_table`,
-:mod:`metadata.segment_table`, :mod:`metadata.slice_table`) one transaction helper, one
+gives the tables composed over it (:mod:`tieredstore.metadata.queue_table`,
+:mod:`tieredstore.metadata.segment_table`, :mod:`tieredstore.metadata.slice_table`) one transaction
+helper, one
 error translation and the row converters. It has no operations of its own:
-:class:`metadata.catalogue.Catalogue` is what callers open.
+:class:`tieredstore.metadata.catalogue.Catalogue` is what callers open.
 
 Every method raises :class:`CatalogueError` on a closed catalogue, on a write to a
 read-only one, and (translated, ``from`` the sqlite3 error) on any database failure.
@@ -23,15 +24,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, Required, Self, TypedDict, TypeVar
 
-from metadata.lock import WriterLock
-from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
-from metadata.schema import MIGRATIONS, Migration, migrate, schema_version
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.cold.layout import broker_prefix, object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError, CatalogueMismatchError, ConfigError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.metadata.lock import WriterLock
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.metadata.schema import MIGRATIONS, Migration, migrate, schema_version
 from tieredstore.state_dir import CATALOGUE_FILE
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The schema version that added ``identity.cold_url`` (:mod:`metadata.schema`).
+#: The schema version that added ``identity.cold_url`` (:mod:`tieredstore.metadata.schema`).
 _COLD_URL_VERSION: Final = 4
 
 #: The catalogue's file in the state dir (named once, in the core: the verifier reads it).

@@ -3,10 +3,10 @@
 A queue row is created eagerly (:meth:`QueueTable.ensure`) with its init offset and cold
 commitlog base in one transaction; its state changes only through
 :meth:`~QueueTable.set_state` (along the state table,
-:data:`metadata.rows.TRANSITIONS`) and :meth:`~QueueTable.accept_loss`, which records an
+:data:`tieredstore.metadata.rows.TRANSITIONS`) and :meth:`~QueueTable.accept_loss`, which records an
 accepted loss (a :class:`~tieredstore.cold.loss.LossRecord` already in the bucket) and moves
 ``cold_commit`` past it. Callers reach it as ``catalogue.queues``
-(:class:`metadata.catalogue.Catalogue`).
+(:class:`tieredstore.metadata.catalogue.Catalogue`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from metadata.database import LOSS_COLUMNS, QUEUE_COLUMNS, CatalogueDatabase
-from metadata.rows import QueueRow, QueueState, is_valid_transition
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.loss import LossRecord
 from tieredstore.errors import CatalogueError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.metadata.database import LOSS_COLUMNS, QUEUE_COLUMNS, CatalogueDatabase
+from tieredstore.metadata.rows import QueueRow, QueueState, is_valid_transition
 
 __all__ = ["QueueTable"]
 
@@ -100,7 +100,8 @@ class QueueTable:
     def set_state(self, topic: str, queue_id: int, state: QueueState) -> QueueRow:
         """Move a queue to ``state``; return the updated row.
 
-        Only the moves of :data:`~metadata.rows.TRANSITIONS` are made: any other (DELETED
+        Only the moves of :data:`~tieredstore.metadata.rows.TRANSITIONS` are made: any other
+        (DELETED
         to ACTIVE, or to a state the catalogue does not store, STOPPED or DEGRADED) raises
         CatalogueError naming the queue and both states, and the row is left unchanged.
         A state set to itself is a no-op: the row comes back as it was, ``updated_at_ms``
@@ -110,7 +111,7 @@ class QueueTable:
         in the same transaction, ``cold_min`` moving to its first segment left, else to
         ``cold_commit``: their bytes in the batch objects are garbage from then on (a
         batch is collected once no slice row names it,
-        :meth:`~metadata.slice_table.SliceTable.referenced_batches`).
+        :meth:`~tieredstore.metadata.slice_table.SliceTable.referenced_batches`).
         """
         with self._db.transaction() as conn:
             row = self._db.require_queue(conn, topic, queue_id)

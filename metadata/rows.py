@@ -25,7 +25,7 @@ class QueueState(enum.Enum):
     the HTTP API's ``/v1/queues``, the ``tieredstore_queue_state`` gauge and the log.
 
     **Persisted** (:attr:`persisted`; the only values of the catalogue's ``queues.state``
-    column, changed by :meth:`metadata.queue_table.QueueTable.set_state` along
+    column, changed by :meth:`tieredstore.metadata.queue_table.QueueTable.set_state` along
     :data:`TRANSITIONS` only):
 
     * ACTIVE: tiered. A queue's row is created ACTIVE.
@@ -67,7 +67,7 @@ PERSISTED_STATES: Final = frozenset(
 )
 
 #: Every change of a queue's persisted state the code makes, as ``(from, to)``; any
-#: other is refused by :meth:`~metadata.queue_table.QueueTable.set_state`. Setting a
+#: other is refused by :meth:`~tieredstore.metadata.queue_table.QueueTable.set_state`. Setting a
 #: persisted state to itself is allowed too (a no-op; :func:`is_valid_transition`).
 #: ``tests/repo/test_state_transitions.py`` checks that every ``set_state`` the code
 #: performs is here, and that nothing else is.

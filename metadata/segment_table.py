@@ -10,14 +10,14 @@ Rules:
 * Only the oldest COMMITTED segment may be marked DELETING, and only the oldest DELETING
   one dropped, ``cold_min`` following (the lowest start over the segments and batch slices
   left). A segment after a batch slice never expires before it: a slice is only ever
-  replaced by compaction (:mod:`metadata.slice_table`), so expiry waits for that.
+  replaced by compaction (:mod:`tieredstore.metadata.slice_table`), so expiry waits for that.
 * :meth:`~SegmentTable.truncate` forgets a suffix, segments and batch slices, for
   ``repair`` and the heal of a lost tail, which first quarantine the segments and
   withdraw the slices in cold (:class:`~tieredstore.cold.batch.Withdrawn`).
 * Batch slices before a segment change nothing for its commit: continuity comes from the
   queue row, which slices advance as segments do.
 
-Callers reach it as ``catalogue.segments`` (:class:`metadata.catalogue.Catalogue`).
+Callers reach it as ``catalogue.segments`` (:class:`tieredstore.metadata.catalogue.Catalogue`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from metadata.database import SEGMENT_COLUMNS, CatalogueDatabase, each_in_savepoint
-from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, OffsetOutOfRangeError
+from tieredstore.metadata.database import SEGMENT_COLUMNS, CatalogueDatabase, each_in_savepoint
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 
 __all__ = ["SegmentTable", "check_continues", "insert_segment"]
 

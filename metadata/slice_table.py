@@ -8,7 +8,7 @@ rewrites a run of them as one segment and :meth:`~SliceTable.compact` swaps the 
 Rules:
 
 * :meth:`~SliceTable.commit_batch` accepts a slice only as a segment is accepted
-  (:meth:`~metadata.segment_table.SegmentTable.commit`): of this catalogue's
+  (:meth:`~tieredstore.metadata.segment_table.SegmentTable.commit`): of this catalogue's
   cluster/broker, of a known ACTIVE queue, starting exactly at ``(cold_commit,
   cold_cl_end)``; it moves the queue past it. The same link again (same batch key and
   start) is a no-op. One transaction for the whole batch, a savepoint per slice, so a
@@ -18,9 +18,9 @@ Rules:
   ``cold_cl_end`` do not move (the history is the same, only stored otherwise).
 * A slice never expires (expiry waits for compaction); a truncation (``repair``, the heal
   of a lost tail) forgets the slices past its cut with the segments, once they are
-  withdrawn in cold (:meth:`metadata.segment_table.SegmentTable.truncate`).
+  withdrawn in cold (:meth:`tieredstore.metadata.segment_table.SegmentTable.truncate`).
 
-Callers reach it as ``catalogue.slices`` (:class:`metadata.catalogue.Catalogue`).
+Callers reach it as ``catalogue.slices`` (:class:`tieredstore.metadata.catalogue.Catalogue`).
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from metadata.database import SLICE_COLUMNS, CatalogueDatabase, each_in_savepoint
-from metadata.rows import QueueRow, SegmentRow
-from metadata.segment_table import check_continues, insert_segment
 from tieredstore.cold.history import Committed, EntryKind, Span
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError
+from tieredstore.metadata.database import SLICE_COLUMNS, CatalogueDatabase, each_in_savepoint
+from tieredstore.metadata.rows import QueueRow, SegmentRow
+from tieredstore.metadata.segment_table import check_continues, insert_segment
 
 __all__ = ["SliceTable"]
 

@@ -13,7 +13,7 @@ pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_sidecar", "tests.fixtures
 #: Every Spark JVM the suite starts (its session, ``tieredstore verify`` and
 #: ``spark-submit`` subprocesses, the bench scripts' smoke runs) compiles with C1 only
 #: and collects garbage in one thread, as the broker JVMs of the suite do
-#: (tieredstore/testing/broker/rocketmq.py): on two cores, short-lived JVMs otherwise spend up
+#: (tests/support/broker/rocketmq.py): on two cores, short-lived JVMs otherwise spend up
 #: to a third of a Spark test's time on C2 and GC threads. Nothing outside the suite
 #: is changed.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")

@@ -25,7 +25,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from tieredstore.testing.moto import (
+from tests.support.moto import (
     ACCESS_KEY,
     REGION,
     SECRET_KEY,

@@ -3,15 +3,15 @@ tier a store, make a queue diverge, repair it.
 
 Registered for the whole suite through ``pytest_plugins`` in ``tests/conftest.py``: the
 archive, core and dispatcher tests share them. They run the CLI's runtime (and the
-dispatcher's repair), which ``tieredstore.testing`` (core layer) may not import, so they
-are fixtures here; what they set up comes from ``tieredstore.testing``
-(:mod:`~tieredstore.testing.sidecar.settings`, :mod:`~tieredstore.testing.stores.divergence`). Each
+dispatcher's repair), which ``tests.support`` (core layer) may not import, so they
+are fixtures here; what they set up comes from ``tests.support``
+(:mod:`~tests.support.sidecar.settings`, :mod:`~tests.support.stores.divergence`). Each
 fixture is session-scoped and gives the function to call.
 
 * ``tier``: ``await tier(store, cold, state, **overrides)`` tiers ``store`` completely
   into ``cold`` with the real dispatcher (small segments, no durability guard);
 * ``diverge``: ``await diverge(tmp_path)`` writes the diverged store of
-  :mod:`tieredstore.testing.stores.divergence` at ``tmp_path / "store"``, tiered before its
+  :mod:`tests.support.stores.divergence` at ``tmp_path / "store"``, tiered before its
   broker lost and re-wrote the tail: both queues are DIVERGED;
 * ``repair_queue``: ``await repair_queue(rt, queue_id)`` does what ``tieredstore repair``
   does to a queue of that store: start (lease, reconcile), plan, execute.
@@ -25,11 +25,11 @@ from typing import Any, Protocol
 
 import pytest
 
-from dispatcher.maintenance.repair import execute_repair, plan_repair
+from tests.support.sidecar.settings import settings_for
+from tests.support.stores.divergence import SPEC, TOPIC, divergence_settings, rewrite_tail
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.dispatcher.maintenance.repair import execute_repair, plan_repair
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.sidecar.settings import settings_for
-from tieredstore.testing.stores.divergence import SPEC, TOPIC, divergence_settings, rewrite_tail
 
 Diverge = Callable[[Path], Coroutine[Any, Any, None]]
 RepairQueue = Callable[[Runtime, int], Coroutine[Any, Any, None]]

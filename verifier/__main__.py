@@ -1,4 +1,5 @@
-"""``python -m verifier ...`` and ``spark-submit verifier/__main__.py ...`` (same flags).
+"""``python -m tieredstore.verifier ...`` and ``spark-submit verifier/__main__.py ...`` (same
+flags).
 
 Run as a script (spark-submit), Python puts this file's directory first on ``sys.path``;
 that directory's modules would then shadow top-level names, and the package itself would
@@ -15,7 +16,7 @@ if __package__ in (None, ""):
     sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _here]
     sys.path.insert(0, str(Path(_here).parent))
 
-from verifier.cli import main
+from tieredstore.verifier.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,12 +1,12 @@
 """The anomaly checks: small, pure ``DataFrame -> DataFrame`` functions.
 
-Each check takes the frames it needs (schemas in :mod:`verifier.schemas`) and returns
+Each check takes the frames it needs (schemas in :mod:`tieredstore.verifier.schemas`) and returns
 ANOMALIES rows of exactly one class; nothing here reads storage or the clock (``now_ms``
 is a parameter). The heavy per-link reading happened before, in
-:mod:`verifier.readers`; these functions only relate facts to each other.
+:mod:`tieredstore.verifier.readers`; these functions only relate facts to each other.
 
 A queue's **links** are its segments and its batch slices (SEGMENTS rows, ``link``). The
-one reading rule (:func:`readers.mark_covering <verifier.readers.mark_covering>`) set
+one reading rule (:func:`readers.mark_covering <tieredstore.verifier.readers.mark_covering>`) set
 which links **cover** their offsets (:func:`covering`): every valid segment, and each
 slice no segment or earlier slice holds offsets of. Coverage checks (``gap``, ``overlap``,
 the cold range and counts) read the covering links only, so a compacted slice or a
@@ -20,10 +20,10 @@ covers anything is garbage awaiting collection).
 Expressions are Spark SQL strings (``selectExpr``/``where``): one gateway call per
 projection instead of one per column function, which keeps planning a run cheap. The
 layout of a queue (``gap``, ``overlap``) is not SQL: it is the one decision
-:func:`verifier.decision.decide` that the fleet job drives too, run here over Arrow
+:func:`tieredstore.verifier.decision.decide` that the fleet job drives too, run here over Arrow
 batches of each queue's covering links (:class:`_Layout`). A link's objects
 (``missing_object``, ``size_mismatch``, ``digest_mismatch``) and whether its records are
-judged are decided in the reader tasks by :mod:`verifier.decision.link`, also shared;
+judged are decided in the reader tasks by :mod:`tieredstore.verifier.decision.link`, also shared;
 here they are only facts turned into rows.
 
 Offsets and scope, per queue (``hot [hot_min, hot_max)``, ``cold [cold_min, cold_max)``)::
@@ -58,9 +58,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql.functions import expr
 
 from tieredstore.findings import FindingKind
-from verifier import schemas
-from verifier.decision import Link, QueueLinks, decide
-from verifier.segmentcheck import FactKind
+from tieredstore.verifier import schemas
+from tieredstore.verifier.decision import Link, QueueLinks, decide
+from tieredstore.verifier.segmentcheck import FactKind
 
 __all__ = [
     "catalogue_drift",
@@ -186,7 +186,7 @@ def queue_state(cold_ranges: DataFrame, hot: DataFrame) -> DataFrame:
 class _Layout:
     """A Spark task (``mapInArrow``) deciding the layout of each queue it is given whole
     (rows: a covering link, with its queue's accepted-loss spans) by
-    :func:`verifier.decision.decide`; yields ANOMALIES rows of class ``kind``."""
+    :func:`tieredstore.verifier.decision.decide`; yields ANOMALIES rows of class ``kind``."""
 
     kind: FindingKind
 
@@ -226,14 +226,14 @@ def _layout(covered: DataFrame, spans: DataFrame | None, kind: FindingKind) -> D
 def gap(covered: DataFrame, spans: DataFrame) -> DataFrame:
     """``gap``: offsets between a queue's cold min and cold max in no covering link
     (:func:`covering`), unless an accepted loss (``spans``, LOSS_SPANS) covers the whole
-    hole (:func:`verifier.decision.queue.gaps`)."""
+    hole (:func:`tieredstore.verifier.decision.queue.gaps`)."""
     return _layout(covered, spans, FindingKind.GAP)
 
 
 def overlap(covered: DataFrame) -> DataFrame:
     """``overlap``: offsets covered by two covering links (:func:`covering`: in effect two
     segments, as the reading rule never lets a slice cover what another link holds),
-    reported on the later one (:func:`verifier.decision.queue.overlaps`)."""
+    reported on the later one (:func:`tieredstore.verifier.decision.queue.overlaps`)."""
     return _layout(covered, None, FindingKind.OVERLAP)
 
 
@@ -312,7 +312,7 @@ def segment_work(valid: DataFrame, objects: DataFrame, hot: DataFrame) -> DataFr
 
 def missing_object(facts: DataFrame) -> DataFrame:
     """``missing_object``: an object a link names is not listed (a slice's batch: once),
-    or vanished when a task came to read it (:func:`verifier.decision.object_findings`,
+    or vanished when a task came to read it (:func:`tieredstore.verifier.decision.object_findings`,
     ``object_unreadable`` facts)."""
     return _fact_anomalies(_facts_of(facts, FactKind.OBJECT_UNREADABLE), FindingKind.MISSING_OBJECT)
 

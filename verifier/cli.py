@@ -1,6 +1,6 @@
 """Prove that the cold store covers the hot store exactly (the verifier's command line).
 
-:func:`main` is the entry point of ``python -m verifier``, ``spark-submit
+:func:`main` is the entry point of ``python -m tieredstore.verifier``, ``spark-submit
 verifier/__main__.py`` and ``tieredstore verify`` (same arguments everywhere): it builds
 the options, starts Spark (``local[*]`` unless ``--master`` or spark-submit says
 otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
@@ -8,7 +8,7 @@ otherwise), writes ``report.json``, ``anomalies.parquet``, ``report.html`` and
 refreshes ``history.html`` one level up when ``--out`` is one of several dated report
 folders, and returns the exit code: 0 CLEAN, 1 DIRTY, 2 CORRUPT, 3 could not run (one
 line on stderr: bad URL, missing hot store, Spark failed to start, a task failed...).
-``--fleet`` runs the fleet job instead (:mod:`verifier.fleet.cli`; 4 INCOMPLETE).
+``--fleet`` runs the fleet job instead (:mod:`tieredstore.verifier.fleet.cli`; 4 INCOMPLETE).
 
 While it runs, ``--progress`` (on a terminal by default) writes one line per stage on
 stderr, prefixed by the time since the start, so stdout keeps only the verdict line::
@@ -45,18 +45,27 @@ from tieredstore.humanize import human_seconds
 from tieredstore.settings.flags import setting_help, settings_by_dest
 from tieredstore.settings.loader import load_settings, parse_duration
 from tieredstore.state_dir import CATALOGUE_FILE
-from verifier import readers
-from verifier.fleet.cli import add_fleet_arguments, run_fleet
-from verifier.job import silent, verify
-from verifier.outcome import Anomaly, VerificationResult
-from verifier.reporting.history import DEFAULT_HISTORY_RUNS, history_applies, write_history
-from verifier.reporting.metrics_file import write_metrics_file
-from verifier.reporting.report import ReportPaths, queue_status, write_reports
-from verifier.spark.interrupt import StopOnSignal
-from verifier.spark.session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
-from verifier.storage_flags import add_storage_arguments, storage_options
-from verifier.verdict import rank_of
-from verifier.vocabulary import (
+from tieredstore.verifier import readers
+from tieredstore.verifier.fleet.cli import add_fleet_arguments, run_fleet
+from tieredstore.verifier.job import silent, verify
+from tieredstore.verifier.outcome import Anomaly, VerificationResult
+from tieredstore.verifier.reporting.metrics_file import write_metrics_file
+from tieredstore.verifier.reporting.report import ReportPaths, queue_status, write_reports
+from tieredstore.verifier.reporting.trend import (
+    DEFAULT_HISTORY_RUNS,
+    history_applies,
+    write_history,
+)
+from tieredstore.verifier.spark.interrupt import StopOnSignal
+from tieredstore.verifier.spark.session import (
+    SPARK_LOG_NAME,
+    failure_line,
+    spark_session,
+    under_spark_submit,
+)
+from tieredstore.verifier.storage_flags import add_storage_arguments, storage_options
+from tieredstore.verifier.verdict import rank_of
+from tieredstore.verifier.vocabulary import (
     DEFAULT_LAG_ALLOWANCE,
     DEFAULT_ORPHAN_GRACE_S,
     EXIT_COULD_NOT_RUN,
@@ -113,7 +122,8 @@ class Stages:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The verifier's flags (shared by ``python -m verifier`` and ``tieredstore verify``).
+    """The verifier's flags (shared by ``python -m tieredstore.verifier`` and ``tieredstore
+    verify``).
 
     The locations are named as every other command names them (``--store``,
     ``--state-dir``; ``--hot`` and ``--metadata`` are kept as aliases) and can come from
@@ -423,7 +433,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None, *, clock: Clock | None = None) -> int:
-    """``python -m verifier`` / ``spark-submit verifier/__main__.py``."""
+    """``python -m tieredstore.verifier`` / ``spark-submit verifier/__main__.py``."""
     parser = _Parser(prog="verifier", description=__doc__.splitlines()[0] if __doc__ else None)
     add_arguments(parser)
     return run(parser.parse_args(argv), clock=clock)

@@ -1,15 +1,15 @@
 """The verification job: read, compose the checks, collect and decide.
 
 :func:`verify` is the whole run against a given SparkSession (tests pass the shared
-one); the session is started by :mod:`verifier.spark.session`, and the command line
-(``python -m verifier``, ``tieredstore verify``) is :mod:`verifier.cli`.
+one); the session is started by :mod:`tieredstore.verifier.spark.session`, and the command line
+(``python -m tieredstore.verifier``, ``tieredstore verify``) is :mod:`tieredstore.verifier.cli`.
 
 The job graph. A run is **five Spark jobs** whatever the store's size (the fixed cost
 per run is planning and scheduling, not data): three reading stages whose results are
 collected to the driver once, then every check over those results. It works in a
 session of its own (:func:`_session`, over the caller's SparkContext, whose SQL settings
 it leaves alone): no broadcasts, one shuffle partition, no adaptive re-planning, no code
-generation. Frames (schemas in :mod:`verifier.schemas`):
+generation. Frames (schemas in :mod:`tieredstore.verifier.schemas`):
 
 1. **Driver inputs** (:func:`_read_inputs`, cheap metadata only): open the hot store,
    take the run's clock (``now_ms``: the lag reference), list the broker's cold prefix
@@ -33,26 +33,26 @@ generation. Frames (schemas in :mod:`verifier.schemas`):
    their objects' listed sizes and the hot range.
 6. **SEGMENT_FACTS** (``readers.segment_facts_frame``, repartitioned into small
    partitions): each link read (a segment's objects whole, a slice's byte ranges of its
-   batch) and checked with numpy (:mod:`verifier.segmentcheck`):
+   batch) and checked with numpy (:mod:`tieredstore.verifier.segmentcheck`):
    digests, CQ offsets tiling, record fields (content level), cold vs hot units and
    record bytes. Collected (job 3: the data stage, the only one that scales with the
    bytes).
 7. **QUEUE state** (``checks.queue_state``) and **LOSSES / LOSS_SPANS**
    (``readers.losses_frames``, built on the driver from the loss records).
-8. **ANOMALIES**: one pure check per class over those frames (:mod:`verifier.checks`),
+8. **ANOMALIES**: one pure check per class over those frames (:mod:`tieredstore.verifier.checks`),
    unioned and **collected once** (job 4). Every frame here is a driver-side table in
    one partition (:func:`_local`), which satisfies any distribution a window, aggregate
    or join asks for: the whole union is planned without an exchange.
 9. **QUEUE_SUMMARY** (``checks.queue_summary``), collected (job 5); the driver then adds
    the lag in seconds for lagging queues, and relates each queue to what the cold
-   store's own records require (:mod:`verifier.scope`, pure Python).
+   store's own records require (:mod:`tieredstore.verifier.scope`, pure Python).
 
 The driver thus holds a few hundred bytes per segment and per queue (it already holds
 the listing: three objects per segment). Python workers are reused across tasks; a JVM
-that :func:`verifier.spark.session.spark_session` starts with a local master starts them
-from :mod:`verifier.spark.pydaemon`. Each anomaly is a ``FindingKind`` of
+that :func:`tieredstore.verifier.spark.session.spark_session` starts with a local master starts them
+from :mod:`tieredstore.verifier.spark.pydaemon`. Each anomaly is a ``FindingKind`` of
 :mod:`tieredstore.findings`; the verdict is CORRUPT, DIRTY or CLEAN (exit 2, 1, 0; 3 when
-it could not run), and :mod:`verifier.reporting.report` writes the reports.
+it could not run), and :mod:`tieredstore.verifier.reporting.report` writes the reports.
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ from tieredstore.cold.loss import LossRecord
 from tieredstore.errors import OffsetOutOfRangeError, StoreError
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import HotStore, QueueKey
-from verifier import checks, readers, schemas
-from verifier.catalogue import CatalogueRows, read_catalogue
-from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge
-from verifier.vocabulary import VerifyOptions
+from tieredstore.verifier import checks, readers, schemas
+from tieredstore.verifier.catalogue_reader import CatalogueRows, read_catalogue
+from tieredstore.verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from tieredstore.verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge
+from tieredstore.verifier.vocabulary import VerifyOptions
 
 __all__ = ["Reporter", "silent", "verify"]
 
@@ -140,7 +140,7 @@ class _Run:
     state: DataFrame
     losses: DataFrame
     spans: DataFrame
-    #: What hot proves per queue, collected from HOT_QUEUES (:mod:`verifier.scope`).
+    #: What hot proves per queue, collected from HOT_QUEUES (:mod:`tieredstore.verifier.scope`).
     hot_facts: dict[tuple[str, int], HotFacts]
     #: Loss records that contradict hot: left out of LOSSES and LOSS_SPANS.
     impossible_losses: tuple[LossRecord, ...]
@@ -317,7 +317,7 @@ def _required(
 ) -> tuple[tuple[QueueReport, ...], tuple[Anomaly, ...]]:
     """Each queue's required range from the cold store's own records checked against
     hot, its findings merged with the segment checks' (driver side,
-    :func:`verifier.scope.judge`); both sorted."""
+    :func:`tieredstore.verifier.scope.judge`); both sorted."""
     listing = inputs.listing
     assert listing.tiering is not None  # checked by _read_inputs
     records = ProvenanceRecords(listing.tiering, listing.inits, listing.retention,

@@ -1,7 +1,7 @@
 """The outcome of one verification run, as plain frozen dataclasses (no Spark types).
 
-:func:`verifier.job.verify` builds a :class:`VerificationResult` from the collected
-frames; :mod:`verifier.reporting.report` writes it out. Tests assert on it directly.
+:func:`tieredstore.verifier.job.verify` builds a :class:`VerificationResult` from the collected
+frames; :mod:`tieredstore.verifier.reporting.report` writes it out. Tests assert on it directly.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from tieredstore.findings import FindingKind
-from verifier.verdict import Verdict, verdict_of, worst
-from verifier.vocabulary import VERIFIER_KINDS, VerifyOptions
+from tieredstore.verifier.verdict import Verdict, verdict_of, worst
+from tieredstore.verifier.vocabulary import VERIFIER_KINDS, VerifyOptions
 
 __all__ = ["Anomaly", "QueueReport", "Totals", "VerificationResult"]
 
@@ -84,7 +84,7 @@ class QueueReport:
     required_start: int | None = None
     required_because: str | None = None
     #: Where it ends, when its topic is excluded now after being tiered (None: at the
-    #: hot max, less the lag allowance; :mod:`verifier.scope`).
+    #: hot max, less the lag allowance; :mod:`tieredstore.verifier.scope`).
     required_end: int | None = None
     #: The init record's offset (None: the queue has none).
     init_offset: int | None = None
@@ -92,7 +92,7 @@ class QueueReport:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> QueueReport:
         """Build from a QUEUE_SUMMARY row; ``lag_seconds`` and the requirement fields
-        (:mod:`verifier.scope`) are filled in later."""
+        (:mod:`tieredstore.verifier.scope`) are filled in later."""
         values: dict[str, Any] = {f.name: row.get(f.name) for f in fields(cls) if f.name in row}
         return cls(**values | {"lag_seconds": None})
 

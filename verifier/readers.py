@@ -91,9 +91,9 @@ from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import HotCommitlog
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
-from verifier import schemas
-from verifier.decision import ObjectRead, content_judged, judged, object_findings
-from verifier.segmentcheck import (
+from tieredstore.verifier import schemas
+from tieredstore.verifier.decision import ObjectRead, content_judged, judged, object_findings
+from tieredstore.verifier.segmentcheck import (
     FactKind,
     HotSide,
     ManifestClaims,
@@ -101,7 +101,7 @@ from verifier.segmentcheck import (
     SegmentGeometry,
     check_segment,
 )
-from verifier.vocabulary import LagAllowance, LagUnit, Level
+from tieredstore.verifier.vocabulary import LagAllowance, LagUnit, Level
 
 __all__ = [
     "BATCH_KIND",
@@ -171,7 +171,7 @@ class ColdLocation:
 class ColdListing:
     """The broker prefix as listed once by the driver.
 
-    ``objects`` has the :data:`~verifier.schemas.OBJECTS` schema; ``losses`` are the
+    ``objects`` has the :data:`~tieredstore.verifier.schemas.OBJECTS` schema; ``losses`` are the
     loss records, read and validated; ``unrecognised`` are keys that are neither ours
     (``_lease.json``, ``_quarantine/``) nor a segment object nor a valid loss record
     (e.g. a POSIX temp file left by a crash): reported, never an anomaly by themselves

@@ -84,7 +84,7 @@ OBJECTS: Final = StructType(
 LINK_SEGMENT: Final = "segment"
 LINK_SLICE: Final = "slice"
 #: A batch fence's withdrawal of a queue's slices from ``start_offset`` on (read by the
-#: driver's :func:`verifier.readers.mark_covering`, which drops these rows).
+#: driver's :func:`tieredstore.verifier.readers.mark_covering`, which drops these rows).
 LINK_WITHDRAWAL: Final = "withdrawal"
 
 SEGMENTS: Final = StructType(

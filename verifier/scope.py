@@ -22,7 +22,7 @@ were stored (:class:`HotFacts`). Per queue:
 * ``hot_not_covered`` (CORRUPT) for a queue with **no segment**, or with a required
   end: hot offsets from the required start (or cold max, or the end of a loss span
   holding it) up to the lag cutoff or the required end. Other queues with segments get
-  theirs from :func:`verifier.checks.hot_not_covered` (the tail).
+  theirs from :func:`tieredstore.verifier.checks.hot_not_covered` (the tail).
 
 Worked example (lag cutoff 900, loss records none)::
 
@@ -81,8 +81,8 @@ from dataclasses import dataclass, field, replace
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import QueueInit, RetentionMark, StopMark, TieringRecord
 from tieredstore.findings import FindingKind
-from verifier.outcome import Anomaly, QueueReport
-from verifier.readers import loss_detail
+from tieredstore.verifier.outcome import Anomaly, QueueReport
+from tieredstore.verifier.readers import loss_detail
 
 __all__ = [
     "HotFacts",

@@ -1,6 +1,6 @@
 """Verify one cold segment against itself and against the hot store: pure numpy, no I/O.
 
-The Spark tasks in :mod:`verifier.readers` fetch the bytes; this module decides. Every
+The Spark tasks in :mod:`tieredstore.verifier.readers` fetch the bytes; this module decides. Every
 check is vectorised over the segment's units (docs/format.md,
 "Verification invariants"):
 
@@ -48,7 +48,7 @@ from tieredstore.formats.record import (
 )
 from tieredstore.formats.vector import differing_bytes, gather_be
 from tieredstore.hot.commitlog import gather
-from verifier.ranges import OffsetRange, mask_to_ranges
+from tieredstore.verifier.ranges import OffsetRange, mask_to_ranges
 
 __all__ = [
     "FactKind",
@@ -75,7 +75,7 @@ class FactKind(enum.Enum):
     CQ_VS_HOT = "cq_vs_hot"
     RECORD_BYTES = "record_bytes"
     MANIFEST_FIELDS = "manifest_fields"
-    #: The link's objects, as :func:`verifier.decision.object_findings` decides them
+    #: The link's objects, as :func:`tieredstore.verifier.decision.object_findings` decides them
     #: (``missing_object``, ``size_mismatch``, ``digest_mismatch``).
     OBJECT_UNREADABLE = "object_unreadable"
     OBJECT_SIZE = "object_size"

@@ -6,7 +6,7 @@ its fixed severity and meaning (the one table: :data:`tieredstore.findings.FINDI
 rendered in docs/verification.md, "Anomaly classes").
 
 The verdict, its ordering, exit codes and colours are defined once, in
-:mod:`verifier.verdict` (re-exported here).
+:mod:`tieredstore.verifier.verdict` (re-exported here).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from tieredstore.errors import ConfigError
 from tieredstore.findings import FindingKind
-from verifier.verdict import EXIT_COULD_NOT_RUN, Verdict, verdict_of
+from tieredstore.verifier.verdict import EXIT_COULD_NOT_RUN, Verdict, verdict_of
 
 __all__ = [
     "DEFAULT_LAG_ALLOWANCE",

@@ -1,7 +1,8 @@
 """The operator's side of the writer lease: ``tieredstore lease show`` and ``lease break``.
 
 ``show`` reads the lease record once and says who holds it. It cannot say whether that
-holder is alive: only watching the record can (:class:`~dispatcher.lease.lease.LeaseWatch`),
+holder is alive: only watching the record can
+(:class:`~tieredstore.dispatcher.lease.lease.LeaseWatch`),
 which is what ``break`` does.
 
 ``break`` frees a lease whose holder is gone without waiting for a sidecar to take it
@@ -21,7 +22,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dispatcher.lease.lease import LeaseObject, LeaseRecord, LeaseWatch, Liveness, Sighting
+from tieredstore.dispatcher.lease.lease import (
+    LeaseObject,
+    LeaseRecord,
+    LeaseWatch,
+    Liveness,
+    Sighting,
+)
 from tieredstore.errors import LeaseHeldError
 from tieredstore.humanize import iso_time
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 
-from dispatcher.lease.lease import Lease
-from metadata.catalogue import Catalogue
+from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.errors import TieredStoreError
+from tieredstore.metadata.catalogue import Catalogue
 
 __all__ = ["hold_lease", "mirror_lease"]
 

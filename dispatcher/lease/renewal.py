@@ -1,7 +1,7 @@
 """The lease's loop: renew the writer lease every renew interval while the sidecar writes.
 
-The lease itself (compare-and-swap, epochs, takeover) is :mod:`dispatcher.lease.lease`;
-holding it across a destructive job is :mod:`dispatcher.lease.guard`.
+The lease itself (compare-and-swap, epochs, takeover) is :mod:`tieredstore.dispatcher.lease.lease`;
+holding it across a destructive job is :mod:`tieredstore.dispatcher.lease.guard`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from dispatcher.lease.lease import Lease
 from tieredstore.clock import Clock, sleep_until
+from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.errors import ColdStoreAccessError, RetryableError
 
 __all__ = ["renew_until"]

@@ -7,7 +7,7 @@ broker's config directory and, when its bytes differ from the newest copy, store
 byte for byte as a new version (``_config/<file>/<stamp>-<sha256[:16]>``, see
 :mod:`tieredstore.cold.layout`). Only the ``history`` newest versions of each file are kept;
 older ones are deleted. Each write and delete first makes sure the writer lease is
-still held (:func:`~dispatcher.lease.guard.hold_lease`).
+still held (:func:`~tieredstore.dispatcher.lease.guard.hold_lease`).
 
 A missing file is skipped (the broker writes some only once they have content). A file
 that does not parse as the broker's JSON (:mod:`tieredstore.formats.fastjson_dialect`) is not
@@ -23,12 +23,12 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.cold.configcopies import list_copies
 from tieredstore.cold.layout import CONFIG_FILES, config_copy_key
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.errors import CorruptDataError, RetryableError
 from tieredstore.formats.fastjson_dialect import loads
 

@@ -57,10 +57,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
-from dispatcher.maintenance.retention import format_age
-from dispatcher.tiering.batch.keys import BatchKeys
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cold.history import read_batch
@@ -76,6 +72,10 @@ from tieredstore.cold.layout import (
     queue_root,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.maintenance.retention import format_age
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
 from tieredstore.errors import (
     ConditionFailedError,
     CorruptBatchError,
@@ -365,7 +365,8 @@ async def delete_garbage(report: GcReport, *, backend: Backend, lease: Lease) ->
     were removed.
 
     First the batch sequence gets this GC's fence
-    (:meth:`~dispatcher.tiering.batch.keys.BatchKeys.fence_takeover`: a writer frozen
+    (:meth:`~tieredstore.dispatcher.tiering.batch.sequence.BatchKeys.fence_takeover`: a writer
+    frozen
     inside its batch create cannot commit after GC took its epoch); then every start in
     ``report.fences`` gets this GC's fence marker; an object a manifest that landed
     since the scan names is spared (so is every object of a queue whose manifest key

@@ -14,7 +14,7 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
    objects at all: the catalogue's slices there are copied to the quarantine first (their
    two byte ranges, named as a segment's COMMIT_LOG and CONSUME_QUEUE objects), then one
    batch fence names the queue and the cut (:class:`~tieredstore.cold.batch.Withdrawn`,
-   :mod:`dispatcher.tiering.batch.keys`). A batch is shared and never rewritten; the
+   :mod:`tieredstore.dispatcher.tiering.batch.sequence`). A batch is shared and never rewritten; the
    fence makes every reader skip those slices, and the batch collector may then delete
    their batches.
 3. **Quarantines** (moves, never deletes) every segment at or after the cut — the
@@ -27,7 +27,8 @@ A queue goes DIVERGED when the broker no longer agrees with cold data already co
    re-tiers from there.
 
 Segments are moved newest first, so the committed set in the bucket stays a contiguous
-prefix at every instant, each by the crash-safe move of :mod:`dispatcher.tiering.quarantine`
+prefix at every instant, each by the crash-safe move of
+:mod:`tieredstore.dispatcher.tiering.quarantine`
 (a crash leaves a segment either still committed or with a complete quarantined copy).
 The catalogue is changed only after every move, and the queue stays DIVERGED until then,
 so nothing tiers or adopts meanwhile (reconcile reports the catalogue rows whose
@@ -43,12 +44,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
-from dispatcher.tiering.batch.keys import BatchKeys
-from dispatcher.tiering.quarantine import Move, SegmentCheck, check_segment, quarantine
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import Withdrawn
@@ -67,6 +62,10 @@ from tieredstore.cold.layout import (
     quarantine_loss_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
+from tieredstore.dispatcher.tiering.quarantine import Move, SegmentCheck, check_segment, quarantine
 from tieredstore.errors import (
     CatalogueError,
     ColdDataError,
@@ -76,6 +75,8 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.hot.store import HotRange, HotStore
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentStatus
 
 log = logging.getLogger(__name__)
 

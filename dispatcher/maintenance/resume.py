@@ -1,7 +1,8 @@
 """Resuming a PAUSED queue: the loss goes on record in cold, then tiering goes on.
 
 A queue is PAUSED when the broker deleted offsets ``[cold_commit, hot_min)`` before they
-were tiered (:class:`~dispatcher.tiering.planner.HotDataLost`). Those messages are gone; what is
+were tiered (:class:`~tieredstore.dispatcher.tiering.planner.HotDataLost`). Those messages are
+gone; what is
 left to decide is whether tiering may continue after them. ``tieredstore resume --topic T
 --queue Q --accept-loss`` decides so, explicitly:
 
@@ -11,7 +12,8 @@ left to decide is whether tiering may continue after them. ``tieredstore resume 
 2. **Record** the loss in the cold store itself, holding the lease: one
    :class:`~tieredstore.cold.loss.LossRecord` at ``<queue>/LOSS/<name(start)>.json``
    (create-if-absent) with the range, the time, the writer id and the lease epoch.
-3. **Accept** it in the catalogue (:meth:`~metadata.queue_table.QueueTable.accept_loss`):
+3. **Accept** it in the catalogue
+   (:meth:`~tieredstore.metadata.queue_table.QueueTable.accept_loss`):
    ``cold_commit`` moves to the loss's end and the queue is ACTIVE again; the sidecar
    tiers from hot min on its next tick.
 
@@ -28,17 +30,17 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.cold.layout import QueuePath, SegmentKind, kind_prefix, parse_object_key
 from tieredstore.cold.loss import LossRecord, write_loss_record
 from tieredstore.cold.manifest import FenceMarker, read_stored
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.errors import CatalogueError, ConfigError, InvalidNameError, ObjectNotFoundError
 from tieredstore.hot.store import HotRange, HotStore
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState
 
 __all__ = ["ResumePlan", "ResumeReport", "execute_resume", "plan_resume"]
 

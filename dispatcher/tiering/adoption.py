@@ -5,7 +5,8 @@ older epoch that committed first, or this sidecar's own earlier run whose catalo
 commit a crash lost) never overwrites it. It adopts it only once it has proved it: the
 segment's objects are read and fully verified (sizes, digests, CQ pointers) and every
 record the hot store still holds equals the cold one outside bytes [28, 36)
-(:func:`dispatcher.tiering.quarantine.check_segment`), and the catalogue's reconcile accepts
+(:func:`tieredstore.dispatcher.tiering.quarantine.check_segment`), and the catalogue's reconcile
+accepts
 it as the exact continuation of the queue. Anything else — objects missing or damaged,
 records the hot store disowns, a manifest that does not continue the catalogue — is
 moved to the quarantine (copy, then delete, and the delete only if the manifest is
@@ -18,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dispatcher.lease.lease import Lease
-from dispatcher.tiering.cold_writer import ColdWriter
-from dispatcher.tiering.quarantine import Move, check_segment, quarantine
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter
+from tieredstore.dispatcher.tiering.quarantine import Move, check_segment, quarantine
 from tieredstore.errors import CatalogueError, CorruptManifestError, ObjectNotFoundError
 from tieredstore.hot.store import HotStore
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow
 
 __all__ = ["adopt_or_quarantine"]
 

@@ -3,7 +3,8 @@
 RocketMQ appends the records of every queue to one commitlog, so a queue's records are
 interleaved with all the others'. Reading them queue by queue costs one read per record.
 The pass instead takes the segments planned for many queues at once (each a
-:class:`~dispatcher.tiering.planner.SegmentPlan`: which queue offsets, and their CQ units), and:
+:class:`~tieredstore.dispatcher.tiering.planner.SegmentPlan`: which queue offsets, and their CQ
+units), and:
 
 1. merges their records into commitlog order, one span of ``span_bytes`` (64 MiB) of
    commitlog at a time (a ``searchsorted`` per segment and an ``argsort`` per span);
@@ -51,9 +52,9 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from dispatcher.tiering.planner import SegmentPlan
 from tieredstore.cold.digests import hasher
 from tieredstore.cold.segment import RecordHeads, RecordOwners, TopicTable
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,

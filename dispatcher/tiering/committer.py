@@ -1,14 +1,14 @@
 """Committing one gathered segment, and stopping a queue that cannot go on.
 
 Per segment: plan → make its records durable (the ``sync`` guard,
-:mod:`dispatcher.tiering.durability`) → gather (the pass,
-:mod:`dispatcher.tiering.commitlog_pass`) → check
+:mod:`tieredstore.dispatcher.tiering.durability`) → gather (the pass,
+:mod:`tieredstore.dispatcher.tiering.commitlog_pass`) → check
 continuity → check the built segment end to end (:func:`check_built`) → upload
 COMMIT_LOG from the spool → upload CONSUME_QUEUE (data objects under names unique to
 the attempt; the lease is checked before every chunk) → check the
 lease → *create* the MANIFEST (the commit point; never replaced) → advance the catalogue
 (segments committing at about the same time share one transaction,
-:mod:`dispatcher.tiering.group_commit`).
+:mod:`tieredstore.dispatcher.tiering.group_commit`).
 A crash anywhere is safe: uncommitted objects are never read (GC collects them), and on
 start the catalogue adopts manifests it had not recorded yet. A manifest create that
 finds one already there adopts it; one of a newer epoch fences this writer.
@@ -29,17 +29,15 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from dispatcher.lease.lease import Lease
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.tiering.adoption import adopt_or_quarantine
-from dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
-from dispatcher.tiering.commitlog_pass import Spooled
-from dispatcher.tiering.group_commit import GroupCommit
-from dispatcher.tiering.planner import HotDataLost, SegmentPlan
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState
 from tieredstore.cold.segment import RecordHeads
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.tiering.adoption import adopt_or_quarantine
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
+from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
+from tieredstore.dispatcher.tiering.group_commit import GroupCommit
+from tieredstore.dispatcher.tiering.planner import HotDataLost, SegmentPlan
 from tieredstore.errors import (
     CorruptDataError,
     CorruptRecordError,
@@ -49,6 +47,8 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.vector import store_timestamps
 from tieredstore.hot.store import QueueKey
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState
 
 __all__ = ["CommitKind", "CommitResult", "SegmentCommitter", "check_built"]
 

@@ -18,7 +18,8 @@ batch object that is missing, of another size, with a head that does not parse, 
 slice whose bytes do not check raises :class:`~tieredstore.errors.DamagedObjectError`
 naming the batch key and the slice: damage to a batch many queues share, which the
 rounds make loud and heal for every queue it held
-(:func:`dispatcher.tiering.batch.damage.handle_damage`), never a divergence of one queue.
+(:func:`tieredstore.dispatcher.tiering.batch.damage.handle_damage`), never a divergence of one
+queue.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchHead
 from tieredstore.cold.digests import DigestAlgorithm, digest
@@ -42,6 +41,8 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow
 
 __all__ = ["Continuity"]
 

@@ -52,7 +52,8 @@ newest millisecond waits for the broker's next flushed write.
 ``none``: no guard (tests, or a store on storage that survives power loss by itself).
 
 In a broker group the guard also carries the group's limit (``DurabilityGuard.group``,
-:mod:`dispatcher.replicas`): a record is tiered only once the other live replicas hold it
+:mod:`tieredstore.dispatcher.replicas`): a record is tiered only once the other live replicas hold
+it
 durably too, so a failover never finds cold ahead of the new master.
 """
 
@@ -66,14 +67,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dispatcher.metrics import Metrics
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.errors import StoreError, TieredStoreError
 from tieredstore.hot.files import MappedFile
 from tieredstore.hot.store import HotStore
 from tieredstore.settings.loader import GuardMode
 
-if TYPE_CHECKING:  # dispatcher.replicas builds on this module's CommitlogSyncer
-    from dispatcher.replicas import ReplicaGroup
+if TYPE_CHECKING:  # tieredstore.dispatcher.replicas builds on this module's CommitlogSyncer
+    from tieredstore.dispatcher.replicas import ReplicaGroup
 
 __all__ = [
     "CommitlogSyncer",

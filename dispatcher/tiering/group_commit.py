@@ -6,7 +6,7 @@ FULL``), a millisecond or more. Committed one by one on the event loop, a round 
 thousand small segments spent seconds there with every other upload waiting behind it.
 :class:`GroupCommit` instead queues each request and lets one flush at a time commit
 everything queued in **one** transaction, in a thread
-(:meth:`~metadata.segment_table.SegmentTable.commit_many`), while the next requests
+(:meth:`~tieredstore.metadata.segment_table.SegmentTable.commit_many`), while the next requests
 queue up behind it. Each caller still returns only once its row is durable, with its
 own outcome: a segment the catalogue refuses fails alone.
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, SegmentRow
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, SegmentRow
 
 __all__ = ["GroupCommit"]
 
@@ -45,7 +45,7 @@ class GroupCommit:
 
         Raises:
             CatalogueError: the catalogue refused this segment (see
-                :meth:`~metadata.segment_table.SegmentTable.commit`), or the
+                :meth:`~tieredstore.metadata.segment_table.SegmentTable.commit`), or the
                 database failed (then no segment of the group is committed).
         """
         done: asyncio.Future[QueueRow] = asyncio.get_running_loop().create_future()

@@ -2,16 +2,16 @@
 
 Planning refreshes them from the hot store and the catalogue, never the backend: while
 the cold store is down they still show what is waiting and how close the broker's own
-retention is to deleting it (:mod:`dispatcher.retention_pressure`).
+retention is to deleting it (:mod:`tieredstore.dispatcher.retention_pressure`).
 """
 
 from __future__ import annotations
 
-from dispatcher.metrics import Metrics
-from dispatcher.retention_pressure import Headroom, HotOldest
-from dispatcher.tiering.planner import HotDataLost, SegmentPlan, Wait
-from metadata.rows import QueueRow
 from tieredstore.clock import Clock
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.retention_pressure import Headroom, HotOldest
+from tieredstore.dispatcher.tiering.planner import HotDataLost, SegmentPlan, Wait
+from tieredstore.metadata.rows import QueueRow
 
 __all__ = ["set_lag"]
 

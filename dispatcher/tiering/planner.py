@@ -17,12 +17,13 @@ The rules, in order:
    limit is its own segment — never a stall).
 5. Durability guard (``guard_ts``, when the guard observes the checkpoint): only the
    leading candidates whose storeTimestamp is at or before ``guard_ts``; none →
-   ``Wait(GUARDED)`` (see :mod:`dispatcher.tiering.durability`; the ``sync`` guard instead makes
+   ``Wait(GUARDED)`` (see :mod:`tieredstore.dispatcher.tiering.durability`; the ``sync`` guard
+   instead makes
    a planned segment durable before it is uploaded).
 6. Group confirmation (``cl_limit``, when the broker runs in a group of replicas): only
    the leading candidates whose record ends at or below ``cl_limit``, the commitlog offset
    every other reporting replica holds durably; none → ``Wait(UNCONFIRMED)`` (see
-   :mod:`dispatcher.replicas`).
+   :mod:`tieredstore.dispatcher.replicas`).
 7. Cut now if the candidates fill the byte or message limit, or the oldest is at least
    ``segment_max_age`` old, or a catch-up pass flushes everything; else ``Wait(YOUNG)``.
 """
@@ -56,7 +57,7 @@ class Limits:
     """Group-commit limits (see the ``tiering.*`` settings).
 
     ``age_cuts`` False: a segment that is not full waits whatever its age (a tick
-    between two batch ticks, :mod:`dispatcher.tiering.rounds`).
+    between two batch ticks, :mod:`tieredstore.dispatcher.tiering.rounds`).
     """
 
     max_bytes: int = 64 << 20

@@ -21,7 +21,7 @@
 * :func:`record_head_removal` — the retention record, created before retention deletes
   a head segment's manifest, so a crash in between never leaves a head nothing explains.
 
-Every write checks the lease first (:meth:`~dispatcher.lease.lease.Lease.check`).
+Every write checks the lease first (:meth:`~tieredstore.dispatcher.lease.lease.Lease.check`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dispatcher.lease.lease import Lease
-from dispatcher.tiering.cold_writer import ColdWriter
-from dispatcher.topic_filter import TopicFilter
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.backends.base import Backend
 from tieredstore.cold.layout import (
     QueuePath,
@@ -51,8 +46,13 @@ from tieredstore.cold.provenance import (
     create_record,
     publish_tiering_rules,
 )
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import StoreError
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.settings.loader import TieringSettings
 from tieredstore.topic_rules import TopicRules
 

@@ -1,8 +1,8 @@
 """A committed segment judged against the hot store, and moved to the quarantine.
 
 Both a writer that finds another writer's manifest at a queue's frontier
-(:mod:`dispatcher.tiering.adoption`) and ``tieredstore repair``
-(:mod:`dispatcher.maintenance.repair`) decide with :func:`check_segment` whether a
+(:mod:`tieredstore.dispatcher.tiering.adoption`) and ``tieredstore repair``
+(:mod:`tieredstore.dispatcher.maintenance.repair`) decide with :func:`check_segment` whether a
 committed segment agrees with the hot store, and move what it disowns aside with
 :func:`quarantine`, to ``_quarantine/<topic>/<queue>/<stamp>/<KIND>/<name>``
 (:func:`~tieredstore.cold.layout.quarantine_key`): moved, never deleted.
@@ -27,13 +27,13 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
 from tieredstore.backends.base import Backend
 from tieredstore.cold.history import Committed, as_link, span_bytes
 from tieredstore.cold.layout import parse_object_key, quarantine_key
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import verify_segment
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.errors import ColdDataError, CorruptDataError, ObjectNotFoundError
 from tieredstore.formats.record import same_outside_physical_offset
 from tieredstore.hot.store import HotRange, HotStore
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 class Agreement(enum.Enum):
     """How one cold segment compares with the hot store (named apart from the
-    verifier's whole-run :class:`verifier.vocabulary.Verdict`)."""
+    verifier's whole-run :class:`tieredstore.verifier.vocabulary.Verdict`)."""
 
     AGREES = "agrees with the hot store"
     HOT_GONE = "the broker deleted these offsets; nothing contradicts cold (kept)"

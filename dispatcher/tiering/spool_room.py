@@ -1,7 +1,8 @@
 """How much a tiering round may spool, so a round always fits the state dir's disk.
 
 A round gathers its segments into spool files under ``<state.dir>/spool`` before it
-uploads them (:mod:`dispatcher.tiering.commitlog_pass`); a round of a large backlog may want
+uploads them (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`); a round of a large backlog may
+want
 gigabytes.
 Each round is planned within :func:`spool_room`: the free space of the spool's
 filesystem less :data:`SPOOL_RESERVE` (room for the catalogue's SQLite journal and
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dispatcher.tiering.planner import SegmentPlan
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.errors import SpoolTooSmallError
 from tieredstore.hot.store import QueueKey
 from tieredstore.humanize import human_bytes

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from dispatcher.metrics import Metrics
-from dispatcher.tiering.planner import HotDataLost
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.tiering.planner import HotDataLost
 from tieredstore.errors import (
     ColdStoreAccessError,
     LeaseLapsedError,
@@ -117,7 +117,9 @@ def record_error(exc: BaseException, report: TickReport, metrics: Metrics) -> No
         return
     metrics.errors.labels(type(exc).__name__).inc()
     report.errors.append(str(exc))
-    if isinstance(exc, ColdStoreAccessError):  # one ERROR per fault: dispatcher.cold_access
+    if isinstance(
+        exc, ColdStoreAccessError
+    ):  # one ERROR per fault: tieredstore.dispatcher.cold_access
         log.debug("tiering failed: %s", exc)
         return
     level = logging.WARNING if isinstance(exc, RetryableError) else logging.ERROR

@@ -2,7 +2,8 @@
 
 The COMMIT_LOG bytes were already read from the hot store, checked against their CQ
 units, rewritten (bytes [28, 36) = cold offset) and hashed by the commitlog-order pass
-(:mod:`dispatcher.tiering.commitlog_pass`), which left them in a local spool file. Here that file is
+(:mod:`tieredstore.dispatcher.tiering.commitlog_pass`), which left them in a local spool file. Here
+that file is
 handed to :meth:`Backend.write_file`: streamed in chunks of ``batch_bytes`` with the lease
 checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
 memory per upload is one chunk whatever the segment size, and a retried upload writes
@@ -18,10 +19,10 @@ from typing import cast
 
 import numpy as np
 
-from dispatcher.tiering.commitlog_pass import Spooled
-from dispatcher.tiering.planner import SegmentPlan
 from tieredstore.backends.base import Backend
 from tieredstore.cold.digests import digest
+from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.errors import StoreError
 from tieredstore.formats.consumequeue import encode_units, make_units
 

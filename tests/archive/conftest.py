@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from tests.fixtures_sidecar import Tier
+from tests.support.broker.make_golden import GOLDEN_STORE
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.backends import open_backend
 from tieredstore.cold.history import Committed, load_history
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.broker.make_golden import GOLDEN_STORE
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 BROKER_B = "broker-b"
 SPECS = {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from verifier.archive import register
+from tieredstore.verifier.archive import register
 
 
 def main(cold: str, cluster: str, out: str) -> None:

@@ -18,15 +18,15 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from tieredstore.archive.rows import ARCHIVE_COLUMNS
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.batches import rebatch
 from tieredstore.backends import open_backend
 from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import batch_prefix, parse_batch_key
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import ConfigError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.batches import rebatch
-from verifier.archive import SPARK_SCHEMA, read_archive, register
+from tieredstore.export.rows import ARCHIVE_COLUMNS
+from tieredstore.verifier.archive import SPARK_SCHEMA, read_archive, register
 
 from .conftest import BROKER_B, Archive, Row, normalise, when
 

@@ -12,10 +12,10 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.errors import ConfigError
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from verifier.archive import read_archive
+from tieredstore.verifier.archive import read_archive
 
 from .conftest import BROKER_B, Archive, normalise
 

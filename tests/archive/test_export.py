@@ -16,7 +16,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.fixtures_sidecar import Tier
-from tieredstore.archive.export import (
+from tests.support.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tieredstore.backends import open_backend
+from tieredstore.cli.main import main
+from tieredstore.clock import VirtualClock
+from tieredstore.export.parquet import (
     DICTIONARY_COLUMNS,
     STATISTICS_COLUMNS,
     ExportReport,
@@ -24,12 +29,7 @@ from tieredstore.archive.export import (
     export_manifest_key,
     export_parquet,
 )
-from tieredstore.backends import open_backend
-from tieredstore.cli.main import main
-from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, expected_rows, links, normalise
 

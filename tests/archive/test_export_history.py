@@ -13,13 +13,13 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.fixtures_sidecar import Diverge, RepairQueue
-from tieredstore.archive.export import ExportReport, ExportRequest, export_parquet
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.divergence import T0, TOPIC, divergence_settings
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.export.parquet import ExportReport, ExportRequest, export_parquet
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.divergence import T0, TOPIC, divergence_settings
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

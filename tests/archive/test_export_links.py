@@ -4,7 +4,7 @@ recorded under ``<batch key>#<topic>/<queue id>``, and gives way to the segment 
 compaction writes over it (removed, the segment exported), as a superseded segment does.
 
 ``load_history`` does not return slices yet, so these tests hand export a history built
-by hand (:func:`tieredstore.testing.stores.segments.packed`) in its place."""
+by hand (:func:`tests.support.stores.segments.packed`) in its place."""
 
 from __future__ import annotations
 
@@ -16,14 +16,9 @@ from typing import Any
 
 import pytest
 
-from tieredstore.archive import export as export_module
-from tieredstore.archive.export import (
-    ExportReport,
-    ExportRequest,
-    decode_segment,
-    export_manifest_key,
-    export_parquet,
-)
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.batches import upload_batch
+from tests.support.stores.segments import chain, packed, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.clock import VirtualClock
@@ -31,9 +26,14 @@ from tieredstore.cold.history import BrokerHistory, Committed, QueueHistory, as_
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CorruptManifestError, DigestMismatchError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.batches import upload_batch
-from tieredstore.testing.stores.segments import chain, packed, upload
+from tieredstore.export import export as export_module
+from tieredstore.export.parquet import (
+    ExportReport,
+    ExportRequest,
+    decode_segment,
+    export_manifest_key,
+    export_parquet,
+)
 
 Q0, Q1 = QueuePath(CLUSTER, BROKER, "T", 0), QueuePath(CLUSTER, BROKER, "T", 1)
 

@@ -17,12 +17,12 @@ import fsspec
 import pytest
 
 from tests.fixtures_sidecar import Tier
+from tests.support.moto import ACCESS_KEY, SECRET_KEY, S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.cli.main import main
 from tieredstore.cold.layout import SegmentKind, broker_prefix, parse_object_key
 from tieredstore.cold.manifest import Manifest, read_manifest
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, SECRET_KEY, S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 pytestmark = pytest.mark.slow  # two tierings: over a second
 

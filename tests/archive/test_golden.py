@@ -8,11 +8,11 @@ import hashlib
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST
-from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
-from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from verifier.archive import read_archive
+from tests.support.broker.make_golden import GOLDEN_MANIFEST
+from tests.support.broker.manifest import Manifest as GoldenManifest
+from tests.support.broker.traffic import Kind
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tieredstore.verifier.archive import read_archive
 
 from .conftest import Archive, normalise
 

@@ -18,8 +18,8 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from tieredstore.archive.rows import TimeWindow
-from verifier.archive.pruning import IntBounds, NameBounds, Pruning, SegmentCut
+from tieredstore.export.rows import TimeWindow
+from tieredstore.verifier.archive.pruning import IntBounds, NameBounds, Pruning, SegmentCut
 
 UTC = dt.UTC
 

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tieredstore.archive.rows import SegmentSlice, TimeWindow
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.cold.history import Committed, Span
 from tieredstore.cold.reader import ColdMessage, decode_messages
 from tieredstore.errors import CorruptDataError, CorruptRecordError
+from tieredstore.export.rows import SegmentSlice, TimeWindow
 from tieredstore.formats.record import (
     HEAD_DTYPE,
     STORE_TIMESTAMP_AT_V4,
@@ -22,7 +23,6 @@ from tieredstore.formats.record import (
     SYS_FLAG_AT,
     SysFlag,
 )
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive, Row, archive_row
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tests.support.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import BROKER_B, Archive
 

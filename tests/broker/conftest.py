@@ -16,17 +16,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.conformance import index_store
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.conformance import index_store
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
-from tieredstore.testing.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
-from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.broker.suite import StoreView
+from tests.support.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
+from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.suite import StoreView
+from tieredstore.hot.store import HotStore
 
 #: ~5,200 plain messages over 3 topics x 4 queues: ~8 MiB, 8+ commitlog files of 1 MiB.
 LIVE_NORMAL_MESSAGES = 5200

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tieredstore.testing.broker.scenario import BrokerRun
-from tieredstore.testing.broker.suite import ConformanceSuite, StoreView
+from tests.support.broker.scenario import BrokerRun
+from tests.support.broker.suite import ConformanceSuite, StoreView
 
 pytestmark = pytest.mark.broker
 

@@ -19,13 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.backends import open_backend
-from tieredstore.cli.main import main
-from tieredstore.cold.history import EntryKind, load_history
-from tieredstore.cold.reader import ColdReader
-from tieredstore.formats.msgid import decode_offset_msg_id
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.restore_scenario import (
+from tests.support.broker.restore_scenario import (
     BROKER,
     CLUSTER,
     ORDERS,
@@ -41,14 +35,20 @@ from tieredstore.testing.broker.restore_scenario import (
     queue_counts,
     wait_dispatched,
 )
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
-from tieredstore.testing.broker.scenario import now_ms, wait_for_clean_stop
-from tieredstore.testing.broker.traffic import ExpectedMessage
+from tests.support.broker.scenario import now_ms, wait_for_clean_stop
+from tests.support.broker.traffic import ExpectedMessage
+from tieredstore.backends import open_backend
+from tieredstore.cli.main import main
+from tieredstore.cold.history import EntryKind, load_history
+from tieredstore.cold.reader import ColdReader
+from tieredstore.formats.msgid import decode_offset_msg_id
+from tieredstore.hot.store import HotStore
 
 
 def tieredstore(*args: str, batching: bool = False) -> int:

@@ -20,16 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.plugin import PLUGIN_CLASS, build_plugin
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
     wait_until,
 )
-from tieredstore.testing.broker.serving import (
+from tests.support.broker.serving import (
     BATCHES,
     QUEUES,
     TOPIC,
@@ -42,13 +41,14 @@ from tieredstore.testing.broker.serving import (
     parse_deliveries,
     plan_messages,
 )
-from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.broker.traffic import (
+from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.traffic import (
     ExpectedMessage,
     Kind,
     read_results,
     write_plan,
 )
+from tieredstore.hot.store import HotStore
 
 pytestmark = pytest.mark.broker
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.plugin import PLUGIN_CLASS, build_plugin
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     Toolchain,
@@ -27,7 +26,7 @@ from tieredstore.testing.broker.rocketmq import (
     prepare_toolchain,
     wait_until,
 )
-from tieredstore.testing.broker.serving import (
+from tests.support.broker.serving import (
     BATCHES,
     QUEUES,
     TOPIC,
@@ -38,8 +37,9 @@ from tieredstore.testing.broker.serving import (
     parse_deliveries,
     plan_messages,
 )
-from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
+from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
+from tieredstore.hot.store import HotStore
 
 pytestmark = pytest.mark.broker
 

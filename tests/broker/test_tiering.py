@@ -7,16 +7,16 @@ from collections import Counter
 
 import pytest
 
-from dispatcher.topic_filter import TopicFilter
-from metadata.catalogue import Catalogue
+from tests.support.broker.rocketmq import wait_until
+from tests.support.broker.scenario import BrokerRun
+from tests.support.broker.traffic import Kind
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cold.history import EntryKind
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.hot.store import HotStore
+from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.settings.loader import SETTINGS
-from tieredstore.testing.broker.rocketmq import wait_until
-from tieredstore.testing.broker.scenario import BrokerRun
-from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 pytestmark = pytest.mark.broker
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
 )
-from tieredstore.testing.broker.sidecar import LiveSidecar
+from tests.support.broker.sidecar import LiveSidecar
 
 TOPIC = "TieredStoreDurability"
 QUEUES = 4

@@ -6,7 +6,7 @@ RocketMQ's own abnormal recovery rewinds.
   ``sync`` guard's p99 append → commit lag is at most age + the broker's flush interval +
   one tick; the ``checkpoint`` guard's is printed beside it.
 * **Power cut**: both sidecars and the broker freeze mid-stream; the store is cut to what
-  the checkpoint vouches for (tieredstore/testing/broker/powercut.py); the broker is killed
+  the checkpoint vouches for (tests/support/broker/powercut.py); the broker is killed
   and started again (``CommitLog.recoverAbnormally`` runs: the ``abort`` file is there);
   the sidecars resume; new messages reuse the lost offsets. Then: a queue whose cold is
   ahead of the recovered store is DIVERGED and its cold objects untouched; the
@@ -28,8 +28,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState
 from tests.broker_durability.conftest import (
     BROKER_FLUSH_INTERVAL_S,
     BROKER_THOROUGH_FLUSH_S,
@@ -39,10 +37,12 @@ from tests.broker_durability.conftest import (
     TOPIC,
     Durability,
 )
+from tests.support.broker.powercut import cut_power
+from tests.support.broker.rocketmq import LocalCluster, wait_until
+from tests.support.broker.sidecar import LiveSidecar
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.powercut import cut_power
-from tieredstore.testing.broker.rocketmq import LocalCluster, wait_until
-from tieredstore.testing.broker.sidecar import LiveSidecar
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState
 
 pytestmark = pytest.mark.broker
 

@@ -1,10 +1,10 @@
 """A real classic RocketMQ 5.3.3 group: a master, a slave, a sidecar beside each.
 
 One name server, an ``ASYNC_MASTER`` broker and its ``SLAVE`` (``brokerId=1``, its own
-store and ports, :mod:`tieredstore.testing.broker.group`), the same broker name; a real
+store and ports, :mod:`tests.support.broker.group`), the same broker name; a real
 ``tieredstore run`` beside each replica (``group.replicas = 2``), one shared cold
 directory. The master's sidecar holds the lease and tiers; the slave's stands by and
-reports what its store holds (:mod:`dispatcher.replicas`).
+reports what its store holds (:mod:`tieredstore.dispatcher.replicas`).
 
 The failover: the slave is frozen (SIGSTOP) while the master takes more writes, so it is
 behind when the master host dies (``kill -9`` of the broker and its sidecar, then the
@@ -31,21 +31,17 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueState
-from tieredstore.backends import open_backend
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.group import promote, start_slave
-from tieredstore.testing.broker.plugin import PLUGIN_CLASS, build_plugin
-from tieredstore.testing.broker.powercut import cut_power
-from tieredstore.testing.broker.rocketmq import (
+from tests.support.broker.group import promote, start_slave
+from tests.support.broker.plugin import PLUGIN_CLASS, build_plugin
+from tests.support.broker.powercut import cut_power
+from tests.support.broker.rocketmq import (
     BrokerSettings,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
     wait_until,
 )
-from tieredstore.testing.broker.serving import (
+from tests.support.broker.serving import (
     QUEUES,
     TOPIC,
     all_tiered,
@@ -55,9 +51,13 @@ from tieredstore.testing.broker.serving import (
     parse_deliveries,
     plan_messages,
 )
-from tieredstore.testing.broker.sidecar import LiveSidecar
-from tieredstore.testing.broker.traffic import ExpectedMessage, read_results, write_plan
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.traffic import ExpectedMessage, read_results, write_plan
+from tests.support.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.backends import open_backend
+from tieredstore.hot.store import HotStore
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueState
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -1,7 +1,8 @@
-"""The composition root (:mod:`dispatcher.assembly`): one builder, one shared queue state.
+"""The composition root (:mod:`tieredstore.dispatcher.assembly`): one builder, one shared queue
+state.
 
 The builder alone turns what the edge opened into a working sidecar; the queue state the
-tiering parts share (:class:`dispatcher.queue_states.QueueStates`) is one object, handed
+tiering parts share (:class:`tieredstore.dispatcher.queue_states.QueueStates`) is one object, handed
 to each of them, so what the committer records (a stopped queue) is what discovery and
 ``status`` see.
 """
@@ -10,18 +11,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatcher import stopped_file
-from dispatcher.assembly import build_dispatcher
-from dispatcher.metrics import Metrics
-from metadata.catalogue import Catalogue
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_cold
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import SystemClock
+from tieredstore.dispatcher import stopped_file
+from tieredstore.dispatcher.assembly import build_dispatcher
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.errors import CorruptRecordError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
+from tieredstore.metadata.catalogue import Catalogue
 
 SPEC = SynthSpec(topics=1, queues=2, messages=200, body_min=100, body_max=300, seed=36)
 

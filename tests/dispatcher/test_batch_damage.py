@@ -31,6 +31,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends.factory import open_cold
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
@@ -41,11 +43,9 @@ from tieredstore.findings import FindingKind
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from verifier.job import verify
-from verifier.outcome import Anomaly
-from verifier.vocabulary import Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.outcome import Anomaly
+from tieredstore.verifier.vocabulary import Verdict, VerifyOptions
 
 from .conftest import Cold
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import settings_for
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
@@ -20,7 +21,6 @@ from tieredstore.cli.commands.run import closing_line
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import settings_for
 
 
 class StopDuring(ForwardingBackend):
@@ -96,7 +96,7 @@ async def test_a_second_stop_abandons_the_upload_in_flight_at_once(tmp_path: Pat
     ],
 )  # fmt: skip
 def test_the_closing_line_says_what_happened(counts: tuple[int, ...], line: str) -> None:
-    from dispatcher.tiering.tick_report import TickReport
+    from tieredstore.dispatcher.tiering.tick_report import TickReport
 
     segments, abandoned, left, queues = counts
     report = TickReport(segments=segments, interrupted=True, abandoned=abandoned,

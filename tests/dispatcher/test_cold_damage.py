@@ -24,14 +24,14 @@ from typing import Any
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import broker_prefix, parse_object_key
 from tieredstore.cold.manifest import read_manifest
 from tieredstore.hot.synth import SynthSpec
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 from .conftest import Cold
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.history import BrokerHistory, load_history
 from tieredstore.hot.synth import SynthSpec
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 
 SPEC = SynthSpec(topics=3, queues=2, messages=300, body_min=50, body_max=200, seed=6)
 

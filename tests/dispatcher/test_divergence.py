@@ -5,11 +5,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from metadata.rows import QueueState
+from tests.support.sidecar.settings import settings_for
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.batch import BatchFence, read_batch_head
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import settings_for
+from tieredstore.metadata.rows import QueueState
 
 
 def _snapshot(cold: Path) -> dict[str, bytes]:

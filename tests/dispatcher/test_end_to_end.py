@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import settings_for
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import InitPolicy, InitStart
-from tieredstore.testing.sidecar.settings import settings_for
 
 SPEC = SynthSpec(topics=1, queues=1, messages=200, interval_ms=10)
 TOPIC = f"{SPEC.topic_prefix}0"

@@ -8,17 +8,17 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from dispatcher.tiering.batch.writer import BATCH_EVERY
+from tests.support.sidecar.settings import settings_for
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.tiering.batch.writer import BATCH_EVERY
 from tieredstore.errors import BackendUnavailableError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import settings_for
 
 START = 1_700_000_000_000
 TOPIC = "SynthTopic0"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from dispatcher.tiering.planner import SegmentPlan
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 
 async def test_cold_catches_up_while_the_store_grows(tmp_path: Path) -> None:

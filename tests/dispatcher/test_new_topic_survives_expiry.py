@@ -27,16 +27,16 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.retention import DestroyQueue, ExpireSegment
-from dispatcher.tiering.planner import SegmentPlan
-from metadata.rows import QueueState
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.maintenance.retention import DestroyQueue, ExpireSegment
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.metadata.rows import QueueState
 
 T0 = 1_800_000_000_000
 TICK_S, RETENTION_PASS_S, GROUP_COMMIT_S, RENEW_S = 20, 60, 30, 10

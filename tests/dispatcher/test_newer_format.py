@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import stopped_file
-from dispatcher.queue_status import collect, mark_stopped
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key
+from tieredstore.dispatcher import stopped_file
+from tieredstore.dispatcher.queue_status import collect, mark_stopped
 from tieredstore.errors import ConfigError
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=1, queues=2, messages=300, body_min=100, body_max=400, seed=8)
 TOPIC = "SynthTopic0"

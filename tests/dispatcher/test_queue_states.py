@@ -1,4 +1,5 @@
-"""The queue state the dispatcher's parts share (:class:`dispatcher.queue_states.QueueStates`):
+"""The queue state the dispatcher's parts share
+(:class:`tieredstore.dispatcher.queue_states.QueueStates`):
 its contract, method by method."""
 
 from __future__ import annotations
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher import stopped_file
-from dispatcher.queue_states import QueueStates
-from metadata.rows import QueueState
+from tieredstore.dispatcher import stopped_file
+from tieredstore.dispatcher.queue_states import QueueStates
 from tieredstore.hot.store import QueueKey
+from tieredstore.metadata.rows import QueueState
 
 KEY = QueueKey("T", 0)
 

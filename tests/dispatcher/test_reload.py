@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatcher.topic_filter import TopicFilter
+from tests.support.sidecar.settings import settings_for
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import SETTINGS
-from tieredstore.testing.sidecar.settings import settings_for
 
 
 def test_live_keys_are_settings() -> None:

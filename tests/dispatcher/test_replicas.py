@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.replicas import held_end
-from dispatcher.tiering.durability import CommitlogSyncer
-from metadata.rows import QueueState
+from tests.support.broker.powercut import cut_at
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.http import health
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.replicas import read_reports
+from tieredstore.dispatcher.replicas import held_end
+from tieredstore.dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.broker.powercut import cut_at
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.metadata.rows import QueueState
 
 SPEC = SynthSpec(topics=2, queues=2, messages=800, body_min=50, body_max=400, seed=5)
 COLD = "memory://group"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.retention_pressure import hot_oldest
+from tests.support.sidecar.settings import location_args, settings_for
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.retention_pressure import hot_oldest
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import location_args, settings_for
 
 SPEC = SynthSpec(
     topics=2,

@@ -26,17 +26,17 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.repair import execute_repair, plan_repair
-from dispatcher.maintenance.retention import delete_segment
-from metadata.rows import QueueState
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.dispatcher.maintenance.repair import execute_repair, plan_repair
+from tieredstore.dispatcher.maintenance.retention import delete_segment
 from tieredstore.errors import CatalogueError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.metadata.rows import QueueState
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 T0 = 1_800_000_000_000
 LATER = T0 + 10_000_000

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.metrics import Metrics
+from tests.support.sidecar.process import start, wait_for_log
 from tieredstore.cli.sidecar.summary import Summary, log_summaries
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.process import start, wait_for_log
 
 T0 = 1_700_000_000_000
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dispatcher.queue_status import WriterState, writer_status
-from metadata.rows import LeaseRow, QueueRow, QueueState
+from tieredstore.dispatcher.queue_status import WriterState, writer_status
+from tieredstore.metadata.rows import LeaseRow, QueueRow, QueueState
 
 NOW = 1_700_000_000_000
 OWNER = "4f1c…@host-a"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import Catalogue
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.clock import VirtualClock
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.metadata.catalogue import Catalogue
 
 
 @pytest.fixture

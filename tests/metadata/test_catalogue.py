@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME, Catalogue, CatalogueState
-from metadata.rows import QueueRow, QueueState, SegmentStatus
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.segments import chain
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import QueuePath, object_name
 from tieredstore.cold.manifest import Manifest
 from tieredstore.errors import CatalogueError, InvalidNameError, OffsetOutOfRangeError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.segments import chain
+from tieredstore.metadata.catalogue import DB_NAME, Catalogue, CatalogueState
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentStatus
 
 TOPIC = "TopicTest"
 QUEUE = QueuePath(CLUSTER, BROKER, TOPIC, 0)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import Catalogue
-from metadata.schema import MIGRATIONS
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import ConfigError
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.schema import MIGRATIONS
 
 
 def _open(state: Path, url: str | None, **kw: object) -> Catalogue:

@@ -26,13 +26,13 @@ from hypothesis.stateful import (
     rule,
 )
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState, SegmentStatus, is_valid_transition
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentStatus, is_valid_transition
 
 QUEUES = [("A", 0), ("%DLQ%g", 1)]
 queues = st.sampled_from(QUEUES)

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import Catalogue
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.errors import CatalogueBusyError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.metadata.catalogue import Catalogue
 
 HOLDER = textwrap.dedent(
     """
     import sys
-    from metadata.catalogue import Catalogue
+    from tieredstore.metadata.catalogue import Catalogue
     with Catalogue.open(sys.argv[1], cluster=sys.argv[2], broker=sys.argv[3]) as cat:
         cat.queues.ensure("T", 0, 5)
         print("ready", flush=True)

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME, Catalogue
-from metadata.reconcile import ReconcileReport, rebuild, reconcile
-from metadata.rows import QueueRow, QueueState, SegmentRow
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.segments import chain, upload
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import (
@@ -29,8 +28,9 @@ from tieredstore.errors import (
     ObjectNotFoundError,
 )
 from tieredstore.findings import FindingKind
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.segments import chain, upload
+from tieredstore.metadata.catalogue import DB_NAME, Catalogue
+from tieredstore.metadata.reconcile import ReconcileReport, rebuild, reconcile
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow
 
 Q0 = QueuePath(CLUSTER, BROKER, "TopicTest", 0)
 Q1 = QueuePath(CLUSTER, BROKER, "TopicTest", 1)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME, Catalogue
-from metadata.reconcile import ReconcileReport, rebuild, reconcile
-from metadata.rows import QueueRow, QueueState, SegmentRow
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.batches import upload_batch
+from tests.support.stores.segments import chain, hot_batch, segment_of, upload
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import Committed, load_history
@@ -18,9 +18,9 @@ from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CatalogueError
 from tieredstore.findings import FindingKind
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.batches import upload_batch
-from tieredstore.testing.stores.segments import chain, hot_batch, segment_of, upload
+from tieredstore.metadata.catalogue import DB_NAME, Catalogue
+from tieredstore.metadata.reconcile import ReconcileReport, rebuild, reconcile
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow
 
 Q0 = QueuePath(CLUSTER, BROKER, "TopicTest", 0)
 Q1 = QueuePath(CLUSTER, BROKER, "TopicTest", 1)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME, Catalogue
-from metadata.schema import LATEST_VERSION, MIGRATIONS, Migration, schema_version
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import object_name
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.metadata.catalogue import DB_NAME, Catalogue
+from tieredstore.metadata.schema import LATEST_VERSION, MIGRATIONS, Migration, schema_version
 
 #: A probe migration one past the real ones, as the next release would add.
 NEXT = LATEST_VERSION + 1

@@ -1,7 +1,7 @@
 """The catalogue's batch slices: commits, compaction's swap, and the segment rules beside them.
 
 Slices are built as the dispatcher will build them: real batch objects
-(:func:`~tieredstore.testing.stores.batches.batch_of`) whose heads are parsed into links
+(:func:`~tests.support.stores.batches.batch_of`) whose heads are parsed into links
 (:func:`~tieredstore.cold.history.slices_of`), over real SQLite.
 """
 
@@ -12,8 +12,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState, SegmentStatus
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.batches import batch_of
+from tests.support.stores.segments import T0, chain, hot_batch, segment_of
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.batch import BatchHead, read_batch_head
 from tieredstore.cold.history import Committed, EntryKind, slices_of
@@ -21,9 +22,8 @@ from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.batches import batch_of
-from tieredstore.testing.stores.segments import T0, chain, hot_batch, segment_of
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentStatus
 
 TOPIC = "TopicTest"
 Q0 = QueuePath(CLUSTER, BROKER, TOPIC, 0)

@@ -1,5 +1,5 @@
 """The queue state table: ``set_state`` makes the moves of ``TRANSITIONS`` and refuses
-every other, in one line, leaving the row as it was (:mod:`metadata.rows`)."""
+every other, in one line, leaving the row as it was (:mod:`tieredstore.metadata.rows`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME, Catalogue
-from metadata.rows import PERSISTED_STATES, TRANSITIONS, QueueRow, QueueState, is_valid_transition
 from tieredstore.clock import VirtualClock
 from tieredstore.errors import CatalogueError
+from tieredstore.metadata.catalogue import DB_NAME, Catalogue
+from tieredstore.metadata.rows import (
+    PERSISTED_STATES,
+    TRANSITIONS,
+    QueueRow,
+    QueueState,
+    is_valid_transition,
+)
 
 TOPIC = "TopicTest"
 

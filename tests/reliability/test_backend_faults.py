@@ -13,20 +13,20 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.metrics import Metrics
+from tests.support.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.faults import FaultyBackend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 SPEC = SynthSpec(topics=2, queues=2, messages=1500, body_min=20, body_max=2000, seed=77)
 # Real (tiny) backoff on the real clock: these tests inject faults, not time.

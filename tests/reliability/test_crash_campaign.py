@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.sidecar.process import crash_cycles, sidecar_cmd, sidecar_env
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.sidecar.process import crash_cycles, sidecar_cmd, sidecar_env
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 CYCLES = 25
 LEASE = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s"}

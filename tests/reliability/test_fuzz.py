@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.lease.lease import LeaseRecord
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key
 from tieredstore.cold.manifest import read_manifest
 from tieredstore.cold.segment import parse_cq_object, verify_segment
+from tieredstore.dispatcher.lease.lease import LeaseRecord
 from tieredstore.errors import TieredStoreError
 from tieredstore.formats.checkpoint import Checkpoint
 from tieredstore.formats.consumequeue import decode_units
@@ -102,7 +102,7 @@ MANIFEST_KEY = object_key(QUEUE, SegmentKind.MANIFEST, 0)
 
 @pytest.fixture(scope="module")
 def segment(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes, bytes]:
-    from tieredstore.testing.stores.oracle import build_segment
+    from tests.support.stores.oracle import build_segment
 
     root = tmp_path_factory.mktemp("fuzz") / "store"
     synthesize(root, SynthSpec(topics=1, queues=1, messages=20, topic_prefix="FuzzTopic"))

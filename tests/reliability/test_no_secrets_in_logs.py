@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.process import sidecar_cmd, sidecar_env
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

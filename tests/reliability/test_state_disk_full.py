@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.process import sidecar_cmd, sidecar_env
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

@@ -1,4 +1,4 @@
-"""One composition root: only :func:`dispatcher.assembly.build_dispatcher` builds the
+"""One composition root: only :func:`tieredstore.dispatcher.assembly.build_dispatcher` builds the
 dispatcher and the parts it composes.
 
 The dispatcher, its tiering parts and the queue state they share are constructed in
@@ -14,6 +14,8 @@ import ast
 from collections import Counter
 from pathlib import Path
 
+from tests.support.layout import PRODUCT_FOLDERS
+
 ROOT = Path(__file__).resolve().parents[2]
 #: The classes only the builder constructs.
 BUILT = frozenset(
@@ -28,7 +30,7 @@ BUILT = frozenset(
     }
 )
 BUILDER = "dispatcher/assembly.py"
-PRODUCT = ("tieredstore", "metadata", "dispatcher", "verifier")
+PRODUCT = PRODUCT_FOLDERS
 ELSEWHERE = ("tests", "bench")
 
 
@@ -79,7 +81,7 @@ def test_no_test_or_benchmark_constructs_them() -> None:
 def test_the_scan_finds_a_construction(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
-        "import dispatcher.tiering.rounds as r\n"
+        "import tieredstore.dispatcher.tiering.rounds as r\n"
         "d = Dispatcher(hot=None)\n"
         "x = r.Rounds()\n"
         "y = QueueStatesLike()\n"

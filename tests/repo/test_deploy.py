@@ -26,17 +26,17 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from dispatcher.metrics import Metrics
+from tests.support.sidecar.settings import settings_for
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.findings import FindingKind
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import settings_for
-from verifier.fleet.job import FleetOptions, FleetResult
-from verifier.fleet.report import fleet_registry
-from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.reporting.metrics_file import verify_registry
-from verifier.vocabulary import Level, VerifyOptions
+from tieredstore.verifier.fleet.job import FleetOptions, FleetResult
+from tieredstore.verifier.fleet.report import fleet_registry
+from tieredstore.verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from tieredstore.verifier.reporting.metrics_file import verify_registry
+from tieredstore.verifier.vocabulary import Level, VerifyOptions
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "tieredstore-dashboard.json"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from dispatcher.metrics import Metrics
-from dispatcher.queue_status import QueueStatus
-from metadata.rows import QueueState
 from tieredstore.cli.commands.status import health_line
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.queue_status import QueueStatus
+from tieredstore.metadata.rows import QueueState
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,10 +44,10 @@ def test_the_health_line_counts_every_state() -> None:
 
 def test_the_readme_exit_codes_match_what_run_does() -> None:
     """130/143 are a one-shot command's; the continuous ``run`` stops gracefully and exits
-    0 (tests/tieredstore/cli/test_http_sidecar.py sends it SIGTERM and checks that)."""
+    0 (tests/cli/test_http_sidecar.py sends it SIGTERM and checks that)."""
     text = " ".join((REPO / "README.md").read_text().split())
     assert "`130`/`143` a one-shot command stopped by SIGINT/SIGTERM" in text
     assert re.search(r"continuous `run` is a service: SIGTERM/SIGINT stop it gracefully .* "
                      r"exits `0`", text)  # fmt: skip
-    http = (REPO / "tests" / "tieredstore" / "cli" / "test_http_sidecar.py").read_text()
+    http = (REPO / "tests" / "cli" / "test_http_sidecar.py").read_text()
     assert "SIGTERM: exit 0" in http

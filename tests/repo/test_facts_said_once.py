@@ -8,7 +8,7 @@
 * which setting a flag stands for by ``tieredstore/settings/flags.py`` only (the sidecar's
   commands and the verifier declare their flags from it: no second map, no help text
   naming a setting by hand);
-* a setting's default by its declaration only (``tieredstore/settings/keys.py``): a
+* a setting's default by its declaration only (``tieredstore/settings/declaration.py``): a
   ``DEFAULT_<NAME>`` constant for a setting ``<section>.<name>`` takes it from there;
 * a committed segment or batch slice is counted by ``TickReport.count`` only (the tick
   report, the running count and the ``run --once`` progress line all count with it);
@@ -31,15 +31,16 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import DB_NAME
+from tests.support.layout import PRODUCT_FOLDERS
 from tieredstore.backends.options import DEFAULT_MULTIPART_THRESHOLD, BackendOptions
+from tieredstore.metadata.catalogue import DB_NAME
+from tieredstore.settings.declaration import ColdSettings
 from tieredstore.settings.flags import SETTING_FLAGS
-from tieredstore.settings.keys import ColdSettings
 from tieredstore.settings.loader import SETTINGS
 from tieredstore.state_dir import CATALOGUE_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("tieredstore", "metadata", "dispatcher", "verifier")
+PRODUCT = PRODUCT_FOLDERS
 #: The directory as a component of a key (not a name ending in it: ``stopped_queues``).
 QUEUES_DIR = r"(^|/)_queues(/|$)"
 CATALOGUE = re.escape("catalogue.sqlite3")
@@ -116,7 +117,7 @@ def test_the_catalogue_file_is_named_once_in_the_core() -> None:
 
 
 def test_metadata_and_the_verifier_open_the_same_file() -> None:
-    verifier_catalogue = ast.parse((ROOT / "verifier" / "catalogue.py").read_text())
+    verifier_catalogue = ast.parse((ROOT / "verifier" / "catalogue_reader.py").read_text())
     imported = {
         alias.name
         for node in ast.walk(verifier_catalogue)
@@ -202,7 +203,7 @@ def _repeated_defaults(trees: Iterator[tuple[str, ast.Module]]) -> set[str]:
 
 #: "path NAME" -> why a constant named as a setting is another thing.
 NOT_A_SETTING: dict[str, str] = {
-    "tieredstore/cli/commands/fingerprint.py DEFAULT_MAX_BYTES_PER_SECOND": (
+    "cli/commands/fingerprint.py DEFAULT_MAX_BYTES_PER_SECOND": (
         "the pace of `fingerprint`'s hot reads (a flag of that command), not "
         "tiering.max_bytes_per_second, the sidecar's upload pace"
     ),
@@ -250,7 +251,7 @@ def _counters(trees: Iterator[tuple[str, ast.Module]]) -> set[str]:
 def test_only_the_tick_report_counts_a_committed_segment() -> None:
     # The sidecar's side: tiering, the dispatcher and the command line (restore's
     # journal and compaction's tally count other things).
-    found = _counters(_modules(("dispatcher", "tieredstore/cli")))
+    found = _counters(_modules(("dispatcher", "cli/")))
     assert found == {"dispatcher/tiering/tick_report.py"}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tieredstore.findings import FINDINGS, FindingKind, markdown_table
-from verifier.vocabulary import VERIFIER_KINDS
+from tieredstore.verifier.vocabulary import VERIFIER_KINDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "verification.md"
 

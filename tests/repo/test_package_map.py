@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.support.layout import PRODUCT_FOLDERS
+
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("tieredstore", "metadata", "dispatcher", "verifier")
+LAYERS = PRODUCT_FOLDERS
 #: Top-level folders that are generated, not the project's own (hidden ones other than
 #: ``.ci`` are caches and tool state: .git, .venv, .pytest_cache, .hypothesis, ...).
 NOT_OURS = frozenset({"build", "dist"})

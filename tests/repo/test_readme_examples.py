@@ -99,7 +99,7 @@ def test_make_targets_and_the_spark_submit_flags_exist() -> None:
             assert (REPO / words[script]).is_file()
             flags = words[script + 1 :]
             done = subprocess.run(
-                [sys.executable, "-m", "verifier", *flags, "--help"],
+                [sys.executable, "-m", "tieredstore.verifier", *flags, "--help"],
                 capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
             assert done.returncode == 0, done.stderr

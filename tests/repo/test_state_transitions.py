@@ -1,5 +1,5 @@
 """Every change of a queue's persisted state the code performs is in the state table
-(:data:`metadata.rows.TRANSITIONS`), and the table holds nothing else.
+(:data:`tieredstore.metadata.rows.TRANSITIONS`), and the table holds nothing else.
 
 The product code is read (AST) for every write of a queue state to the catalogue:
 ``….set_state(…, QueueState.X)`` (called, or handed to ``asyncio.to_thread``) and
@@ -16,10 +16,11 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from metadata.rows import TRANSITIONS, QueueState, is_valid_transition
+from tests.support.layout import PRODUCT_FOLDERS
+from tieredstore.metadata.rows import TRANSITIONS, QueueState, is_valid_transition
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("tieredstore", "metadata", "dispatcher", "verifier")
+PACKAGES = PRODUCT_FOLDERS
 
 A, P, DV, DL = QueueState.ACTIVE, QueueState.PAUSED, QueueState.DIVERGED, QueueState.DELETED
 

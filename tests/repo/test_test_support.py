@@ -1,13 +1,13 @@
-"""Test support lives in one place: ``tieredstore/testing/``.
+"""Test support lives in one place: ``tests/support/`` (the package ``tests.support``, out
+of the product's folders and its wheel: ``test_wheel.py``).
 
 * No module under ``tests/`` imports from another test module: what tests share is in
-  ``tieredstore.testing`` (core layer), in a ``conftest.py`` or in a fixture plugin
-  (``tests/fixtures_*.py``, registered in ``tests/conftest.py``) — the last two for what
-  needs a layer above the core (the CLI's runtime, the dispatcher, the verifier), which
-  ``tieredstore.testing`` may not import. ``bench/`` never imports ``tests/`` at all.
-* No helper module lives under ``tests/``: every ``.py`` there is a test module
-  (``test_*.py``), a ``conftest.py``, a package's ``__init__.py``, a fixture plugin, or
-  one of :data:`NOT_HELPERS`, each with its reason.
+  ``tests.support``, in a ``conftest.py`` or in a fixture plugin (``tests/fixtures_*.py``,
+  registered in ``tests/conftest.py``). ``bench/`` imports nothing of ``tests/`` but
+  ``tests.support``.
+* No helper module lives under ``tests/`` outside ``tests/support/``: every other ``.py``
+  there is a test module (``test_*.py``), a ``conftest.py``, a package's ``__init__.py``,
+  a fixture plugin, or one of :data:`NOT_HELPERS`, each with its reason.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ NOT_HELPERS: dict[str, str] = {
     "tests/archive/spark_submit_job.py": (
         "a job file spark-submit runs by path (tests/archive/test_spark_submit.py), never "
         "imported; it uses the verifier's data source, which test support in the core "
-        "layer (tieredstore.testing) may not import"
+        "layer (tests.support) may not import"
     ),
 }
 
@@ -31,10 +31,13 @@ SHARED_TEST_MODULES: dict[str, str] = {}
 
 
 def _support_file(rel: str) -> bool:
-    """A module of ``tests/`` that others may import: a conftest or a fixture plugin."""
+    """A module of ``tests/`` that others may import: test support, a conftest or a
+    fixture plugin."""
     path = Path(rel)
-    return path.name == "conftest.py" or (
-        path.parent == Path("tests") and path.name.startswith("fixtures_")
+    return (
+        path.parts[:2] == ("tests", "support")
+        or path.name == "conftest.py"
+        or (path.parent == Path("tests") and path.name.startswith("fixtures_"))
     )
 
 
@@ -107,25 +110,26 @@ def imports_of_tests_by_bench(root: Path = ROOT) -> list[str]:
         f"{rel} imports {target}"
         for rel in _python_files(root, "bench")
         for target in sorted(_imported(root, rel))
+        if Path(target).parts[:2] != ("tests", "support")
     ]
 
 
 def test_no_test_module_imports_another() -> None:
     wrong = imports_between_test_modules()
     assert not wrong, (
-        "share it through tieredstore/testing/ (or, when it needs the CLI, the dispatcher "
+        "share it through tests/support/ (or, when it needs the CLI, the dispatcher "
         f"or the verifier, a conftest.py or a tests/fixtures_*.py plugin): {wrong}"
     )
 
 
 def test_no_helper_module_lives_under_tests() -> None:
     stray = helper_modules()
-    assert not stray, f"test support goes to tieredstore/testing/: {stray}"
+    assert not stray, f"test support goes to tests/support/: {stray}"
 
 
 def test_bench_never_imports_tests() -> None:
     wrong = imports_of_tests_by_bench()
-    assert not wrong, f"bench/ shares support with tests through tieredstore.testing: {wrong}"
+    assert not wrong, f"bench/ shares support with tests through tests.support: {wrong}"
 
 
 def test_every_listed_exception_is_still_there_and_says_why() -> None:
@@ -152,7 +156,11 @@ def test_the_checks_catch_the_layout_they_forbid(tmp_path: Path) -> None:
             "from .conftest import Y\n"
             "from tests.fixtures_s3 import Z\n"
         ),
-        "bench/run.py": "from tests.a.test_one import helper\n",
+        "tests/support/__init__.py": "",
+        "tests/support/stores.py": "from tests.support import other\n",
+        "tests/support/other.py": "",
+        "tests/a/test_three.py": "from tests.support.stores import X\n",
+        "bench/run.py": "from tests.a.test_one import helper\nfrom tests.support import stores\n",
     }
     for rel, text in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)

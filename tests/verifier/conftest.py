@@ -8,7 +8,7 @@ root (and, on request, of the hot store) so damage never leaks between tests.
 :func:`sample_result` and :func:`history_run` build finished runs without Spark for the
 report and publishing tests (``reporting/``, ``spark/test_quiet.py``,
 ``test_config_and_progress.py``): they are made of the verifier's own result types, so
-they live here, not in ``tieredstore.testing`` (core layer, which never imports the
+they live here, not in ``tests.support`` (core layer, which never imports the
 verifier).
 """
 
@@ -23,17 +23,17 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldimage import ColdImage, tier, write_local
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import Clock
 from tieredstore.cold.manifest import Manifest
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldimage import ColdImage, tier, write_local
-from verifier.cli import main as job_main
-from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.vocabulary import Level, VerifyOptions
+from tieredstore.verifier.cli import main as job_main
+from tieredstore.verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from tieredstore.verifier.vocabulary import Level, VerifyOptions
 
 SPEC = SynthSpec(
     topics=3,
@@ -66,7 +66,8 @@ class World:
     def verify(self, *flags: str, clock: Clock | None = None) -> tuple[int, dict[str, Any]]:
         """Run ``tieredstore verify`` in-process; return the exit code and report.json.
 
-        With ``clock``, the run's time comes from it (``python -m verifier``'s entry point
+        With ``clock``, the run's time comes from it (``python -m tieredstore.verifier``'s entry
+        point
         with the clock injected: the same job and flags).
         """
         argv = [

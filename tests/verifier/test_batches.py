@@ -10,13 +10,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.verification.report_doc import found, queue_doc
 from tieredstore.cold.batch import BatchFence, BatchIndex, SlicePart, build_batch
 from tieredstore.cold.layout import batch_key
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import QueueKey
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.verification.report_doc import found, queue_doc
-from verifier import readers, schemas
+from tieredstore.verifier import readers, schemas
 
 from .conftest import SPEC, World
 

@@ -9,8 +9,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from tieredstore.findings import FindingKind
-from verifier import checks, schemas
-from verifier.decision import ObjectRead, object_findings
+from tieredstore.verifier import checks, schemas
+from tieredstore.verifier.decision import ObjectRead, object_findings
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.cli.main import main as cli_main
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import World, sample_result
 
@@ -102,8 +102,8 @@ def test_the_last_stage_line_counts_the_queues_by_status_worst_first(tmp_path: P
     from dataclasses import replace
 
     from tieredstore.findings import FindingKind
-    from verifier.cli import _queues_done
-    from verifier.outcome import Anomaly
+    from tieredstore.verifier.cli import _queues_done
+    from tieredstore.verifier.outcome import Anomaly
 
     base = sample_result(tmp_path, [])
     q = base.queues[0]
@@ -119,7 +119,7 @@ def test_the_last_stage_line_counts_the_queues_by_status_worst_first(tmp_path: P
 
 def test_the_config_gives_each_location_flag_its_setting_a_flag_winning(tmp_path: Path) -> None:
     from tieredstore.state_dir import CATALOGUE_FILE
-    from verifier.cli import add_arguments, with_config
+    from tieredstore.verifier.cli import add_arguments, with_config
 
     state = tmp_path / "state"
     state.mkdir()

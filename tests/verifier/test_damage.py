@@ -13,14 +13,14 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldimage import age, build
+from tests.support.verification.report_doc import found, queue_doc
 from tieredstore.clock import VirtualClock
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import generate_messages
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldimage import age, build
-from tieredstore.testing.verification.report_doc import found, queue_doc
-from verifier import schemas
+from tieredstore.verifier import schemas
 
 from .conftest import SPEC, World
 
@@ -309,7 +309,7 @@ def test_corrupt_manifest_is_reported_with_the_hole_it_leaves(world: World) -> N
 
 
 def _catalogue(world: World, state: Path, *, skip: str) -> None:
-    from metadata.catalogue import Catalogue
+    from tieredstore.metadata.catalogue import Catalogue
 
     with Catalogue.open(state, cluster=CLUSTER, broker=BROKER) as cat:
         for q, ms in world.image.manifests.items():
@@ -360,9 +360,9 @@ def test_a_hot_queue_that_does_not_read_stops_the_run(hot_copy: World) -> None:
 
 
 def test_a_failed_task_is_reported_in_one_line(world: World, spark: SparkSession) -> None:
-    from verifier import readers
-    from verifier.spark.session import failure_line
-    from verifier.vocabulary import Level
+    from tieredstore.verifier import readers
+    from tieredstore.verifier.spark.session import failure_line
+    from tieredstore.verifier.vocabulary import Level
 
     work = spark.createDataFrame([], schema=schemas.SEGMENT_WORK).unionByName(
         spark.createDataFrame([_work_row(world)], schema=schemas.SEGMENT_WORK)

@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldimage import CREATED_AT_MS, init_record
 from tieredstore.cold.layout import QueuePath, init_key, tiering_key
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldimage import CREATED_AT_MS, init_record
 from tieredstore.topic_rules import TopicRules
 
 from .conftest import World

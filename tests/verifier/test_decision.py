@@ -4,7 +4,7 @@ layout and of a link's objects."""
 from __future__ import annotations
 
 from tieredstore.findings import FindingKind
-from verifier.decision import (
+from tieredstore.verifier.decision import (
     RULES,
     Link,
     ObjectRead,

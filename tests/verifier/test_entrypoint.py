@@ -1,5 +1,5 @@
 """The verifier's entry points as an operator runs them: ``spark-submit
-verifier/__main__.py`` (its own JVM, once) and ``python -m verifier``."""
+verifier/__main__.py`` (its own JVM, once) and ``python -m tieredstore.verifier``."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import verifier
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+import tieredstore.verifier
+from tests.support.sidecar.settings import BROKER, CLUSTER
 
 from .conftest import World
 
-_PACKAGE = Path(verifier.__file__).parent
+_PACKAGE = Path(tieredstore.verifier.__file__).parent
 _SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 
@@ -67,7 +67,7 @@ def test_spark_submit_runs_the_package_main(pristine: World, tmp_path: Path) -> 
 @pytest.mark.slow
 def test_python_m_verifier_could_not_run_is_exit_3_with_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "verifier", "--hot", str(tmp_path / "absent"), "--cold",
+        [sys.executable, "-m", "tieredstore.verifier", "--hot", str(tmp_path / "absent"), "--cold",
          str(tmp_path), "--cluster", "C", "--broker", "B", "--out", str(tmp_path / "out")],
         env=_env(),
         capture_output=True,
@@ -85,7 +85,7 @@ def test_python_m_verifier_could_not_run_is_exit_3_with_one_line(tmp_path: Path)
 @pytest.mark.slow
 def test_bad_usage_is_exit_3(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "verifier", "--hot", str(tmp_path)],
+        [sys.executable, "-m", "tieredstore.verifier", "--hot", str(tmp_path)],
         env=_env(),
         capture_output=True,
         text=True,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from verifier.job import _SESSION_CONF, verify
-from verifier.spark.pydaemon import installed_copy_first
-from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tieredstore.verifier.job import _SESSION_CONF, verify
+from tieredstore.verifier.spark.pydaemon import installed_copy_first
+from tieredstore.verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
 from .conftest import World
 

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args
+from tests.support.stores.lost_head import SPEC as LOSSY_SPEC
+from tests.support.stores.lost_head import TOPIC, lose_untiered_head
 from tieredstore.cli.main import main as cli_main
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.stores.lost_head import SPEC as LOSSY_SPEC
-from tieredstore.testing.stores.lost_head import TOPIC, lose_untiered_head
 
 from .conftest import World, delete_hot_head
 

@@ -21,18 +21,18 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args
+from tests.support.stores.coldimage import CREATED_AT_MS, ColdImage, init_record
+from tests.support.verification.report_doc import found, queue_doc
 from tieredstore.cli.main import main as cli_main
 from tieredstore.cold.layout import QueuePath, broker_prefix, init_key
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import RetentionMark, RuleEpoch, StopMark, TieringRecord
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.stores.coldimage import CREATED_AT_MS, ColdImage, init_record
-from tieredstore.testing.verification.report_doc import found, queue_doc
 from tieredstore.topic_rules import TopicRules
-from verifier.verdict import Verdict
+from tieredstore.verifier.verdict import Verdict
 
 from .conftest import World
 

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldimage import init_record, tiering_record
+from tests.support.verification.report_doc import found, queue_doc
 from tieredstore.cli.main import main as cli_main
 from tieredstore.cold.layout import QueuePath, broker_prefix, init_key
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.provenance import QueueInit, RetentionMark
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldimage import init_record, tiering_record
-from tieredstore.testing.verification.report_doc import found, queue_doc
 from tieredstore.topic_rules import TopicRules
 
 from .conftest import World, delete_hot_head

@@ -15,14 +15,14 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldimage import write_fs
+from tests.support.verification.report_doc import found
 from tieredstore.cli.main import main as cli_main
 from tieredstore.cold.layout import broker_prefix
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldimage import write_fs
-from tieredstore.testing.verification.report_doc import found
 
 from .conftest import World
 

@@ -20,8 +20,8 @@ from tieredstore.cold.provenance import (
 from tieredstore.errors import CorruptProvenanceError
 from tieredstore.findings import FindingKind
 from tieredstore.topic_rules import TopicRules
-from verifier.outcome import Anomaly, QueueReport
-from verifier.scope import (
+from tieredstore.verifier.outcome import Anomaly, QueueReport
+from tieredstore.verifier.scope import (
     HotFacts,
     ProvenanceRecords,
     impossible_init,

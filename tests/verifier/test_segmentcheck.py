@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.stores.coldimage import build
 from tieredstore.findings import FindingKind, Severity
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units, encode_units
 from tieredstore.hot.commitlog import HotCommitlog, gather, runs
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.stores.coldimage import build
-from verifier.ranges import OffsetRange, mask_to_ranges
-from verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment
-from verifier.vocabulary import (
+from tieredstore.verifier.ranges import OffsetRange, mask_to_ranges
+from tieredstore.verifier.segmentcheck import FactKind, HotSide, SegmentGeometry, check_segment
+from tieredstore.verifier.vocabulary import (
     VERIFIER_KINDS,
     LagAllowance,
     LagUnit,

@@ -6,7 +6,13 @@ import re
 from pathlib import Path
 
 from tieredstore.findings import FindingKind
-from verifier.verdict import EXIT_COULD_NOT_RUN, UNKNOWN_COLOUR, Verdict, colour_of, worst
+from tieredstore.verifier.verdict import (
+    EXIT_COULD_NOT_RUN,
+    UNKNOWN_COLOUR,
+    Verdict,
+    colour_of,
+    worst,
+)
 
 _VERIFIER = Path(__file__).resolve().parents[2] / "verifier"
 
@@ -28,7 +34,7 @@ def test_each_verdict_has_its_own_exit_code_and_none_is_could_not_run() -> None:
 
 
 def test_incomplete_never_comes_from_anomalies() -> None:
-    from verifier.verdict import verdict_of
+    from tieredstore.verifier.verdict import verdict_of
 
     assert verdict_of([FindingKind.ORPHAN_OBJECT]) is Verdict.DIRTY
     assert all(verdict_of([k]) is not Verdict.INCOMPLETE for k in FindingKind)

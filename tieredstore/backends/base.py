@@ -57,7 +57,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from tieredstore.backends.keys import check_key
+from tieredstore.backends.key_rules import check_key
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
@@ -107,7 +107,7 @@ def failure_error(
 
 
 def usable_key(key: str, where: str, *, closed: bool) -> str:
-    """``key``, once it is a valid key (:func:`~tieredstore.backends.keys.check_key`) of
+    """``key``, once it is a valid key (:func:`~tieredstore.backends.key_rules.check_key`) of
     an open backend (:func:`check_open`); BackendError otherwise."""
     check_key(key, where)
     check_open(closed, where)

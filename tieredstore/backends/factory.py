@@ -17,7 +17,8 @@ store, its endpoint, what was tried and the timeouts (:func:`~.retry.unreachable
 :func:`probe` asks for one key that way (the verifier does, before Spark starts).
 
 :func:`open_cold` is the one place a command or the sidecar builds the cold store a
-:class:`~tieredstore.settings.keys.ColdSettings` names (URL, endpoint, region, multipart threshold);
+:class:`~tieredstore.settings.declaration.ColdSettings` names (URL, endpoint, region, multipart
+threshold);
 :func:`open_backend` is for a URL alone (an export target, tests).
 """
 
@@ -32,7 +33,7 @@ from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import PosixBackend, posix_root_from_url
 from tieredstore.backends.retry import OnRetry, Reach, RetryingBackend, RetryPolicy
 from tieredstore.errors import ConfigError
-from tieredstore.settings.keys import ColdSettings
+from tieredstore.settings.declaration import ColdSettings
 
 __all__ = [
     "BackendOptions",
@@ -56,7 +57,7 @@ _ALIASES = {"s3a": "s3", "local": "file"}
 def canonical_cold_url(url: str) -> str:
     """The one spelling of the cold store ``url`` names, for comparing two URLs.
 
-    The catalogue records it and refuses another (:mod:`metadata.database`), so two
+    The catalogue records it and refuses another (:mod:`tieredstore.metadata.database`), so two
     spellings of one store must agree and two stores must not:
 
     * ``/data/cold/``, ``file:///data/cold``, ``file://localhost/data/cold`` →

@@ -55,7 +55,7 @@ from tieredstore.backends.base import (
     failure_error,
     usable_key,
 )
-from tieredstore.backends.keys import check_prefix, check_range
+from tieredstore.backends.key_rules import check_prefix, check_range
 from tieredstore.errors import (
     BackendError,
     ConditionFailedError,

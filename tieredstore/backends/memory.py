@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tieredstore.backends.base import Backend, ObjectInfo, Versioned, content_version
-from tieredstore.backends.keys import check_key, check_prefix, check_range
+from tieredstore.backends.key_rules import check_key, check_prefix, check_range
 from tieredstore.errors import ConditionFailedError, ConfigError, ObjectNotFoundError
 
 __all__ = ["MemoryBackend", "reset_memory_stores"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tieredstore.errors import ConfigError
-from tieredstore.settings.keys import ColdSettings
+from tieredstore.settings.declaration import ColdSettings
 
 __all__ = ["DEFAULT_MULTIPART_THRESHOLD", "BackendOptions"]
 

@@ -19,7 +19,7 @@ beside the object while it compares the current content digest (the version) and
 renames the new bytes over it; every conditional writer takes that lock, so the
 compare and the swap are one step. Lock files are not objects either.
 
-Keys are checked by :mod:`tieredstore.backends.keys` (no ``..``, no absolute keys, no
+Keys are checked by :mod:`tieredstore.backends.key_rules` (no ``..``, no absolute keys, no
 NUL), so no key can leave the root; a bad key raises BackendError. Other OS failures
 (permission denied, disk full, a key whose parent is a file) raise BackendError too; a
 missing file, or a directory where an object is expected, is ObjectNotFoundError.
@@ -43,7 +43,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from tieredstore.backends.base import Backend, ObjectInfo, Versioned, content_version
-from tieredstore.backends.keys import check_key, check_prefix, check_range
+from tieredstore.backends.key_rules import check_key, check_prefix, check_range
 from tieredstore.errors import (
     BackendError,
     ConditionFailedError,

@@ -83,7 +83,7 @@ from tieredstore.backends.base import (
     failure_error,
     usable_key,
 )
-from tieredstore.backends.keys import check_key, check_prefix, check_range
+from tieredstore.backends.key_rules import check_key, check_prefix, check_range
 from tieredstore.backends.options import BackendOptions
 from tieredstore.errors import (
     AccessFault,

@@ -629,7 +629,7 @@ def quarantine_key(obj: ObjectKey, *, stamp_ms: int) -> str:
 
 def retiered_key(queue: QueuePath, start_offset: int, *, stamp_ms: int) -> str:
     """Return where the sidecar records that it tiered a lost committed range again
-    (``dispatcher.tiering.cold_writer.heal_lost_tail``):
+    (``tieredstore.dispatcher.tiering.cold_writer.heal_lost_tail``):
     ``<cluster_dir>/<broker>/_retiered/<topic>/<queueId>/<name(start)>-<stamp_ms:013d>.json``.
     Under a ``_`` name, so GC and reconcile take it for one of tieredstore's own
     entries, never a segment; one per event."""

@@ -17,7 +17,7 @@ whether it holds the lease or stands by:
 * ``written_ms``: the writer's wall clock, for people reading the object.
 
 The tiering sidecar tiers a record only below the lowest ``confirmed`` of the other
-replicas that still report (:mod:`dispatcher.replicas`). So cold is never ahead of a
+replicas that still report (:mod:`tieredstore.dispatcher.replicas`). So cold is never ahead of a
 replica that may take over: whatever cold holds, every such replica's store holds too.
 
 A report is canonical JSON, parsed strictly (:class:`~tieredstore.errors.CorruptProvenanceError`

@@ -4,7 +4,7 @@ The broker's commitlog is read in two ways, both here. Records by (offset, size)
 verifier's content check, :meth:`HotStore.read_records_bytes` (repair, restore's check,
 cold continuity) — go through :class:`HotCommitlog`. Whole spans of one file into a
 reusable buffer — the tiering pass's sequential windows
-(:mod:`dispatcher.tiering.commitlog_pass`) — go
+(:mod:`tieredstore.dispatcher.tiering.commitlog_pass`) — go
 through :func:`read_span`.
 
 A queue's records are contiguous in its cold commitlog object but interleaved with other

@@ -1,5 +1,5 @@
 """docs/configuration.md's settings tables and docs/sidecar.toml, generated from the
-declaration of every setting (:mod:`tieredstore.settings.keys`).
+declaration of every setting (:mod:`tieredstore.settings.declaration`).
 
 ``python -m tieredstore.settings.docs`` rewrites both (``make docs``); ``--check`` only
 says whether they are current (exit 1 if not). In configuration.md only the part between
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
-from tieredstore.settings.keys import SECTIONS, Setting
+from tieredstore.settings.declaration import SECTIONS, Setting
 
 __all__ = [
     "BEGIN",
@@ -28,7 +28,9 @@ __all__ = [
     "toml_literal",
 ]
 
-BEGIN: Final = "<!-- BEGIN settings: generated from tieredstore/settings/keys.py by `make docs` -->"
+BEGIN: Final = (
+    "<!-- BEGIN settings: generated from tieredstore/settings/declaration.py by `make docs` -->"
+)
 END: Final = "<!-- END settings -->"
 
 _COMMENT_COLUMN: Final = 37  # where sidecar.toml's comments start
@@ -37,7 +39,7 @@ _TOML_HEADER: Final = """\
 # Reference: docs/configuration.md. Environment variables TIEREDSTORE_<SECTION>_<KEY>
 # override this file; flags override both. Run with:
 #   tieredstore run --config sidecar.toml
-# Generated from tieredstore/settings/keys.py by `make docs`: edit the declaration, not this.
+# Generated from tieredstore/settings/declaration.py by `make docs`: edit the declaration, not this.
 """
 
 
@@ -125,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = [path for path, text in wanted.items() if path.read_text() != text]
     if args.check:
         for path in stale:
-            print(f"{path} is not what tieredstore/settings/keys.py declares: run make docs")
+            print(f"{path} is not what tieredstore/settings/declaration.py declares: run make docs")
         return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])

@@ -2,7 +2,7 @@
 overrides.
 
 The sidecar's commands (``run``, ``status``, ``expire``, ...; ``tieredstore.cli``) and the
-verifier (``tieredstore verify``, ``python -m verifier``, which reads the sidecar's
+verifier (``tieredstore verify``, ``python -m tieredstore.verifier``, which reads the sidecar's
 ``--config`` too) name the same settings by the same flags. A command declares such a
 flag with :func:`setting_help` (its help ends with the setting in brackets:
 ``broker name [cold.broker]``) and reads what was given with :func:`settings_by_dest`

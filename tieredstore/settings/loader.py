@@ -2,7 +2,7 @@
 
 Precedence (highest first): command-line flags, environment variables, the TOML file,
 defaults. Every key is declared once, as a typed field of its section in
-:mod:`tieredstore.settings.keys` (parser, default, help, reload); the value syntax is
+:mod:`tieredstore.settings.declaration` (parser, default, help, reload); the value syntax is
 :mod:`tieredstore.settings.values`. Each key ``section.name`` maps to the environment
 variable ``TIEREDSTORE_SECTION_NAME`` (e.g. ``cold.url`` → ``TIEREDSTORE_COLD_URL``).
 Code reads a setting through its typed section: ``settings.cold.url``,
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tieredstore.errors import ConfigError
-from tieredstore.settings.keys import (
+from tieredstore.settings.declaration import (
     SECTIONS,
     SETTINGS,
     ColdSettings,
@@ -55,7 +55,7 @@ from tieredstore.settings.values import (
 )
 
 # The declaration's names that code outside the configuration uses, re-exported; the
-# other section classes are tieredstore.settings.keys's.
+# other section classes are tieredstore.settings.declaration's.
 __all__ = [
     "SECTIONS",
     "SETTINGS",

@@ -222,7 +222,8 @@ def parse_retention_map(value: object) -> dict[str, float]:
 
 
 class GuardMode(Enum):
-    """``tiering.guard``: the durability guard (see :mod:`dispatcher.tiering.durability`)."""
+    """``tiering.guard``: the durability guard (see
+    :mod:`tieredstore.dispatcher.tiering.durability`)."""
 
     SYNC = "sync"
     CHECKPOINT = "checkpoint"

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from tieredstore.cold.layout import cluster_dir, validate_name
 from tieredstore.errors import ConfigError, InvalidNameError
-from verifier.readers import ColdLocation
+from tieredstore.verifier.readers import ColdLocation
 
 __all__ = ["SOURCE_NAME", "ArchiveOptions", "parse_options"]
 

@@ -28,7 +28,6 @@ from typing import Any
 from fsspec.spec import AbstractFileSystem
 from pyspark.sql.datasource import InputPartition
 
-from tieredstore.archive.rows import TimeWindow
 from tieredstore.cold.history import Committed, Withdrawal, batch_links, choose
 from tieredstore.cold.layout import (
     ObjectKey,
@@ -43,9 +42,15 @@ from tieredstore.cold.layout import (
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.provenance import NotTieredError
 from tieredstore.errors import ConfigError, InvalidNameError
-from verifier.archive.options import SOURCE_NAME, ArchiveOptions
-from verifier.archive.pruning import Pruning
-from verifier.readers import ColdLocation, open_cold_filesystem, read_batch, require_tiered
+from tieredstore.export.rows import TimeWindow
+from tieredstore.verifier.archive.options import SOURCE_NAME, ArchiveOptions
+from tieredstore.verifier.archive.pruning import Pruning
+from tieredstore.verifier.readers import (
+    ColdLocation,
+    open_cold_filesystem,
+    read_batch,
+    require_tiered,
+)
 
 __all__ = ["SegmentPartition", "check_sources", "plan"]
 

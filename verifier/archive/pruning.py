@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from tieredstore.archive.rows import TimeWindow
+from tieredstore.export.rows import TimeWindow
 
 __all__ = ["US_PER_MS", "IntBounds", "NameBounds", "Pruning", "SegmentCut"]
 

@@ -6,15 +6,16 @@ leaves off by default); :func:`read_archive` checks the options on the driver fi
 so a mistake is one line there instead of a Python traceback inside a Spark error.
 
 * ``schema()`` runs at ``load()``: it checks the options and that the cold root, the
-  cluster and every named broker exist (:func:`~verifier.archive.planner.check_sources`).
+  cluster and every named broker exist
+  (:func:`~tieredstore.verifier.archive.planner.check_sources`).
 * The reader's ``pushFilters`` keeps the filters it can prune with and hands every filter
-  back to Spark (:mod:`verifier.archive.pruning`); ``partitions()`` plans one partition
-  per segment (:mod:`verifier.archive.planner`).
+  back to Spark (:mod:`tieredstore.verifier.archive.pruning`); ``partitions()`` plans one partition
+  per segment (:mod:`tieredstore.verifier.archive.planner`).
 * ``read()`` runs in a Spark task. It opens a sync fsspec filesystem (no Hadoop S3
   jars), reads the segment's two objects by the keys its manifest names — whole, then
   checked against the manifest's sizes and digests; or, when offset filters cut the
   segment, only the consume-queue units and records wanted — and yields Arrow batches
-  of :data:`~tieredstore.archive.rows.ARCHIVE_SCHEMA`.
+  of :data:`~tieredstore.export.rows.ARCHIVE_SCHEMA`.
 
 A task raises (and so fails the query) for an object that is missing or does not match
 its manifest: a query never returns a silently partial archive.
@@ -36,15 +37,15 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from tieredstore.archive.rows import ARCHIVE_SCHEMA, SegmentSlice, record_span
 from tieredstore.cold.history import Committed
 from tieredstore.cold.reader import check_units
 from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError
+from tieredstore.export.rows import ARCHIVE_SCHEMA, SegmentSlice, record_span
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, decode_units
-from verifier.archive.options import SOURCE_NAME, ArchiveOptions, parse_options
-from verifier.archive.planner import SegmentPartition, check_sources, plan
-from verifier.archive.pruning import Pruning
-from verifier.readers import ColdLocation
+from tieredstore.verifier.archive.options import SOURCE_NAME, ArchiveOptions, parse_options
+from tieredstore.verifier.archive.planner import SegmentPartition, check_sources, plan
+from tieredstore.verifier.archive.pruning import Pruning
+from tieredstore.verifier.readers import ColdLocation
 
 __all__ = [
     "PUSHDOWN_CONF",
@@ -59,7 +60,7 @@ __all__ = [
 
 #: Spark's switch for Python data source filter pushdown (off by default in Spark 4.1).
 PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
-#: The DataFrame's schema: :data:`~tieredstore.archive.rows.ARCHIVE_SCHEMA` in Spark types.
+#: The DataFrame's schema: :data:`~tieredstore.export.rows.ARCHIVE_SCHEMA` in Spark types.
 SPARK_SCHEMA: Final[StructType] = from_arrow_schema(ARCHIVE_SCHEMA)
 
 

@@ -1,8 +1,9 @@
 """One queue's layout decided once, sans IO: ``gap`` and ``overlap`` over its covering links.
 
 Both verifiers drive :func:`decide`: the single-broker job in a Spark task per group of
-queues (:func:`verifier.checks.gap`, :func:`verifier.checks.overlap`, over Arrow batches)
-and the fleet job in its task per queue (:mod:`verifier.fleet.check`). Neither reads
+queues (:func:`tieredstore.verifier.checks.gap`, :func:`tieredstore.verifier.checks.overlap`, over
+Arrow batches)
+and the fleet job in its task per queue (:mod:`tieredstore.verifier.fleet.check`). Neither reads
 storage here nor decides these classes anywhere else, so for the same links and the
 same accepted-loss spans they report the same findings, word for word.
 

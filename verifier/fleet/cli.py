@@ -1,10 +1,10 @@
-"""``verify --fleet``: the fleet job's flags and run (:mod:`verifier.fleet.job`).
+"""``verify --fleet``: the fleet job's flags and run (:mod:`tieredstore.verifier.fleet.job`).
 
 The same entry points as the single-broker run (``tieredstore verify``, ``python -m
 verifier``, ``spark-submit verifier/__main__.py``) with ``--fleet``: no ``--hot`` or
 ``--broker`` (each broker's newest hot fingerprint stands for its hot store), ``--cluster``
 optional (without it, every cluster in the cold store). Exit code: the worst broker's
-verdict's (:mod:`verifier.verdict`; INCOMPLETE 4), 3 could not run.
+verdict's (:mod:`tieredstore.verifier.verdict`; INCOMPLETE 4), 3 could not run.
 """
 
 from __future__ import annotations
@@ -19,14 +19,19 @@ from pyspark.errors import PySparkException
 from tieredstore.clock import Clock, SystemClock
 from tieredstore.errors import ConfigError, TieredStoreError
 from tieredstore.settings.loader import parse_duration
-from verifier.fleet.job import DEFAULT_MAX_FINGERPRINT_AGE_S, FleetOptions, verify_fleet
-from verifier.fleet.report import write_fleet_reports
-from verifier.readers import probe_cold
-from verifier.spark.interrupt import StopOnSignal
-from verifier.spark.session import SPARK_LOG_NAME, failure_line, spark_session, under_spark_submit
-from verifier.storage_flags import storage_options
-from verifier.verdict import EXIT_COULD_NOT_RUN
-from verifier.vocabulary import parse_lag_allowance
+from tieredstore.verifier.fleet.job import DEFAULT_MAX_FINGERPRINT_AGE_S, FleetOptions, verify_fleet
+from tieredstore.verifier.fleet.report import write_fleet_reports
+from tieredstore.verifier.readers import probe_cold
+from tieredstore.verifier.spark.interrupt import StopOnSignal
+from tieredstore.verifier.spark.session import (
+    SPARK_LOG_NAME,
+    failure_line,
+    spark_session,
+    under_spark_submit,
+)
+from tieredstore.verifier.storage_flags import storage_options
+from tieredstore.verifier.verdict import EXIT_COULD_NOT_RUN
+from tieredstore.verifier.vocabulary import parse_lag_allowance
 
 __all__ = ["add_fleet_arguments", "run_fleet"]
 

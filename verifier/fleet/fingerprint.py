@@ -3,7 +3,7 @@
 ``tieredstore fingerprint`` runs on each broker host (no Spark, no JVM) and writes one
 :class:`Fingerprint` into the cold store under the broker's prefix
 (``_fingerprints/<taken_ms>.json``, create-if-absent). The fleet job
-(:mod:`verifier.fleet.job`) then checks each broker's cold history against its newest
+(:mod:`tieredstore.verifier.fleet.job`) then checks each broker's cold history against its newest
 fingerprint without reading the hot store.
 
 Per queue the fingerprint holds the hot ``[min, max)`` when it was taken and one
@@ -15,7 +15,7 @@ allowance may be untiered). The reference time of the lag rule is ``taken_ms``.
 It also holds, per queue and for each ``since_ms`` of the broker's tiering record (read
 from cold when the fingerprint is taken), ``stored_from[since_ms]``: the first hot
 offset stored at or after it (``hot_max``: none), found in the hot records read for the
-blocks — what :class:`verifier.scope.HotFacts` needs to decide, per message time, which
+blocks — what :class:`tieredstore.verifier.scope.HotFacts` needs to decide, per message time, which
 messages were stored while a rule tiered their topic. A check against a fingerprint
 that lacks one of the tiering record's times proves nothing of it (the fleet job makes
 that broker INCOMPLETE).
@@ -67,7 +67,7 @@ from tieredstore.formats.vector import physical_offset_bytes
 from tieredstore.hot.commitlog import HotCommitlog
 from tieredstore.hot.store import HotStore
 from tieredstore.ratelimit import TokenBucket
-from verifier.vocabulary import LagAllowance, LagUnit
+from tieredstore.verifier.vocabulary import LagAllowance, LagUnit
 
 __all__ = [
     "DEFAULT_BLOCK_OFFSETS",

@@ -3,7 +3,7 @@
 ``--out`` receives:
 
 * ``<cluster>/<broker>/`` — each broker's own report
-  (:func:`verifier.reporting.report.write_reports`:
+  (:func:`tieredstore.verifier.reporting.report.write_reports`:
   ``report.json``, ``anomalies.parquet``, ``report.html``, ``verify.prom``); its
   ``parameters.hot`` names the fingerprint the broker was checked against;
 * ``fleet.json`` — the fleet's verdict and one entry per broker, worst first::
@@ -16,7 +16,7 @@
 
 * ``fleet.html`` — one row per broker, worst first, linking to each broker's page;
 * ``verify.prom`` — every broker's series (labels ``cluster``, ``broker``, ``level``:
-  the metrics of :mod:`verifier.reporting.metrics_file`) and the fleet's own:
+  the metrics of :mod:`tieredstore.verifier.reporting.metrics_file`) and the fleet's own:
   ``tieredstore_verify_fleet_last_run_timestamp_seconds``,
   ``tieredstore_verify_fleet_exit_code`` and ``tieredstore_verify_fleet_brokers{verdict}``.
 
@@ -36,11 +36,11 @@ from urllib.parse import quote
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
 from tieredstore.humanize import human_bytes, iso_time
-from verifier.fleet.job import FleetResult
-from verifier.outcome import VerificationResult
-from verifier.reporting.metrics_file import METRICS_FILE_NAME, verify_registry
-from verifier.reporting.report import write_reports
-from verifier.verdict import Verdict
+from tieredstore.verifier.fleet.job import FleetResult
+from tieredstore.verifier.outcome import VerificationResult
+from tieredstore.verifier.reporting.metrics_file import METRICS_FILE_NAME, verify_registry
+from tieredstore.verifier.reporting.report import write_reports
+from tieredstore.verifier.verdict import Verdict
 
 __all__ = ["FleetPaths", "fleet_document", "fleet_registry", "write_fleet_reports"]
 

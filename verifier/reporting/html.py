@@ -32,8 +32,8 @@ from html import escape
 from typing import Any, Final
 
 from tieredstore.humanize import human_bytes, human_seconds, iso_time, shorten_middle
-from verifier.outcome import VerificationResult
-from verifier.verdict import Verdict, colour_of, rank_of
+from tieredstore.verifier.outcome import VerificationResult
+from tieredstore.verifier.verdict import Verdict, colour_of, rank_of
 
 __all__ = ["MAX_ANOMALY_ROWS", "render_html"]
 

@@ -14,7 +14,7 @@ metric                                              value
 ``tieredstore_verify_last_run_timestamp_seconds``   when the run finished (epoch seconds)
 ``tieredstore_verify_duration_seconds``             how long it took
 ``tieredstore_verify_verdict{verdict}``             1 for the run's verdict, 0 for each
-                                                    other one (:mod:`verifier.verdict`)
+                                                    other one (:mod:`tieredstore.verifier.verdict`)
 ``tieredstore_verify_exit_code``                    the verdict's exit code
 ``tieredstore_verify_bytes_verified``               hot bytes compared with cold
 ``tieredstore_verify_units_verified``               consume-queue units compared
@@ -37,9 +37,9 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
-from verifier.outcome import VerificationResult
-from verifier.verdict import Verdict
-from verifier.vocabulary import VERIFIER_KINDS
+from tieredstore.verifier.outcome import VerificationResult
+from tieredstore.verifier.verdict import Verdict
+from tieredstore.verifier.vocabulary import VERIFIER_KINDS
 
 __all__ = ["METRICS_FILE_NAME", "verify_registry", "write_metrics_file"]
 

@@ -3,7 +3,7 @@
 ``report.json`` (format version 1) is the machine-readable verdict::
 
     {"format_version": 1, "verdict": "CLEAN|DIRTY|INCOMPLETE|CORRUPT", "exit_code"
-     (verifier.verdict), "incomplete": what could not be proven (a fleet run) | null,
+     (tieredstore.verifier.verdict), "incomplete": what could not be proven (a fleet run) | null,
      "notes": [what the run noticed that decides no verdict, e.g. a future-dated
      fingerprint],
      "parameters": {...}, "reference_ts": <the verifier's clock at the start (epoch ms)>,
@@ -29,7 +29,7 @@ Queue ``status``: ``corrupt`` / ``dirty`` (it has anomalies of that severity), `
 ``status`` is the worst of its queues' (in that order: corrupt, dirty, untiered,
 excluded, cold_only, ok). ``anomalies.parquet`` holds the same anomaly
 rows (ANOMALIES schema). ``verify.prom`` is the verdict for Prometheus
-(:mod:`verifier.reporting.metrics_file`).
+(:mod:`tieredstore.verifier.reporting.metrics_file`).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verifier import schemas
-from verifier.outcome import Anomaly, QueueReport, VerificationResult
-from verifier.reporting.html import render_html
-from verifier.reporting.metrics_file import METRICS_FILE_NAME, write_metrics_file
-from verifier.verdict import Verdict, verdict_of
+from tieredstore.verifier import schemas
+from tieredstore.verifier.outcome import Anomaly, QueueReport, VerificationResult
+from tieredstore.verifier.reporting.html import render_html
+from tieredstore.verifier.reporting.metrics_file import METRICS_FILE_NAME, write_metrics_file
+from tieredstore.verifier.verdict import Verdict, verdict_of
 
 __all__ = [
     "REPORT_FORMAT_VERSION",

@@ -10,7 +10,7 @@ the package itself is the same code, with its ``__pycache__``.
 This module moves that zip to the end of ``sys.path`` (an installed package then wins,
 a zip that belongs to no installed copy still serves) and runs Spark's own daemon. It
 imports nothing else before forking (no threads: see ``pyspark.daemon``).
-:func:`verifier.spark.session.spark_session` selects it for the JVMs it starts itself.
+:func:`tieredstore.verifier.spark.session.spark_session` selects it for the JVMs it starts itself.
 """
 
 from __future__ import annotations

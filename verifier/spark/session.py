@@ -69,7 +69,7 @@ def spark_session(
     A JVM started here prints into ``log_file`` (appended to) when one is given, else on
     this terminal (spark-submit's JVM already runs: its output is its own). Spark logs
     at ``log_level`` from then on. Python workers are reused across tasks; with a local
-    master they start from :mod:`verifier.spark.pydaemon`.
+    master they start from :mod:`tieredstore.verifier.spark.pydaemon`.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -95,7 +95,7 @@ def spark_session(
             .config("spark.sql.shuffle.partitions", "8")
             # Workers run this interpreter, which imports PySpark's installed bytecode
             # (verifier/spark/pydaemon.py) rather than compiling pyspark.zip in each worker.
-            .config("spark.python.daemon.module", "verifier.spark.pydaemon")
+            .config("spark.python.daemon.module", "tieredstore.verifier.spark.pydaemon")
         )
     # One Python worker per core for the whole run, not one per task (Spark's default,
     # said here because each fresh worker costs a second of imports).

@@ -1,6 +1,7 @@
 """The batch delete: a batch object goes once every slice in it lives on in a segment.
 
-Compaction (:mod:`dispatcher.tiering.batch.compaction`) rewrites slices as segments; the batch
+Compaction (:mod:`tieredstore.dispatcher.tiering.batch.compaction`) rewrites slices as segments;
+the batch
 objects that held them are then garbage, but a batch is shared by many queues and the
 reading rule (:func:`~tieredstore.cold.history.choose`) reads a slice wherever no segment
 holds its offsets, so a batch is deleted only when **all** of these hold:
@@ -20,7 +21,8 @@ holds its offsets, so a batch is deleted only when **all** of these hold:
 (d) **never the newest**: a writer lists ``_batches/`` to find the next free sequence, so
     the highest sequence must never vanish. A batch that is the highest and may go
     otherwise gets a batch fence above it first (:meth:`BatchKeys.fence
-    <dispatcher.tiering.batch.keys.BatchKeys.fence>`), then is deleted: an idle broker,
+    <tieredstore.dispatcher.tiering.batch.sequence.BatchKeys.fence>`), then is deleted: an idle
+    broker,
     or one whose batching was turned off, keeps no batch (and, through retention, no
     expired segment) for good.
 
@@ -39,9 +41,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Final
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.tiering.batch.keys import BatchKeys
-from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchFence, BatchHead
 from tieredstore.cold.history import (
@@ -61,8 +60,11 @@ from tieredstore.cold.layout import (
     parse_batch_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
 from tieredstore.errors import ColdDataError, InvalidNameError, ObjectNotFoundError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.metadata.catalogue import Catalogue
 
 __all__ = ["MIN_GRACE_MS", "BatchCollection", "collect_batches"]
 

@@ -3,18 +3,19 @@
 A batch object holds slices of many queues (:mod:`tieredstore.cold.batch`). When a read
 a tick needs finds it missing, of another size than committed, with a head that does
 not parse, or a slice whose bytes do not check (the continuity check,
-:mod:`dispatcher.tiering.continuity`, raises
+:mod:`tieredstore.dispatcher.tiering.continuity`, raises
 :class:`~tieredstore.errors.DamagedObjectError` naming its key), that is damage to
 every queue whose slice it held, not a store that does not answer and not a divergence
 of the one queue whose read found it. :func:`handle_damage` then, for each such queue
-(the catalogue's slice rows of the batch, :meth:`~metadata.slice_table.SliceTable.in_batch`):
+(the catalogue's slice rows of the batch,
+:meth:`~tieredstore.metadata.slice_table.SliceTable.in_batch`):
 
 * makes it loud as reconcile's damage at start is
-  (:func:`~dispatcher.tiering.cold_writer.report_batch_damage`): one ERROR line naming
+  (:func:`~tieredstore.dispatcher.tiering.cold_writer.report_batch_damage`): one ERROR line naming
   the batch key and the queue's offsets in it, ``tieredstore_queue_cold_damaged`` (the
   alert ``TieredstoreColdDamaged``), and the queue DEGRADED in ``status`` with that note
   for the rest of the process;
-* heals it as a lost tail (:func:`~dispatcher.tiering.cold_writer.heal_lost_tail`):
+* heals it as a lost tail (:func:`~tieredstore.dispatcher.tiering.cold_writer.heal_lost_tail`):
   a ``_retiered`` record naming the batch, the queue's slices from the lost one on
   withdrawn by one batch fence, the catalogue truncated there, and the offsets the
   broker still holds tiered again from hot by the next tick, under new keys.
@@ -30,10 +31,10 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import Damaged, QueueStates
-from dispatcher.tiering.batch.keys import BatchKeys
-from dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_batch_damage
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.queue_states import Damaged, QueueStates
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_batch_damage
 from tieredstore.errors import DamagedObjectError
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import QueueKey

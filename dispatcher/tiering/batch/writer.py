@@ -6,7 +6,7 @@ each: their COMMIT_LOG and CONSUME_QUEUE bytes go, queue by queue, into one batc
 for the broker (:mod:`tieredstore.cold.batch`), committed by **one** create at the next
 batch sequence. The batch is the commit point of every slice in it: it exists whole or
 not at all. The catalogue then records every slice in one transaction
-(:meth:`~metadata.slice_table.SliceTable.commit_batch`).
+(:meth:`~tieredstore.metadata.slice_table.SliceTable.commit_batch`).
 
 Sequences and fencing. :meth:`BatchWriter.start` (after the lease is taken, before the
 catalogue is reconciled) lists ``_batches/`` and creates a :class:`BatchFence` of this
@@ -21,7 +21,7 @@ to a slice over the same offsets; so a writer of an older epoch frozen inside it
 manifest create at offset S could land a segment over the slices a successor committed
 from S. Before a queue's first slice in this process, the writer takes the manifest key
 of the slice's start for its own epoch (a fence marker:
-:func:`~dispatcher.tiering.cold_writer.gate_start`): the frozen create then finds the
+:func:`~tieredstore.dispatcher.tiering.cold_writer.gate_start`): the frozen create then finds the
 key taken, reads a newer epoch and stops as fenced. Only the first slice needs it: the
 older writer's create can only be at the queue's frontier as it was committed when this
 writer took over, and its later creates need that one to land; and a writer of lease
@@ -37,7 +37,7 @@ list again and take the next sequence, a few times at most.
 
 What goes in is checked first, as for a segment: continuity with cold (else the queue
 turns DIVERGED) and the built segment end to end
-(:func:`~dispatcher.tiering.committer.check_built`; else the queue stops). A batch holds
+(:func:`~tieredstore.dispatcher.tiering.committer.check_built`; else the queue stops). A batch holds
 at most :data:`BATCH_MAX_BYTES` of data, each queue's part at most
 :data:`BATCH_ITEM_MAX_BYTES`; what does not fit, a larger segment, and every segment cut
 by size or count, is committed as a per-queue segment as before.
@@ -53,22 +53,20 @@ from typing import Final
 
 import numpy as np
 
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.tiering.batch.damage import handle_damage
-from dispatcher.tiering.batch.keys import MAX_RESEQUENCE, BatchKeys
-from dispatcher.tiering.cold_writer import gate_start
-from dispatcher.tiering.commitlog_pass import Spooled
-from dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
-from dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow
 from tieredstore.cold.batch import (
     BatchHead,
     SlicePart,
     build_batch,
 )
 from tieredstore.cold.history import Committed, slices_of
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.tiering.batch.damage import handle_damage
+from tieredstore.dispatcher.tiering.batch.sequence import MAX_RESEQUENCE, BatchKeys
+from tieredstore.dispatcher.tiering.cold_writer import gate_start
+from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
+from tieredstore.dispatcher.tiering.committer import CommitKind, SegmentCommitter, check_built
+from tieredstore.dispatcher.tiering.planner import CutReason, Limits, SegmentPlan
 from tieredstore.errors import (
     CatalogueError,
     ConditionFailedError,
@@ -79,6 +77,8 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import encode_units, make_units
 from tieredstore.hot.store import QueueKey
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow
 from tieredstore.settings.loader import TieringSettings
 
 __all__ = [
@@ -239,7 +239,8 @@ class BatchWriter:
 
     async def damaged(self, found: Sequence[DamagedObjectError]) -> set[QueueKey]:
         """The damaged batch objects a round ``found``, made loud and healed for every
-        queue each held (:func:`~dispatcher.tiering.batch.damage.handle_damage`); returns
+        queue each held (:func:`~tieredstore.dispatcher.tiering.batch.damage.handle_damage`);
+        returns
         those queues, whose rows are stale now."""
         writer = self.committer.writer
         return await handle_damage(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable
 from pathlib import Path
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend
@@ -19,7 +20,6 @@ from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import load_history
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 RENEW_S = 10  # the lease expires after 3 x 10 s without renewal
 SEGMENT_S = 7  # virtual seconds each COMMIT_LOG (or batch object) upload takes

@@ -2,7 +2,7 @@
 
 Two sidecars (A, then B) share one cold store — POSIX, and S3 on the moto server with its
 real conditional requests — and one injected clock. A's backend sits behind a
-:class:`~tieredstore.testing.sidecar.stall.Stall`, so the test decides exactly when A's requests
+:class:`~tests.support.sidecar.stall.Stall`, so the test decides exactly when A's requests
 land:
 
 * **stalled upload**: A is paused mid-upload past its lease; B takes over and commits;
@@ -43,9 +43,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.assembly import lease_for
-from dispatcher.lease.lease import Lease, LeaseState
-from dispatcher.maintenance.gc import delete_garbage, scan_garbage
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.sidecar.stall import Stall
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.options import BackendOptions
@@ -55,15 +56,14 @@ from tieredstore.cold.batch import BatchFence, BatchHead
 from tieredstore.cold.history import EntryKind, load_history, read_batch
 from tieredstore.cold.layout import QueuePath, batch_key, parse_object_key
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.assembly import lease_for
+from tieredstore.dispatcher.lease.lease import Lease, LeaseState
+from tieredstore.dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.sidecar.stall import Stall
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = pytest.mark.spark
 

@@ -25,17 +25,17 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.process import sidecar_cmd, sidecar_env, start, wait_until
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cold.history import load_history
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env, start, wait_until
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

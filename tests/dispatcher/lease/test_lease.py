@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from dispatcher.lease.lease import Lease, LeaseRecord, LeaseState, new_owner_id
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.lease.lease import Lease, LeaseRecord, LeaseState, new_owner_id
 from tieredstore.errors import LeaseHeldError, LeaseLapsedError, LeaseLostError
 
 KEY = "212d6b50_DefaultCluster/broker-a/_lease.json"

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.lease.admin import BreakOutcome, break_lease, describe_lease
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease, LeaseRecord, LeaseState
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import lease_key
+from tieredstore.dispatcher.lease.admin import BreakOutcome, break_lease, describe_lease
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease, LeaseRecord, LeaseState
 from tieredstore.errors import LeaseHeldError, LeaseLostError
 
 KEY = lease_key("C", "B")

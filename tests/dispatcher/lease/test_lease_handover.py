@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.process import sidecar_cmd, sidecar_env, start, wait_for_log
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.process import sidecar_cmd, sidecar_env, start, wait_for_log
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.lease.lease import Lease, LeaseState
+from tests.support.moto import S3Bucket
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.lease.lease import Lease, LeaseState
 from tieredstore.errors import LeaseHeldError, LeaseLostError
-from tieredstore.testing.moto import S3Bucket
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

@@ -3,7 +3,7 @@ nor stall committed data — POSIX and S3 (moto server, real conditional request
 
 Each round (seeded; 12 on POSIX: every pause point with every takeover, 8 on S3: every
 pause point with ``gc`` and ``race``; 20 in all) starts sidecar A through
-:mod:`tieredstore.testing.sidecar.pausing`, which SIGSTOPs the process at a random point of
+:mod:`tests.support.sidecar.pausing`, which SIGSTOPs the process at a random point of
 a random segment's commit (inside an upload, after the last lease check right before
 the manifest create, inside a create the retry wrapper retries without any lease
 check, after the create before the catalogue commit). Then the lease is taken over:
@@ -39,22 +39,22 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.lease.lease import LeaseRecord
-from dispatcher.maintenance.gc import scan_garbage
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.pausing import NOT_WRAPPED, POINTS
+from tests.support.sidecar.process import kill9, sidecar_cmd, sidecar_env, wait_until
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cold.layout import SegmentKind, broker_prefix, lease_key, parse_object_key
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.lease import LeaseRecord
+from tieredstore.dispatcher.maintenance.gc import scan_garbage
 from tieredstore.errors import InvalidNameError, ObjectNotFoundError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.pausing import NOT_WRAPPED, POINTS
-from tieredstore.testing.sidecar.process import kill9, sidecar_cmd, sidecar_env, wait_until
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -147,7 +147,7 @@ def _round(
     log_a = tmp / "a.log"
     with log_a.open("ab") as out:
         a = subprocess.Popen(
-            [sys.executable, "-m", "tieredstore.testing.sidecar.pausing", point, str(nth), "--",
+            [sys.executable, "-m", "tests.support.sidecar.pausing", point, str(nth), "--",
              *sidecar_cmd(store, cold.url, tmp / "state-a")[3:]],
             env=env, stdout=out, stderr=out, cwd=REPO,
         )  # fmt: skip
@@ -235,7 +235,7 @@ def test_the_pausing_sidecar_fails_loudly_when_it_wraps_no_cold_store(tmp_path: 
     ``--version``; as well a runtime that stopped importing it from the core) exits
     NOT_WRAPPED and says why, instead of a sidecar that would never freeze."""
     run = subprocess.run(
-        [sys.executable, "-m", "tieredstore.testing.sidecar.pausing", "upload", "1", "--",
+        [sys.executable, "-m", "tests.support.sidecar.pausing", "upload", "1", "--",
          "--version"],
         capture_output=True, text=True, cwd=REPO, timeout=BOUND_S,
     )  # fmt: skip

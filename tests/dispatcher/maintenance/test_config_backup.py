@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.lease.lease import Lease
-from dispatcher.maintenance.config_backup import ConfigBackup
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.configcopies import list_copies, pick_copy
 from tieredstore.cold.layout import lease_key
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.maintenance.config_backup import ConfigBackup
 from tieredstore.errors import LeaseLostError
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 GOLDEN = Path(__file__).resolve().parents[2] / "data" / "golden_store" / "config"
 T0 = 1_700_000_000_000

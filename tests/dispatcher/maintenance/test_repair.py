@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.repair import execute_repair, plan_repair
-from dispatcher.tiering.quarantine import Agreement
-from metadata.rows import QueueState
 from tests.fixtures_sidecar import Diverge, RepairQueue
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args
+from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tests.support.stores.divergence import KEPT, SPEC, TOPIC, divergence_settings
+from tests.support.stores.segments import hot_batch, segment_of, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
@@ -21,13 +22,12 @@ from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.cold.history import span_bytes
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.segment import verify_segment
+from tieredstore.dispatcher.maintenance.repair import execute_repair, plan_repair
+from tieredstore.dispatcher.tiering.quarantine import Agreement
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import generate_messages, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
-from tieredstore.testing.stores.divergence import KEPT, SPEC, TOPIC, divergence_settings
-from tieredstore.testing.stores.segments import hot_batch, segment_of, upload
+from tieredstore.metadata.rows import QueueState
 
 
 class CrashError(Exception):

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.gc import scan_garbage
-from metadata.catalogue import Catalogue
-from metadata.reconcile import ReconcileReport, rebuild
-from metadata.rows import QueueState
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tests.support.stores.lost_head import SPEC, TOPIC, lose_untiered_head
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.backends.options import BackendOptions
@@ -27,13 +26,14 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import QueuePath, loss_key
 from tieredstore.cold.loss import LossRecord, list_loss_records, write_loss_record
 from tieredstore.cold.reader import ColdReader
+from tieredstore.dispatcher.maintenance.gc import scan_garbage
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import synthesize
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.reconcile import ReconcileReport, rebuild
+from tieredstore.metadata.rows import QueueState
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
-from tieredstore.testing.stores.lost_head import SPEC, TOPIC, lose_untiered_head
 
 QUEUE = QueuePath(CLUSTER, BROKER, TOPIC, 0)
 

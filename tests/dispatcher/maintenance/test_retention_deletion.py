@@ -11,23 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.retention import DeletionStep, ExpireSegment
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tests.dispatcher.conftest import TierExpiring
+from tests.support.sidecar.lease_time import advance
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args
+from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tests.support.stores.retention import END, SPEC, H, retention_settings
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import broker_prefix
 from tieredstore.cold.manifest import FenceMarker
+from tieredstore.dispatcher.maintenance.retention import DeletionStep, ExpireSegment
 from tieredstore.errors import OffsetOutOfRangeError
 from tieredstore.formats.topics import TopicConfig, encode_topics
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.testing.sidecar.lease_time import advance
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
-from tieredstore.testing.stores.retention import END, SPEC, H, retention_settings
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueState, SegmentRow, SegmentStatus
 
 
 class CrashError(Exception):

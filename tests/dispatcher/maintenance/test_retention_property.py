@@ -32,18 +32,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.maintenance.retention import DeletionStep
-from dispatcher.tiering.planner import SegmentPlan
-from metadata.catalogue import DB_NAME
-from metadata.rows import QueueState, SegmentRow, SegmentStatus
+from tests.support.sidecar.lease_time import advance
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.maintenance.retention import DeletionStep
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.metadata.catalogue import DB_NAME
+from tieredstore.metadata.rows import QueueState, SegmentRow, SegmentStatus
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.sidecar.lease_time import advance
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot, read_cold
 
 T0 = 1_800_000_000_000
 RETENTION_S = 30

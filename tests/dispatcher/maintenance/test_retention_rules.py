@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.maintenance.retention import (
+from tests.support.layout import PRODUCT_FOLDERS
+from tests.support.sidecar.lease_time import advance
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.segments import chain
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.clock import VirtualClock
+from tieredstore.cold.history import load_history
+from tieredstore.cold.layout import QueuePath
+from tieredstore.dispatcher.maintenance.retention import (
     DestroyQueue,
     DestroyReason,
     ExpireSegment,
@@ -25,19 +33,12 @@ from dispatcher.maintenance.retention import (
     plan_purge,
     plan_retention,
 )
-from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
-from tieredstore.cli.sidecar.runtime import open_runtime
-from tieredstore.clock import VirtualClock
-from tieredstore.cold.history import load_history
-from tieredstore.cold.layout import QueuePath
 from tieredstore.errors import ConfigError
 from tieredstore.hot.store import HotRange, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec
 from tieredstore.humanize import iso_time
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.settings.loader import load_settings
-from tieredstore.testing.sidecar.lease_time import advance
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.segments import chain
 
 H = 3_600_000
 NOW = 1_800_000_000_000
@@ -311,7 +312,7 @@ def test_only_the_catalogue_creates_queue_rows_and_always_with_their_cq_base() -
     insert = re.compile(r"INSERT\s+(?:OR\s+\w+\s+)?INTO\s+queues\b", re.IGNORECASE)
     hits = [
         (path.relative_to(REPO).as_posix(), line)
-        for pkg in ("tieredstore", "metadata", "dispatcher", "verifier")
+        for pkg in PRODUCT_FOLDERS
         for path in sorted((REPO / pkg).rglob("*.py"))
         for line in path.read_text().splitlines()
         if insert.search(line)

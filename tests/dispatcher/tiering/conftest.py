@@ -1,7 +1,7 @@
 """Fixtures of the tiering tests: a tiered store whose newest data sits in batch slices.
 
 A fixture, not test support: it runs the CLI's runtime and writes the catalogue, which
-``tieredstore.testing`` (core layer) never imports.
+``tests.support`` (core layer) never imports.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import settings_for
+from tests.support.stores.batches import rebatch
 from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.history import Committed, read_batch, slices_of
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import settings_for
-from tieredstore.testing.stores.batches import rebatch
 
 #: Two queues of one topic, cut into segments of about 8 KiB: about a dozen per queue.
 BATCHED_SPEC = SynthSpec(topics=1, queues=2, messages=240, body_min=64, body_max=700, seed=11)

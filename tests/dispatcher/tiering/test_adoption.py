@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.manifest import Manifest
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 SPEC = SynthSpec(topics=1, queues=1, messages=200, body_min=100, body_max=400, seed=11)
 TOPIC = "SynthTopic0"

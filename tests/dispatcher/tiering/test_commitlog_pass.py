@@ -1,7 +1,7 @@
 """The commitlog-order pass gathers exactly what per-record reads of each queue give.
 
 The reference is the per-queue path the pass replaced: ``HotStore.read_records_bytes``
-of a segment's units, then :func:`tieredstore.testing.stores.oracle.rewrite_records` (checks, bytes
+of a segment's units, then :func:`tests.support.stores.oracle.rewrite_records` (checks, bytes
 [28, 36) rewritten, store timestamps). The pass must produce, per segment, the same
 bytes, digest and timestamp range, whatever the window: records spanning window edges,
 windows cut at commitlog file boundaries, gaps, many queues, tiny records.
@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
-from dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
+from tests.support.stores.oracle import rewrite_records
 from tieredstore.cold.digests import digest
+from tieredstore.dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
+from tieredstore.dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
 from tieredstore.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -28,7 +29,6 @@ from tieredstore.errors import (
 )
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.stores.oracle import rewrite_records
 
 
 def _plans(hot: HotStore, limits: Limits, *, start_at: int = 0) -> list[SegmentPlan]:

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tiering.durability import CommitlogSyncer
+from tests.support.pagecache import cachestat, cachestat_available
+from tests.support.sidecar.settings import settings_for
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.pagecache import cachestat, cachestat_available
-from tieredstore.testing.sidecar.settings import settings_for
 
 T0 = 1_800_000_000_000
 SPEC = SynthSpec(

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tiering.group_commit import GroupCommit
-from metadata.catalogue import Catalogue
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.segments import chain
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import QueuePath
+from tieredstore.dispatcher.tiering.group_commit import GroupCommit
 from tieredstore.errors import CatalogueError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.segments import chain
+from tieredstore.metadata.catalogue import Catalogue
 
 QUEUES = 40
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.tiering.commitlog_pass import Spooled
-from dispatcher.tiering.planner import (
+from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
+from tieredstore.dispatcher.tiering.planner import (
     CutReason,
     HotDataLost,
     Limits,
@@ -20,11 +20,11 @@ from dispatcher.tiering.planner import (
     plan_segment,
     units_unchanged,
 )
-from dispatcher.tiering.rounds import _recheck_units
-from metadata.rows import QueueRow, QueueState
+from tieredstore.dispatcher.tiering.rounds import _recheck_units
 from tieredstore.errors import DivergedError, StoreError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.metadata.rows import QueueRow, QueueState
 
 Q = QueueKey("SynthTopic0", 0)
 START = 1_700_000_000_000

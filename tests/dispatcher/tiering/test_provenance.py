@@ -1,7 +1,7 @@
 """The sidecar writes what must be in cold into cold: the tiering record (its topic rules,
 since when), an init record per queue before its first manifest, and a retention record
 before retention deletes a head (tieredstore.cold.provenance,
-dispatcher.tiering.provenance_writer)."""
+tieredstore.dispatcher.tiering.provenance_writer)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.lease.lease import Lease
-from dispatcher.maintenance.gc import delete_garbage, scan_garbage
-from dispatcher.maintenance.retention import DeletionStep
-from dispatcher.tiering.provenance_writer import ProvenanceWriter
-from dispatcher.topic_filter import TopicFilter
-from metadata.reconcile import rebuild
-from metadata.rows import QueueRow, QueueState, SegmentRow
 from tests.dispatcher.conftest import TierExpiring
+from tests.support.sidecar.settings import BROKER, CLUSTER
+
+# SPEC: the store the `store` fixture (tests/dispatcher/conftest.py) writes.
+from tests.support.stores.retention import END, SPEC, H, retention_settings
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.canonical_json import canonical
 from tieredstore.cli.sidecar.runtime import open_runtime
@@ -37,12 +34,15 @@ from tieredstore.cold.provenance import (
     read_queue_record,
     read_tiering_record,
 )
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.maintenance.gc import delete_garbage, scan_garbage
+from tieredstore.dispatcher.maintenance.retention import DeletionStep
+from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import CorruptProvenanceError
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-
-# SPEC: the store the `store` fixture (tests/dispatcher/conftest.py) writes.
-from tieredstore.testing.stores.retention import END, SPEC, H, retention_settings
+from tieredstore.metadata.reconcile import rebuild
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.topic_rules import TopicRules
 
 

@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dispatcher.queue_status import collect, mark_stopped
-from metadata.rows import QueueState
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.segment import RecordOwners, TopicTable
+from tieredstore.dispatcher.queue_status import collect, mark_stopped
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.metadata.rows import QueueState
 
 SPEC = SynthSpec(
     topics=2, queues=2, messages=800, body_min=200, body_max=200, compress_over=0,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
-from dispatcher.tiering.committer import check_built
-from dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
+from tieredstore.dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
+from tieredstore.dispatcher.tiering.committer import check_built
+from tieredstore.dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
 from tieredstore.errors import CorruptRecordError, CorruptUnitError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec

@@ -1,5 +1,5 @@
 """A spool that fits: rounds planned within the spool's room, a segment that cannot fit
-stops its queue with an error and a metric (:mod:`dispatcher.tiering.spool_room`)."""
+stops its queue with an error and a metric (:mod:`tieredstore.dispatcher.tiering.spool_room`)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
-from dispatcher.tiering.planner import SegmentPlan
-from dispatcher.tiering.spool_room import SPOOL_RESERVE, RoundBudget, spool_room
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
+from tieredstore.dispatcher.tiering.spool_room import SPOOL_RESERVE, RoundBudget, spool_room
 from tieredstore.errors import SpoolTooSmallError
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 
 KEY = QueueKey("T", 0)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import settings_for
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import settings_for
 
 RATE = 64 << 10
 

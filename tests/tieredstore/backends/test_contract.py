@@ -17,6 +17,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
+from tests.support.moto import S3Bucket
 from tieredstore.backends import (
     Backend,
     FsspecBackend,
@@ -36,7 +37,6 @@ from tieredstore.errors import (
     LeaseLostError,
     ObjectNotFoundError,
 )
-from tieredstore.testing.moto import S3Bucket
 
 MiB = 1 << 20
 # S3's smallest multipart part: with this threshold an 11 MiB object takes three parts.

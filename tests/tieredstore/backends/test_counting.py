@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.support.moto import S3Bucket
 from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.backends.retry import RetryingBackend, RetryPolicy
 from tieredstore.backends.s3 import S3Backend
 from tieredstore.errors import ObjectNotFoundError
-from tieredstore.testing.moto import S3Bucket
 
 MiB = 1 << 20
 

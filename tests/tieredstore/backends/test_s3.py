@@ -13,13 +13,15 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from dispatcher.lease.lease import Lease
-from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.backends import S3Backend
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.s3 import UPLOAD_MARK, parse_s3_url, translate_s3_error
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import broker_prefix, lease_key
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tieredstore.errors import (
     BackendError,
     BackendTimeoutError,
@@ -29,8 +31,6 @@ from tieredstore.errors import (
     ThrottledError,
     TieredStoreError,
 )
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
 
 MiB = 1 << 20
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.stores.segments import chain
 from tieredstore.cold.digests import WRITTEN, DigestAlgorithm, digest, hasher
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.cold.segment import verify_objects, verify_segment
 from tieredstore.errors import DigestMismatchError
-from tieredstore.testing.stores.segments import chain
 
 QUEUE = QueuePath("c", "b", "orders", 3)
 

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.segments import chain, upload
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_manifest, read_stored
@@ -16,8 +18,6 @@ from tieredstore.errors import (
     OffsetOutOfRangeError,
     UnsupportedFormatError,
 )
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.segments import chain, upload
 
 QUEUE = QueuePath(CLUSTER, BROKER, "T", 0)
 

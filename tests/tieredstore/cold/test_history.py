@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from tests.support.stores.segments import chain, packed, upload
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cold.history import (
     Committed,
@@ -24,7 +25,6 @@ from tieredstore.cold.manifest import FenceMarker
 from tieredstore.cold.segment import verify_record_pointers, verify_segment
 from tieredstore.errors import CorruptRecordError
 from tieredstore.formats.consumequeue import decode_units
-from tieredstore.testing.stores.segments import chain, packed, upload
 
 Q = QueuePath("c", "b", "t", 0)
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueState
+from tests.support.sidecar.settings import BROKER, CLUSTER
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import (
     LossKey,
@@ -21,7 +20,8 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.loss import LossRecord, read_loss_record
 from tieredstore.errors import CatalogueError, CorruptLossRecordError, InvalidNameError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueState
 
 Q = QueuePath(CLUSTER, BROKER, "TopicA", 3)
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.stores.segments import chain
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key, object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef, read_manifest
 from tieredstore.errors import CorruptManifestError
-from tieredstore.testing.stores.segments import chain
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "%RETRY%orders", 5)
 WHERE = "memory://cold/some/key.json"

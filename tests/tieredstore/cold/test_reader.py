@@ -19,6 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures_sidecar import Tier
+from tests.support.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
+from tests.support.broker.manifest import Manifest as GoldenManifest
+from tests.support.broker.traffic import Kind
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.oracle import build_segment
+from tests.support.stores.segments import upload
 from tieredstore.backends.base import Backend, ObjectInfo
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
@@ -35,12 +41,6 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, make_units
 from tieredstore.formats.record import MessageRecord, SysFlag
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, generate_messages, synthesize
-from tieredstore.testing.broker.make_golden import GOLDEN_MANIFEST, GOLDEN_STORE
-from tieredstore.testing.broker.manifest import Manifest as GoldenManifest
-from tieredstore.testing.broker.traffic import Kind
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.oracle import build_segment
-from tieredstore.testing.stores.segments import upload
 
 LOWER, UPPER = BoundaryType.LOWER, BoundaryType.UPPER
 
@@ -406,9 +406,9 @@ async def test_a_store_written_by_0_1_0_stays_readable_beside_new_segments() -> 
     manifest, so both read the same, and GC finds nothing to collect."""
     import dataclasses
 
-    from dispatcher.maintenance.gc import scan_garbage
     from tieredstore.cold.layout import object_name
     from tieredstore.cold.manifest import ObjectRef
+    from tieredstore.dispatcher.maintenance.gc import scan_garbage
 
     backend = MemoryBackend.from_url("memory://mixed-formats")
     new = await put_queue(backend, 0, [1, 2, 3, 4, 5, 6], [2, 4])

@@ -1,7 +1,7 @@
 """Reading a queue whose newest data sits in batch objects: the same messages, the same
 bytes, whether a range is read from a batch slice or, after compaction, from its segment.
 
-Stores are built by hand (:mod:`tieredstore.testing.stores.segments`, :mod:`tieredstore.testing.
+Stores are built by hand (:mod:`tests.support.stores.segments`, :mod:`tests.support.
 batches`): a slice holds exactly the bytes of the segment over the same offsets, so the
 segment is the compacted form of the slice.
 """
@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from tests.support.stores.batches import upload_batch
+from tests.support.stores.segments import chain, upload
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cold.batch import BatchFence
 from tieredstore.cold.history import EntryKind, load_history
@@ -20,8 +22,6 @@ from tieredstore.cold.reader import BoundaryType, ColdReader
 from tieredstore.cold.segment import Segment
 from tieredstore.cold.serving import ServingReader, read_raw
 from tieredstore.errors import CorruptBatchError, OffsetOutOfRangeError
-from tieredstore.testing.stores.batches import upload_batch
-from tieredstore.testing.stores.segments import chain, upload
 
 Q = QueuePath("c", "b", "t", 0)
 OTHER = QueuePath("c", "b", "t", 1)

@@ -10,6 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.stores.oracle import SegmentBuilder, build_segment
+from tests.support.stores.segments import (
+    ATTEMPT,
+    T0,
+    WRITER,
+    HotBatch,
+    chain,
+    hot_batch,
+    segment_of,
+)
 from tieredstore.cold.digests import digest
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.segment import (
@@ -28,16 +38,6 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import decode_units, encode_units, make_units
 from tieredstore.formats.record import HostPort, MessageRecord, decode_record
-from tieredstore.testing.stores.oracle import SegmentBuilder, build_segment
-from tieredstore.testing.stores.segments import (
-    ATTEMPT,
-    T0,
-    WRITER,
-    HotBatch,
-    chain,
-    hot_batch,
-    segment_of,
-)
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "TopicTest", 2)
 

@@ -18,7 +18,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from dispatcher.lease.lease import LeaseRecord
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import reset_memory_stores
@@ -28,11 +29,10 @@ from tieredstore.cold.history import load_history
 from tieredstore.cold.layout import lease_key
 from tieredstore.cold.reader import BoundaryType, ColdReader
 from tieredstore.cold.serving import ServingReader, read_raw
+from tieredstore.dispatcher.lease.lease import LeaseRecord
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(topics=1, queues=2, messages=400, body_max=3000, compress_over=1500, seed=7)
 TOPIC = "SynthTopic0"

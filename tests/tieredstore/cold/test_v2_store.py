@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.maintenance.gc import delete_garbage, scan_garbage
-from metadata.reconcile import rebuild
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.manifest import FenceMarker, read_stored
+from tieredstore.dispatcher.maintenance.gc import delete_garbage, scan_garbage
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.metadata.reconcile import rebuild
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = pytest.mark.spark
 

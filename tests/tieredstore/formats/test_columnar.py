@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.strategies import names, records
 from tieredstore.errors import CorruptRecordError, TruncatedDataError
 from tieredstore.formats.columnar import (
     RecordColumns,
@@ -32,7 +33,6 @@ from tieredstore.formats.record import (
     msg_id_of,
     tags_of,
 )
-from tieredstore.testing.strategies import names, records
 
 # Names that mean something, so lists of pairs repeat them and give them values.
 known = st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "a"])

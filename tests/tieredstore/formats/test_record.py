@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.strategies import V4, V6, records
 from tieredstore.errors import CorruptRecordError, TruncatedDataError
 from tieredstore.formats.msgid import decode_offset_msg_id, offset_msg_id
 from tieredstore.formats.record import (
@@ -25,7 +26,6 @@ from tieredstore.formats.record import (
     encode_properties,
     probe_record,
 )
-from tieredstore.testing.strategies import V4, V6, records
 
 
 @given(records())

@@ -1,7 +1,7 @@
 """Offline conformance: the committed golden store, written by a real RocketMQ broker.
 
 ``tests/data/golden_store/`` is a store a RocketMQ 5.3 broker wrote (regenerate with
-``python -m tieredstore.testing.broker.make_golden``); ``golden_store_manifest.json``
+``python -m tests.support.broker.make_golden``); ``golden_store_manifest.json``
 records what was sent and what the broker answered. The same suite as the live broker
 tests runs here without Java. The last tests damage a copy of the store or the manifest
 and check the suite notices: the conformance checks can fail.
@@ -15,24 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.errors import CorruptRecordError
-from tieredstore.formats.record import MagicCode
-from tieredstore.hot.store import HotStore
-from tieredstore.testing.broker.conformance import (
+from tests.support.broker.conformance import (
     check_messages,
     check_offsets,
     check_records,
     index_store,
 )
-from tieredstore.testing.broker.make_golden import (
+from tests.support.broker.make_golden import (
     GOLDEN_MANIFEST,
     GOLDEN_STORE,
     KEEP_DIRS,
     KEEP_FILES,
 )
-from tieredstore.testing.broker.manifest import Manifest
-from tieredstore.testing.broker.rocketmq import BrokerOffsets
-from tieredstore.testing.broker.suite import ConformanceSuite, StoreView
+from tests.support.broker.manifest import Manifest
+from tests.support.broker.rocketmq import BrokerOffsets
+from tests.support.broker.suite import ConformanceSuite, StoreView
+from tieredstore.errors import CorruptRecordError
+from tieredstore.formats.record import MagicCode
+from tieredstore.hot.store import HotStore
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.broker.key_index import HEADER, java_abs, lookup
 from tieredstore.formats.record import MessageRecord
 from tieredstore.formats.tags import java_string_hashcode
 from tieredstore.restore.index import (
@@ -22,7 +23,6 @@ from tieredstore.restore.index import (
     index_keys,
     key_hashes,
 )
-from tieredstore.testing.broker.key_index import HEADER, java_abs, lookup
 
 
 @given(st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=20))

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.broker.key_index import lookup
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
@@ -33,8 +35,6 @@ from tieredstore.restore.check import check_restored
 from tieredstore.restore.index import IndexGeometry
 from tieredstore.restore.journal import RestoreParams
 from tieredstore.restore.restorer import RestoreProgress, Restorer
-from tieredstore.testing.broker.key_index import lookup
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 SPEC = SynthSpec(
     topics=2,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import QueuePath, loss_key, parse_object_key
@@ -25,7 +26,6 @@ from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.restore.check import check_restored
 from tieredstore.restore.journal import JOURNAL_NAME
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
 
 pytestmark = pytest.mark.slow  # every test here takes over a second: not in make quick
 

@@ -3,7 +3,7 @@
 only the span's bytes are read and checked.
 
 ``load_history`` does not return slices yet, so these tests give the restore a plan of
-links built by hand (:func:`tieredstore.testing.stores.segments.packed`)."""
+links built by hand (:func:`tests.support.stores.segments.packed`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.batches import upload_batch
+from tests.support.stores.segments import chain, packed, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import MemoryBackend
@@ -26,9 +29,6 @@ from tieredstore.restore.journal import JOURNAL_NAME, RestoreParams
 from tieredstore.restore.plan import QueuePlan, RestoreFilter, RestorePlan, build_plan
 from tieredstore.restore.restorer import Restorer
 from tieredstore.restore.stream import Chunk, segment_chunks
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.batches import upload_batch
-from tieredstore.testing.stores.segments import chain, packed, upload
 
 QUEUES = (QueuePath(CLUSTER, BROKER, "T", 0), QueuePath(CLUSTER, BROKER, "T", 1))
 BATCH = batch_key(CLUSTER, BROKER, 1)

@@ -1,5 +1,5 @@
 """docs/configuration.md's settings tables and docs/sidecar.toml are what the declaration
-of the settings (tieredstore/settings/keys.py) renders: a setting added, changed or removed
+of the settings (tieredstore/settings/declaration.py) renders: a setting added, changed or removed
 there fails here until ``make docs`` has rewritten them."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.settings import docs as config_docs
-from tieredstore.settings.keys import SECTIONS, SETTINGS, StoreSettings
+from tieredstore.settings.declaration import SECTIONS, SETTINGS, StoreSettings
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 
@@ -19,14 +19,14 @@ DOCS = Path(__file__).resolve().parents[3] / "docs"
 def test_configuration_md_tables_are_generated_from_the_declaration() -> None:
     current = (DOCS / "configuration.md").read_text()
     assert current == config_docs.render_configuration_md(current), (
-        "docs/configuration.md's settings tables differ from tieredstore/settings/keys.py: "
+        "docs/configuration.md's settings tables differ from tieredstore/settings/declaration.py: "
         "run make docs"
     )
 
 
 def test_sidecar_toml_is_generated_from_the_declaration() -> None:
     assert (DOCS / "sidecar.toml").read_text() == config_docs.render_sidecar_toml(), (
-        "docs/sidecar.toml differs from tieredstore/settings/keys.py: run make docs"
+        "docs/sidecar.toml differs from tieredstore/settings/declaration.py: run make docs"
     )
 
 
@@ -38,7 +38,8 @@ def test_check_mode_reports_stale_docs(tmp_path: Path, capsys: pytest.CaptureFix
     toml.write_text(toml.read_text().replace('segment_max_age = "60s"', 'segment_max_age = "1m"'))
     assert config_docs.main(["--docs", str(tmp_path), "--check"]) == 1
     assert (
-        "sidecar.toml is not what tieredstore/settings/keys.py declares" in capsys.readouterr().out
+        "sidecar.toml is not what tieredstore/settings/declaration.py declares"
+        in capsys.readouterr().out
     )
     assert config_docs.main(["--docs", str(tmp_path)]) == 0
     assert toml.read_text() == config_docs.render_sidecar_toml()

@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
+from tieredstore.settings.declaration import ColdSettings, TieringSettings
 from tieredstore.settings.flags import SETTING_FLAGS, setting_help, settings_by_dest
-from tieredstore.settings.keys import ColdSettings, TieringSettings
 from tieredstore.settings.loader import SETTINGS, load_settings
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.stores.coldimage import ColdImage, write_local
+from tests.support.verification.fleet import fleet_image
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock
 from tieredstore.cold.batch import SlicePart, build_batch
@@ -16,10 +18,8 @@ from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.stores.coldimage import ColdImage, write_local
-from tieredstore.testing.verification.fleet import fleet_image
-from verifier.fleet.job import FleetOptions, verify_fleet
-from verifier.verdict import Verdict
+from tieredstore.verifier.fleet.job import FleetOptions, verify_fleet
+from tieredstore.verifier.verdict import Verdict
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

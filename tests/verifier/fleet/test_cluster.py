@@ -5,21 +5,15 @@ the executors read the four brokers' cold stores from the suite's S3 server."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tieredstore.cli.main import main as cli_main
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot.store import QueueKey
-from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
-from tieredstore.testing.stores.coldimage import write_fs
-from tieredstore.testing.verification.fleet import (
+from tests.support.moto import ACCESS_KEY, REGION, SECRET_KEY, S3Bucket
+from tests.support.stores.coldimage import write_fs
+from tests.support.verification.fleet import (
     CLEAN,
     DELETED,
     FLIPPED,
@@ -28,12 +22,17 @@ from tieredstore.testing.verification.fleet import (
     damage_flip,
     fleet_image,
 )
-from tieredstore.testing.verification.sparkcluster import (
+from tests.support.verification.sparkcluster import (
     SparkCluster,
     spark_bin,
     standalone_cluster,
 )
-from verifier.verdict import Verdict
+from tests.support.wheel import build_wheel
+from tieredstore.cli.main import main as cli_main
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.hot.store import QueueKey
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.verifier.verdict import Verdict
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
 
@@ -46,32 +45,16 @@ SPEC = SynthSpec(
 FLIP_Q = QueueKey("SynthTopic0", 1)
 GONE_Q = QueueKey("SynthTopic1", 0)
 _DRIVER = """import sys
-import verifier
+import tieredstore.verifier
 print("verifier imported from", verifier.__file__, file=sys.stderr)
-from verifier.cli import main
+from tieredstore.verifier.cli import main
 sys.exit(main())
 """
 
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    # From a copy of the sources: a build in the checkout would leave build/ there, whose
-    # stale files a later wheel would carry.
-    src = out / "src"
-    caches = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("tieredstore", "metadata", "dispatcher", "verifier"):
-        shutil.copytree(_REPO / name, src / name, ignore=caches)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(_REPO / name, src / name)
-    subprocess.run(
-        # The venv's own setuptools (the dev extra): no build environment from the index.
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "-q", "-w", str(out), str(src)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    (found,) = out.glob("tieredstore-*.whl")
-    return found
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="session")

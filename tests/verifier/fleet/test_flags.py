@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.cli.main import main as cli_main
-from verifier.verdict import EXIT_COULD_NOT_RUN
+from tieredstore.verifier.verdict import EXIT_COULD_NOT_RUN
 
 
 @pytest.mark.parametrize(

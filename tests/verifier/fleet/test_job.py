@@ -10,14 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tieredstore.cli.main import main as cli_main
-from tieredstore.clock import SystemClock
-from tieredstore.findings import FindingKind
-from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot.store import QueueKey
-from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.stores.coldimage import write_local
-from tieredstore.testing.verification.fleet import (
+from tests.support.stores.coldimage import write_local
+from tests.support.verification.fleet import (
     CLEAN,
     DELETED,
     FLIPPED,
@@ -26,10 +20,16 @@ from tieredstore.testing.verification.fleet import (
     damage_flip,
     fleet_image,
 )
-from verifier.fleet.job import FleetOptions, verify_fleet
-from verifier.job import verify
-from verifier.verdict import Verdict
-from verifier.vocabulary import Level, VerifyOptions
+from tieredstore.cli.main import main as cli_main
+from tieredstore.clock import SystemClock
+from tieredstore.findings import FindingKind
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.hot.store import QueueKey
+from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.verifier.fleet.job import FleetOptions, verify_fleet
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.verdict import Verdict
+from tieredstore.verifier.vocabulary import Level, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

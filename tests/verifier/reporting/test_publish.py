@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tieredstore.findings import FindingKind
 from tieredstore.humanize import human_bytes, human_seconds
-from verifier.cli import JobArgs, _publish
-from verifier.outcome import Anomaly
-from verifier.reporting.history import find_runs, write_history
-from verifier.reporting.report import write_reports
+from tieredstore.verifier.cli import JobArgs, _publish
+from tieredstore.verifier.outcome import Anomaly
+from tieredstore.verifier.reporting.report import write_reports
+from tieredstore.verifier.reporting.trend import find_runs, write_history
 
 from ..conftest import history_run, sample_result
 
@@ -145,7 +145,7 @@ def test_human_units() -> None:
 def test_a_metrics_file_in_a_missing_directory_is_refused_before_spark_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from verifier.cli import main
+    from tieredstore.verifier.cli import main
 
     code = main(
         ["--hot", str(tmp_path), "--cold", str(tmp_path), "--cluster", "C", "--broker", "B",

@@ -19,11 +19,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.support.verification.browser import browser_command, chromium, layout
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import QueueKey
-from tieredstore.testing.verification.browser import browser_command, chromium, layout
-from verifier.outcome import Anomaly, VerificationResult
-from verifier.reporting.report import anomalies_table, report_document, write_reports
+from tieredstore.verifier.outcome import Anomaly, VerificationResult
+from tieredstore.verifier.reporting.report import anomalies_table, report_document, write_reports
 
 from ..conftest import World, sample_result
 
@@ -150,7 +150,7 @@ def _anomaly(i: int) -> Anomaly:
 
 @pytest.mark.slow
 def test_the_page_lists_a_bounded_number_of_anomalies(tmp_path: Path) -> None:
-    from verifier.reporting.html import MAX_ANOMALY_ROWS
+    from tieredstore.verifier.reporting.html import MAX_ANOMALY_ROWS
 
     many: list[Any] = [_anomaly(i) for i in range(MAX_ANOMALY_ROWS + 5)]
     paths = write_reports(sample_result(tmp_path, many), tmp_path / "out")
@@ -201,7 +201,7 @@ def test_times_are_iso_8601_utc_and_long_names_are_shortened_with_the_full_name_
 
 
 def test_topic_summaries_aggregate_the_queues_worst_status_first() -> None:
-    from verifier.reporting.report import topic_summaries
+    from tieredstore.verifier.reporting.report import topic_summaries
 
     def q(topic: str, status: str, lag_s: float | None, anomalies: int) -> dict[str, Any]:
         return {

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.verification.browser import browser_command, chromium, layout
 from tieredstore.findings import FindingKind
-from tieredstore.testing.verification.browser import browser_command, chromium, layout
-from verifier.outcome import Anomaly, VerificationResult
-from verifier.reporting.report import write_reports
-from verifier.vocabulary import Level
+from tieredstore.verifier.outcome import Anomaly, VerificationResult
+from tieredstore.verifier.reporting.report import write_reports
+from tieredstore.verifier.vocabulary import Level
 
 from ..conftest import sample_result
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from verifier.cli import JobArgs
-from verifier.spark.session import SPARK_LOG_NAME, output_to
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tieredstore.verifier.cli import JobArgs
+from tieredstore.verifier.spark.session import SPARK_LOG_NAME, output_to
 
 from ..conftest import World, sample_result
 

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from metadata.rows import QueueState
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
+from tests.support.stores.divergence import SPEC as DIVERGING
+from tests.support.stores.divergence import TOPIC, rewrite_tail
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
@@ -28,10 +31,7 @@ from tieredstore.cold.layout import batch_prefix, broker_prefix, parse_batch_key
 from tieredstore.errors import BackendUnavailableError, LeaseLostError
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.stores.divergence import SPEC as DIVERGING
-from tieredstore.testing.stores.divergence import TOPIC, rewrite_tail
+from tieredstore.metadata.rows import QueueState
 
 SPEC = SynthSpec(topics=6, queues=4, messages=1200, body_min=20, body_max=400, seed=21)
 PREFIX = batch_prefix(CLUSTER, BROKER) + "/"

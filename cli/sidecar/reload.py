@@ -1,0 +1,79 @@
+"""Applying a re-read configuration to a running sidecar (``SIGHUP``).
+
+Only settings that are read afresh on every tick or pass, or only when a queue is first
+seen, change live (:data:`LIVE_KEYS`, the keys declared ``live`` in
+:mod:`tieredstore.settings.declaration`): log level and format, the group-commit limits, the
+tick interval, the durability guard, the init policy (for queues seen from now on), the
+topic filters, the upload bandwidth limit (the next chunk uploaded waits at the new rate)
+and the retention periods (the next retention pass uses them). Everything
+else — the stores, names, state dir, concurrency, batch size, lease timing, the retention
+interval, GC, HTTP, shutdown deadline — is wired into objects built at start and needs a
+restart: a reload keeps the running value and says so.
+
+:func:`plan_reload` is pure; :func:`apply_reload` also swaps the dispatcher's frozen
+``[tiering]`` settings and the retention policy, which are read at every use, and sets
+the new rate on the upload token bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from tieredstore.cli.sidecar.runtime import Runtime
+from tieredstore.dispatcher.maintenance.retention import RetentionPolicy
+from tieredstore.settings.loader import SETTINGS, Settings
+
+__all__ = ["LIVE_KEYS", "ReloadPlan", "apply_reload", "plan_reload"]
+
+#: The keys a ``SIGHUP`` applies at once (declared ``live`` in tieredstore/settings/declaration.py).
+LIVE_KEYS: Final = frozenset(s.key for s in SETTINGS if s.live)
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadPlan:
+    """What a reload changes: the settings now in effect, what was applied, what was not.
+
+    ``settings`` holds the new value of every applied key and the running value of every
+    key that needs a restart.
+    """
+
+    settings: Settings
+    applied: tuple[str, ...]
+    needs_restart: tuple[str, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied or self.needs_restart)
+
+
+def plan_reload(running: Settings, new: Settings) -> ReloadPlan:
+    """Split the keys that differ between ``running`` and ``new`` (in SETTINGS order)."""
+    differ = [s.key for s in SETTINGS if running.values[s.key] != new.values[s.key]]
+    applied = tuple(k for k in differ if k in LIVE_KEYS)
+    values = dict(running.values)
+    sources = dict(running.sources)
+    for key in applied:
+        values[key] = new.values[key]
+        sources[key] = new.sources.get(key, "reload")
+    return ReloadPlan(
+        Settings(values, sources),
+        applied,
+        tuple(k for k in differ if k not in LIVE_KEYS),
+    )
+
+
+def apply_reload(rt: Runtime, new: Settings) -> ReloadPlan:
+    """Apply what can change live to ``rt`` and make the result its settings.
+
+    Logging is the caller's to reconfigure (``log.*`` in ``plan.applied``).
+    """
+    plan = plan_reload(rt.settings, new)
+    if plan.applied:
+        rt.dispatcher.tiering = plan.settings.tiering
+        rt.compactor.tiering = plan.settings.tiering
+        rt.retention.policy = RetentionPolicy.of(plan.settings.retention)
+        rt.upload_limit.set_rate(plan.settings.tiering.max_bytes_per_second)
+        rt.metrics.upload_rate_limit.set(rt.upload_limit.rate)
+        rt.settings = plan.settings
+    return plan
