@@ -26,7 +26,7 @@ from tieredstore.cold.history import BrokerHistory, Committed, QueueHistory, as_
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
 from tieredstore.errors import CorruptManifestError, DigestMismatchError
-from tieredstore.export import export as export_module
+from tieredstore.export import parquet as export_module
 from tieredstore.export.parquet import (
     ExportReport,
     ExportRequest,
