@@ -164,7 +164,7 @@ def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     printed = capsys.readouterr().out
     assert re.fullmatch(r"tieredstore \d+\.\d+\.\d+\S*\n", printed)
     # The version printed, pyproject's and the CHANGELOG's newest heading are one.
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     declared = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)
     newest = re.search(r"^## \[(\d+\.\d+\.\d+)\]", (root / "CHANGELOG.md").read_text(), re.M)
     assert declared and newest

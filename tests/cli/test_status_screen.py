@@ -24,7 +24,7 @@ from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "screens"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "screens"
 
 
 @pytest.fixture(scope="module")
