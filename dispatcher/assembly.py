@@ -12,7 +12,7 @@ catalogue — and chooses the clock, the metrics registry and the retry policy.
   deleted), a periodic job of its own (:func:`_compaction`);
 * the broker group's :class:`~tieredstore.dispatcher.replicas.ReplicaGroup` (this replica's reports,
   the limit the other replicas set on the rounds);
-* one :class:`~tieredstore.dispatcher.queue_states.QueueStates`, the queue state the tiering parts
+* one :class:`~tieredstore.dispatcher.shared_state.SharedState`, the queue state the tiering parts
   share, handed explicitly to each of them;
 * :class:`~tieredstore.dispatcher.discovery.Discovery`,
   :class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`,
@@ -42,8 +42,8 @@ from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.maintenance.config_backup import ConfigBackup
 from tieredstore.dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import QueueStates
 from tieredstore.dispatcher.replicas import ReplicaGroup
+from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.tiering.batch.compaction import CompactionReport, Compactor
 from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
 from tieredstore.dispatcher.tiering.batch.writer import BatchWriter
@@ -121,7 +121,7 @@ def build_dispatcher(
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
-    states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
+    states = SharedState(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
     keys = BatchKeys(
         backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
         cluster=settings.cold.cluster, broker=settings.cold.broker,
@@ -140,13 +140,13 @@ def _dispatcher(
     out: _Outside,
     keys: BatchKeys,
     writer: ColdWriter,
-    states: QueueStates,
+    states: SharedState,
     on_segment: OnCommitted | None,
     periodic: list[Periodic],
     startup: list[StartupJob],
     group: ReplicaGroup,
 ) -> Dispatcher:
-    """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
+    """The dispatcher and its tiering parts, all on one shared :class:`SharedState`."""
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
     lease = keys.lease
     discovery = Discovery(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from tieredstore.cold.layout import validate_topic
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import InvalidNameError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey, SkippedDir
@@ -43,7 +43,7 @@ class Discovery:
         catalogue: Catalogue,
         metrics: Metrics,
         tiering: TieringSettings,
-        states: QueueStates,
+        states: SharedState,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue

@@ -8,7 +8,7 @@ Lifecycle (:class:`DispatcherState`)::
 
 The parts are built by :func:`tieredstore.dispatcher.assembly.build_dispatcher` (the one place that
 builds them) and handed in; the queue state they share is one
-:class:`~tieredstore.dispatcher.queue_states.QueueStates`.
+:class:`~tieredstore.dispatcher.shared_state.SharedState`.
 
 Each tick: discover queues in the hot store and create catalogue rows for new ones
 eagerly (:mod:`tieredstore.dispatcher.discovery`), then start one task that tiers every ACTIVE queue
@@ -37,8 +37,8 @@ from tieredstore.dispatcher.lease.guard import mirror_lease
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.lease.renewal import renew_until
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import QueueStates
-from tieredstore.dispatcher.queue_status import untiered
+from tieredstore.dispatcher.shared_state import SharedState
+from tieredstore.dispatcher.status_report import untiered
 from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_damage
 from tieredstore.dispatcher.tiering.durability import CommitlogSyncer
 from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
@@ -85,7 +85,7 @@ class Dispatcher:
         clock: Clock,
         tiering: TieringSettings,
         metrics: Metrics,
-        states: QueueStates,
+        states: SharedState,
         discovery: Discovery,
         rounds: Rounds,
         provenance: ProvenanceWriter,

@@ -1,7 +1,7 @@
 """Queues a newer-format manifest stopped, remembered beside the catalogue.
 
 The running sidecar keeps its STOPPED queues in memory
-(:data:`tieredstore.dispatcher.queue_states.Stopped`)
+(:data:`tieredstore.dispatcher.shared_state.Stopped`)
 and writes them here, so that ``tieredstore status``, which reads the state directory and
 never the sidecar, shows them too. The file belongs to the sidecar holding the state
 directory's lock: it is emptied when the dispatcher starts (a restart tries each queue

@@ -40,7 +40,7 @@ from typing import Final, TextIO
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.dispatcher.queue_status import (
+from tieredstore.dispatcher.status_report import (
     QueueStatus,
     WriterStatus,
     as_json,
@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What one look at the state dir and the broker store gives: the queues and, when
-    known, the writer (:func:`tieredstore.dispatcher.queue_status.writer_status`)."""
+    known, the writer (:func:`tieredstore.dispatcher.status_report.writer_status`)."""
 
     queues: Sequence[QueueStatus]
     writer: WriterStatus | None = None
@@ -311,7 +311,7 @@ def _interval(args: argparse.Namespace) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from tieredstore.dispatcher import stopped_file
-    from tieredstore.dispatcher.queue_status import mark_stopped
+    from tieredstore.dispatcher.status_report import mark_stopped
 
     # status never touches the cold store, so a cold URL is not required here.
     settings = settings_from_args(args, extra={"cold.url": args.cold or "memory://unused"})

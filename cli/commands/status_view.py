@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tieredstore.dispatcher.queue_status import QueueStatus
+from tieredstore.dispatcher.status_report import QueueStatus
 from tieredstore.humanize import shorten_middle
 from tieredstore.metadata.rows import QueueState
 

@@ -39,8 +39,8 @@ from tieredstore.clock import Clock, SystemClock
 from tieredstore.dispatcher.cold_access import ColdAccess, Refusal
 from tieredstore.dispatcher.dispatcher import Dispatcher, DispatcherState
 from tieredstore.dispatcher.lease.lease import LeaseState
-from tieredstore.dispatcher.queue_status import as_json, collect, mark_stopped
 from tieredstore.dispatcher.replicas import ReplicaGroup
+from tieredstore.dispatcher.status_report import as_json, collect, mark_stopped
 from tieredstore.errors import ConfigError
 
 __all__ = ["Health", "HttpServer", "build_app", "health"]

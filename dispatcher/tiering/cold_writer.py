@@ -63,7 +63,7 @@ from tieredstore.cold.manifest import (
 )
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import Damaged
+from tieredstore.dispatcher.shared_state import Damaged
 from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
 from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
 from tieredstore.dispatcher.tiering.continuity import Continuity

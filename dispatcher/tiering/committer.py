@@ -32,7 +32,7 @@ import numpy.typing as npt
 from tieredstore.cold.segment import RecordHeads
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.tiering.adoption import adopt_or_quarantine
 from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
 from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
@@ -75,7 +75,7 @@ class SegmentCommitter:
     """Commits gathered segments and stops queues (DIVERGED, PAUSED) in the catalogue.
 
     Its catalogue writes hold ``states.lock`` (also held by the dispatcher's jobs); the
-    queues it stops go to ``states`` (:meth:`QueueStates.stop_queue`), which discovery
+    queues it stops go to ``states`` (:meth:`SharedState.stop_queue`), which discovery
     reads.
     """
 
@@ -86,7 +86,7 @@ class SegmentCommitter:
         lease: Lease,
         writer: ColdWriter,
         metrics: Metrics,
-        states: QueueStates,
+        states: SharedState,
     ) -> None:
         self.catalogue = catalogue
         self.lease = lease

@@ -31,8 +31,8 @@ from typing import Final
 
 from tieredstore.clock import Clock
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import QueueStates
 from tieredstore.dispatcher.retention_pressure import HotOldest, hot_oldest
+from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.tiering.batch.writer import (
     BatchItem,
     BatchWriter,
@@ -172,7 +172,7 @@ class Rounds:
         spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
-        states: QueueStates,
+        states: SharedState,
         batcher: BatchWriter,
         on_segment: OnCommitted | None = None,
     ) -> None:

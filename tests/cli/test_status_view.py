@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from tieredstore.cli.commands.status import View, frame, health
 from tieredstore.cli.commands.status_view import Layout, fit, render_table, select, worst_first
-from tieredstore.dispatcher.queue_status import QueueStatus, as_json
+from tieredstore.dispatcher.status_report import QueueStatus, as_json
 from tieredstore.metadata.rows import QueueState
 
 T0 = 1_700_000_000_000

@@ -13,7 +13,7 @@ import pytest
 
 from tieredstore.cli.commands.status import CLEAR, Snapshot, health_line, watch
 from tieredstore.clock import VirtualClock
-from tieredstore.dispatcher.queue_status import QueueStatus
+from tieredstore.dispatcher.status_report import QueueStatus
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.metadata.rows import QueueState
 
@@ -41,7 +41,7 @@ def test_health_line_names_the_worst_and_the_oldest_lag() -> None:
 
 
 def test_health_line_warns_when_no_sidecar_holds_the_lease() -> None:
-    from tieredstore.dispatcher.queue_status import WriterState, WriterStatus
+    from tieredstore.dispatcher.status_report import WriterState, WriterStatus
 
     lagging = [_q("A", 0, lag_messages=3000, lag_bytes=1 << 20, lag_seconds=40.0)]
     gone = WriterStatus(WriterState.NOT_HELD, "u@h", T0 - 60_000,

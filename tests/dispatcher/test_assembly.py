@@ -2,7 +2,7 @@
 state.
 
 The builder alone turns what the edge opened into a working sidecar; the queue state the
-tiering parts share (:class:`tieredstore.dispatcher.queue_states.QueueStates`) is one object, handed
+tiering parts share (:class:`tieredstore.dispatcher.shared_state.SharedState`) is one object, handed
 to each of them, so what the committer records (a stopped queue) is what discovery and
 ``status`` see.
 """

@@ -21,7 +21,7 @@ from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key
 from tieredstore.dispatcher import stopped_file
-from tieredstore.dispatcher.queue_status import collect, mark_stopped
+from tieredstore.dispatcher.status_report import collect, mark_stopped
 from tieredstore.errors import ConfigError
 from tieredstore.hot.synth import SynthSpec, synthesize
 

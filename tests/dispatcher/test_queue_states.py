@@ -1,5 +1,5 @@
 """The queue state the dispatcher's parts share
-(:class:`tieredstore.dispatcher.queue_states.QueueStates`):
+(:class:`tieredstore.dispatcher.shared_state.SharedState`):
 its contract, method by method."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tieredstore.dispatcher import stopped_file
-from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.hot.store import QueueKey
 from tieredstore.metadata.rows import QueueState
 
@@ -18,7 +18,7 @@ KEY = QueueKey("T", 0)
 
 def test_the_stopped_queues_change_only_through_stop_queue(tmp_path: Path) -> None:
     path = tmp_path / stopped_file.FILE_NAME
-    states = QueueStates(stopped_path=path)
+    states = SharedState(stopped_path=path)
     with pytest.raises(TypeError):
         states.stopped[KEY] = "written around the owner"  # type: ignore[index]
     assert not states.is_stopped(KEY)
@@ -30,7 +30,7 @@ def test_the_stopped_queues_change_only_through_stop_queue(tmp_path: Path) -> No
 
 def test_save_writes_the_damaged_queues_beside_the_stopped_ones(tmp_path: Path) -> None:
     path = tmp_path / stopped_file.FILE_NAME
-    states = QueueStates(stopped_path=path)
+    states = SharedState(stopped_path=path)
     states.damaged[KEY] = "cold damage: a manifest is missing"
     states.save()
     assert stopped_file.load_degraded(path) == {KEY: "cold damage: a manifest is missing"}
@@ -38,14 +38,14 @@ def test_save_writes_the_damaged_queues_beside_the_stopped_ones(tmp_path: Path) 
 
 
 def test_without_a_path_nothing_is_written(tmp_path: Path) -> None:
-    states = QueueStates()
+    states = SharedState()
     states.stop_queue(KEY, "why")
     assert states.is_stopped(KEY)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_operator_is_reminded_once_per_queue_and_state() -> None:
-    states = QueueStates()
+    states = SharedState()
     assert states.first_reminder(KEY, QueueState.PAUSED)
     assert not states.first_reminder(KEY, QueueState.PAUSED)
     assert states.first_reminder(KEY, QueueState.DIVERGED)
@@ -55,7 +55,7 @@ def test_the_operator_is_reminded_once_per_queue_and_state() -> None:
 
 
 async def test_a_stop_request_is_seen_by_whoever_waits_on_it() -> None:
-    states = QueueStates()
+    states = SharedState()
     assert not states.stopping.is_set()
     states.request_stop()
     states.request_stop()  # idempotent

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tieredstore.dispatcher.queue_status import WriterState, writer_status
+from tieredstore.dispatcher.status_report import WriterState, writer_status
 from tieredstore.metadata.rows import LeaseRow, QueueRow, QueueState
 
 NOW = 1_700_000_000_000

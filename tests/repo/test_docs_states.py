@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from tieredstore.cli.commands.status import health_line
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_status import QueueStatus
+from tieredstore.dispatcher.status_report import QueueStatus
 from tieredstore.metadata.rows import QueueState
 
 REPO = Path(__file__).resolve().parents[2]

@@ -156,8 +156,8 @@ class _Tally:
 class Compactor:
     """Rewrites batch slices as per-queue segments and deletes the batches they leave
     (see the module docstring). ``tiering`` is the settings in force (a reload sets it);
-    ``lock`` is the catalogue lock (:attr:`QueueStates.lock
-    <tieredstore.dispatcher.queue_states.QueueStates.lock>`), taken only around each catalogue swap.
+    ``lock`` is the catalogue lock (:attr:`SharedState.lock
+    <tieredstore.dispatcher.shared_state.SharedState.lock>`), taken only around each catalogue swap.
     """
 
     def __init__(

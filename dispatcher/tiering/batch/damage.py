@@ -32,7 +32,7 @@ import logging
 from collections.abc import Sequence
 
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import Damaged, QueueStates
+from tieredstore.dispatcher.shared_state import Damaged, SharedState
 from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
 from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_batch_damage
 from tieredstore.errors import DamagedObjectError
@@ -49,7 +49,7 @@ async def handle_damage(
     *,
     writer: ColdWriter,
     keys: BatchKeys,
-    states: QueueStates,
+    states: SharedState,
     metrics: Metrics,
 ) -> set[QueueKey]:
     """Make the damaged batch objects ``found`` loud for every queue each held, and heal

@@ -60,7 +60,7 @@ from tieredstore.cold.batch import (
 )
 from tieredstore.cold.history import Committed, slices_of
 from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.queue_states import QueueStates
+from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.tiering.batch.damage import handle_damage
 from tieredstore.dispatcher.tiering.batch.sequence import MAX_RESEQUENCE, BatchKeys
 from tieredstore.dispatcher.tiering.cold_writer import gate_start
@@ -178,7 +178,7 @@ class BatchWriter:
         keys: BatchKeys,
         catalogue: Catalogue,
         committer: SegmentCommitter,
-        states: QueueStates,
+        states: SharedState,
         metrics: Metrics,
     ) -> None:
         self.keys = keys  # the broker's batch keys, under the lease; shared (assembly)

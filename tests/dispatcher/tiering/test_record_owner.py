@@ -23,7 +23,7 @@ from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, setti
 from tieredstore.cli.main import main
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.segment import RecordOwners, TopicTable
-from tieredstore.dispatcher.queue_status import collect, mark_stopped
+from tieredstore.dispatcher.status_report import collect, mark_stopped
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.metadata.rows import QueueState

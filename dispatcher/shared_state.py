@@ -1,6 +1,6 @@
 """What the dispatcher's parts share about the queues of one process: one owner.
 
-:class:`QueueStates` is built once, by :func:`tieredstore.dispatcher.assembly.build_dispatcher`, and
+:class:`SharedState` is built once, by :func:`tieredstore.dispatcher.assembly.build_dispatcher`, and
 handed explicitly to :class:`~tieredstore.dispatcher.discovery.Discovery`,
 :class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`,
 :class:`~tieredstore.dispatcher.tiering.rounds.Rounds` and the
@@ -10,18 +10,18 @@ between awaits; the lock is for catalogue writes that span awaits.
 
 Who may change what:
 
-* :attr:`QueueStates.lock`: held by whoever writes the catalogue while tiering runs —
+* :attr:`SharedState.lock`: held by whoever writes the catalogue while tiering runs —
   the committer (its group commits, a divergence, an adoption), the periodic and
   start-up jobs, and the dispatcher's start while it heals cold damage;
-* the stopping flag: set by :meth:`QueueStates.request_stop` alone (the dispatcher's
+* the stopping flag: set by :meth:`SharedState.request_stop` alone (the dispatcher's
   ``stop``); the rounds and the loops only read it or wait on it;
-* the stopped queues: added by :meth:`QueueStates.stop_queue` alone (the committer);
+* the stopped queues: added by :meth:`SharedState.stop_queue` alone (the committer);
   discovery keeps them out of the ACTIVE set; a restart (a new process) tries them again;
 * the damaged queues: filled by the dispatcher's start, before the first tick, and by
   the rounds when a tick finds a damaged batch object
   (:func:`tieredstore.dispatcher.tiering.batch.damage.handle_damage`, under the lock);
-* the reminders: :meth:`QueueStates.mark_reminded` (the committer, which explains the
-  queues it stops itself) and :meth:`QueueStates.first_reminder` (discovery).
+* the reminders: :meth:`SharedState.mark_reminded` (the committer, which explains the
+  queues it stops itself) and :meth:`SharedState.first_reminder` (discovery).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tieredstore.dispatcher import stopped_file
 from tieredstore.hot.store import QueueKey
 from tieredstore.metadata.rows import QueueState
 
-__all__ = ["Damaged", "QueueStates", "Stopped"]
+__all__ = ["Damaged", "SharedState", "Stopped"]
 
 #: Queues this process stopped, with the reason (one line naming the key or offset):
 #: cold holds a manifest (or marker) of a newer format at their frontier, or a hot
@@ -49,7 +49,7 @@ Stopped = dict[QueueKey, str]
 Damaged = dict[QueueKey, str]
 
 
-class QueueStates:
+class SharedState:
     """The queue state the dispatcher's parts share; see the module docstring.
 
     The stopped and damaged queues are written to ``stopped_path`` (None: nowhere),
