@@ -45,7 +45,7 @@ from dispatcher.tiering.continuity import Continuity
 from dispatcher.tiering.planner import SegmentPlan
 from dispatcher.tiering.uploader import UploadedObjects, upload_objects
 from metadata.catalogue import Catalogue
-from metadata.reconcile import ReconcileIssue, ReconcileReport, reconcile
+from metadata.reconcile import ReconcileReport, reconcile
 from metadata.rows import QueueRow, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
@@ -81,7 +81,7 @@ from tieredstore.errors import (
     TieredStoreError,
     UnsupportedFormatError,
 )
-from tieredstore.findings import FindingKind
+from tieredstore.findings import Finding, FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
 
@@ -445,14 +445,12 @@ def _queue_of(key: str) -> QueueKey | None:
     return QueueKey(parsed.topic, parsed.queue_id)
 
 
-def report_damage(
-    issues: Iterable[ReconcileIssue], metrics: Metrics, catalogue: Catalogue
-) -> FoundDamage:
+def report_damage(issues: Iterable[Finding], metrics: Metrics, catalogue: Catalogue) -> FoundDamage:
     """Log every damaging issue as an ERROR, set its gauge; return the damaged queues
     (each with its first finding as the reason) and batch objects (the queues each held,
     from ``catalogue``'s slice rows, are among the damaged queues)."""
     damaged: Damaged = {}
-    batches: dict[str, list[ReconcileIssue]] = {}
+    batches: dict[str, list[Finding]] = {}
     for issue in issues:
         if not issue.kind.damage:
             continue
