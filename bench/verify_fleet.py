@@ -57,7 +57,7 @@ from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.stores.coldimage import write_local
 from tieredstore.testing.verification.fleet import fleet_image
-from verifier.fleet.fingerprint import take_fingerprint
+from verifier.fleet.take import take_fingerprint
 
 CLUSTER = "BenchFleet"
 VS_SINGLE = 3.0

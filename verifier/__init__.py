@@ -16,7 +16,8 @@ Entry points: ``python -m verifier``, ``spark-submit verifier/__main__.py`` and
 * :mod:`verifier.segmentcheck` — per-segment numpy checks (no I/O);
 * :mod:`verifier.checks` — pure DataFrame → DataFrame anomaly checks;
 * :mod:`verifier.reporting.report` — report.json, anomalies.parquet, report.html;
-* :mod:`verifier.fleet.fingerprint` — hot fingerprints (``tieredstore fingerprint``);
+* :mod:`verifier.fleet.take` — taking a hot fingerprint (``tieredstore fingerprint``;
+  the format is :mod:`tieredstore.cold.fingerprint`);
 * :mod:`verifier.fleet.job` — the fleet job (``verify --fleet``), with
   :mod:`verifier.fleet.check` (one queue against a fingerprint),
   :mod:`verifier.fleet.report` (fleet.html, fleet.json, verify.prom) and

@@ -3,7 +3,7 @@
 The fleet job (:mod:`verifier.fleet.job`) runs :func:`check_queue` in a Spark task per
 queue. It reads the queue's manifests and objects through a sync fsspec filesystem and
 decides what the single-broker job decides for a queue, with the hot side given as
-facts (:class:`~verifier.fleet.fingerprint.QueuePrint`: hot min/max, block digests and store
+facts (:class:`~tieredstore.cold.fingerprint.QueuePrint`: hot min/max, block digests and store
 times) instead of hot files.
 
 A queue's **links** are its segments (its manifests, read here) and its batch slices
@@ -23,7 +23,7 @@ its batch) and checked:
 * ``content_mismatch`` per **leaf**: each fingerprint leaf (format 3: 64 offsets by
   default, whatever the block and segment boundaries; format 2: a block) that cold
   covers whole is hashed from cold records
-  (:class:`~verifier.fleet.fingerprint.BlockHasher`) and compared; the anomaly names the
+  (:class:`~tieredstore.cold.fingerprint.BlockHasher`) and compared; the anomaly names the
   leaf (``verify --hot`` on the broker host names the byte). Only the offsets of leaves
   compared count as compared (``units_compared``, ``bytes_compared``): a leaf across a
   retention cut or past cold's max is not. A slice that does not cover is hashed on its
@@ -52,6 +52,7 @@ import numpy as np
 from fsspec.spec import AbstractFileSystem
 
 from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.fingerprint import Leaf, QueuePrint
 from tieredstore.cold.history import (
     Committed,
     EntryKind,
@@ -75,12 +76,11 @@ from verifier.decision import (
     judged,
     object_findings,
 )
-from verifier.fleet.fingerprint import Leaf, QueuePrint
 from verifier.outcome import Anomaly, QueueReport
 from verifier.readers import loss_detail
 from verifier.scope import Span as LossSpan
 from verifier.segmentcheck import FactKind, ManifestClaims, SegmentGeometry, check_segment
-from verifier.vocabulary import LagAllowance
+from verifier.vocabulary import LagAllowance, LagUnit
 
 __all__ = ["QueueCheck", "QueueWork", "check_queue"]
 
@@ -349,6 +349,17 @@ def _covering(history: QueueHistory) -> tuple[list[Committed], list[Committed]]:
     return links, [x for x in history.overlaps if x.kind is EntryKind.SLICE]
 
 
+def _lag_cutoff(hot: QueuePrint, allowance: LagAllowance, reference_ms: int) -> int:
+    """The first offset of ``hot`` allowed to be untiered (the verifier's lag rule, at
+    block granularity for an allowance in seconds: a block holding any record younger
+    than ``reference_ms - allowance`` may be untiered whole)."""
+    if allowance.unit is LagUnit.MESSAGES:
+        return max(hot.hot_min, hot.hot_max - int(allowance.value))
+    oldest_allowed = reference_ms - int(allowance.value * 1000)
+    young = (b.start for b in hot.blocks if b.last_store_ms >= oldest_allowed)
+    return next(young, hot.hot_max)
+
+
 def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueCheck:
     """Check one queue (module doc); never raises for bad data, only for a broken
     environment (the filesystem failing)."""
@@ -362,7 +373,7 @@ def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueChec
     cold_only = 0
     if hot is not None:
         allowance = work.allowance
-        cutoff = hot.lag_cutoff(allowance, work.reference_ms) if allowance else hot.hot_max
+        cutoff = _lag_cutoff(hot, allowance, work.reference_ms) if allowance else hot.hot_max
         tiered_to = cold_max if cold_max is not None else hot.hot_min
         tiered_to = next((s.end for s in work.spans if s.start <= tiered_to < s.end), tiered_to)
         lag = max(0, hot.hot_max - max(tiered_to, hot.hot_min))

@@ -1,7 +1,7 @@
 """The fleet job: every tiered broker of a cluster (or of every cluster) in one Spark job.
 
 Each broker host writes hot fingerprints into the cold store (``tieredstore
-fingerprint``, :mod:`verifier.fleet.fingerprint`); this job checks each broker's cold history
+fingerprint``, :mod:`verifier.fleet.take`); this job checks each broker's cold history
 against that broker's **newest** fingerprint, never reading a hot store:
 
 1. the driver lists two levels of the cold root: the cluster directories
@@ -49,6 +49,7 @@ from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
+from tieredstore.cold.fingerprint import Fingerprint, read_fingerprint
 from tieredstore.cold.history import Committed, Withdrawal, batch_links
 from tieredstore.cold.layout import (
     SegmentKind,
@@ -67,7 +68,6 @@ from tieredstore.errors import (
 )
 from tieredstore.findings import FindingKind
 from verifier.fleet.check import QueueCheck, QueueWork, check_queue
-from verifier.fleet.fingerprint import Fingerprint, read_fingerprint
 from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
 from verifier.readers import (
     BATCH_KIND,

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock, VirtualClock
+from tieredstore.cold.fingerprint import QueuePrint
 from tieredstore.cold.layout import fingerprint_key
 from tieredstore.cold.manifest import Manifest
 from tieredstore.cold.provenance import RetentionMark
@@ -31,8 +32,8 @@ from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
 from tieredstore.testing.stores.coldimage import ColdImage, write_local
 from tieredstore.testing.verification.fleet import damage_flip, fleet_image
-from verifier.fleet.fingerprint import QueuePrint, take_fingerprint
 from verifier.fleet.job import FleetOptions, verify_fleet
+from verifier.fleet.take import take_fingerprint
 from verifier.job import verify
 from verifier.outcome import VerificationResult
 from verifier.verdict import Verdict

@@ -38,6 +38,7 @@ from pyspark.sql import SparkSession
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock
 from tieredstore.cold.batch import SlicePart, build_batch
+from tieredstore.cold.fingerprint import read_fingerprint
 from tieredstore.cold.layout import (
     QueuePath,
     fingerprint_key,
@@ -53,7 +54,6 @@ from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.stores.coldimage import ColdImage, write_local
 from tieredstore.testing.verification.fleet import fleet_image
-from verifier.fleet.fingerprint import read_fingerprint
 from verifier.fleet.job import FleetOptions, verify_fleet
 from verifier.job import verify
 from verifier.outcome import VerificationResult
