@@ -87,7 +87,7 @@ _DIRTY = frozenset(
 class Finding:
     """One occurrence gc or reconcile reports: its kind, the object key it is about (a
     loss record's or batch object's key where no segment object is meant) and the
-    sentence saying why. Never deleted or repaired by the job that finds it."""
+    sentence saying why: something the job leaves for the operator."""
 
     kind: FindingKind
     key: str
