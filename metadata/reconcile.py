@@ -13,7 +13,7 @@ broker's cold prefix:
   wrote, from its first manifest or loss record (init offset = its start).
 * **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.cold.loss`) are adopted in the
   same order: a loss record that starts at ``cold_commit`` of an ACTIVE or PAUSED queue
-  moves the queue past it (:meth:`~tieredstore.metadata.queue_table.QueueTable.accept_loss`) — how a
+  moves the queue past it (:meth:`~metadata.queue_table.QueueTable.accept_loss`) — how a
   rebuilt catalogue keeps a loss ``resume`` accepted, and how a ``resume`` interrupted
   between writing the record and updating the catalogue is finished.
 * **Reported, never dropped**: catalogue segments whose manifest or objects are missing or
@@ -36,14 +36,13 @@ broker's cold prefix:
   read, and its slices take their place in each queue's history after the manifests and
   loss records at the same start, by batch sequence (the reading rule,
   :func:`~tieredstore.cold.history.choose`). A slice that continues its queue is adopted
-  (:meth:`~tieredstore.metadata.slice_table.SliceTable.commit_batch`): the crash between a batch's
+  (:meth:`~metadata.slice_table.SliceTable.commit_batch`): the crash between a batch's
   create and its catalogue commit, healed, and a rebuilt catalogue's slice rows. A slice
   inside the committed range (compacted, a duplicate of a lower sequence) is neither
   adopted nor reported; a batch head that does not parse is reported once, naming the
   batch (``corrupt_manifest``), and adopts nothing. A manifest inside the committed range
   whose offsets the catalogue holds as slices that tile it is compaction's segment whose
-  swap a crash interrupted: it is swapped in
-  (:meth:`~tieredstore.metadata.slice_table.SliceTable.compact`).
+  swap a crash interrupted: it is swapped in (:meth:`~metadata.slice_table.SliceTable.compact`).
   Catalogue slices whose batch object is missing or of another size are reported.
   Batch fences are no batch: skipped.
 
@@ -62,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from metadata.catalogue import DB_NAME, Catalogue
+from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import BatchFence, BatchHead
 from tieredstore.cold.history import Committed, Withdrawal, batch_links, choose, read_batch
@@ -89,14 +90,12 @@ from tieredstore.errors import (
     ObjectNotFoundError,
     UnsupportedFormatError,
 )
-from tieredstore.findings import FindingKind
-from tieredstore.metadata.catalogue import DB_NAME, Catalogue
-from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.findings import Finding, FindingKind
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend, ObjectInfo
 
-__all__ = ["ReconcileIssue", "ReconcileReport", "rebuild", "reconcile"]
+__all__ = ["ReconcileReport", "rebuild", "reconcile"]
 
 log = logging.getLogger(__name__)
 
@@ -105,24 +104,12 @@ _READ_CONCURRENCY: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
-class ReconcileIssue:
-    """One discrepancy for the operator: what kind, which object, and why."""
-
-    kind: FindingKind
-    key: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.kind.value}: {self.detail} ({self.key})"
-
-
-@dataclass(frozen=True, slots=True)
 class ReconcileReport:
     """What reconciliation did and found. ``clean`` when nothing needs the operator."""
 
     adopted: tuple[SegmentRow, ...] = ()
     created: tuple[QueueRow, ...] = ()
-    issues: tuple[ReconcileIssue, ...] = ()
+    issues: tuple[Finding, ...] = ()
     #: Keys under the broker prefix that are neither ours nor segment objects.
     unrecognised: tuple[str, ...] = ()
     #: Loss records adopted into the catalogue (rebuild, or an interrupted resume).
@@ -144,15 +131,17 @@ class ReconcileReport:
 
 
 @dataclass
-class _Findings:
+class _ReportDraft:
+    """What reconciliation has done and found so far; becomes the :class:`ReconcileReport`."""
+
     adopted: list[SegmentRow] = field(default_factory=list)
     created: list[QueueRow] = field(default_factory=list)
-    issues: list[ReconcileIssue] = field(default_factory=list)
+    issues: list[Finding] = field(default_factory=list)
     accepted: list[LossRecord] = field(default_factory=list)
     adopted_slices: list[Committed] = field(default_factory=list)
 
     def issue(self, kind: FindingKind, key: str, detail: str) -> None:
-        self.issues.append(ReconcileIssue(kind, key, detail))
+        self.issues.append(Finding(kind, key, detail))
 
 
 async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
@@ -166,7 +155,7 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
     prefix = broker_prefix(catalogue.cluster, catalogue.broker) + "/"
     listing = {info.key: info for info in await backend.list(prefix)}
     entries, unrecognised = _index(listing.values(), prefix)
-    found = _Findings()
+    found = _ReportDraft()
     batches = batch_prefix(catalogue.cluster, catalogue.broker) + "/"
     _merge(entries, await _batch_links(backend, listing, batches, found))
     queues = await asyncio.to_thread(catalogue.queues.all)
@@ -234,7 +223,7 @@ def _merge(
 
 
 async def _batch_links(
-    backend: Backend, listing: dict[str, ObjectInfo], batches: str, found: _Findings
+    backend: Backend, listing: dict[str, ObjectInfo], batches: str, found: _ReportDraft
 ) -> dict[tuple[str, int], list[Committed]]:
     """Every slice of every listed batch object that :func:`choose` reads, by queue (a
     slice over offsets a lower sequence holds is a duplicate: dropped); a batch head that
@@ -283,7 +272,7 @@ def _index(
 
 
 def _check_rows(
-    segments: Sequence[SegmentRow], listing: dict[str, ObjectInfo], found: _Findings
+    segments: Sequence[SegmentRow], listing: dict[str, ObjectInfo], found: _ReportDraft
 ) -> None:
     """Report catalogue segments whose objects are absent or of the wrong size."""
     for seg in segments:
@@ -310,7 +299,7 @@ def _check_rows(
 
 
 def _check_slice_rows(
-    slices: Sequence[Committed], listing: dict[str, ObjectInfo], found: _Findings
+    slices: Sequence[Committed], listing: dict[str, ObjectInfo], found: _ReportDraft
 ) -> None:
     """Report catalogue slices whose batch object is absent or of the wrong size."""
     for link in slices:
@@ -332,7 +321,7 @@ def _check_slice_rows(
 
 
 async def _heal_stale(
-    catalogue: Catalogue, backend: Backend, row: QueueRow, found: _Findings
+    catalogue: Catalogue, backend: Backend, row: QueueRow, found: _ReportDraft
 ) -> QueueRow:
     """Truncate a catalogue whose segments another writer's manifests replaced in cold
     (see the module docstring); return the queue's row."""
@@ -386,7 +375,7 @@ async def _adopt_queue(
     topic: str,
     queue_id: int,
     keys: Sequence[_Entry],
-    found: _Findings,
+    found: _ReportDraft,
 ) -> None:
     """Adopt one queue's manifests, loss records and batch slices that continue the
     catalogue, in history order."""
@@ -438,7 +427,7 @@ async def _inside(
     row: QueueRow,
     key: ObjectKey | LossKey,
     sliced: bool,
-    found: _Findings,
+    found: _ReportDraft,
 ) -> bool:
     """Whether an entry inside the committed range is no issue: GC's fence, or (where the
     catalogue holds slices at its start) compaction's segment, then swapped in."""
@@ -462,7 +451,7 @@ async def _inside(
 
 
 async def _adopt_slice(
-    catalogue: Catalogue, row: QueueRow | None, link: Committed, found: _Findings
+    catalogue: Catalogue, row: QueueRow | None, link: Committed, found: _ReportDraft
 ) -> tuple[QueueRow | None, bool]:
     """Adopt one batch slice; return the queue's row and whether it was adopted."""
     row, continues = await _continuing(catalogue, row, link, f"{link.history_key}: ", found)
@@ -483,7 +472,7 @@ async def _adopt_manifest(
     listing: dict[str, ObjectInfo],
     row: QueueRow | None,
     key: ObjectKey,
-    found: _Findings,
+    found: _ReportDraft,
 ) -> tuple[QueueRow | None, bool]:
     """Adopt one manifest; return the queue's row and whether it was adopted."""
     manifest = await _load(backend, listing, key, found)
@@ -506,7 +495,7 @@ async def _adopt_loss(
     row: QueueRow | None,
     key: LossKey,
     keys: Sequence[_Entry],
-    found: _Findings,
+    found: _ReportDraft,
 ) -> tuple[QueueRow | None, bool]:
     """Adopt one loss record; return the queue's row and whether it was adopted."""
     try:
@@ -553,7 +542,7 @@ async def _rows_from_records(
     prefix: str,
     known: dict[tuple[str, int], QueueRow],
     entries: dict[tuple[str, int], list[_Entry]],
-    found: _Findings,
+    found: _ReportDraft,
 ) -> None:
     """Create the rows of queues the catalogue lacks from their provenance records (init
     and retention: where the queue's history starts), adding them to ``known``. A record
@@ -609,7 +598,7 @@ async def _continuing(
     row: QueueRow | None,
     point: Manifest | Committed,
     label: str,
-    found: _Findings,
+    found: _ReportDraft,
 ) -> tuple[QueueRow, bool]:
     """The queue's row (created from ``point`` when the catalogue has none) and whether
     ``point`` continues it; if not, the issue is reported (its detail after ``label``)."""
@@ -641,7 +630,7 @@ def _continuation_problem(row: QueueRow, link: Manifest | Committed) -> str:
 
 
 async def _load(
-    backend: Backend, listing: dict[str, ObjectInfo], key: ObjectKey, found: _Findings
+    backend: Backend, listing: dict[str, ObjectInfo], key: ObjectKey, found: _ReportDraft
 ) -> Manifest | FenceMarker | None:
     """Read and validate one manifest and check its objects are listed with their sizes;
     report and return None if anything is wrong (a fence marker is returned as is)."""

@@ -83,12 +83,11 @@ from tieredstore.errors import (
     DamagedObjectError,
     ObjectNotFoundError,
 )
-from tieredstore.findings import FindingKind
+from tieredstore.findings import Finding, FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 __all__ = [
     "Fence",
-    "Finding",
     "Garbage",
     "GarbageKind",
     "GcReport",
@@ -115,18 +114,6 @@ class Garbage:
 
     def describe(self) -> str:
         return f"{self.key}: {self.size} bytes, age {format_age(self.age_ms)}, {self.kind.value}"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """Something GC saw and did not (and will not) delete."""
-
-    kind: FindingKind
-    key: str
-    detail: str
-
-    def describe(self) -> str:
-        return f"{self.kind.value}: {self.detail} ({self.key})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,14 @@
 """The verifier's decisions, sans IO: what both jobs (the single-broker Spark job and the
 fleet job's per-queue tasks) decide from the same facts, each over its own I/O."""
 
-from tieredstore.verifier.decision.link import ObjectRead, content_judged, judged, object_findings
-from tieredstore.verifier.decision.queue import RULES, Finding, Link, QueueLinks, decide
+from verifier.decision.link import ObjectRead, content_judged, judged, object_findings
+from verifier.decision.queue import RULES, Link, QueueFinding, QueueLinks, decide
 
 __all__ = [
     "RULES",
-    "Finding",
     "Link",
     "ObjectRead",
+    "QueueFinding",
     "QueueLinks",
     "content_judged",
     "decide",

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tieredstore.findings import FindingKind
-from tieredstore.verifier.decision.queue import Finding
+from verifier.decision.queue import QueueFinding
 
 __all__ = ["ObjectRead", "content_judged", "judged", "object_findings"]
 
@@ -60,7 +60,7 @@ class ObjectRead:
 
 def object_findings(
     link: str, start: int, end: int, reads: Iterable[ObjectRead]
-) -> Iterator[Finding]:
+) -> Iterator[QueueFinding]:
     """The object-level findings of the link named ``link`` over ``[start, end)``. An
     object named twice (a slice's batch holds both its spans) is missing or of another
     size once; each span's digest is its own."""
@@ -70,22 +70,22 @@ def object_findings(
             continue
         told.add(r.key)
         if r.listed is None:
-            yield Finding(
+            yield QueueFinding(
                 FindingKind.MISSING_OBJECT, start, end, r.key,
                 f"object named by {link} does not exist",
             )  # fmt: skip
         elif r.listed != r.recorded:
-            yield Finding(
+            yield QueueFinding(
                 FindingKind.SIZE_MISMATCH, start, end, r.key,
                 f"object is {r.listed} bytes, {r.says} says {r.recorded}",
             )  # fmt: skip
         elif r.read is not None and not r.whole:
-            yield Finding(
+            yield QueueFinding(
                 FindingKind.MISSING_OBJECT, start, end, r.key,
                 f"object vanished after the listing (read {r.read} of {r.span} bytes)",
             )  # fmt: skip
         elif r.whole and r.actual is not None and r.actual != r.expected:
-            yield Finding(
+            yield QueueFinding(
                 FindingKind.DIGEST_MISMATCH, start, end, r.key,
                 f"digest is {r.actual}, {r.says} says {r.expected}",
             )  # fmt: skip

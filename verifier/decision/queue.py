@@ -17,9 +17,9 @@ before it:
 * ``overlap`` — a link starting below the reach holds ``[start, min(end, reach))`` twice;
   reported on the later link.
 
-To add a rule: write a function ``QueueLinks -> Iterable[Finding]`` and add it to
+To add a rule: write a function ``QueueLinks -> Iterable[QueueFinding]`` and add it to
 :data:`RULES`; every driver then reports it (a driver that runs only some classes
-filters by :attr:`Finding.kind`).
+filters by :attr:`QueueFinding.kind`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Final
 
 from tieredstore.findings import FindingKind
 
-__all__ = ["RULES", "Finding", "Link", "QueueLinks", "decide", "gaps", "overlaps"]
+__all__ = ["RULES", "Link", "QueueFinding", "QueueLinks", "decide", "gaps", "overlaps"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -62,8 +62,10 @@ class QueueLinks:
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
-    """One anomaly of the queue: its class, range, object and the sentence a report shows."""
+class QueueFinding:
+    """One anomaly a decision found in a queue, before a job makes it a row of its anomaly
+    table (:class:`verifier.outcome.Anomaly`, which adds the queue): its class, queue
+    offsets ``[start, end)`` (None where unknown), object and the sentence a report shows."""
 
     kind: FindingKind
     start: int | None
@@ -81,11 +83,11 @@ def _with_reach(links: Sequence[Link]) -> Iterator[tuple[int, Link]]:
         reach = link.end if reach is None else max(reach, link.end)
 
 
-def gaps(queue: QueueLinks) -> Iterator[Finding]:
+def gaps(queue: QueueLinks) -> Iterator[QueueFinding]:
     """``gap``: offsets between the links in none of them, unless a span excuses them."""
     for reach, link in _with_reach(queue.ordered()):
         if link.start > reach and not queue.excused(reach, link.start):
-            yield Finding(
+            yield QueueFinding(
                 FindingKind.GAP,
                 reach,
                 link.start,
@@ -95,11 +97,11 @@ def gaps(queue: QueueLinks) -> Iterator[Finding]:
             )
 
 
-def overlaps(queue: QueueLinks) -> Iterator[Finding]:
+def overlaps(queue: QueueLinks) -> Iterator[QueueFinding]:
     """``overlap``: offsets two links hold, reported on the later one."""
     for reach, link in _with_reach(queue.ordered()):
         if link.start < reach:
-            yield Finding(
+            yield QueueFinding(
                 FindingKind.OVERLAP,
                 link.start,
                 min(link.end, reach),
@@ -110,10 +112,10 @@ def overlaps(queue: QueueLinks) -> Iterator[Finding]:
 
 
 #: Every rule of the layout decision, in report order.
-RULES: Final[tuple[Callable[[QueueLinks], Iterable[Finding]], ...]] = (gaps, overlaps)
+RULES: Final[tuple[Callable[[QueueLinks], Iterable[QueueFinding]], ...]] = (gaps, overlaps)
 
 
-def decide(queue: QueueLinks, kinds: Iterable[FindingKind] | None = None) -> list[Finding]:
+def decide(queue: QueueLinks, kinds: Iterable[FindingKind] | None = None) -> list[QueueFinding]:
     """Every finding of every rule for ``queue`` (``kinds``: only those classes)."""
     wanted = None if kinds is None else frozenset(kinds)
     return [f for rule in RULES for f in rule(queue) if wanted is None or f.kind in wanted]

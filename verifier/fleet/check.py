@@ -1,10 +1,9 @@
 """One queue of one broker checked against that broker's hot fingerprint: pure, no Spark.
 
-The fleet job (:mod:`tieredstore.verifier.fleet.job`) runs :func:`check_queue` in a Spark task per
+The fleet job (:mod:`verifier.fleet.job`) runs :func:`check_queue` in a Spark task per
 queue. It reads the queue's manifests and objects through a sync fsspec filesystem and
 decides what the single-broker job decides for a queue, with the hot side given as
-facts (:class:`~tieredstore.verifier.fleet.fingerprint.QueuePrint`: hot min/max, block digests and
-store
+facts (:class:`~tieredstore.cold.fingerprint.QueuePrint`: hot min/max, block digests and store
 times) instead of hot files.
 
 A queue's **links** are its segments (its manifests, read here) and its batch slices
@@ -16,16 +15,15 @@ over the covering links; every link, covering or not, is read (a slice: range re
 its batch) and checked:
 
 * ``corrupt_manifest``, ``gap``, ``overlap`` (unless an accepted loss span covers the
-  hole; decided by :func:`tieredstore.verifier.decision.decide`, as the single-broker job does),
+  hole; decided by :func:`verifier.decision.decide`, as the single-broker job does),
   ``missing_object``, ``size_mismatch`` and ``digest_mismatch`` (decided by
-  :func:`tieredstore.verifier.decision.object_findings` from what was read), ``record_mismatch``
-  and ``manifest_mismatch`` from cold alone
-  (:func:`~tieredstore.verifier.segmentcheck.check_segment`)
-  on a link read whole (:func:`tieredstore.verifier.decision.judged`, the single-broker job's rule);
+  :func:`verifier.decision.object_findings` from what was read), ``record_mismatch``
+  and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`)
+  on a link read whole (:func:`verifier.decision.judged`, the single-broker job's rule);
 * ``content_mismatch`` per **leaf**: each fingerprint leaf (format 3: 64 offsets by
   default, whatever the block and segment boundaries; format 2: a block) that cold
   covers whole is hashed from cold records
-  (:class:`~tieredstore.verifier.fleet.fingerprint.BlockHasher`) and compared; the anomaly names the
+  (:class:`~tieredstore.cold.fingerprint.BlockHasher`) and compared; the anomaly names the
   leaf (``verify --hot`` on the broker host names the byte). Only the offsets of leaves
   compared count as compared (``units_compared``, ``bytes_compared``): a leaf across a
   retention cut or past cold's max is not. A slice that does not cover is hashed on its
@@ -37,8 +35,8 @@ its batch) and checked:
 * ``lost_before_tiering`` for loss records in scope.
 
 The required range (``missing_head``, ``unproven_start``, ``hot_not_covered`` of a queue
-with no segment) is decided afterwards on the driver by :mod:`tieredstore.verifier.scope`, over the
-:class:`~tieredstore.verifier.outcome.QueueReport` this returns. ``cold_ahead_of_hot`` is not
+with no segment) is decided afterwards on the driver by :mod:`verifier.scope`, over the
+:class:`~verifier.outcome.QueueReport` this returns. ``cold_ahead_of_hot`` is not
 decided: cold may hold offsets written after the fingerprint was taken.
 """
 
@@ -54,6 +52,7 @@ import numpy as np
 from fsspec.spec import AbstractFileSystem
 
 from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.fingerprint import Leaf, QueuePrint
 from tieredstore.cold.history import (
     Committed,
     EntryKind,
@@ -68,7 +67,7 @@ from tieredstore.errors import CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
-from tieredstore.verifier.decision import (
+from verifier.decision import (
     Link,
     ObjectRead,
     QueueLinks,
@@ -77,17 +76,11 @@ from tieredstore.verifier.decision import (
     judged,
     object_findings,
 )
-from tieredstore.verifier.fleet.fingerprint import Leaf, QueuePrint
-from tieredstore.verifier.outcome import Anomaly, QueueReport
-from tieredstore.verifier.readers import loss_detail
-from tieredstore.verifier.scope import Span as LossSpan
-from tieredstore.verifier.segmentcheck import (
-    FactKind,
-    ManifestClaims,
-    SegmentGeometry,
-    check_segment,
-)
-from tieredstore.verifier.vocabulary import LagAllowance
+from verifier.outcome import Anomaly, QueueReport
+from verifier.readers import loss_detail
+from verifier.scope import Span as LossSpan
+from verifier.segmentcheck import FactKind, ManifestClaims, SegmentGeometry, check_segment
+from verifier.vocabulary import LagAllowance, LagUnit
 
 __all__ = ["QueueCheck", "QueueWork", "check_queue"]
 
@@ -187,7 +180,7 @@ class _Run:
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset))
 
     def layout(self, links: list[Committed]) -> None:
-        """``gap`` and ``overlap``: the shared decision (:mod:`tieredstore.verifier.decision`)."""
+        """``gap`` and ``overlap``: the shared decision (:mod:`verifier.decision`)."""
         w = self.w
         queue = QueueLinks(
             w.topic,
@@ -200,7 +193,7 @@ class _Run:
 
     def read(self, m: Committed, which: str) -> tuple[ObjectRead, bytes | None]:
         """Gather the facts of one object of ``m`` (listed size, bytes read, digest);
-        the decision (:func:`tieredstore.verifier.decision.object_findings`) judges them."""
+        the decision (:func:`verifier.decision.object_findings`) judges them."""
         ref: Span = m.commit_log if which == "cl" else m.consume_queue
         says = "its manifest" if m.kind is EntryKind.SEGMENT else "its batch index"
         listed = self.w.objects.get(ref.key)
@@ -356,6 +349,17 @@ def _covering(history: QueueHistory) -> tuple[list[Committed], list[Committed]]:
     return links, [x for x in history.overlaps if x.kind is EntryKind.SLICE]
 
 
+def _lag_cutoff(hot: QueuePrint, allowance: LagAllowance, reference_ms: int) -> int:
+    """The first offset of ``hot`` allowed to be untiered (the verifier's lag rule, at
+    block granularity for an allowance in seconds: a block holding any record younger
+    than ``reference_ms - allowance`` may be untiered whole)."""
+    if allowance.unit is LagUnit.MESSAGES:
+        return max(hot.hot_min, hot.hot_max - int(allowance.value))
+    oldest_allowed = reference_ms - int(allowance.value * 1000)
+    young = (b.start for b in hot.blocks if b.last_store_ms >= oldest_allowed)
+    return next(young, hot.hot_max)
+
+
 def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueCheck:
     """Check one queue (module doc); never raises for bad data, only for a broken
     environment (the filesystem failing)."""
@@ -369,7 +373,7 @@ def check_queue(fs: AbstractFileSystem, root: str, work: QueueWork) -> QueueChec
     cold_only = 0
     if hot is not None:
         allowance = work.allowance
-        cutoff = hot.lag_cutoff(allowance, work.reference_ms) if allowance else hot.hot_max
+        cutoff = _lag_cutoff(hot, allowance, work.reference_ms) if allowance else hot.hot_max
         tiered_to = cold_max if cold_max is not None else hot.hot_min
         tiered_to = next((s.end for s in work.spans if s.start <= tiered_to < s.end), tiered_to)
         lag = max(0, hot.hot_max - max(tiered_to, hot.hot_min))

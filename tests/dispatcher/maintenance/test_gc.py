@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
-from tests.support.stores.coldcheck import assert_cold_matches_hot
-from tests.support.stores.segments import chain
+from dispatcher.lease.lease import Lease
+from dispatcher.lease.renewal import renew_until
+from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
+from metadata.reconcile import rebuild
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.main import main
@@ -32,13 +33,13 @@ from tieredstore.cold.layout import (
     quarantine_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.dispatcher.lease.lease import Lease
-from tieredstore.dispatcher.lease.renewal import renew_until
-from tieredstore.dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tieredstore.errors import ConditionFailedError, LeaseLostError
-from tieredstore.findings import FindingKind
+from tieredstore.findings import Finding, FindingKind
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.segments import chain
 
 HOUR_MS = 3_600_000
 GRACE_S = 3600.0
@@ -168,6 +169,26 @@ async def test_missing_objects_are_reported_and_their_siblings_kept(tiered: Path
         )
         assert [(f.kind, f.key) for f in report.damaged] == [(FindingKind.MISSING_OBJECT, cq_key)]
         assert report.garbage == ()  # the manifest's commit-log object is referenced: kept
+
+
+async def test_gc_and_rebuild_report_one_damage_as_the_same_finding(
+    tiered: Path, tmp_path: Path
+) -> None:
+    """One occurrence, one class: gc and reconcile say a missing object alike."""
+    _age_everything(tiered)
+    async with open_backend(str(tiered)) as backend:
+        cq_key = next(o.key for o in await backend.list(QUEUE.root + "/CONSUME_QUEUE/"))
+        await backend.delete(cq_key)
+        scanned = await scan_garbage(
+            backend, cluster=CLUSTER, broker=BROKER, now_ms=int(time.time() * 1000), grace_s=1
+        )
+        rebuilt = await rebuild(backend, tmp_path / "rebuilt", cluster=CLUSTER, broker=BROKER)
+    by_gc = [f for f in scanned.findings if f.key == cq_key]
+    by_reconcile = [f for f in rebuilt.issues if f.key == cq_key]
+    assert [f.kind for f in by_gc + by_reconcile] == [FindingKind.MISSING_OBJECT] * 2
+    for f in by_gc + by_reconcile:
+        assert type(f) is Finding
+        assert f.describe() == str(f) == f"missing_object: {f.detail} ({cq_key})"
 
 
 async def test_a_corrupt_manifest_shields_its_whole_queue(tiered: Path) -> None:

@@ -1,0 +1,302 @@
+"""Hot fingerprints, the stored format: what a broker's hot store held, small enough to
+ship to a cluster, and what its digests mean.
+
+``tieredstore fingerprint`` takes one (:func:`verifier.fleet.take.take_fingerprint`, on
+each broker host) and creates it under the broker's prefix at
+:func:`~tieredstore.cold.layout.fingerprint_key`,
+``_fingerprints/s<sequence:010d>-<taken_ms:013d>.json`` (a format-2 one is named
+``<taken_ms:013d>.json`` and sorts below every sequenced one); the fleet job
+(:mod:`verifier.fleet.job`) reads the newest with :func:`read_fingerprint` and checks the
+broker's cold history against it without reading the hot store. docs/format.md
+describes the JSON.
+
+Per queue a :class:`Fingerprint` holds the hot ``[min, max)`` when it was taken and one
+:class:`Block` per fixed run of ``block_offsets`` queue offsets (block ``k`` covers
+``[k * B, (k + 1) * B)`` clipped to ``[min, max)``, :func:`block_ranges`): its digest, the
+store times of its first and last record (for the lag rule, whose reference time is
+``taken_ms``) and its **leaf** digests (format 3): the block cut the same way into runs of
+``leaf_offsets``, each with the same digest in 8 bytes (:class:`Leaf`, the unit the fleet
+job compares).
+
+It also holds, per queue and for each ``since_ms`` of the broker's tiering record,
+``stored_from[since_ms]``: the first hot offset stored at or after it (``hot_max``: none).
+A check against a fingerprint that lacks one of the tiering record's times proves
+nothing of it (the fleet job makes that broker INCOMPLETE).
+
+**The block digest** (:class:`BlockHasher`) is defined on what the verifier's content
+level compares, so the cluster job computes it from cold records alone::
+
+    digest = blake2b-128( blake2b-128(units) || blake2b-128(records) )
+    units   = for each offset: the CQ unit's size (4 bytes) and tagsCode (8 bytes), big-endian
+    records = for each offset: the commit-log record, its bytes [28, 36) set to zero
+
+Bytes [28, 36) are the physicalOffset field, the only bytes a cold record may differ in
+from its hot original (so the digest compares records outside them, as the content level
+does); the unit's commit-log offset is left out for the same reason.
+Both streams are fed record by record, so a block that spans two cold segments is
+hashed piecewise and gives the same digest. A leaf's digest is the same construction
+with ``blake2b-64``.
+
+Its size grows with blocks, not messages: one block is about 80 bytes of JSON, so a
+queue of ``n`` offsets costs ``80 * n / block_offsets`` bytes (docs/format.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from tieredstore.errors import CorruptProvenanceError
+from tieredstore.formats.consumequeue import Units
+from tieredstore.formats.vector import physical_offset_bytes
+
+__all__ = [
+    "BLOCK_DIGEST_SIZE",
+    "FINGERPRINT_FORMAT_VERSION",
+    "LEAF_DIGEST_SIZE",
+    "UNIT_STREAM_BYTES",
+    "Block",
+    "BlockHasher",
+    "Fingerprint",
+    "Leaf",
+    "QueuePrint",
+    "block_ranges",
+    "block_streams",
+    "read_fingerprint",
+]
+
+#: 3: a per-broker ``sequence`` and per block its **leaf** digests. 2: ``stored_from`` per
+#: queue (format 1 had none; it is refused, never read as empty). A format-2 fingerprint
+#: still reads: its blocks are its leaves, and it has no sequence.
+FINGERPRINT_FORMAT_VERSION: Final = 3
+_READABLE_VERSIONS: Final = (2, 3)
+#: Bytes of a block digest (blake2b-128).
+BLOCK_DIGEST_SIZE: Final = 16
+#: Bytes of a leaf digest (blake2b-64), stored back to back in a block's sixth field.
+LEAF_DIGEST_SIZE: Final = 8
+_UNITS_STREAM: Final = np.dtype([("size", ">i4"), ("tags_code", ">i8")])
+#: Bytes per offset of the digest's units stream (size and tagsCode).
+UNIT_STREAM_BYTES: Final = _UNITS_STREAM.itemsize
+
+
+class BlockHasher:
+    """The block digest (module doc), fed one run of consecutive offsets at a time; a
+    leaf digest is the same construction in ``digest_size`` 8 bytes."""
+
+    def __init__(self, digest_size: int = BLOCK_DIGEST_SIZE) -> None:
+        self._size = digest_size
+        self._units = hashlib.blake2b(digest_size=digest_size)
+        self._records = hashlib.blake2b(digest_size=digest_size)
+
+    def update(self, units: Units, records: bytes | bytearray | memoryview) -> None:
+        """Add the offsets of ``units`` whose records are ``records``, back to back. A
+        ``bytearray`` is changed in place (its physicalOffset fields zeroed): no copy."""
+        self.feed(*block_streams(units, records))
+
+    def feed(self, units: bytes, records: bytes | bytearray | memoryview) -> None:
+        """Add one run's two streams as :func:`block_streams` gives them."""
+        self._units.update(units)
+        self._records.update(records)
+
+    def hexdigest(self) -> str:
+        outer = hashlib.blake2b(digest_size=self._size)
+        outer.update(self._units.digest() + self._records.digest())
+        return outer.hexdigest()
+
+
+def block_streams(units: Units, records: bytes | bytearray | memoryview) -> tuple[bytes, bytearray]:
+    """The two streams of the block digest (module doc) for one run of offsets: the units'
+    size and tagsCode, and ``records`` with their physicalOffset fields zeroed (in place
+    when ``records`` is a ``bytearray``, else in a copy)."""
+    head = np.empty(units.shape[0], dtype=_UNITS_STREAM)
+    head["size"] = units["size"]
+    head["tags_code"] = units["tags_code"]
+    buf = records if isinstance(records, bytearray) else bytearray(records)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    sizes = units["size"].astype(np.int64)
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    drop = physical_offset_bytes(starts)
+    arr[drop[drop < arr.size]] = 0
+    return head.tobytes(), buf
+
+
+def block_ranges(lo: int, hi: int, block_offsets: int) -> Iterator[tuple[int, int]]:
+    """The blocks of ``[lo, hi)``: ``[k * B, (k + 1) * B)`` clipped to it, in order."""
+    start = lo
+    while start < hi:
+        end = min(hi, (start // block_offsets + 1) * block_offsets)
+        yield start, end
+        start = end
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """One unit of comparison: ``[start, end)`` and its digest (hex: 8 bytes for a
+    leaf of format 3, 16 for a format-2 block read as one leaf)."""
+
+    start: int
+    end: int
+    digest: str
+
+    def hasher(self) -> BlockHasher:
+        """A hasher whose digest compares with this one's."""
+        return BlockHasher(len(self.digest) // 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One block of a queue: ``[start, end)``, its digest and first/last store times,
+    and its leaf digests back to back (8 bytes each, format 3; empty in format 2): one per
+    leaf of :func:`block_ranges` ``(start, end, leaf_offsets)``."""
+
+    start: int
+    end: int
+    digest: str
+    first_store_ms: int
+    last_store_ms: int
+    leaves: bytes = b""
+
+    def leaf_list(self, leaf_offsets: int) -> list[Leaf]:
+        """The block's leaves (itself as one, if it has no leaf digests)."""
+        if not self.leaves or leaf_offsets <= 0:
+            return [Leaf(self.start, self.end, self.digest)]
+        size = LEAF_DIGEST_SIZE
+        ranges = list(block_ranges(self.start, self.end, leaf_offsets))
+        if len(self.leaves) != size * len(ranges):
+            raise ValueError(
+                f"block [{self.start}, {self.end}) has {len(self.leaves)} bytes of leaf "
+                f"digests, {size * len(ranges)} expected"
+            )
+        return [
+            Leaf(s, e, self.leaves[i * size : (i + 1) * size].hex())
+            for i, (s, e) in enumerate(ranges)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePrint:
+    """One hot queue as the fingerprint saw it; ``stored_from`` pairs each tiering-record
+    time ``since_ms`` with the first offset stored at or after it (``hot_max``: none)."""
+
+    topic: str
+    queue_id: int
+    hot_min: int
+    hot_max: int
+    blocks: tuple[Block, ...]
+    stored_from: tuple[tuple[int, int], ...] = ()
+    #: Offsets per leaf (0: the blocks are the leaves, format 2).
+    leaf_offsets: int = 0
+
+    def leaves(self) -> list[Leaf]:
+        """The units of comparison, in offset order: every block's leaves (format 2:
+        the blocks themselves)."""
+        return [leaf for b in self.blocks for leaf in b.leaf_list(self.leaf_offsets)]
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A broker's hot store at ``taken_ms`` (the broker host's clock): the reference time
+    of the lag rule for a check against it. ``sequence`` is its place among the broker's
+    fingerprints (its key's; -1: format 2, none), ``leaf_offsets`` the leaf size (0:
+    format 2, no leaves)."""
+
+    cluster: str
+    broker: str
+    taken_ms: int
+    block_offsets: int
+    hot_bytes: int
+    queues: tuple[QueuePrint, ...]
+    sequence: int = -1
+    leaf_offsets: int = 0
+
+    def queue(self, topic: str, queue_id: int) -> QueuePrint | None:
+        return next((q for q in self.queues if (q.topic, q.queue_id) == (topic, queue_id)), None)
+
+    def to_bytes(self) -> bytes:
+        """The stored form: compact JSON, blocks as ``[start, end, digest, first, last]``."""
+        doc = {
+            "format_version": FINGERPRINT_FORMAT_VERSION,
+            "cluster": self.cluster,
+            "broker": self.broker,
+            "sequence": self.sequence,
+            "taken_ms": self.taken_ms,
+            "block_offsets": self.block_offsets,
+            "leaf_offsets": self.leaf_offsets,
+            "hot_bytes": self.hot_bytes,
+            "queues": [
+                {
+                    "topic": q.topic,
+                    "queue_id": q.queue_id,
+                    "hot_min": q.hot_min,
+                    "hot_max": q.hot_max,
+                    "blocks": [
+                        [
+                            b.start,
+                            b.end,
+                            b.digest,
+                            b.first_store_ms,
+                            b.last_store_ms,
+                            base64.b64encode(b.leaves).decode(),
+                        ]
+                        for b in q.blocks
+                    ],
+                    "stored_from": [[since, offset] for since, offset in q.stored_from],
+                }
+                for q in self.queues
+            ],
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def read_fingerprint(data: bytes, key: str) -> Fingerprint:
+    """Parse a stored fingerprint: format 3, or format 2 (no sequence, -1; no leaves: its
+    blocks are compared whole, as that format's reader did).
+
+    Raises:
+        CorruptProvenanceError: not a fingerprint of a format this version reads, or
+            leaf digests that do not fit their blocks (naming ``key``).
+    """
+    try:
+        doc: dict[str, Any] = json.loads(data)
+        version = doc["format_version"]
+        if version not in _READABLE_VERSIONS:
+            raise CorruptProvenanceError(
+                f"fingerprint format {version} is not one this version reads", where=key
+            )
+        leaf_offsets = int(doc["leaf_offsets"]) if version >= 3 else 0
+        queues = tuple(
+            QueuePrint(
+                str(q["topic"]), int(q["queue_id"]), int(q["hot_min"]), int(q["hot_max"]),
+                tuple(_block(b, version) for b in q["blocks"]),
+                tuple((int(t), int(o)) for t, o in q["stored_from"]),
+                leaf_offsets,
+            )
+            for q in doc["queues"]
+        )  # fmt: skip
+        for q in queues:
+            q.leaves()  # leaf digests that do not fit their blocks raise ValueError
+        return Fingerprint(
+            str(doc["cluster"]),
+            str(doc["broker"]),
+            int(doc["taken_ms"]),
+            int(doc["block_offsets"]),
+            int(doc["hot_bytes"]),
+            queues,
+            int(doc["sequence"]) if version >= 3 else -1,
+            leaf_offsets,
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptProvenanceError(f"fingerprint does not read: {exc}", where=key) from exc
+
+
+def _block(row: list[Any], version: int) -> Block:
+    s, e, d, f, la = row[:5]
+    leaves = base64.b64decode(str(row[5]), validate=True) if version >= 3 else b""
+    return Block(int(s), int(e), str(d), int(f), int(la), leaves)

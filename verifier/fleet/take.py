@@ -1,0 +1,238 @@
+"""Taking a hot fingerprint (:mod:`tieredstore.cold.fingerprint`, the format): reading a
+broker's hot store block by block, paced, into one :class:`Fingerprint`.
+
+``tieredstore fingerprint`` runs this on each broker host (no Spark, no JVM) and creates
+the result under the broker's prefix
+(``_fingerprints/s<sequence:010d>-<taken_ms:013d>.json``,
+:func:`~tieredstore.cold.layout.fingerprint_key`). Per block it takes the digest and the
+leaf digests the format defines (:class:`BlockHasher`) and the store times of its first
+and last record; per queue, ``stored_from`` for each ``since_ms`` of the broker's tiering
+record, found in the hot records read for the blocks — what
+:class:`verifier.scope.HotFacts` needs to decide, per message time, which messages were
+stored while a rule tiered their topic.
+
+Memory is bounded by three blocks' records: the one being read and the two before it,
+whose digests a worker thread takes meanwhile (hashlib lets go of the GIL).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Final, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from tieredstore.clock import Clock
+from tieredstore.cold.fingerprint import (
+    LEAF_DIGEST_SIZE,
+    UNIT_STREAM_BYTES,
+    Block,
+    BlockHasher,
+    Fingerprint,
+    QueuePrint,
+    block_ranges,
+    block_streams,
+)
+from tieredstore.errors import OffsetOutOfRangeError, StoreError, StoreNotFoundError
+from tieredstore.formats.consumequeue import Units
+from tieredstore.formats.record import STORE_TIMESTAMP_AT_V4, STORE_TIMESTAMP_AT_V6, SysFlag
+from tieredstore.formats.record import SYS_FLAG_AT as _SYS_FLAG_AT
+from tieredstore.hot.commitlog import HotCommitlog
+from tieredstore.hot.store import HotStore
+from tieredstore.ratelimit import TokenBucket
+
+__all__ = [
+    "DEFAULT_BLOCK_OFFSETS",
+    "DEFAULT_LEAF_OFFSETS",
+    "take_fingerprint",
+]
+
+#: Queue offsets per block: 256 blocks per million messages.
+DEFAULT_BLOCK_OFFSETS: Final = 4096
+#: Queue offsets per leaf: the unit of comparison (8 bytes of digest per leaf).
+DEFAULT_LEAF_OFFSETS: Final = 64
+#: Blocks whose digest is being taken while the next is read (each holds its records).
+_DIGESTS_QUEUED: Final = 2
+
+
+def _store_time_at(buf: memoryview, pos: int) -> int:
+    flag = int.from_bytes(buf[pos + _SYS_FLAG_AT : pos + _SYS_FLAG_AT + 4], "big")
+    ts = STORE_TIMESTAMP_AT_V6 if flag & int(SysFlag.BORNHOST_V6) else STORE_TIMESTAMP_AT_V4
+    return int.from_bytes(buf[pos + ts : pos + ts + 8], "big", signed=True)
+
+
+def first_stored_at(
+    records: bytes | bytearray | memoryview, sizes: npt.NDArray[np.int64], since_ms: int
+) -> int:
+    """The index among ``records`` (back to back) of the first stored at or after
+    ``since_ms`` (``len(sizes)``: none); store times grow with queue offsets, so a
+    binary search, as the verifier's hot reader does."""
+    buf = memoryview(records)
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    lo, hi = 0, int(sizes.size)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _store_time_at(buf, int(starts[mid])) < since_ms:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def store_times(
+    records: bytes | bytearray | memoryview, sizes: npt.NDArray[np.int64]
+) -> tuple[int, int]:
+    """The storeTimestamp of the first and of the last of ``records`` (back to back)."""
+    buf = memoryview(records)
+    return _store_time_at(buf, 0), _store_time_at(buf, int(sizes[:-1].sum()))
+
+
+async def take_fingerprint(
+    hot: HotStore,
+    *,
+    cluster: str,
+    broker: str,
+    clock: Clock,
+    bucket: TokenBucket | None = None,
+    block_offsets: int = DEFAULT_BLOCK_OFFSETS,
+    leaf_offsets: int = DEFAULT_LEAF_OFFSETS,
+    since_ms: tuple[int, ...] = (),
+    sequence: int = 0,
+) -> Fingerprint:
+    """Read every hot queue block by block and fingerprint it (module doc): per block its
+    digest and its leaves' (of ``leaf_offsets``), ``stored_from`` for each of ``since_ms``
+    (the tiering record's entry times), ``sequence`` as given (the caller allocates it).
+
+    ``bucket`` paces the reads (bytes of consume queue and commit log); its waits are on
+    ``clock``. A block the broker deletes while we read (the queue's oldest) moves the
+    queue's hot min past it.
+
+    Raises:
+        StoreError: the store is not a broker store, or a file does not read.
+    """
+    if block_offsets <= 0 or leaf_offsets <= 0:
+        raise ValueError(f"block and leaf offsets must be > 0, got {block_offsets}, {leaf_offsets}")
+    taken = clock.now_ms()
+    read: list[_ReadQueue] = []
+    total = 0
+    with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
+        for key in (k for k in hot.queues() if hot.cq_files(k.topic, k.queue_id)):
+            rng = hot.queue_range(key.topic, key.queue_id)
+            blocks: list[_ReadBlock] = []
+            found: dict[int, int] = {}
+            low = rng.min
+            for start, end in block_ranges(rng.min, rng.max, block_offsets):
+                try:
+                    units = hot.read_units(key.topic, key.queue_id, start, end)
+                    sizes = units["size"].astype(np.int64)
+                    records = cl.gather(units["commitlog_offset"].astype(np.int64), sizes)
+                except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
+                    if blocks:
+                        raise StoreError(
+                            f"hot queue {key} changed under the fingerprint: {exc}"
+                        ) from exc
+                    low = end  # deleted by the broker's retention while we read
+                    continue
+                first, last = store_times(records, sizes)
+                new = (t for t in since_ms if t not in found and last >= t)
+                found |= {t: start + first_stored_at(records, sizes, t) for t in new}
+                taken_digests = digests.take(start, units, records)
+                blocks.append(_ReadBlock(start, end, taken_digests, first, last))
+                size = len(records) + 20 * units.shape[0]
+                total += size
+                if bucket is not None:
+                    await bucket.acquire(size)
+            top = max(low, rng.max)
+            stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
+            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, leaf_offsets))
+    queues = tuple(q.printed() for q in read)
+    return Fingerprint(cluster, broker, taken, block_offsets, total, queues, sequence, leaf_offsets)
+
+
+class _Digests:
+    """Block digests taken on a worker thread (hashlib lets go of the GIL) while the
+    caller reads the next blocks; at most ``_DIGESTS_QUEUED`` wait, each holding its
+    records (a context manager: leaving it waits for them)."""
+
+    def __init__(self, leaf_offsets: int) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest")
+        self._queued: deque[Future[tuple[str, bytes]]] = deque()
+        self._leaf = leaf_offsets
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown()
+
+    def take(self, start: int, units: Units, records: bytearray) -> Future[tuple[str, bytes]]:
+        """The digest of one whole block from ``start`` and its leaf digests (its
+        ``records`` are zeroed in place)."""
+        if len(self._queued) == _DIGESTS_QUEUED:
+            self._queued.popleft().result()  # bounds the records held
+        sizes = units["size"].astype(np.int64)
+        streams = block_streams(units, records)
+        self._queued.append(self._pool.submit(_block_digest, start, sizes, self._leaf, *streams))
+        return self._queued[-1]
+
+
+def _block_digest(
+    start: int, sizes: npt.NDArray[np.int64], leaf_offsets: int, units: bytes, records: bytearray
+) -> tuple[str, bytes]:
+    hasher = BlockHasher()
+    hasher.feed(units, records)
+    ends = np.cumsum(sizes)
+    width = UNIT_STREAM_BYTES
+    view = memoryview(records)
+    leaves = bytearray()
+    for lo, hi in block_ranges(start, start + int(sizes.size), leaf_offsets):
+        i, j = lo - start, hi - start
+        leaf = BlockHasher(LEAF_DIGEST_SIZE)
+        first = int(ends[i - 1]) if i else 0
+        leaf.feed(units[i * width : j * width], view[first : int(ends[j - 1])])
+        leaves += bytes.fromhex(leaf.hexdigest())
+    return hasher.hexdigest(), bytes(leaves)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadBlock:
+    """A block read, its digest being taken."""
+
+    start: int
+    end: int
+    digest: Future[tuple[str, bytes]]
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadQueue:
+    """A queue read: :class:`QueuePrint` once its blocks' digests are taken."""
+
+    topic: str
+    queue_id: int
+    hot_min: int
+    hot_max: int
+    blocks: list[_ReadBlock]
+    stored_from: tuple[tuple[int, int], ...]
+    leaf_offsets: int
+
+    def printed(self) -> QueuePrint:
+        """The queue's print, each block's digest waited for."""
+        blocks = []
+        for b in self.blocks:
+            digest, leaves = b.digest.result()
+            blocks.append(Block(b.start, b.end, digest, b.first, b.last, leaves))
+        return QueuePrint(
+            self.topic,
+            self.queue_id,
+            self.hot_min,
+            self.hot_max,
+            tuple(blocks),
+            self.stored_from,
+            self.leaf_offsets,
+        )
