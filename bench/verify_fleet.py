@@ -9,8 +9,9 @@ codec, no sidecar), and then times:
   as a process (its CPU seconds too), against ``cat`` of the same hot files to
   ``/dev/null`` (files warm for both). Prints the fingerprint's CPU-s per GiB of hot data
   and its size in bytes per GiB;
-* **fleet**: one ``python -m verifier --fleet`` process (``--master``) over every broker,
-  against ``--brokers`` ``python -m verifier --level content`` processes run one after
+* **fleet**: one ``python -m tieredstore.verifier --fleet`` process (``--master``) over every
+  broker,
+  against ``--brokers`` ``python -m tieredstore.verifier --level content`` processes run one after
   the other (what a nightly job per broker host costs: a JVM start each).
 
 ``--fingerprint-only`` stops after the fingerprint (no Spark: its RESULT line only);
@@ -49,15 +50,15 @@ from _common import (
     warm,
 )
 
+from tests.support.stores.coldimage import write_local
+from tests.support.verification.fleet import fleet_image
 from tieredstore.clock import SystemClock
 from tieredstore.cold.layout import fingerprint_key, tiering_key
 from tieredstore.cold.provenance import read_tiering_record
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.stores.coldimage import write_local
-from tieredstore.testing.verification.fleet import fleet_image
-from verifier.fleet.take import take_fingerprint
+from tieredstore.verifier.fleet.take import take_fingerprint
 
 CLUSTER = "BenchFleet"
 VS_SINGLE = 3.0
@@ -167,7 +168,8 @@ def main() -> int:
         run_measured(cmd, env=_env(), log=work / "fingerprint.log")
 
     fleet_out = work / "fleet"
-    cmd = [sys.executable, "-m", "verifier", "--fleet", "--cold", str(cold), "--cluster",
+    cmd = [sys.executable, "-m", "tieredstore.verifier", "--fleet", "--cold", str(cold),
+    "--cluster",
            CLUSTER, "--out", str(fleet_out), "--master", args.master]  # fmt: skip
     fleet = run_measured(cmd, env=_env(), log=work / "fleet.log")
     verdict = json.loads((fleet_out / "fleet.json").read_text())["verdict"]

@@ -13,7 +13,7 @@ broker's cold prefix:
   wrote, from its first manifest or loss record (init offset = its start).
 * **Accepted losses** (``LOSS/<name>.json``, :mod:`tieredstore.cold.loss`) are adopted in the
   same order: a loss record that starts at ``cold_commit`` of an ACTIVE or PAUSED queue
-  moves the queue past it (:meth:`~metadata.queue_table.QueueTable.accept_loss`) — how a
+  moves the queue past it (:meth:`~tieredstore.metadata.queue_table.QueueTable.accept_loss`) — how a
   rebuilt catalogue keeps a loss ``resume`` accepted, and how a ``resume`` interrupted
   between writing the record and updating the catalogue is finished.
 * **Reported, never dropped**: catalogue segments whose manifest or objects are missing or
@@ -36,13 +36,14 @@ broker's cold prefix:
   read, and its slices take their place in each queue's history after the manifests and
   loss records at the same start, by batch sequence (the reading rule,
   :func:`~tieredstore.cold.history.choose`). A slice that continues its queue is adopted
-  (:meth:`~metadata.slice_table.SliceTable.commit_batch`): the crash between a batch's
+  (:meth:`~tieredstore.metadata.slice_table.SliceTable.commit_batch`): the crash between a batch's
   create and its catalogue commit, healed, and a rebuilt catalogue's slice rows. A slice
   inside the committed range (compacted, a duplicate of a lower sequence) is neither
   adopted nor reported; a batch head that does not parse is reported once, naming the
   batch (``corrupt_manifest``), and adopts nothing. A manifest inside the committed range
   whose offsets the catalogue holds as slices that tile it is compaction's segment whose
-  swap a crash interrupted: it is swapped in (:meth:`~metadata.slice_table.SliceTable.compact`).
+  swap a crash interrupted: it is swapped in
+  (:meth:`~tieredstore.metadata.slice_table.SliceTable.compact`).
   Catalogue slices whose batch object is missing or of another size are reported.
   Batch fences are no batch: skipped.
 
@@ -61,8 +62,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from metadata.catalogue import DB_NAME, Catalogue
-from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import BatchFence, BatchHead
 from tieredstore.cold.history import Committed, Withdrawal, batch_links, choose, read_batch
@@ -91,6 +90,8 @@ from tieredstore.errors import (
     UnsupportedFormatError,
 )
 from tieredstore.findings import Finding, FindingKind
+from tieredstore.metadata.catalogue import DB_NAME, Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend, ObjectInfo

@@ -10,8 +10,8 @@ docs/verification.md's table of anomaly classes is generated from it
 
 One occurrence on one object, as gc and reconcile report it, is a :class:`Finding`: the
 same class for both, so their lines read alike (the verifier's occurrences are rows of
-its anomaly table, :class:`verifier.outcome.Anomaly`, and a queue's layout decision
-yields :class:`verifier.decision.QueueFinding`).
+its anomaly table, :class:`tieredstore.verifier.outcome.Anomaly`, and a queue's layout decision
+yields :class:`tieredstore.verifier.decision.QueueFinding`).
 
 CORRUPT means committed data is damaged, missing or wrong; DIRTY means something needs
 the operator's attention while every committed message is intact.

@@ -4,7 +4,7 @@ Run on each broker host (cron), before the nightly fleet verification
 (``tieredstore verify --fleet``). Reads every hot queue block by block, paced by
 ``--max-bytes-per-second`` so that it never starves the broker, and writes one hot
 fingerprint (its format :mod:`tieredstore.cold.fingerprint`, taken by
-:mod:`verifier.fleet.take`) under the broker's cold prefix,
+:mod:`tieredstore.verifier.fleet.take`) under the broker's cold prefix,
 ``_fingerprints/s<sequence>-<taken_ms>.json``, create-if-absent at one past the highest
 sequence listed (taken meanwhile by another run: list again, next sequence). The sequence,
 not the host clock, decides which fingerprint is newest. No Spark, no JVM; memory is three
@@ -38,7 +38,7 @@ from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
 from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes
 from tieredstore.ratelimit import TokenBucket
-from verifier.fleet.take import (
+from tieredstore.verifier.fleet.take import (
     DEFAULT_BLOCK_OFFSETS,
     DEFAULT_LEAF_OFFSETS,
     take_fingerprint,

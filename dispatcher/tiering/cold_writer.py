@@ -23,7 +23,7 @@ damaged in a committed history is made loud (:func:`report_damage`) and a lost t
 broker still holds is tiered again (:func:`heal_lost_tail`): see their sections below.
 A damaged batch object is made loud for every queue it held (:func:`report_batch_damage`),
 at start or on the tick whose read finds it
-(:func:`dispatcher.tiering.batch.damage.handle_damage`).
+(:func:`tieredstore.dispatcher.tiering.batch.damage.handle_damage`).
 """
 
 from __future__ import annotations
@@ -36,17 +36,6 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from dispatcher.lease.lease import Lease
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import Damaged
-from dispatcher.tiering.batch.keys import BatchKeys
-from dispatcher.tiering.commitlog_pass import Spooled
-from dispatcher.tiering.continuity import Continuity
-from dispatcher.tiering.planner import SegmentPlan
-from dispatcher.tiering.uploader import UploadedObjects, upload_objects
-from metadata.catalogue import Catalogue
-from metadata.reconcile import ReconcileReport, reconcile
-from metadata.rows import QueueRow, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
@@ -72,6 +61,14 @@ from tieredstore.cold.manifest import (
     ObjectRef,
     read_stored,
 )
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.shared_state import Damaged
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
+from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
+from tieredstore.dispatcher.tiering.continuity import Continuity
+from tieredstore.dispatcher.tiering.planner import SegmentPlan
+from tieredstore.dispatcher.tiering.uploader import UploadedObjects, upload_objects
 from tieredstore.errors import (
     CatalogueError,
     ConditionFailedError,
@@ -84,6 +81,9 @@ from tieredstore.errors import (
 from tieredstore.findings import Finding, FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.reconcile import ReconcileReport, reconcile
+from tieredstore.metadata.rows import QueueRow, SegmentRow, SegmentStatus
 
 __all__ = [
     "RETIERED_FORMAT",
@@ -169,7 +169,8 @@ class ColdWriter:
         """Upload the plan's COMMIT_LOG and CONSUME_QUEUE objects; return its manifest.
 
         ``spooled`` holds the plan's COMMIT_LOG bytes, gathered by the commitlog-order
-        pass (:mod:`dispatcher.tiering.commitlog_pass`) for ``cl_base = row.cold_cl_end``.
+        pass (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`) for ``cl_base =
+        row.cold_cl_end``.
 
         ``check`` (the lease's) runs before every chunk: a writer that lost its lease
         stops uploading at once. Each try uses a fresh upload attempt in the names. The
@@ -333,14 +334,14 @@ class ColdWriter:
 #
 # Damage in a queue's committed history, made loud: what reconcile found, per queue.
 #
-# Reconcile (:mod:`metadata.reconcile`) runs when the sidecar starts and reports, never
+# Reconcile (:mod:`tieredstore.metadata.reconcile`) runs when the sidecar starts and reports, never
 # drops, what does not add up: a committed manifest missing, emptied, unparsable or of a
 # newer format, an object missing or of the wrong size, a gap or an overlap. Those are
 # damage to data cold had committed (findings of severity CORRUPT). Each is
 #
 # * one ERROR line naming the finding, the key and the queue;
 # * the queue's ``status`` state DEGRADED, its note the first finding (saved beside the
-#   catalogue with the stopped queues, :mod:`dispatcher.stopped_file`, for ``tieredstore
+#   catalogue with the stopped queues, :mod:`tieredstore.dispatcher.stopped_file`, for ``tieredstore
 #   status``; served by ``/v1/queues``);
 # * ``tieredstore_queue_cold_damaged{topic, queue, kind} = 1`` (the alert
 #   ``TieredstoreColdDamaged``).

@@ -1,12 +1,13 @@
 """Hot fingerprints, the stored format: what a broker's hot store held, small enough to
 ship to a cluster, and what its digests mean.
 
-``tieredstore fingerprint`` takes one (:func:`verifier.fleet.take.take_fingerprint`, on
+``tieredstore fingerprint`` takes one (:func:`tieredstore.verifier.fleet.take.take_fingerprint`, on
 each broker host) and creates it under the broker's prefix at
 :func:`~tieredstore.cold.layout.fingerprint_key`,
 ``_fingerprints/s<sequence:010d>-<taken_ms:013d>.json`` (a format-2 one is named
 ``<taken_ms:013d>.json`` and sorts below every sequenced one); the fleet job
-(:mod:`verifier.fleet.job`) reads the newest with :func:`read_fingerprint` and checks the
+(:mod:`tieredstore.verifier.fleet.job`) reads the newest with :func:`read_fingerprint` and checks
+the
 broker's cold history against it without reading the hot store. docs/format.md
 describes the JSON.
 

@@ -1,8 +1,8 @@
 """The verifier's decisions, sans IO: what both jobs (the single-broker Spark job and the
 fleet job's per-queue tasks) decide from the same facts, each over its own I/O."""
 
-from verifier.decision.link import ObjectRead, content_judged, judged, object_findings
-from verifier.decision.queue import RULES, Link, QueueFinding, QueueLinks, decide
+from tieredstore.verifier.decision.link import ObjectRead, content_judged, judged, object_findings
+from tieredstore.verifier.decision.queue import RULES, Link, QueueFinding, QueueLinks, decide
 
 __all__ = [
     "RULES",

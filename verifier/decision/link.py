@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from tieredstore.findings import FindingKind
-from verifier.decision.queue import QueueFinding
+from tieredstore.verifier.decision.queue import QueueFinding
 
 __all__ = ["ObjectRead", "content_judged", "judged", "object_findings"]
 

@@ -64,7 +64,7 @@ class QueueLinks:
 @dataclass(frozen=True, slots=True)
 class QueueFinding:
     """One anomaly a decision found in a queue, before a job makes it a row of its anomaly
-    table (:class:`verifier.outcome.Anomaly`, which adds the queue): its class, queue
+    table (:class:`tieredstore.verifier.outcome.Anomaly`, which adds the queue): its class, queue
     offsets ``[start, end)`` (None where unknown), object and the sentence a report shows."""
 
     kind: FindingKind

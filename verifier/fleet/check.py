@@ -1,6 +1,6 @@
 """One queue of one broker checked against that broker's hot fingerprint: pure, no Spark.
 
-The fleet job (:mod:`verifier.fleet.job`) runs :func:`check_queue` in a Spark task per
+The fleet job (:mod:`tieredstore.verifier.fleet.job`) runs :func:`check_queue` in a Spark task per
 queue. It reads the queue's manifests and objects through a sync fsspec filesystem and
 decides what the single-broker job decides for a queue, with the hot side given as
 facts (:class:`~tieredstore.cold.fingerprint.QueuePrint`: hot min/max, block digests and store
@@ -15,11 +15,12 @@ over the covering links; every link, covering or not, is read (a slice: range re
 its batch) and checked:
 
 * ``corrupt_manifest``, ``gap``, ``overlap`` (unless an accepted loss span covers the
-  hole; decided by :func:`verifier.decision.decide`, as the single-broker job does),
+  hole; decided by :func:`tieredstore.verifier.decision.decide`, as the single-broker job does),
   ``missing_object``, ``size_mismatch`` and ``digest_mismatch`` (decided by
-  :func:`verifier.decision.object_findings` from what was read), ``record_mismatch``
-  and ``manifest_mismatch`` from cold alone (:func:`~verifier.segmentcheck.check_segment`)
-  on a link read whole (:func:`verifier.decision.judged`, the single-broker job's rule);
+  :func:`tieredstore.verifier.decision.object_findings` from what was read), ``record_mismatch``
+  and ``manifest_mismatch`` from cold alone
+  (:func:`~tieredstore.verifier.segmentcheck.check_segment`)
+  on a link read whole (:func:`tieredstore.verifier.decision.judged`, the single-broker job's rule);
 * ``content_mismatch`` per **leaf**: each fingerprint leaf (format 3: 64 offsets by
   default, whatever the block and segment boundaries; format 2: a block) that cold
   covers whole is hashed from cold records
@@ -35,8 +36,8 @@ its batch) and checked:
 * ``lost_before_tiering`` for loss records in scope.
 
 The required range (``missing_head``, ``unproven_start``, ``hot_not_covered`` of a queue
-with no segment) is decided afterwards on the driver by :mod:`verifier.scope`, over the
-:class:`~verifier.outcome.QueueReport` this returns. ``cold_ahead_of_hot`` is not
+with no segment) is decided afterwards on the driver by :mod:`tieredstore.verifier.scope`, over the
+:class:`~tieredstore.verifier.outcome.QueueReport` this returns. ``cold_ahead_of_hot`` is not
 decided: cold may hold offsets written after the fingerprint was taken.
 """
 
@@ -67,7 +68,7 @@ from tieredstore.errors import CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
-from verifier.decision import (
+from tieredstore.verifier.decision import (
     Link,
     ObjectRead,
     QueueLinks,
@@ -76,11 +77,16 @@ from verifier.decision import (
     judged,
     object_findings,
 )
-from verifier.outcome import Anomaly, QueueReport
-from verifier.readers import loss_detail
-from verifier.scope import Span as LossSpan
-from verifier.segmentcheck import FactKind, ManifestClaims, SegmentGeometry, check_segment
-from verifier.vocabulary import LagAllowance, LagUnit
+from tieredstore.verifier.outcome import Anomaly, QueueReport
+from tieredstore.verifier.readers import loss_detail
+from tieredstore.verifier.scope import Span as LossSpan
+from tieredstore.verifier.segmentcheck import (
+    FactKind,
+    ManifestClaims,
+    SegmentGeometry,
+    check_segment,
+)
+from tieredstore.verifier.vocabulary import LagAllowance, LagUnit
 
 __all__ = ["QueueCheck", "QueueWork", "check_queue"]
 
@@ -180,7 +186,7 @@ class _Run:
         return sorted(out, key=lambda m: (m.start_offset, m.end_offset))
 
     def layout(self, links: list[Committed]) -> None:
-        """``gap`` and ``overlap``: the shared decision (:mod:`verifier.decision`)."""
+        """``gap`` and ``overlap``: the shared decision (:mod:`tieredstore.verifier.decision`)."""
         w = self.w
         queue = QueueLinks(
             w.topic,
@@ -193,7 +199,7 @@ class _Run:
 
     def read(self, m: Committed, which: str) -> tuple[ObjectRead, bytes | None]:
         """Gather the facts of one object of ``m`` (listed size, bytes read, digest);
-        the decision (:func:`verifier.decision.object_findings`) judges them."""
+        the decision (:func:`tieredstore.verifier.decision.object_findings`) judges them."""
         ref: Span = m.commit_log if which == "cl" else m.consume_queue
         says = "its manifest" if m.kind is EntryKind.SEGMENT else "its batch index"
         listed = self.w.objects.get(ref.key)

@@ -1,25 +1,27 @@
 """The fleet job: every tiered broker of a cluster (or of every cluster) in one Spark job.
 
 Each broker host writes hot fingerprints into the cold store (``tieredstore
-fingerprint``, :mod:`verifier.fleet.take`); this job checks each broker's cold history
+fingerprint``, :mod:`tieredstore.verifier.fleet.take`); this job checks each broker's cold history
 against that broker's **newest** fingerprint, never reading a hot store:
 
 1. the driver lists two levels of the cold root: the cluster directories
    (``<md5(cluster)[:8]>_<cluster>``) and the broker directories in them;
-2. one task per broker lists the broker prefix (:func:`verifier.readers.list_cold_objects`:
+2. one task per broker lists the broker prefix
+   (:func:`tieredstore.verifier.readers.list_cold_objects`:
    objects, tiering/init/retention/loss records), reads its batch objects' heads (one
-   slice per queue each: :func:`verifier.readers.read_batch`; one that does not parse is a
+   slice per queue each: :func:`tieredstore.verifier.readers.read_batch`; one that does not parse
+   is a
    ``corrupt_manifest`` naming the batch) and its newest fingerprint;
 3. one task per queue (all brokers' queues spread over the executors) reads the queue's
    manifests, takes its slices, and checks its links (segments and slices, by the one
    reading rule) against the fingerprint's facts
-   (:func:`verifier.fleet.check.check_queue`);
+   (:func:`tieredstore.verifier.fleet.check.check_queue`);
 4. the driver decides each broker's required ranges and records against hot
-   (:func:`verifier.scope.judge`, the single-broker decision) with the fingerprint as
-   the source of hot facts (:class:`verifier.scope.HotFacts`), and each verdict.
+   (:func:`tieredstore.verifier.scope.judge`, the single-broker decision) with the fingerprint as
+   the source of hot facts (:class:`tieredstore.verifier.scope.HotFacts`), and each verdict.
 
 Loss records the fingerprint's hot range contradicts
-(:func:`verifier.scope.impossible_losses`) are left out of the accepted losses before
+(:func:`tieredstore.verifier.scope.impossible_losses`) are left out of the accepted losses before
 the queue tasks run, as the single-broker job does before its segment checks.
 
 The **newest** fingerprint is the one of the highest sequence in its key
@@ -67,18 +69,29 @@ from tieredstore.errors import (
     InvalidNameError,
 )
 from tieredstore.findings import FindingKind
-from verifier.fleet.check import QueueCheck, QueueWork, check_queue
-from verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
-from verifier.readers import (
+from tieredstore.verifier.fleet.check import QueueCheck, QueueWork, check_queue
+from tieredstore.verifier.outcome import Anomaly, QueueReport, Totals, VerificationResult
+from tieredstore.verifier.readers import (
     BATCH_KIND,
     ColdLocation,
     list_cold_objects,
     open_cold_filesystem,
     read_batch,
 )
-from verifier.scope import HotFacts, ProvenanceRecords, impossible_losses, judge, merge_spans
-from verifier.verdict import Verdict, worst
-from verifier.vocabulary import DEFAULT_LAG_ALLOWANCE, LagAllowance, Level, VerifyOptions
+from tieredstore.verifier.scope import (
+    HotFacts,
+    ProvenanceRecords,
+    impossible_losses,
+    judge,
+    merge_spans,
+)
+from tieredstore.verifier.verdict import Verdict, worst
+from tieredstore.verifier.vocabulary import (
+    DEFAULT_LAG_ALLOWANCE,
+    LagAllowance,
+    Level,
+    VerifyOptions,
+)
 
 __all__ = [
     "DEFAULT_MAX_FINGERPRINT_AGE_S",

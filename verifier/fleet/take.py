@@ -8,7 +8,7 @@ the result under the broker's prefix
 leaf digests the format defines (:class:`BlockHasher`) and the store times of its first
 and last record; per queue, ``stored_from`` for each ``since_ms`` of the broker's tiering
 record, found in the hot records read for the blocks — what
-:class:`verifier.scope.HotFacts` needs to decide, per message time, which messages were
+:class:`tieredstore.verifier.scope.HotFacts` needs to decide, per message time, which messages were
 stored while a rule tiered their topic.
 
 Memory is bounded by three blocks' records: the one being read and the two before it,

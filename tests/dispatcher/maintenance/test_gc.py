@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.lease.lease import Lease
-from dispatcher.lease.renewal import renew_until
-from dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
-from metadata.reconcile import rebuild
+from tests.support.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
+from tests.support.stores.segments import chain
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.main import main
@@ -33,13 +32,14 @@ from tieredstore.cold.layout import (
     quarantine_key,
 )
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.lease.renewal import renew_until
+from tieredstore.dispatcher.maintenance.gc import GarbageKind, delete_garbage, scan_garbage
 from tieredstore.errors import ConditionFailedError, LeaseLostError
 from tieredstore.findings import Finding, FindingKind
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, location_args, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.stores.segments import chain
+from tieredstore.metadata.reconcile import rebuild
 
 HOUR_MS = 3_600_000
 GRACE_S = 3600.0

@@ -19,6 +19,9 @@ import fsspec
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.support.moto import S3Bucket
+from tests.support.stores.coldimage import ColdImage, write_local
+from tests.support.verification.fleet import damage_flip, fleet_image
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock, VirtualClock
 from tieredstore.cold.fingerprint import QueuePrint
@@ -29,15 +32,12 @@ from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.stores.coldimage import ColdImage, write_local
-from tieredstore.testing.verification.fleet import damage_flip, fleet_image
-from verifier.fleet.job import FleetOptions, verify_fleet
-from verifier.fleet.take import take_fingerprint
-from verifier.job import verify
-from verifier.outcome import VerificationResult
-from verifier.verdict import Verdict
-from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
+from tieredstore.verifier.fleet.job import FleetOptions, verify_fleet
+from tieredstore.verifier.fleet.take import take_fingerprint
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.outcome import VerificationResult
+from tieredstore.verifier.verdict import Verdict
+from tieredstore.verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

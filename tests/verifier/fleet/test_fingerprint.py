@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.coldimage import tier, write_local
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.fingerprint import BlockHasher, read_fingerprint
@@ -26,9 +28,7 @@ from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.ratelimit import TokenBucket
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
-from tieredstore.testing.stores.coldimage import tier, write_local
-from verifier.fleet.take import take_fingerprint
+from tieredstore.verifier.fleet.take import take_fingerprint
 
 SPEC = SynthSpec(
     topics=1, queues=2, messages=600, body_min=100, body_max=300,

@@ -17,7 +17,7 @@ Classes the fleet job does not decide by design (docs/verification.md, "verify
 One decision (issue 46, deliverable 4): what a link's objects say (``missing_object``,
 ``size_mismatch``, ``digest_mismatch``) and whether its records and content are judged
 (only on a link read whole; content only where its units tile its commit log) is
-:mod:`verifier.decision.link`, which both jobs drive, so ``record_mismatch`` and
+:mod:`tieredstore.verifier.decision.link`, which both jobs drive, so ``record_mismatch`` and
 ``content_mismatch`` are compared on every queue, damaged objects or not.
 """
 
@@ -35,6 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from tests.support.stores.coldimage import ColdImage, write_local
+from tests.support.verification.fleet import fleet_image
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock
 from tieredstore.cold.batch import SlicePart, build_batch
@@ -52,13 +54,11 @@ from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.stores.coldimage import ColdImage, write_local
-from tieredstore.testing.verification.fleet import fleet_image
-from verifier.fleet.job import FleetOptions, verify_fleet
-from verifier.job import verify
-from verifier.outcome import VerificationResult
-from verifier.verdict import Verdict
-from verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
+from tieredstore.verifier.fleet.job import FleetOptions, verify_fleet
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.outcome import VerificationResult
+from tieredstore.verifier.verdict import Verdict
+from tieredstore.verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -240,7 +240,7 @@ def test_a_unit_pointing_off_its_record_is_judged_alike_by_both_jobs(
     """A consume-queue unit whose commit-log offset is changed (its digest fails, its
     units no longer tile the commit log): both jobs report the object, the records and
     the manifest claims they no longer match, and neither compares content the units no
-    longer point at (the one rule of :mod:`verifier.decision.link`)."""
+    longer point at (the one rule of :mod:`tieredstore.verifier.decision.link`)."""
     key = next(k for k, kind in base.targets if kind == "json" and "/MANIFEST/" in k)
     m = Manifest.from_json((base.cold / key).read_bytes(), where=key)
     with tempfile.TemporaryDirectory() as tmp:
