@@ -45,12 +45,6 @@ CLASS_EXCEPTIONS: dict[str, tuple[int, str]] = {
         "discovery, rounds, committer, provenance writer and background_loops, and "
         "assembly builds them all",
     ),
-    "tests/support/broker/rocketmq.py LocalCluster": (
-        330,
-        "test support, one real RocketMQ name server and broker: their processes, ports, "
-        "config files, start, stop, restart and the admin calls the broker tests make "
-        "share one lifecycle; split by count, the restart logic would straddle two classes",
-    ),
 }
 
 
