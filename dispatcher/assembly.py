@@ -5,6 +5,11 @@ outside the graph and must be closed — the cold store's backend, the hot store
 catalogue — and chooses the clock, the metrics registry and the retry policy.
 :func:`build_dispatcher` builds everything else from the settings, once:
 
+* the :class:`~tieredstore.settings.in_force.SettingsInForce`, the one holder of the
+  settings in force, handed to every part that reads a setting a ``SIGHUP`` reload may
+  change (the dispatcher, discovery, the rounds, the compactor, the retention pass, the
+  upload pacing and its gauge); they read it at each use, and a reload replaces its
+  content, nothing else;
 * the writer lease (:func:`lease_for`) and the upload pacing (a token bucket);
 * the cold writer, whose uploads go through the paced backend;
 * the retention pass and the config backup, run as the dispatcher's periodic and
@@ -35,7 +40,7 @@ from dispatcher.discovery import Discovery
 from dispatcher.dispatcher import Dispatcher
 from dispatcher.lease.lease import Lease
 from dispatcher.maintenance.config_backup import ConfigBackup
-from dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
+from dispatcher.maintenance.retention import Retention, StepHook
 from dispatcher.metrics import Metrics
 from dispatcher.queue_states import QueueStates
 from dispatcher.replicas import ReplicaGroup
@@ -55,6 +60,7 @@ from tieredstore.clock import Clock
 from tieredstore.cold.layout import lease_key
 from tieredstore.hot.store import HotStore
 from tieredstore.ratelimit import TokenBucket
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import Settings
 
 __all__ = ["Assembly", "build_dispatcher", "lease_for"]
@@ -68,9 +74,11 @@ class Assembly:
 
     dispatcher: Dispatcher
     retention: Retention
-    #: Paces segment uploads (``tiering.max_bytes_per_second``); a reload sets its rate.
+    #: The settings in force, which every part reads at each use and a reload replaces.
+    in_force: SettingsInForce
+    #: Paces segment uploads at ``tiering.max_bytes_per_second`` in force.
     upload_limit: TokenBucket
-    #: Rewrites batch slices as segments; a reload sets its ``tiering``.
+    #: Rewrites batch slices as segments.
     compactor: Compactor
     #: This sidecar's part in its broker group: the reports it publishes, the limit.
     group: ReplicaGroup
@@ -79,9 +87,11 @@ class Assembly:
 
 @dataclass(frozen=True, slots=True)
 class _Outside:
-    """What the edge opened and hands in (see the module docstring)."""
+    """What the edge opened and hands in (see the module docstring), and the holder of
+    the settings in force built from ``settings``."""
 
     settings: Settings
+    in_force: SettingsInForce
     backend: Backend
     hot: HotStore
     catalogue: Catalogue
@@ -109,15 +119,16 @@ def build_dispatcher(
     ``on_segment`` observes each committed segment, ``on_deletion_step`` each step of a
     segment deletion. Nothing is opened, started or acquired here.
     """
-    out = _Outside(settings, backend, hot, catalogue, clock, metrics)
+    in_force = SettingsInForce(settings)
+    out = _Outside(settings, in_force, backend, hot, catalogue, clock, metrics)
     lease = lease_for(settings, backend, clock)
-    upload_limit = TokenBucket(clock, settings.tiering.max_bytes_per_second)
-    metrics.upload_rate_limit.set(upload_limit.rate)
+    upload_limit = TokenBucket(clock, lambda: in_force.tiering.max_bytes_per_second)
+    metrics.upload_rate_limit.set_function(lambda: upload_limit.rate)
     paced = ThrottledBackend(backend, upload_limit, on_wait=metrics.upload_throttled.inc)
     writer = _cold_writer(out, paced, lease, retry)
     retention = Retention(
         hot=hot, backend=backend, catalogue=catalogue, lease=lease, clock=clock,
-        policy=RetentionPolicy.of(settings.retention), metrics=metrics, on_step=on_deletion_step,
+        in_force=in_force, metrics=metrics, on_step=on_deletion_step,
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
@@ -126,14 +137,14 @@ def build_dispatcher(
         backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
         cluster=settings.cold.cluster, broker=settings.cold.broker,
     )  # fmt: skip
-    compactor = Compactor(writer=writer, keys=keys, lock=states.lock, tiering=settings.tiering)
+    compactor = Compactor(writer=writer, keys=keys, lock=states.lock, in_force=in_force)
     periodic.append(_compaction(settings, compactor, metrics))
     group = ReplicaGroup(
         hot=hot, backend=backend, settings=settings.group, cluster=settings.cold.cluster,
         broker=settings.cold.broker, clock=clock, metrics=metrics,
     )  # fmt: skip
     dispatcher = _dispatcher(out, keys, writer, states, on_segment, periodic, startup, group)
-    return Assembly(dispatcher, retention, upload_limit, compactor, group, backup)
+    return Assembly(dispatcher, retention, in_force, upload_limit, compactor, group, backup)
 
 
 def _dispatcher(
@@ -150,7 +161,7 @@ def _dispatcher(
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
     lease = keys.lease
     discovery = Discovery(
-        hot=hot, catalogue=catalogue, metrics=metrics, tiering=settings.tiering, states=states
+        hot=hot, catalogue=catalogue, metrics=metrics, in_force=out.in_force, states=states
     )
     committer = SegmentCommitter(
         catalogue=catalogue, lease=lease, writer=writer, metrics=metrics, states=states
@@ -159,7 +170,7 @@ def _dispatcher(
         keys=keys, catalogue=catalogue, committer=committer, states=states, metrics=metrics
     )
     rounds = Rounds(
-        hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
+        hot=hot, clock=out.clock, metrics=metrics, in_force=out.in_force,
         spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics, group),
         committer=committer, states=states, on_segment=on_segment, batcher=batcher,
     )  # fmt: skip
@@ -169,7 +180,7 @@ def _dispatcher(
         lease=lease,
         writer=writer,
         clock=out.clock,
-        tiering=settings.tiering,
+        in_force=out.in_force,
         metrics=metrics,
         states=states,
         discovery=discovery,

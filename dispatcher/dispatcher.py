@@ -49,6 +49,7 @@ from metadata.rows import QueueRow
 from tieredstore.clock import Clock, sleep_until, wait_at_most
 from tieredstore.errors import ColdStoreAccessError, LeaseLostError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import TieringSettings
 
 __all__ = ["Dispatcher", "DispatcherState"]
@@ -82,7 +83,7 @@ class Dispatcher:
         lease: Lease,
         writer: ColdWriter,
         clock: Clock,
-        tiering: TieringSettings,
+        in_force: SettingsInForce,
         metrics: Metrics,
         states: QueueStates,
         discovery: Discovery,
@@ -105,7 +106,8 @@ class Dispatcher:
         self.provenance = provenance
         self.periodic = tuple(periodic)
         self.startup = tuple(startup)
-        self._tiering = tiering
+        #: The settings in force (a reload replaces them; every tick reads them afresh).
+        self.in_force = in_force
         self.state = DispatcherState.CREATED
         self._inflight: dict[QueueKey, asyncio.Task[TickReport]] = {}
         self._abandoning = asyncio.Event()  # a second stop: in-flight segments go now
@@ -113,15 +115,8 @@ class Dispatcher:
 
     @property
     def tiering(self) -> TieringSettings:
-        """The ``[tiering]`` settings in force."""
-        return self._tiering
-
-    @tiering.setter
-    def tiering(self, tiering: TieringSettings) -> None:
-        """Swap the settings live (a reload); the parts use them from their next step."""
-        self._tiering = tiering
-        self.discovery.tiering = tiering
-        self.rounds.tiering = tiering
+        """The ``[tiering]`` settings in force now (read from :attr:`in_force`)."""
+        return self.in_force.tiering
 
     @property
     def syncer(self) -> CommitlogSyncer:

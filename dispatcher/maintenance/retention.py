@@ -71,6 +71,7 @@ from tieredstore.errors import (
 )
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.keys import RetentionSettings
 
 __all__ = [
@@ -590,7 +591,7 @@ class Retention:
     def __init__(
         self,
         *,
-        policy: RetentionPolicy,
+        in_force: SettingsInForce,
         catalogue: Catalogue,
         hot: HotStore,
         backend: Backend,
@@ -604,10 +605,16 @@ class Retention:
         self.catalogue = catalogue
         self.lease = lease
         self.clock = clock
-        self.policy = policy
+        self.in_force = in_force
         self.metrics = metrics
         self.on_step: StepHook = on_step or _no_hook
         self._batches = BatchLinks(backend, catalogue.cluster, catalogue.broker)
+
+    @property
+    def policy(self) -> RetentionPolicy:
+        """``retention.default`` and ``retention.topics`` in force now, as a policy (read
+        from ``in_force`` at each plan, so a reload applies from the next pass)."""
+        return RetentionPolicy.of(self.in_force.retention)
 
     def _queue(self, row: QueueRow) -> QueuePath:
         return QueuePath(self.catalogue.cluster, self.catalogue.broker, row.topic, row.queue_id)

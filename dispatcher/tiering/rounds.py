@@ -56,6 +56,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import TieringSettings
 
 __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
@@ -148,7 +149,8 @@ def _going(
 class Rounds:
     """Tiers queues in rounds until the rules say wait; see the module docstring.
 
-    ``tiering`` is swapped by a reload (the commit semaphore keeps its ``concurrency``);
+    The ``[tiering]`` settings are read from ``in_force`` at each use, so a reload applies
+    from the next step (the commit semaphore keeps the ``concurrency`` it was built with);
     spools go in ``spool_dir`` (None: the temp dir); no round starts once a stop was asked
     (``states.stopping``, shared with the committer, discovery and the dispatcher).
     """
@@ -159,7 +161,7 @@ class Rounds:
         hot: HotStore,
         clock: Clock,
         metrics: Metrics,
-        tiering: TieringSettings,
+        in_force: SettingsInForce,
         spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
@@ -170,19 +172,24 @@ class Rounds:
         self.hot = hot
         self.clock = clock
         self.metrics = metrics
-        self.tiering = tiering
+        self.in_force = in_force
         self.spool_dir = spool_dir
         self.guard = guard
         self.committer = committer
         self.on_segment = on_segment
         self.states = states
         self.batcher = batcher  # with tiering.batching on, small segments share one object
-        self._sem = asyncio.Semaphore(tiering.concurrency)
+        self._sem = asyncio.Semaphore(in_force.tiering.concurrency)
         self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
         self._ticks = 0  # ticks begun (batching on, age cuts happen every other one)
         self._damage: list[DamagedObjectError] = []  # damaged batch objects this round found
+
+    @property
+    def tiering(self) -> TieringSettings:
+        """The ``[tiering]`` settings in force now (read from ``in_force``)."""
+        return self.in_force.tiering
 
     async def new_tick(self) -> None:
         """Read what a tick's rounds share: the broker's oldest file (for headroom), a fresh

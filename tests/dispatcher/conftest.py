@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.sidecar.settings import put_in_force
 from tieredstore.testing.stores.retention import retention_settings
 
 #: ``await tier_expiring(tmp_path, clock)``: see :func:`tier_expiring`.
@@ -39,7 +39,7 @@ async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
         # batch: compacting the slices now (due at once), then deleting their batches
         # (a collection past the grace) makes the retention tests start from per-queue
         # segments only, in both modes.
-        rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
+        put_in_force(rt.in_force, tiering__compact_after=1e-6)
         assert not (await rt.compactor.run_pass()).problems
         if rt.settings.tiering.batching:
             collected = await collect_batches(

@@ -175,7 +175,7 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
         h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert (h.ok, h.reason) == (False, "standby: no replica report published yet")
         stopping = asyncio.Event()
-        loop = asyncio.create_task(rt.group.report_until(stopping, 1.0))
+        loop = asyncio.create_task(rt.group.report_until(stopping, lambda: 1.0))
         await clock.parked()  # the first report is out, the loop sleeps
         h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert h.ok and h.reason.startswith("standby: waiting on the writer lease; replica slave")

@@ -63,6 +63,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import TieringSettings
 
 __all__ = ["CompactionReport", "Compactor", "compaction_run"]
@@ -150,23 +151,28 @@ class _Tally:
 
 class Compactor:
     """Rewrites batch slices as per-queue segments and deletes the batches they leave
-    (see the module docstring). ``tiering`` is the settings in force (a reload sets it);
-    ``lock`` is the catalogue lock (:attr:`QueueStates.lock
+    (see the module docstring). ``in_force`` holds the settings in force, read at each use
+    (a reload replaces them); ``lock`` is the catalogue lock (:attr:`QueueStates.lock
     <dispatcher.queue_states.QueueStates.lock>`), taken only around each catalogue swap.
     """
 
     def __init__(
-        self, *, writer: ColdWriter, keys: BatchKeys, lock: asyncio.Lock, tiering: TieringSettings
+        self, *, writer: ColdWriter, keys: BatchKeys, lock: asyncio.Lock, in_force: SettingsInForce
     ) -> None:
         self.writer = writer
         self.keys = keys  # the broker's batch keys, under the lease; shared (assembly)
         self.lease = keys.lease
         self.lock = lock
-        self.tiering = tiering
+        self.in_force = in_force
         self.catalogue = writer.catalogue
         self.backend = writer.backend
         #: Whether the last pass left batch objects (unknown at start: one pass finds out).
         self.batches_left = True
+
+    @property
+    def tiering(self) -> TieringSettings:
+        """The ``[tiering]`` settings in force now (read from ``in_force``)."""
+        return self.in_force.tiering
 
     @property
     def grace_ms(self) -> int:

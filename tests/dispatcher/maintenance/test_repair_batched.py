@@ -8,7 +8,6 @@ the batch collector deletes the batches that held them."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from tieredstore.cold.history import EntryKind, load_history, read_batch, span_b
 from tieredstore.cold.layout import QueuePath, batch_prefix, broker_prefix
 from tieredstore.cold.reader import ColdReader
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force
 from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.stores.divergence import TOPIC, divergence_settings
 from verifier.job import verify
@@ -99,7 +98,7 @@ async def test_repair_withdraws_the_slices_past_the_cut_and_every_reader_agrees(
         assert (await load_history(rt.backend, CLUSTER, BROKER)).queues[q0].withdrawn
         # Once everything is compacted, the batches that held the withdrawn slices go too
         # (their bytes are in the quarantine), and cold still covers hot exactly.
-        rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
+        put_in_force(rt.in_force, tiering__compact_after=1e-6)
         while any(rt.catalogue.slices.of(TOPIC, q) for q in (0, 1)):
             assert not (await rt.compactor.run_pass()).problems
         collected = await collect_batches(

@@ -9,7 +9,6 @@ memory backend, virtual time).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
@@ -22,7 +21,7 @@ from tieredstore.cold.batch import BatchFence, SlicePart, build_batch
 from tieredstore.cold.history import Committed, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.errors import LeaseLostError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force
 from tieredstore.testing.stores.batches import upload_batch
 from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.testing.stores.segments import T0, WRITER, chain
@@ -43,9 +42,7 @@ async def _compact_all(b: Batched, per_slice: bool = False) -> Compactor:
     10 min): one segment per slice or one per queue."""
     compactor = b.rt.compactor
     size = 1 if per_slice else 1 << 20
-    compactor.tiering = dataclasses.replace(
-        compactor.tiering, segment_max_bytes=size, compact_after=60.0
-    )
+    put_in_force(b.rt.in_force, tiering__segment_max_bytes=size, tiering__compact_after=60.0)
     b.clock.set_ms(CREATED + 60_000)
     while (await compactor.run_pass()).queues:
         assert b.clock.now_ms() < OLD  # young: nothing deleted yet
@@ -87,7 +84,7 @@ async def test_batching_turned_off_still_collects_what_it_left_then_stops(
 ) -> None:
     async with batched("SS", first_sequence=10) as b:
         compactor = await _compact_all(b)
-        compactor.tiering = dataclasses.replace(compactor.tiering, batching=False)
+        put_in_force(b.rt.in_force, tiering__batching=False)
         b.clock.set_ms(OLD)
         report = await compactor.run_if_needed()  # no slice row left, batches still there
         assert report is not None and set(report.batches_deleted) == set(b.batches)
