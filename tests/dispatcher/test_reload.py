@@ -124,3 +124,24 @@ async def test_every_part_reads_the_holder_not_a_copy(tmp_path: Path) -> None:
         assert [part.tiering.tick_interval for part in parts] == [0.25] * len(parts)
         assert rt.upload_limit.rate == 4096
         assert rt.retention.policy.default_ms == 60_000
+
+
+async def test_a_reload_of_restart_only_keys_leaves_the_settings_in_force(
+    tmp_path: Path,
+) -> None:
+    """The cold location, the state dir, the concurrency: refused as before (the plan
+    names them), and the holder keeps the very settings it had."""
+    synthesize(tmp_path / "store", SynthSpec(topics=1, queues=1, messages=10))
+    reset_memory_stores()
+    running = settings_for(tmp_path / "store", "memory://reload-refused", tmp_path / "state")
+    async with open_runtime(running) as rt:
+        before = rt.in_force.settings
+        new = settings_for(
+            tmp_path / "store", "memory://elsewhere", tmp_path / "other-state",
+            tiering__concurrency=1,
+        )  # fmt: skip
+        plan = apply_reload(rt, new)
+        assert plan.applied == ()
+        assert plan.needs_restart == ("cold.url", "state.dir", "tiering.concurrency")
+        assert rt.in_force.settings is before
+        assert rt.dispatcher.tiering.concurrency == 4
