@@ -47,8 +47,8 @@ def _pushes(source: str) -> list[str]:
                 name is not None and name.startswith("rt.") and name not in ALLOWED
             ):
                 found.append(f"{node.lineno}: {ast.unparse(node)}")
-        if any(isinstance(sub, ast.Attribute) for t in targets for sub in ast.walk(t)):
-            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        if targets and any(isinstance(s, ast.Attribute) for t in targets for s in ast.walk(t)):
+            found.append(f"{targets[0].lineno}: {ast.unparse(node)}")
     return found
 
 
@@ -66,7 +66,7 @@ def test_reload_replaces_the_settings_in_force() -> None:
         for node in ast.walk(ast.parse(RELOAD.read_text()))
         if isinstance(node, ast.Call)
     }
-    assert ALLOWED <= calls
+    assert calls >= ALLOWED
 
 
 def test_the_scan_finds_a_push() -> None:
