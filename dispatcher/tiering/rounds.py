@@ -57,7 +57,6 @@ from tieredstore.errors import (
 )
 from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.settings.in_force import SettingsInForce
-from tieredstore.settings.loader import TieringSettings
 
 __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
 
@@ -147,13 +146,9 @@ def _going(
 
 
 class Rounds:
-    """Tiers queues in rounds until the rules say wait; see the module docstring.
-
-    The ``[tiering]`` settings are read from ``in_force`` at each use, so a reload applies
-    from the next step (the commit semaphore keeps the ``concurrency`` it was built with);
-    spools go in ``spool_dir`` (None: the temp dir); no round starts once a stop was asked
-    (``states.stopping``, shared with the committer, discovery and the dispatcher).
-    """
+    """Tiers queues in rounds until the rules say wait (see the module docstring), reading
+    ``in_force.tiering`` at each use (the semaphore keeps its ``concurrency``); spools go in
+    ``spool_dir`` (None: the temp dir); no round starts once ``states.stopping`` is set."""
 
     def __init__(
         self,
@@ -186,18 +181,13 @@ class Rounds:
         self._ticks = 0  # ticks begun (batching on, age cuts happen every other one)
         self._damage: list[DamagedObjectError] = []  # damaged batch objects this round found
 
-    @property
-    def tiering(self) -> TieringSettings:
-        """The ``[tiering]`` settings in force now (read from ``in_force``)."""
-        return self.in_force.tiering
-
     async def new_tick(self) -> None:
         """Read what a tick's rounds share: the broker's oldest file (for headroom), a fresh
         sync round, the guard mode in force (a gauge) and the broker group's limit."""
         self._ticks += 1
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         await self.guard.new_tick()
-        self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
+        self.metrics.set_guard_mode(self.guard.mode(self.in_force.tiering.guard).value)
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
@@ -222,7 +212,7 @@ class Rounds:
         while todo and not self.states.stopping.is_set():
             planned, later = await self._plan_round(todo, flush, report)
             if planned and not await self.guard.make_durable(
-                self.tiering.guard, max(planned, key=_cl_end)[1].cl_end
+                self.in_force.tiering.guard, max(planned, key=_cl_end)[1].cl_end
             ):
                 continue  # fdatasync refused: plan again under the checkpoint rule
             todo = later + await self._run_round(planned, report)
@@ -234,8 +224,9 @@ class Rounds:
         """Plan the next segment of each row, up to the round's size; return the plans
         and the rows left for a later round. Waits, losses and divergence are handled
         (and reported) here; a queue whose planning failed is recorded and dropped."""
-        guard = await asyncio.to_thread(self.guard.guard_ts, self.tiering.guard)
-        room = await asyncio.to_thread(spool_room, self.spool_dir, self.tiering.spool_max_bytes)
+        tiering = self.in_force.tiering  # one round, one set of settings
+        guard = await asyncio.to_thread(self.guard.guard_ts, tiering.guard)
+        room = await asyncio.to_thread(spool_room, self.spool_dir, tiering.spool_max_bytes)
         budget = RoundBudget(PASS_MAX_RECORDS, room)
         outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
         self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
@@ -264,7 +255,7 @@ class Rounds:
         to record; a row planned past the budget is left for a later round."""
         out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
         now_ms = self.clock.now_ms()
-        limits = round_limits(self.tiering, self._ticks)
+        limits = round_limits(self.in_force.tiering, self._ticks)
         for row in rows:
             if budget.full():
                 break
@@ -290,6 +281,7 @@ class Rounds:
         if not planned:
             return []
         jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
+        batching = self.in_force.tiering.batching
         self.in_flight = len(planned)
         try:
             async with _spool(self.spool_dir) as directory:
@@ -298,7 +290,7 @@ class Rounds:
                 except TieredStoreError as exc:
                     gathered = [exc] * len(jobs)
                 gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-                batches, single = split_round(planned, gathered, batching=self.tiering.batching)
+                batches, single = split_round(planned, gathered, batching=batching)
                 outcomes = await asyncio.gather(
                     self._commit_batches(batches, report),
                     *(

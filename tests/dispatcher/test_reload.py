@@ -91,7 +91,12 @@ async def test_a_reload_changes_what_each_part_uses_on_its_next_tick(tmp_path: P
         )
         plan = apply_reload(rt, new)
         assert rt.in_force.settings is plan.settings
-        parts = (rt.dispatcher, rt.dispatcher.discovery, rt.dispatcher.rounds, rt.compactor)
+        parts = (
+            rt.dispatcher,
+            rt.dispatcher.discovery,
+            rt.dispatcher.rounds.in_force,
+            rt.compactor,
+        )
         assert all(part.tiering is plan.settings.tiering for part in parts)
         assert rt.compactor.grace_ms == 2 * 3_600_000
         assert rt.retention.policy.default_ms == 3_600_000
@@ -120,7 +125,12 @@ async def test_every_part_reads_the_holder_not_a_copy(tmp_path: Path) -> None:
             retention__default=60.0,
         )  # fmt: skip
         assert rt.settings is new
-        parts = (rt.dispatcher, rt.dispatcher.discovery, rt.dispatcher.rounds, rt.compactor)
+        parts = (
+            rt.dispatcher,
+            rt.dispatcher.discovery,
+            rt.dispatcher.rounds.in_force,
+            rt.compactor,
+        )
         assert [part.tiering.tick_interval for part in parts] == [0.25] * len(parts)
         assert rt.upload_limit.rate == 4096
         assert rt.retention.policy.default_ms == 60_000
