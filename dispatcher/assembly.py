@@ -5,19 +5,24 @@ outside the graph and must be closed — the cold store's backend, the hot store
 catalogue — and chooses the clock, the metrics registry and the retry policy.
 :func:`build_dispatcher` builds everything else from the settings, once:
 
+* the :class:`~tieredstore.settings.in_force.SettingsInForce`, the one holder of the
+  settings in force, handed to every part that reads a setting a ``SIGHUP`` reload may
+  change (the dispatcher, discovery, the rounds, the compactor, the retention pass, the
+  upload pacing and its gauge); they read it at each use, and a reload replaces its
+  content, nothing else;
 * the writer lease (:func:`lease_for`) and the upload pacing (a token bucket);
 * the cold writer, whose uploads go through the paced backend;
 * the retention pass and the config backup, run as the dispatcher's periodic and
   start-up jobs, and the compactor (batch slices rewritten as segments, batch objects
   deleted), a periodic job of its own (:func:`_compaction`);
-* the broker group's :class:`~tieredstore.dispatcher.replicas.ReplicaGroup` (this replica's reports,
+* the broker group's :class:`~dispatcher.replicas.ReplicaGroup` (this replica's reports,
   the limit the other replicas set on the rounds);
-* one :class:`~tieredstore.dispatcher.shared_state.SharedState`, the queue state the tiering parts
+* one :class:`~dispatcher.queue_states.QueueStates`, the queue state the tiering parts
   share, handed explicitly to each of them;
-* :class:`~tieredstore.dispatcher.discovery.Discovery`,
-  :class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`,
-  :class:`~tieredstore.dispatcher.tiering.rounds.Rounds` (with its durability guard), the
-  provenance writer, and the :class:`~tieredstore.dispatcher.dispatcher.Dispatcher` that composes
+* :class:`~dispatcher.discovery.Discovery`,
+  :class:`~dispatcher.tiering.committer.SegmentCommitter`,
+  :class:`~dispatcher.tiering.rounds.Rounds` (with its durability guard), the
+  provenance writer, and the :class:`~dispatcher.dispatcher.Dispatcher` that composes
   them and only stores what it is given.
 
 Nothing else constructs the dispatcher or its tiering parts (tests/repo/ holds this).
@@ -29,32 +34,33 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dispatcher import stopped_file
+from dispatcher.background_loops import Periodic
+from dispatcher.discovery import Discovery
+from dispatcher.dispatcher import Dispatcher
+from dispatcher.lease.lease import Lease
+from dispatcher.maintenance.config_backup import ConfigBackup
+from dispatcher.maintenance.retention import Retention, StepHook
+from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
+from dispatcher.replicas import ReplicaGroup
+from dispatcher.tiering.batch.compaction import CompactionReport, Compactor
+from dispatcher.tiering.batch.keys import BatchKeys
+from dispatcher.tiering.batch.writer import BatchWriter
+from dispatcher.tiering.cold_writer import ColdWriter
+from dispatcher.tiering.committer import SegmentCommitter
+from dispatcher.tiering.durability import DurabilityGuard
+from dispatcher.tiering.provenance_writer import ProvenanceWriter
+from dispatcher.tiering.rounds import OnCommitted, Rounds
+from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock
 from tieredstore.cold.layout import lease_key
-from tieredstore.dispatcher import stopped_file
-from tieredstore.dispatcher.background_loops import Periodic
-from tieredstore.dispatcher.discovery import Discovery
-from tieredstore.dispatcher.dispatcher import Dispatcher
-from tieredstore.dispatcher.lease.lease import Lease
-from tieredstore.dispatcher.maintenance.config_backup import ConfigBackup
-from tieredstore.dispatcher.maintenance.retention import Retention, RetentionPolicy, StepHook
-from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.replicas import ReplicaGroup
-from tieredstore.dispatcher.shared_state import SharedState
-from tieredstore.dispatcher.tiering.batch.compaction import CompactionReport, Compactor
-from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
-from tieredstore.dispatcher.tiering.batch.writer import BatchWriter
-from tieredstore.dispatcher.tiering.cold_writer import ColdWriter
-from tieredstore.dispatcher.tiering.committer import SegmentCommitter
-from tieredstore.dispatcher.tiering.durability import DurabilityGuard
-from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
-from tieredstore.dispatcher.tiering.rounds import OnCommitted, Rounds
 from tieredstore.hot.store import HotStore
-from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.ratelimit import TokenBucket
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import Settings
 
 __all__ = ["Assembly", "build_dispatcher", "lease_for"]
@@ -68,9 +74,11 @@ class Assembly:
 
     dispatcher: Dispatcher
     retention: Retention
-    #: Paces segment uploads (``tiering.max_bytes_per_second``); a reload sets its rate.
+    #: The settings in force, which every part reads at each use and a reload replaces.
+    in_force: SettingsInForce
+    #: Paces segment uploads at ``tiering.max_bytes_per_second`` in force.
     upload_limit: TokenBucket
-    #: Rewrites batch slices as segments; a reload sets its ``tiering``.
+    #: Rewrites batch slices as segments.
     compactor: Compactor
     #: This sidecar's part in its broker group: the reports it publishes, the limit.
     group: ReplicaGroup
@@ -79,9 +87,11 @@ class Assembly:
 
 @dataclass(frozen=True, slots=True)
 class _Outside:
-    """What the edge opened and hands in (see the module docstring)."""
+    """What the edge opened and hands in (see the module docstring), and the holder of
+    the settings in force built from ``settings``."""
 
     settings: Settings
+    in_force: SettingsInForce
     backend: Backend
     hot: HotStore
     catalogue: Catalogue
@@ -109,48 +119,49 @@ def build_dispatcher(
     ``on_segment`` observes each committed segment, ``on_deletion_step`` each step of a
     segment deletion. Nothing is opened, started or acquired here.
     """
-    out = _Outside(settings, backend, hot, catalogue, clock, metrics)
+    in_force = SettingsInForce(settings)
+    out = _Outside(settings, in_force, backend, hot, catalogue, clock, metrics)
     lease = lease_for(settings, backend, clock)
-    upload_limit = TokenBucket(clock, settings.tiering.max_bytes_per_second)
-    metrics.upload_rate_limit.set(upload_limit.rate)
+    upload_limit = TokenBucket(clock, lambda: in_force.tiering.max_bytes_per_second)
+    metrics.upload_rate_limit.set_function(lambda: upload_limit.rate)
     paced = ThrottledBackend(backend, upload_limit, on_wait=metrics.upload_throttled.inc)
     writer = _cold_writer(out, paced, lease, retry)
     retention = Retention(
         hot=hot, backend=backend, catalogue=catalogue, lease=lease, clock=clock,
-        policy=RetentionPolicy.of(settings.retention), metrics=metrics, on_step=on_deletion_step,
+        in_force=in_force, metrics=metrics, on_step=on_deletion_step,
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
-    states = SharedState(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
+    states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
     keys = BatchKeys(
         backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
         cluster=settings.cold.cluster, broker=settings.cold.broker,
     )  # fmt: skip
-    compactor = Compactor(writer=writer, keys=keys, lock=states.lock, tiering=settings.tiering)
+    compactor = Compactor(writer=writer, keys=keys, lock=states.lock, in_force=in_force)
     periodic.append(_compaction(settings, compactor, metrics))
     group = ReplicaGroup(
         hot=hot, backend=backend, settings=settings.group, cluster=settings.cold.cluster,
         broker=settings.cold.broker, clock=clock, metrics=metrics,
     )  # fmt: skip
     dispatcher = _dispatcher(out, keys, writer, states, on_segment, periodic, startup, group)
-    return Assembly(dispatcher, retention, upload_limit, compactor, group, backup)
+    return Assembly(dispatcher, retention, in_force, upload_limit, compactor, group, backup)
 
 
 def _dispatcher(
     out: _Outside,
     keys: BatchKeys,
     writer: ColdWriter,
-    states: SharedState,
+    states: QueueStates,
     on_segment: OnCommitted | None,
     periodic: list[Periodic],
     startup: list[StartupJob],
     group: ReplicaGroup,
 ) -> Dispatcher:
-    """The dispatcher and its tiering parts, all on one shared :class:`SharedState`."""
+    """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
     lease = keys.lease
     discovery = Discovery(
-        hot=hot, catalogue=catalogue, metrics=metrics, tiering=settings.tiering, states=states
+        hot=hot, catalogue=catalogue, metrics=metrics, in_force=out.in_force, states=states
     )
     committer = SegmentCommitter(
         catalogue=catalogue, lease=lease, writer=writer, metrics=metrics, states=states
@@ -159,7 +170,7 @@ def _dispatcher(
         keys=keys, catalogue=catalogue, committer=committer, states=states, metrics=metrics
     )
     rounds = Rounds(
-        hot=hot, clock=out.clock, metrics=metrics, tiering=settings.tiering,
+        hot=hot, clock=out.clock, metrics=metrics, in_force=out.in_force,
         spool_dir=settings.state.dir / "spool", guard=DurabilityGuard(hot, metrics, group),
         committer=committer, states=states, on_segment=on_segment, batcher=batcher,
     )  # fmt: skip
@@ -169,7 +180,7 @@ def _dispatcher(
         lease=lease,
         writer=writer,
         clock=out.clock,
-        tiering=settings.tiering,
+        in_force=out.in_force,
         metrics=metrics,
         states=states,
         discovery=discovery,

@@ -13,14 +13,15 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
+from dispatcher.topic_filter import TopicFilter
+from metadata.catalogue import Catalogue
+from metadata.rows import QueueRow, QueueState
 from tieredstore.cold.layout import validate_topic
-from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.shared_state import SharedState
-from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import InvalidNameError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey, SkippedDir
-from tieredstore.metadata.catalogue import Catalogue
-from tieredstore.metadata.rows import QueueRow, QueueState
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import InitStart, TieringSettings
 
 __all__ = ["Discovery"]
@@ -31,9 +32,10 @@ log = logging.getLogger(__name__)
 class Discovery:
     """Finds the queues to tier; see the module docstring.
 
-    ``tiering`` is swapped by a reload (the init policy and topic filter apply to queues
-    seen from then on). ``states`` (shared with the committer) says which queues this
-    process stopped, and which the operator was already told about.
+    The ``[tiering]`` settings are read from ``in_force`` at each use, so a reload's init
+    policy and topic filter apply to queues seen from then on. ``states`` (shared with the
+    committer) says which queues this process stopped, and which the operator was already
+    told about.
     """
 
     def __init__(
@@ -42,19 +44,24 @@ class Discovery:
         hot: HotStore,
         catalogue: Catalogue,
         metrics: Metrics,
-        tiering: TieringSettings,
-        states: SharedState,
+        in_force: SettingsInForce,
+        states: QueueStates,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue
         self.metrics = metrics
-        self.tiering = tiering
+        self.in_force = in_force
         self.states = states
         self._refused: set[str] = set()  # topics whose names the cold store cannot hold
         self._skipped_seen: set[str] = set()  # skipped directories and queues, told once
         self._skipped_now = 0  # skipped this tick (the gauge)
         #: Queues the last :meth:`discover` created rows for.
         self.new_queues: list[QueueKey] = []
+
+    @property
+    def tiering(self) -> TieringSettings:
+        """The ``[tiering]`` settings in force now (read from ``in_force``)."""
+        return self.in_force.tiering
 
     def _init_offset(self, key: QueueKey) -> int:
         rng = self.hot.queue_range(key.topic, key.queue_id)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -199,8 +200,9 @@ class ReplicaGroup:
         self.last_confirmed = end
         return report
 
-    async def report_until(self, stopping: asyncio.Event, interval: float) -> None:
-        """Publish a report every ``interval`` seconds until ``stopping`` is set; a
+    async def report_until(self, stopping: asyncio.Event, interval: Callable[[], float]) -> None:
+        """Publish a report every ``interval()`` seconds (read after each report: the
+        sidecar's is ``tiering.tick_interval`` in force) until ``stopping`` is set; a
         failure is logged (when it is new), counted and kept in :attr:`state`, and the
         next interval tries again."""
         if not self.reporting:
@@ -223,7 +225,7 @@ class ReplicaGroup:
                     log.info("replica report published again")
                 self.state = ReportState(self.clock.monotonic_ms(), None)
                 self.metrics.last_report.set(self.clock.now_ms() / 1000)
-            await sleep_until(self.clock, stopping, interval)
+            await sleep_until(self.clock, stopping, interval())
 
     def report_healthy(self) -> tuple[bool, str]:
         """Whether this replica's reports go out: the last attempt succeeded within

@@ -7,15 +7,19 @@ says how long the caller must wait before sending them; the balance may go negat
 that share the bucket queue up behind each other's debt. Over any interval ``T`` at most
 ``burst + rate * T`` bytes are let through.
 
-``rate == 0`` means unlimited: nothing ever waits. :meth:`TokenBucket.set_rate` changes
-the rate live (a ``SIGHUP`` reload): waits already handed out are not recomputed, the
-next reservation uses the new rate.
+``rate == 0`` means unlimited: nothing ever waits. The rate is a number, which
+:meth:`TokenBucket.set_rate` changes, or a function the bucket reads at each use (the
+sidecar's: ``tiering.max_bytes_per_second`` in the settings in force, which a ``SIGHUP``
+reload replaces). Either way a new rate applies from the next reservation; waits already
+handed out are not recomputed.
 
 Time comes from a :class:`~tieredstore.clock.Clock`; tests drive it with
 :class:`~tieredstore.clock.VirtualClock` and never sleep for real.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tieredstore.clock import Clock
 
@@ -25,20 +29,26 @@ __all__ = ["TokenBucket"]
 class TokenBucket:
     """Bytes per second, enforced by making callers wait (see the module doc)."""
 
-    def __init__(self, clock: Clock, rate: int, *, burst: int | None = None) -> None:
-        if rate < 0:
-            raise ValueError(f"rate must be >= 0, got {rate}")
+    def __init__(
+        self, clock: Clock, rate: int | Callable[[], int], *, burst: int | None = None
+    ) -> None:
+        """``rate``: bytes per second, or a function giving them, read at each use."""
+        self._source = rate if callable(rate) else None
+        first = rate() if callable(rate) else rate
+        if first < 0:
+            raise ValueError(f"rate must be >= 0, got {first}")
         if burst is not None and burst <= 0:
             raise ValueError(f"burst must be > 0, got {burst}")
         self._clock = clock
         self._fixed_burst = burst
-        self._rate = rate
+        self._rate = first
         self._tokens = float(self.burst)
         self._at_ms = clock.now_ms()
 
     @property
     def rate(self) -> int:
-        """Bytes per second; 0 = unlimited."""
+        """Bytes per second now (read from the function if given one); 0 = unlimited."""
+        self._follow()
         return self._rate
 
     @property
@@ -54,7 +64,19 @@ class TokenBucket:
 
     def set_rate(self, rate: int) -> None:
         """Use ``rate`` from now on (0 = unlimited). Going from unlimited to a limit
-        starts with a full bucket; otherwise the balance is kept, capped at the burst."""
+        starts with a full bucket; otherwise the balance is kept, capped at the burst.
+
+        Raises ValueError for a bucket built on a rate function (it follows that)."""
+        if self._source is not None:
+            raise ValueError("this bucket reads its rate from a function; change that")
+        self._apply(rate)
+
+    def _follow(self) -> None:
+        """Take up the rate function's value if it changed (as :meth:`set_rate` would)."""
+        if self._source is not None and (rate := self._source()) != self._rate:
+            self._apply(rate)
+
+    def _apply(self, rate: int) -> None:
         if rate < 0:
             raise ValueError(f"rate must be >= 0, got {rate}")
         self._refill()
@@ -66,6 +88,7 @@ class TokenBucket:
         """Take ``n`` tokens now; return the seconds to wait before using them (>= 0)."""
         if n < 0:
             raise ValueError(f"cannot reserve {n} tokens")
+        self._follow()
         if self._rate == 0:
             return 0.0
         self._refill()

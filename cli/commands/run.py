@@ -215,7 +215,9 @@ async def _run_forever(rt: Runtime, stopper: _Stopper, load: Callable[[], Settin
     try:
         servers = await _serve_http(rt)
         reports = asyncio.create_task(
-            rt.group.report_until(rt.dispatcher.states.stopping, rt.settings.tiering.tick_interval),
+            rt.group.report_until(
+                rt.dispatcher.states.stopping, lambda: rt.settings.tiering.tick_interval
+            ),
             name="replica reports",
         )
         try:

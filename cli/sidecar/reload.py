@@ -10,9 +10,12 @@ else — the stores, names, state dir, concurrency, batch size, lease timing, th
 interval, GC, HTTP, shutdown deadline — is wired into objects built at start and needs a
 restart: a reload keeps the running value and says so.
 
-:func:`plan_reload` is pure; :func:`apply_reload` also swaps the dispatcher's frozen
-``[tiering]`` settings and the retention policy, which are read at every use, and sets
-the new rate on the upload token bucket.
+:func:`plan_reload` is pure; :func:`apply_reload` puts its result in force: it replaces
+the content of the running sidecar's one
+:class:`~tieredstore.settings.in_force.SettingsInForce`, once, and nothing else. Every
+part that reads a live setting (the dispatcher's tick, discovery, the rounds, the
+compactor, the retention pass, the upload pacing and its gauge, the replica reports)
+reads it there at each use, so it takes the new value at its next tick, round or pass.
 """
 
 from __future__ import annotations
@@ -64,16 +67,12 @@ def plan_reload(running: Settings, new: Settings) -> ReloadPlan:
 
 
 def apply_reload(rt: Runtime, new: Settings) -> ReloadPlan:
-    """Apply what can change live to ``rt`` and make the result its settings.
+    """Put what can change live in force in ``rt`` (its settings in force replaced once,
+    only when some key applies); the keys that need a restart keep their running value.
 
     Logging is the caller's to reconfigure (``log.*`` in ``plan.applied``).
     """
     plan = plan_reload(rt.settings, new)
     if plan.applied:
-        rt.dispatcher.tiering = plan.settings.tiering
-        rt.compactor.tiering = plan.settings.tiering
-        rt.retention.policy = RetentionPolicy.of(plan.settings.retention)
-        rt.upload_limit.set_rate(plan.settings.tiering.max_bytes_per_second)
-        rt.metrics.upload_rate_limit.set(rt.upload_limit.rate)
-        rt.settings = plan.settings
+        rt.in_force.replace(plan.settings)
     return plan

@@ -37,6 +37,7 @@ from tieredstore.errors import BackendError, ColdStoreAccessError, ConfigError
 from tieredstore.hot.store import HotStore
 from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.ratelimit import TokenBucket
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import Settings
 
 __all__ = ["Runtime", "check_cold_store", "open_runtime"]
@@ -72,22 +73,28 @@ async def check_cold_store(settings: Settings) -> None:
 class Runtime:
     """Everything a running sidecar holds."""
 
-    settings: Settings
+    #: The settings in force, which the parts read at each use and a reload replaces.
+    in_force: SettingsInForce
     backend: Backend
     hot: HotStore
     catalogue: Catalogue
     dispatcher: Dispatcher
     metrics: Metrics
     retention: Retention
-    #: Paces segment uploads (``tiering.max_bytes_per_second``); a reload sets its rate.
+    #: Paces segment uploads at ``tiering.max_bytes_per_second`` in force.
     upload_limit: TokenBucket
-    #: Rewrites batch slices as segments; a reload sets its ``tiering``.
+    #: Rewrites batch slices as segments.
     compactor: Compactor
     #: This sidecar's part in its broker group (reports, the limit).
     group: ReplicaGroup
     config_backup: ConfigBackup | None = None
     #: What the cold store refuses this sidecar now (``/healthz``, the log, the metric).
     access: ColdAccess | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force now (:attr:`in_force`'s)."""
+        return self.in_force.settings
 
 
 def _counted(backend: Backend, metrics: Metrics) -> CountingBackend:
@@ -136,7 +143,7 @@ async def open_runtime(
         )  # fmt: skip
         stack.push_async_callback(built.dispatcher.close)
         yield Runtime(
-            settings, backend, hot, catalogue, built.dispatcher, metrics, built.retention,
+            built.in_force, backend, hot, catalogue, built.dispatcher, metrics, built.retention,
             upload_limit=built.upload_limit, compactor=built.compactor, group=built.group,
             config_backup=built.config_backup, access=access,
         )  # fmt: skip

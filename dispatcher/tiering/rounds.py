@@ -2,18 +2,16 @@
 
 A round plans one segment per queue still going (the group-commit rules, up to about
 ``PASS_MAX_RECORDS`` records in all), makes the planned records durable (the guard,
-:mod:`tieredstore.dispatcher.tiering.durability`), reads their records with **one commitlog-order
-pass**
-(:mod:`tieredstore.dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and
-hashed
+:mod:`dispatcher.tiering.durability`), reads their records with **one commitlog-order pass**
+(:mod:`dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and hashed
 in bulk,
-spooled per segment), then commits the segments (:mod:`tieredstore.dispatcher.tiering.committer`),
+spooled per segment), then commits the segments (:mod:`dispatcher.tiering.committer`),
 ``tiering.concurrency`` at once. With ``tiering.batching`` on, the round's segments cut by
-age go instead into one batch object (:mod:`tieredstore.dispatcher.tiering.batch.writer`), and age
+age go instead into one batch object (:mod:`dispatcher.tiering.batch.writer`), and age
 cuts happen every ``BATCH_EVERY`` ticks only, each taking what falls due before the
-next (:func:`~tieredstore.dispatcher.tiering.batch.writer.round_limits`). Planning also refreshes
+next (:func:`~dispatcher.tiering.batch.writer.round_limits`). Planning also refreshes
 each queue's lag and retention headroom gauges from the hot store and catalogue alone
-(:mod:`tieredstore.dispatcher.tiering.lag_gauges`), so they stay current while the cold store is
+(:mod:`dispatcher.tiering.lag_gauges`), so they stay current while the cold store is
 down.
 """
 
@@ -29,21 +27,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from tieredstore.clock import Clock
-from tieredstore.dispatcher.metrics import Metrics
-from tieredstore.dispatcher.retention_pressure import HotOldest, hot_oldest
-from tieredstore.dispatcher.shared_state import SharedState
-from tieredstore.dispatcher.tiering.batch.writer import (
-    BatchItem,
-    BatchWriter,
-    round_limits,
-    split_round,
-)
-from tieredstore.dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
-from tieredstore.dispatcher.tiering.committer import CommitKind, SegmentCommitter
-from tieredstore.dispatcher.tiering.durability import DurabilityGuard
-from tieredstore.dispatcher.tiering.lag_gauges import set_lag
-from tieredstore.dispatcher.tiering.planner import (
+from dispatcher.metrics import Metrics
+from dispatcher.queue_states import QueueStates
+from dispatcher.retention_pressure import HotOldest, hot_oldest
+from dispatcher.tiering.batch.writer import BatchItem, BatchWriter, round_limits, split_round
+from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
+from dispatcher.tiering.committer import CommitKind, SegmentCommitter
+from dispatcher.tiering.durability import DurabilityGuard
+from dispatcher.tiering.lag_gauges import set_lag
+from dispatcher.tiering.planner import (
     HotDataLost,
     SegmentPlan,
     Wait,
@@ -51,8 +43,10 @@ from tieredstore.dispatcher.tiering.planner import (
     plan_segment,
     units_unchanged,
 )
-from tieredstore.dispatcher.tiering.spool_room import RoundBudget, spool_room
-from tieredstore.dispatcher.tiering.tick_report import TickReport, record_error
+from dispatcher.tiering.spool_room import RoundBudget, spool_room
+from dispatcher.tiering.tick_report import TickReport, record_error
+from metadata.rows import QueueRow
+from tieredstore.clock import Clock
 from tieredstore.errors import (
     CorruptRecordError,
     DamagedObjectError,
@@ -62,8 +56,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.hot.store import HotStore, QueueKey
-from tieredstore.metadata.rows import QueueRow
-from tieredstore.settings.loader import TieringSettings
+from tieredstore.settings.in_force import SettingsInForce
 
 __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
 
@@ -71,8 +64,7 @@ __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
 #: a batch object as a slice rather than into a segment of its own.
 OnCommitted = Callable[[SegmentPlan, bool], None]
 
-#: Commitlog bytes read per window by the tiering pass
-#: (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`).
+#: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.tiering.commitlog_pass`).
 PASS_WINDOW_BYTES: Final = 2 << 20
 #: Records planned per round at most (bounds the unit arrays' memory).
 PASS_MAX_RECORDS: Final = 1 << 20
@@ -89,8 +81,7 @@ def _recheck_units(
 ) -> list[Spooled | TieredStoreError]:
     """Read each gathered segment's consume-queue units again, after the pass (blocking;
     one thread hop for the round). A segment planned on a unit the broker was still
-    writing (:func:`~tieredstore.dispatcher.tiering.planner.units_unchanged`) gets a StoreError in
-    place of
+    writing (:func:`~dispatcher.tiering.planner.units_unchanged`) gets a StoreError in place of
     its spool: it is not committed, and planned again next tick."""
     return [
         _recheck(hot, plan, spooled) for (_, plan), spooled in zip(planned, gathered, strict=True)
@@ -155,12 +146,9 @@ def _going(
 
 
 class Rounds:
-    """Tiers queues in rounds until the rules say wait; see the module docstring.
-
-    ``tiering`` is swapped by a reload (the commit semaphore keeps its ``concurrency``);
-    spools go in ``spool_dir`` (None: the temp dir); no round starts once a stop was asked
-    (``states.stopping``, shared with the committer, discovery and the dispatcher).
-    """
+    """Tiers queues in rounds until the rules say wait (see the module docstring), reading
+    ``in_force.tiering`` at each use (the semaphore keeps its ``concurrency``); spools go in
+    ``spool_dir`` (None: the temp dir); no round starts once ``states.stopping`` is set."""
 
     def __init__(
         self,
@@ -168,25 +156,25 @@ class Rounds:
         hot: HotStore,
         clock: Clock,
         metrics: Metrics,
-        tiering: TieringSettings,
+        in_force: SettingsInForce,
         spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
-        states: SharedState,
+        states: QueueStates,
         batcher: BatchWriter,
         on_segment: OnCommitted | None = None,
     ) -> None:
         self.hot = hot
         self.clock = clock
         self.metrics = metrics
-        self.tiering = tiering
+        self.in_force = in_force
         self.spool_dir = spool_dir
         self.guard = guard
         self.committer = committer
         self.on_segment = on_segment
         self.states = states
         self.batcher = batcher  # with tiering.batching on, small segments share one object
-        self._sem = asyncio.Semaphore(tiering.concurrency)
+        self._sem = asyncio.Semaphore(in_force.tiering.concurrency)
         self.in_flight = 0  # segments of the round under way not yet committed: a stop waits
         self.committed = TickReport()  # every commit ever: counts an abandoned tick's too
         self._oldest: HotOldest | None = None  # the broker's oldest file, this tick
@@ -199,7 +187,7 @@ class Rounds:
         self._ticks += 1
         self._oldest = await asyncio.to_thread(hot_oldest, self.hot)
         await self.guard.new_tick()
-        self.metrics.set_guard_mode(self.guard.mode(self.tiering.guard).value)
+        self.metrics.set_guard_mode(self.guard.mode(self.in_force.tiering.guard).value)
 
     def clear_spool(self) -> None:
         """Remove spool directories a crashed run left (they are never read again)."""
@@ -224,7 +212,7 @@ class Rounds:
         while todo and not self.states.stopping.is_set():
             planned, later = await self._plan_round(todo, flush, report)
             if planned and not await self.guard.make_durable(
-                self.tiering.guard, max(planned, key=_cl_end)[1].cl_end
+                self.in_force.tiering.guard, max(planned, key=_cl_end)[1].cl_end
             ):
                 continue  # fdatasync refused: plan again under the checkpoint rule
             todo = later + await self._run_round(planned, report)
@@ -236,8 +224,9 @@ class Rounds:
         """Plan the next segment of each row, up to the round's size; return the plans
         and the rows left for a later round. Waits, losses and divergence are handled
         (and reported) here; a queue whose planning failed is recorded and dropped."""
-        guard = await asyncio.to_thread(self.guard.guard_ts, self.tiering.guard)
-        room = await asyncio.to_thread(spool_room, self.spool_dir, self.tiering.spool_max_bytes)
+        tiering = self.in_force.tiering  # one round, one set of settings
+        guard = await asyncio.to_thread(self.guard.guard_ts, tiering.guard)
+        room = await asyncio.to_thread(spool_room, self.spool_dir, tiering.spool_max_bytes)
         budget = RoundBudget(PASS_MAX_RECORDS, room)
         outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
         self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
@@ -266,7 +255,7 @@ class Rounds:
         to record; a row planned past the budget is left for a later round."""
         out: list[SegmentPlan | Wait | HotDataLost | Exception] = []
         now_ms = self.clock.now_ms()
-        limits = round_limits(self.tiering, self._ticks)
+        limits = round_limits(self.in_force.tiering, self._ticks)
         for row in rows:
             if budget.full():
                 break
@@ -292,6 +281,7 @@ class Rounds:
         if not planned:
             return []
         jobs = [GatherJob(plan, row.cold_cl_end) for row, plan in planned]
+        batching = self.in_force.tiering.batching
         self.in_flight = len(planned)
         try:
             async with _spool(self.spool_dir) as directory:
@@ -300,7 +290,7 @@ class Rounds:
                 except TieredStoreError as exc:
                     gathered = [exc] * len(jobs)
                 gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
-                batches, single = split_round(planned, gathered, batching=self.tiering.batching)
+                batches, single = split_round(planned, gathered, batching=batching)
                 outcomes = await asyncio.gather(
                     self._commit_batches(batches, report),
                     *(

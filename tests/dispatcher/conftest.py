@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.moto import S3Bucket
-from tests.support.stores.retention import retention_settings
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.testing.moto import S3Bucket
+from tieredstore.testing.sidecar.settings import put_in_force
+from tieredstore.testing.stores.retention import retention_settings
 
 #: ``await tier_expiring(tmp_path, clock)``: see :func:`tier_expiring`.
 TierExpiring = Callable[[Path, VirtualClock], Coroutine[Any, Any, None]]
@@ -39,7 +39,7 @@ async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
         # batch: compacting the slices now (due at once), then deleting their batches
         # (a collection past the grace) makes the retention tests start from per-queue
         # segments only, in both modes.
-        rt.compactor.tiering = dataclasses.replace(rt.compactor.tiering, compact_after=1e-6)
+        put_in_force(rt.in_force, tiering__compact_after=1e-6)
         assert not (await rt.compactor.run_pass()).problems
         if rt.settings.tiering.batching:
             collected = await collect_batches(
@@ -54,10 +54,10 @@ async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
 
 @pytest.fixture(scope="session")
 def tier_expiring() -> TierExpiring:
-    """Tier the retention tests' store (:mod:`tests.support.stores.retention`, written at
+    """Tier the retention tests' store (:mod:`tieredstore.testing.stores.retention`, written at
     ``tmp_path / "store"``) completely with the real sidecar runtime at ``clock``'s time,
     in several segments per queue. A fixture, not test support: it runs the CLI's
-    runtime, which ``tests.support`` (core layer) never imports."""
+    runtime, which ``tieredstore.testing`` (core layer) never imports."""
     return _tier_expiring
 
 

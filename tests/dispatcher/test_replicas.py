@@ -20,6 +20,7 @@ from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.backends import open_backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.http import health
+from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.replicas import read_reports
@@ -175,7 +176,7 @@ async def test_a_standby_is_healthy_while_its_reports_go_out(
         h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert (h.ok, h.reason) == (False, "standby: no replica report published yet")
         stopping = asyncio.Event()
-        loop = asyncio.create_task(rt.group.report_until(stopping, 1.0))
+        loop = asyncio.create_task(rt.group.report_until(stopping, lambda: 1.0))
         await clock.parked()  # the first report is out, the loop sleeps
         h = health(rt.dispatcher, clock.now_ms(), group=rt.group)
         assert h.ok and h.reason.startswith("standby: waiting on the writer lease; replica slave")
@@ -211,3 +212,36 @@ def test_a_store_cut_by_a_crash_reports_no_more_than_it_holds(tmp_path: Path) ->
     position = int(units["commitlog_offset"][150])  # in the second of six CQ files
     cut_at(root, position)
     assert held_end(HotStore(root)) <= position
+
+
+async def test_the_report_interval_in_force_is_read_after_each_report(
+    stores: tuple[Path, Path, int], tmp_path: Path
+) -> None:
+    """``run`` hands the loop ``tiering.tick_interval`` in force: a reload changes the
+    wait that follows the next report."""
+    _, slave, _ = stores
+    clock = VirtualClock()
+    settings = settings_for(
+        slave, COLD, tmp_path / "s-state", tiering__tick_interval="1s", **_group("slave")
+    )
+    async with open_runtime(settings, clock=clock) as rt:
+        stopping = asyncio.Event()
+        interval = lambda: rt.settings.tiering.tick_interval  # noqa: E731 (as run.py's)
+        loop = asyncio.create_task(rt.group.report_until(stopping, interval))
+        await clock.parked()  # the first report is out, the loop sleeps 1 s
+        first = rt.group.state.published_ms
+        apply_reload(rt, settings_for(
+            slave, COLD, tmp_path / "s-state", tiering__tick_interval="5s", **_group("slave")
+        ))  # fmt: skip
+        await clock.advance(1.0)
+        await clock.parked()  # the second report (the wait begun before), then 5 s
+        second = rt.group.state.published_ms
+        assert first is not None and second == first + 1000
+        await clock.advance(4.0)
+        await clock.parked()
+        assert rt.group.state.published_ms == second  # not yet: 5 s now
+        await clock.advance(1.0)
+        await clock.parked()
+        assert rt.group.state.published_ms == second + 5000
+        stopping.set()
+        await loop

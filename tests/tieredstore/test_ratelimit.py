@@ -70,3 +70,21 @@ async def test_acquire_sleeps_on_the_clock_until_the_tokens_are_there() -> None:
     await clock.advance(0.001)
     assert await waiter == pytest.approx(2.0)
     assert clock.now_ms() - 1_700_000_000_000 == 2000
+
+
+def test_a_rate_function_is_read_at_each_reservation() -> None:
+    clock = VirtualClock()
+    rate = [0]
+    bucket = TokenBucket(clock, lambda: rate[0])
+    assert bucket.reserve(1 << 30) == 0.0  # unlimited
+    rate[0] = 1000  # from unlimited: starts full
+    assert bucket.rate == 1000
+    assert bucket.reserve(1000) == 0.0
+    assert bucket.reserve(1000) == pytest.approx(1.0)
+    rate[0] = 4000  # the debt stays, paid back at the new rate
+    assert bucket.reserve(0) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="reads its rate from a function"):
+        bucket.set_rate(10)
+    rate[0] = -1
+    with pytest.raises(ValueError, match="rate must be >= 0"):
+        bucket.reserve(1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import Settings, load_settings
 
 CLUSTER = "DefaultCluster"
@@ -49,3 +50,14 @@ def settings_for(store: Path, cold: str, state: Path, **overrides: object) -> Se
         values["tiering.batching"] = mode == "1"
     values.update({k.replace("__", "."): v for k, v in overrides.items()})
     return load_settings(env={}, overrides=values)
+
+
+def put_in_force(in_force: SettingsInForce, **overrides: object) -> Settings:
+    """Put in force the settings ``in_force`` holds but for ``overrides``
+    (``section__name=value``, the value as parsed: seconds as a float, sizes in bytes), as
+    a reload would, for every part of the sidecar at once; return them."""
+    now = in_force.settings
+    values = {**now.values, **{k.replace("__", "."): v for k, v in overrides.items()}}
+    new = Settings(values, now.sources)
+    in_force.replace(new)
+    return new

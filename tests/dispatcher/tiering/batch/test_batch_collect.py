@@ -9,29 +9,24 @@ memory backend, virtual time).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 
+from dispatcher.lease.lease import Lease
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, BatchCollection, collect_batches
+from dispatcher.tiering.batch.compaction import Compactor
 from tests.dispatcher.tiering.conftest import Batched, OpenBatched
-from tests.support.sidecar.settings import BROKER, CLUSTER
-from tests.support.stores.batches import upload_batch
-from tests.support.stores.coldcheck import assert_cold_matches_hot
-from tests.support.stores.segments import T0, WRITER, chain
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.batch import BatchFence, SlicePart, build_batch
 from tieredstore.cold.history import Committed, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
-from tieredstore.dispatcher.lease.lease import Lease
-from tieredstore.dispatcher.tiering.batch.collect import (
-    MIN_GRACE_MS,
-    BatchCollection,
-    collect_batches,
-)
-from tieredstore.dispatcher.tiering.batch.compaction import Compactor
 from tieredstore.errors import LeaseLostError
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force
+from tieredstore.testing.stores.batches import upload_batch
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.segments import T0, WRITER, chain
 
-#: When the fixture's batches were made (``tests.support.stores.batches.batch_of``).
+#: When the fixture's batches were made (``tieredstore.testing.stores.batches.batch_of``).
 CREATED = T0 + 60_000
 GRACE = MIN_GRACE_MS
 OLD = CREATED + GRACE
@@ -47,9 +42,7 @@ async def _compact_all(b: Batched, per_slice: bool = False) -> Compactor:
     10 min): one segment per slice or one per queue."""
     compactor = b.rt.compactor
     size = 1 if per_slice else 1 << 20
-    compactor.tiering = dataclasses.replace(
-        compactor.tiering, segment_max_bytes=size, compact_after=60.0
-    )
+    put_in_force(b.rt.in_force, tiering__segment_max_bytes=size, tiering__compact_after=60.0)
     b.clock.set_ms(CREATED + 60_000)
     while (await compactor.run_pass()).queues:
         assert b.clock.now_ms() < OLD  # young: nothing deleted yet
@@ -91,7 +84,7 @@ async def test_batching_turned_off_still_collects_what_it_left_then_stops(
 ) -> None:
     async with batched("SS", first_sequence=10) as b:
         compactor = await _compact_all(b)
-        compactor.tiering = dataclasses.replace(compactor.tiering, batching=False)
+        put_in_force(b.rt.in_force, tiering__batching=False)
         b.clock.set_ms(OLD)
         report = await compactor.run_if_needed()  # no slice row left, batches still there
         assert report is not None and set(report.batches_deleted) == set(b.batches)

@@ -7,17 +7,15 @@ fixture), on the memory and POSIX backends; time is a :class:`VirtualClock`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
 from pathlib import Path
 
 import pytest
 
+from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
+from dispatcher.tiering.batch.compaction import CompactionReport, Compactor, compaction_run
 from tests.dispatcher.tiering.conftest import BATCHED_SPEC, TOPIC, Batched, OpenBatched
-from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
-from tests.support.stores.coldcheck import assert_cold_matches_hot
-from tests.support.stores.segments import T0
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli.sidecar.reload import apply_reload
@@ -35,25 +33,21 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.reader import ColdReader
-from tieredstore.dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
-from tieredstore.dispatcher.tiering.batch.compaction import (
-    CompactionReport,
-    Compactor,
-    compaction_run,
-)
 from tieredstore.errors import BackendError
 from tieredstore.hot.synth import synthesize
+from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force, settings_for
+from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
+from tieredstore.testing.stores.segments import T0
 
 HOUR_MS = 3_600_000
-#: When the fixture's batches were made (``tests.support.stores.batches.batch_of``).
+#: When the fixture's batches were made (``tieredstore.testing.stores.batches.batch_of``).
 CREATED = T0 + 60_000
 
 
 def _cap(b: Batched, max_bytes: int) -> Compactor:
-    """The runtime's compactor, with ``tiering.segment_max_bytes = max_bytes``."""
-    compactor = b.rt.compactor
-    compactor.tiering = dataclasses.replace(compactor.tiering, segment_max_bytes=max_bytes)
-    return compactor
+    """The runtime's compactor, with ``tiering.segment_max_bytes = max_bytes`` in force."""
+    put_in_force(b.rt.in_force, tiering__segment_max_bytes=max_bytes)
+    return b.rt.compactor
 
 
 async def _message(b: Batched, queue_id: int, offset: int) -> tuple[EntryKind, list[object]]:
@@ -293,7 +287,7 @@ async def test_a_compacted_segment_expires_only_once_its_batches_are_deleted(
     async with batched("SSg") as b:
         # Every slice due (compact_after 1 min), every batch inside the grace (10 min).
         compactor = b.rt.compactor
-        compactor.tiering = dataclasses.replace(compactor.tiering, compact_after=60.0)
+        put_in_force(b.rt.in_force, tiering__compact_after=60.0)
         b.clock.set_ms(CREATED + 120_000)
         while any(b.rt.catalogue.slices.of(TOPIC, q) for q in (0, 1)):
             assert not (await compactor.run_pass()).problems
