@@ -15,14 +15,14 @@ catalogue — and chooses the clock, the metrics registry and the retry policy.
 * the retention pass and the config backup, run as the dispatcher's periodic and
   start-up jobs, and the compactor (batch slices rewritten as segments, batch objects
   deleted), a periodic job of its own (:func:`_compaction`);
-* the broker group's :class:`~dispatcher.replicas.ReplicaGroup` (this replica's reports,
+* the broker group's :class:`~tieredstore.dispatcher.replicas.ReplicaGroup` (this replica's reports,
   the limit the other replicas set on the rounds);
-* one :class:`~dispatcher.queue_states.QueueStates`, the queue state the tiering parts
+* one :class:`~tieredstore.dispatcher.shared_state.SharedState`, the queue state the tiering parts
   share, handed explicitly to each of them;
-* :class:`~dispatcher.discovery.Discovery`,
-  :class:`~dispatcher.tiering.committer.SegmentCommitter`,
-  :class:`~dispatcher.tiering.rounds.Rounds` (with its durability guard), the
-  provenance writer, and the :class:`~dispatcher.dispatcher.Dispatcher` that composes
+* :class:`~tieredstore.dispatcher.discovery.Discovery`,
+  :class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`,
+  :class:`~tieredstore.dispatcher.tiering.rounds.Rounds` (with its durability guard), the
+  provenance writer, and the :class:`~tieredstore.dispatcher.dispatcher.Dispatcher` that composes
   them and only stores what it is given.
 
 Nothing else constructs the dispatcher or its tiering parts (tests/repo/ holds this).
@@ -34,31 +34,31 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatcher import stopped_file
-from dispatcher.background_loops import Periodic
-from dispatcher.discovery import Discovery
-from dispatcher.dispatcher import Dispatcher
-from dispatcher.lease.lease import Lease
-from dispatcher.maintenance.config_backup import ConfigBackup
-from dispatcher.maintenance.retention import Retention, StepHook
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.replicas import ReplicaGroup
-from dispatcher.tiering.batch.compaction import CompactionReport, Compactor
-from dispatcher.tiering.batch.keys import BatchKeys
-from dispatcher.tiering.batch.writer import BatchWriter
-from dispatcher.tiering.cold_writer import ColdWriter
-from dispatcher.tiering.committer import SegmentCommitter
-from dispatcher.tiering.durability import DurabilityGuard
-from dispatcher.tiering.provenance_writer import ProvenanceWriter
-from dispatcher.tiering.rounds import OnCommitted, Rounds
-from metadata.catalogue import Catalogue
 from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock
 from tieredstore.cold.layout import lease_key
+from tieredstore.dispatcher import stopped_file
+from tieredstore.dispatcher.background_loops import Periodic
+from tieredstore.dispatcher.discovery import Discovery
+from tieredstore.dispatcher.dispatcher import Dispatcher
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.maintenance.config_backup import ConfigBackup
+from tieredstore.dispatcher.maintenance.retention import Retention, StepHook
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.replicas import ReplicaGroup
+from tieredstore.dispatcher.shared_state import SharedState
+from tieredstore.dispatcher.tiering.batch.compaction import CompactionReport, Compactor
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
+from tieredstore.dispatcher.tiering.batch.writer import BatchWriter
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter
+from tieredstore.dispatcher.tiering.committer import SegmentCommitter
+from tieredstore.dispatcher.tiering.durability import DurabilityGuard
+from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
+from tieredstore.dispatcher.tiering.rounds import OnCommitted, Rounds
 from tieredstore.hot.store import HotStore
+from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.ratelimit import TokenBucket
 from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import Settings
@@ -132,7 +132,7 @@ def build_dispatcher(
     )  # fmt: skip
     backup = _config_backup(settings, backend, lease, clock)
     periodic, startup = _jobs(settings, retention, backup)
-    states = QueueStates(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
+    states = SharedState(stopped_path=settings.state.dir / stopped_file.FILE_NAME)
     keys = BatchKeys(
         backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
         cluster=settings.cold.cluster, broker=settings.cold.broker,
@@ -151,13 +151,13 @@ def _dispatcher(
     out: _Outside,
     keys: BatchKeys,
     writer: ColdWriter,
-    states: QueueStates,
+    states: SharedState,
     on_segment: OnCommitted | None,
     periodic: list[Periodic],
     startup: list[StartupJob],
     group: ReplicaGroup,
 ) -> Dispatcher:
-    """The dispatcher and its tiering parts, all on one shared :class:`QueueStates`."""
+    """The dispatcher and its tiering parts, all on one shared :class:`SharedState`."""
     settings, hot, catalogue, metrics = out.settings, out.hot, out.catalogue, out.metrics
     lease = keys.lease
     discovery = Discovery(

@@ -13,14 +13,14 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.topic_filter import TopicFilter
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow, QueueState
 from tieredstore.cold.layout import validate_topic
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.shared_state import SharedState
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import InvalidNameError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey, SkippedDir
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow, QueueState
 from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import InitStart, TieringSettings
 
@@ -45,7 +45,7 @@ class Discovery:
         catalogue: Catalogue,
         metrics: Metrics,
         in_force: SettingsInForce,
-        states: QueueStates,
+        states: SharedState,
     ) -> None:
         self.hot = hot
         self.catalogue = catalogue

@@ -6,15 +6,15 @@ Lifecycle (:class:`DispatcherState`)::
                             │                                      ▲
                             └──────── fatal error ──▶ FAILED ──────┘ (close)
 
-The parts are built by :func:`dispatcher.assembly.build_dispatcher` (the one place that
+The parts are built by :func:`tieredstore.dispatcher.assembly.build_dispatcher` (the one place that
 builds them) and handed in; the queue state they share is one
-:class:`~dispatcher.queue_states.QueueStates`.
+:class:`~tieredstore.dispatcher.shared_state.SharedState`.
 
 Each tick: discover queues in the hot store and create catalogue rows for new ones
-eagerly (:mod:`dispatcher.discovery`), then start one task that tiers every ACTIVE queue
+eagerly (:mod:`tieredstore.dispatcher.discovery`), then start one task that tiers every ACTIVE queue
 not already in flight, in rounds, until the group-commit rules say wait for each
-(:mod:`dispatcher.tiering.rounds`; each segment is committed by
-:mod:`dispatcher.tiering.committer`). A
+(:mod:`tieredstore.dispatcher.tiering.rounds`; each segment is committed by
+:mod:`tieredstore.dispatcher.tiering.committer`). A
 queue is never tiered by two tasks at once. The lease is renewed until every write has
 returned, also while draining on stop; periodic jobs (retention, config backup) run
 under the same lock as catalogue writes.
@@ -30,25 +30,25 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from dispatcher.background_loops import Periodic, run_periodic
-from dispatcher.discovery import Discovery
-from dispatcher.lease.guard import mirror_lease
-from dispatcher.lease.lease import Lease
-from dispatcher.lease.renewal import renew_until
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.queue_status import untiered
-from dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_damage
-from dispatcher.tiering.durability import CommitlogSyncer
-from dispatcher.tiering.provenance_writer import ProvenanceWriter
-from dispatcher.tiering.rounds import Rounds
-from dispatcher.tiering.tick_report import TickReport, record_error
-from dispatcher.topic_filter import TopicFilter
-from metadata.catalogue import Catalogue
-from metadata.rows import QueueRow
 from tieredstore.clock import Clock, sleep_until, wait_at_most
+from tieredstore.dispatcher.background_loops import Periodic, run_periodic
+from tieredstore.dispatcher.discovery import Discovery
+from tieredstore.dispatcher.lease.guard import mirror_lease
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.lease.renewal import renew_until
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.shared_state import SharedState
+from tieredstore.dispatcher.status_report import untiered
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, heal_damaged, report_damage
+from tieredstore.dispatcher.tiering.durability import CommitlogSyncer
+from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
+from tieredstore.dispatcher.tiering.rounds import Rounds
+from tieredstore.dispatcher.tiering.tick_report import TickReport, record_error
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import ColdStoreAccessError, LeaseLostError, TieredStoreError
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.rows import QueueRow
 from tieredstore.settings.in_force import SettingsInForce
 from tieredstore.settings.loader import TieringSettings
 
@@ -69,10 +69,11 @@ class Dispatcher:
     """Tiers one broker's store into one cold prefix. See the module docstring.
 
     Composes :class:`Discovery` (which queues), :class:`Rounds` (tiering them, each
-    segment committed by its :class:`~dispatcher.tiering.committer.SegmentCommitter`) and
+    segment committed by its :class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`)
+    and
     the :class:`ProvenanceWriter`; owns the lifecycle, the ticks, the lease renewals and
     the periodic jobs. It only stores the parts it is given
-    (:func:`dispatcher.assembly.build_dispatcher` builds them).
+    (:func:`tieredstore.dispatcher.assembly.build_dispatcher` builds them).
     """
 
     def __init__(
@@ -85,7 +86,7 @@ class Dispatcher:
         clock: Clock,
         in_force: SettingsInForce,
         metrics: Metrics,
-        states: QueueStates,
+        states: SharedState,
         discovery: Discovery,
         rounds: Rounds,
         provenance: ProvenanceWriter,
@@ -146,7 +147,7 @@ class Dispatcher:
         Queues still in flight from an earlier tick are skipped, never doubled. A cold
         store refusing the tick's first requests (ColdStoreAccessError: keys rotated, a
         policy changed) ends it with that error in the report, as a queue's would: the
-        next tick tries again (:mod:`dispatcher.cold_access` logs it once).
+        next tick tries again (:mod:`tieredstore.dispatcher.cold_access` logs it once).
         """
         report = TickReport()
         try:

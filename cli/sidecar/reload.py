@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from tieredstore.cli.sidecar.runtime import Runtime
-from tieredstore.dispatcher.maintenance.retention import RetentionPolicy
 from tieredstore.settings.loader import SETTINGS, Settings
 
 __all__ = ["LIVE_KEYS", "ReloadPlan", "apply_reload", "plan_reload"]

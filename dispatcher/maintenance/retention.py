@@ -49,18 +49,15 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.lease.lease import Lease
-from dispatcher.metrics import Metrics
-from dispatcher.tiering.provenance_writer import record_head_removal
-from metadata.catalogue import Catalogue
-from metadata.reconcile import reconcile
-from metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
 from tieredstore.backends.base import Backend
 from tieredstore.clock import Clock
 from tieredstore.cold.history import BatchLinks, Committed, Withdrawal, choose
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.tiering.provenance_writer import record_head_removal
 from tieredstore.errors import (
     CatalogueError,
     ConfigError,
@@ -71,8 +68,11 @@ from tieredstore.errors import (
 )
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
+from tieredstore.metadata.catalogue import Catalogue
+from tieredstore.metadata.reconcile import reconcile
+from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow, SegmentStatus
+from tieredstore.settings.declaration import RetentionSettings
 from tieredstore.settings.in_force import SettingsInForce
-from tieredstore.settings.keys import RetentionSettings
 
 __all__ = [
     "Decision",

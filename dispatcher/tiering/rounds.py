@@ -2,16 +2,18 @@
 
 A round plans one segment per queue still going (the group-commit rules, up to about
 ``PASS_MAX_RECORDS`` records in all), makes the planned records durable (the guard,
-:mod:`dispatcher.tiering.durability`), reads their records with **one commitlog-order pass**
-(:mod:`dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and hashed
+:mod:`tieredstore.dispatcher.tiering.durability`), reads their records with **one commitlog-order
+pass**
+(:mod:`tieredstore.dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and
+hashed
 in bulk,
-spooled per segment), then commits the segments (:mod:`dispatcher.tiering.committer`),
+spooled per segment), then commits the segments (:mod:`tieredstore.dispatcher.tiering.committer`),
 ``tiering.concurrency`` at once. With ``tiering.batching`` on, the round's segments cut by
-age go instead into one batch object (:mod:`dispatcher.tiering.batch.writer`), and age
+age go instead into one batch object (:mod:`tieredstore.dispatcher.tiering.batch.writer`), and age
 cuts happen every ``BATCH_EVERY`` ticks only, each taking what falls due before the
-next (:func:`~dispatcher.tiering.batch.writer.round_limits`). Planning also refreshes
+next (:func:`~tieredstore.dispatcher.tiering.batch.writer.round_limits`). Planning also refreshes
 each queue's lag and retention headroom gauges from the hot store and catalogue alone
-(:mod:`dispatcher.tiering.lag_gauges`), so they stay current while the cold store is
+(:mod:`tieredstore.dispatcher.tiering.lag_gauges`), so they stay current while the cold store is
 down.
 """
 
@@ -27,15 +29,21 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from dispatcher.metrics import Metrics
-from dispatcher.queue_states import QueueStates
-from dispatcher.retention_pressure import HotOldest, hot_oldest
-from dispatcher.tiering.batch.writer import BatchItem, BatchWriter, round_limits, split_round
-from dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
-from dispatcher.tiering.committer import CommitKind, SegmentCommitter
-from dispatcher.tiering.durability import DurabilityGuard
-from dispatcher.tiering.lag_gauges import set_lag
-from dispatcher.tiering.planner import (
+from tieredstore.clock import Clock
+from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.retention_pressure import HotOldest, hot_oldest
+from tieredstore.dispatcher.shared_state import SharedState
+from tieredstore.dispatcher.tiering.batch.writer import (
+    BatchItem,
+    BatchWriter,
+    round_limits,
+    split_round,
+)
+from tieredstore.dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
+from tieredstore.dispatcher.tiering.committer import CommitKind, SegmentCommitter
+from tieredstore.dispatcher.tiering.durability import DurabilityGuard
+from tieredstore.dispatcher.tiering.lag_gauges import set_lag
+from tieredstore.dispatcher.tiering.planner import (
     HotDataLost,
     SegmentPlan,
     Wait,
@@ -43,10 +51,8 @@ from dispatcher.tiering.planner import (
     plan_segment,
     units_unchanged,
 )
-from dispatcher.tiering.spool_room import RoundBudget, spool_room
-from dispatcher.tiering.tick_report import TickReport, record_error
-from metadata.rows import QueueRow
-from tieredstore.clock import Clock
+from tieredstore.dispatcher.tiering.spool_room import RoundBudget, spool_room
+from tieredstore.dispatcher.tiering.tick_report import TickReport, record_error
 from tieredstore.errors import (
     CorruptRecordError,
     DamagedObjectError,
@@ -56,6 +62,7 @@ from tieredstore.errors import (
     TieredStoreError,
 )
 from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.metadata.rows import QueueRow
 from tieredstore.settings.in_force import SettingsInForce
 
 __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
@@ -64,7 +71,8 @@ __all__ = ["PASS_MAX_RECORDS", "PASS_WINDOW_BYTES", "OnCommitted", "Rounds"]
 #: a batch object as a slice rather than into a segment of its own.
 OnCommitted = Callable[[SegmentPlan, bool], None]
 
-#: Commitlog bytes read per window by the tiering pass (:mod:`dispatcher.tiering.commitlog_pass`).
+#: Commitlog bytes read per window by the tiering pass
+#: (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`).
 PASS_WINDOW_BYTES: Final = 2 << 20
 #: Records planned per round at most (bounds the unit arrays' memory).
 PASS_MAX_RECORDS: Final = 1 << 20
@@ -81,7 +89,8 @@ def _recheck_units(
 ) -> list[Spooled | TieredStoreError]:
     """Read each gathered segment's consume-queue units again, after the pass (blocking;
     one thread hop for the round). A segment planned on a unit the broker was still
-    writing (:func:`~dispatcher.tiering.planner.units_unchanged`) gets a StoreError in place of
+    writing (:func:`~tieredstore.dispatcher.tiering.planner.units_unchanged`) gets a StoreError in
+    place of
     its spool: it is not committed, and planned again next tick."""
     return [
         _recheck(hot, plan, spooled) for (_, plan), spooled in zip(planned, gathered, strict=True)
@@ -160,7 +169,7 @@ class Rounds:
         spool_dir: Path | None = None,
         guard: DurabilityGuard,
         committer: SegmentCommitter,
-        states: QueueStates,
+        states: SharedState,
         batcher: BatchWriter,
         on_segment: OnCommitted | None = None,
     ) -> None:

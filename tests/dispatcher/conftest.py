@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import put_in_force
+from tests.support.stores.retention import retention_settings
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tieredstore.hot.synth import SynthSpec, synthesize
-from tieredstore.testing.moto import S3Bucket
-from tieredstore.testing.sidecar.settings import put_in_force
-from tieredstore.testing.stores.retention import retention_settings
 
 #: ``await tier_expiring(tmp_path, clock)``: see :func:`tier_expiring`.
 TierExpiring = Callable[[Path, VirtualClock], Coroutine[Any, Any, None]]
@@ -54,10 +54,10 @@ async def _tier_expiring(tmp_path: Path, clock: VirtualClock) -> None:
 
 @pytest.fixture(scope="session")
 def tier_expiring() -> TierExpiring:
-    """Tier the retention tests' store (:mod:`tieredstore.testing.stores.retention`, written at
+    """Tier the retention tests' store (:mod:`tests.support.stores.retention`, written at
     ``tmp_path / "store"``) completely with the real sidecar runtime at ``clock``'s time,
     in several segments per queue. A fixture, not test support: it runs the CLI's
-    runtime, which ``tieredstore.testing`` (core layer) never imports."""
+    runtime, which ``tests.support`` (core layer) never imports."""
     return _tier_expiring
 
 

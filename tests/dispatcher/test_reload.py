@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.topic_filter import TopicFilter
+from tests.support.sidecar.settings import put_in_force, settings_for
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.reload import LIVE_KEYS, apply_reload, plan_reload
 from tieredstore.cli.sidecar.runtime import Runtime, open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.settings.loader import SETTINGS
-from tieredstore.testing.sidecar.settings import put_in_force, settings_for
 
 
 def test_live_keys_are_settings() -> None:

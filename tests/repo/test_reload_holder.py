@@ -2,7 +2,7 @@
 
 The running sidecar's parts read their live settings from the one
 :class:`~tieredstore.settings.in_force.SettingsInForce` at each use; a reload puts the new
-settings there. So ``tieredstore/cli/sidecar/reload.py`` assigns no attribute (of the
+settings there. So ``cli/sidecar/reload.py`` assigns no attribute (of the
 dispatcher, the compactor, the retention pass, the upload pacing or anything else), calls
 no ``setattr``, and the only method it calls on the runtime's parts is
 ``rt.in_force.replace``: a value pushed into one part by hand would let the parts
@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RELOAD = ROOT / "tieredstore/cli/sidecar/reload.py"
+RELOAD = ROOT / "cli/sidecar/reload.py"
 #: The one call on the runtime ``apply_reload`` may make.
 ALLOWED = frozenset({"rt.in_force.replace"})
 

@@ -2,7 +2,7 @@
 
 A running sidecar builds one :class:`SettingsInForce` from the validated settings it
 started with and hands it to every part that reads a setting a ``SIGHUP`` may change
-(the keys declared ``live`` in :mod:`tieredstore.settings.keys`): the dispatcher's tick,
+(the keys declared ``live`` in :mod:`tieredstore.settings.declaration`): the dispatcher's tick,
 discovery, the rounds, the compactor, the retention pass, the upload pacing and its
 gauge. Those parts read the value here each time they use it (per tick, per round, per
 pass, per upload), never a copy taken when they were built; a reload calls
@@ -18,7 +18,7 @@ one, never a mix; a part that needs several values to agree within one use reads
 
 from __future__ import annotations
 
-from tieredstore.settings.keys import RetentionSettings, TieringSettings
+from tieredstore.settings.declaration import RetentionSettings, TieringSettings
 from tieredstore.settings.loader import Settings
 
 __all__ = ["SettingsInForce"]

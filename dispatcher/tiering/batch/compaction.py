@@ -18,10 +18,11 @@ objects (:mod:`tieredstore.cold.batch`). A pass of the :class:`Compactor` rewrit
 4. **Write**: the commit-log spans concatenated are the segment's COMMIT_LOG, the
    consume-queue spans concatenated its CONSUME_QUEUE (units already hold absolute cold
    commitlog offsets), uploaded under a fresh attempt's names as every segment is
-   (:meth:`ColdWriter.upload_attempt <dispatcher.tiering.cold_writer.ColdWriter.
+   (:meth:`ColdWriter.upload_attempt <tieredstore.dispatcher.tiering.cold_writer.ColdWriter.
    upload_attempt>`), the lease checked before each object.
 5. **Commit**: the lease is checked, then the manifest *created*
-   (:meth:`~dispatcher.tiering.cold_writer.ColdWriter.create_manifest`), the commit point:
+   (:meth:`~tieredstore.dispatcher.tiering.cold_writer.ColdWriter.create_manifest`), the commit
+   point:
 
    * CREATED: the catalogue swaps the slice rows for the segment's row
      (``catalogue.slices.compact``) under the catalogue lock;
@@ -35,7 +36,7 @@ objects (:mod:`tieredstore.cold.batch`). A pass of the :class:`Compactor` rewrit
 Readers need no change: segments win over slices (:func:`~tieredstore.cold.history.choose`),
 and the segment's bytes at every offset are the slice's, so a read after the manifest
 lands returns the same bytes from the segment. The batch objects are deleted later, by
-the rules of :mod:`dispatcher.tiering.batch.collect`, run at the end of each pass.
+the rules of :mod:`tieredstore.dispatcher.tiering.batch.collect`, run at the end of each pass.
 """
 
 from __future__ import annotations
@@ -45,16 +46,20 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dispatcher.lease.guard import hold_lease
-from dispatcher.tiering.batch.collect import MIN_GRACE_MS, BatchCollection, collect_batches
-from dispatcher.tiering.batch.keys import BatchKeys
-from dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
-from dispatcher.tiering.uploader import UploadedObjects
 from tieredstore.cold.digests import digest
 from tieredstore.cold.history import Committed, span_bytes
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.segment import verify_segment
+from tieredstore.dispatcher.lease.guard import hold_lease
+from tieredstore.dispatcher.tiering.batch.collect import (
+    MIN_GRACE_MS,
+    BatchCollection,
+    collect_batches,
+)
+from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
+from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, ManifestOutcome
+from tieredstore.dispatcher.tiering.uploader import UploadedObjects
 from tieredstore.errors import (
     ColdDataError,
     CorruptDataError,
@@ -152,8 +157,8 @@ class _Tally:
 class Compactor:
     """Rewrites batch slices as per-queue segments and deletes the batches they leave
     (see the module docstring). ``in_force`` holds the settings in force, read at each use
-    (a reload replaces them); ``lock`` is the catalogue lock (:attr:`QueueStates.lock
-    <dispatcher.queue_states.QueueStates.lock>`), taken only around each catalogue swap.
+    (a reload replaces them); ``lock`` is the catalogue lock (:attr:`SharedState.lock
+    <tieredstore.dispatcher.shared_state.SharedState.lock>`), taken only around each catalogue swap.
     """
 
     def __init__(
@@ -192,7 +197,7 @@ class Compactor:
 
     async def run_pass(self) -> CompactionReport:
         """Compact every due queue (one segment each at most), then delete the batches
-        the rules allow (:func:`~dispatcher.tiering.batch.collect.collect_batches`).
+        the rules allow (:func:`~tieredstore.dispatcher.tiering.batch.collect.collect_batches`).
 
         A queue that fails is a problem line and the pass goes on with the next one.
 

@@ -1,6 +1,6 @@
 /*
  * Test-only client for the broker tests and bench/serving_consumer.py
- * (tieredstore/testing/broker/rocketmq.py compiles and runs it against the jars the test POM
+ * (tests/support/broker/rocketmq.py compiles and runs it against the jars the test POM
  * resolves). It drives a real Apache RocketMQ broker
  * with the stock Java client and admin API and writes down what the broker answered, so the
  * Python tests know exactly what was produced and where the broker put it.

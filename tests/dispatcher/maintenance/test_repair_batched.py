@@ -14,21 +14,21 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from dispatcher.maintenance.repair import execute_repair, plan_repair
-from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tests.fixtures_sidecar import Diverge, RepairQueue
+from tests.support.sidecar.settings import BROKER, CLUSTER, put_in_force
+from tests.support.stores.coldcheck import assert_cold_matches_hot
+from tests.support.stores.divergence import TOPIC, divergence_settings
 from tieredstore.backends.base import Backend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold.batch import BatchFence, Withdrawn
 from tieredstore.cold.history import EntryKind, load_history, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_prefix, broker_prefix
 from tieredstore.cold.reader import ColdReader
+from tieredstore.dispatcher.maintenance.repair import execute_repair, plan_repair
+from tieredstore.dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
 from tieredstore.hot.store import HotStore
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.stores.divergence import TOPIC, divergence_settings
-from verifier.job import verify
-from verifier.vocabulary import Level, Verdict, VerifyOptions
+from tieredstore.verifier.job import verify
+from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

@@ -12,21 +12,25 @@ import asyncio
 
 import pytest
 
-from dispatcher.lease.lease import Lease
-from dispatcher.tiering.batch.collect import MIN_GRACE_MS, BatchCollection, collect_batches
-from dispatcher.tiering.batch.compaction import Compactor
 from tests.dispatcher.tiering.conftest import Batched, OpenBatched
+from tests.support.sidecar.settings import BROKER, CLUSTER, put_in_force
+from tests.support.stores.batches import upload_batch
+from tests.support.stores.coldcheck import assert_cold_matches_hot
+from tests.support.stores.segments import T0, WRITER, chain
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.batch import BatchFence, SlicePart, build_batch
 from tieredstore.cold.history import Committed, read_batch, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
+from tieredstore.dispatcher.lease.lease import Lease
+from tieredstore.dispatcher.tiering.batch.collect import (
+    MIN_GRACE_MS,
+    BatchCollection,
+    collect_batches,
+)
+from tieredstore.dispatcher.tiering.batch.compaction import Compactor
 from tieredstore.errors import LeaseLostError
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force
-from tieredstore.testing.stores.batches import upload_batch
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.stores.segments import T0, WRITER, chain
 
-#: When the fixture's batches were made (``tieredstore.testing.stores.batches.batch_of``).
+#: When the fixture's batches were made (``tests.support.stores.batches.batch_of``).
 CREATED = T0 + 60_000
 GRACE = MIN_GRACE_MS
 OLD = CREATED + GRACE

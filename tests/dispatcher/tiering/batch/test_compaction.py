@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
-from dispatcher.tiering.batch.compaction import CompactionReport, Compactor, compaction_run
 from tests.dispatcher.tiering.conftest import BATCHED_SPEC, TOPIC, Batched, OpenBatched
+from tests.support.sidecar.settings import BROKER, CLUSTER, put_in_force, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot
+from tests.support.stores.segments import T0
 from tieredstore.backends.base import Backend
 from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli.sidecar.reload import apply_reload
@@ -33,14 +34,17 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.manifest import Manifest, read_stored
 from tieredstore.cold.reader import ColdReader
+from tieredstore.dispatcher.tiering.batch.collect import MIN_GRACE_MS, collect_batches
+from tieredstore.dispatcher.tiering.batch.compaction import (
+    CompactionReport,
+    Compactor,
+    compaction_run,
+)
 from tieredstore.errors import BackendError
 from tieredstore.hot.synth import synthesize
-from tieredstore.testing.sidecar.settings import BROKER, CLUSTER, put_in_force, settings_for
-from tieredstore.testing.stores.coldcheck import assert_cold_matches_hot
-from tieredstore.testing.stores.segments import T0
 
 HOUR_MS = 3_600_000
-#: When the fixture's batches were made (``tieredstore.testing.stores.batches.batch_of``).
+#: When the fixture's batches were made (``tests.support.stores.batches.batch_of``).
 CREATED = T0 + 60_000
 
 
