@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.layout import PRODUCT_FOLDERS
 from tieredstore.settings.loader import SETTINGS, Settings, load_settings, parse_duration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -349,6 +350,11 @@ def check_dockerfile(stages: dict[str, Stage]) -> None:
             *sources, _dest = arg.split()
             for src in sources:
                 assert (REPO / src).exists(), f"COPY {src}: no such path in the repository"
+    # The wheel is built from the core's folder, whose links name the layers' folders: a
+    # folder not copied leaves a dangling link and a package missing from the image.
+    copied = {src.rstrip("/") for arg in stages["build"].all("COPY") for src in arg.split()[:-1]}
+    missing = [name for name in PRODUCT_FOLDERS if name not in copied]
+    assert not missing, f"the build stage copies no {missing}"
     for final in ("sidecar", "verifier"):
         user = _stage_user(stages, final).split(":")[0]
         assert user not in {"0", "root"}, f"{final} runs as root"
