@@ -50,7 +50,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m tieredstore.settings.docs --check
 
-## typecheck: mypy --strict over the four packages, tests and bench
+## typecheck: mypy --strict over the tieredstore package (its five folders), tests and bench
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.support.layout import PRODUCT_FOLDERS
 from tieredstore.findings import FINDINGS, FindingKind, markdown_table
 from tieredstore.verifier.vocabulary import VERIFIER_KINDS
 
@@ -32,7 +33,7 @@ def test_one_class_is_named_finding() -> None:
     their own."""
     named = [
         path.relative_to(REPO).as_posix()
-        for pkg in ("tieredstore", "metadata", "dispatcher", "verifier")
+        for pkg in PRODUCT_FOLDERS
         for path in sorted((REPO / pkg).rglob("*.py"))
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ClassDef) and node.name == "Finding"

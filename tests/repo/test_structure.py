@@ -1,5 +1,5 @@
 """The house rules of docs/architecture.md that a test can hold: small functions and
-classes in the product code (``tieredstore``, ``metadata``, ``dispatcher``, ``verifier``),
+classes in the product code (its folders: ``tests/support/layout.py: PRODUCT_FOLDERS``),
 and packages of at most about 15 modules (more are grouped into subpackages by concept).
 
 Tests and benchmarks are exempt; a fixture or a scenario may read better whole.
