@@ -55,7 +55,7 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
     (cold / key).write_bytes(json.dumps(newer).encode())
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
-        with caplog.at_level(logging.ERROR, logger="dispatcher"):
+        with caplog.at_level(logging.ERROR, logger="tieredstore.dispatcher"):
             await rt.dispatcher.catch_up()
             await rt.dispatcher.catch_up()
         stopped = [r.getMessage() for r in caplog.records if "STOPPED" in r.getMessage()]

@@ -63,7 +63,7 @@ async def test_a_unit_pointing_at_another_topics_record_stops_only_its_queue(
     )  # fmt: skip
     async with open_runtime(settings) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
-        with caplog.at_level(logging.ERROR, logger="dispatcher"):
+        with caplog.at_level(logging.ERROR, logger="tieredstore.dispatcher"):
             await rt.dispatcher.catch_up()
             await rt.dispatcher.catch_up()  # stays stopped: no second attempt, no second line
         lines = [r.getMessage() for r in caplog.records if "STOPPED" in r.getMessage()]
