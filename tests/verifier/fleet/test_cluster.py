@@ -46,7 +46,7 @@ FLIP_Q = QueueKey("SynthTopic0", 1)
 GONE_Q = QueueKey("SynthTopic1", 0)
 _DRIVER = """import sys
 import tieredstore.verifier
-print("verifier imported from", verifier.__file__, file=sys.stderr)
+print("verifier imported from", tieredstore.verifier.__file__, file=sys.stderr)
 from tieredstore.verifier.cli import main
 sys.exit(main())
 """
@@ -109,7 +109,7 @@ def test_spark_submit_verify_fleet_on_a_standalone_cluster(
     # it), not from the checkout.
     said = (proc.stdout + proc.stderr).splitlines()  # PythonRunner merges them into stdout
     (imported,) = [ln for ln in said if "verifier imported from" in ln]
-    assert f"{wheel.name}/verifier/__init__.py" in imported, imported
+    assert f"{wheel.name}/tieredstore/verifier/__init__.py" in imported, imported
     doc = json.loads((out / "fleet.json").read_text())
     assert {b["broker"]: b["verdict"] for b in doc["brokers"]} == {
         CLEAN: "CLEAN", FLIPPED: "CORRUPT", NO_FINGERPRINT: "INCOMPLETE", DELETED: "CORRUPT",
