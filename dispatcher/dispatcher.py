@@ -241,7 +241,7 @@ class Dispatcher:
             await self.rounds.batcher.keys.fence_takeover()
         report = await self.writer.recover()
         damaged.clear()
-        found = report_damage(report.issues, self.metrics, self.catalogue)
+        found = report_damage(report.findings, self.metrics, self.catalogue)
         damaged.update(found.queues)
         async with self.states.lock:  # the lost tails the broker still holds: tiered again
             await heal_damaged(

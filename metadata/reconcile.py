@@ -110,7 +110,7 @@ class ReconcileReport:
 
     adopted: tuple[SegmentRow, ...] = ()
     created: tuple[QueueRow, ...] = ()
-    issues: tuple[Finding, ...] = ()
+    findings: tuple[Finding, ...] = ()
     #: Keys under the broker prefix that are neither ours nor segment objects.
     unrecognised: tuple[str, ...] = ()
     #: Loss records adopted into the catalogue (rebuild, or an interrupted resume).
@@ -120,15 +120,15 @@ class ReconcileReport:
 
     @property
     def clean(self) -> bool:
-        return not self.issues
+        return not self.findings
 
     def __str__(self) -> str:
         sliced = f" and {len(self.adopted_slices)} slices" if self.adopted_slices else ""
         text = (
             f"adopted {len(self.adopted)} segments{sliced}, created {len(self.created)} "
-            f"queues, {len(self.issues)} issues"
+            f"queues, {len(self.findings)} issues"
         )
-        return text + (f" (first: {self.issues[0]})" if self.issues else "")
+        return text + (f" (first: {self.findings[0]})" if self.findings else "")
 
 
 @dataclass
@@ -137,12 +137,12 @@ class _ReportDraft:
 
     adopted: list[SegmentRow] = field(default_factory=list)
     created: list[QueueRow] = field(default_factory=list)
-    issues: list[Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     accepted: list[LossRecord] = field(default_factory=list)
     adopted_slices: list[Committed] = field(default_factory=list)
 
     def issue(self, kind: FindingKind, key: str, detail: str) -> None:
-        self.issues.append(Finding(kind, key, detail))
+        self.findings.append(Finding(kind, key, detail))
 
 
 async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
@@ -176,7 +176,7 @@ async def reconcile(catalogue: Catalogue, backend: Backend) -> ReconcileReport:
     return ReconcileReport(
         tuple(found.adopted),
         tuple(found.created),
-        tuple(found.issues),
+        tuple(found.findings),
         tuple(unrecognised),
         tuple(found.accepted),
         tuple(found.adopted_slices),

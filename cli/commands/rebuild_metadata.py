@@ -31,9 +31,9 @@ async def _rebuild(settings: Settings) -> int:
         )
     print(
         f"rebuilt {settings.state.dir}: {len(report.created)} queues, "
-        f"{len(report.adopted)} segments adopted, {len(report.issues)} issues"
+        f"{len(report.adopted)} segments adopted, {len(report.findings)} issues"
     )
-    for issue in report.issues:
+    for issue in report.findings:
         print(f"  {issue}", file=sys.stderr)
     return 0 if report.clean else 1
 

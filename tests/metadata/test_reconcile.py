@@ -69,7 +69,7 @@ def _delete_database(state_dir: Path) -> None:
 
 
 def _kinds(report: ReconcileReport) -> list[tuple[FindingKind, str]]:
-    return [(i.kind, i.key) for i in report.issues]
+    return [(i.kind, i.key) for i in report.findings]
 
 
 # -- rebuild -----------------------------------------------------------------------------
@@ -85,7 +85,7 @@ async def test_rebuild_from_manifests_gives_an_equal_catalogue(
 
     report = await rebuild(backend, state_dir, cluster=CLUSTER, broker=BROKER, clock=clock)
 
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert len(report.adopted) == 6
     assert [(q.topic, q.queue_id) for q in report.created] == [
         ("%RETRY%group", 0), ("TopicTest", 0), ("TopicTest", 1),
@@ -217,7 +217,7 @@ async def test_missing_objects_are_reported_and_rows_kept(
         (FindingKind.MISSING_OBJECT, m0.key),
         (FindingKind.MISSING_OBJECT, m1.commit_log_key),
     ]
-    assert "TopicTest/0[0, 4)" in report.issues[0].detail
+    assert "TopicTest/0[0, 4)" in report.findings[0].detail
     assert _snapshot(catalogue) == before  # never silently dropped
 
 
@@ -237,7 +237,7 @@ async def test_wrong_object_size_is_reported(catalogue: Catalogue, backend: Memo
     await backend.write(m.consume_queue_key, segments[1].consume_queue + b"\x00" * 20)
     report = await reconcile(catalogue, backend)
     assert _kinds(report) == [(FindingKind.SIZE_MISMATCH, m.consume_queue_key)]
-    assert "is 80 bytes, expected 60" in report.issues[0].detail
+    assert "is 80 bytes, expected 60" in report.findings[0].detail
 
 
 async def test_corrupt_manifest_blocks_adoption_of_what_follows(
@@ -267,7 +267,7 @@ async def test_gap_after_the_catalogue_is_reported(
     beyond = await upload(backend, segments[2])  # [7, 12) while cold commit is 4
     report = await reconcile(catalogue, backend)
     assert _kinds(report) == [(FindingKind.GAP, beyond.key)]
-    assert "does not continue TopicTest/0 at offset 4" in report.issues[0].detail
+    assert "does not continue TopicTest/0 at offset 4" in report.findings[0].detail
 
 
 async def test_overlapping_manifest_is_reported(
@@ -300,7 +300,7 @@ async def test_manifests_of_a_paused_queue_are_not_adopted(
     catalogue.queues.set_state(Q0.topic, 0, QueueState.PAUSED)
     report = await reconcile(catalogue, backend)
     assert _kinds(report) == [(FindingKind.NOT_ADOPTED, m.key)]
-    assert "is PAUSED" in report.issues[0].detail
+    assert "is PAUSED" in report.findings[0].detail
 
 
 async def test_reconcile_needs_a_writer(

@@ -94,7 +94,7 @@ async def test_a_batch_the_catalogue_missed_is_adopted_once(
 
     report = await reconcile(catalogue, backend)
 
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert report.adopted_slices == tuple(links)
     assert str(report) == "adopted 0 segments and 1 slices, created 0 queues, 0 issues"
     row = catalogue.queues.get(Q0.topic, 0)
@@ -114,7 +114,7 @@ async def test_rebuild_gives_the_slice_rows_back(
 
     report = await rebuild(backend, state_dir, cluster=CLUSTER, broker=BROKER, clock=clock)
 
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert (len(report.adopted), len(report.adopted_slices)) == (2, 3)
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, clock=clock) as rebuilt:
         queues, segments, slices = _snapshot(rebuilt)
@@ -131,7 +131,7 @@ async def test_a_queue_known_only_from_a_batch_is_created(
     (seg,) = chain(q, [2], start=50)
     links = await _batch(None, backend, [seg], 0)
     report = await reconcile(catalogue, backend)
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert [(r.topic, r.queue_id, r.init_offset, r.cq_base) for r in report.created] == [
         ("Small", 3, 50, 1000)
     ]
@@ -166,8 +166,8 @@ async def test_a_batch_head_that_does_not_parse_is_one_issue(
 
     report = await reconcile(catalogue, backend)
 
-    assert [(i.kind, i.key) for i in report.issues] == [(FindingKind.CORRUPT_MANIFEST, bad)]
-    assert report.issues[0].detail.startswith("batch head: ")
+    assert [(i.kind, i.key) for i in report.findings] == [(FindingKind.CORRUPT_MANIFEST, bad)]
+    assert report.findings[0].detail.startswith("batch head: ")
     assert [s.manifest for s in report.adopted] == [more.manifest]
 
 
@@ -178,10 +178,10 @@ async def test_a_slice_that_does_not_continue_is_reported(
     later = chain(Q0, [4, 3, 5, 2, 6, 1])[5]  # [20, 21): [14, 20) never committed
     await _batch(None, backend, [later], 3)
     report = await reconcile(catalogue, backend)
-    assert [(i.kind, i.key) for i in report.issues] == [
+    assert [(i.kind, i.key) for i in report.findings] == [
         (FindingKind.GAP, batch_key(CLUSTER, BROKER, 3))
     ]
-    assert "slice [20, 21)" in report.issues[0].detail
+    assert "slice [20, 21)" in report.findings[0].detail
     assert report.adopted_slices == ()
 
 
@@ -192,8 +192,8 @@ async def test_slices_of_a_paused_queue_are_not_adopted(
     catalogue.queues.set_state(Q0.topic, 0, QueueState.PAUSED)
     await _batch(None, backend, [chain(Q0, [4, 3, 5, 2, 6])[4]], 3)
     report = await reconcile(catalogue, backend)
-    assert [i.kind for i in report.issues] == [FindingKind.NOT_ADOPTED]
-    assert "PAUSED; its slices are not adopted" in report.issues[0].detail
+    assert [i.kind for i in report.findings] == [FindingKind.NOT_ADOPTED]
+    assert "PAUSED; its slices are not adopted" in report.findings[0].detail
 
 
 async def test_an_interrupted_compaction_is_swapped_in(
@@ -206,7 +206,7 @@ async def test_an_interrupted_compaction_is_swapped_in(
 
     report = await reconcile(catalogue, backend)
 
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert [s.manifest for s in report.adopted] == [merged.manifest]
     assert catalogue.slices.of(Q0.topic, 0) == []
     assert [s.start_offset for s in catalogue.segments.of(Q0.topic, 0)] == [0, 4, 7]
@@ -220,7 +220,7 @@ async def test_a_missing_batch_of_catalogue_slices_is_reported(
     gone = batch_key(CLUSTER, BROKER, 2)
     await backend.delete(gone)
     report = await reconcile(catalogue, backend)
-    assert [(i.kind, i.key) for i in report.issues] == [(FindingKind.MISSING_OBJECT, gone)]
+    assert [(i.kind, i.key) for i in report.findings] == [(FindingKind.MISSING_OBJECT, gone)]
     assert len(catalogue.slices.of(Q0.topic, 0)) == 2  # reported, never dropped
 
 
@@ -232,6 +232,6 @@ async def test_of_two_uncommitted_duplicates_the_lowest_sequence_is_adopted(
     later = await _batch(None, backend, [more], 9)
     first = await _batch(None, backend, [more], 4)
     report = await reconcile(catalogue, backend)
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert report.adopted_slices == tuple(first) != tuple(later)
     assert catalogue.slices.of(Q0.topic, 0)[-1].sequence == 4

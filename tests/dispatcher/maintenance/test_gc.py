@@ -184,7 +184,7 @@ async def test_gc_and_rebuild_report_one_damage_as_the_same_finding(
         )
         rebuilt = await rebuild(backend, tmp_path / "rebuilt", cluster=CLUSTER, broker=BROKER)
     by_gc = [f for f in scanned.findings if f.key == cq_key]
-    by_reconcile = [f for f in rebuilt.issues if f.key == cq_key]
+    by_reconcile = [f for f in rebuilt.findings if f.key == cq_key]
     assert [f.kind for f in by_gc + by_reconcile] == [FindingKind.MISSING_OBJECT] * 2
     for f in by_gc + by_reconcile:
         assert type(f) is Finding

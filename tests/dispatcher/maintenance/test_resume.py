@@ -221,7 +221,7 @@ def test_a_rebuilt_catalogue_keeps_the_accepted_loss(lost: Lost, tmp_path: Path)
     with Catalogue.open(lost.state, cluster=CLUSTER, broker=BROKER, read_only=True) as cat:
         before = (cat.queues.get(TOPIC, 0), cat.queues.losses(), cat.segments.of(TOPIC, 0))
     report = asyncio.run(_rebuild(lost, tmp_path / "rebuilt"))
-    assert report.clean, report.issues
+    assert report.clean, report.findings
     assert [(x.start_offset, x.end_offset) for x in report.accepted] == [(lost.start, lost.end)]
     with Catalogue.open(tmp_path / "rebuilt", cluster=CLUSTER, broker=BROKER) as cat:
         row = cat.queues.get(TOPIC, 0)
