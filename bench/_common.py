@@ -596,8 +596,7 @@ def tiny_store(root: Path) -> Path:
 
 def fixed_cost_line(root: Path, *, master: str, measure: bool = True) -> str:
     """One line: a whole ``python -m tieredstore.verifier`` process (fresh JVM) on a near-empty
-    store,
-    its job time and its Spark jobs and stages: the fixed cost of one run. With
+    store, its job time and its Spark jobs and stages: the fixed cost of one run. With
     ``measure`` false (``--no-fixed-cost``) no process runs and the line says so."""
     if not measure:
         return "fixed cost per run: not measured (--no-fixed-cost)"

@@ -10,9 +10,8 @@ codec, no sidecar), and then times:
   ``/dev/null`` (files warm for both). Prints the fingerprint's CPU-s per GiB of hot data
   and its size in bytes per GiB;
 * **fleet**: one ``python -m tieredstore.verifier --fleet`` process (``--master``) over every
-  broker,
-  against ``--brokers`` ``python -m tieredstore.verifier --level content`` processes run one after
-  the other (what a nightly job per broker host costs: a JVM start each).
+  broker, against ``--brokers`` ``python -m tieredstore.verifier --level content`` processes run one
+  after the other (what a nightly job per broker host costs: a JVM start each).
 
 ``--fingerprint-only`` stops after the fingerprint (no Spark: its RESULT line only);
 ``--fingerprint-repeat N`` runs ``cat`` and the in-process fingerprint N times in turn

@@ -70,8 +70,7 @@ class Dispatcher:
 
     Composes :class:`Discovery` (which queues), :class:`Rounds` (tiering them, each
     segment committed by its :class:`~tieredstore.dispatcher.tiering.committer.SegmentCommitter`)
-    and
-    the :class:`ProvenanceWriter`; owns the lifecycle, the ticks, the lease renewals and
+    and the :class:`ProvenanceWriter`; owns the lifecycle, the ticks, the lease renewals and
     the periodic jobs. It only stores the parts it is given
     (:func:`tieredstore.dispatcher.assembly.build_dispatcher` builds them).
     """

@@ -63,8 +63,7 @@ class SharedState:
         self._stopped: Stopped = {}
         #: Queues with cold damage found (DEGRADED): the dispatcher's start fills it and
         #: :func:`~tieredstore.dispatcher.tiering.cold_writer.heal_damaged` rewrites its notes
-        #: before
-        #: the first tick; a tick that finds a damaged batch object adds the queues it
+        #: before the first tick; a tick that finds a damaged batch object adds the queues it
         #: held (:func:`~tieredstore.dispatcher.tiering.batch.damage.handle_damage`); everyone else
         #: only reads it.
         self.damaged: Damaged = {}

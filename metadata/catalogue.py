@@ -3,8 +3,7 @@
 One SQLite database (``catalogue.sqlite3``; WAL, ``synchronous=FULL``, foreign keys on) in
 the sidecar's state directory, for one (cluster, broker). It is a cache of the bucket's
 manifests — the cold store is self-describing, so :func:`tieredstore.metadata.reconcile.reconcile`
-adopts
-manifests the catalogue missed and :func:`rebuild` recreates it from manifests alone.
+adopts manifests the catalogue missed and :func:`rebuild` recreates it from manifests alone.
 
 Rules it enforces:
 
@@ -69,12 +68,10 @@ class Catalogue:
     Composed of one object per concern over one database (:mod:`tieredstore.metadata.database`,
     ``catalogue.db``): ``catalogue.queues`` (queues and accepted losses,
     :mod:`tieredstore.metadata.queue_table`), ``catalogue.segments`` (segment lookups, commits,
-    expiry
-    and truncation, :mod:`tieredstore.metadata.segment_table`), ``catalogue.slices`` (batch slices:
-    commits,
-    compaction's swap, :mod:`tieredstore.metadata.slice_table`), and here the mirror of the bucket's
-    lease. Every method raises :class:`CatalogueError` on a closed catalogue, on a write
-    to a read-only one, and on any database failure.
+    expiry and truncation, :mod:`tieredstore.metadata.segment_table`), ``catalogue.slices`` (batch
+    slices: commits, compaction's swap, :mod:`tieredstore.metadata.slice_table`), and here the
+    mirror of the bucket's lease. Every method raises :class:`CatalogueError` on a closed catalogue,
+    on a write to a read-only one, and on any database failure.
     """
 
     def __init__(self, db: CatalogueDatabase) -> None:

@@ -5,8 +5,7 @@
 (``catalogue.lock``), checks the (cluster, broker) and the cold store it belongs to, and
 gives the tables composed over it (:mod:`tieredstore.metadata.queue_table`,
 :mod:`tieredstore.metadata.segment_table`, :mod:`tieredstore.metadata.slice_table`) one transaction
-helper, one
-error translation and the row converters. It has no operations of its own:
+helper, one error translation and the row converters. It has no operations of its own:
 :class:`tieredstore.metadata.catalogue.Catalogue` is what callers open.
 
 Every method raises :class:`CatalogueError` on a closed catalogue, on a write to a

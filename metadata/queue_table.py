@@ -101,8 +101,7 @@ class QueueTable:
         """Move a queue to ``state``; return the updated row.
 
         Only the moves of :data:`~tieredstore.metadata.rows.TRANSITIONS` are made: any other
-        (DELETED
-        to ACTIVE, or to a state the catalogue does not store, STOPPED or DEGRADED) raises
+        (DELETED to ACTIVE, or to a state the catalogue does not store, STOPPED or DEGRADED) raises
         CatalogueError naming the queue and both states, and the row is left unchanged.
         A state set to itself is a no-op: the row comes back as it was, ``updated_at_ms``
         included. Unknown queue: CatalogueError.

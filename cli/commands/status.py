@@ -14,8 +14,7 @@ Columns beyond the offsets and lag (JSON field names in brackets):
 * ``room MiB`` / ``room s`` [``retention_headroom_bytes`` / ``_seconds``]: how much the
   broker holds before the queue's oldest untiered message — what its retention deletes
   before it deletes that message (:mod:`tieredstore.dispatcher.retention_pressure`). ``-`` (JSON
-  null) when
-  nothing is untiered; 0 when the message is already gone.
+  null) when nothing is untiered; 0 when the message is already gone.
 * ``lost`` [``lost_unacknowledged`` + ``lost_accepted``]: messages the broker deleted
   before they were tiered — not yet accepted (the queue is PAUSED; ``tieredstore resume
   --accept-loss``), and accepted by resume (loss records in cold, listed in ``losses``).

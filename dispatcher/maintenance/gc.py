@@ -353,8 +353,7 @@ async def delete_garbage(report: GcReport, *, backend: Backend, lease: Lease) ->
 
     First the batch sequence gets this GC's fence
     (:meth:`~tieredstore.dispatcher.tiering.batch.sequence.BatchKeys.fence_takeover`: a writer
-    frozen
-    inside its batch create cannot commit after GC took its epoch); then every start in
+    frozen inside its batch create cannot commit after GC took its epoch); then every start in
     ``report.fences`` gets this GC's fence marker; an object a manifest that landed
     since the scan names is spared (so is every object of a queue whose manifest key
     then holds something unreadable). Objects and leftovers both go through the backend

@@ -2,9 +2,8 @@
 
 A queue is PAUSED when the broker deleted offsets ``[cold_commit, hot_min)`` before they
 were tiered (:class:`~tieredstore.dispatcher.tiering.planner.HotDataLost`). Those messages are
-gone; what is
-left to decide is whether tiering may continue after them. ``tieredstore resume --topic T
---queue Q --accept-loss`` decides so, explicitly:
+gone; what is left to decide is whether tiering may continue after them. ``tieredstore resume
+--topic T --queue Q --accept-loss`` decides so, explicitly:
 
 1. **Plan** (read-only): the queue must be PAUSED; the lost range is ``[cold_commit,
    hot_min)`` as the hot store shows it now (empty when nothing was lost: the queue was

@@ -6,8 +6,7 @@ commit a crash lost) never overwrites it. It adopts it only once it has proved i
 segment's objects are read and fully verified (sizes, digests, CQ pointers) and every
 record the hot store still holds equals the cold one outside bytes [28, 36)
 (:func:`tieredstore.dispatcher.tiering.quarantine.check_segment`), and the catalogue's reconcile
-accepts
-it as the exact continuation of the queue. Anything else — objects missing or damaged,
+accepts it as the exact continuation of the queue. Anything else — objects missing or damaged,
 records the hot store disowns, a manifest that does not continue the catalogue — is
 moved to the quarantine (copy, then delete, and the delete only if the manifest is
 still the one checked) and the queue tiers on from the hot store. The successor thus

@@ -53,8 +53,7 @@ newest millisecond waits for the broker's next flushed write.
 
 In a broker group the guard also carries the group's limit (``DurabilityGuard.group``,
 :mod:`tieredstore.dispatcher.replicas`): a record is tiered only once the other live replicas hold
-it
-durably too, so a failover never finds cold ahead of the new master.
+it durably too, so a failover never finds cold ahead of the new master.
 """
 
 from __future__ import annotations

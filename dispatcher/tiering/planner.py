@@ -18,8 +18,7 @@ The rules, in order:
 5. Durability guard (``guard_ts``, when the guard observes the checkpoint): only the
    leading candidates whose storeTimestamp is at or before ``guard_ts``; none →
    ``Wait(GUARDED)`` (see :mod:`tieredstore.dispatcher.tiering.durability`; the ``sync`` guard
-   instead makes
-   a planned segment durable before it is uploaded).
+   instead makes a planned segment durable before it is uploaded).
 6. Group confirmation (``cl_limit``, when the broker runs in a group of replicas): only
    the leading candidates whose record ends at or below ``cl_limit``, the commitlog offset
    every other reporting replica holds durably; none → ``Wait(UNCONFIRMED)`` (see

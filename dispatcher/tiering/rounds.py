@@ -3,10 +3,8 @@
 A round plans one segment per queue still going (the group-commit rules, up to about
 ``PASS_MAX_RECORDS`` records in all), makes the planned records durable (the guard,
 :mod:`tieredstore.dispatcher.tiering.durability`), reads their records with **one commitlog-order
-pass**
-(:mod:`tieredstore.dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten and
-hashed
-in bulk,
+pass** (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`: sequential windows, checked, rewritten
+and hashed in bulk,
 spooled per segment), then commits the segments (:mod:`tieredstore.dispatcher.tiering.committer`),
 ``tiering.concurrency`` at once. With ``tiering.batching`` on, the round's segments cut by
 age go instead into one batch object (:mod:`tieredstore.dispatcher.tiering.batch.writer`), and age
@@ -90,8 +88,7 @@ def _recheck_units(
     """Read each gathered segment's consume-queue units again, after the pass (blocking;
     one thread hop for the round). A segment planned on a unit the broker was still
     writing (:func:`~tieredstore.dispatcher.tiering.planner.units_unchanged`) gets a StoreError in
-    place of
-    its spool: it is not committed, and planned again next tick."""
+    place of its spool: it is not committed, and planned again next tick."""
     return [
         _recheck(hot, plan, spooled) for (_, plan), spooled in zip(planned, gathered, strict=True)
     ]

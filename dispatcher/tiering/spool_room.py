@@ -2,8 +2,7 @@
 
 A round gathers its segments into spool files under ``<state.dir>/spool`` before it
 uploads them (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`); a round of a large backlog may
-want
-gigabytes.
+want gigabytes.
 Each round is planned within :func:`spool_room`: the free space of the spool's
 filesystem less :data:`SPOOL_RESERVE` (room for the catalogue's SQLite journal and
 WAL), and at most ``tiering.spool_max_bytes`` when that is set. A backlog that does not

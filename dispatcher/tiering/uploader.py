@@ -3,9 +3,8 @@
 The COMMIT_LOG bytes were already read from the hot store, checked against their CQ
 units, rewritten (bytes [28, 36) = cold offset) and hashed by the commitlog-order pass
 (:mod:`tieredstore.dispatcher.tiering.commitlog_pass`), which left them in a local spool file. Here
-that file is
-handed to :meth:`Backend.write_file`: streamed in chunks of ``batch_bytes`` with the lease
-checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
+that file is handed to :meth:`Backend.write_file`: streamed in chunks of ``batch_bytes`` with the
+lease checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
 memory per upload is one chunk whatever the segment size, and a retried upload writes
 the same spool file again.
 """

@@ -67,8 +67,7 @@ class World:
         """Run ``tieredstore verify`` in-process; return the exit code and report.json.
 
         With ``clock``, the run's time comes from it (``python -m tieredstore.verifier``'s entry
-        point
-        with the clock injected: the same job and flags).
+        point with the clock injected: the same job and flags).
         """
         argv = [
             "--hot",

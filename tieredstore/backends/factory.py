@@ -18,8 +18,7 @@ store, its endpoint, what was tried and the timeouts (:func:`~.retry.unreachable
 
 :func:`open_cold` is the one place a command or the sidecar builds the cold store a
 :class:`~tieredstore.settings.declaration.ColdSettings` names (URL, endpoint, region, multipart
-threshold);
-:func:`open_backend` is for a URL alone (an export target, tests).
+threshold); :func:`open_backend` is for a URL alone (an export target, tests).
 """
 
 from __future__ import annotations

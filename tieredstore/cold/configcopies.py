@@ -1,9 +1,8 @@
 """Versioned copies of a broker's ``config/`` files in its cold prefix (reading side).
 
 The sidecar writes them (:mod:`tieredstore.dispatcher.maintenance.config_backup`); ``restore``
-reads them back.
-Names and layout: :func:`tieredstore.cold.layout.config_copy_key`. Each copy is the file's
-bytes exactly as the broker wrote them.
+reads them back. Names and layout: :func:`tieredstore.cold.layout.config_copy_key`. Each copy is the
+file's bytes exactly as the broker wrote them.
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ each broker host) and creates it under the broker's prefix at
 ``_fingerprints/s<sequence:010d>-<taken_ms:013d>.json`` (a format-2 one is named
 ``<taken_ms:013d>.json`` and sorts below every sequenced one); the fleet job
 (:mod:`tieredstore.verifier.fleet.job`) reads the newest with :func:`read_fingerprint` and checks
-the
-broker's cold history against it without reading the hot store. docs/format.md
+the broker's cold history against it without reading the hot store. docs/format.md
 describes the JSON.
 
 Per queue a :class:`Fingerprint` holds the hot ``[min, max)`` when it was taken and one

@@ -15,10 +15,8 @@ So ``cl_end - cl_base`` is the COMMIT_LOG size, the CONSUME_QUEUE is ``20 * coun
 bytes, and the next segment of the queue starts at ``(end, cl_end)``.
 
 The sidecar builds segments in :mod:`tieredstore.dispatcher.tiering.commitlog_pass` (the records,
-gathered in
-commitlog order) and :mod:`tieredstore.dispatcher.tiering.cold_writer` (the units and the
-manifest); the
-test oracle they are compared with is :mod:`tests.support.stores.oracle`.
+gathered in commitlog order) and :mod:`tieredstore.dispatcher.tiering.cold_writer` (the units and
+the manifest); the test oracle they are compared with is :mod:`tests.support.stores.oracle`.
 
 :class:`RecordHeads` is the one record-head check (magic, totalSize, queueOffset, and for
 cold records physicalOffset) that building and verifying share; :class:`RecordOwners`

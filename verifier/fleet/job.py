@@ -10,8 +10,7 @@ against that broker's **newest** fingerprint, never reading a hot store:
    (:func:`tieredstore.verifier.readers.list_cold_objects`:
    objects, tiering/init/retention/loss records), reads its batch objects' heads (one
    slice per queue each: :func:`tieredstore.verifier.readers.read_batch`; one that does not parse
-   is a
-   ``corrupt_manifest`` naming the batch) and its newest fingerprint;
+   is a ``corrupt_manifest`` naming the batch) and its newest fingerprint;
 3. one task per queue (all brokers' queues spread over the executors) reads the queue's
    manifests, takes its slices, and checks its links (segments and slices, by the one
    reading rule) against the fingerprint's facts

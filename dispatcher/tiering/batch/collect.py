@@ -1,8 +1,7 @@
 """The batch delete: a batch object goes once every slice in it lives on in a segment.
 
 Compaction (:mod:`tieredstore.dispatcher.tiering.batch.compaction`) rewrites slices as segments;
-the batch
-objects that held them are then garbage, but a batch is shared by many queues and the
+the batch objects that held them are then garbage, but a batch is shared by many queues and the
 reading rule (:func:`~tieredstore.cold.history.choose`) reads a slice wherever no segment
 holds its offsets, so a batch is deleted only when **all** of these hold:
 
@@ -22,8 +21,7 @@ holds its offsets, so a batch is deleted only when **all** of these hold:
     the highest sequence must never vanish. A batch that is the highest and may go
     otherwise gets a batch fence above it first (:meth:`BatchKeys.fence
     <tieredstore.dispatcher.tiering.batch.sequence.BatchKeys.fence>`), then is deleted: an idle
-    broker,
-    or one whose batching was turned off, keeps no batch (and, through retention, no
+    broker, or one whose batching was turned off, keeps no batch (and, through retention, no
     expired segment) for good.
 
 The lease is checked (and renewed when due) right before each delete: a writer that lost

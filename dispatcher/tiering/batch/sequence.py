@@ -11,8 +11,7 @@ When the key is taken already, what is there decides (:meth:`BatchKeys.taken`):
   got there first): list again and take the next sequence.
 
 Users: the batch writer (:mod:`tieredstore.dispatcher.tiering.batch.writer`: its start fence and
-each
-batch), every other takeover (:meth:`BatchKeys.fence_takeover`: ``gc`` and a sidecar
+each batch), every other takeover (:meth:`BatchKeys.fence_takeover`: ``gc`` and a sidecar
 with batching off fence the sequence as the batch writer's start does), and the two
 cuts of a queue's history while batch slices may lie past the cut,
 ``repair`` and the heal of a lost tail (:meth:`BatchKeys.fence` with ``withdrawn``: a

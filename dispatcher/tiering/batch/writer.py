@@ -240,8 +240,7 @@ class BatchWriter:
     async def damaged(self, found: Sequence[DamagedObjectError]) -> set[QueueKey]:
         """The damaged batch objects a round ``found``, made loud and healed for every
         queue each held (:func:`~tieredstore.dispatcher.tiering.batch.damage.handle_damage`);
-        returns
-        those queues, whose rows are stale now."""
+        returns those queues, whose rows are stale now."""
         writer = self.committer.writer
         return await handle_damage(
             found, writer=writer, keys=self.keys, states=self.states, metrics=self.metrics

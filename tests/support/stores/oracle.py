@@ -4,8 +4,7 @@ The sidecar builds segments its own way, for speed:
 :mod:`tieredstore.dispatcher.tiering.commitlog_pass` gathers
 many queues' records in one commitlog-order read and spools them, and
 :mod:`tieredstore.dispatcher.tiering.cold_writer` writes their units and manifest. This module
-builds the
-same segment the simple way, one queue at a time, all in memory, from the format's rules
+builds the same segment the simple way, one queue at a time, all in memory, from the format's rules
 alone (:mod:`tieredstore.cold.segment`): tests compare the sidecar's objects with it byte for
 byte, and test helpers (:mod:`tests.support.stores.segments`,
 :mod:`tests.support.stores.coldimage`) use it to make cold stores without a sidecar. The
