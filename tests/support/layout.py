@@ -19,12 +19,3 @@ LAYER_FOLDERS = ("metadata", "dispatcher", "verifier", "cli")
 
 #: Every product folder: the core first, then the layers above it.
 PRODUCT_FOLDERS = ("tieredstore", *LAYER_FOLDERS)
-
-
-def module_name(rel: str) -> str:
-    """The import name of the product file ``rel`` (``metadata/rows.py`` →
-    ``tieredstore.metadata.rows``; ``tieredstore/cold/layout.py`` → ``tieredstore.cold.layout``)."""
-    parts = rel.removesuffix(".py").split("/")
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts if parts[0] == "tieredstore" else ["tieredstore", *parts])
