@@ -35,7 +35,7 @@ from tieredstore.dispatcher.background_loops import Periodic, run_periodic
 from tieredstore.dispatcher.discovery import Discovery
 from tieredstore.dispatcher.lease.guard import mirror_lease
 from tieredstore.dispatcher.lease.lease import Lease
-from tieredstore.dispatcher.lease.renewal import renew_until
+from tieredstore.dispatcher.lease.renewal import renew_until, renewing
 from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.status_report import untiered
@@ -224,11 +224,20 @@ class Dispatcher:
     # -- lifecycle -----------------------------------------------------------------
     async def start(self, *, wait_for_lease: bool) -> None:
         """Acquire the lease, adopt committed manifests the catalogue missed, then run the
-        ``startup`` jobs (e.g. finishing expiries a crash interrupted) under the lock."""
+        ``startup`` jobs (e.g. finishing expiries a crash interrupted) under the lock.
+
+        The lease is renewed all along (:func:`renewing`): reconciling a large cold store
+        can take longer than the lease lives, and a writer that let it lapse would be
+        fenced by its own successor. LeaseLostError if another writer takes over."""
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
         mirror_lease(self.catalogue, self.lease)
+        renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
+        await renewing(self.lease, self.clock, self._start_up(), on_renewed=renewed)
+        self.state = DispatcherState.RUNNING
+
+    async def _start_up(self) -> None:
         damaged = self.states.damaged
         damaged.clear()
         self.states.save()  # empty: this process tries every queue once more
@@ -255,7 +264,6 @@ class Dispatcher:
         async with self.states.lock:
             for job in self.startup:
                 await job()
-        self.state = DispatcherState.RUNNING
 
     async def _renew_loop(self) -> None:
         renewed = functools.partial(mirror_lease, self.catalogue, self.lease)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from tieredstore.clock import Clock, sleep_until
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.errors import ColdStoreAccessError, RetryableError
 
-__all__ = ["renew_until"]
+__all__ = ["renew_until", "renewing"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -45,3 +48,39 @@ async def renew_until(
             log.warning("lease renewal failed, will retry: %s", exc)
         else:
             on_renewed()
+
+
+async def renewing(
+    lease: Lease,
+    clock: Clock,
+    work: Awaitable[T],
+    *,
+    on_renewed: Callable[[], None] = lambda: None,
+) -> T:
+    """Await ``work`` while renewing the lease as :func:`renew_until` does, for work
+    that may outlast it before the loop that renews it starts (the start-up reconcile,
+    heal and jobs of a large cold store, on a busy host).
+
+    A renewal that fails for good (LeaseLostError: another writer took over) cancels
+    ``work``, waits until it has returned and raises that error; an error of ``work``
+    is raised as it is. Renewing stops once ``work`` has returned either way.
+    """
+    finished = asyncio.Event()
+    renew = asyncio.create_task(
+        renew_until(lease, clock, finished, on_renewed=on_renewed), name="lease renewal"
+    )
+    job = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({job, renew}, return_when=asyncio.FIRST_COMPLETED)
+        if not job.done():  # the renewal failed for good: the work is not ours to finish
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
+            renew.result()
+        return job.result()
+    finally:
+        finished.set()
+        if not job.done():  # cancelled from outside: the work goes with it
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
+        renew.cancel()
+        await asyncio.gather(renew, return_exceptions=True)

@@ -111,3 +111,46 @@ async def test_the_catalogue_mirrors_the_hold_for_status(tmp_path: Path) -> None
         released = rt.catalogue.lease()
         assert released is not None and released.owner == lease.owner
         assert released.expires_at_ms == clock.now_ms()  # nobody holds it from now on
+
+
+class SlowManifestReads(ForwardingBackend):
+    """``inner``, where reading a segment's manifest advances ``clock`` by ``seconds``:
+    a start-up reconcile of a large cold store on a slow link."""
+
+    def __init__(self, inner: Backend, clock: VirtualClock, seconds: float) -> None:
+        super().__init__(inner)
+        self.clock, self.seconds = clock, seconds
+        self.reads = 0
+
+    async def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        if "/MANIFEST/" in key:
+            self.reads += 1
+            await self.clock.advance(self.seconds)
+        return await self.inner.read(key, start, end)
+
+
+async def test_a_start_up_longer_than_the_lease_renews_it(tmp_path: Path) -> None:
+    """The start-up reconcile of a new state directory reads every manifest in cold; when
+    that outlasts the lease, the sidecar still holds the lease it took (renewed on the
+    way, the catalogue mirroring it), not one a successor could take meanwhile."""
+    store = synthesize(tmp_path / "store", SynthSpec(topics=1, queues=2, messages=2000))
+    clock = VirtualClock()
+    inner = MemoryBackend("start-up-lease")
+    first = settings_for(store.root, "memory://start-up-lease", tmp_path / "state",
+                         tiering__segment_max_messages=100, tiering__batching=False,
+                         tiering__guard="none")  # fmt: skip
+    async with open_runtime(first, clock=clock, backend=inner) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        await rt.dispatcher.catch_up()
+    await clock.advance(3600)  # the first writer is long gone
+    slow = SlowManifestReads(inner, clock, SEGMENT_S)
+    second = settings_for(store.root, "memory://start-up-lease", tmp_path / "new-state",
+                          lease__renew_interval=f"{RENEW_S}s", tiering__guard="none")  # fmt: skip
+    async with open_runtime(second, clock=clock, backend=slow) as rt:
+        begun = clock.now_ms()
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert clock.now_ms() - begun > 2 * 3 * RENEW_S * 1000, slow.reads
+        lease = rt.dispatcher.lease
+        await lease.ensure_held()
+        held = rt.catalogue.lease()
+        assert held is not None and held.expires_at_ms == lease.expires_at_ms > begun + 30_000
