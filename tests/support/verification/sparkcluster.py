@@ -50,10 +50,13 @@ def _free_port() -> int:
 
 
 def _alive_workers(web_url: str) -> int:
+    """Workers the master lists as ALIVE; 0 while its web UI is not up. A UI still
+    starting may answer ``/json/`` with its HTML page (its handlers are attached one by
+    one): not up yet either."""
     try:
         with urllib.request.urlopen(f"{web_url}/json/", timeout=2) as r:
             doc = json.load(r)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: JSONDecodeError of the HTML page
         return 0
     return sum(1 for w in doc.get("workers", []) if w.get("state") == "ALIVE")
 
