@@ -6,6 +6,10 @@ SHELL  := /bin/bash
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Keep compiled modules (__pycache__/) even where the environment says not to: without
+# them every `tieredstore` process compiles the package again (a fifth of a second of
+# CPU), and the suite starts hundreds of them.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help demo test quick fmt lint typecheck pytest docs bench clean
 # `make` alone lists the targets.

@@ -44,12 +44,11 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from tieredstore.cli.commands._settings import add_settings_arguments, settings_from_args
 from tieredstore.cli.sidecar.allocator import fix_mmap_threshold
-from tieredstore.cli.sidecar.http import HttpServer, build_app
 from tieredstore.cli.sidecar.progress import ProgressLine, pass_total
-from tieredstore.cli.sidecar.read_api import build_read_app
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import Runtime, check_cold_store, open_runtime
 from tieredstore.cli.sidecar.summary import log_summaries
@@ -60,6 +59,9 @@ from tieredstore.humanize import human_bytes, human_seconds
 from tieredstore.logs import before_each_line, configure_logging
 from tieredstore.metadata.rows import QueueState
 from tieredstore.settings.loader import GuardMode, Settings
+
+if TYPE_CHECKING:
+    from tieredstore.cli.sidecar.http import HttpServer
 
 log = logging.getLogger("tieredstore.run")
 
@@ -119,7 +121,13 @@ class _Reloader:
 
 
 async def _serve_http(rt: Runtime) -> list[HttpServer]:
-    """Start the listeners the settings enable (closed by the caller, also on failure)."""
+    """Start the listeners the settings enable (closed by the caller, also on failure).
+
+    The web framework is imported here, not with the command: ``--once`` and a sidecar
+    serving nothing start without it (a quarter of a second of CPU on each start)."""
+    from tieredstore.cli.sidecar.http import HttpServer, build_app
+    from tieredstore.cli.sidecar.read_api import build_read_app
+
     servers: list[HttpServer] = []
     try:
         if rt.settings.http.enabled:
