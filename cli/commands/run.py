@@ -125,6 +125,8 @@ async def _serve_http(rt: Runtime) -> list[HttpServer]:
 
     The web framework is imported here, not with the command: ``--once`` and a sidecar
     serving nothing start without it (a quarter of a second of CPU on each start)."""
+    if not (rt.settings.http.enabled or rt.settings.reads.enabled):
+        return []
     from tieredstore.cli.sidecar.http import HttpServer, build_app
     from tieredstore.cli.sidecar.read_api import build_read_app
 

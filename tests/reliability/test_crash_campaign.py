@@ -4,11 +4,11 @@ Four tests of 25 seeded cycles each. In every cycle the "broker" appends a batch
 a real ``tieredstore run`` subprocess (long-running, or ``--once`` in the last test)
 starts and is SIGKILLed after a seeded random number of objects written: the kill is
 the chaos, placed by progress rather than by time so that it lands mid-tiering on any
-machine. The lease is renewed every second, so a killed sidecar's lease lapses within
-3 s and the next one takes over. After the campaign one catch-up pass finishes the job,
-``tieredstore gc`` removes the leftovers, and the Spark verifier, at content level, must
-report CLEAN: no gap, overlap, duplicate, corrupt or divergent record, and no orphan
-object.
+machine. The lease is renewed every half second (also while a sidecar starts), so a
+killed sidecar's lease lapses within 1.5 s and the next one takes over. After the
+campaign one catch-up pass finishes the job, ``tieredstore gc`` removes the leftovers,
+and the Spark verifier, at content level, must report CLEAN: no gap, overlap,
+duplicate, corrupt or divergent record, and no orphan object.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tieredstore.verifier.job import verify
 from tieredstore.verifier.vocabulary import Level, Verdict, VerifyOptions
 
 CYCLES = 25
-LEASE = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "1s"}
+LEASE = {"TIEREDSTORE_LEASE_RENEW_INTERVAL": "500ms"}
 LOOP = {
     **LEASE,
     "TIEREDSTORE_TIERING_TICK_INTERVAL": "50ms",

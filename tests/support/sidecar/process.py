@@ -36,6 +36,9 @@ def sidecar_env(**settings: str) -> dict[str, str]:
     env.setdefault("TIEREDSTORE_TIERING_SEGMENT_MAX_BYTES", "32K")
     env.setdefault("TIEREDSTORE_TIERING_READ_BATCH_BYTES", "8K")
     env.setdefault("TIEREDSTORE_HTTP_ENABLED", "false")
+    # These sidecars serve no reads (a test that wants them sets it): one that serves
+    # nothing starts without the web framework, and the campaigns start a hundred.
+    env.setdefault("TIEREDSTORE_READS_ENABLED", "false")
     # Sidecars run side by side in tests: no fixed read API port (any free one).
     env.setdefault("TIEREDSTORE_READS_PORT", "0")
     return env
