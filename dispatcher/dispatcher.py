@@ -234,7 +234,11 @@ class Dispatcher:
         await self.lease.acquire(wait=wait_for_lease)
         mirror_lease(self.catalogue, self.lease)
         renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
-        await renewing(self.lease, self.clock, self._start_up(), on_renewed=renewed)
+        try:
+            await renewing(self.lease, self.clock, self._start_up(), on_renewed=renewed)
+        except LeaseLostError as exc:
+            self._fenced(exc)
+            raise
         self.state = DispatcherState.RUNNING
 
     async def _start_up(self) -> None:
