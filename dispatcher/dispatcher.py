@@ -95,6 +95,8 @@ class Dispatcher:
         self.hot = hot
         self.catalogue = catalogue
         self.lease = lease
+        #: After each renewal: the catalogue mirrors the hold for `status`.
+        self._mirror = functools.partial(mirror_lease, catalogue, lease)
         self.writer = writer
         self.clock = clock
         self.metrics = metrics
@@ -232,10 +234,9 @@ class Dispatcher:
         if self.state is not DispatcherState.CREATED:
             raise RuntimeError(f"dispatcher already {self.state.value}")
         await self.lease.acquire(wait=wait_for_lease)
-        mirror_lease(self.catalogue, self.lease)
-        renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
+        self._mirror()
         try:
-            await renewing(self.lease, self.clock, self._start_up(), on_renewed=renewed)
+            await renewing(self.lease, self.clock, self._start_up(), on_renewed=self._mirror)
         except LeaseLostError as exc:
             self._fenced(exc)
             raise
@@ -270,8 +271,7 @@ class Dispatcher:
                 await job()
 
     async def _renew_loop(self) -> None:
-        renewed = functools.partial(mirror_lease, self.catalogue, self.lease)
-        await renew_until(self.lease, self.clock, self._writes_done, on_renewed=renewed)
+        await renew_until(self.lease, self.clock, self._writes_done, on_renewed=self._mirror)
 
     async def _periodic_loop(self, job: Periodic) -> None:
         await run_periodic(

@@ -72,15 +72,11 @@ async def renewing(
     job = asyncio.ensure_future(work)
     try:
         await asyncio.wait({job, renew}, return_when=asyncio.FIRST_COMPLETED)
-        if not job.done():  # the renewal failed for good: the work is not ours to finish
-            job.cancel()
-            await asyncio.gather(job, return_exceptions=True)
+        if not job.done():  # the renewal ended first, so it failed for good: raise that
             renew.result()
         return job.result()
-    finally:
+    finally:  # the work unfinished (renewal failed, or cancelled from outside) goes too
         finished.set()
-        if not job.done():  # cancelled from outside: the work goes with it
-            job.cancel()
-            await asyncio.gather(job, return_exceptions=True)
+        job.cancel()
         renew.cancel()
-        await asyncio.gather(renew, return_exceptions=True)
+        await asyncio.gather(job, renew, return_exceptions=True)
