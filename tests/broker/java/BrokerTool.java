@@ -885,8 +885,30 @@ public final class BrokerTool {
         private void check(long deadline, String what) {
             if (System.currentTimeMillis() > deadline) {
                 throw new IllegalStateException("timed out waiting for " + what + " ("
-                    + seen.size() + " distinct offsets delivered)");
+                    + seen.size() + " distinct offsets delivered; " + perQueue() + ")");
             }
+        }
+
+        /** Per queue: how many offsets were delivered, the first one missing, the highest. */
+        private String perQueue() {
+            Map<Integer, Set<Long>> byQueue = new TreeMap<>();
+            for (String key : seen) {
+                String[] parts = key.split("/");
+                byQueue.computeIfAbsent(Integer.parseInt(parts[0]), q -> new java.util.HashSet<>())
+                    .add(Long.parseLong(parts[1]));
+            }
+            StringBuilder out = new StringBuilder();
+            for (Map.Entry<Integer, Set<Long>> e : byQueue.entrySet()) {
+                long gap = 0;
+                while (e.getValue().contains(gap)) {
+                    gap++;
+                }
+                long max = e.getValue().stream().mapToLong(Long::longValue).max().orElse(-1);
+                out.append(String.format("queue %d: %d delivered, first missing %d, highest %d; ",
+                    e.getKey(), e.getValue().size(), gap, max));
+            }
+            return out.append("last delivery ").append(System.currentTimeMillis() - lastDelivery)
+                .append(" ms ago").toString();
         }
 
         private void await(int expected, long deadline) throws InterruptedException {

@@ -113,7 +113,9 @@ def _run(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | Non
     except subprocess.TimeoutExpired as exc:
         raise HarnessError(f"{what} timed out after {timeout:.0f}s") from exc
     if done.returncode != 0:
-        tail = "\n".join(done.stdout.splitlines()[-40:])
+        # The shaded logback prints its configuration status first; skip that noise.
+        lines = [t for t in done.stdout.splitlines() if "|-INFO" not in t and "|-WARN" not in t]
+        tail = "\n".join(lines[-40:])
         raise HarnessError(f"{what} failed (exit {done.returncode}):\n{tail}")
     return done.stdout
 
