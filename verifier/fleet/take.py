@@ -47,7 +47,7 @@ from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units
 from tieredstore.formats.record import STORE_TIMESTAMP_AT_V4, STORE_TIMESTAMP_AT_V6, SysFlag
 from tieredstore.formats.record import SYS_FLAG_AT as _SYS_FLAG_AT
 from tieredstore.hot.commitlog import HotCommitlog
-from tieredstore.hot.store import HotStore
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.ratelimit import TokenBucket
 from tieredstore.verifier.fleet.carry import carries
 
@@ -173,60 +173,98 @@ async def take_carrying(
     ):
         raise ValueError("the previous fingerprint is of other block or leaf offsets")
     taken = clock.now_ms()
-    read: list[_ReadQueue] = []
-    total = 0
-    read_bytes = 0
-    carried = 0
     with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
+        reader = _Reader(cl, digests, bucket, since_ms, leaf_offsets)
+        before = {(q.topic, q.queue_id): q for q in previous.queues} if previous else {}
+        read = []
         for key in (k for k in hot.queues() if hot.cq_files(k.topic, k.queue_id)):
-            rng = hot.queue_range(key.topic, key.queue_id)
-            before = previous.queue(key.topic, key.queue_id) if previous is not None else None
-            old_blocks = {b.start: b for b in before.blocks} if before is not None else {}
-            blocks: list[_ReadBlock] = []
-            found: dict[int, int] = {}
-            low = rng.min
-            for start, end in block_ranges(rng.min, rng.max, block_offsets):
-                try:
-                    units = hot.read_units(key.topic, key.queue_id, start, end)
-                    sizes = units["size"].astype(np.int64)
-                    size = int(sizes.sum()) + CQ_UNIT_SIZE * units.shape[0]
-                    old = old_blocks.get(start)
-                    if old is not None and _searched(old, since_ms, found):
-                        check = carries(old, end, units, cl, leaf_offsets)
-                        cost = CQ_UNIT_SIZE * units.shape[0] + check.read_bytes
-                        read_bytes += cost
-                        if bucket is not None:
-                            await bucket.acquire(cost)
-                        if check.unchanged:
-                            new = (t for t in since_ms if t not in found and old.last_store_ms >= t)
-                            found |= dict.fromkeys(new, start)  # _searched: first >= t
-                            blocks.append(_ReadBlock.carried(old))
-                            total += size
-                            carried += 1
-                            continue
-                    records = cl.gather(units["commitlog_offset"].astype(np.int64), sizes)
-                except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
-                    if blocks:
-                        raise StoreError(
-                            f"hot queue {key} changed under the fingerprint: {exc}"
-                        ) from exc
-                    low = end  # deleted by the broker's retention while we read
-                    continue
-                first, last = store_times(records, sizes)
-                new = (t for t in since_ms if t not in found and last >= t)
-                found |= {t: start + first_stored_at(records, sizes, t) for t in new}
-                taken_digests = digests.take(start, units, records)
-                blocks.append(_ReadBlock(start, end, taken_digests, first, last))
-                total += size
-                read_bytes += size
-                if bucket is not None:
-                    await bucket.acquire(size)
-            top = max(low, rng.max)
-            stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
-            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, leaf_offsets))
+            old = before.get((key.topic, key.queue_id))
+            read.append(await reader.queue(hot, key, old, block_offsets))
     queues = tuple(q.printed() for q in read)
-    fp = Fingerprint(cluster, broker, taken, block_offsets, total, queues, sequence, leaf_offsets)
-    return Taken(fp, read_bytes, carried)
+    fp = Fingerprint(
+        cluster, broker, taken, block_offsets, reader.total, queues, sequence, leaf_offsets
+    )
+    return Taken(fp, reader.read_bytes, reader.carried)
+
+
+class _Reader:
+    """One run's reads of the hot store: the commit log, the digest worker, the pace, and
+    what it read, covered (``total``: ``hot_bytes``) and carried so far."""
+
+    def __init__(
+        self,
+        cl: HotCommitlog,
+        digests: _Digests,
+        bucket: TokenBucket | None,
+        since_ms: tuple[int, ...],
+        leaf_offsets: int,
+    ) -> None:
+        self._cl, self._digests, self._bucket = cl, digests, bucket
+        self._since, self._leaf = since_ms, leaf_offsets
+        self.total = 0
+        self.read_bytes = 0
+        self.carried = 0
+
+    async def queue(
+        self, hot: HotStore, key: QueueKey, before: QueuePrint | None, block_offsets: int
+    ) -> _ReadQueue:
+        """Read (or carry from ``before``) every block of one hot queue."""
+        rng = hot.queue_range(key.topic, key.queue_id)
+        old_blocks = {b.start: b for b in before.blocks} if before is not None else {}
+        blocks: list[_ReadBlock] = []
+        found: dict[int, int] = {}
+        low = rng.min
+        for start, end in block_ranges(rng.min, rng.max, block_offsets):
+            try:
+                block = await self._block(hot, key, start, end, old_blocks.get(start), found)
+            except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
+                if blocks:
+                    raise StoreError(
+                        f"hot queue {key} changed under the fingerprint: {exc}"
+                    ) from exc
+                low = end  # deleted by the broker's retention while we read
+                continue
+            blocks.append(block)
+        top = max(low, rng.max)
+        stored = tuple((t, found.get(t, top)) for t in sorted(set(self._since)))
+        return _ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, self._leaf)
+
+    async def _block(
+        self,
+        hot: HotStore,
+        key: QueueKey,
+        start: int,
+        end: int,
+        old: Block | None,
+        found: dict[int, int],
+    ) -> _ReadBlock:
+        """One block: carried forward from ``old`` if :func:`carries` allows, else read
+        whole; ``found`` gains the ``stored_from`` offsets found in it."""
+        units = hot.read_units(key.topic, key.queue_id, start, end)
+        sizes = units["size"].astype(np.int64)
+        size = int(sizes.sum()) + CQ_UNIT_SIZE * units.shape[0]
+        if old is not None and _searched(old, self._since, found):
+            check = carries(old, end, units, self._cl, self._leaf)
+            await self._pay(CQ_UNIT_SIZE * units.shape[0] + check.read_bytes)
+            if check.unchanged:
+                new = (t for t in self._since if t not in found and old.last_store_ms >= t)
+                found |= dict.fromkeys(new, start)  # _searched: first >= t
+                self.total += size
+                self.carried += 1
+                return _ReadBlock.carried(old)
+        records = self._cl.gather(units["commitlog_offset"].astype(np.int64), sizes)
+        first, last = store_times(records, sizes)
+        new = (t for t in self._since if t not in found and last >= t)
+        found |= {t: start + first_stored_at(records, sizes, t) for t in new}
+        digest = self._digests.take(start, units, records)
+        self.total += size
+        await self._pay(size)
+        return _ReadBlock(start, end, digest, first, last)
+
+    async def _pay(self, nbytes: int) -> None:
+        self.read_bytes += nbytes
+        if self._bucket is not None:
+            await self._bucket.acquire(nbytes)
 
 
 def _searched(old: Block, since_ms: tuple[int, ...], found: dict[int, int]) -> bool:
