@@ -9,8 +9,9 @@ reads from cold, besides its previous fingerprint), warms the files, and times, 
 
 * **full**: a full fingerprint, unpaced (the command's ``--max-bytes-per-second 0``),
   in this process (no interpreter start-up in its time), against ``cat`` of every hot
-  file (consume queues and commit log) to ``/dev/null``, compared as rates (MiB/s): cat
-  also reads the files' unused, preallocated tails, the fingerprint only what they hold;
+  file (consume queues and commit log) to ``/dev/null``: the ratio is cat's seconds ÷
+  the fingerprint's (cat also reads the files' unused, preallocated tails, the
+  fingerprint only what they hold; the table gives both rates too);
 * **incremental**: then ``--new`` (a fraction, default 0.05) more messages are appended,
   and a fingerprint carrying from the full one (what the nightly run does) is timed
   against a full one of the grown store. Both must be equal but for their time.
@@ -20,7 +21,7 @@ cold directory (its output lines are printed: what it read, what it carried).
 
 Last lines::
 
-    RESULT fingerprint_full ratio=<fingerprint MiB/s ÷ cat MiB/s> target=>=0.5 PASS|FAIL
+    RESULT fingerprint_full ratio=<cat seconds ÷ fingerprint seconds> target=>=0.5 PASS|FAIL
     RESULT fingerprint_incremental ratio=<incremental time ÷ full time> target=<=0.25 PASS|FAIL
 """
 
@@ -153,8 +154,7 @@ def main() -> int:
     print(f"command: {first.splitlines()[-1]}")
     print(f"command: {second.splitlines()[-1]}")
     print(machine())
-    cat_rate = mb_per_s(hot_bytes, t_cat)
-    vs_cat = mb_per_s(fp_bytes, t_full) / cat_rate if cat_rate else 0.0
+    vs_cat = t_cat / t_full if t_full else 0.0
     vs_full = t_incr / t_grown if t_grown else 0.0
     print(result_line("fingerprint_full", vs_cat, f">={VS_CAT:g}", vs_cat >= VS_CAT))
     print(
