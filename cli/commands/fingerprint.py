@@ -7,7 +7,14 @@ fingerprint (its format :mod:`tieredstore.cold.fingerprint`, taken by
 :mod:`tieredstore.verifier.fleet.take`) under the broker's cold prefix,
 ``_fingerprints/s<sequence>-<taken_ms>.json``, create-if-absent at one past the highest
 sequence listed (taken meanwhile by another run: list again, next sequence). The sequence,
-not the host clock, decides which fingerprint is newest. No Spark, no JVM; memory is three
+not the host clock, decides which fingerprint is newest.
+
+Incremental: a run carries forward from the broker's newest fingerprint every block the
+broker still holds unchanged (:mod:`tieredstore.verifier.fleet.carry`: the same range,
+its first and last leaves hashing as they did) and reads the rest; a run whose sequence
+is a multiple of ``--full-every`` (default 7), or whose previous fingerprint cannot be
+used (:mod:`tieredstore.verifier.fleet.previous`), reads every block and prints one line
+saying why. No Spark, no JVM; memory is three
 blocks' records (a worker thread hashes two while the next is read). The fingerprint is
 computed from hot bytes only: never from the sidecar's catalogue or its tiering path;
 the only thing read from cold is the broker's tiering record, for the times its
@@ -32,22 +39,25 @@ from tieredstore.backends.factory import COMMAND_RETRY, canonical_cold_url
 from tieredstore.backends.options import BackendOptions
 from tieredstore.cli.commands._settings import non_negative_int
 from tieredstore.clock import SystemClock
-from tieredstore.cold.layout import fingerprint_key, fingerprint_prefix, parse_fingerprint_name
+from tieredstore.cold.layout import fingerprint_key
 from tieredstore.cold.provenance import find_tiered_prefix
 from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
 from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes
 from tieredstore.ratelimit import TokenBucket
+from tieredstore.verifier.fleet.previous import list_fingerprints, previous_fingerprint
 from tieredstore.verifier.fleet.take import (
     DEFAULT_BLOCK_OFFSETS,
     DEFAULT_LEAF_OFFSETS,
-    take_fingerprint,
+    take_carrying,
 )
 
 #: The default pace: a tenth of a modest disk's sequential read rate.
 DEFAULT_MAX_BYTES_PER_SECOND = 64 << 20
 #: How many times the create moves to a later sequence before it gives up.
 MAX_RESEQUENCE: Final = 4
+#: One run in this many reads every block whole (the others carry unchanged blocks).
+DEFAULT_FULL_EVERY: Final = 7
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,13 +86,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_LEAF_OFFSETS,
         help="queue offsets per leaf digest, the unit the fleet job compares (default %(default)s)",
     )
+    p.add_argument(
+        "--full-every",
+        type=non_negative_int,
+        default=DEFAULT_FULL_EVERY,
+        help="read every block whole when the run's sequence is a multiple of this; the other "
+        "runs carry forward the blocks the broker still holds unchanged (1: every run is "
+        "full; default %(default)s)",
+    )
 
 
 async def next_sequence(cold: Backend, cluster: str, broker: str) -> int:
     """One past the highest fingerprint sequence listed for the broker (0 if none)."""
-    prefix = fingerprint_prefix(cluster, broker) + "/"
-    names = (parse_fingerprint_name(i.key.rsplit("/", 1)[-1]) for i in await cold.list(prefix))
-    return max((n.sequence for n in names if n is not None), default=-1) + 1
+    names = await list_fingerprints(cold, cluster, broker)
+    return max((n.sequence for n in names), default=-1) + 1
 
 
 async def _fingerprint(args: argparse.Namespace) -> int:
@@ -90,6 +107,8 @@ async def _fingerprint(args: argparse.Namespace) -> int:
         raise ConfigError("bad --block-offsets: must be at least 1")
     if args.leaf_offsets == 0:
         raise ConfigError("bad --leaf-offsets: must be at least 1")
+    if args.full_every == 0:
+        raise ConfigError("bad --full-every: must be at least 1")
     if not args.store.is_dir():
         raise NotAStoreError("hot store directory does not exist", where=str(args.store))
     hot = HotStore(args.store)
@@ -101,10 +120,21 @@ async def _fingerprint(args: argparse.Namespace) -> int:
     async with open_backend(args.cold, options=options, retry=COMMAND_RETRY) as cold:
         record = await find_tiered_prefix(cold, cluster, broker, where=where, require_record=True)
         since = tuple(sorted({e.since_ms for e in record.history})) if record else ()
-        fp = await take_fingerprint(
-            hot, cluster=cluster, broker=broker, clock=clock, bucket=bucket,
-            block_offsets=args.block_offsets, leaf_offsets=args.leaf_offsets, since_ms=since,
+        names = await list_fingerprints(cold, cluster, broker)
+        previous = await previous_fingerprint(
+            cold, names, cluster=cluster, broker=broker,
+            sequence=max((n.sequence for n in names), default=-1) + 1,
+            full_every=args.full_every, block_offsets=args.block_offsets,
+            leaf_offsets=args.leaf_offsets,
         )  # fmt: skip
+        if previous.fingerprint is None:
+            print(f"fingerprint: a full run: {previous.why_full}")
+        taken = await take_carrying(
+            hot, previous.fingerprint, cluster=cluster, broker=broker, clock=clock,
+            bucket=bucket, block_offsets=args.block_offsets, leaf_offsets=args.leaf_offsets,
+            since_ms=since,
+        )  # fmt: skip
+        fp = taken.fingerprint
         for attempt in range(MAX_RESEQUENCE):
             fp = dataclasses.replace(fp, sequence=await next_sequence(cold, cluster, broker))
             key = fingerprint_key(cluster, broker, stamp_ms=fp.taken_ms, sequence=fp.sequence)
@@ -120,7 +150,8 @@ async def _fingerprint(args: argparse.Namespace) -> int:
                     ) from exc
     blocks = sum(len(q.blocks) for q in fp.queues)
     print(
-        f"fingerprint {key}: {len(fp.queues)} queues, {blocks} blocks, "
+        f"fingerprint {key}: {len(fp.queues)} queues, {blocks} blocks "
+        f"({taken.carried_blocks} carried forward), {human_bytes(taken.read_bytes)} of "
         f"{human_bytes(fp.hot_bytes)} of hot data read, {human_bytes(len(data))} written"
     )
     return 0

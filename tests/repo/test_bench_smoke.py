@@ -77,6 +77,11 @@ CASES = [
         marks=pytest.mark.spark,
     ),
     pytest.param("cq_parse.py", ["--units", "30000"], id="cq_parse"),
+    pytest.param(
+        "fingerprint.py",
+        ["--size", "2M", "--topics", "1", "--queues", "2", "--runs", "1"],
+        id="fingerprint",
+    ),
     pytest.param("record_checks.py", [*TINY_STORE, "--runs", "1"], id="record_checks"),
     pytest.param(
         "lag.py",

@@ -26,7 +26,7 @@ nothing of it (the fleet job makes that broker INCOMPLETE).
 **The block digest** (:class:`BlockHasher`) is defined on what the verifier's content
 level compares, so the cluster job computes it from cold records alone::
 
-    digest = blake2b-128( blake2b-128(units) || blake2b-128(records) )
+    digest = xxh3-128( xxh3-128(units) || xxh3-128(records) )
     units   = for each offset: the CQ unit's size (4 bytes) and tagsCode (8 bytes), big-endian
     records = for each offset: the commit-log record, its bytes [28, 36) set to zero
 
@@ -35,7 +35,9 @@ from its hot original (so the digest compares records outside them, as the conte
 does); the unit's commit-log offset is left out for the same reason.
 Both streams are fed record by record, so a block that spans two cold segments is
 hashed piecewise and gives the same digest. A leaf's digest is the same construction
-with ``blake2b-64``.
+with ``xxh3-64``. Formats 2 and 3 used ``blake2b-128`` and ``blake2b-64`` in the same
+construction (:class:`PrintHash`); they still read, and their leaves are checked with it.
+Each digest is the big-endian (canonical) bytes of the XXH3 value.
 
 Its size grows with blocks, not messages: one block is about 80 bytes of JSON, so a
 queue of ``n`` offsets costs ``80 * n / block_offsets`` bytes (docs/format.md).
@@ -44,13 +46,15 @@ queue of ``n`` offsets costs ``80 * n / block_offsets`` bytes (docs/format.md).
 from __future__ import annotations
 
 import base64
+import enum
 import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
+import xxhash
 
 from tieredstore.errors import CorruptProvenanceError
 from tieredstore.formats.consumequeue import Units
@@ -65,34 +69,68 @@ __all__ = [
     "BlockHasher",
     "Fingerprint",
     "Leaf",
+    "PrintHash",
     "QueuePrint",
     "block_ranges",
     "block_streams",
     "read_fingerprint",
 ]
 
-#: 3: a per-broker ``sequence`` and per block its **leaf** digests. 2: ``stored_from`` per
-#: queue (format 1 had none; it is refused, never read as empty). A format-2 fingerprint
-#: still reads: its blocks are its leaves, and it has no sequence.
-FINGERPRINT_FORMAT_VERSION: Final = 3
-_READABLE_VERSIONS: Final = (2, 3)
-#: Bytes of a block digest (blake2b-128).
+#: 4: the digests are XXH3 (:attr:`PrintHash.XXH3`), not blake2b. 3: a per-broker
+#: ``sequence`` and per block its **leaf** digests. 2: ``stored_from`` per queue (format 1
+#: had none; it is refused, never read as empty). Formats 2 and 3 still read (blake2b
+#: digests); a format-2 fingerprint's blocks are its leaves, and it has no sequence.
+FINGERPRINT_FORMAT_VERSION: Final = 4
+_READABLE_VERSIONS: Final = (2, 3, 4)
+#: Bytes of a block digest (128 bits).
 BLOCK_DIGEST_SIZE: Final = 16
-#: Bytes of a leaf digest (blake2b-64), stored back to back in a block's sixth field.
+#: Bytes of a leaf digest (64 bits), stored back to back in a block's sixth field.
 LEAF_DIGEST_SIZE: Final = 8
 _UNITS_STREAM: Final = np.dtype([("size", ">i4"), ("tags_code", ">i8")])
 #: Bytes per offset of the digest's units stream (size and tagsCode).
 UNIT_STREAM_BYTES: Final = _UNITS_STREAM.itemsize
 
 
+class PrintHash(enum.Enum):
+    """The hash function of a fingerprint's digests: XXH3 from format 4, blake2b before."""
+
+    XXH3 = "xxh3"
+    BLAKE2B = "blake2b"
+
+    @classmethod
+    def of_version(cls, version: int) -> PrintHash:
+        """The hash a fingerprint of format ``version`` was taken with."""
+        return cls.XXH3 if version >= 4 else cls.BLAKE2B
+
+    def new(self, digest_size: int) -> _Hash:
+        """A fresh hasher of ``digest_size`` bytes (XXH3: 8 or 16)."""
+        if self is PrintHash.BLAKE2B:
+            return hashlib.blake2b(digest_size=digest_size)
+        if digest_size == LEAF_DIGEST_SIZE:
+            return xxhash.xxh3_64()
+        if digest_size == BLOCK_DIGEST_SIZE:
+            return xxhash.xxh3_128()
+        raise ValueError(f"no XXH3 digest of {digest_size} bytes")
+
+
+class _Hash(Protocol):
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
+    def digest(self) -> bytes: ...
+    def hexdigest(self) -> str: ...
+
+
 class BlockHasher:
     """The block digest (module doc), fed one run of consecutive offsets at a time; a
-    leaf digest is the same construction in ``digest_size`` 8 bytes."""
+    leaf digest is the same construction in ``digest_size`` 8 bytes. ``algorithm`` is the
+    fingerprint's (:meth:`PrintHash.of_version`): XXH3 for what is taken now."""
 
-    def __init__(self, digest_size: int = BLOCK_DIGEST_SIZE) -> None:
+    def __init__(
+        self, digest_size: int = BLOCK_DIGEST_SIZE, algorithm: PrintHash = PrintHash.XXH3
+    ) -> None:
         self._size = digest_size
-        self._units = hashlib.blake2b(digest_size=digest_size)
-        self._records = hashlib.blake2b(digest_size=digest_size)
+        self._algorithm = algorithm
+        self._units = algorithm.new(digest_size)
+        self._records = algorithm.new(digest_size)
 
     def update(self, units: Units, records: bytes | bytearray | memoryview) -> None:
         """Add the offsets of ``units`` whose records are ``records``, back to back. A
@@ -105,7 +143,7 @@ class BlockHasher:
         self._records.update(records)
 
     def hexdigest(self) -> str:
-        outer = hashlib.blake2b(digest_size=self._size)
+        outer = self._algorithm.new(self._size)
         outer.update(self._units.digest() + self._records.digest())
         return outer.hexdigest()
 
@@ -139,15 +177,17 @@ def block_ranges(lo: int, hi: int, block_offsets: int) -> Iterator[tuple[int, in
 @dataclass(frozen=True, slots=True)
 class Leaf:
     """One unit of comparison: ``[start, end)`` and its digest (hex: 8 bytes for a
-    leaf of format 3, 16 for a format-2 block read as one leaf)."""
+    leaf of format 3 or 4, 16 for a format-2 block read as one leaf), taken with
+    ``algorithm``."""
 
     start: int
     end: int
     digest: str
+    algorithm: PrintHash = PrintHash.XXH3
 
     def hasher(self) -> BlockHasher:
         """A hasher whose digest compares with this one's."""
-        return BlockHasher(len(self.digest) // 2)
+        return BlockHasher(len(self.digest) // 2, self.algorithm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +203,11 @@ class Block:
     last_store_ms: int
     leaves: bytes = b""
 
-    def leaf_list(self, leaf_offsets: int) -> list[Leaf]:
-        """The block's leaves (itself as one, if it has no leaf digests)."""
+    def leaf_list(self, leaf_offsets: int, algorithm: PrintHash = PrintHash.XXH3) -> list[Leaf]:
+        """The block's leaves (itself as one, if it has no leaf digests), whose digests
+        were taken with ``algorithm``."""
         if not self.leaves or leaf_offsets <= 0:
-            return [Leaf(self.start, self.end, self.digest)]
+            return [Leaf(self.start, self.end, self.digest, algorithm)]
         size = LEAF_DIGEST_SIZE
         ranges = list(block_ranges(self.start, self.end, leaf_offsets))
         if len(self.leaves) != size * len(ranges):
@@ -175,7 +216,7 @@ class Block:
                 f"digests, {size * len(ranges)} expected"
             )
         return [
-            Leaf(s, e, self.leaves[i * size : (i + 1) * size].hex())
+            Leaf(s, e, self.leaves[i * size : (i + 1) * size].hex(), algorithm)
             for i, (s, e) in enumerate(ranges)
         ]
 
@@ -193,11 +234,15 @@ class QueuePrint:
     stored_from: tuple[tuple[int, int], ...] = ()
     #: Offsets per leaf (0: the blocks are the leaves, format 2).
     leaf_offsets: int = 0
+    #: The digests' hash (blake2b: read from a format 2 or 3 fingerprint).
+    algorithm: PrintHash = PrintHash.XXH3
 
     def leaves(self) -> list[Leaf]:
         """The units of comparison, in offset order: every block's leaves (format 2:
         the blocks themselves)."""
-        return [leaf for b in self.blocks for leaf in b.leaf_list(self.leaf_offsets)]
+        return [
+            leaf for b in self.blocks for leaf in b.leaf_list(self.leaf_offsets, self.algorithm)
+        ]
 
 
 @dataclass(frozen=True)
@@ -205,7 +250,7 @@ class Fingerprint:
     """A broker's hot store at ``taken_ms`` (the broker host's clock): the reference time
     of the lag rule for a check against it. ``sequence`` is its place among the broker's
     fingerprints (its key's; -1: format 2, none), ``leaf_offsets`` the leaf size (0:
-    format 2, no leaves)."""
+    format 2, no leaves), ``format_version`` the format it was read from."""
 
     cluster: str
     broker: str
@@ -215,12 +260,16 @@ class Fingerprint:
     queues: tuple[QueuePrint, ...]
     sequence: int = -1
     leaf_offsets: int = 0
+    #: The format it was read from (what is taken now: :data:`FINGERPRINT_FORMAT_VERSION`).
+    format_version: int = FINGERPRINT_FORMAT_VERSION
 
     def queue(self, topic: str, queue_id: int) -> QueuePrint | None:
         return next((q for q in self.queues if (q.topic, q.queue_id) == (topic, queue_id)), None)
 
     def to_bytes(self) -> bytes:
-        """The stored form: compact JSON, blocks as ``[start, end, digest, first, last]``."""
+        """The stored form (format :data:`FINGERPRINT_FORMAT_VERSION`, for a fingerprint
+        taken by this version): compact JSON, blocks as ``[start, end, digest, first, last,
+        leaves]``."""
         doc = {
             "format_version": FINGERPRINT_FORMAT_VERSION,
             "cluster": self.cluster,
@@ -256,8 +305,8 @@ class Fingerprint:
 
 
 def read_fingerprint(data: bytes, key: str) -> Fingerprint:
-    """Parse a stored fingerprint: format 3, or format 2 (no sequence, -1; no leaves: its
-    blocks are compared whole, as that format's reader did).
+    """Parse a stored fingerprint: format 4, 3 (blake2b digests) or 2 (blake2b, no
+    sequence, -1; no leaves: its blocks are compared whole, as that format's reader did).
 
     Raises:
         CorruptProvenanceError: not a fingerprint of a format this version reads, or
@@ -271,12 +320,13 @@ def read_fingerprint(data: bytes, key: str) -> Fingerprint:
                 f"fingerprint format {version} is not one this version reads", where=key
             )
         leaf_offsets = int(doc["leaf_offsets"]) if version >= 3 else 0
+        algorithm = PrintHash.of_version(version)
         queues = tuple(
             QueuePrint(
                 str(q["topic"]), int(q["queue_id"]), int(q["hot_min"]), int(q["hot_max"]),
                 tuple(_block(b, version) for b in q["blocks"]),
                 tuple((int(t), int(o)) for t, o in q["stored_from"]),
-                leaf_offsets,
+                leaf_offsets, algorithm,
             )
             for q in doc["queues"]
         )  # fmt: skip
@@ -291,6 +341,7 @@ def read_fingerprint(data: bytes, key: str) -> Fingerprint:
             queues,
             int(doc["sequence"]) if version >= 3 else -1,
             leaf_offsets,
+            int(version),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptProvenanceError(f"fingerprint does not read: {exc}", where=key) from exc

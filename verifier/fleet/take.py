@@ -12,7 +12,13 @@ record, found in the hot records read for the blocks — what
 stored while a rule tiered their topic.
 
 Memory is bounded by three blocks' records: the one being read and the two before it,
-whose digests a worker thread takes meanwhile (hashlib lets go of the GIL).
+whose digests a worker thread takes meanwhile (xxhash and hashlib let go of the GIL).
+
+:func:`take_carrying` is the incremental form: given the broker's previous fingerprint it
+carries forward each block the rule of :mod:`tieredstore.verifier.fleet.carry` proves
+unchanged, reading only its consume-queue units and its first and last leaves' records,
+and reads every other block whole. Its result is the fingerprint a full run would take
+of the same store (docs/verification.md, "Incremental fingerprints").
 """
 
 from __future__ import annotations
@@ -37,16 +43,19 @@ from tieredstore.cold.fingerprint import (
     block_streams,
 )
 from tieredstore.errors import OffsetOutOfRangeError, StoreError, StoreNotFoundError
-from tieredstore.formats.consumequeue import Units
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units
 from tieredstore.formats.record import STORE_TIMESTAMP_AT_V4, STORE_TIMESTAMP_AT_V6, SysFlag
 from tieredstore.formats.record import SYS_FLAG_AT as _SYS_FLAG_AT
 from tieredstore.hot.commitlog import HotCommitlog
-from tieredstore.hot.store import HotStore
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.ratelimit import TokenBucket
+from tieredstore.verifier.fleet.carry import carries
 
 __all__ = [
     "DEFAULT_BLOCK_OFFSETS",
     "DEFAULT_LEAF_OFFSETS",
+    "Taken",
+    "take_carrying",
     "take_fingerprint",
 ]
 
@@ -91,6 +100,17 @@ def store_times(
     return _store_time_at(buf, 0), _store_time_at(buf, int(sizes[:-1].sum()))
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A fingerprint as taken: the fingerprint, the hot bytes read to take it (consume
+    queue and records; a full run reads ``fingerprint.hot_bytes``) and its blocks carried
+    forward from the previous fingerprint (0: a full run)."""
+
+    fingerprint: Fingerprint
+    read_bytes: int
+    carried_blocks: int
+
+
 async def take_fingerprint(
     hot: HotStore,
     *,
@@ -114,43 +134,143 @@ async def take_fingerprint(
     Raises:
         StoreError: the store is not a broker store, or a file does not read.
     """
+    taken = await take_carrying(
+        hot, None, cluster=cluster, broker=broker, clock=clock, bucket=bucket,
+        block_offsets=block_offsets, leaf_offsets=leaf_offsets, since_ms=since_ms,
+        sequence=sequence,
+    )  # fmt: skip
+    return taken.fingerprint
+
+
+async def take_carrying(
+    hot: HotStore,
+    previous: Fingerprint | None,
+    *,
+    cluster: str,
+    broker: str,
+    clock: Clock,
+    bucket: TokenBucket | None = None,
+    block_offsets: int = DEFAULT_BLOCK_OFFSETS,
+    leaf_offsets: int = DEFAULT_LEAF_OFFSETS,
+    since_ms: tuple[int, ...] = (),
+    sequence: int = 0,
+) -> Taken:
+    """:func:`take_fingerprint`, carrying forward from ``previous`` (None: a full run)
+    every block :func:`~tieredstore.verifier.fleet.carry.carries` allows; the others are
+    read whole. The caller decides that ``previous`` is this broker's newest, of this
+    format and of the same ``block_offsets`` and ``leaf_offsets``
+    (:mod:`tieredstore.verifier.fleet.previous`).
+
+    Raises:
+        StoreError: the store is not a broker store, or a file does not read.
+        ValueError: ``previous`` is of other block or leaf offsets.
+    """
     if block_offsets <= 0 or leaf_offsets <= 0:
         raise ValueError(f"block and leaf offsets must be > 0, got {block_offsets}, {leaf_offsets}")
+    if previous is not None and (previous.block_offsets, previous.leaf_offsets) != (
+        block_offsets,
+        leaf_offsets,
+    ):
+        raise ValueError("the previous fingerprint is of other block or leaf offsets")
     taken = clock.now_ms()
-    read: list[_ReadQueue] = []
-    total = 0
     with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
+        reader = _Reader(cl, digests, bucket, since_ms, leaf_offsets)
+        before = {(q.topic, q.queue_id): q for q in previous.queues} if previous else {}
+        read = []
         for key in (k for k in hot.queues() if hot.cq_files(k.topic, k.queue_id)):
-            rng = hot.queue_range(key.topic, key.queue_id)
-            blocks: list[_ReadBlock] = []
-            found: dict[int, int] = {}
-            low = rng.min
-            for start, end in block_ranges(rng.min, rng.max, block_offsets):
-                try:
-                    units = hot.read_units(key.topic, key.queue_id, start, end)
-                    sizes = units["size"].astype(np.int64)
-                    records = cl.gather(units["commitlog_offset"].astype(np.int64), sizes)
-                except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
-                    if blocks:
-                        raise StoreError(
-                            f"hot queue {key} changed under the fingerprint: {exc}"
-                        ) from exc
-                    low = end  # deleted by the broker's retention while we read
-                    continue
-                first, last = store_times(records, sizes)
-                new = (t for t in since_ms if t not in found and last >= t)
-                found |= {t: start + first_stored_at(records, sizes, t) for t in new}
-                taken_digests = digests.take(start, units, records)
-                blocks.append(_ReadBlock(start, end, taken_digests, first, last))
-                size = len(records) + 20 * units.shape[0]
-                total += size
-                if bucket is not None:
-                    await bucket.acquire(size)
-            top = max(low, rng.max)
-            stored = tuple((t, found.get(t, top)) for t in sorted(set(since_ms)))
-            read.append(_ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, leaf_offsets))
+            old = before.get((key.topic, key.queue_id))
+            read.append(await reader.queue(hot, key, old, block_offsets))
     queues = tuple(q.printed() for q in read)
-    return Fingerprint(cluster, broker, taken, block_offsets, total, queues, sequence, leaf_offsets)
+    fp = Fingerprint(
+        cluster, broker, taken, block_offsets, reader.total, queues, sequence, leaf_offsets
+    )
+    return Taken(fp, reader.read_bytes, reader.carried)
+
+
+class _Reader:
+    """One run's reads of the hot store: the commit log, the digest worker, the pace, and
+    what it read, covered (``total``: ``hot_bytes``) and carried so far."""
+
+    def __init__(
+        self,
+        cl: HotCommitlog,
+        digests: _Digests,
+        bucket: TokenBucket | None,
+        since_ms: tuple[int, ...],
+        leaf_offsets: int,
+    ) -> None:
+        self._cl, self._digests, self._bucket = cl, digests, bucket
+        self._since, self._leaf = since_ms, leaf_offsets
+        self.total = 0
+        self.read_bytes = 0
+        self.carried = 0
+
+    async def queue(
+        self, hot: HotStore, key: QueueKey, before: QueuePrint | None, block_offsets: int
+    ) -> _ReadQueue:
+        """Read (or carry from ``before``) every block of one hot queue."""
+        rng = hot.queue_range(key.topic, key.queue_id)
+        old_blocks = {b.start: b for b in before.blocks} if before is not None else {}
+        blocks: list[_ReadBlock] = []
+        found: dict[int, int] = {}
+        low = rng.min
+        for start, end in block_ranges(rng.min, rng.max, block_offsets):
+            try:
+                block = await self._block(hot, key, start, end, old_blocks.get(start), found)
+            except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
+                if blocks:
+                    raise StoreError(
+                        f"hot queue {key} changed under the fingerprint: {exc}"
+                    ) from exc
+                low = end  # deleted by the broker's retention while we read
+                continue
+            blocks.append(block)
+        top = max(low, rng.max)
+        stored = tuple((t, found.get(t, top)) for t in sorted(set(self._since)))
+        return _ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, self._leaf)
+
+    async def _block(
+        self,
+        hot: HotStore,
+        key: QueueKey,
+        start: int,
+        end: int,
+        old: Block | None,
+        found: dict[int, int],
+    ) -> _ReadBlock:
+        """One block: carried forward from ``old`` if :func:`carries` allows, else read
+        whole; ``found`` gains the ``stored_from`` offsets found in it."""
+        units = hot.read_units(key.topic, key.queue_id, start, end)
+        sizes = units["size"].astype(np.int64)
+        size = int(sizes.sum()) + CQ_UNIT_SIZE * units.shape[0]
+        if old is not None and _searched(old, self._since, found):
+            check = carries(old, end, units, self._cl, self._leaf)
+            await self._pay(CQ_UNIT_SIZE * units.shape[0] + check.read_bytes)
+            if check.unchanged:
+                new = (t for t in self._since if t not in found and old.last_store_ms >= t)
+                found |= dict.fromkeys(new, start)  # _searched: first >= t
+                self.total += size
+                self.carried += 1
+                return _ReadBlock.carried(old)
+        records = self._cl.gather(units["commitlog_offset"].astype(np.int64), sizes)
+        first, last = store_times(records, sizes)
+        new = (t for t in self._since if t not in found and last >= t)
+        found |= {t: start + first_stored_at(records, sizes, t) for t in new}
+        digest = self._digests.take(start, units, records)
+        self.total += size
+        await self._pay(size)
+        return _ReadBlock(start, end, digest, first, last)
+
+    async def _pay(self, nbytes: int) -> None:
+        self.read_bytes += nbytes
+        if self._bucket is not None:
+            await self._bucket.acquire(nbytes)
+
+
+def _searched(old: Block, since_ms: tuple[int, ...], found: dict[int, int]) -> bool:
+    """Whether carrying ``old`` leaves no ``stored_from`` time to search inside it: each
+    time not found before it is after its last record or at or before its first."""
+    return all(t in found or t > old.last_store_ms or t <= old.first_store_ms for t in since_ms)
 
 
 class _Digests:
@@ -207,6 +327,13 @@ class _ReadBlock:
     digest: Future[tuple[str, bytes]]
     first: int
     last: int
+
+    @classmethod
+    def carried(cls, old: Block) -> _ReadBlock:
+        """A block carried forward: its digests are the previous fingerprint's."""
+        done: Future[tuple[str, bytes]] = Future()
+        done.set_result((old.digest, old.leaves))
+        return cls(old.start, old.end, done, old.first_store_ms, old.last_store_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ taking: verifier/fleet/take.py): no Spark."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from tests.support.sidecar.settings import BROKER, CLUSTER
 from tests.support.stores.coldimage import tier, write_local
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import VirtualClock
-from tieredstore.cold.fingerprint import BlockHasher, read_fingerprint
+from tieredstore.cold.fingerprint import BlockHasher, block_streams, read_fingerprint
 from tieredstore.cold.layout import (
     fingerprint_prefix,
     parse_fingerprint_name,
@@ -44,9 +46,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base / "hot", base / "cold"
 
 
-def _records(hot: Path, start: int, end: int) -> tuple[np.ndarray, bytes]:
+def _records(hot: Path, start: int, end: int, queue_id: int = 0) -> tuple[np.ndarray, bytes]:
     store = HotStore(hot)
-    q = store.queues()[0]
+    q = store.queues()[queue_id]
     units = store.read_units(q.topic, q.queue_id, start, end)
     data = b"".join(store.read_records_bytes(units["commitlog_offset"], units["size"]))
     return units, data
@@ -266,3 +268,38 @@ def test_each_run_of_the_command_takes_the_next_sequence(
         assert read_fingerprint((folder / n.name).read_bytes(), n.name).sequence == n.sequence
     for p in folder.iterdir():
         p.unlink()
+
+
+def _blake2b_leaf(units: np.ndarray, records: bytes) -> bytes:
+    """A format-3 leaf digest written out with hashlib: blake2b-64 of the two streams'."""
+    head, body = block_streams(units, records)
+    inner = (
+        hashlib.blake2b(head, digest_size=8).digest()
+        + hashlib.blake2b(body, digest_size=8).digest()
+    )
+    return hashlib.blake2b(inner, digest_size=8).digest()
+
+
+async def test_a_format_3_fingerprint_is_checked_with_blake2b(stores: tuple[Path, Path]) -> None:
+    store = HotStore(stores[0])
+    fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                block_offsets=100, leaf_offsets=10)  # fmt: skip
+    doc = json.loads(fp.to_bytes())
+    doc["format_version"] = 3
+    for q in doc["queues"]:
+        for b in q["blocks"]:
+            leaves = b""
+            for start in range(b[0], b[1], 10):
+                units, data = _records(stores[0], start, min(start + 10, b[1]), q["queue_id"])
+                leaves += _blake2b_leaf(units, data)
+            b[5] = base64.b64encode(leaves).decode()
+    old = read_fingerprint(json.dumps(doc).encode(), "old.json")
+    assert old.format_version == 3
+    for q in old.queues:
+        taken = fp.queue(q.topic, q.queue_id)
+        assert taken is not None
+        for leaf, new in zip(q.leaves(), taken.leaves(), strict=True):
+            units, data = _records(stores[0], leaf.start, leaf.end, q.queue_id)
+            hasher = leaf.hasher()
+            hasher.update(units, data)
+            assert hasher.hexdigest() == leaf.digest != new.digest  # blake2b, not XXH3
