@@ -72,7 +72,7 @@ async def test_one_offset_from_a_batch_then_from_its_segment_byte_identical() ->
     assert link.kind is EntryKind.SEGMENT and link.key == q0[1].manifest.key
     assert await _messages(compacted, Q, 5, 1) == from_batch
     raw_segment = await read_raw(compacted, "t", 0, 3, 100, 1 << 20)
-    assert raw_segment.records == raw_batch.records
+    assert b"".join(raw_segment.records) == b"".join(raw_batch.records)
     assert raw_segment.units.tolist() == raw_batch.units.tolist()
 
     # The batch collected: the segment alone serves the same bytes.
