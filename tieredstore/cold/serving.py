@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from tieredstore.cold.history import Committed
+from tieredstore.cold.history import Committed, Withdrawal
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.pieces import Pieces
 from tieredstore.cold.reader import ColdRange, ColdReader, Segments, check_units
@@ -82,9 +82,12 @@ class ServingReader(ColdReader):
     """A :class:`ColdReader` that reuses each queue's manifest listing for ``listing_ttl``
     seconds (``clock``), so a consumer's pulls do not list the cold store once each.
 
-    A stale listing can only lack the newest segments or hold expired ones: a read
-    past its end lists again at once (:meth:`locate`), and an expired segment is an
-    offset out of range, as it is without the cache.
+    The broker's batch links (``_batches/``, shared by every queue) are listed once per
+    ``listing_ttl`` too, for all queues at once, not once per queue listing.
+
+    A stale listing can only lack the newest segments or slices or hold expired ones: a
+    read past its end lists both again at once (:meth:`locate`), and an expired segment
+    is an offset out of range, as it is without the cache.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class ServingReader(ColdReader):
         self.listing_ttl = listing_ttl
         self._clock = clock
         self._listings: dict[QueuePath, tuple[float, Segments]] = {}
+        self._batch_links: _Listed | None = None
 
     async def _segments(self, queue: QueuePath) -> Segments:
         now = self._clock()
@@ -111,13 +115,29 @@ class ServingReader(ColdReader):
         self._listings[queue] = (now, segs)
         return segs
 
+    async def _slices(self, queue: QueuePath) -> list[Committed | Withdrawal]:
+        now = self._clock()
+        cached = self._batch_links
+        if cached is None or now - cached.at >= self.listing_ttl:
+            cached = self._batch_links = _Listed(now, await self._batches.by_queue())
+        return cached.links.get(queue, [])
+
     async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Committed]:
         try:
             return await super().locate(topic, queue_id, offset)
         except OffsetOutOfRangeError:
             if self._listings.pop(self.queue_path(topic, queue_id), None) is None:
                 raise
+            self._batch_links = None
             return await super().locate(topic, queue_id, offset)  # listed afresh
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """The broker's batch links by queue, as listed at ``at`` (the reader's clock)."""
+
+    at: float
+    links: dict[QueuePath, list[Committed | Withdrawal]]
 
 
 @dataclass(frozen=True, slots=True)
