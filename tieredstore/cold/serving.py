@@ -33,6 +33,11 @@ physicalOffset field: cold rewrites it to the record's cold commitlog offset (th
 first field), so the ``offsetMsgId`` a consumer builds from it differs from the one the
 producer got. Every record of an answer has been checked against its unit (size,
 queueOffset and physicalOffset fields) before it is sent.
+
+Records are never copied here: :func:`read_raw` keeps them as views over the read-ahead
+cache's parts (:class:`~tieredstore.cold.pieces.Pieces`), reading only their 36 header
+bytes for the checks, and :func:`encode_records` returns the answer as those views after
+one small head (``docs/serving.md``, "The read path without copies").
 """
 
 from __future__ import annotations
