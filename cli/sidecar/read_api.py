@@ -44,6 +44,7 @@ from typing import Final
 
 from aiohttp import web
 
+from tieredstore.cli.sidecar.buffers import write_buffers
 from tieredstore.cli.sidecar.runtime import Runtime
 from tieredstore.cold.readahead import ReadAhead
 from tieredstore.cold.reader import BoundaryType, ColdMessage, ColdReader
@@ -73,7 +74,7 @@ _BINARY: Final = "application/octet-stream"
 #: How long a queue's manifest listing is reused by the read service (seconds).
 LISTING_TTL: Final = 1.0
 
-_Handler = Callable[[web.Request], Awaitable[web.Response]]
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class _BadRequestError(Exception):
@@ -149,7 +150,7 @@ class _ReadApi:
         """``handler`` with errors mapped to statuses and every outcome counted."""
         counter = self.rt.metrics.read_requests
 
-        async def wrapped(request: web.Request) -> web.Response:
+        async def wrapped(request: web.Request) -> web.StreamResponse:
             try:
                 reply = await handler(request)
             except (_BadRequestError, InvalidNameError) as exc:
@@ -170,31 +171,31 @@ class _ReadApi:
 
         return wrapped
 
-    async def range(self, request: web.Request) -> web.Response:
+    async def range(self, request: web.Request) -> web.StreamResponse:
         topic, queue = _queue(request)
         rng = await self.reader.range(topic, queue)
         first = await self.reader.first_link(topic, queue) if rng.count else None
         earliest = first.min_store_timestamp if first is not None else 0
         return web.Response(body=encode_range(rng, earliest), content_type=_BINARY)
 
-    async def records(self, request: web.Request) -> web.Response:
+    async def records(self, request: web.Request) -> web.StreamResponse:
         topic, queue = _queue(request)
         offset = _int_param(request, "offset")
         count = _bounded(request, "maxCount", _RECORDS_COUNT, self.max_count)
         size = _bounded(request, "maxBytes", self.max_bytes, self.max_bytes)
         batch = await read_raw(self.reader, topic, queue, offset, count, size)
         rng = await self.reader.range(topic, queue)  # the listing read_raw just used
-        self.rt.metrics.read_bytes.inc(len(batch.records))
-        return web.Response(body=encode_records(batch, rng), content_type=_BINARY)
+        self.rt.metrics.read_bytes.inc(batch.size)
+        return await write_buffers(request, encode_records(batch, rng), _BINARY)
 
-    async def offset(self, request: web.Request) -> web.Response:
+    async def offset(self, request: web.Request) -> web.StreamResponse:
         topic, queue = _queue(request)
         timestamp = _int_param(request, "timestamp")
         found = await self.reader.offset_by_time(topic, queue, timestamp, _boundary(request))
         rng = await self.reader.range(topic, queue)
         return web.Response(body=encode_offset(found, rng), content_type=_BINARY)
 
-    async def messages(self, request: web.Request) -> web.Response:
+    async def messages(self, request: web.Request) -> web.StreamResponse:
         topic, queue = _queue(request)
         count = _bounded(request, "count", 1, self.max_count)
         has_offset, has_time = "offset" in request.query, "timestamp" in request.query

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tieredstore.cold.pieces import Pieces
+
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
 
@@ -84,23 +86,30 @@ class ReadAhead:
         )
 
     async def read(self, key: str, start: int, end: int, size: int) -> bytes:
-        """Bytes ``[start, end)`` of ``key``, an object of ``size`` bytes.
+        """Bytes ``[start, end)`` of ``key``, an object of ``size`` bytes, as one
+        ``bytes`` (a copy of the cached parts; :meth:`read_pieces` copies nothing).
 
         Raises what the backend raises (ObjectNotFoundError for a deleted object, a
         RetryableError while the store is unreachable); nothing is cached from a failure.
         """
+        return (await self.read_pieces(key, start, end, size)).tobytes()
+
+    async def read_pieces(self, key: str, start: int, end: int, size: int) -> Pieces:
+        """Bytes ``[start, end)`` of ``key`` as views over the cached parts (no copy).
+
+        The views keep their parts alive after an eviction; with the cache off
+        (``capacity_bytes == 0``) they view the backend's answer. Raises as :meth:`read`.
+        """
         if not 0 <= start < end <= size:
             raise ValueError(f"range [{start}, {end}) is not inside an object of {size} bytes")
         if self.capacity_bytes == 0:
-            return await self.backend.read_exact(key, start, end)
+            return Pieces.of(await self.backend.read_exact(key, start, end))
         first, last = start // self.part_bytes, (end - 1) // self.part_bytes
         tasks = [self._part(key, i, size, prefetch=False) for i in range(first, last + 1)]
         self._evict(keep={(key, i) for i in range(first, last + 1)})
         self._prefetch(key, last + 1, size)
         parts = [await t for t in tasks]
-        data = b"".join(parts) if len(parts) > 1 else parts[0]
-        base = first * self.part_bytes
-        return data[start - base : end - base]
+        return Pieces.of_parts(parts, first * self.part_bytes, start, end)
 
     def _prefetch(self, key: str, index: int, size: int) -> None:
         """Start fetching part ``index`` if the object has it and it fits the capacity

@@ -94,6 +94,7 @@ from tieredstore.cold.layout import (
 )
 from tieredstore.cold.loss import list_loss_records
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
+from tieredstore.cold.pieces import Pieces
 from tieredstore.cold.segment import MIN_RECORD_SIZE
 from tieredstore.errors import (
     CorruptLossRecordError,
@@ -518,19 +519,30 @@ class ColdReader(_SegmentIndex):
         rel = (offset - link.start_offset) * CQ_UNIT_SIZE
         span = link.consume_queue
         data = await self._read_object(link, span.key, span.at + rel, span.at + rel + n * 20)
-        return decode_units(data, where=span.key)
+        return decode_units(data.tobytes(), where=span.key)
 
     async def read_commit_log(self, link: Committed, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` (relative to the link's cold commitlog) of its COMMIT_LOG."""
+        return (await self.read_commit_log_pieces(link, start, end)).tobytes()
+
+    async def read_commit_log_pieces(self, link: Committed, start: int, end: int) -> Pieces:
+        """:meth:`read_commit_log` as views over the read-ahead's parts (no copy); one
+        view of the backend's answer without a read-ahead.
+
+        Raises:
+            CorruptUnitError: ``[start, end)`` is not inside the link's cold commitlog.
+        """
         span = link.commit_log
         if not 0 <= start <= end <= span.size:
             raise CorruptUnitError(
                 f"cold commitlog bytes [{start}, {end}) are outside {link.describe()}",
                 where=span.key,
             )
+        if start == end:
+            return Pieces.of(b"")
         return await self._read_object(link, span.key, span.at + start, span.at + end)
 
-    async def _read_object(self, link: Committed, key: str, start: int, end: int) -> bytes:
+    async def _read_object(self, link: Committed, key: str, start: int, end: int) -> Pieces:
         """Range-read an object of a committed link (through the read-ahead, if any).
 
         A missing object under a commit point that is gone too was expired (or, for a
@@ -539,9 +551,9 @@ class ColdReader(_SegmentIndex):
         """
         try:
             if self.readahead is None:
-                return await self.backend.read_exact(key, start, end)
+                return Pieces.of(await self.backend.read_exact(key, start, end))
             span = link.commit_log if key == link.commit_log.key else link.consume_queue
-            return await self.readahead.read(key, start, end, span.object_size)
+            return await self.readahead.read_pieces(key, start, end, span.object_size)
         except ObjectNotFoundError:
             if await self.backend.exists(link.key):
                 raise

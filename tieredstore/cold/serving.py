@@ -33,6 +33,11 @@ physicalOffset field: cold rewrites it to the record's cold commitlog offset (th
 first field), so the ``offsetMsgId`` a consumer builds from it differs from the one the
 producer got. Every record of an answer has been checked against its unit (size,
 queueOffset and physicalOffset fields) before it is sent.
+
+Records are never copied here: :func:`read_raw` keeps them as views over the read-ahead
+cache's parts (:class:`~tieredstore.cold.pieces.Pieces`), reading only their 36 header
+bytes for the checks, and :func:`encode_records` returns the answer as those views after
+one small head (``docs/serving.md``, "The read path without copies").
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from tieredstore.cold.history import Committed
+from tieredstore.cold.history import Committed, Withdrawal
 from tieredstore.cold.layout import QueuePath
+from tieredstore.cold.pieces import Pieces
 from tieredstore.cold.reader import ColdRange, ColdReader, Segments, check_units
 from tieredstore.errors import CorruptRecordError, OffsetOutOfRangeError
 from tieredstore.formats.consumequeue import CQ_UNIT_DTYPE, Units
@@ -81,9 +87,12 @@ class ServingReader(ColdReader):
     """A :class:`ColdReader` that reuses each queue's manifest listing for ``listing_ttl``
     seconds (``clock``), so a consumer's pulls do not list the cold store once each.
 
-    A stale listing can only lack the newest segments or hold expired ones: a read
-    past its end lists again at once (:meth:`locate`), and an expired segment is an
-    offset out of range, as it is without the cache.
+    The broker's batch links (``_batches/``, shared by every queue) are listed once per
+    ``listing_ttl`` too, for all queues at once, not once per queue listing.
+
+    A stale listing can only lack the newest segments or slices or hold expired ones: a
+    read past its end lists both again at once (:meth:`locate`), and an expired segment
+    is an offset out of range, as it is without the cache.
     """
 
     def __init__(
@@ -100,6 +109,7 @@ class ServingReader(ColdReader):
         self.listing_ttl = listing_ttl
         self._clock = clock
         self._listings: dict[QueuePath, tuple[float, Segments]] = {}
+        self._batch_links: _Listed | None = None
 
     async def _segments(self, queue: QueuePath) -> Segments:
         now = self._clock()
@@ -110,22 +120,44 @@ class ServingReader(ColdReader):
         self._listings[queue] = (now, segs)
         return segs
 
+    async def _slices(self, queue: QueuePath) -> list[Committed | Withdrawal]:
+        now = self._clock()
+        cached = self._batch_links
+        if cached is None or now - cached.at >= self.listing_ttl:
+            cached = self._batch_links = _Listed(now, await self._batches.by_queue())
+        return cached.links.get(queue, [])
+
     async def locate(self, topic: str, queue_id: int, offset: int) -> tuple[Segments, Committed]:
         try:
             return await super().locate(topic, queue_id, offset)
         except OffsetOutOfRangeError:
             if self._listings.pop(self.queue_path(topic, queue_id), None) is None:
                 raise
+            self._batch_links = None
             return await super().locate(topic, queue_id, offset)  # listed afresh
 
 
 @dataclass(frozen=True, slots=True)
+class _Listed:
+    """The broker's batch links by queue, as listed at ``at`` (the reader's clock)."""
+
+    at: float
+    links: dict[QueuePath, list[Committed | Withdrawal]]
+
+
+@dataclass(frozen=True, slots=True)
 class RawBatch:
-    """Queue offsets ``[offset, offset + len(units))`` as cold holds them."""
+    """Queue offsets ``[offset, offset + len(units))`` as cold holds them.
+
+    ``records`` are the records, concatenated in queue-offset order, as read-only views
+    over the read-ahead cache's parts (or the backend's answers): one or more views per
+    segment or slice read, never copied; ``size`` is their total length.
+    """
 
     offset: int
     units: Units
-    records: bytes
+    records: tuple[memoryview, ...]
+    size: int
 
     def __len__(self) -> int:
         return len(self.units)
@@ -138,7 +170,8 @@ async def read_raw(
     take the answer past ``max_bytes`` (at least one record, however large: never a stall).
 
     The answer may cross segments; it ends at cold commit or a gap (offsets lost before
-    tiering), and the caller continues from ``offset + len(batch)``.
+    tiering), and the caller continues from ``offset + len(batch)``. Every record has
+    been checked against its unit; none is copied (:class:`RawBatch`).
 
     Raises:
         OffsetOutOfRangeError: ``offset`` is not in what cold holds.
@@ -148,7 +181,7 @@ async def read_raw(
         raise ValueError("max_count and max_bytes must be positive")
     segs, manifest = await reader.locate(topic, queue_id, offset)
     units_parts: list[Units] = []
-    records: list[bytes] = []
+    records: list[memoryview] = []
     start, count, size = offset, 0, 0
     current: Committed | None = manifest
     while current is not None and count < max_count and size < max_bytes:
@@ -160,22 +193,24 @@ async def read_raw(
         if k == 0:
             break
         units = units[:k]
-        records.append(await _read_records(reader, current, offset, units))
+        records += (await _read_records(reader, current, offset, units)).views
         units_parts.append(units)
         count, size, offset = count + k, int(ends[k - 1]), offset + k
         if offset < current.end_offset:
             break
         current = await reader.following(segs, current)
-    return RawBatch(start, np.concatenate(units_parts), b"".join(records))
+    return RawBatch(start, np.concatenate(units_parts), tuple(records), size)
 
 
 async def _read_records(
     reader: ColdReader, manifest: Committed, offset: int, units: Units
-) -> bytes:
+) -> Pieces:
     """The records the (checked, contiguous) units point at, each checked against its unit."""
     first = int(units["commitlog_offset"][0])
     end = int(units["commitlog_offset"][-1]) + int(units["size"][-1])
-    data = await reader.read_commit_log(manifest, first - manifest.cl_base, end - manifest.cl_base)
+    data = await reader.read_commit_log_pieces(
+        manifest, first - manifest.cl_base, end - manifest.cl_base
+    )
     _check_records(
         data,
         first,
@@ -189,16 +224,17 @@ async def _read_records(
 
 #: The header bytes each check reads: totalSize [0, 4), queueOffset [20, 28) and
 #: physicalOffset [28, 36) (every unit is at least MIN_RECORD_SIZE, checked before).
-_HEAD: Final = np.arange(36, dtype=np.int64)
+_HEAD_BYTES: Final = 36
 
 
 def _check_records(
-    data: bytes, first: int, offset: int, units: Units, key: str, cl_base: int
+    data: Pieces, first: int, offset: int, units: Units, key: str, cl_base: int
 ) -> None:
     """Each record's totalSize, queueOffset and physicalOffset fields equal its unit's,
-    for all records at once (numpy: no Python work per record)."""
+    for all records at once (numpy: no Python work per record). Only the 36 header bytes
+    of each record are read (:meth:`Pieces.rows`), whichever parts they lie in."""
     cold = units["commitlog_offset"].astype(np.int64)
-    heads = np.frombuffer(data, dtype=np.uint8)[(cold - first)[:, None] + _HEAD]
+    heads = data.rows(cold - first, _HEAD_BYTES)
     sizes = heads[:, 0:4].copy().view(">i4")[:, 0]
     offsets = heads[:, _OFFSETS_AT : _OFFSETS_AT + 8].copy().view(">i8")[:, 0]
     physical = heads[:, _OFFSETS_AT + 8 : _OFFSETS_AT + 16].copy().view(">i8")[:, 0]
@@ -215,11 +251,14 @@ def _check_records(
         )
 
 
-def encode_records(batch: RawBatch, rng: ColdRange) -> bytes:
-    """The ``TSR1`` answer for ``batch`` of a queue whose cold range is ``rng``."""
+def encode_records(batch: RawBatch, rng: ColdRange) -> tuple[bytes | memoryview, ...]:
+    """The ``TSR1`` answer for ``batch`` of a queue whose cold range is ``rng``, as the
+    buffers to write in order: the head and units (one small ``bytes``), then the
+    records' views as :func:`read_raw` read them. ``b"".join`` of them is the answer;
+    the records are not copied."""
     head = _RECORDS_HEAD.pack(RECORDS_MAGIC, rng.min, rng.commit, batch.offset, len(batch))
-    units = np.ascontiguousarray(batch.units, dtype=CQ_UNIT_DTYPE).tobytes()
-    return head + units + batch.records
+    units = np.ascontiguousarray(batch.units, dtype=CQ_UNIT_DTYPE).view(np.uint8)
+    return (b"".join((head, units.data)), *batch.records)
 
 
 def encode_range(rng: ColdRange, earliest_store_time: int) -> bytes:

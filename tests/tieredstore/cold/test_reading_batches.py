@@ -14,6 +14,7 @@ import pytest
 
 from tests.support.stores.batches import upload_batch
 from tests.support.stores.segments import chain, upload
+from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cold.batch import BatchFence
 from tieredstore.cold.history import EntryKind, load_history
@@ -72,7 +73,7 @@ async def test_one_offset_from_a_batch_then_from_its_segment_byte_identical() ->
     assert link.kind is EntryKind.SEGMENT and link.key == q0[1].manifest.key
     assert await _messages(compacted, Q, 5, 1) == from_batch
     raw_segment = await read_raw(compacted, "t", 0, 3, 100, 1 << 20)
-    assert raw_segment.records == raw_batch.records
+    assert b"".join(raw_segment.records) == b"".join(raw_batch.records)
     assert raw_segment.units.tolist() == raw_batch.units.tolist()
 
     # The batch collected: the segment alone serves the same bytes.
@@ -127,3 +128,19 @@ async def test_the_read_service_lists_again_when_a_slice_was_collected() -> None
         await _messages(reader, Q, 3, 4)  # the cached listing still names the slice
     now[0] += 61
     assert await _messages(reader, Q, 3, 4) == before
+
+
+async def test_the_read_service_lists_the_batches_once_for_every_queue() -> None:
+    backend, _, _ = await _store()
+    lists: list[str] = []
+    counting = CountingBackend(backend, on_request=lists.append, on_bytes=lambda _op, _n: None)
+    now = [0.0]
+    reader = ServingReader(counting, "c", "b", listing_ttl=1.0, clock=lambda: now[0])
+    await read_raw(reader, "t", 0, 0, 100, 1 << 20)
+    assert lists.count("list") == 2  # queue 0's MANIFEST/ and the broker's _batches/
+    await read_raw(reader, "t", 1, 0, 100, 1 << 20)
+    assert lists.count("list") == 3  # queue 1's MANIFEST/ only
+    now[0] = 2.0  # both listings are stale: each listed again, _batches/ once
+    await read_raw(reader, "t", 0, 0, 1, 1 << 20)
+    await read_raw(reader, "t", 1, 0, 1, 1 << 20)
+    assert lists.count("list") == 6

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from tests.support.moto import S3Bucket
+from tests.support.serving_reference import reference_answer
 from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tieredstore.backends import open_backend
 from tieredstore.backends.counting import CountingBackend
@@ -201,6 +202,29 @@ async def test_limits_range_and_offset_by_time(tmp_path: Path) -> None:
             reply = await client.get(url)
             assert reply.status == status, (url, await reply.text())
             assert "error" in await reply.json()
+
+
+async def test_answers_over_http_are_the_reference_bytes(tmp_path: Path, cold_url: str) -> None:
+    """Written as views, an answer is still byte for byte the old read service's
+    (:mod:`tests.support.serving_reference`), across segments and batch slices."""
+    synthesize(tmp_path / "store", SPEC)
+    settings = settings_for(tmp_path / "store", cold_url, tmp_path / "state",
+                            tiering__guard="none", reads__part_bytes="5K")  # fmt: skip
+    await tier(settings)
+    async with serving(settings) as client, open_backend(cold_url) as backend:
+        plain = ColdReader(backend, CLUSTER, BROKER)
+        for queue in (0, 1):
+            end = (await plain.range(TOPIC, queue)).commit
+            for offset, count, size in [(0, 256, 2 << 20), (1, 37, 20_000), (end - 3, 32, 1),
+                                        (end // 2, 1000, 16 << 20)]:  # fmt: skip
+                reply = await client.get(
+                    f"/v1/cold/records?topic={TOPIC}&queue={queue}&offset={offset}"
+                    f"&maxCount={count}&maxBytes={size}"
+                )
+                assert reply.status == 200, await reply.text()
+                assert reply.content_length == len(body := await reply.read())
+                expected = await reference_answer(plain, TOPIC, queue, offset, count, size)
+                assert body == expected, (queue, offset, count, size)
 
 
 @pytest.mark.slow
