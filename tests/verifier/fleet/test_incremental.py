@@ -93,6 +93,16 @@ def _kept(hot: Path) -> dict[int, int]:
     return {q.queue_id: store.queue_range(q.topic, q.queue_id).max for q in store.queues()}
 
 
+def _write_again(hot: Path, *, keep: int, more: int) -> dict[int, int]:
+    """The broker after an unclean restart: the first ``keep`` messages of SPEC kept, then
+    ``more`` written (later store times, other bytes). Returns each queue's max when cut."""
+    shutil.rmtree(hot)
+    synthesize(hot, replace(SPEC, messages=keep))
+    kept = _kept(hot)
+    SyntheticStore.open(hot).append(more, store_time=T0 + 10_000_000)
+    return kept
+
+
 def _carried(out: str) -> int:
     (line,) = [x for x in out.splitlines() if "carried forward" in x]
     return int(line.split("(")[1].split()[0])
@@ -125,10 +135,7 @@ def test_a_tail_the_broker_wrote_again_is_not_carried_forward(
     # An unclean restart: the broker keeps the first 1000 messages (about 500 per queue:
     # the consume queues and commit log cut there) and writes the rest again, differently,
     # and more of them. The blocks past the cut keep their range but not their bytes.
-    shutil.rmtree(hot)
-    synthesize(hot, replace(SPEC, messages=1000))
-    kept = _kept(hot)
-    SyntheticStore.open(hot).append(300, store_time=T0 + 10_000_000)
+    kept = _write_again(hot, keep=1000, more=300)
     out = _run(hot, cold, capsys)
     assert _carried(out) == _whole_blocks(before, kept) < _whole_blocks(before, 10**9)
     _same_but_when(_newest(cold), _full(hot, cold))
@@ -142,10 +149,7 @@ def test_a_tail_rewritten_with_the_same_offsets_is_not_carried_forward(
     before = _newest(cold)
     # The same messages but the last 100, written again (later times): the hot ranges
     # are as they were, the last whole block's records are not.
-    shutil.rmtree(hot)
-    synthesize(hot, replace(SPEC, messages=1100))
-    kept = _kept(hot)
-    SyntheticStore.open(hot).append(100, store_time=T0 + 10_000_000)
+    kept = _write_again(hot, keep=1100, more=100)
     assert [(q.hot_min, q.hot_max) for q in _full(hot, cold).queues] == [
         (q.hot_min, q.hot_max) for q in before.queues
     ]
