@@ -335,8 +335,10 @@ class Dispatcher:
         self._abandoning.set()
 
     def _fenced(self, exc: LeaseLostError) -> None:
-        """Count and log that this writer lost its lease: it writes nothing more."""
+        """Count and log that this writer lost its lease: it writes nothing more (and
+        ``tieredstore_lease_held`` says so at once, not only once it closes)."""
         self.metrics.fenced.inc()
+        self.metrics.lease_held.set(0)
         log.error("fenced: this sidecar no longer holds the writer lease: %s", exc)
 
     async def _abandon_inflight(self) -> None:

@@ -147,6 +147,16 @@ def fenced(rt: Runtime) -> float:
     )
 
 
+def lease_held(rt: Runtime) -> float:
+    (value,) = [
+        s.value
+        for m in rt.metrics.registry.collect()
+        if m.name == "tieredstore_lease_held"
+        for s in m.samples
+    ]
+    return value
+
+
 async def check_exact(backend: Backend, store: Path, spark: SparkSession, cold: Cold) -> None:
     """Every manifest's objects match; cold covers hot exactly; the verifier says CLEAN."""
     await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
@@ -219,6 +229,7 @@ async def test_stalled_upload_past_lease_expiry(
         with pytest.raises(LeaseLostError):
             await asyncio.wait_for(a_pass, WAIT_S)
         assert fenced(a) == 1
+        assert lease_held(a) == 0 and lease_held(b) == 1  # a fenced sidecar holds nothing
         assert "fenced:" in caplog.text
         await check_exact(backend, store, spark, cold)
 
