@@ -36,6 +36,7 @@ from tests.support.broker.plugin import PLUGIN_CLASS, build_plugin
 from tests.support.broker.powercut import cut_power
 from tests.support.broker.rocketmq import (
     BrokerSettings,
+    HarnessError,
     LocalCluster,
     missing_tools,
     prepare_toolchain,
@@ -277,9 +278,13 @@ def test_a_stock_consumer_reads_from_0_through_cold_into_hot_once(failover: Fail
     wait_until(lambda: old_files_deleted(slave.store_root), timeout=120,
                what="the promoted broker to delete its old files")  # fmt: skip
     out = failover.workdir / "consume.tsv"
-    slave.run_tool("consume", slave.namesrv_addr, "push", "GID_group_failover", TOPIC, "first",
-                   "*", str(len(failover.expected)), "0", "240000", str(out),
-                   timeout=300)  # fmt: skip
+    try:
+        slave.run_tool("consume", slave.namesrv_addr, "push", "GID_group_failover", TOPIC,
+                       "first", "*", str(len(failover.expected)), "0", "240000", str(out),
+                       timeout=300)  # fmt: skip
+    except HarnessError as exc:  # what the plugin and the read service said, first
+        sidecar = failover.sidecar.log_tail(1500)
+        raise HarnessError(f"{_plugin_said(slave)}\n--- sidecar log\n{sidecar}\n{exc}") from exc
     deliveries = parse_deliveries(out)
     got = by_queue(deliveries)
     hot_max = _hot_max(slave.store_root)
@@ -287,6 +292,17 @@ def test_a_stock_consumer_reads_from_0_through_cold_into_hot_once(failover: Fail
         assert got[q] == list(range(hot_max[q])), q  # from 0, in order, each once
     for d in deliveries:
         assert d.body_sha256 == failover.expected[(d.queue_id, d.queue_offset)].body_sha256
+
+
+def _plugin_said(broker: LocalCluster) -> str:
+    """The read plugin's last lines in the broker's store log (for a failure report)."""
+    log = broker.home / "logs" / "rocketmqlogs" / "store.log"
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"--- no store log: {exc}"
+    said = [t for t in lines if "tieredstore" in t]
+    return "--- the plugin's last lines in store.log\n" + "\n".join(said[-15:])
 
 
 def test_the_old_master_coming_back_stands_by(failover: Failover) -> None:
