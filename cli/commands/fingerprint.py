@@ -45,7 +45,11 @@ from tieredstore.errors import ConditionFailedError, ConfigError, NotAStoreError
 from tieredstore.hot.store import HotStore
 from tieredstore.humanize import human_bytes
 from tieredstore.ratelimit import TokenBucket
-from tieredstore.verifier.fleet.previous import list_fingerprints, previous_fingerprint
+from tieredstore.verifier.fleet.previous import (
+    list_fingerprints,
+    previous_fingerprint,
+    sequence_after,
+)
 from tieredstore.verifier.fleet.take import (
     DEFAULT_BLOCK_OFFSETS,
     DEFAULT_LEAF_OFFSETS,
@@ -98,8 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 async def next_sequence(cold: Backend, cluster: str, broker: str) -> int:
     """One past the highest fingerprint sequence listed for the broker (0 if none)."""
-    names = await list_fingerprints(cold, cluster, broker)
-    return max((n.sequence for n in names), default=-1) + 1
+    return sequence_after(await list_fingerprints(cold, cluster, broker))
 
 
 async def _fingerprint(args: argparse.Namespace) -> int:
@@ -123,7 +126,7 @@ async def _fingerprint(args: argparse.Namespace) -> int:
         names = await list_fingerprints(cold, cluster, broker)
         previous = await previous_fingerprint(
             cold, names, cluster=cluster, broker=broker,
-            sequence=max((n.sequence for n in names), default=-1) + 1,
+            sequence=sequence_after(names),
             full_every=args.full_every, block_offsets=args.block_offsets,
             leaf_offsets=args.leaf_offsets,
         )  # fmt: skip

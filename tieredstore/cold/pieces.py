@@ -41,7 +41,9 @@ class Pieces:
         return cls((view,) if view.nbytes else (), view.nbytes)
 
     @classmethod
-    def of_parts(cls, parts: Sequence[bytes], base: int, start: int, end: int) -> Pieces:
+    def of_parts(
+        cls, parts: Sequence[bytes | memoryview], base: int, start: int, end: int
+    ) -> Pieces:
         """Bytes ``[start, end)`` of consecutive ``parts``, the first of which starts at
         ``base`` (all in the same frame, e.g. object offsets).
 
@@ -105,11 +107,4 @@ class Pieces:
 
     def _bytes(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the range, joined from the views they lie in."""
-        out: list[memoryview] = []
-        lo = 0
-        for view in self.views:
-            hi = lo + view.nbytes
-            if start < hi and lo < end:
-                out.append(view[max(start, lo) - lo : min(end, hi) - lo])
-            lo = hi
-        return b"".join(out)
+        return b"".join(Pieces.of_parts(self.views, 0, start, end).views)

@@ -25,7 +25,7 @@ from tieredstore.cold.fingerprint import FINGERPRINT_FORMAT_VERSION, Fingerprint
 from tieredstore.cold.layout import FingerprintName, fingerprint_prefix, parse_fingerprint_name
 from tieredstore.errors import ColdDataError
 
-__all__ = ["Previous", "list_fingerprints", "previous_fingerprint"]
+__all__ = ["Previous", "list_fingerprints", "previous_fingerprint", "sequence_after"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,11 @@ async def list_fingerprints(cold: Backend, cluster: str, broker: str) -> list[Fi
     prefix = fingerprint_prefix(cluster, broker) + "/"
     names = (parse_fingerprint_name(i.key.rsplit("/", 1)[-1]) for i in await cold.list(prefix))
     return sorted(n for n in names if n is not None)
+
+
+def sequence_after(names: list[FingerprintName]) -> int:
+    """One past the highest sequence among ``names`` (0 if none): the next run's."""
+    return max((n.sequence for n in names), default=-1) + 1
 
 
 async def previous_fingerprint(

@@ -99,6 +99,11 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
         time.sleep(0.1)
 
 
+def _without_logback_status(lines: list[str]) -> list[str]:
+    """``lines`` without the configuration status the shaded logback prints first."""
+    return [t for t in lines if "|-INFO" not in t and "|-WARN" not in t]
+
+
 def _run(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | None = None) -> str:
     try:
         done = subprocess.run(
@@ -113,9 +118,7 @@ def _run(cmd: list[str], *, timeout: float, what: str, env: dict[str, str] | Non
     except subprocess.TimeoutExpired as exc:
         raise HarnessError(f"{what} timed out after {timeout:.0f}s") from exc
     if done.returncode != 0:
-        # The shaded logback prints its configuration status first; skip that noise.
-        lines = [t for t in done.stdout.splitlines() if "|-INFO" not in t and "|-WARN" not in t]
-        tail = "\n".join(lines[-40:])
+        tail = "\n".join(_without_logback_status(done.stdout.splitlines())[-40:])
         raise HarnessError(f"{what} failed (exit {done.returncode}):\n{tail}")
     return done.stdout
 
@@ -609,8 +612,6 @@ class LocalCluster:
         parts = []
         for path in self._log_files():
             with contextlib.suppress(OSError):
-                text = path.read_text(errors="replace").splitlines()
-                # The shaded logback prints its configuration status; skip that noise.
-                text = [t for t in text if "|-INFO" not in t and "|-WARN" not in t]
+                text = _without_logback_status(path.read_text(errors="replace").splitlines())
                 parts.append(f"--- {path} (last {lines} lines)\n" + "\n".join(text[-lines:]))
         return "\n".join(parts)
