@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from tests.support.broker.rocketmq import HarnessError, _run, cache_root
+from tests.support.broker.rocketmq import HarnessError, _run, cache_lock, cache_root
 
 __all__ = ["PLUGIN_CLASS", "PLUGIN_DIR", "build_plugin", "plugin_sources"]
 
@@ -39,7 +39,13 @@ def build_plugin(rocketmq_version: str | None = None) -> Path:
     for rel in sources:
         digest.update(str(rel).encode() + b"\0" + (PLUGIN_DIR / rel).read_bytes() + b"\0")
     base = cache_root() / "broker-plugin"
-    jar = base / f"plugin-{digest.hexdigest()[:16]}.jar"
+    with cache_lock():
+        return _build(sources, base / f"plugin-{digest.hexdigest()[:16]}.jar", rocketmq_version)
+
+
+def _build(sources: list[Path], jar: Path, rocketmq_version: str | None) -> Path:
+    """The body of :func:`build_plugin`, run under the cache lock."""
+    base = jar.parent
     if jar.is_file():
         return jar
     staging = base / f"build.tmp-{os.getpid()}"

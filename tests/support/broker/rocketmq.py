@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import hashlib
 import os
 import random
@@ -44,6 +45,7 @@ __all__ = [
     "HarnessError",
     "LocalCluster",
     "Toolchain",
+    "cache_lock",
     "missing_tools",
     "prepare_toolchain",
     "rocketmq_version",
@@ -200,8 +202,28 @@ def prepare_toolchain(version: str | None = None) -> Toolchain:
     """
     version = version or rocketmq_version()
     base = cache_root() / f"rocketmq-{version}"
-    lib = _resolve_jars(base, version)
-    return Toolchain(version, lib, _compile_tool(base, lib, version))
+    with cache_lock():
+        lib = _resolve_jars(base, version)
+        return Toolchain(version, lib, _compile_tool(base, lib, version))
+
+
+@contextlib.contextmanager
+def cache_lock() -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the harness cache (``cache_root()/.lock``).
+
+    The suite's workers prepare the same cache entries (RocketMQ's jars, the compiled
+    tool, the plugin jar) at once when the real-broker tests run on more than one
+    worker: without the lock, one worker's ``rmtree`` of a stale entry can pull the jars
+    from under another worker's running broker, and two ``mvn`` processes write one
+    local repository. One lock for all entries; released when the process dies."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True, slots=True)
