@@ -95,9 +95,12 @@ class SynthSpec:
                 f"{self.body_max} bytes"
             )
         if self.body_kind not in BODY_KINDS:
-            raise ConfigError(f"unknown body kind {self.body_kind!r} (one of {sorted(BODY_KINDS)})")
+            kinds = ", ".join(sorted(BODY_KINDS))
+            raise ConfigError(f"unknown body kind {self.body_kind!r} (one of {kinds})")
         if self.body_kind == "json" and self.body_min < JSON_MIN_SIZE:
-            raise ConfigError(f"JSON bodies need at least {JSON_MIN_SIZE} bytes, not {self.body_min}")
+            raise ConfigError(
+                f"JSON bodies need at least {JSON_MIN_SIZE} bytes, not {self.body_min}"
+            )
         if self.cq_file_size < CQ_UNIT_SIZE or self.queue_start < 0:
             raise ConfigError("bad consume-queue file size or queue start")
         rounded = -(-self.cq_file_size // CQ_UNIT_SIZE) * CQ_UNIT_SIZE

@@ -112,7 +112,8 @@ def _user(rng: random.Random, ts: int) -> tuple[list[str], str, Callable[[], str
         f'"channel":"{rng.choice(_CHANNELS)}"',
         f'"ip":"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"',
         f'"device":{{"os":"{rng.choice(("android", "ios", "windows", "macos"))}",'
-        f'"version":"{rng.randint(9, 17)}.{rng.randint(0, 9)}","model":"m-{rng.randint(100, 999)}"}}',
+        f'"version":"{rng.randint(9, 17)}.{rng.randint(0, 9)}",'
+        f'"model":"m-{rng.randint(100, 999)}"}}',
         f'"geo":{{"city":"{city}","country":"{country}"}}',
     ]
 

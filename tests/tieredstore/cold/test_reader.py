@@ -67,9 +67,15 @@ SPECS = {
         seed=2,
     ),
     "json-zlib": SynthSpec(
-        topics=2, queues=2, messages=800, body_min=2, body_max=9000, compress_over=4096,
-        seed=4, body_kind="json",
-    ),  # fmt: skip
+        topics=2,
+        queues=2,
+        messages=800,
+        body_min=2,
+        body_max=9000,
+        compress_over=4096,
+        seed=4,
+        body_kind="json",
+    ),
 }
 
 
