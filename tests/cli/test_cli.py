@@ -102,6 +102,7 @@ def test_synth_then_inspect(tmp_path: Path) -> None:
     assert "is not empty" in again.stderr
 
 
+@pytest.mark.slow
 def test_synth_writes_json_bodies_when_asked(tmp_path: Path) -> None:
     out = tmp_path / "s"
     made = _cli("synth", "--out", str(out), "--messages", "40", "--topics", "1",
