@@ -71,7 +71,7 @@ docs: $(STAMP)
 
 ## bench: every benchmark at its default size, one after another; the output goes to
 ##   bench/results/latest.log and the table at the top of BENCHMARKS.md is rewritten from it
-BENCHES := tiering_posix tiering_s3 verify_offsets verify_content verifier_throughput verify_fleet fingerprint analytics_scan lag cq_parse restore serving serving_consumer requests
+BENCHES := tiering_posix tiering_s3 verify_offsets verify_content verifier_throughput verify_fleet fingerprint compression analytics_scan lag cq_parse restore serving serving_consumer requests
 BENCH_LOG := bench/results/latest.log
 bench: $(STAMP)
 	@set -e -o pipefail; rm -f $(BENCH_LOG).tmp; for b in $(BENCHES); do \

@@ -328,11 +328,15 @@ def synth_store(
     body_max: int,
     file_size: int = 128 << 20,
     chunk_messages: int = 20_000,
+    body_kind: str = "hex",
+    compress_over: int = 0,
 ) -> StoreSummary:
     """Write a synthetic store of about ``size`` commitlog bytes into ``root``.
 
     Appends in chunks (the synthesizer holds one chunk in memory) until the commitlog
     reaches ``size``; the last chunk is trimmed by the average record size so far.
+    ``body_kind`` is the synthesizer's (hex or json); ``compress_over`` (0: never) makes
+    the "producer" ZLIB-compress bodies over that size (sysFlag COMPRESSED).
     """
     spec = SynthSpec(
         topics=topics,
@@ -342,8 +346,9 @@ def synth_store(
         body_max=body_max,
         commitlog_file_size=file_size,
         cq_file_size=300_000 * CQ_UNIT_SIZE,
-        # Payloads as produced (no client-side compression): every byte is tiered as is.
-        compress_over=0,
+        # By default payloads as produced (no client-side compression).
+        compress_over=compress_over,
+        body_kind=body_kind,
     )
     store = SyntheticStore.create(root, spec)
     while True:

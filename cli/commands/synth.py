@@ -10,6 +10,7 @@ from pathlib import Path
 from tieredstore.cli.commands._settings import parse_time, positive_int
 from tieredstore.errors import ConfigError, StoreNotFoundError
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.hot.synth_bodies import BODY_KINDS
 from tieredstore.settings.loader import parse_size
 
 
@@ -64,6 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="store-time step between messages (default 1)",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=d.seed, help="random seed (default 0)")
+    p.add_argument(
+        "--bodies", choices=sorted(BODY_KINDS), default=d.body_kind,
+        help="body content: hex text, or JSON order and user events, each exactly its drawn "
+        "size (default hex)",
+    )  # fmt: skip
     p.add_argument("--no-tags", action="store_true", help="write no TAGS")
     p.add_argument("--no-keys", action="store_true", help="write no KEYS")
     p.add_argument(
@@ -113,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         ipv6=args.ipv6,
         prepared_every=args.prepared_every,
         queue_start=args.queue_start,
+        body_kind=args.bodies,
     )
     try:
         store = synthesize(args.out, spec)

@@ -103,6 +103,22 @@ def test_synth_then_inspect(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_synth_writes_json_bodies_when_asked(tmp_path: Path) -> None:
+    out = tmp_path / "s"
+    made = _cli("synth", "--out", str(out), "--messages", "40", "--topics", "1",
+                "--bodies", "json", "--body-size", "100:300", "--seed", "5")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    from tieredstore.hot.store import HotStore
+
+    bodies = [s.record.body for s in HotStore(out).scan_commitlog()]
+    assert len(bodies) == 40 and all(100 <= len(b) <= 300 for b in bodies)
+    assert all(isinstance(json.loads(b)["eventType"], str) for b in bodies)
+    assert json.loads((out / "synth.json").read_text())["spec"]["body_kind"] == "json"
+    refused = _cli("synth", "--out", str(tmp_path / "x"), "--bodies", "json", "--body-size", "1")
+    assert refused.returncode == 3 and "JSON bodies need at least 2 bytes" in refused.stderr
+
+
+@pytest.mark.slow
 def test_rebuild_metadata_from_the_cold_store(tmp_path: Path) -> None:
     synthesize(tmp_path / "store", SynthSpec(topics=2, queues=2, messages=800))
     common = ["--cluster", "C", "--broker", "B", "--cold", str(tmp_path / "cold")]

@@ -78,6 +78,9 @@ CASES = [
     ),
     pytest.param("cq_parse.py", ["--units", "30000"], id="cq_parse"),
     pytest.param(
+        "compression.py", ["--size", "1M", "--topics", "2", "--queues", "2"], id="compression"
+    ),
+    pytest.param(
         "fingerprint.py",
         ["--size", "2M", "--topics", "1", "--queues", "2", "--runs", "1"],
         id="fingerprint",

@@ -8,8 +8,10 @@ What it writes, as the broker does: one shared commitlog rolled into fixed-size 
 next commitlog file pre-created all zeros, per-queue consume-queue files (preallocated,
 filler units before a queue's first offset when it starts above 0), ``checkpoint`` and
 ``config/topics.json``. Optional: tags, keys, user properties, ZLIB-compressed bodies
-above a size (as the Java client does), a topic longer than 127 bytes (v2 magic), IPv6
-hosts, and transaction PREPARED records (which get no consume-queue unit).
+above a size (sysFlag COMPRESSED, compression-type bits 0 = ZLIB, as the Java client
+does for bodies over 4 KiB), a topic longer than 127 bytes (v2 magic), IPv6 hosts, and
+transaction PREPARED records (which get no consume-queue unit). Bodies are hex text or
+JSON events (``body_kind``, :mod:`tieredstore.hot.synth_bodies`).
 
 A store can be reopened and appended to (:meth:`SyntheticStore.open`) to play a live
 broker: each :meth:`SyntheticStore.append` writes commitlog bytes first, then the CQ
@@ -41,6 +43,7 @@ from tieredstore.formats.record import (
 )
 from tieredstore.formats.tags import tags_code
 from tieredstore.formats.topics import TopicConfig, encode_topics
+from tieredstore.hot.synth_bodies import BODY_KINDS, JSON_MIN_SIZE, body_maker
 
 __all__ = [
     "MessagePlan",
@@ -78,6 +81,7 @@ class SynthSpec:
     ipv6: bool = False
     prepared_every: int = 0  # every Nth message is a PREPARED half message; 0 = none
     queue_start: int = 0  # first queue offset of every queue (filler units before it)
+    body_kind: str = "hex"  # "hex" or "json" (tieredstore.hot.synth_bodies.BODY_KINDS)
 
     def validate(self) -> SynthSpec:
         """Return the spec with the CQ file size rounded up to 20; refuse nonsense."""
@@ -89,6 +93,13 @@ class SynthSpec:
             raise ConfigError(
                 f"commitlog file size {self.commitlog_file_size} is too small for bodies of "
                 f"{self.body_max} bytes"
+            )
+        if self.body_kind not in BODY_KINDS:
+            kinds = ", ".join(sorted(BODY_KINDS))
+            raise ConfigError(f"unknown body kind {self.body_kind!r} (one of {kinds})")
+        if self.body_kind == "json" and self.body_min < JSON_MIN_SIZE:
+            raise ConfigError(
+                f"JSON bodies need at least {JSON_MIN_SIZE} bytes, not {self.body_min}"
             )
         if self.cq_file_size < CQ_UNIT_SIZE or self.queue_start < 0:
             raise ConfigError("bad consume-queue file size or queue start")
@@ -146,18 +157,16 @@ def _hosts(spec: SynthSpec) -> tuple[HostPort, HostPort]:
     )
 
 
-def _body(rng: random.Random, size: int) -> bytes:
-    # Hex text: realistic-looking and compressible about 2x, like typical payloads.
-    return rng.randbytes((size + 1) // 2).hex()[:size].encode()
-
-
 def generate_messages(spec: SynthSpec, *, first_index: int = 0) -> Iterator[MessagePlan]:
     """Yield the spec's messages, deterministically, starting at message ``first_index``.
 
     Message ``i`` depends only on the spec and ``i``, so a store appended in several
-    calls holds the same messages as one written at once.
+    calls holds the same messages as one written at once. A body is drawn at its size
+    (``body_min..body_max``) in the spec's ``body_kind``, then ZLIB-compressed (flag
+    COMPRESSED) when ``compress_over`` is set and the body is longer than it.
     """
     spec = spec.validate()
+    make_body = body_maker(spec.body_kind)
     topics = spec.topic_names()
     born_host, store_host = _hosts(spec)
     for i in range(first_index, first_index + spec.messages):
@@ -174,7 +183,7 @@ def generate_messages(spec: SynthSpec, *, first_index: int = 0) -> Iterator[Mess
         if spec.prepared_every and i % spec.prepared_every == spec.prepared_every - 1:
             sys_flag |= TransactionType.PREPARED
             props["TRAN_MSG"] = "true"
-        body = _body(rng, rng.randint(spec.body_min, spec.body_max))
+        body = make_body(rng, rng.randint(spec.body_min, spec.body_max))
         if spec.compress_over and len(body) > spec.compress_over:
             body = zlib.compress(body)
             sys_flag |= SysFlag.COMPRESSED

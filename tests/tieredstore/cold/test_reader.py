@@ -66,6 +66,16 @@ SPECS = {
         prepared_every=40,
         seed=2,
     ),
+    "json-zlib": SynthSpec(
+        topics=2,
+        queues=2,
+        messages=800,
+        body_min=2,
+        body_max=9000,
+        compress_over=4096,
+        seed=4,
+        body_kind="json",
+    ),
 }
 
 

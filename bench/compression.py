@@ -1,0 +1,290 @@
+"""Compressed cold objects (issue 50): what zstd saves on commit-log bytes, and whether
+records whose body the producer already compressed are worth compressing again.
+
+For each of four stores of ``--size`` commit-log bytes (bodies ``--body-min`` ..
+``--body-max``: JSON events and hex text, each without and with producer compression,
+i.e. bodies over ``--compress-over`` ZLIB-compressed with sysFlag COMPRESSED as a
+RocketMQ client does), this measures in process, one thread, on the same bytes:
+
+* **(a) raw**: the commit-log data bytes (up to the checkpoint's confirm offset);
+* **(b) stream**: ``zstd -3`` over all of them as one stream (the ``zstandard`` package,
+  level 3): the physical limit;
+* **(c) frames**: the same bytes in independent 1 MiB frames at level 3: what the cold
+  store writes with ``cold.compression = "zstd"``;
+* **(d) frames, skip**: (c) with every record whose body is producer-compressed left
+  out of the frames and stored raw (its bytes counted as is; the others gathered and
+  framed as one run): the best case of skipping, which a cold object cannot have
+  without reordering its records;
+* **(e) frames, cut**: what skipping costs in an object that keeps the commit log's
+  order: each run of records between producer-compressed ones in its own frames (at
+  most 1 MiB), each producer-compressed run stored raw.
+
+(d) and (e) include gathering or cutting the records in their CPU, not finding them
+(the tiering pass parses every record already).
+
+CPU seconds are per GiB of raw bytes for every column, so they compare. Then, when the
+sidecar has the setting ``cold.compression`` (the key is looked up in the settings
+declaration), one ``tieredstore run --once`` per store with it ``none`` and ``zstd``:
+seconds, CPU seconds, MiB/s of commit log and the cold store's bytes; otherwise
+``skipped: cold.compression not available``.
+
+Last lines (the JSON store without producer compression for the first two, the JSON
+store with it for the third)::
+
+    RESULT compression_frames_vs_stream ratio=<(c) bytes ÷ (b) bytes> target=<=1.1 PASS|FAIL
+    RESULT compression_frames_vs_raw ratio=<(c) bytes ÷ raw bytes> target=<=0.5 PASS|FAIL
+    RESULT compression_skip_cpu ratio=<(e) CPU ÷ (c) CPU> target=<=0.9 PASS|FAIL
+
+The last says whether skipping producer-compressed records is worth its cost in CPU:
+PASS when it saves at least a tenth of the compression CPU; its cost in bytes, (d) and
+(e) against (c), is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    GIB,
+    MIB,
+    cold_bytes,
+    machine,
+    mb_per_s,
+    result_line,
+    run_measured,
+    sidecar_cmd,
+    sidecar_env,
+    size_arg,
+    synth_store,
+    table,
+)
+
+from tieredstore.formats.checkpoint import read_checkpoint
+from tieredstore.hot.store import HotStore
+from tieredstore.settings.declaration import ColdSettings
+
+FRAME = 1 << 20
+LEVEL = 3
+FRAMES_VS_STREAM = 1.1
+FRAMES_VS_RAW = 0.5
+SKIP_CPU = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """One way of storing the bytes: its size and the CPU it took (process seconds)."""
+
+    nbytes: int
+    cpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One store measured: its name, raw bytes, the producer-compressed share, (b)-(d)."""
+
+    name: str
+    raw: int
+    producer_share: float  # of raw bytes, in records with a producer-compressed body
+    stream: Packed
+    frames: Packed
+    skip: Packed | None  # None: no producer-compressed record to skip
+    cut: Packed | None
+
+
+def _args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--size", default="256M", help="commit-log bytes of each store (256M)")
+    ap.add_argument("--topics", type=int, default=16)
+    ap.add_argument("--queues", type=int, default=8, help="queues per topic")
+    ap.add_argument("--body-min", type=int, default=256, help="smallest body (bytes)")
+    ap.add_argument("--body-max", type=int, default=8192, help="largest body (bytes)")
+    ap.add_argument(
+        "--compress-over", type=int, default=4096,
+        help="the producer compresses bodies over this size, in the stores that it does",
+    )  # fmt: skip
+    ap.add_argument("--no-tiering", action="store_true", help="skip the sidecar runs")
+    ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
+    return ap.parse_args()
+
+
+def _commitlog(root: Path) -> bytes:
+    """The commit-log data bytes, files in order, up to the confirm offset."""
+    end = read_checkpoint(root / "checkpoint").confirm_phy_offset
+    parts: list[bytes] = []
+    for path in sorted((root / "commitlog").iterdir()):
+        base = int(path.name)
+        if base < end:
+            with path.open("rb") as fh:
+                parts.append(fh.read(end - base))
+    return b"".join(parts)
+
+
+def _producer_spans(root: Path) -> list[tuple[int, int]]:
+    """(start, end) of every record whose body the producer compressed, merged."""
+    spans: list[tuple[int, int]] = []
+    for s in HotStore(root).scan_commitlog():
+        if not s.record.compressed:
+            continue
+        end = s.offset + s.record.total_size
+        if spans and spans[-1][1] == s.offset:
+            spans[-1] = (spans[-1][0], end)
+        else:
+            spans.append((s.offset, end))
+    return spans
+
+
+def _stream(data: bytes) -> Packed:
+    import zstandard
+
+    t0 = time.process_time()
+    n = len(zstandard.ZstdCompressor(level=LEVEL).compress(data))
+    return Packed(n, time.process_time() - t0)
+
+
+def _frames(data: bytes | memoryview, cctx: Any = None) -> int:
+    """Bytes of ``data`` in independent frames of at most 1 MiB (``cctx``: a compressor)."""
+    import zstandard
+
+    c = cctx or zstandard.ZstdCompressor(level=LEVEL)
+    view = memoryview(data)
+    return sum(len(c.compress(view[i : i + FRAME])) for i in range(0, len(view), FRAME))
+
+
+def _framed(data: bytes) -> Packed:
+    t0 = time.process_time()
+    n = _frames(data)
+    return Packed(n, time.process_time() - t0)
+
+
+def _skipping(data: bytes, spans: list[tuple[int, int]]) -> Packed:
+    """(d): the records outside ``spans`` gathered and framed; ``spans`` stored raw."""
+    t0 = time.process_time()
+    view = memoryview(data)
+    kept: list[memoryview] = []
+    pos = 0
+    for start, end in spans:
+        kept.append(view[pos:start])
+        pos = end
+    kept.append(view[pos:])
+    raw = len(data) - sum(len(k) for k in kept)
+    n = _frames(b"".join(kept)) + raw
+    return Packed(n, time.process_time() - t0)
+
+
+def _cutting(data: bytes, spans: list[tuple[int, int]]) -> Packed:
+    """(e): each run between ``spans`` framed on its own; ``spans`` stored raw."""
+    import zstandard
+
+    t0 = time.process_time()
+    cctx = zstandard.ZstdCompressor(level=LEVEL)
+    view = memoryview(data)
+    n = pos = 0
+    for start, end in spans:
+        n += _frames(view[pos:start], cctx) + end - start
+        pos = end
+    n += _frames(view[pos:], cctx)
+    return Packed(n, time.process_time() - t0)
+
+
+def _measure(name: str, root: Path) -> Variant:
+    data = _commitlog(root)
+    spans = _producer_spans(root)
+    share = sum(e - s for s, e in spans) / len(data) if data else 0.0
+    skip = _skipping(data, spans) if spans else None
+    cut = _cutting(data, spans) if spans else None
+    return Variant(name, len(data), share, _stream(data), _framed(data), skip, cut)
+
+
+def _tiering(name: str, root: Path, work: Path, raw: int) -> list[list[object]]:
+    """One ``run --once`` with ``cold.compression`` none and zstd: table rows."""
+    rows: list[list[object]] = []
+    for mode in ("none", "zstd"):
+        cold, state, log = work / f"cold-{mode}", work / f"state-{mode}", work / f"{mode}.log"
+        m = run_measured(
+            sidecar_cmd(root, str(cold), state), env=sidecar_env(cold_compression=mode), log=log
+        )
+        stored = cold_bytes(cold)
+        rows.append([f"{name}, {mode}", m.seconds, m.cpu_seconds, mb_per_s(raw, m.seconds),
+                     stored / MIB, stored / raw if raw else 0.0])  # fmt: skip
+        shutil.rmtree(cold)
+        shutil.rmtree(state)
+    return rows
+
+
+def _per_gib(p: Packed, raw: int) -> float:
+    return p.cpu / (raw / GIB) if raw else 0.0
+
+
+def _row(v: Variant, label: str, p: Packed | None) -> list[object]:
+    if p is None:
+        return [f"{v.name}: {label}", "-", "-", "-", "-"]
+    return [f"{v.name}: {label}", p.nbytes / MIB, p.nbytes / v.raw, p.nbytes / v.stream.nbytes,
+            _per_gib(p, v.raw)]  # fmt: skip
+
+
+def main() -> int:
+    args = _args()
+    size = size_arg(args.size)
+    print(machine())
+    has_setting = any(s.key == "cold.compression" for s in ColdSettings.settings())
+    variants: list[Variant] = []
+    tiering: list[list[object]] = []
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        for kind in ("json", "hex"):
+            for over in (0, args.compress_over):
+                name = f"{kind}, producer {'zlib>' + str(over) if over else 'none'}"
+                root = Path(tmp) / "store"
+                synth_store(root, size, topics=args.topics, queues=args.queues,
+                            body_min=args.body_min, body_max=args.body_max, body_kind=kind,
+                            compress_over=over)  # fmt: skip
+                os.sync()
+                variants.append(_measure(name, root))
+                if has_setting and not args.no_tiering:
+                    tiering += _tiering(name, root, Path(tmp), variants[-1].raw)
+                shutil.rmtree(root)
+    rows: list[list[object]] = []
+    for v in variants:
+        rows.append([f"{v.name}: (a) raw", v.raw / MIB, 1.0, v.raw / v.stream.nbytes, "-"])
+        rows.append(_row(v, "(b) zstd -3 stream", v.stream))
+        rows.append(_row(v, "(c) 1 MiB frames", v.frames))
+        rows.append(_row(v, "(d) frames, skip producer-compressed", v.skip))
+        rows.append(_row(v, "(e) frames cut at producer-compressed", v.cut))
+    print(table(["store: bytes as", "MiB", "÷ raw", "÷ (b)", "CPU s/GiB"], rows))
+    for v in variants:
+        if v.skip is not None and v.cut is not None:
+            print(
+                f"{v.name}: {v.producer_share:.1%} of raw bytes in producer-compressed records; "
+                f"skipping them: CPU (d)/(c) {v.skip.cpu / v.frames.cpu:.3f}, "
+                f"(e)/(c) {v.cut.cpu / v.frames.cpu:.3f}; "
+                f"bytes (d)/(c) {v.skip.nbytes / v.frames.nbytes:.3f}, "
+                f"(e)/(c) {v.cut.nbytes / v.frames.nbytes:.3f}"
+            )
+    if not has_setting:
+        print("skipped: cold.compression not available")
+    elif tiering:
+        print(table(["run --once: store, cold.compression", "seconds", "CPU s", "MiB/s",
+                     "cold MiB", "cold ÷ raw"], tiering))  # fmt: skip
+    print("load average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    plain, producer = variants[0], variants[1]
+    vs_stream = plain.frames.nbytes / plain.stream.nbytes
+    vs_raw = plain.frames.nbytes / plain.raw
+    cut = producer.cut
+    skip = cut.cpu / producer.frames.cpu if cut and producer.frames.cpu else 1.0
+    print(result_line("compression_frames_vs_stream", vs_stream, f"<={FRAMES_VS_STREAM:g}",
+                      vs_stream <= FRAMES_VS_STREAM))  # fmt: skip
+    print(result_line("compression_frames_vs_raw", vs_raw, f"<={FRAMES_VS_RAW:g}",
+                      vs_raw <= FRAMES_VS_RAW))  # fmt: skip
+    print(result_line("compression_skip_cpu", skip, f"<={SKIP_CPU:g}", skip <= SKIP_CPU))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
