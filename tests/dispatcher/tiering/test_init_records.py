@@ -25,11 +25,12 @@ from tieredstore.cold.provenance import (
     create_init_records,
     create_record,
     earliest_inits,
+    read_init_records,
     read_queue_records,
 )
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
-from tieredstore.errors import LeaseLostError
+from tieredstore.errors import CorruptProvenanceError, LeaseLostError
 from tieredstore.hot.store import HotStore
 from tieredstore.metadata.reconcile import rebuild
 from tieredstore.metadata.rows import QueueRow, QueueState
@@ -185,3 +186,36 @@ async def test_a_crash_after_the_object_before_any_segment_is_finished_by_a_rest
     assert {(q.topic, q.queue_id): q.init_offset for q in report.created} == {
         q: i.init_offset for q, i in inits.items()
     }
+
+
+def _records(*queue_ids: int) -> InitRecords:
+    return InitRecords.of(
+        QueueInit.new(
+            QueuePath(CLUSTER, BROKER, "T", q),
+            7,
+            "earliest",
+            created_at_ms=END,
+            writer_id="w@h",
+            lease_epoch=2,
+        )
+        for q in queue_ids
+    )
+
+
+def test_an_object_whose_content_is_not_what_its_key_names_is_corrupt() -> None:
+    records = _records(0, 1)
+    assert read_init_records(records.to_json(), records.key) == records
+    changed = records.to_json().replace(b'"earliest"', b'"latest"', 1)
+    with pytest.raises(CorruptProvenanceError, match="records describe"):
+        read_init_records(changed, records.key)
+    with pytest.raises(CorruptProvenanceError, match="records describe"):
+        read_init_records(records.to_json(), _records(0).key)  # another object's name
+    with pytest.raises(CorruptProvenanceError, match="format_version"):
+        read_init_records(records.to_json().replace(b'"format_version":1', b'"format_version":2'),
+                          records.key)  # fmt: skip
+
+
+def test_a_queue_twice_in_one_object_is_corrupt() -> None:
+    one = _records(0).inits[0]
+    with pytest.raises(CorruptProvenanceError, match="repeated"):
+        InitRecords((one, one))
