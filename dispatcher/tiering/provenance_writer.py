@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Final
 
 from tieredstore.backends.base import Backend
@@ -108,13 +109,19 @@ class ProvenanceWriter:
         return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker,
                    catalogue=catalogue)  # fmt: skip
 
-    async def before_tiering(self, rows: list[QueueRow], tiering: TieringSettings) -> None:
+    async def before_tiering(
+        self,
+        rows: list[QueueRow],
+        tiering: TieringSettings,
+        ranges: Mapping[QueueKey, HotRange] | None = None,
+    ) -> None:
         """What must be in cold, in cold, before any of it is: the rules (after a reload
         too), where tiering stopped for the queues they exclude now, and each of
-        ``rows``' init record, ahead of its first manifest."""
+        ``rows``' init record, ahead of its first manifest (``ranges``: as
+        :meth:`ensure_inits`)."""
         await self.publish_rules(TopicFilter.of(tiering).rules(), str(tiering.init_policy))
         await self.record_stops()
-        await self.ensure_inits(rows, str(tiering.init_policy))
+        await self.ensure_inits(rows, str(tiering.init_policy), ranges)
 
     async def publish_rules(self, rules: TopicRules, init_policy: str) -> None:
         """Make ``rules`` and ``init_policy`` the tiering record's current rules and
@@ -186,18 +193,30 @@ class ProvenanceWriter:
             return {QueueKey(parsed.queue.topic, parsed.queue.queue_id)}
         return set()
 
-    async def ensure_inits(self, rows: list[QueueRow], policy: str) -> None:
+    async def ensure_inits(
+        self,
+        rows: list[QueueRow],
+        policy: str,
+        ranges: Mapping[QueueKey, HotRange] | None = None,
+    ) -> None:
         """An init record for each of ``rows`` this process has not settled yet, all of
-        them in one object (module docstring)."""
+        them in one object (module docstring). ``ranges``: hot ranges already read (by
+        discovery, which chose the new queues' init offsets in them); the other rows'
+        are read here, in one thread hop."""
         known = await self._known()
-        due = [row for row in rows if QueueKey(row.topic, row.queue_id) not in known]
+        due = [row for row in rows if _key(row) not in known]
         if not due:
             return
-        ranges = await asyncio.to_thread(self._hot_ranges, due)
+        known_ranges: dict[QueueKey, HotRange | None] = dict(ranges or {})
+        unread = [row for row in due if _key(row) not in known_ranges]
+        if unread:
+            found = await asyncio.to_thread(self._hot_ranges, unread)
+            known_ranges.update(zip(map(_key, unread), found, strict=True))
+        ranges_of = [known_ranges[_key(row)] for row in due]
         now = self.lease.clock.now_ms()
         inits = [
             rec
-            for row, rng in zip(due, ranges, strict=True)
+            for row, rng in zip(due, ranges_of, strict=True)
             if (rec := self._init_for(row, rng, policy, now)) is not None
         ]
         for at in range(0, len(inits), INITS_PER_OBJECT):
@@ -205,7 +224,7 @@ class ProvenanceWriter:
             await create_init_records(
                 self.backend, InitRecords.of(inits[at : at + INITS_PER_OBJECT])
             )
-        known.update(QueueKey(row.topic, row.queue_id) for row in due)  # written, or not
+        known.update(map(_key, due))  # written, or not
         # provable: either way not asked again
 
     def _hot_ranges(self, rows: list[QueueRow]) -> list[HotRange | None]:
@@ -245,6 +264,10 @@ class ProvenanceWriter:
             writer_id=self.lease.owner,
             lease_epoch=self.lease.epoch,
         )
+
+
+def _key(row: QueueRow) -> QueueKey:
+    return QueueKey(row.topic, row.queue_id)
 
 
 async def record_head_removal(backend: Backend, lease: Lease, segment: SegmentRow) -> None:

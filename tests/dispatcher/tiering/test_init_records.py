@@ -31,7 +31,7 @@ from tieredstore.cold.provenance import (
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
 from tieredstore.errors import CorruptProvenanceError, LeaseLostError
-from tieredstore.hot.store import HotStore
+from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.metadata.reconcile import rebuild
 from tieredstore.metadata.rows import QueueRow, QueueState
 from tieredstore.verifier.readers import ColdLocation, list_cold_objects
@@ -219,3 +219,22 @@ def test_a_queue_twice_in_one_object_is_corrupt() -> None:
     one = _records(0).inits[0]
     with pytest.raises(CorruptProvenanceError, match="repeated"):
         InitRecords((one, one))
+
+
+async def test_the_range_discovery_chose_the_offset_in_is_the_one_on_record(
+    store: Path,
+) -> None:
+    # Discovery read the new queue's hot range once to choose its init offset; the init
+    # record is judged by that range, not by another read of the hot store.
+    hot, clock = HotStore(store), VirtualClock(start_ms=END)
+    backend = MemoryBackend.from_url("memory://inits-ranges")
+    writer = await _writer(backend, hot, clock)
+    rng = hot.queue_range("SynthTopic0", 0)
+    row = _row("SynthTopic0", 0, rng.min + 7)
+    chosen_in = HotRange(rng.min + 7, rng.max)  # as discovery saw it
+    await writer.ensure_inits([row], "earliest", {QueueKey("SynthTopic0", 0): chosen_in})
+    assert (await _inits(backend))[("SynthTopic0", 0)].policy == "earliest"
+    # Without it, the hot store read now says the offset is above hot min: adopted.
+    other = MemoryBackend.from_url("memory://inits-ranges-unread")
+    await (await _writer(other, hot, clock)).ensure_inits([row], "earliest")
+    assert (await _inits(other))[("SynthTopic0", 0)].policy == "adopted"
