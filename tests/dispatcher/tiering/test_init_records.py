@@ -238,3 +238,19 @@ async def test_the_range_discovery_chose_the_offset_in_is_the_one_on_record(
     other = MemoryBackend.from_url("memory://inits-ranges-unread")
     await (await _writer(other, hot, clock)).ensure_inits([row], "earliest")
     assert (await _inits(other))[("SynthTopic0", 0)].policy == "adopted"
+
+
+async def test_discovery_keeps_the_ranges_it_chose_new_queues_offsets_in(
+    store: Path, tmp_path: Path
+) -> None:
+    settings = retention_settings(tmp_path, tiering__init_policy="latest")
+    async with open_runtime(settings, clock=VirtualClock(start_ms=END)) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        rows = await rt.dispatcher.discover()
+        hot = HotStore(store)
+        ranges = rt.dispatcher.discovery.new_ranges
+        assert ranges == {QueueKey(r.topic, r.queue_id): hot.queue_range(r.topic, r.queue_id)
+                          for r in rows}  # fmt: skip
+        assert all(r.init_offset == ranges[QueueKey(r.topic, r.queue_id)].max for r in rows)
+        await rt.dispatcher.discover()  # nothing new: nothing kept
+        assert rt.dispatcher.discovery.new_ranges == {}
