@@ -18,19 +18,28 @@ from tieredstore.backends.memory import MemoryBackend
 from tieredstore.backends.posix import PosixBackend
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
-from tieredstore.cold.layout import QueuePath, broker_prefix, init_key, lease_key
+from tieredstore.cold.layout import (
+    QueuePath,
+    broker_prefix,
+    init_key,
+    inits_key,
+    lease_key,
+    parse_inits_key,
+    parse_queue_record_key,
+)
 from tieredstore.cold.provenance import (
     InitRecords,
     QueueInit,
     create_init_records,
     create_record,
     earliest_inits,
+    is_queue_record_key,
     read_init_records,
     read_queue_records,
 )
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.tiering.provenance_writer import ProvenanceWriter
-from tieredstore.errors import CorruptProvenanceError, LeaseLostError
+from tieredstore.errors import CorruptProvenanceError, InvalidNameError, LeaseLostError
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.metadata.reconcile import rebuild
 from tieredstore.metadata.rows import QueueRow, QueueState
@@ -254,3 +263,14 @@ async def test_discovery_keeps_the_ranges_it_chose_new_queues_offsets_in(
         assert all(r.init_offset == ranges[QueueKey(r.topic, r.queue_id)].max for r in rows)
         await rt.dispatcher.discover()  # nothing new: nothing kept
         assert rt.dispatcher.discovery.new_ranges == {}
+
+
+def test_the_inits_directory_is_no_queue_and_holds_only_names_it_makes() -> None:
+    key = _records(0).key
+    assert parse_inits_key(key, PREFIX) == (END, key.rsplit("-", 1)[1][:-5])
+    assert parse_queue_record_key(key, PREFIX) is None and is_queue_record_key(key, PREFIX)
+    assert parse_inits_key(init_key(QueuePath(CLUSTER, BROKER, "T", 0)), PREFIX) is None
+    with pytest.raises(InvalidNameError):
+        parse_inits_key(INITS + "stray.json", PREFIX)
+    with pytest.raises(InvalidNameError):
+        inits_key(CLUSTER, BROKER, END, "NOT-HEX")
