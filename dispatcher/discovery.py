@@ -18,7 +18,7 @@ from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.topic_filter import TopicFilter
 from tieredstore.errors import InvalidNameError, TieredStoreError
-from tieredstore.hot.store import HotStore, QueueKey, SkippedDir
+from tieredstore.hot.store import HotRange, HotStore, QueueKey, SkippedDir
 from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.metadata.rows import QueueRow, QueueState
 from tieredstore.settings.in_force import SettingsInForce
@@ -57,20 +57,24 @@ class Discovery:
         self._skipped_now = 0  # skipped this tick (the gauge)
         #: Queues the last :meth:`discover` created rows for.
         self.new_queues: list[QueueKey] = []
+        #: The hot range each of them was initialised from (read once per new queue: the
+        #: init records reuse it, :meth:`ProvenanceWriter.ensure_inits`).
+        self.new_ranges: dict[QueueKey, HotRange] = {}
 
     @property
     def tiering(self) -> TieringSettings:
         """The ``[tiering]`` settings in force now (read from ``in_force``)."""
         return self.in_force.tiering
 
-    def _init_offset(self, key: QueueKey) -> int:
+    def _init_offset(self, key: QueueKey) -> tuple[int, HotRange]:
+        """The new queue's init offset by the policy, and the hot range it was chosen in."""
         rng = self.hot.queue_range(key.topic, key.queue_id)
         policy = self.tiering.init_policy
         if policy.start is InitStart.LATEST:
-            return rng.max
+            return rng.max, rng
         if policy.start is InitStart.TIMESTAMP:
-            return self.hot.offset_by_time(key.topic, key.queue_id, policy.timestamp_ms)
-        return rng.min
+            return self.hot.offset_by_time(key.topic, key.queue_id, policy.timestamp_ms), rng
+        return rng.min, rng
 
     async def discover(self) -> list[QueueRow]:
         """Return ACTIVE queue rows, creating rows for queues seen for the first time
@@ -135,10 +139,11 @@ class Discovery:
         self._skipped_now = len(skipped)
         self.metrics.queues_skipped.set(self._skipped_now)
 
-    def _init_offsets(self, fresh: Sequence[QueueKey]) -> dict[QueueKey, int]:
-        """Init offsets of new queues (blocking); a queue whose consume queue cannot be
-        read is left out, with one ERROR line (per process and reason)."""
-        out: dict[QueueKey, int] = {}
+    def _init_offsets(self, fresh: Sequence[QueueKey]) -> dict[QueueKey, tuple[int, HotRange]]:
+        """Init offsets of new queues and their hot ranges (blocking); a queue whose
+        consume queue cannot be read is left out, with one ERROR line (per process and
+        reason)."""
+        out: dict[QueueKey, tuple[int, HotRange]] = {}
         for key in fresh:
             try:
                 out[key] = self._init_offset(key)
@@ -154,12 +159,14 @@ class Discovery:
     async def _initialise(self, fresh: list[QueueKey]) -> dict[QueueKey, QueueRow]:
         """Create the rows of queues seen for the first time (init offsets by the
         policy, read from the hot store in one thread hop)."""
+        self.new_ranges = {}
         if not fresh:
             return {}
         offsets = await asyncio.to_thread(self._init_offsets, fresh)
         self.metrics.queues_skipped.set(self._skipped_now)
         fresh[:] = [k for k in fresh if k in offsets]
-        inits = [offsets[k] for k in fresh]
+        inits = [offsets[k][0] for k in fresh]
+        self.new_ranges = {k: offsets[k][1] for k in fresh}
         if not fresh:
             return {}
         created = self.catalogue.queues.ensure_many(

@@ -154,7 +154,7 @@ class Dispatcher:
         try:
             await self.lease.reclaim_if_lapsed()  # LeaseLostError if taken over: fenced
             rows = await self.discover()
-            await self.provenance.before_tiering(rows, self.tiering)
+            await self.provenance.before_tiering(rows, self.tiering, self.discovery.new_ranges)
         except ColdStoreAccessError as exc:
             record_error(exc, report, self.metrics)
             self.metrics.ticks.inc()

@@ -7,7 +7,8 @@ broker's cold prefix:
   exactly (``start == cold_commit``, ``cl_base == cold_cl_end``) and whose objects are
   present with the recorded sizes are committed to the catalogue, in order — the crash
   between manifest write and catalogue commit, healed. A queue the catalogue does not know
-  is created from its init record (``_queues/<topic>/<id>/INIT.json``,
+  is created from its init record (``_queues/<topic>/<id>/INIT.json``, or one entry of
+  an object of many, ``_queues/_inits/<stamp>-<digest>.json``,
   :mod:`tieredstore.cold.provenance`) at ``max(init offset, the highest retention record's
   first offset)`` — so a missing head shows as a gap — or, in a store an older sidecar
   wrote, from its first manifest or loss record (init offset = its start).
@@ -74,11 +75,17 @@ from tieredstore.cold.layout import (
     broker_prefix,
     classify_listed,
     parse_batch_key,
-    parse_queue_record_key,
 )
 from tieredstore.cold.loss import LossRecord, read_loss_record
 from tieredstore.cold.manifest import FenceMarker, Manifest, read_stored
-from tieredstore.cold.provenance import QueueInit, StopMark, read_queue_record
+from tieredstore.cold.provenance import (
+    QueueInit,
+    QueueProvenance,
+    StopMark,
+    earliest_inits,
+    is_queue_record_key,
+    read_queue_records,
+)
 from tieredstore.errors import (
     CatalogueError,
     CorruptBatchError,
@@ -550,17 +557,18 @@ async def _rows_from_records(
     that does not parse is reported and creates nothing."""
     starts: dict[tuple[str, int], int] = {}
     inits: set[tuple[str, int]] = set()
+    records: list[QueueProvenance] = []
     for key in listing:
         try:
-            parsed = parse_queue_record_key(key, prefix)
-            if parsed is None:
+            if not is_queue_record_key(key, prefix):
                 continue
-            rec = read_queue_record(await backend.read(key), key, prefix)
+            records += read_queue_records(await backend.read(key), key, prefix)
         except (InvalidNameError, CorruptProvenanceError) as exc:
             found.issue(FindingKind.UNRECOGNISED, key, str(exc))
             continue
         except ObjectNotFoundError:
             continue
+    for rec in _one_init_each(records):
         if isinstance(rec, StopMark):
             continue  # where tiering stopped: not where the history starts
         q = (rec.topic, rec.queue_id)
@@ -573,6 +581,13 @@ async def _rows_from_records(
                                       cl_base=cl_base)  # fmt: skip
         found.created.append(row)
         known[q] = row
+
+
+def _one_init_each(records: list[QueueProvenance]) -> list[QueueProvenance]:
+    """``records`` with each queue's init records cut to the one in force
+    (:func:`~tieredstore.cold.provenance.earliest_inits`)."""
+    inits = [r for r in records if isinstance(r, QueueInit)]
+    return [*earliest_inits(inits), *(r for r in records if not isinstance(r, QueueInit))]
 
 
 async def _first_cl_base(

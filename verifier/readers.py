@@ -58,7 +58,6 @@ from tieredstore.cold.layout import (
     broker_prefix,
     classify_listed,
     parse_batch_key,
-    parse_queue_record_key,
     tiering_key,
 )
 from tieredstore.cold.loss import LossRecord, read_loss_record
@@ -68,8 +67,10 @@ from tieredstore.cold.provenance import (
     RetentionMark,
     StopMark,
     TieringRecord,
+    earliest_inits,
     find_tiered_prefix,
-    read_queue_record,
+    is_queue_record_key,
+    read_queue_records,
     read_tiering_record,
 )
 from tieredstore.errors import (
@@ -274,7 +275,7 @@ def list_cold_objects(cold: ColdLocation, cluster: str, broker: str) -> ColdList
         rows.append(_object_row(fs, path, info, key, parsed.kind.value, queue, parsed.base_offset))
     table = pa.Table.from_pylist(rows, schema=schemas.arrow_schema(schemas.OBJECTS))
     return ColdListing(
-        table, tuple(unrecognised), tuple(losses), records.tiering, tuple(records.inits),
+        table, tuple(unrecognised), tuple(losses), records.tiering, records.in_force(),
         tuple(records.retention), tuple(records.stops),
     )  # fmt: skip
 
@@ -316,24 +317,30 @@ class _Provenance:
         """Read ``key`` if it is a provenance record; False if it is one that is corrupt."""
         is_tiering = key == self.tiering_key
         try:
-            if not is_tiering and parse_queue_record_key(key, self.prefix) is None:
+            if not is_tiering and not is_queue_record_key(key, self.prefix):
                 return True  # the lease, quarantine, config copies: not ours to read
             data = self.fs.cat_file(path)
             if is_tiering:
                 self.tiering = read_tiering_record(data, key)
                 return True
-            rec = read_queue_record(data, key, self.prefix)
+            recs = read_queue_records(data, key, self.prefix)
         except FileNotFoundError:
             return True
         except (CorruptProvenanceError, InvalidNameError):
             return False
-        if isinstance(rec, QueueInit):
-            self.inits.append(rec)
-        elif isinstance(rec, StopMark):
-            self.stops.append(rec)
-        else:
-            self.retention.append(rec)
+        for rec in recs:
+            if isinstance(rec, QueueInit):
+                self.inits.append(rec)
+            elif isinstance(rec, StopMark):
+                self.stops.append(rec)
+            else:
+                self.retention.append(rec)
         return True
+
+    def in_force(self) -> tuple[QueueInit, ...]:
+        """One init record per queue, the one in force
+        (:func:`~tieredstore.cold.provenance.earliest_inits`)."""
+        return tuple(earliest_inits(self.inits))
 
 
 class _FsRecords:

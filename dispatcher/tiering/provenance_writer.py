@@ -6,7 +6,12 @@
   catalogue already holds tiered queues (an older sidecar's store, or the record
   deleted) starts with the policy unknown.
 * :meth:`ProvenanceWriter.ensure_inits` — an init record for every ACTIVE queue before
-  it is tiered, so before its first manifest (create-if-absent). A queue this process
+  it is tiered, so before its first manifest: the records of the queues one call
+  settles go into one object (:class:`~tieredstore.cold.provenance.InitRecords`, up to
+  :data:`INITS_PER_OBJECT` each; its key names its content, so a repeat is a no-op),
+  their hot ranges read in one thread hop. A crash before that object is written
+  leaves the queues without one: the next process writes it (it lists which queues
+  have one, old per-queue objects too, before its first tick). A queue this process
   has not seen a record for gets one when hot still proves its start (hot min ≤ the
   catalogue's init offset, and retention has not removed its head): with the policy in
   force when nothing of it is tiered yet, else as ``adopted`` (a store an older sidecar
@@ -28,35 +33,45 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Final
 
 from tieredstore.backends.base import Backend
 from tieredstore.cold.layout import (
     QueuePath,
     QueueRecordKind,
     broker_prefix,
+    parse_inits_key,
     parse_queue_record_key,
     queue_records_prefix,
 )
 from tieredstore.cold.provenance import (
     PROVENANCE_FORMAT_VERSION,
+    InitRecords,
     QueueInit,
     RetentionMark,
     StopMark,
     TieringRecord,
+    create_init_records,
     create_record,
     publish_tiering_rules,
+    read_init_records,
 )
 from tieredstore.dispatcher.lease.lease import Lease
 from tieredstore.dispatcher.tiering.cold_writer import ColdWriter
 from tieredstore.dispatcher.topic_filter import TopicFilter
-from tieredstore.errors import StoreError
-from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.errors import CorruptProvenanceError, InvalidNameError, StoreError
+from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.metadata.rows import QueueRow, QueueState, SegmentRow
 from tieredstore.settings.loader import TieringSettings
 from tieredstore.topic_rules import TopicRules
 
-__all__ = ["ProvenanceWriter", "record_head_removal"]
+__all__ = ["INITS_PER_OBJECT", "ProvenanceWriter", "record_head_removal"]
+
+#: Init records per object at most (about 100 bytes each): a discovery of more queues
+#: writes several objects.
+INITS_PER_OBJECT: Final = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +109,19 @@ class ProvenanceWriter:
         return cls(backend, lease, hot, cluster=writer.cluster, broker=writer.broker,
                    catalogue=catalogue)  # fmt: skip
 
-    async def before_tiering(self, rows: list[QueueRow], tiering: TieringSettings) -> None:
+    async def before_tiering(
+        self,
+        rows: list[QueueRow],
+        tiering: TieringSettings,
+        ranges: Mapping[QueueKey, HotRange] | None = None,
+    ) -> None:
         """What must be in cold, in cold, before any of it is: the rules (after a reload
         too), where tiering stopped for the queues they exclude now, and each of
-        ``rows``' init record, ahead of its first manifest."""
+        ``rows``' init record, ahead of its first manifest (``ranges``: as
+        :meth:`ensure_inits`)."""
         await self.publish_rules(TopicFilter.of(tiering).rules(), str(tiering.init_policy))
         await self.record_stops()
-        await self.ensure_inits(rows, str(tiering.init_policy))
+        await self.ensure_inits(rows, str(tiering.init_policy), ranges)
 
     async def publish_rules(self, rules: TopicRules, init_policy: str) -> None:
         """Make ``rules`` and ``init_policy`` the tiering record's current rules and
@@ -146,35 +167,80 @@ class ProvenanceWriter:
             )  # fmt: skip
 
     async def _known(self) -> set[QueueKey]:
-        """The queues whose init record is in cold (listed once per process)."""
+        """The queues whose init record is in cold (listed once per process): per-queue
+        objects by their keys, objects of many by their content. One that does not read
+        settles nothing (its queues get a new record; the verifier reports the object)."""
         if self._settled is None:
             prefix = broker_prefix(self.cluster, self.broker) + "/"
             records = queue_records_prefix(self.cluster, self.broker) + "/"
             found: set[QueueKey] = set()
             for info in await self.backend.list(records):
-                parsed = parse_queue_record_key(info.key, prefix)
-                if parsed is not None and parsed.kind is QueueRecordKind.INIT:
-                    found.add(QueueKey(parsed.queue.topic, parsed.queue.queue_id))
+                found |= await self._settles(info.key, prefix)
             self._settled = found
         return self._settled
 
-    async def ensure_inits(self, rows: list[QueueRow], policy: str) -> None:
-        """An init record for each of ``rows`` this process has not settled yet."""
-        known = await self._known()
-        for row in rows:
-            key = QueueKey(row.topic, row.queue_id)
-            if key in known:
-                continue
-            record = await self._init_for(row, policy)
-            if record is not None:
-                self.lease.check()
-                await create_record(self.backend, record)
-            known.add(key)  # written, or not provable: either way not asked again
-
-    async def _init_for(self, row: QueueRow, policy: str) -> QueueInit | None:
+    async def _settles(self, key: str, prefix: str) -> set[QueueKey]:
+        """The queues the listed ``key`` holds an init record of."""
         try:
-            rng = await asyncio.to_thread(self.hot.queue_range, row.topic, row.queue_id)
-        except StoreError:
+            if parse_inits_key(key, prefix) is not None:
+                many = read_init_records(await self.backend.read(key), key)
+                return {QueueKey(r.topic, r.queue_id) for r in many.inits}
+            parsed = parse_queue_record_key(key, prefix)
+        except (InvalidNameError, CorruptProvenanceError) as exc:
+            log.warning("%s: not read as init records (%s)", key, exc)
+            return set()
+        if parsed is not None and parsed.kind is QueueRecordKind.INIT:
+            return {QueueKey(parsed.queue.topic, parsed.queue.queue_id)}
+        return set()
+
+    async def ensure_inits(
+        self,
+        rows: list[QueueRow],
+        policy: str,
+        ranges: Mapping[QueueKey, HotRange] | None = None,
+    ) -> None:
+        """An init record for each of ``rows`` this process has not settled yet, all of
+        them in one object (module docstring). ``ranges``: hot ranges already read (by
+        discovery, which chose the new queues' init offsets in them); the other rows'
+        are read here, in one thread hop."""
+        known = await self._known()
+        due = [row for row in rows if _key(row) not in known]
+        if not due:
+            return
+        known_ranges: dict[QueueKey, HotRange | None] = dict(ranges or {})
+        unread = [row for row in due if _key(row) not in known_ranges]
+        if unread:
+            found = await asyncio.to_thread(self._hot_ranges, unread)
+            known_ranges.update(zip(map(_key, unread), found, strict=True))
+        ranges_of = [known_ranges[_key(row)] for row in due]
+        now = self.lease.clock.now_ms()
+        inits = [
+            rec
+            for row, rng in zip(due, ranges_of, strict=True)
+            if (rec := self._init_for(row, rng, policy, now)) is not None
+        ]
+        for at in range(0, len(inits), INITS_PER_OBJECT):
+            self.lease.check()
+            await create_init_records(
+                self.backend, InitRecords.of(inits[at : at + INITS_PER_OBJECT])
+            )
+        known.update(map(_key, due))  # written, or not
+        # provable: either way not asked again
+
+    def _hot_ranges(self, rows: list[QueueRow]) -> list[HotRange | None]:
+        """Each row's hot range, None where the hot store cannot say (blocking)."""
+        out: list[HotRange | None] = []
+        for row in rows:
+            try:
+                out.append(self.hot.queue_range(row.topic, row.queue_id))
+            except StoreError:
+                out.append(None)
+        return out
+
+    def _init_for(
+        self, row: QueueRow, rng: HotRange | None, policy: str, now_ms: int
+    ) -> QueueInit | None:
+        if rng is None:
             return None
         if rng.min > row.init_offset or row.cold_min != row.init_offset:
             log.warning(
@@ -194,10 +260,14 @@ class ProvenanceWriter:
             QueuePath(self.cluster, self.broker, row.topic, row.queue_id),
             row.init_offset,
             policy if chosen else "adopted",
-            created_at_ms=self.lease.clock.now_ms(),
+            created_at_ms=now_ms,
             writer_id=self.lease.owner,
             lease_epoch=self.lease.epoch,
         )
+
+
+def _key(row: QueueRow) -> QueueKey:
+    return QueueKey(row.topic, row.queue_id)
 
 
 async def record_head_removal(backend: Backend, lease: Lease, segment: SegmentRow) -> None:

@@ -12,6 +12,10 @@ Layout (compatible with RocketMQ's own tiered store; docs/format.md, "Cold layou
         _tiering.json                                   tiering_key(cluster, broker): the
                                                         topic rules, with since-when
         _queues/<topic>/<queueId>/INIT.json             init_key(queue): init offset + policy
+                                                        (written by 0.1.x; still read)
+        _queues/_inits/<stamp_ms:013d>-<digest>.json    inits_key(cluster, broker, stamp,
+                                                        digest): the init records of many
+                                                        queues, one object per discovery
         _queues/<topic>/<queueId>/RETENTION/<name(first)>.json
                                                         retention_key(queue, first): the
                                                         first offset after a head deletion
@@ -106,6 +110,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Final
@@ -141,6 +146,7 @@ __all__ = [
     "fingerprint_key",
     "fingerprint_prefix",
     "init_key",
+    "inits_key",
     "is_loss_key",
     "kind_prefix",
     "lease_key",
@@ -153,6 +159,7 @@ __all__ = [
     "parse_config_copy_key",
     "parse_fingerprint_name",
     "parse_fingerprint_stamp",
+    "parse_inits_key",
     "parse_loss_key",
     "parse_object_key",
     "parse_queue_record_key",
@@ -196,6 +203,9 @@ _RETIERED_DIR: Final = "_retiered"
 _TIERING_NAME: Final = "_tiering.json"
 _QUEUES_DIR: Final = "_queues"
 _INIT_NAME: Final = "INIT.json"
+#: Under ``_queues``: the init-record objects of many queues (a topic never starts with ``_``).
+_INITS_DIR: Final = "_inits"
+_INITS_NAME: Final = re.compile(r"(\d{13,})-([0-9a-f]{16})\.json")
 _RETENTION_DIR: Final = "RETENTION"
 _STOPPED_DIR: Final = "STOPPED"
 _DIGEST_PREFIX_LEN: Final = 16
@@ -832,6 +842,38 @@ def stop_key(queue: QueuePath, excluded_since_ms: int) -> str:
     return f"{queue_record_prefix(queue)}/{_STOPPED_DIR}/{name}{MANIFEST_SUFFIX}"
 
 
+def inits_key(cluster: str, broker: str, stamp_ms: int, digest: str) -> str:
+    """Return ``<queue_records_prefix>/_inits/<stamp_ms:013d>-<digest>.json``: one object
+    holding the init records of many queues (:class:`~tieredstore.cold.provenance.InitRecords`).
+    ``digest`` (16 lowercase hex digits) is taken of the object's content, so the same
+    records always get the same key and different ones never share it.
+
+    Raises:
+        InvalidNameError: ``stamp_ms`` negative or ``digest`` not 16 lowercase hex digits.
+    """
+    name = f"{_validate_offset(stamp_ms, 'init records stamp'):013d}-{digest}.json"
+    if _INITS_NAME.fullmatch(name) is None:
+        raise InvalidNameError(f"init records digest {digest!r} is not 16 hex digits")
+    return f"{queue_records_prefix(cluster, broker)}/{_INITS_DIR}/{name}"
+
+
+def parse_inits_key(key: str, prefix: str) -> tuple[int, str] | None:
+    """``(stamp_ms, digest)`` of an init-records key listed under the broker ``prefix``
+    (ending with ``/``); None when ``key`` is not under ``_queues/_inits/``.
+
+    Raises:
+        InvalidNameError: under ``_queues/_inits/`` but not a name :func:`inits_key` makes.
+    """
+    rest = key[len(prefix) :]
+    head = f"{_QUEUES_DIR}/{_INITS_DIR}/"
+    if not key.startswith(prefix) or not rest.startswith(head):
+        return None
+    match = _INITS_NAME.fullmatch(rest[len(head) :])
+    if match is None:
+        raise InvalidNameError("not an init records key", where=key)
+    return int(match.group(1)), match.group(2)
+
+
 class QueueRecordKind(enum.Enum):
     """The kinds of per-queue provenance record."""
 
@@ -861,14 +903,15 @@ class QueueRecordKey:
 
 def parse_queue_record_key(key: str, prefix: str) -> QueueRecordKey | None:
     """Parse a key listed under the broker prefix ``prefix`` (ending with ``/``) as a
-    per-queue record; None when it is not under ``_queues/`` at all.
+    per-queue record; None when it is not under ``_queues/`` at all, or is an object of
+    many queues' init records there (:func:`parse_inits_key` reads that).
 
     Raises:
         InvalidNameError: under ``_queues/`` but not a key :func:`init_key`,
             :func:`retention_key` or :func:`stop_key` makes.
     """
     rest = key[len(prefix) :]
-    if not rest.startswith(_QUEUES_DIR + "/"):
+    if not rest.startswith(_QUEUES_DIR + "/") or rest.startswith(f"{_QUEUES_DIR}/{_INITS_DIR}/"):
         return None
     parts = rest.split("/")
     head = prefix.rstrip("/").split("/")

@@ -12,9 +12,14 @@ them for segment objects, and deleting a queue's data leaves them behind):
   policy changed). Format 2 added the policy; an entry of a format-1 record, and the
   first entry of a record created over a prefix something was tiered to before, has
   the policy ``None`` (unknown: a queue may have been initialised under any policy);
-* a queue's **init record** (``_queues/<topic>/<queueId>/INIT.json``, :class:`QueueInit`):
-  its init offset and the policy that chose it, created once (create-if-absent) when
-  the queue is initialised, before its first manifest;
+* a queue's **init record** (:class:`QueueInit`): its init offset and the policy that
+  chose it, created once when the queue is initialised, before its first manifest. The
+  init records of the queues one tick initialises are **one object**
+  (``_queues/_inits/<stamp>-<digest>.json``, :class:`InitRecords`, format 1; the key
+  names a digest of the content, so it is created once and a repeat is a no-op); 0.1.x
+  wrote one object per queue (``_queues/<topic>/<queueId>/INIT.json``), still read.
+  A queue with more than one init record (a fenced writer's race) has the earliest
+  created (:func:`earliest_inits`);
 * a **retention record** (``_queues/<topic>/<queueId>/RETENTION/<name(first)>.json``,
   :class:`RetentionMark`) each time retention removes the queue's head: the new first
   offset, created *before* the head's manifest is deleted, so a crash in between never
@@ -42,8 +47,9 @@ naming the prefix and the brokers that do exist.
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
@@ -57,6 +63,8 @@ from tieredstore.cold.layout import (
     broker_prefix,
     cluster_dir,
     init_key,
+    inits_key,
+    parse_inits_key,
     parse_object_key,
     parse_queue_record_key,
     retention_key,
@@ -73,8 +81,10 @@ from tieredstore.errors import (
 from tieredstore.topic_rules import TopicDecision, TopicRules
 
 __all__ = [
+    "INIT_RECORDS_FORMAT_VERSION",
     "PROVENANCE_FORMAT_VERSION",
     "TIERING_FORMAT_VERSION",
+    "InitRecords",
     "NotTieredError",
     "QueueInit",
     "QueueProvenance",
@@ -83,13 +93,20 @@ __all__ = [
     "RuleEpoch",
     "StopMark",
     "TieringRecord",
+    "create_init_records",
+    "earliest_inits",
     "find_tiered_prefix",
+    "is_queue_record_key",
+    "read_init_records",
     "read_queue_record",
+    "read_queue_records",
     "read_tiering_record",
     "tiered_brokers",
 ]
 
 PROVENANCE_FORMAT_VERSION: Final = 1
+#: The format of an object of many queues' init records (:class:`InitRecords`).
+INIT_RECORDS_FORMAT_VERSION: Final = 1
 #: The tiering record's format: 2 added each entry's ``init_policy`` (1 still reads).
 TIERING_FORMAT_VERSION: Final = 2
 
@@ -488,6 +505,158 @@ def read_queue_record(data: bytes, key: str, prefix: str) -> QueueProvenance:
         raise CorruptProvenanceError(exc.message, where=key) from exc
     _check(rec.key == key, f"record describes {rec.key}", key)
     return rec
+
+
+# -- the init records of many queues in one object ------------------------------------
+
+_INITS_FIELDS: Final[dict[str, type]] = {
+    "format_version": int,
+    "cluster": str,
+    "broker": str,
+    "writer_id": str,
+    "lease_epoch": int,
+    "created_at_ms": int,
+    "inits": list,
+}
+_INIT_ENTRY_FIELDS: Final = {"topic", "queue_id", "init_offset", "policy"}
+
+
+@dataclass(frozen=True, slots=True)
+class InitRecords:
+    """The init records of many queues of one broker in one object (format
+    :data:`INIT_RECORDS_FORMAT_VERSION`): what one tick's discovery initialised, written
+    with one create instead of one per queue. Every record shares the object's writer,
+    lease epoch and creation time; ``inits`` holds each queue once, in
+    ``(topic, queue_id)`` order (the constructor checks both). The key is named by a
+    digest of the content (:func:`~tieredstore.cold.layout.inits_key`): a repeat after a
+    crash creates nothing new, and a reader checks the content against its name."""
+
+    inits: tuple[QueueInit, ...]
+
+    def __post_init__(self) -> None:
+        where = "init records"
+        _check(bool(self.inits), "no init record", where)
+        first = self.inits[0]
+        shared = (first.cluster, first.broker, first.writer_id, first.lease_epoch,
+                  first.created_at_ms)  # fmt: skip
+        for rec in self.inits:
+            same = (rec.cluster, rec.broker, rec.writer_id, rec.lease_epoch, rec.created_at_ms)
+            _check(same == shared, f"{rec.topic}/{rec.queue_id} has another writer", where)
+        queues = [(r.topic, r.queue_id) for r in self.inits]
+        _check(queues == sorted(set(queues)), "queues not in order, or repeated", where)
+
+    @classmethod
+    def of(cls, inits: Iterable[QueueInit]) -> InitRecords:
+        """``inits`` (of one writer and time; any order, each queue once) as one object."""
+        return cls(tuple(sorted(inits, key=lambda r: (r.topic, r.queue_id))))
+
+    def to_json(self) -> bytes:
+        first = self.inits[0]
+        return canonical(
+            {
+                "format_version": INIT_RECORDS_FORMAT_VERSION,
+                "cluster": first.cluster,
+                "broker": first.broker,
+                "writer_id": first.writer_id,
+                "lease_epoch": first.lease_epoch,
+                "created_at_ms": first.created_at_ms,
+                "inits": [
+                    {
+                        "topic": r.topic,
+                        "queue_id": r.queue_id,
+                        "init_offset": r.init_offset,
+                        "policy": r.policy,
+                    }
+                    for r in self.inits
+                ],
+            }
+        )
+
+    @property
+    def key(self) -> str:
+        first = self.inits[0]
+        digest = hashlib.sha256(self.to_json()).hexdigest()[:16]
+        return inits_key(first.cluster, first.broker, first.created_at_ms, digest)
+
+
+def _init_entry(item: object, head: dict[str, Any], where: str) -> QueueInit:
+    _check(isinstance(item, dict) and set(item) == _INIT_ENTRY_FIELDS,
+           f"an init entry is not an object with fields {sorted(_INIT_ENTRY_FIELDS)}",
+           where)  # fmt: skip
+    assert isinstance(item, dict)
+    topic, queue_id, offset, policy = (
+        item[k] for k in ("topic", "queue_id", "init_offset", "policy")
+    )
+    ok = isinstance(topic, str) and isinstance(policy, str)
+    ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in (queue_id, offset))
+    _check(ok, "an init entry's field has the wrong type", where)
+    return QueueInit(PROVENANCE_FORMAT_VERSION, head["cluster"], head["broker"], topic,
+                     queue_id, head["writer_id"], head["lease_epoch"], offset, policy,
+                     head["created_at_ms"])  # fmt: skip
+
+
+def read_init_records(data: bytes, key: str) -> InitRecords:
+    """Parse the object of init records stored at ``key``: CorruptProvenanceError if it
+    does not validate, or if its content is not what its key names (another broker,
+    time or digest: a changed or misplaced object)."""
+    values = _parse(data, key, "init records", _INITS_FIELDS, (INIT_RECORDS_FORMAT_VERSION,))
+    try:
+        records = InitRecords(tuple(_init_entry(i, values, key) for i in values["inits"]))
+        _check(records.key == key, f"records describe {records.key}", key)
+    except CorruptProvenanceError as exc:
+        raise CorruptProvenanceError(exc.message, where=key) from exc
+    except InvalidNameError as exc:
+        raise CorruptProvenanceError(exc.message, where=key) from exc
+    return records
+
+
+def is_queue_record_key(key: str, prefix: str) -> bool:
+    """Whether ``key`` (listed under the broker ``prefix``, ending with ``/``) is under
+    ``_queues/``: a per-queue record, or an object of many queues' init records.
+
+    Raises:
+        InvalidNameError: under ``_queues/`` but not a key either is stored at.
+    """
+    return (
+        parse_inits_key(key, prefix) is not None or parse_queue_record_key(key, prefix) is not None
+    )
+
+
+def read_queue_records(data: bytes, key: str, prefix: str) -> tuple[QueueProvenance, ...]:
+    """The records stored at ``key`` (listed under the broker ``prefix``): the init
+    records of an :class:`InitRecords` object, else the one per-queue record
+    (:func:`read_queue_record`); CorruptProvenanceError as those say."""
+    try:
+        many = parse_inits_key(key, prefix) is not None
+    except InvalidNameError as exc:
+        raise CorruptProvenanceError(exc.message, where=key) from exc
+    if many:
+        return read_init_records(data, key).inits
+    return (read_queue_record(data, key, prefix),)
+
+
+def earliest_inits(inits: Iterable[QueueInit]) -> list[QueueInit]:
+    """One init record per queue, the earliest created (then the lowest lease epoch,
+    then the lowest offset): a queue has two only when a fenced writer raced the
+    lease's holder, and the first to be written is the one that was in force. In
+    ``(topic, queue_id)`` order."""
+    first: dict[tuple[str, int], QueueInit] = {}
+    for rec in inits:
+        q = (rec.topic, rec.queue_id)
+        rank = (rec.created_at_ms, rec.lease_epoch, rec.init_offset)
+        held = first.get(q)
+        if held is None or rank < (held.created_at_ms, held.lease_epoch, held.init_offset):
+            first[q] = rec
+    return [first[q] for q in sorted(first)]
+
+
+async def create_init_records(backend: Any, records: InitRecords) -> None:
+    """Store ``records`` unless already stored (a repeat after a crash: its key names its
+    content, so an object there holds the same records). The caller holds the lease."""
+    try:
+        await backend.create(records.key, records.to_json())
+    except ConditionFailedError:
+        return
 
 
 async def create_record(backend: Any, record: QueueProvenance) -> None:

@@ -14,14 +14,15 @@ from tests.support.sidecar.settings import BROKER, CLUSTER
 
 # SPEC: the store the `store` fixture (tests/dispatcher/conftest.py) writes.
 from tests.support.stores.retention import END, SPEC, H, retention_settings
+from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import MemoryBackend
+from tieredstore.backends.posix import PosixBackend
 from tieredstore.canonical_json import canonical
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
 from tieredstore.cold.layout import (
     QueuePath,
     broker_prefix,
-    init_key,
     lease_key,
     retention_key,
     stop_key,
@@ -30,8 +31,10 @@ from tieredstore.cold.layout import (
 from tieredstore.cold.provenance import (
     QueueInit,
     StopMark,
+    earliest_inits,
     publish_tiering_rules,
     read_queue_record,
+    read_queue_records,
     read_tiering_record,
 )
 from tieredstore.dispatcher.lease.lease import Lease
@@ -52,9 +55,15 @@ def _parse_init(data: bytes, key: str) -> QueueInit:
     return rec
 
 
-def _init(cold: Path, topic: str, queue_id: int) -> QueueInit:
-    key = init_key(QueuePath(CLUSTER, BROKER, topic, queue_id))
-    return _parse_init((cold / key).read_bytes(), key)
+async def _inits(backend: Backend) -> dict[tuple[str, int], QueueInit]:
+    """Every queue's init record in force, read as the verifier and rebuild do (either
+    layout)."""
+    prefix = broker_prefix(CLUSTER, BROKER) + "/"
+    found: list[QueueInit] = []
+    for info in await backend.list(prefix + "_queues/"):
+        recs = read_queue_records(await backend.read(info.key), info.key, prefix)
+        found += [r for r in recs if isinstance(r, QueueInit)]
+    return {(r.topic, r.queue_id): r for r in earliest_inits(found)}
 
 
 async def test_the_sidecar_records_its_rules_and_every_queues_init(
@@ -70,8 +79,12 @@ async def test_the_sidecar_records_its_rules_and_every_queues_init(
     ]
     assert record.current.since_ms == END and record.current.lease_epoch == 1
     hot = HotStore(store)
+    inits = await _inits(PosixBackend(cold))
+    # One object holds them all (the first tick initialised every queue).
+    assert len(list((cold / broker_prefix(CLUSTER, BROKER) / "_queues").rglob("*.json"))) == 1
+    assert set(inits) == {(q.topic, q.queue_id) for q in hot.queues()}
     for q in hot.queues():
-        init = _init(cold, q.topic, q.queue_id)
+        init = inits[(q.topic, q.queue_id)]
         assert (init.init_offset, init.policy) == (hot.queue_range(q.topic, q.queue_id).min,
                                                    "earliest")  # fmt: skip
 
@@ -178,19 +191,18 @@ async def test_inits_are_written_only_where_hot_proves_the_start(store: Path) ->
     ]
     await writer.ensure_inits(rows, "latest")
 
-    async def init_of(topic: str, queue_id: int) -> QueueInit:
-        key = init_key(QueuePath(CLUSTER, BROKER, topic, queue_id))
-        return _parse_init(await backend.read(key), key)
-
-    first = await init_of("SynthTopic0", 0)
+    inits = await _inits(backend)
+    first = inits[("SynthTopic0", 0)]
     assert (first.init_offset, first.policy) == (lo, "latest")
-    adopted = await init_of("SynthTopic1", 0)
+    adopted = inits[("SynthTopic1", 0)]
     assert (adopted.init_offset, adopted.policy) == (0, "adopted")
-    assert not await backend.exists(init_key(QueuePath(CLUSTER, BROKER, "SynthTopic1", 1)))
-    # Create-if-absent: a later process's call never replaces the first record.
+    assert ("SynthTopic1", 1) not in inits
+    # A later process's call never writes another record for a queue that has one.
     writer._settled = None  # a restart: nothing known in memory
+    objects = await backend.list(broker_prefix(CLUSTER, BROKER) + "/_queues/")
     await writer.ensure_inits([_row("SynthTopic0", 0, lo + 5, lo + 5, lo + 5)], "earliest")
-    assert await init_of("SynthTopic0", 0) == first
+    assert await backend.list(broker_prefix(CLUSTER, BROKER) + "/_queues/") == objects
+    assert (await _inits(backend))[("SynthTopic0", 0)] == first
 
 
 async def test_an_offset_above_hot_min_is_never_labelled_earliest(store: Path) -> None:
@@ -203,9 +215,9 @@ async def test_an_offset_above_hot_min_is_never_labelled_earliest(store: Path) -
         [_row("SynthTopic0", 0, lo, lo, lo), _row("SynthTopic0", 1, lo + 7, lo + 7, lo + 7)],
         "earliest",
     )
+    inits = await _inits(backend)
     for qid, expected in ((0, (lo, "earliest")), (1, (lo + 7, "adopted"))):
-        key = init_key(QueuePath(CLUSTER, BROKER, "SynthTopic0", qid))
-        init = _parse_init(await backend.read(key), key)
+        init = inits[("SynthTopic0", qid)]
         assert (init.init_offset, init.policy) == expected
 
 
