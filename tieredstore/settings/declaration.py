@@ -21,11 +21,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
+from tieredstore.cold.frames import MAX_FRAME_BYTES
 from tieredstore.settings.values import (
     LOG_FORMATS,
     LOG_LEVELS,
     GuardMode,
     InitPolicy,
+    parse_between,
     parse_bool,
     parse_choice,
     parse_duration,
@@ -257,6 +259,27 @@ class ColdSettings(Section):
         "sidecars would rest on timing. Reading (`read`, `verify`) always works. See "
         "docs/reliability.md.",
         note="only for backends without atomic create (gs://, az://)",
+    )
+    compression: str = key(
+        parse_choice("none", "zstd"),
+        "none",
+        "How new COMMIT_LOG segment objects are stored: `none` (plain) or `zstd` (seekable "
+        "zstd frames, which `zstd -d` decompresses; docs/format.md). Readers read both kinds "
+        "side by side, so turning it on or off needs no rewrite; a sidecar older than 0.2 "
+        "refuses a compressed segment (unsupported format) rather than misreading it.",
+        note="none | zstd",
+    )
+    compression_level: int = key(
+        parse_between(parse_int, -7, 22),
+        3,
+        'The zstd level of `cold.compression = "zstd"` (-7 .. 22; 1 is fastest of the usual '
+        "levels, 19 smallest; negative: faster still, larger).",
+    )
+    frame_size: int = key(
+        parse_between(parse_size, 1, MAX_FRAME_BYTES),
+        "1M",
+        "Uncompressed bytes per zstd frame of a compressed object: the least a read of any "
+        "range decodes (size, > 0, at most 1G).",
     )
 
 
