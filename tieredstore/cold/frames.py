@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 import numpy as np
@@ -45,8 +46,10 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "Compression",
     "FrameIndex",
+    "FrameSettings",
     "decode",
     "encode",
+    "encode_file",
     "seek_table_length",
     "tail_length",
 ]
@@ -70,6 +73,24 @@ class Compression(enum.Enum):
 
     NONE = "none"
     ZSTD = "zstd"
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSettings:
+    """How a writer compresses: frames of ``frame_bytes`` uncompressed bytes at zstd
+    ``level`` (``cold.frame_size``, ``cold.compression_level``)."""
+
+    frame_bytes: int = DEFAULT_FRAME_BYTES
+    level: int = DEFAULT_LEVEL
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.frame_bytes <= MAX_FRAME_BYTES:
+            raise ValueError(f"frame_bytes {self.frame_bytes} is not in [1, {MAX_FRAME_BYTES}]")
+
+    def compressor(self) -> zstandard.ZstdCompressor:
+        return zstandard.ZstdCompressor(
+            level=self.level, write_checksum=True, write_content_size=True
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -168,29 +189,42 @@ def seek_table_length(tail: bytes | memoryview) -> int:
     return _SKIPPABLE_HEADER + count * (12 if descriptor & 0x80 else 8) + FOOTER_BYTES
 
 
-def encode(data: bytes | memoryview, *, frame_bytes: int = DEFAULT_FRAME_BYTES,
-           level: int = DEFAULT_LEVEL) -> bytes:  # fmt: skip
-    """``data`` as a seekable zstd object of frames of ``frame_bytes`` (the last shorter).
-
-    Raises:
-        ValueError: ``frame_bytes`` outside ``[1, MAX_FRAME_BYTES]``.
-    """
-    if not 1 <= frame_bytes <= MAX_FRAME_BYTES:
-        raise ValueError(f"frame_bytes {frame_bytes} is not in [1, {MAX_FRAME_BYTES}]")
+def encode(data: bytes | memoryview, settings: FrameSettings = FrameSettings()) -> bytes:
+    """``data`` as a seekable zstd object of frames of ``settings.frame_bytes`` (the last
+    shorter; none for empty ``data``)."""
     view = memoryview(data).cast("B")
-    compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
+    compressor = settings.compressor()
     out: list[bytes] = []
     sizes: list[int] = []
-    for lo in range(0, view.nbytes, frame_bytes):
-        chunk = view[lo : lo + frame_bytes]
+    for lo in range(0, view.nbytes, settings.frame_bytes):
+        chunk = view[lo : lo + settings.frame_bytes]
         frame = compressor.compress(chunk)
         out.append(frame)
         sizes += (len(frame), chunk.nbytes)
-    count = len(out)
-    entries = np.asarray(sizes, dtype=_ENTRY).tobytes()
-    table = _HEADER.pack(SKIPPABLE_MAGIC, len(entries) + FOOTER_BYTES)
-    out += (table, entries, _FOOTER.pack(count, 0, SEEKABLE_MAGIC))
+    out.append(_seek_table(sizes))
     return b"".join(out)
+
+
+def encode_file(src: Path, dst: Path, settings: FrameSettings) -> int:
+    """Write ``src`` compressed to ``dst`` as :func:`encode` would (one frame in memory at
+    a time); return ``dst``'s size. Blocking: run it in a thread."""
+    compressor = settings.compressor()
+    sizes: list[int] = []
+    written = 0
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        while chunk := fin.read(settings.frame_bytes):
+            frame = compressor.compress(chunk)
+            written += fout.write(frame)
+            sizes += (len(frame), len(chunk))
+        written += fout.write(_seek_table(sizes))
+    return written
+
+
+def _seek_table(sizes: list[int]) -> bytes:
+    """The seek table of frames of (compressed, decompressed) ``sizes``, flattened."""
+    entries = np.asarray(sizes, dtype=_ENTRY).tobytes()
+    header = _HEADER.pack(SKIPPABLE_MAGIC, len(entries) + FOOTER_BYTES)
+    return header + entries + _FOOTER.pack(len(sizes) // 2, 0, SEEKABLE_MAGIC)
 
 
 def decode(index: FrameIndex, first: int, last: int, stored: bytes | memoryview, *,
