@@ -217,6 +217,7 @@ def _cold_writer(out: _Outside, paced: Backend, lease: Lease, retry: RetryPolicy
         batch_bytes=settings.tiering.read_batch_bytes,
         retry=retry,
         on_retry=lambda op: out.metrics.retries.labels(op).inc(),
+        frames=settings.cold.frames,
     )
 
 

@@ -40,8 +40,6 @@ import zstandard
 from tieredstore.errors import CorruptFrameError
 
 __all__ = [
-    "DEFAULT_FRAME_BYTES",
-    "DEFAULT_LEVEL",
     "FOOTER_BYTES",
     "MAX_FRAME_BYTES",
     "Compression",
@@ -54,8 +52,6 @@ __all__ = [
     "tail_length",
 ]
 
-DEFAULT_FRAME_BYTES: Final = 1 << 20
-DEFAULT_LEVEL: Final = 3
 #: A frame's uncompressed size must fit the seek table's ``uint32`` (with room for zstd's
 #: worst-case expansion of its compressed size).
 MAX_FRAME_BYTES: Final = 1 << 30
@@ -78,10 +74,11 @@ class Compression(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class FrameSettings:
     """How a writer compresses: frames of ``frame_bytes`` uncompressed bytes at zstd
-    ``level`` (``cold.frame_size``, ``cold.compression_level``)."""
+    ``level`` (``cold.frame_size``, ``cold.compression_level``: their defaults are
+    declared there)."""
 
-    frame_bytes: int = DEFAULT_FRAME_BYTES
-    level: int = DEFAULT_LEVEL
+    frame_bytes: int
+    level: int
 
     def __post_init__(self) -> None:
         if not 1 <= self.frame_bytes <= MAX_FRAME_BYTES:
@@ -189,7 +186,7 @@ def seek_table_length(tail: bytes | memoryview) -> int:
     return _SKIPPABLE_HEADER + count * (12 if descriptor & 0x80 else 8) + FOOTER_BYTES
 
 
-def encode(data: bytes | memoryview, settings: FrameSettings = FrameSettings()) -> bytes:
+def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
     """``data`` as a seekable zstd object of frames of ``settings.frame_bytes`` (the last
     shorter; none for empty ``data``)."""
     view = memoryview(data).cast("B")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
-from tieredstore.cold.frames import MAX_FRAME_BYTES
+from tieredstore.cold.frames import MAX_FRAME_BYTES, FrameSettings
 from tieredstore.settings.values import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -281,6 +281,13 @@ class ColdSettings(Section):
         "Uncompressed bytes per zstd frame of a compressed object: the least a read of any "
         "range decodes (size, > 0, at most 1G).",
     )
+
+    @property
+    def frames(self) -> FrameSettings | None:
+        """How writers compress new COMMIT_LOG objects; None when they write them plain."""
+        if self.compression == "none":
+            return None
+        return FrameSettings(self.frame_size, self.compression_level)
 
 
 @dataclass(frozen=True, slots=True)
