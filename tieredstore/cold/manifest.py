@@ -96,6 +96,11 @@ class ObjectRef:
     digest: str
     framed: Framed | None = None
 
+    @property
+    def stored_size(self) -> int:
+        """The object's size as stored (what a listing says): ``size`` when plain."""
+        return self.size if self.framed is None else self.framed.stored_size
+
     def fields(self) -> dict[str, object]:
         """The ref as the manifest's JSON spells it (a plain object: no compression keys)."""
         out: dict[str, object] = {"name": self.name, "size": self.size, "digest": self.digest}

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final, Self, TypeVar
 
-from tieredstore.cold.frames import MAX_FRAME_BYTES, FrameSettings
 from tieredstore.settings.values import (
     LOG_FORMATS,
     LOG_LEVELS,
@@ -67,6 +66,9 @@ __all__ = [
 
 _T = TypeVar("_T")
 _DECLARED: Final = "tieredstore.setting"
+#: The largest frame a seek table can describe (tieredstore.cold.frames.MAX_FRAME_BYTES;
+#: settings sit below the cold layer, so the limit is said here too, and checked equal).
+_MAX_FRAME_BYTES: Final = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,18 +278,11 @@ class ColdSettings(Section):
         "levels, 19 smallest; negative: faster still, larger).",
     )
     frame_size: int = key(
-        parse_between(parse_size, 1, MAX_FRAME_BYTES),
+        parse_between(parse_size, 1, _MAX_FRAME_BYTES),
         "1M",
         "Uncompressed bytes per zstd frame of a compressed object: the least a read of any "
         "range decodes (size, > 0, at most 1G).",
     )
-
-    @property
-    def frames(self) -> FrameSettings | None:
-        """How writers compress new COMMIT_LOG objects; None when they write them plain."""
-        if self.compression == "none":
-            return None
-        return FrameSettings(self.frame_size, self.compression_level)
 
 
 @dataclass(frozen=True, slots=True)

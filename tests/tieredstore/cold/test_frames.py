@@ -11,8 +11,16 @@ import zstandard
 
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cold.framed import Framed, read_range, read_whole
-from tieredstore.cold.frames import FrameIndex, FrameSettings, decode, encode, encode_file
+from tieredstore.cold.frames import (
+    MAX_FRAME_BYTES,
+    FrameIndex,
+    FrameSettings,
+    decode,
+    encode,
+    encode_file,
+)
 from tieredstore.errors import CorruptFrameError, DigestMismatchError
+from tieredstore.settings.declaration import SETTINGS, ColdSettings
 
 # Compressible but not trivial: records of a few shapes with varying bytes.
 DATA = b"".join(
@@ -152,3 +160,11 @@ def test_a_file_is_encoded_as_its_bytes_would_be(tmp_path: Path) -> None:
     src.write_bytes(DATA)
     assert encode_file(src, dst, FrameSettings(FRAME, 3)) == dst.stat().st_size
     assert dst.read_bytes() == encode(DATA, FrameSettings(FRAME, 3))
+
+
+def test_the_frame_size_setting_stops_at_the_largest_frame_a_seek_table_holds() -> None:
+    assert ColdSettings.default_of("frame_size") <= MAX_FRAME_BYTES
+    (frame_size,) = [s for s in SETTINGS if s.key == "cold.frame_size"]
+    assert frame_size.parse(MAX_FRAME_BYTES) == MAX_FRAME_BYTES
+    with pytest.raises(ValueError, match="between"):
+        frame_size.parse(MAX_FRAME_BYTES + 1)
