@@ -23,7 +23,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from tieredstore.cold.frames import FrameIndex, decode, seek_table_length, tail_length
+from tieredstore.cold.frames import (
+    FrameIndex,
+    decode,
+    decode_whole,
+    seek_table_length,
+    tail_length,
+)
 from tieredstore.errors import CorruptFrameError
 
 if TYPE_CHECKING:
@@ -110,7 +116,4 @@ async def read_whole(backend: Backend, key: str, framed: Framed | None) -> bytes
         CorruptFrameError: a framed object that does not decode (a cut one included).
     """
     data = await backend.read(key)
-    if framed is None:
-        return data
-    index = FrameIndex.parse(data, len(data), where=key)
-    return decode(index, 0, index.count, memoryview(data)[: int(index.at[-1])], where=key)
+    return data if framed is None else decode_whole(data, where=key)

@@ -46,6 +46,7 @@ __all__ = [
     "FrameIndex",
     "FrameSettings",
     "decode",
+    "decode_whole",
     "encode",
     "encode_file",
     "seek_table_length",
@@ -222,6 +223,16 @@ def _seek_table(sizes: list[int]) -> bytes:
     entries = np.asarray(sizes, dtype=_ENTRY).tobytes()
     header = _HEADER.pack(SKIPPABLE_MAGIC, len(entries) + FOOTER_BYTES)
     return header + entries + _FOOTER.pack(len(sizes) // 2, 0, SEEKABLE_MAGIC)
+
+
+def decode_whole(stored: bytes | memoryview, *, where: str) -> bytes:
+    """A whole seekable object's payload (``stored``: every byte of it).
+
+    Raises:
+        CorruptFrameError: as :meth:`FrameIndex.parse` and :func:`decode`.
+    """
+    index = FrameIndex.parse(stored, len(stored), where=where)
+    return decode(index, 0, index.count, memoryview(stored)[: int(index.at[-1])], where=where)
 
 
 def decode(index: FrameIndex, first: int, last: int, stored: bytes | memoryview, *,

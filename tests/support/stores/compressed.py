@@ -1,0 +1,27 @@
+"""Test helper: turn some of a local cold copy's segments into compressed ones, as a
+sidecar with ``cold.compression = "zstd"`` would have written them (manifest format 3,
+the COMMIT_LOG object as seekable zstd frames, size and digest those of the plain bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from tieredstore.cold.framed import Framed
+from tieredstore.cold.frames import FrameSettings, encode
+from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest
+
+#: Small frames, so every segment of a test store has several.
+TEST_FRAMES = FrameSettings(frame_bytes=4096, level=3)
+
+
+def compress_segment(cold: Path, m: Manifest, frames: FrameSettings = TEST_FRAMES) -> Manifest:
+    """Rewrite segment ``m`` under ``cold`` compressed; return its new manifest (same key)."""
+    cl_path = cold / m.commit_log_key
+    stored = encode(cl_path.read_bytes(), frames)
+    cl_path.write_bytes(stored)
+    ref = dataclasses.replace(m.commit_log, framed=Framed(len(stored)))
+    new = dataclasses.replace(m, format_version=COMPRESSED_VERSION, commit_log=ref)
+    (cold / new.key).write_bytes(new.to_json())
+    return new
