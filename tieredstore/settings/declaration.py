@@ -267,8 +267,9 @@ class ColdSettings(Section):
         "none",
         "How new COMMIT_LOG segment objects are stored: `none` (plain) or `zstd` (seekable "
         "zstd frames, which `zstd -d` decompresses; docs/format.md). Readers read both kinds "
-        "side by side, so turning it on or off needs no rewrite; a sidecar older than 0.2 "
-        "refuses a compressed segment (unsupported format) rather than misreading it.",
+        "side by side, so turning it on or off needs no rewrite; a tieredstore that reads "
+        "manifest formats 1 and 2 only refuses a compressed segment (unsupported format) "
+        "rather than misreading it. Batch objects are not compressed.",
         note="none | zstd",
     )
     compression_level: int = key(
