@@ -20,6 +20,7 @@ object gives, since digests cover the uncompressed bytes.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -35,7 +36,7 @@ from tieredstore.errors import CorruptFrameError
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
 
-__all__ = ["Framed", "read_range", "read_whole"]
+__all__ = ["Framed", "frame_index", "read_range", "read_range_with", "read_whole"]
 
 #: Seek tables kept (a 64 MiB segment in 1 MiB frames: about 600 bytes each).
 _CACHED_INDEXES: Final = 4096
@@ -62,19 +63,14 @@ async def frame_index(backend: Backend, key: str, framed: Framed) -> FrameIndex:
         CorruptFrameError: no valid seek table.
     """
     cache_key = (backend.url, key, framed.stored_size)
-    index = _indexes.get(cache_key)
-    if index is not None:
-        _indexes.move_to_end(cache_key)
-        return index
-    size = framed.stored_size
-    tail = await backend.read_exact(key, max(0, size - tail_length(_TAIL_FRAMES)), size)
-    table = seek_table_length(tail)
-    if table > len(tail) and table <= size:
-        tail = await backend.read_exact(key, size - table, size)
-    index = FrameIndex.parse(tail, size, where=key)
-    _indexes[cache_key] = index
-    if len(_indexes) > _CACHED_INDEXES:
-        _indexes.popitem(last=False)
+    index = _cached(cache_key)
+    if index is None:
+        size = framed.stored_size
+        tail = await backend.read_exact(key, max(0, size - tail_length(_TAIL_FRAMES)), size)
+        table = seek_table_length(tail)
+        if len(tail) < table <= size:
+            tail = await backend.read_exact(key, size - table, size)
+        index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
     return index
 
 
@@ -93,14 +89,67 @@ async def read_range(
     if framed is None:
         return await backend.read_exact(key, start, end)
     index = await frame_index(backend, key, framed)
+    first, last = _frames(index, key, start, end)
+    if first == last:
+        return b""
+    stored = await backend.read_exact(key, int(index.at[first]), int(index.at[last]))
+    return _cut(index, first, last, stored, key, start, end)
+
+
+def read_range_with(
+    fetch: Callable[[int, int], bytes], key: str, start: int, end: int, framed: Framed | None
+) -> bytes:
+    """:func:`read_range` for blocking readers (the Spark executors' fsspec reads):
+    ``fetch(a, b)`` returns stored bytes ``[a, b)`` of the object at ``key``, exactly
+    (shorter only at the object's end). Seek tables are cached by ``key`` and stored size.
+
+    Raises:
+        CorruptFrameError: as :func:`read_range`; also a fetch that came back short.
+    """
+    if framed is None:
+        return fetch(start, end)
+    cache_key = ("", key, framed.stored_size)
+    index = _cached(cache_key)
+    if index is None:
+        size = framed.stored_size
+        tail = fetch(max(0, size - tail_length(_TAIL_FRAMES)), size)
+        table = seek_table_length(tail)
+        if len(tail) < table <= size:
+            tail = fetch(size - table, size)
+        index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
+    first, last = _frames(index, key, start, end)
+    if first == last:
+        return b""
+    stored = fetch(int(index.at[first]), int(index.at[last]))
+    return _cut(index, first, last, stored, key, start, end)
+
+
+def _cached(cache_key: tuple[str, str, int]) -> FrameIndex | None:
+    index = _indexes.get(cache_key)
+    if index is not None:
+        _indexes.move_to_end(cache_key)
+    return index
+
+
+def _keep(cache_key: tuple[str, str, int], index: FrameIndex) -> FrameIndex:
+    _indexes[cache_key] = index
+    if len(_indexes) > _CACHED_INDEXES:
+        _indexes.popitem(last=False)
+    return index
+
+
+def _frames(index: FrameIndex, key: str, start: int, end: int) -> tuple[int, int]:
     if end > index.size:
         raise CorruptFrameError(
             f"holds {index.size} bytes decoded, the range read ends at {end}", where=key
         )
-    first, last = index.frames(start, end)
-    if first == last:
-        return b""
-    stored = await backend.read_exact(key, int(index.at[first]), int(index.at[last]))
+    return index.frames(start, end)
+
+
+def _cut(
+    index: FrameIndex, first: int, last: int, stored: bytes, key: str, start: int, end: int
+) -> bytes:
+    """Frames ``[first, last)`` decoded from ``stored``, cut to ``[start, end)``."""
     data = decode(index, first, last, stored, where=key)
     base = int(index.starts[first])
     if start == base and end - base == len(data):
