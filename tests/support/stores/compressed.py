@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tieredstore.cold.framed import Framed
 from tieredstore.cold.frames import FrameSettings, encode
-from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest
+from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest, read_manifest
 
 #: Small frames, so every segment of a test store has several.
 TEST_FRAMES = FrameSettings(frame_bytes=4096, level=3)
@@ -25,3 +25,10 @@ def compress_segment(cold: Path, m: Manifest, frames: FrameSettings = TEST_FRAME
     new = dataclasses.replace(m, format_version=COMPRESSED_VERSION, commit_log=ref)
     (cold / new.key).write_bytes(new.to_json())
     return new
+
+
+def compress_every_other(cold: Path) -> list[Manifest]:
+    """Compress every other segment (in key order) of the local cold store ``cold``;
+    return the compressed segments' manifests."""
+    keys = sorted(str(p.relative_to(cold)) for p in cold.rglob("MANIFEST/*.json"))
+    return [compress_segment(cold, read_manifest((cold / k).read_bytes(), k)) for k in keys[::2]]
