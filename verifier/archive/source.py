@@ -139,8 +139,8 @@ def read_partition(options: ArchiveOptions, part: SegmentPartition) -> Iterator[
         cl, cq = link.commit_log, link.consume_queue
         piece = SegmentSlice.whole(
             link,
-            _read(fs, root, link, cl.key, cl.at, cl.end),
-            _read(fs, root, link, cq.key, cq.at, cq.end),
+            _read(fs, root, link, cl.key, cl.at, cl.end, cl.framed),
+            _read(fs, root, link, cq.key, cq.at, cq.end, cq.framed),
             where=options.cold.url,
         )
     else:
@@ -155,7 +155,8 @@ def _read_part(
     cq, cl = link.consume_queue, link.commit_log
     rel = cq.at + (first - link.start_offset) * CQ_UNIT_SIZE
     units = decode_units(
-        _read(fs, root, link, cq.key, rel, rel + (end - first) * CQ_UNIT_SIZE), where=cq.key
+        _read(fs, root, link, cq.key, rel, rel + (end - first) * CQ_UNIT_SIZE, cq.framed),
+        where=cq.key,
     )
     lo, hi = record_span(check_units(link, first, units))
     cl_lo, cl_hi = cl.at + lo - link.cl_base, cl.at + hi - link.cl_base
@@ -170,7 +171,7 @@ def _read(
     key: str,
     start: int,
     end: int,
-    framed: Framed | None = None,
+    framed: Framed | None,
 ) -> bytes:
     """Bytes ``[start, end)`` of ``key``, decoded when ``framed`` (the one decoder)."""
     path = ColdLocation.path(root, key)
