@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.moto import S3Bucket
 from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tieredstore.backends import open_backend
@@ -139,3 +140,21 @@ async def test_gc_and_reconcile_find_compressed_segments_clean(store: Path, tmp_
         )  # fmt: skip
         assert scan.manifests > 0
         assert not scan.findings, scan.findings
+
+
+@pytest.mark.s3
+async def test_s3_holds_compressed_segments_that_read_back(
+    store: Path, tmp_path: Path, s3_bucket: S3Bucket
+) -> None:
+    """Over S3 (moto), where the uploader streams the encoded spool file in parts."""
+    url = f"{s3_bucket.url}/tiered"
+    await _tier(
+        store, url, tmp_path / "state", cold__endpoint_url=s3_bucket.endpoint_url,
+        cold__multipart_threshold="16K", **ZSTD,
+    )  # fmt: skip
+    async with open_backend(url, options=s3_bucket.options()) as backend:
+        assert set(await _versions(backend)) == {COMPRESSED_VERSION}
+        await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+        assert (
+            len(await _everything(backend, readahead=True)) == SPEC.messages - SPEC.messages // 50
+        )
