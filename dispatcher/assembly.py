@@ -38,7 +38,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock
-from tieredstore.cold.frames import FrameSettings
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.layout import lease_key
 from tieredstore.dispatcher import stopped_file
 from tieredstore.dispatcher.background_loops import Periodic

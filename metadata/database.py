@@ -25,7 +25,7 @@ from typing import Any, Final, Required, Self, TypedDict, TypeVar
 
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import Clock, SystemClock
-from tieredstore.cold.framed import Framed
+from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.layout import broker_prefix, object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError, CatalogueMismatchError, ConfigError

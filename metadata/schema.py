@@ -173,7 +173,7 @@ _V5: Final = (
 )
 
 # 0.2: a segment's COMMIT_LOG object may be stored compressed (manifest format 3,
-# tieredstore.cold.frames); NULL for a plain one (every row before this version).
+# tieredstore.cold.compressed.frames); NULL for a plain one (every row before this version).
 _V6: Final = ("ALTER TABLE segments ADD COLUMN cl_stored_size INTEGER CHECK (cl_stored_size >= 0)",)
 
 #: Every migration, in order. Append; never edit one that has shipped.

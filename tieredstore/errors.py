@@ -270,7 +270,7 @@ class DigestMismatchError(ColdDataError):
 
 class CorruptFrameError(DigestMismatchError):
     """A compressed (seekable zstd) object whose seek table or a frame does not decode or
-    fails its checksum (tieredstore.cold.frames). A kind of digest mismatch: the stored
+    fails its checksum (tieredstore.cold.compressed.frames). A kind of digest mismatch: the stored
     bytes are not the bytes their commit point describes, whichever way they are stored."""
 
 

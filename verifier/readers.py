@@ -46,8 +46,8 @@ from tieredstore.backends.factory import COMMAND_RETRY, probe
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
 from tieredstore.cold.batch import BatchFence, BatchHead, head_reads
+from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.frames import decode_whole
 from tieredstore.cold.history import Committed, EntryKind, Span, Withdrawal, choose, slices_of
 from tieredstore.cold.layout import (
     LossKey,

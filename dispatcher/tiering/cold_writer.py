@@ -41,7 +41,7 @@ from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import Withdrawn
-from tieredstore.cold.frames import FrameSettings
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import (
     QueuePath,

@@ -9,7 +9,7 @@ memory per upload is one chunk whatever the segment size, and a retried upload w
 the same spool file again.
 
 With ``cold.compression = "zstd"`` (``frames`` given) the spool file is first encoded
-beside itself (``<spool>.zst``, seekable zstd frames: :mod:`tieredstore.cold.frames`, in
+beside itself (``<spool>.zst``, seekable zstd frames: :mod:`tieredstore.cold.compressed.frames`, in
 a thread, one frame in memory) and that file is uploaded; size and digest stay those of
 the uncompressed bytes, the stored size goes to the manifest (format 3).
 """
@@ -24,9 +24,9 @@ from typing import cast
 import numpy as np
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.compressed.frames import FrameSettings, encode_file
 from tieredstore.cold.digests import digest
-from tieredstore.cold.framed import Framed
-from tieredstore.cold.frames import FrameSettings, encode_file
 from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
 from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.errors import StoreError

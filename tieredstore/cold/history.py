@@ -44,8 +44,8 @@ from tieredstore.cold.batch import (
     consume_queue_span,
     head_reads,
 )
+from tieredstore.cold.compressed.framed import Framed, read_range, read_whole
 from tieredstore.cold.digests import DigestAlgorithm
-from tieredstore.cold.framed import Framed, read_range, read_whole
 from tieredstore.cold.layout import (
     ObjectKey,
     QueuePath,
@@ -94,7 +94,7 @@ class EntryKind(enum.Enum):
 class Span:
     """Bytes ``[at, at + size)`` of object ``key`` (``object_size`` bytes in all), whose
     digest is ``digest``. All in uncompressed coordinates: ``framed`` says the object is
-    stored compressed (:mod:`tieredstore.cold.framed`; None: plain), which only
+    stored compressed (:mod:`tieredstore.cold.compressed.framed`; None: plain), which only
     :func:`read_span` and :func:`span_bytes` need to know."""
 
     key: str

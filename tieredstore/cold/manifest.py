@@ -9,7 +9,7 @@ so a segment exists exactly when its manifest does; the catalogue can
 always be rebuilt from manifests.
 
 Format versions: 3 is 2 with a compressed COMMIT_LOG object (seekable zstd frames,
-:mod:`tieredstore.cold.frames`): its ref adds ``compression`` (``"zstd"``) and
+:mod:`tieredstore.cold.compressed.frames`): its ref adds ``compression`` (``"zstd"``) and
 ``stored_size``, while ``size`` and ``digest`` stay those of the uncompressed bytes; a
 manifest of plain objects is still written as 2, so a reader without compression refuses
 exactly the segments it cannot read (:class:`~tieredstore.errors.UnsupportedFormatError`).
@@ -39,8 +39,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
+from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.digests import WRITTEN, DigestAlgorithm
-from tieredstore.cold.framed import Framed
 from tieredstore.cold.layout import (
     MAX_OFFSET,
     QueuePath,

@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
-from tieredstore.cold.framed import read_range
+from tieredstore.cold.compressed.framed import read_range
 from tieredstore.cold.history import (
     BatchLinks,
     Committed,
@@ -548,7 +548,7 @@ class ColdReader(_SegmentIndex):
 
         A missing object under a commit point that is gone too was expired (or, for a
         batch, compacted and collected) while we read: that is an offset out of range,
-        not damage. A compressed object is decoded (:mod:`tieredstore.cold.framed`), not
+        not damage. A compressed object is decoded (:mod:`tieredstore.cold.compressed.framed`), not
         cached by the read-ahead, whose parts are stored bytes.
         """
         span = link.commit_log if key == link.commit_log.key else link.consume_queue

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
+from tieredstore.cold.compressed.framed import read_whole
 from tieredstore.cold.digests import digest
-from tieredstore.cold.framed import read_whole
 from tieredstore.cold.history import Committed, EntryKind, Span, as_link
 from tieredstore.cold.manifest import Manifest, read_manifest
 from tieredstore.errors import (

@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.compressed.framed import read_range
 from tieredstore.cold.digests import Hasher, hasher
-from tieredstore.cold.framed import read_range
 from tieredstore.cold.history import Committed
 from tieredstore.cold.segment import MIN_RECORD_SIZE, check_record_heads, span_fault
 from tieredstore.errors import CorruptUnitError, DigestMismatchError

@@ -66,7 +66,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 _DECLARED: Final = "tieredstore.setting"
-#: The largest frame a seek table can describe (tieredstore.cold.frames.MAX_FRAME_BYTES;
+#: The largest frame a seek table can describe (tieredstore.cold.compressed.frames.MAX_FRAME_BYTES;
 #: settings sit below the cold layer, so the limit is said here too, and checked equal).
 _MAX_FRAME_BYTES: Final = 1 << 30
 

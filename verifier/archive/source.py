@@ -37,7 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from tieredstore.cold.framed import Framed, read_range_with
+from tieredstore.cold.compressed.framed import Framed, read_range_with
 from tieredstore.cold.history import Committed
 from tieredstore.cold.reader import check_units
 from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError

@@ -52,9 +52,9 @@ from typing import Any
 import numpy as np
 from fsspec.spec import AbstractFileSystem
 
+from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.fingerprint import Leaf, QueuePrint
-from tieredstore.cold.frames import decode_whole
 from tieredstore.cold.history import (
     Committed,
     EntryKind,

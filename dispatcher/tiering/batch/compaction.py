@@ -18,7 +18,7 @@ objects (:mod:`tieredstore.cold.batch`). A pass of the :class:`Compactor` rewrit
 4. **Write**: the commit-log spans concatenated are the segment's COMMIT_LOG, the
    consume-queue spans concatenated its CONSUME_QUEUE (units already hold absolute cold
    commitlog offsets; with ``cold.compression = "zstd"`` the COMMIT_LOG is written as
-   seekable zstd frames, :mod:`tieredstore.cold.frames`), uploaded under a fresh
+   seekable zstd frames, :mod:`tieredstore.cold.compressed.frames`), uploaded under a fresh
    attempt's names as every segment is
    (:meth:`ColdWriter.upload_attempt <tieredstore.dispatcher.tiering.cold_writer.ColdWriter.
    upload_attempt>`), the lease checked before each object.
@@ -49,9 +49,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.compressed.frames import encode
 from tieredstore.cold.digests import digest
-from tieredstore.cold.framed import Framed
-from tieredstore.cold.frames import encode
 from tieredstore.cold.history import Committed, span_bytes
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest, read_stored

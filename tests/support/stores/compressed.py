@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tieredstore.cold.framed import Framed
-from tieredstore.cold.frames import FrameSettings, encode
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.compressed.frames import FrameSettings, encode
 from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest, read_manifest
 
 #: Small frames, so every segment of a test store has several.

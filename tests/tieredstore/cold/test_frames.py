@@ -10,8 +10,8 @@ import pytest
 import zstandard
 
 from tieredstore.backends.memory import MemoryBackend
-from tieredstore.cold.framed import Framed, read_range, read_whole
-from tieredstore.cold.frames import (
+from tieredstore.cold.compressed.framed import Framed, read_range, read_whole
+from tieredstore.cold.compressed.frames import (
     MAX_FRAME_BYTES,
     FrameIndex,
     FrameSettings,

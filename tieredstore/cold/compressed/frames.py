@@ -18,7 +18,7 @@ object's tail (:func:`tail_length` says how many bytes of it to read); :meth:`Fr
 says which compressed bytes a range ``[start, end)`` in *uncompressed* coordinates needs and
 :func:`decode` decodes them. An empty payload is an object of no frames (a seek table
 alone). Everything here is pure Python over ``zstandard`` and numpy, one Python step
-per frame (never per record); I/O is :mod:`tieredstore.cold.framed`'s.
+per frame (never per record); I/O is :mod:`tieredstore.cold.compressed.framed`'s.
 
 Damage is :class:`~tieredstore.errors.CorruptFrameError` (a kind of
 :class:`~tieredstore.errors.DigestMismatchError`: a flipped byte in a compressed object
@@ -170,7 +170,7 @@ class FrameIndex:
 def tail_length(frame_count_bound: int) -> int:
     """Bytes of an object's tail that hold its seek table when it has at most
     ``frame_count_bound`` frames (a reader reads that much and parses; a larger table
-    is read again whole: :mod:`tieredstore.cold.framed`)."""
+    is read again whole: :mod:`tieredstore.cold.compressed.framed`)."""
     return _SKIPPABLE_HEADER + 12 * frame_count_bound + FOOTER_BYTES
 
 

@@ -2,7 +2,7 @@
 
 Every reader of COMMIT_LOG data asks for a range of the bytes its commit point describes
 (a manifest's sizes, a batch slice's span) and gets exactly those, whether the object is
-stored plain or as seekable zstd frames (:mod:`tieredstore.cold.frames`). How an object
+stored plain or as seekable zstd frames (:mod:`tieredstore.cold.compressed.frames`). How an object
 is stored comes from what the caller already read — the manifest or the batch head —
 as a :class:`Framed` (``None``: plain), never from the object's first bytes.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from tieredstore.cold.frames import (
+from tieredstore.cold.compressed.frames import (
     FrameIndex,
     decode,
     decode_whole,
