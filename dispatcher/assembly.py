@@ -38,6 +38,7 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.retry import RetryPolicy
 from tieredstore.backends.throttled import ThrottledBackend
 from tieredstore.clock import Clock
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.layout import lease_key
 from tieredstore.dispatcher import stopped_file
 from tieredstore.dispatcher.background_loops import Periodic
@@ -217,6 +218,11 @@ def _cold_writer(out: _Outside, paced: Backend, lease: Lease, retry: RetryPolicy
         batch_bytes=settings.tiering.read_batch_bytes,
         retry=retry,
         on_retry=lambda op: out.metrics.retries.labels(op).inc(),
+        frames=(
+            None
+            if settings.cold.compression == "none"
+            else FrameSettings(settings.cold.frame_size, settings.cold.compression_level)
+        ),
     )
 
 

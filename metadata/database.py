@@ -25,6 +25,7 @@ from typing import Any, Final, Required, Self, TypedDict, TypeVar
 
 from tieredstore.backends.factory import canonical_cold_url
 from tieredstore.clock import Clock, SystemClock
+from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.layout import broker_prefix, object_name
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.errors import CatalogueError, CatalogueMismatchError, ConfigError
@@ -64,7 +65,8 @@ QUEUE_COLUMNS: Final = (
 SEGMENT_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, cl_size, cl_digest, "
     "cq_size, cq_digest, digest_algorithm, min_store_timestamp, max_store_timestamp, "
-    "status, format_version, writer_id, lease_epoch, created_at_ms, manifest_key, attempt"
+    "status, format_version, writer_id, lease_epoch, created_at_ms, manifest_key, attempt, "
+    "cl_stored_size"
 )
 SLICE_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, batch_key, sequence, "
@@ -282,7 +284,8 @@ class CatalogueDatabase:
     def segment_row(self, r: Sequence[Any]) -> SegmentRow:
         (topic, qid, start, end, cl_base, cl_end, cl_size, cl_digest, cq_size, cq_digest,
          algorithm, ts_min, ts_max, status, version, writer, epoch, created, _key,
-         attempt) = r  # fmt: skip
+         attempt, cl_stored) = r  # fmt: skip
+        framed = None if cl_stored is None else Framed(cl_stored)
         manifest = Manifest(
             format_version=version,
             cluster=self.cluster,
@@ -293,7 +296,7 @@ class CatalogueDatabase:
             end_offset=end,
             cl_base=cl_base,
             cl_end=cl_end,
-            commit_log=ObjectRef(object_name(cl_base, attempt), cl_size, cl_digest),
+            commit_log=ObjectRef(object_name(cl_base, attempt), cl_size, cl_digest, framed),
             consume_queue=ObjectRef(object_name(start * CQ_UNIT_SIZE, attempt), cq_size, cq_digest),
             digest_algorithm=algorithm,
             min_store_timestamp=ts_min,

@@ -289,7 +289,7 @@ def _check_rows(
         m = seg.manifest
         expected = (
             ("manifest", m.key, len(m.to_json())),
-            ("commit-log object", m.commit_log_key, m.commit_log.size),
+            ("commit-log object", m.commit_log_key, m.commit_log.stored_size),
             ("consume-queue object", m.consume_queue_key, m.consume_queue.size),
         )
         for what, key, size in expected:
@@ -662,7 +662,7 @@ async def _load(
         found.issue(FindingKind.CORRUPT_MANIFEST, key.key, exc.message)
         return None
     for what, obj_key, size in (
-        ("commit-log object", manifest.commit_log_key, manifest.commit_log.size),
+        ("commit-log object", manifest.commit_log_key, manifest.commit_log.stored_size),
         ("consume-queue object", manifest.consume_queue_key, manifest.consume_queue.size),
     ):
         info = listing.get(obj_key)

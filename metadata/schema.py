@@ -172,6 +172,10 @@ _V5: Final = (
     "CREATE UNIQUE INDEX slices_by_end ON slices (topic, queue_id, end_offset)",
 )
 
+# 0.2: a segment's COMMIT_LOG object may be stored compressed (manifest format 3,
+# tieredstore.cold.compressed.frames); NULL for a plain one (every row before this version).
+_V6: Final = ("ALTER TABLE segments ADD COLUMN cl_stored_size INTEGER CHECK (cl_stored_size >= 0)",)
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queues, segments, leases, identity", _V1),
@@ -179,6 +183,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(3, "losses: offsets deleted before tiering, accepted by resume", _V3),
     Migration(4, "identity.cold_url: the cold store this catalogue caches", _V4),
     Migration(5, "slices: batch slices committed and not yet compacted", _V5),
+    Migration(6, "segments.cl_stored_size: a compressed COMMIT_LOG object's size", _V6),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -73,6 +73,7 @@ __all__ = [
     "ConfigError",
     "CorruptBatchError",
     "CorruptDataError",
+    "CorruptFrameError",
     "CorruptLossRecordError",
     "CorruptManifestError",
     "CorruptProvenanceError",
@@ -265,6 +266,12 @@ class SizeMismatchError(ColdDataError):
 
 class DigestMismatchError(ColdDataError):
     """An object's digest differs from the digest its manifest records."""
+
+
+class CorruptFrameError(DigestMismatchError):
+    """A compressed (seekable zstd) object whose seek table or a frame does not decode or
+    fails its checksum (tieredstore.cold.compressed.frames). A kind of digest mismatch: the stored
+    bytes are not the bytes their commit point describes, whichever way they are stored."""
 
 
 class BackendError(FatalError):

@@ -46,6 +46,7 @@ from tieredstore.backends.factory import COMMAND_RETRY, probe
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
 from tieredstore.cold.batch import BatchFence, BatchHead, head_reads
+from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.history import Committed, EntryKind, Span, Withdrawal, choose, slices_of
 from tieredstore.cold.layout import (
@@ -78,6 +79,7 @@ from tieredstore.errors import (
     ColdStoreUnreachableError,
     ConfigError,
     CorruptBatchError,
+    CorruptFrameError,
     CorruptLossRecordError,
     CorruptManifestError,
     CorruptProvenanceError,
@@ -575,6 +577,7 @@ class ManifestTask:
             "cq_at": 0,
             "cl_object_size": m.commit_log.size,
             "cq_object_size": m.consume_queue.size,
+            "cl_stored_size": None if m.commit_log.framed is None else m.commit_log.stored_size,
         }
 
 
@@ -942,17 +945,28 @@ class _SegmentRun:
         key, listed = seg[f"{which}_key"], seg[f"{which}_listed_size"]
         at, size = seg[f"{which}_at"], seg[f"{which}_size"]
         says = "its batch index" if seg["link"] == schemas.LINK_SLICE else "its manifest"
-        fact = ObjectRead(key, listed, seg[f"{which}_object_size"], size, says=says)
-        if not read or listed is None or listed != seg[f"{which}_object_size"]:
+        stored = seg.get(f"{which}_stored_size")  # a compressed object's; None: plain
+        recorded = seg[f"{which}_object_size"] if stored is None else stored
+        fact = ObjectRead(key, listed, recorded, size, says=says)
+        if not read or listed is None or listed != recorded:
             return fact, None
         path = ColdLocation.path(self.root, key)
         try:
-            whole = at == 0 and size == listed
+            whole = stored is not None or (at == 0 and size == listed)
             data: bytes = (
                 self.fs.cat_file(path) if whole else self.fs.cat_file(path, start=at, end=at + size)
             )
         except FileNotFoundError:
             data = b""
+        if stored is not None and len(data) == stored:
+            try:
+                data = decode_whole(data, where=key)
+            except CorruptFrameError as exc:  # a flipped byte: the digest finding
+                undecodable = f"undecodable ({exc.message})"
+                expected = seg[f"{which}_digest"]
+                return dataclasses.replace(
+                    fact, read=size, actual=undecodable, expected=expected
+                ), None
         if len(data) != size:
             return dataclasses.replace(fact, read=len(data)), None
         algorithm = DigestAlgorithm.for_hex(seg[f"{which}_digest"])

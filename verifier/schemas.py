@@ -120,6 +120,8 @@ SEGMENTS: Final = StructType(
         _s("cq_at", LongType(), True),
         _s("cl_object_size", LongType(), True),
         _s("cq_object_size", LongType(), True),
+        # A compressed COMMIT_LOG object's stored size (manifest format 3); null: plain.
+        _s("cl_stored_size", LongType(), True),
         # Set on the driver once every link is read (null in the tasks' output): the link
         # covers its offsets for the queue's coverage. Every valid segment does (one that
         # overlaps another is an ``overlap``); a slice does when the one reading rule
@@ -166,6 +168,7 @@ SEGMENT_WORK: Final = StructType(
         _s("cq_at", LongType()),
         _s("cl_object_size", LongType()),
         _s("cq_object_size", LongType()),
+        _s("cl_stored_size", LongType(), True),  # as in SEGMENTS
         _s("link", StringType()),
         _s("covers", BooleanType()),
         _s("hot_present", BooleanType()),

@@ -316,7 +316,7 @@ def _check_manifests(
     out: list[Finding] = []
     for m in manifests:
         for what, key, size in (
-            ("commit-log object", m.commit_log_key, m.commit_log.size),
+            ("commit-log object", m.commit_log_key, m.commit_log.stored_size),
             ("consume-queue object", m.consume_queue_key, m.consume_queue.size),
         ):
             info = listing.get(key)

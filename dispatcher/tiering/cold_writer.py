@@ -41,6 +41,7 @@ from tieredstore.backends.retry import RetryPolicy, retry_call
 from tieredstore.canonical_json import canonical
 from tieredstore.clock import Clock
 from tieredstore.cold.batch import Withdrawn
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import (
     QueuePath,
@@ -54,6 +55,7 @@ from tieredstore.cold.layout import (
     retiered_key,
 )
 from tieredstore.cold.manifest import (
+    COMPRESSED_VERSION,
     DIGEST_ALGORITHM,
     FORMAT_VERSION,
     FenceMarker,
@@ -131,6 +133,7 @@ class ColdWriter:
         batch_bytes: int,
         retry: RetryPolicy,
         on_retry: Callable[[str], None] | None = None,
+        frames: FrameSettings | None = None,
     ) -> None:
         self.backend = backend
         self.hot = hot
@@ -142,6 +145,8 @@ class ColdWriter:
         self.batch_bytes = batch_bytes
         self.retry = retry
         self.on_retry = on_retry
+        #: How new COMMIT_LOG objects are compressed (None: written plain).
+        self.frames = frames
         self.continuity = Continuity(hot, catalogue, backend)
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
@@ -182,7 +187,7 @@ class ColdWriter:
         async def write(cl_key: str, cq_key: str) -> UploadedObjects:
             return await upload_objects(
                 plan, spooled, backend=self.backend, cl_key=cl_key, cq_key=cq_key,
-                cl_base=cl_base, batch_bytes=self.batch_bytes, check=check,
+                cl_base=cl_base, batch_bytes=self.batch_bytes, check=check, frames=self.frames,
             )  # fmt: skip
 
         attempt, uploaded = await self.upload_attempt(queue, plan.start, cl_base, write)
@@ -232,7 +237,7 @@ class ColdWriter:
         naming the objects :meth:`upload_attempt` wrote for ``attempt``."""
         cq_base = start * CQ_UNIT_SIZE
         return Manifest(
-            format_version=FORMAT_VERSION,
+            format_version=FORMAT_VERSION if up.cl_framed is None else COMPRESSED_VERSION,
             cluster=self.cluster,
             broker=self.broker,
             topic=queue.topic,
@@ -241,7 +246,9 @@ class ColdWriter:
             end_offset=end,
             cl_base=cl_base,
             cl_end=cl_base + up.cl_size,
-            commit_log=ObjectRef(object_name(cl_base, attempt), up.cl_size, up.cl_digest),
+            commit_log=ObjectRef(
+                object_name(cl_base, attempt), up.cl_size, up.cl_digest, up.cl_framed
+            ),
             consume_queue=ObjectRef(object_name(cq_base, attempt), up.cq_size, up.cq_digest),
             digest_algorithm=DIGEST_ALGORITHM,
             min_store_timestamp=up.min_store_timestamp,

@@ -30,7 +30,14 @@ import hashlib
 from tieredstore.backends.base import Backend
 from tieredstore.cold.batch import BatchHead
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.history import Committed, EntryKind, read_batch, slices_of, span_bytes
+from tieredstore.cold.history import (
+    Committed,
+    EntryKind,
+    read_batch,
+    read_span,
+    slices_of,
+    span_bytes,
+)
 from tieredstore.errors import (
     CorruptBatchError,
     Damage,
@@ -100,7 +107,7 @@ class Continuity:
         if link.kind is EntryKind.SLICE:
             return _masked((await self._slice_bytes(link))[-size:]) == _masked(hot_bytes)
         try:
-            cold_bytes = await self.backend.read_exact(span.key, span.end - size, span.end)
+            cold_bytes = await read_span(self.backend, span, span.size - size, span.size)
         except ObjectNotFoundError:
             return False
         return _masked(cold_bytes) == _masked(hot_bytes)

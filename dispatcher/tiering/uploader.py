@@ -7,6 +7,11 @@ that file is handed to :meth:`Backend.write_file`: streamed in chunks of ``batch
 lease checked before every chunk (S3: multipart parts), or on POSIX hard-linked into place, so
 memory per upload is one chunk whatever the segment size, and a retried upload writes
 the same spool file again.
+
+With ``cold.compression = "zstd"`` (``frames`` given) the spool file is first encoded
+beside itself (``<spool>.zst``, seekable zstd frames: :mod:`tieredstore.cold.compressed.frames`, in
+a thread, one frame in memory) and that file is uploaded; size and digest stay those of
+the uncompressed bytes, the stored size goes to the manifest (format 3).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import cast
 import numpy as np
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.compressed.frames import FrameSettings, encode_file
 from tieredstore.cold.digests import digest
 from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
 from tieredstore.dispatcher.tiering.planner import SegmentPlan
@@ -38,6 +45,8 @@ class UploadedObjects:
     cq_digest: str
     min_store_timestamp: int
     max_store_timestamp: int
+    #: How the COMMIT_LOG object is stored (None: plain).
+    cl_framed: Framed | None = None
 
 
 async def upload_objects(
@@ -50,6 +59,7 @@ async def upload_objects(
     cl_base: int,
     batch_bytes: int,
     check: Callable[[], None],
+    frames: FrameSettings | None = None,
 ) -> UploadedObjects:
     """Write the segment's COMMIT_LOG (from its spool file) and CONSUME_QUEUE objects
     concurrently.
@@ -57,7 +67,8 @@ async def upload_objects(
     The caller gives names unique to this upload attempt; the objects count only once a
     manifest names them. ``check`` runs before each chunk and before the CONSUME_QUEUE
     write; whatever it raises (the lease is lost) aborts the upload and no object of
-    this attempt is published past that point.
+    this attempt is published past that point. ``frames``: compress the COMMIT_LOG
+    object (None: upload it plain).
     """
     sizes = plan.units["size"].astype(np.int64)
     cold = cl_base + np.cumsum(sizes) - sizes
@@ -70,22 +81,28 @@ async def upload_objects(
     # Both objects at once: neither counts before the manifest, which the caller writes
     # only after both returned. If one fails, the other finishes (or fails) before the
     # error is raised, so nothing of this attempt is written afterwards.
-    written = await asyncio.gather(
-        backend.write_file(cl_key, spooled.path, chunk_bytes=batch_bytes, check=check),
-        write_cq(),
-        return_exceptions=True,
-    )
+    source, stored = spooled.path, spooled.size
+    if frames is not None:
+        source = spooled.path.with_name(spooled.path.name + ".zst")
+        stored = await asyncio.to_thread(encode_file, spooled.path, source, frames)
+    try:
+        written = await asyncio.gather(
+            backend.write_file(cl_key, source, chunk_bytes=batch_bytes, check=check),
+            write_cq(),
+            return_exceptions=True,
+        )
+    finally:
+        if frames is not None:
+            source.unlink(missing_ok=True)
     for outcome in written:
         if isinstance(outcome, BaseException):
             raise outcome
     cl_size = cast(int, written[0])
-    if cl_size != spooled.size:
-        raise StoreError(
-            f"wrote {cl_size} bytes from a spool file of {spooled.size}",
-            where=str(spooled.path),
-        )
+    if cl_size != stored:
+        raise StoreError(f"wrote {cl_size} bytes from a file of {stored}", where=str(source))
     return UploadedObjects(
-        cl_size=cl_size,
+        cl_size=spooled.size,
+        cl_framed=Framed(stored) if frames is not None else None,
         cl_digest=spooled.digest,
         cq_size=len(cq),
         cq_digest=digest(cq),

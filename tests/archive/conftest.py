@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from tests.fixtures_sidecar import Tier
 from tests.support.broker.make_golden import GOLDEN_STORE
 from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.compressed import compress_every_other
 from tieredstore.backends import open_backend
 from tieredstore.cold.history import Committed, load_history
 from tieredstore.cold.reader import ColdReader
@@ -124,3 +126,12 @@ def golden(tmp_path_factory: pytest.TempPathFactory, tier: Tier) -> Archive:
     # %RETRY% topics too: their names need escaping in exported partition directories.
     asyncio.run(tier(GOLDEN_STORE, str(root / "cold"), root / "state", tiering__include_retry=True))
     return Archive(root / "cold", {BROKER: GOLDEN_STORE})
+
+
+@pytest.fixture(scope="package")
+def compressed_archive(archive: Archive, tmp_path_factory: pytest.TempPathFactory) -> Archive:
+    """A copy of ``archive`` with every other segment compressed (manifest format 3)."""
+    root = tmp_path_factory.mktemp("compressed-archive")
+    shutil.copytree(archive.cold, root / "cold")
+    assert compress_every_other(root / "cold")
+    return Archive(root / "cold", archive.stores)

@@ -320,3 +320,10 @@ async def _rebatch(cold: str, manifests: list[Manifest]) -> str:
         taken = [parse_batch_key(info.key, prefix) for info in await backend.list(prefix)]
         sequence = 1 + max((s for s in taken if s is not None), default=-1)
         return await rebatch(backend, manifests, sequence=sequence)
+
+
+def test_the_data_source_reads_a_compressed_copy_as_the_plain_one(
+    spark_archive: SparkSession, archive: Archive, compressed_archive: Archive
+) -> None:
+    expected = rows(load(spark_archive, archive))
+    assert expected and rows(load(spark_archive, compressed_archive)) == expected

@@ -292,3 +292,13 @@ def test_export_shows_its_progress_and_a_human_final_line(
     ), final
     assert export(archive.cold, tmp_path / "quiet", "--progress", "off") == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.slow
+def test_export_of_a_compressed_copy_writes_the_same_rows(
+    archive: Archive, compressed_archive: Archive, tmp_path: Path
+) -> None:
+    assert export(archive.cold, tmp_path / "plain") == 0
+    assert export(compressed_archive.cold, tmp_path / "zstd") == 0
+    expected = read_back(tmp_path / "plain")
+    assert expected and read_back(tmp_path / "zstd") == expected

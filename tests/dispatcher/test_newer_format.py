@@ -50,7 +50,7 @@ async def test_a_newer_format_manifest_stops_the_queue_and_nothing_leaks(
         tiering__guard="none",
     )  # fmt: skip
     key = object_key(QueuePath(CLUSTER, BROKER, TOPIC, 0), SegmentKind.MANIFEST, 0)
-    newer = {"format_version": 3, "segment": {"start": 0, "end": 90}, "writer_id": "v0.9"}
+    newer = {"format_version": 4, "segment": {"start": 0, "end": 90}, "writer_id": "v0.9"}
     (cold / key).parent.mkdir(parents=True)
     (cold / key).write_bytes(json.dumps(newer).encode())
     async with open_runtime(settings) as rt:
@@ -91,7 +91,7 @@ async def test_status_shows_a_stopped_queue_until_the_next_start(
     )
     key = object_key(QueuePath(CLUSTER, BROKER, TOPIC, 1), SegmentKind.MANIFEST, 0)
     (cold / key).parent.mkdir(parents=True)
-    (cold / key).write_text(json.dumps({"format_version": 3, "segment": {"start": 0}}))
+    (cold / key).write_text(json.dumps({"format_version": 4, "segment": {"start": 0}}))
     flags = ["--store", str(store), "--state-dir", str(state), "--cluster", CLUSTER,
              "--broker", BROKER]  # fmt: skip
 

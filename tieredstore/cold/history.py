@@ -44,6 +44,7 @@ from tieredstore.cold.batch import (
     consume_queue_span,
     head_reads,
 )
+from tieredstore.cold.compressed.framed import Framed, read_range, read_whole
 from tieredstore.cold.digests import DigestAlgorithm
 from tieredstore.cold.layout import (
     ObjectKey,
@@ -92,13 +93,16 @@ class EntryKind(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Span:
     """Bytes ``[at, at + size)`` of object ``key`` (``object_size`` bytes in all), whose
-    digest is ``digest``."""
+    digest is ``digest``. All in uncompressed coordinates: ``framed`` says the object is
+    stored compressed (:mod:`tieredstore.cold.compressed.framed`; None: plain), which only
+    :func:`read_span` and :func:`span_bytes` need to know."""
 
     key: str
     at: int
     size: int
     digest: str
     object_size: int
+    framed: Framed | None = None
 
     @property
     def end(self) -> int:
@@ -166,7 +170,7 @@ class Committed(QueueOffsets, OfQueue):
             end_offset=m.end_offset,
             cl_base=m.cl_base,
             cl_end=m.cl_end,
-            commit_log=Span(m.commit_log_key, 0, cl.size, cl.digest, cl.size),
+            commit_log=Span(m.commit_log_key, 0, cl.size, cl.digest, cl.size, cl.framed),
             consume_queue=Span(m.consume_queue_key, 0, cq.size, cq.digest, cq.size),
             digest_algorithm=m.digest_algorithm,
             min_store_timestamp=m.min_store_timestamp,
@@ -316,19 +320,24 @@ def as_link(x: Committed | Manifest) -> Committed:
 
 
 async def read_span(backend: Backend, span: Span, start: int, end: int) -> bytes:
-    """Bytes ``[start, end)`` relative to ``span`` (refused outside it)."""
+    """Bytes ``[start, end)`` relative to ``span`` (refused outside it), decoded.
+
+    Raises:
+        CorruptFrameError: a compressed object that does not decode.
+    """
     if not 0 <= start <= end <= span.size:
         raise ValueError(f"[{start}, {end}) is outside the span of {span.size} bytes")
-    return await backend.read_exact(span.key, span.at + start, span.at + end)
+    return await read_range(backend, span.key, span.at + start, span.at + end, span.framed)
 
 
 async def span_bytes(backend: Backend, span: Span) -> bytes:
     """All the bytes of ``span``. A whole object (a segment's) is read whole, so one longer
     or shorter than its commit point says keeps its size and a size check sees it; a span
-    inside a larger object (a slice's) is a range read of exactly its bytes."""
+    inside a larger object (a slice's) is a range read of exactly its bytes. Decoded, for a
+    compressed object (a cut one is a :class:`~tieredstore.errors.CorruptFrameError`)."""
     if span.whole:
-        return await backend.read(span.key)
-    return await backend.read_exact(span.key, span.at, span.end)
+        return await read_whole(backend, span.key, span.framed)
+    return await read_range(backend, span.key, span.at, span.end, span.framed)
 
 
 @dataclass(slots=True)

@@ -8,9 +8,14 @@ who wrote it (writer id, lease epoch, creation time). It is written after both o
 so a segment exists exactly when its manifest does; the catalogue can
 always be rebuilt from manifests.
 
-Format versions: 2 (written since 0.2) names each data object with its upload attempt
+Format versions: 3 is 2 with a compressed COMMIT_LOG object (seekable zstd frames,
+:mod:`tieredstore.cold.compressed.frames`): its ref adds ``compression`` (``"zstd"``) and
+``stored_size``, while ``size`` and ``digest`` stay those of the uncompressed bytes; a
+manifest of plain objects is still written as 2, so a reader without compression refuses
+exactly the segments it cannot read (:class:`~tieredstore.errors.UnsupportedFormatError`).
+2 (written since 0.2) names each data object with its upload attempt
 (``<name(base)>.<attempt>``, the same attempt for both objects; see
-:mod:`tieredstore.cold.layout`); 1 (0.1.0) names them by base offset alone. Both are read;
+:mod:`tieredstore.cold.layout`); 1 (0.1.0) names them by base offset alone. All are read;
 object keys always come from the names recorded here, never from the offsets.
 
 A **fence marker** (:class:`FenceMarker`) may stand at a manifest key instead of a
@@ -34,6 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
+from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.digests import WRITTEN, DigestAlgorithm
 from tieredstore.cold.layout import (
     MAX_OFFSET,
@@ -44,10 +50,11 @@ from tieredstore.cold.layout import (
     object_name,
     parse_object_key,
 )
-from tieredstore.errors import CorruptManifestError, InvalidNameError
+from tieredstore.errors import CorruptManifestError, InvalidNameError, UnsupportedFormatError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 __all__ = [
+    "COMPRESSED_VERSION",
     "DIGEST_ALGORITHM",
     "FENCE_VERSION",
     "FORMAT_VERSION",
@@ -63,8 +70,12 @@ __all__ = [
 ]
 
 FORMAT_VERSION: Final = 2
+#: The format of a manifest whose COMMIT_LOG object is compressed.
+COMPRESSED_VERSION: Final = 3
 #: Every manifest format this tieredstore reads (1: 0.1.0 layout without attempts).
-READABLE_VERSIONS: Final = frozenset({1, 2})
+READABLE_VERSIONS: Final = frozenset({1, 2, 3})
+#: The one compression a format-3 object names (seekable zstd frames).
+_ZSTD: Final = "zstd"
 #: The fence-marker format this tieredstore writes and reads.
 FENCE_VERSION: Final = 1
 #: The digest algorithm new manifests record (older ones may name another; both read).
@@ -75,11 +86,27 @@ _HEXDIGITS: Final = frozenset("0123456789abcdef")
 
 @dataclass(frozen=True, slots=True)
 class ObjectRef:
-    """One object of a segment as its manifest records it: name (not key), size, digest."""
+    """One object of a segment as its manifest records it: name (not key), size, digest.
+
+    ``size`` and ``digest`` are always those of the uncompressed bytes; ``framed`` is set
+    when the object is stored compressed (format 3; the COMMIT_LOG object only)."""
 
     name: str
     size: int
     digest: str
+    framed: Framed | None = None
+
+    @property
+    def stored_size(self) -> int:
+        """The object's size as stored (what a listing says): ``size`` when plain."""
+        return self.size if self.framed is None else self.framed.stored_size
+
+    def fields(self) -> dict[str, object]:
+        """The ref as the manifest's JSON spells it (a plain object: no compression keys)."""
+        out: dict[str, object] = {"name": self.name, "size": self.size, "digest": self.digest}
+        if self.framed is not None:
+            out |= {"compression": _ZSTD, "stored_size": self.framed.stored_size}
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +173,13 @@ class Manifest(QueueRecord):
             ("consume_queue", self.consume_queue, self.cq_base,
              CQ_UNIT_SIZE * self.message_count),
         )  # fmt: skip
+        framed = self.commit_log.framed
+        if (framed is not None) != (self.format_version == COMPRESSED_VERSION):
+            return f"format_version {self.format_version} with commit_log.framed {framed}"
+        if self.consume_queue.framed is not None:
+            return "consume_queue is compressed (only commit_log may be)"
+        if framed is not None and framed.stored_size < 0:
+            return f"commit_log.stored_size {framed.stored_size} < 0"
         attempt = _attempt_of(self.commit_log.name)
         if self.format_version >= 2 and not attempt:
             return f"commit_log.name {self.commit_log.name!r} lacks its upload attempt"
@@ -209,7 +243,10 @@ class Manifest(QueueRecord):
     # -- JSON ------------------------------------------------------------------------
     def to_json(self) -> bytes:
         """Canonical JSON: sorted keys, no whitespace, ASCII. ``from_json`` inverts it."""
-        return canonical(asdict(self))
+        doc = asdict(self)
+        doc["commit_log"] = self.commit_log.fields()
+        doc["consume_queue"] = self.consume_queue.fields()
+        return canonical(doc)
 
     @classmethod
     def from_json(cls, data: bytes, *, where: str) -> Manifest:
@@ -322,10 +359,20 @@ _MANIFEST_FIELDS: Final[dict[str, type]] = {
 
 def _object_ref(fields: Fields, name: str) -> ObjectRef:
     sub = fields.nested(name)
+    framed: Framed | None = None
+    if "compression" in sub.doc or "stored_size" in sub.doc:
+        compression = sub.scalar("compression", str)
+        if compression != _ZSTD:
+            raise UnsupportedFormatError(
+                f"{name}.compression {compression!r} (this tieredstore reads {_ZSTD!r})",
+                where=sub.where,
+            )
+        framed = Framed(sub.integer("stored_size"))
     ref = ObjectRef(
         name=str(sub.scalar("name", str)),
         size=sub.integer("size"),
         digest=str(sub.scalar("digest", str)),
+        framed=framed,
     )
     sub.no_extra()
     return ref

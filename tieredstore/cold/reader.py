@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
+from tieredstore.cold.compressed.framed import read_range
 from tieredstore.cold.history import (
     BatchLinks,
     Committed,
@@ -547,12 +548,14 @@ class ColdReader(_SegmentIndex):
 
         A missing object under a commit point that is gone too was expired (or, for a
         batch, compacted and collected) while we read: that is an offset out of range,
-        not damage.
+        not damage. A compressed object is decoded (:mod:`tieredstore.cold.compressed.framed`), not
+        cached by the read-ahead, whose parts are stored bytes.
         """
+        span = link.commit_log if key == link.commit_log.key else link.consume_queue
         try:
-            if self.readahead is None:
-                return Pieces.of(await self.backend.read_exact(key, start, end))
-            span = link.commit_log if key == link.commit_log.key else link.consume_queue
+            if self.readahead is None or span.framed is not None:
+                # A compressed object: the one decoder (frames, not read-ahead parts).
+                return Pieces.of(await read_range(self.backend, key, start, end, span.framed))
             return await self.readahead.read_pieces(key, start, end, span.object_size)
         except ObjectNotFoundError:
             if await self.backend.exists(link.key):

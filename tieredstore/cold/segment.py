@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 
+from tieredstore.cold.compressed.framed import read_whole
 from tieredstore.cold.digests import digest
 from tieredstore.cold.history import Committed, EntryKind, Span, as_link
 from tieredstore.cold.manifest import Manifest, read_manifest
@@ -512,7 +513,7 @@ async def read_segment(backend: Backend, manifest_key: str) -> Segment:
             match the manifest or each other (see :func:`verify_segment`).
     """
     manifest = read_manifest(await backend.read(manifest_key), manifest_key)
-    commit_log = await backend.read(manifest.commit_log_key)
+    commit_log = await read_whole(backend, manifest.commit_log_key, manifest.commit_log.framed)
     consume_queue = await backend.read(manifest.consume_queue_key)
     verify_segment(manifest, commit_log, consume_queue, where=backend.url)
     return Segment(manifest, commit_log, consume_queue)

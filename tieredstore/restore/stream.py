@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tieredstore.backends.base import Backend
+from tieredstore.cold.compressed.framed import read_range
 from tieredstore.cold.digests import Hasher, hasher
 from tieredstore.cold.history import Committed
 from tieredstore.cold.segment import MIN_RECORD_SIZE, check_record_heads, span_fault
@@ -125,7 +126,9 @@ async def segment_chunks(
     while offset < m.end_offset:
         n = min(m.end_offset - offset, _UNITS_PER_READ)
         rel = (offset - m.start_offset) * CQ_UNIT_SIZE
-        raw = await backend.read_exact(cq.key, cq.at + rel, cq.at + rel + n * CQ_UNIT_SIZE)
+        raw = await read_range(
+            backend, cq.key, cq.at + rel, cq.at + rel + n * CQ_UNIT_SIZE, cq.framed
+        )
         digests.feed(digests.cq, raw)
         units = decode_units(raw, where=m.consume_queue_key)
         if cold_next < 0:
@@ -140,7 +143,7 @@ async def segment_chunks(
             k = max(int(np.searchsorted(ends, limit, side="right")) - done, 1)
             sizes = sizes_all[done : done + k]
             lo = cl.at + cold_next - m.cl_base
-            data = await backend.read_exact(cl.key, lo, lo + int(sizes.sum()))
+            data = await read_range(backend, cl.key, lo, lo + int(sizes.sum()), cl.framed)
             digests.feed(digests.cl, data)
             arr = np.frombuffer(data, dtype=np.uint8)
             starts = np.concatenate((np.zeros(1, np.int64), np.cumsum(sizes)[:-1]))

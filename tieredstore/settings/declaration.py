@@ -26,6 +26,7 @@ from tieredstore.settings.values import (
     LOG_LEVELS,
     GuardMode,
     InitPolicy,
+    parse_between,
     parse_bool,
     parse_choice,
     parse_duration,
@@ -65,6 +66,9 @@ __all__ = [
 
 _T = TypeVar("_T")
 _DECLARED: Final = "tieredstore.setting"
+#: The largest frame a seek table can describe (tieredstore.cold.compressed.frames.MAX_FRAME_BYTES;
+#: settings sit below the cold layer, so the limit is said here too, and checked equal).
+_MAX_FRAME_BYTES: Final = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +261,28 @@ class ColdSettings(Section):
         "sidecars would rest on timing. Reading (`read`, `verify`) always works. See "
         "docs/reliability.md.",
         note="only for backends without atomic create (gs://, az://)",
+    )
+    compression: str = key(
+        parse_choice("none", "zstd"),
+        "none",
+        "How new COMMIT_LOG segment objects are stored: `none` (plain) or `zstd` (seekable "
+        "zstd frames, which `zstd -d` decompresses; docs/format.md). Readers read both kinds "
+        "side by side, so turning it on or off needs no rewrite; a tieredstore that reads "
+        "manifest formats 1 and 2 only refuses a compressed segment (unsupported format) "
+        "rather than misreading it. Batch objects are not compressed.",
+        note="none | zstd",
+    )
+    compression_level: int = key(
+        parse_between(parse_int, -7, 22),
+        3,
+        'The zstd level of `cold.compression = "zstd"` (-7 .. 22; 1 is fastest of the usual '
+        "levels, 19 smallest; negative: faster still, larger).",
+    )
+    frame_size: int = key(
+        parse_between(parse_size, 1, _MAX_FRAME_BYTES),
+        "1M",
+        "Uncompressed bytes per zstd frame of a compressed object: the least a read of any "
+        "range decodes (size, > 0, at most 1G).",
     )
 
 

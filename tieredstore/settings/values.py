@@ -23,6 +23,7 @@ __all__ = [
     "GuardMode",
     "InitPolicy",
     "InitStart",
+    "parse_between",
     "parse_bool",
     "parse_choice",
     "parse_duration",
@@ -201,6 +202,18 @@ def parse_non_negative(parse: Callable[[object], _N]) -> Callable[[object], _N]:
         out = parse(value)
         if out < 0:
             raise ValueError(f"must not be negative, got {value!r}")
+        return out
+
+    return check
+
+
+def parse_between(parse: Callable[[object], int], low: int, high: int) -> Callable[[object], int]:
+    """``parse``, then refuse what is outside ``[low, high]``."""
+
+    def check(value: object) -> int:
+        out = parse(value)
+        if not low <= out <= high:
+            raise ValueError(f"must be between {low} and {high}, got {value!r}")
         return out
 
     return check

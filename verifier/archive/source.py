@@ -37,6 +37,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPa
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from tieredstore.cold.compressed.framed import Framed, read_range_with
 from tieredstore.cold.history import Committed
 from tieredstore.cold.reader import check_units
 from tieredstore.errors import ConfigError, ObjectNotFoundError, SizeMismatchError
@@ -138,8 +139,8 @@ def read_partition(options: ArchiveOptions, part: SegmentPartition) -> Iterator[
         cl, cq = link.commit_log, link.consume_queue
         piece = SegmentSlice.whole(
             link,
-            _read(fs, root, link, cl.key, cl.at, cl.end),
-            _read(fs, root, link, cq.key, cq.at, cq.end),
+            _read(fs, root, link, cl.key, cl.at, cl.end, cl.framed),
+            _read(fs, root, link, cq.key, cq.at, cq.end, cq.framed),
             where=options.cold.url,
         )
     else:
@@ -154,18 +155,30 @@ def _read_part(
     cq, cl = link.consume_queue, link.commit_log
     rel = cq.at + (first - link.start_offset) * CQ_UNIT_SIZE
     units = decode_units(
-        _read(fs, root, link, cq.key, rel, rel + (end - first) * CQ_UNIT_SIZE), where=cq.key
+        _read(fs, root, link, cq.key, rel, rel + (end - first) * CQ_UNIT_SIZE, cq.framed),
+        where=cq.key,
     )
     lo, hi = record_span(check_units(link, first, units))
-    data = _read(fs, root, link, cl.key, cl.at + lo - link.cl_base, cl.at + hi - link.cl_base)
+    cl_lo, cl_hi = cl.at + lo - link.cl_base, cl.at + hi - link.cl_base
+    data = _read(fs, root, link, cl.key, cl_lo, cl_hi, cl.framed)
     return SegmentSlice.part(link, first, units, data)
 
 
 def _read(
-    fs: AbstractFileSystem, root: str, link: Committed, key: str, start: int, end: int
+    fs: AbstractFileSystem,
+    root: str,
+    link: Committed,
+    key: str,
+    start: int,
+    end: int,
+    framed: Framed | None,
 ) -> bytes:
+    """Bytes ``[start, end)`` of ``key``, decoded when ``framed`` (the one decoder)."""
+    path = ColdLocation.path(root, key)
     try:
-        data: bytes = fs.cat_file(ColdLocation.path(root, key), start=start, end=end)
+        data: bytes = read_range_with(
+            lambda a, b: bytes(fs.cat_file(path, start=a, end=b)), key, start, end, framed
+        )
     except FileNotFoundError:
         raise ObjectNotFoundError(
             f"object of {link.describe()} is missing (expired or compacted since the "

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from fsspec.spec import AbstractFileSystem
 
+from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.fingerprint import Leaf, QueuePrint
 from tieredstore.cold.history import (
@@ -64,7 +65,7 @@ from tieredstore.cold.history import (
 )
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest, read_stored
-from tieredstore.errors import CorruptManifestError, TieredStoreError
+from tieredstore.errors import CorruptFrameError, CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
@@ -203,16 +204,24 @@ class _Run:
         ref: Span = m.commit_log if which == "cl" else m.consume_queue
         says = "its manifest" if m.kind is EntryKind.SEGMENT else "its batch index"
         listed = self.w.objects.get(ref.key)
-        fact = ObjectRead(ref.key, listed, ref.object_size, ref.size, says=says)
-        if listed is None or listed != ref.object_size:
+        stored = ref.object_size if ref.framed is None else ref.framed.stored_size
+        fact = ObjectRead(ref.key, listed, stored, ref.size, says=says)
+        if listed is None or listed != stored:
             return fact, None
         try:
-            if ref.at == 0 and ref.size == ref.object_size:
-                data: bytes = self.fs.cat_file(self.path(ref.key))
+            if ref.framed is not None:  # compressed: read whole, decoded (damage: digest)
+                data: bytes = decode_whole(self.fs.cat_file(self.path(ref.key)), where=ref.key)
+            elif ref.at == 0 and ref.size == ref.object_size:
+                data = self.fs.cat_file(self.path(ref.key))
             else:
                 data = self.fs.cat_file(self.path(ref.key), start=ref.at, end=ref.end)
         except FileNotFoundError:
             data = b""
+        except CorruptFrameError as exc:
+            undecodable = f"undecodable ({exc.message})"
+            return dataclasses.replace(
+                fact, read=ref.size, actual=undecodable, expected=ref.digest
+            ), None
         actual = (
             digest(data, DigestAlgorithm.for_hex(ref.digest)) if len(data) == ref.size else None
         )

@@ -17,7 +17,9 @@ objects (:mod:`tieredstore.cold.batch`). A pass of the :class:`Compactor` rewrit
    ever compacted from bad bytes.
 4. **Write**: the commit-log spans concatenated are the segment's COMMIT_LOG, the
    consume-queue spans concatenated its CONSUME_QUEUE (units already hold absolute cold
-   commitlog offsets), uploaded under a fresh attempt's names as every segment is
+   commitlog offsets; with ``cold.compression = "zstd"`` the COMMIT_LOG is written as
+   seekable zstd frames, :mod:`tieredstore.cold.compressed.frames`), uploaded under a fresh
+   attempt's names as every segment is
    (:meth:`ColdWriter.upload_attempt <tieredstore.dispatcher.tiering.cold_writer.ColdWriter.
    upload_attempt>`), the lease checked before each object.
 5. **Commit**: the lease is checked, then the manifest *created*
@@ -42,10 +44,13 @@ the rules of :mod:`tieredstore.dispatcher.tiering.batch.collect`, run at the end
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.compressed.frames import encode
 from tieredstore.cold.digests import digest
 from tieredstore.cold.history import Committed, span_bytes
 from tieredstore.cold.layout import QueuePath
@@ -286,8 +291,14 @@ class Compactor:
         up = run.upload()
         check = self.lease.check
 
+        frames = self.writer.frames
+        cl_data = run.commit_log
+        if frames is not None:  # cold.compression: the segment as the uploader writes one
+            cl_data = await asyncio.to_thread(encode, run.commit_log, frames)
+            up = dataclasses.replace(up, cl_framed=Framed(len(cl_data)))
+
         async def write(cl_key: str, cq_key: str) -> UploadedObjects:
-            for key, data in ((cl_key, run.commit_log), (cq_key, run.consume_queue)):
+            for key, data in ((cl_key, cl_data), (cq_key, run.consume_queue)):
                 check()
                 await self.backend.write(key, data)
             return up

@@ -41,7 +41,7 @@ def test_read_stored_tells_a_marker_from_a_manifest() -> None:
 @pytest.mark.parametrize(
     ("doc", "newer"),
     [
-        ({"format_version": 3, "anything": "new"}, True),
+        ({"format_version": 4, "anything": "new"}, True),
         ({"format_version": 0}, False),
         ({"fence_version": 2, "start_offset": 7}, True),
         ({"fence_version": 0}, False),

@@ -107,7 +107,7 @@ _DELETE = object()
 @pytest.mark.parametrize(
     ("changes", "complaint"),
     [
-        ({"format_version": 3}, "unsupported format_version 3"),
+        ({"format_version": 4}, "unsupported format_version 4"),
         ({"end_offset": 4}, "queue offsets"),
         ({"start_offset": -1}, "queue offsets"),
         ({"message_count": 2}, "message_count"),

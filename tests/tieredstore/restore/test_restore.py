@@ -394,3 +394,38 @@ def test_a_slow_restore_saves_its_place_every_few_seconds(
         asyncio.run(go())
     journal = Journal.load(out / "tieredstore-restore.json")
     assert journal.segments == kept  # each segment's commit check runs before its progress
+
+
+def _tier_plain_or_zstd(store: Path, cold: Path, state: Path, **kw: object) -> None:
+    async def go() -> None:
+        settings = settings_for(store, str(cold), state, tiering__batching=False, **kw)
+        async with open_runtime(settings) as rt:
+            await rt.dispatcher.start(wait_for_lease=False)
+            assert not (await rt.dispatcher.catch_up()).errors
+
+    asyncio.run(go())
+
+
+def _store_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for sub in ("commitlog", "consumequeue")
+        for p in sorted((root / sub).rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_a_compressed_cold_store_restores_to_the_same_bytes(tmp_path: Path) -> None:
+    store = synthesize(tmp_path / "store", SPEC).root
+    plain, zstd = tmp_path / "plain", tmp_path / "zstd"
+    _tier_plain_or_zstd(store, plain, tmp_path / "state-plain")
+    _tier_plain_or_zstd(
+        store, zstd, tmp_path / "state-zstd", cold__compression="zstd", cold__frame_size="8K"
+    )
+    assert any(b'"compression":"zstd"' in p.read_bytes() for p in zstd.rglob("MANIFEST/*.json"))
+    _restore(plain, tmp_path / "out-plain", _params(plain, restore_config=False))
+    _restore(zstd, tmp_path / "out-zstd", _params(zstd, restore_config=False))
+    expected = _store_files(tmp_path / "out-plain")
+    assert expected and _store_files(tmp_path / "out-zstd") == expected
+    assert _check(zstd, tmp_path / "out-zstd").startswith("CLEAN: 2,400 messages of 4 queues")

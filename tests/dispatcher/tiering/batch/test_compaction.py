@@ -250,10 +250,16 @@ async def test_compaction_is_a_periodic_job_while_batching_or_slices(
         assert await job.job() == CompactionReport()  # the job runs the compactor's pass
 
 
-async def test_the_sidecar_batches_then_compacts_the_same_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("compression", "version"), [("none", 2), ("zstd", 3)])
+async def test_the_sidecar_batches_then_compacts_the_same_bytes(
+    tmp_path: Path, compression: str, version: int
+) -> None:
     store = synthesize(tmp_path / "store", BATCHED_SPEC).root
     url = f"memory://compaction-e2e-{uuid.uuid4().hex}"
-    settings = settings_for(store, url, tmp_path / "state", tiering__batching=True)
+    settings = settings_for(
+        store, url, tmp_path / "state", tiering__batching=True,
+        cold__compression=compression, cold__frame_size="4K",
+    )  # fmt: skip
     clock = VirtualClock()
     async with open_runtime(settings, clock=clock) as rt:
         await rt.dispatcher.start(wait_for_lease=False)
@@ -279,7 +285,9 @@ async def test_the_sidecar_batches_then_compacts_the_same_bytes(tmp_path: Path) 
         prefix = batch_prefix(CLUSTER, BROKER) + "/"
         listed = [parse_batch_key(i.key, prefix) for i in await rt.backend.list(prefix)]
         assert sorted(s for s in listed if s is not None) == [0, 2]
-        await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
+        cold = await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
+        segments = [m.manifest for q in cold.values() for m in q.manifests if m.manifest]
+        assert segments and {m.format_version for m in segments} == {version}
 
 
 async def test_a_compacted_segment_expires_only_once_its_batches_are_deleted(

@@ -1,0 +1,160 @@
+"""cold.compression = "zstd": segments tiered compressed read back as the plain ones do,
+a store of both kinds reads as one, and damage in a compressed object is a digest
+mismatch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.moto import S3Bucket
+from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tieredstore.backends import open_backend
+from tieredstore.backends.base import Backend
+from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold import manifest as manifests
+from tieredstore.cold.history import Committed, span_bytes
+from tieredstore.cold.manifest import COMPRESSED_VERSION, FORMAT_VERSION, read_manifest
+from tieredstore.cold.readahead import ReadAhead
+from tieredstore.cold.reader import ColdReader
+from tieredstore.cold.segment import verify_segment
+from tieredstore.dispatcher.maintenance.gc import scan_garbage
+from tieredstore.errors import DigestMismatchError, UnsupportedFormatError
+from tieredstore.hot.store import HotStore
+from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.metadata.reconcile import reconcile
+
+pytestmark = pytest.mark.slow
+
+SPEC = SynthSpec(
+    topics=2, queues=2, messages=1200, body_min=10, body_max=2000,
+    commitlog_file_size=256 << 10, cq_file_size=200 * 20, prepared_every=50, seed=50,
+)  # fmt: skip
+ZSTD = {"cold__compression": "zstd", "cold__frame_size": "8K", "tiering__batching": False}
+PLAIN = {"tiering__batching": False}
+
+
+async def _tier(store: Path, cold: str, state: Path, **kw: object) -> None:
+    async with open_runtime(settings_for(store, cold, state, **kw)) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert not (await rt.dispatcher.catch_up()).errors
+
+
+async def _versions(backend: Backend) -> list[int]:
+    cold = await read_cold(backend, CLUSTER, BROKER)
+    return [m.manifest.format_version for q in cold.values() for m in q.manifests if m.manifest]
+
+
+async def _everything(backend: Backend, *, readahead: bool) -> list[tuple[int, int, bytes]]:
+    """Every message of every queue as the cold reader reads it."""
+    ahead = ReadAhead(backend, capacity_bytes=1 << 20, part_bytes=4096) if readahead else None
+    reader = ColdReader(backend, CLUSTER, BROKER, batch_bytes=5_000, readahead=ahead)
+    out = []
+    for q, c in sorted((await read_cold(backend, CLUSTER, BROKER)).items()):
+        offset = c.start
+        while offset < c.end:
+            got = await reader.read(q.topic, q.queue_id, offset, 37)
+            out += [(m.queue_offset, m.cold_commitlog_offset, m.body) for m in got]
+            offset = got[-1].queue_offset + 1
+    return out
+
+
+async def _verify(backend: Backend, link: Committed) -> None:
+    cl = await span_bytes(backend, link.commit_log)
+    verify_segment(link, cl, await span_bytes(backend, link.consume_queue))
+
+
+async def test_a_compressed_copy_reads_as_the_plain_one(store: Path, tmp_path: Path) -> None:
+    reset_memory_stores()
+    await _tier(store, "memory://plain", tmp_path / "plain", **PLAIN)
+    await _tier(store, "memory://zstd", tmp_path / "zstd", **ZSTD)
+    async with open_backend("memory://plain") as plain, open_backend("memory://zstd") as zstd:
+        assert set(await _versions(plain)) == {FORMAT_VERSION}
+        assert set(await _versions(zstd)) == {COMPRESSED_VERSION}
+        await assert_cold_matches_hot(zstd, HotStore(store), CLUSTER, BROKER)
+        expected = await _everything(plain, readahead=True)
+        assert len(expected) == SPEC.messages - SPEC.messages // 50
+        assert await _everything(zstd, readahead=True) == expected
+        assert await _everything(zstd, readahead=False) == expected
+        stored = sum(o.size for o in await zstd.list() if "COMMIT_LOG" in o.key)
+        assert stored < sum(o.size for o in await plain.list() if "COMMIT_LOG" in o.key)
+
+
+async def test_a_store_of_both_kinds_reads_and_verifies_as_one(store: Path, tmp_path: Path) -> None:
+    reset_memory_stores()
+    await _tier(store, "memory://mixed", tmp_path / "state", **PLAIN)
+    SyntheticStore.open(store).append(600)
+    await _tier(store, "memory://mixed", tmp_path / "state", **ZSTD)
+    async with open_backend("memory://mixed") as backend:
+        assert set(await _versions(backend)) == {FORMAT_VERSION, COMPRESSED_VERSION}
+        cold = await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+        assert sum(q.end - q.start for q in cold.values()) == 1800 - 1800 // 50
+        assert len(await _everything(backend, readahead=True)) == 1800 - 1800 // 50
+
+
+async def test_a_flipped_byte_in_a_compressed_segment_is_a_digest_mismatch(
+    store: Path, tmp_path: Path
+) -> None:
+    reset_memory_stores()
+    await _tier(store, "memory://flip", tmp_path / "state", **ZSTD)
+    async with open_backend("memory://flip") as backend:
+        link = next(iter((await read_cold(backend, CLUSTER, BROKER)).values())).manifests[0]
+        key = link.commit_log.key
+        data = bytearray(await backend.read(key))
+        data[len(data) // 2] ^= 0x10
+        await backend.write(key, bytes(data))
+        with pytest.raises(DigestMismatchError):
+            await _verify(backend, link)
+
+
+async def test_an_older_reader_refuses_a_compressed_manifest_cleanly(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a reader of manifest formats 1 and 2 only (0.2 before compression) does with
+    format 3: the refusal of any newer format, never a misread."""
+    reset_memory_stores()
+    await _tier(store, "memory://old", tmp_path / "state", **ZSTD)
+    async with open_backend("memory://old") as backend:
+        key = next(o.key for o in await backend.list() if "/MANIFEST/" in o.key)
+        data = await backend.read(key)
+        assert json.loads(data)["commit_log"]["compression"] == "zstd"
+        monkeypatch.setattr(manifests, "READABLE_VERSIONS", frozenset({1, 2}))
+        with pytest.raises(UnsupportedFormatError, match="format_version 3"):
+            read_manifest(data, key)
+
+
+async def test_gc_and_reconcile_find_compressed_segments_clean(store: Path, tmp_path: Path) -> None:
+    """Their size checks compare a listing with the stored size, not the decoded one."""
+    reset_memory_stores()
+    await _tier(store, "memory://clean", tmp_path / "state", **ZSTD)
+    settings = settings_for(store, "memory://clean", tmp_path / "state", **ZSTD)
+    async with open_runtime(settings) as rt:
+        report = await reconcile(rt.catalogue, rt.backend)
+        assert report.clean, report.findings
+        scan = await scan_garbage(
+            rt.backend, cluster=CLUSTER, broker=BROKER, now_ms=0, grace_s=0.0
+        )  # fmt: skip
+        assert scan.manifests > 0
+        assert not scan.findings, scan.findings
+
+
+@pytest.mark.s3
+async def test_s3_holds_compressed_segments_that_read_back(
+    store: Path, tmp_path: Path, s3_bucket: S3Bucket
+) -> None:
+    """Over S3 (moto), where the uploader streams the encoded spool file in parts."""
+    url = f"{s3_bucket.url}/tiered"
+    await _tier(
+        store, url, tmp_path / "state", cold__endpoint_url=s3_bucket.endpoint_url,
+        cold__multipart_threshold="16K", **ZSTD,
+    )  # fmt: skip
+    async with open_backend(url, options=s3_bucket.options()) as backend:
+        assert set(await _versions(backend)) == {COMPRESSED_VERSION}
+        await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+        assert (
+            len(await _everything(backend, readahead=True)) == SPEC.messages - SPEC.messages // 50
+        )

@@ -1,0 +1,170 @@
+"""Seekable zstd objects: frames decode alone, ranges in uncompressed coordinates, and
+damage is a digest-mismatch kind of error, never a zstd exception."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from tieredstore.backends.memory import MemoryBackend
+from tieredstore.cold.compressed.framed import Framed, read_range, read_whole
+from tieredstore.cold.compressed.frames import (
+    MAX_FRAME_BYTES,
+    FrameIndex,
+    FrameSettings,
+    decode,
+    encode,
+    encode_file,
+)
+from tieredstore.errors import CorruptFrameError, DigestMismatchError
+from tieredstore.settings.declaration import SETTINGS, ColdSettings
+
+# Compressible but not trivial: records of a few shapes with varying bytes.
+DATA = b"".join(
+    i.to_bytes(4, "big") + b"topic-%d|" % (i % 7) + bytes([i % 251]) * (i % 300)
+    for i in range(2_000)
+)
+FRAME = 4_096
+
+
+def _index(obj: bytes) -> FrameIndex:
+    return FrameIndex.parse(obj, len(obj), where="obj")
+
+
+def _read(obj: bytes, start: int, end: int) -> bytes:
+    index = _index(obj)
+    if end > index.size:  # as read_range says it
+        raise CorruptFrameError(f"holds {index.size} bytes")
+    first, last = index.frames(start, end)
+    got = decode(index, first, last, obj[index.at[first] : index.at[last]], where="obj")
+    base = int(index.starts[first]) if first < last else start
+    return got[start - base : end - base]
+
+
+def test_a_payload_comes_back_whole_and_smaller() -> None:
+    obj = encode(DATA, FrameSettings(FRAME, 3))
+    index = _index(obj)
+    assert (index.size, index.count) == (len(DATA), -(-len(DATA) // FRAME))
+    assert len(obj) < len(DATA) // 2
+    assert _read(obj, 0, len(DATA)) == DATA
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [(0, 1), (FRAME - 1, FRAME + 1), (FRAME, 2 * FRAME), (5, 3 * FRAME + 7), (100, 100)],
+)
+def test_a_range_decodes_only_the_frames_it_overlaps(start: int, end: int) -> None:
+    obj = encode(DATA, FrameSettings(FRAME, 3))
+    first, last = _index(obj).frames(start, end)
+    assert last - first == (-(-end // FRAME) - start // FRAME if end > start else 0)
+    assert _read(obj, start, end) == DATA[start:end]
+
+
+def test_random_ranges_match_the_payload() -> None:
+    obj = encode(DATA, FrameSettings(1_000, 3))
+    rng = random.Random(50)
+    for _ in range(200):
+        a, b = sorted(rng.randrange(len(DATA) + 1) for _ in range(2))
+        assert _read(obj, a, b) == DATA[a:b]
+
+
+def test_an_empty_payload_is_a_seek_table_alone() -> None:
+    obj = encode(b"", FrameSettings(FRAME, 3))
+    index = _index(obj)
+    assert (index.count, index.size, len(obj)) == (0, 0, 17)
+    assert _read(obj, 0, 0) == b""
+
+
+def test_an_exact_multiple_of_the_frame_size_has_no_empty_last_frame() -> None:
+    data = DATA[: 8 * FRAME]
+    index = _index(encode(data, FrameSettings(FRAME, 3)))
+    assert index.count == 8
+    assert [int(x) for x in index.starts] == [i * FRAME for i in range(9)]
+    assert _read(encode(data, FrameSettings(FRAME, 3)), 7 * FRAME, 8 * FRAME) == data[7 * FRAME :]
+
+
+def test_a_range_outside_the_payload_is_refused() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        _index(encode(DATA, FrameSettings(FRAME, 3))).frames(0, len(DATA) + 1)
+
+
+def test_a_plain_zstd_decoder_decompresses_an_object() -> None:
+    """What ``zstd -d`` does: every frame in turn, the seek table skipped."""
+    obj = encode(DATA, FrameSettings(FRAME, 3))
+    reader = zstandard.ZstdDecompressor().stream_reader(obj, read_across_frames=True)
+    assert reader.read() == DATA
+
+
+def test_a_flipped_byte_is_a_corrupt_frame_or_changes_nothing() -> None:
+    """Every flip fails a frame's checksum or the seek table, except flips of bits zstd
+    never reads (padding of an entropy-coded stream), which decode to the same payload:
+    the bytes the digests cover are intact."""
+    obj = encode(DATA[:20_000], FrameSettings(FRAME, 3))
+    caught = 0
+    for at in range(len(obj)):
+        bad = bytearray(obj)
+        bad[at] ^= 0x40
+        try:
+            got = _read(bytes(bad), 0, 20_000)
+        except CorruptFrameError:
+            caught += 1
+        else:
+            assert got == DATA[:20_000], at
+    assert caught > 0.95 * len(obj)
+    assert issubclass(CorruptFrameError, DigestMismatchError)
+
+
+def test_a_cut_object_and_foreign_bytes_are_corrupt_frames() -> None:
+    obj = encode(DATA, FrameSettings(FRAME, 3))
+    for data in (obj[:-1], obj[1:], DATA[:100], b""):
+        with pytest.raises(CorruptFrameError):
+            _index(data)
+
+
+async def test_read_range_and_read_whole_give_plain_and_framed_bytes_alike() -> None:
+    backend = MemoryBackend("frames-test")
+    obj = encode(DATA, FrameSettings(FRAME, 3))
+    await backend.write("plain", DATA)
+    await backend.write("framed", obj)
+    framed = Framed(len(obj))
+    for a, b in [(0, len(DATA)), (FRAME - 3, FRAME + 3), (len(DATA) - 1, len(DATA)), (9, 9)]:
+        assert await read_range(backend, "framed", a, b, framed) == DATA[a:b]
+        assert await read_range(backend, "plain", a, b, None) == DATA[a:b]
+    assert await read_whole(backend, "framed", framed) == DATA
+    assert await read_whole(backend, "plain", None) == DATA
+
+
+async def test_a_seek_table_longer_than_the_first_tail_read_is_read_again() -> None:
+    backend = MemoryBackend("frames-big-table")
+    obj = encode(DATA, FrameSettings(100, 3))  # thousands of frames
+    await backend.write("framed", obj)
+    assert await read_range(backend, "framed", 5_000, 5_321, Framed(len(obj))) == DATA[5_000:5_321]
+
+
+async def test_a_flipped_byte_read_through_the_decoder_is_a_corrupt_frame() -> None:
+    backend = MemoryBackend("frames-flip")
+    obj = bytearray(encode(DATA, FrameSettings(FRAME, 3)))
+    obj[len(obj) // 3] ^= 1
+    await backend.write("framed", bytes(obj))
+    with pytest.raises(CorruptFrameError):
+        await read_whole(backend, "framed", Framed(len(obj)))
+    with pytest.raises(CorruptFrameError):
+        await read_range(backend, "framed", 0, len(DATA), Framed(len(obj)))
+
+
+def test_a_file_is_encoded_as_its_bytes_would_be(tmp_path: Path) -> None:
+    src, dst = tmp_path / "spool", tmp_path / "spool.zst"
+    src.write_bytes(DATA)
+    assert encode_file(src, dst, FrameSettings(FRAME, 3)) == dst.stat().st_size
+    assert dst.read_bytes() == encode(DATA, FrameSettings(FRAME, 3))
+
+
+def test_the_frame_size_setting_stops_at_the_largest_frame_a_seek_table_holds() -> None:
+    assert ColdSettings.default_of("frame_size") <= MAX_FRAME_BYTES
+    (frame_size,) = [s for s in SETTINGS if s.key == "cold.frame_size"]
+    assert frame_size.parse(MAX_FRAME_BYTES) == MAX_FRAME_BYTES
+    with pytest.raises(ValueError, match="between"):
+        frame_size.parse(MAX_FRAME_BYTES + 1)
