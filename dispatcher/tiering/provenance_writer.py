@@ -224,8 +224,8 @@ class ProvenanceWriter:
             await create_init_records(
                 self.backend, InitRecords.of(inits[at : at + INITS_PER_OBJECT])
             )
-        known.update(map(_key, due))  # written, or not
-        # provable: either way not asked again
+        # Written, or not provable: either way not asked again.
+        known.update(map(_key, due))
 
     def _hot_ranges(self, rows: list[QueueRow]) -> list[HotRange | None]:
         """Each row's hot range, None where the hot store cannot say (blocking)."""
