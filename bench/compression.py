@@ -237,6 +237,8 @@ def main() -> int:
     has_setting = any(s.key == "cold.compression" for s in ColdSettings.settings())
     variants: list[Variant] = []
     tiering: list[list[object]] = []
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for kind in ("json", "hex"):
             for over in (0, args.compress_over):
