@@ -20,7 +20,7 @@ object gives, since digests cover the uncompressed bytes.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -36,7 +36,7 @@ from tieredstore.errors import CorruptFrameError
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
 
-__all__ = ["Framed", "frame_index", "read_range", "read_range_with", "read_whole"]
+__all__ = ["Framed", "range_reads", "read_range", "read_range_with", "read_whole"]
 
 #: Seek tables kept (a 64 MiB segment in 1 MiB frames: about 600 bytes each).
 _CACHED_INDEXES: Final = 4096
@@ -55,23 +55,36 @@ class Framed:
 _indexes: OrderedDict[tuple[str, str, int], FrameIndex] = OrderedDict()
 
 
-async def frame_index(backend: Backend, key: str, framed: Framed) -> FrameIndex:
-    """The seek table of the framed object at ``key`` (cached by backend URL, key and
-    stored size).
+def range_reads(
+    store: str, key: str, start: int, end: int, framed: Framed
+) -> Generator[tuple[int, int], bytes, bytes]:
+    """The reads of uncompressed bytes ``[start, end)`` of the framed object at ``key``,
+    without I/O: each step yields a range ``(a, b)`` of the object's stored bytes and is
+    sent those bytes; it returns the range's bytes. Each reader drives it over its own I/O
+    (:func:`read_range` on a backend, :func:`read_range_with` on a blocking fetch), as
+    :func:`~tieredstore.cold.batch.head_reads` is driven, so both read alike: the seek
+    table from the tail unless cached (by ``store``, ``key`` and stored size; a second
+    read when the table is longer than the first covers), then the frames the range
+    overlaps, in one read.
 
     Raises:
-        CorruptFrameError: no valid seek table.
+        CorruptFrameError: no valid seek table; fewer than ``end`` bytes; a frame that
+            does not decode (a short read included).
     """
-    cache_key = (backend.url, key, framed.stored_size)
+    cache_key = (store, key, framed.stored_size)
     index = _cached(cache_key)
     if index is None:
         size = framed.stored_size
-        tail = await backend.read_exact(key, max(0, size - tail_length(_TAIL_FRAMES)), size)
+        tail = yield (max(0, size - tail_length(_TAIL_FRAMES)), size)
         table = seek_table_length(tail)
         if len(tail) < table <= size:
-            tail = await backend.read_exact(key, size - table, size)
+            tail = yield (size - table, size)
         index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
-    return index
+    first, last = _frames(index, key, start, end)
+    if first == last:
+        return b""
+    stored = yield (int(index.at[first]), int(index.at[last]))
+    return _cut(index, first, last, stored, key, start, end)
 
 
 async def read_range(
@@ -88,12 +101,14 @@ async def read_range(
     """
     if framed is None:
         return await backend.read_exact(key, start, end)
-    index = await frame_index(backend, key, framed)
-    first, last = _frames(index, key, start, end)
-    if first == last:
-        return b""
-    stored = await backend.read_exact(key, int(index.at[first]), int(index.at[last]))
-    return _cut(index, first, last, stored, key, start, end)
+    reads = range_reads(backend.url, key, start, end, framed)
+    try:
+        a, b = next(reads)
+        while True:
+            a, b = reads.send(await backend.read_exact(key, a, b))
+    except StopIteration as done:
+        data: bytes = done.value
+        return data
 
 
 def read_range_with(
@@ -108,20 +123,14 @@ def read_range_with(
     """
     if framed is None:
         return fetch(start, end)
-    cache_key = ("", key, framed.stored_size)
-    index = _cached(cache_key)
-    if index is None:
-        size = framed.stored_size
-        tail = fetch(max(0, size - tail_length(_TAIL_FRAMES)), size)
-        table = seek_table_length(tail)
-        if len(tail) < table <= size:
-            tail = fetch(size - table, size)
-        index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
-    first, last = _frames(index, key, start, end)
-    if first == last:
-        return b""
-    stored = fetch(int(index.at[first]), int(index.at[last]))
-    return _cut(index, first, last, stored, key, start, end)
+    reads = range_reads("", key, start, end, framed)
+    try:
+        a, b = next(reads)
+        while True:
+            a, b = reads.send(fetch(a, b))
+    except StopIteration as done:
+        data: bytes = done.value
+        return data
 
 
 def _cached(cache_key: tuple[str, str, int]) -> FrameIndex | None:

@@ -28,7 +28,9 @@ is the same finding as a flipped byte in a plain one), never a zstd exception.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -191,31 +193,28 @@ def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
     """``data`` as a seekable zstd object of frames of ``settings.frame_bytes`` (the last
     shorter; none for empty ``data``)."""
     view = memoryview(data).cast("B")
-    compressor = settings.compressor()
-    out: list[bytes] = []
-    sizes: list[int] = []
-    for lo in range(0, view.nbytes, settings.frame_bytes):
-        chunk = view[lo : lo + settings.frame_bytes]
-        frame = compressor.compress(chunk)
-        out.append(frame)
-        sizes += (len(frame), chunk.nbytes)
-    out.append(_seek_table(sizes))
-    return b"".join(out)
+    step = settings.frame_bytes
+    chunks = (view[lo : lo + step] for lo in range(0, view.nbytes, step))
+    return b"".join(_seekable(chunks, settings))
 
 
 def encode_file(src: Path, dst: Path, settings: FrameSettings) -> int:
     """Write ``src`` compressed to ``dst`` as :func:`encode` would (one frame in memory at
     a time); return ``dst``'s size. Blocking: run it in a thread."""
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        chunks = iter(functools.partial(fin.read, settings.frame_bytes), b"")
+        return sum(fout.write(part) for part in _seekable(chunks, settings))
+
+
+def _seekable(chunks: Iterable[bytes | memoryview], settings: FrameSettings) -> Iterator[bytes]:
+    """Each of ``chunks`` compressed as one frame, in order, then their seek table."""
     compressor = settings.compressor()
     sizes: list[int] = []
-    written = 0
-    with src.open("rb") as fin, dst.open("wb") as fout:
-        while chunk := fin.read(settings.frame_bytes):
-            frame = compressor.compress(chunk)
-            written += fout.write(frame)
-            sizes += (len(frame), len(chunk))
-        written += fout.write(_seek_table(sizes))
-    return written
+    for chunk in chunks:
+        frame = compressor.compress(chunk)
+        sizes += (len(frame), memoryview(chunk).nbytes)
+        yield frame
+    yield _seek_table(sizes)
 
 
 def _seek_table(sizes: list[int]) -> bytes:
