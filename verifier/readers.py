@@ -27,7 +27,6 @@ tasks run (on the broker host with ``local[*]``, or a shared mount on a cluster)
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime as dt
 import functools
 from collections.abc import Callable, Iterator, Mapping
@@ -46,8 +45,7 @@ from tieredstore.backends.factory import COMMAND_RETRY, probe
 from tieredstore.backends.options import BackendOptions
 from tieredstore.backends.posix import is_lock_file
 from tieredstore.cold.batch import BatchFence, BatchHead, head_reads
-from tieredstore.cold.compressed.frames import decode_whole
-from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.digests import DigestAlgorithm
 from tieredstore.cold.history import Committed, EntryKind, Span, Withdrawal, choose, slices_of
 from tieredstore.cold.layout import (
     LossKey,
@@ -79,7 +77,6 @@ from tieredstore.errors import (
     ColdStoreUnreachableError,
     ConfigError,
     CorruptBatchError,
-    CorruptFrameError,
     CorruptLossRecordError,
     CorruptManifestError,
     CorruptProvenanceError,
@@ -95,7 +92,14 @@ from tieredstore.hot.commitlog import HotCommitlog
 from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.humanize import iso_time
 from tieredstore.verifier import schemas
-from tieredstore.verifier.decision import ObjectRead, content_judged, judged, object_findings
+from tieredstore.verifier.decision import (
+    ObjectRead,
+    content_judged,
+    judged,
+    object_findings,
+    reads_whole,
+    span_read,
+)
 from tieredstore.verifier.segmentcheck import (
     FactKind,
     HotSide,
@@ -951,30 +955,18 @@ class _SegmentRun:
         if not read or listed is None or listed != recorded:
             return fact, None
         path = ColdLocation.path(self.root, key)
+        framed = stored is not None
         try:
-            whole = stored is not None or (at == 0 and size == listed)
+            whole = reads_whole(at, size, recorded, framed=framed)
             data: bytes = (
                 self.fs.cat_file(path) if whole else self.fs.cat_file(path, start=at, end=at + size)
             )
         except FileNotFoundError:
             data = b""
-        if stored is not None and len(data) == stored:
-            try:
-                data = decode_whole(data, where=key)
-            except CorruptFrameError as exc:  # a flipped byte: the digest finding
-                undecodable = f"undecodable ({exc.message})"
-                expected = seg[f"{which}_digest"]
-                return dataclasses.replace(
-                    fact, read=size, actual=undecodable, expected=expected
-                ), None
-        if len(data) != size:
-            return dataclasses.replace(fact, read=len(data)), None
-        algorithm = DigestAlgorithm.for_hex(seg[f"{which}_digest"])
-        actual = digest(data, algorithm)
-        self.out[f"{which}_digest_actual"] = actual
-        return dataclasses.replace(
-            fact, read=size, actual=actual, expected=seg[f"{which}_digest"]
-        ), data
+        fact, span = span_read(fact, data, expected=seg[f"{which}_digest"], framed=framed)
+        if span is not None:
+            self.out[f"{which}_digest_actual"] = fact.actual
+        return fact, span
 
     def _fact(self, kind: FactKind, key: str, detail: str) -> None:
         start, end = self.seg["start_offset"], self.seg["end_offset"]

@@ -13,6 +13,10 @@ the digest those bytes hash to — as an :class:`ObjectRead` per object, and dri
 * ``digest_mismatch`` — the span was read whole and hashes to another digest than the
   link's (its bytes are still judged: they are what cold would serve).
 
+:func:`span_read` turns the bytes a job's read returned into that fact, the same for
+both: a compressed object is read whole and decoded here (its damage is the
+``digest_mismatch`` a flipped byte in a plain object gives).
+
 The one rule for what follows (``record_mismatch``, ``manifest_mismatch``,
 ``content_mismatch``): a link's records and content are judged only when **every**
 object the run reads for it was read whole (:func:`judged`); a link one of whose
@@ -23,13 +27,24 @@ units that do not are a ``record_mismatch`` and point at no records to compare.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tieredstore.cold.compressed.frames import decode_whole
+from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.errors import CorruptFrameError
 from tieredstore.findings import FindingKind
 from tieredstore.verifier.decision.queue import QueueFinding
 
-__all__ = ["ObjectRead", "content_judged", "judged", "object_findings"]
+__all__ = [
+    "ObjectRead",
+    "content_judged",
+    "judged",
+    "object_findings",
+    "reads_whole",
+    "span_read",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +71,36 @@ class ObjectRead:
     def whole(self) -> bool:
         """Whether the link's span of this object was read whole."""
         return self.read is not None and self.read == self.span
+
+
+def reads_whole(at: int, span: int, recorded: int, *, framed: bool) -> bool:
+    """Whether a job reads the whole object rather than the span's range: a compressed
+    object always (it is decoded whole), a plain one when the span is all of it."""
+    return framed or (at == 0 and span == recorded)
+
+
+def span_read(
+    fact: ObjectRead, data: bytes, *, expected: str, framed: bool
+) -> tuple[ObjectRead, bytes | None]:
+    """``fact`` completed by a read of its span that returned ``data`` (``b""``: the
+    object is gone; a compressed object: its stored bytes, read whole, decoded here), and
+    the span's bytes when read whole. ``expected``: the digest the link records.
+
+    A compressed object that does not decode is a span read whole whose digest is
+    ``undecodable (...)``; one shorter than recorded is not decoded (it vanished after
+    the listing, as a plain one cut short)."""
+    if framed and len(data) == fact.recorded:
+        try:
+            data = decode_whole(data, where=fact.key)
+        except CorruptFrameError as exc:
+            undecodable = f"undecodable ({exc.message})"
+            return dataclasses.replace(
+                fact, read=fact.span, actual=undecodable, expected=expected
+            ), None
+    if len(data) != fact.span:
+        return dataclasses.replace(fact, read=len(data)), None
+    actual = digest(data, DigestAlgorithm.for_hex(expected))
+    return dataclasses.replace(fact, read=fact.span, actual=actual, expected=expected), data
 
 
 def object_findings(

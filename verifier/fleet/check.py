@@ -44,7 +44,6 @@ decided: cold may hold offsets written after the fingerprint was taken.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,8 +51,6 @@ from typing import Any
 import numpy as np
 from fsspec.spec import AbstractFileSystem
 
-from tieredstore.cold.compressed.frames import decode_whole
-from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.fingerprint import Leaf, QueuePrint
 from tieredstore.cold.history import (
     Committed,
@@ -65,7 +62,7 @@ from tieredstore.cold.history import (
 )
 from tieredstore.cold.loss import LossRecord
 from tieredstore.cold.manifest import Manifest, read_stored
-from tieredstore.errors import CorruptFrameError, CorruptManifestError, TieredStoreError
+from tieredstore.errors import CorruptManifestError, TieredStoreError
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.commitlog import gather
@@ -77,6 +74,8 @@ from tieredstore.verifier.decision import (
     decide,
     judged,
     object_findings,
+    reads_whole,
+    span_read,
 )
 from tieredstore.verifier.outcome import Anomaly, QueueReport
 from tieredstore.verifier.readers import loss_detail
@@ -208,25 +207,18 @@ class _Run:
         fact = ObjectRead(ref.key, listed, stored, ref.size, says=says)
         if listed is None or listed != stored:
             return fact, None
+        framed = ref.framed is not None
+        path = self.path(ref.key)
         try:
-            if ref.framed is not None:  # compressed: read whole, decoded (damage: digest)
-                data: bytes = decode_whole(self.fs.cat_file(self.path(ref.key)), where=ref.key)
-            elif ref.at == 0 and ref.size == ref.object_size:
-                data = self.fs.cat_file(self.path(ref.key))
-            else:
-                data = self.fs.cat_file(self.path(ref.key), start=ref.at, end=ref.end)
+            whole = reads_whole(ref.at, ref.size, stored, framed=framed)
+            data: bytes = (
+                self.fs.cat_file(path)
+                if whole
+                else self.fs.cat_file(path, start=ref.at, end=ref.end)
+            )
         except FileNotFoundError:
             data = b""
-        except CorruptFrameError as exc:
-            undecodable = f"undecodable ({exc.message})"
-            return dataclasses.replace(
-                fact, read=ref.size, actual=undecodable, expected=ref.digest
-            ), None
-        actual = (
-            digest(data, DigestAlgorithm.for_hex(ref.digest)) if len(data) == ref.size else None
-        )
-        fact = dataclasses.replace(fact, read=len(data), actual=actual, expected=ref.digest)
-        return fact, data
+        return span_read(fact, data, expected=ref.digest, framed=framed)
 
     def segment(self, m: Committed, covers: bool = True) -> None:
         (cq_read, cq), (cl_read, cl) = self.read(m, "cq"), self.read(m, "cl")
