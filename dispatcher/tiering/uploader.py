@@ -82,9 +82,11 @@ async def upload_objects(
     # only after both returned. If one fails, the other finishes (or fails) before the
     # error is raised, so nothing of this attempt is written afterwards.
     source, stored = spooled.path, spooled.size
-    if frames is not None:
+    framed: Framed | None = None
+    if frames is not None:  # the stored digest computed as it is written, not read back
         source = spooled.path.with_name(spooled.path.name + ".zst")
-        stored = await asyncio.to_thread(encode_file, spooled.path, source, frames)
+        stored, stored_digest = await asyncio.to_thread(encode_file, spooled.path, source, frames)
+        framed = Framed(stored, stored_digest)
     try:
         written = await asyncio.gather(
             backend.write_file(cl_key, source, chunk_bytes=batch_bytes, check=check),
@@ -102,7 +104,7 @@ async def upload_objects(
         raise StoreError(f"wrote {cl_size} bytes from a file of {stored}", where=str(source))
     return UploadedObjects(
         cl_size=spooled.size,
-        cl_framed=Framed(stored) if frames is not None else None,
+        cl_framed=framed,
         cl_digest=spooled.digest,
         cq_size=len(cq),
         cq_digest=digest(cq),

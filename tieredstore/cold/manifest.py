@@ -9,8 +9,10 @@ so a segment exists exactly when its manifest does; the catalogue can
 always be rebuilt from manifests.
 
 Format versions: 3 is 2 with a compressed COMMIT_LOG object (seekable zstd frames,
-:mod:`tieredstore.cold.compressed.frames`): its ref adds ``compression`` (``"zstd"``) and
-``stored_size``, while ``size`` and ``digest`` stay those of the uncompressed bytes; a
+:mod:`tieredstore.cold.compressed.frames`): its ref adds ``compression`` (``"zstd"``),
+``stored_size`` and ``stored_digest`` (the CRC-32C of the stored bytes, whatever
+``digest_algorithm`` says; required), while ``size`` and ``digest`` stay those of the
+uncompressed bytes; a
 manifest of plain objects is still written as 2, so a reader without compression refuses
 exactly the segments it cannot read (:class:`~tieredstore.errors.UnsupportedFormatError`).
 2 (written since 0.2) names each data object with its upload attempt
@@ -39,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
-from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.compressed.framed import STORED_DIGEST, Framed
 from tieredstore.cold.digests import WRITTEN, DigestAlgorithm
 from tieredstore.cold.layout import (
     MAX_OFFSET,
@@ -105,7 +107,11 @@ class ObjectRef:
         """The ref as the manifest's JSON spells it (a plain object: no compression keys)."""
         out: dict[str, object] = {"name": self.name, "size": self.size, "digest": self.digest}
         if self.framed is not None:
-            out |= {"compression": _ZSTD, "stored_size": self.framed.stored_size}
+            out |= {
+                "compression": _ZSTD,
+                "stored_size": self.framed.stored_size,
+                "stored_digest": self.framed.stored_digest,
+            }
         return out
 
 
@@ -180,6 +186,11 @@ class Manifest(QueueRecord):
             return "consume_queue is compressed (only commit_log may be)"
         if framed is not None and framed.stored_size < 0:
             return f"commit_log.stored_size {framed.stored_size} < 0"
+        if framed is not None and not _is_hex(framed.stored_digest, STORED_DIGEST.hex_length):
+            return (
+                f"commit_log.stored_digest {framed.stored_digest!r} is not "
+                f"{STORED_DIGEST.hex_length} lowercase hex digits ({STORED_DIGEST})"
+            )
         attempt = _attempt_of(self.commit_log.name)
         if self.format_version >= 2 and not attempt:
             return f"commit_log.name {self.commit_log.name!r} lacks its upload attempt"
@@ -192,7 +203,7 @@ class Manifest(QueueRecord):
             if ref.size != size:
                 return f"{field}.size {ref.size} does not match the ranges ({size})"
             length = self.algorithm.hex_length
-            if len(ref.digest) != length or not set(ref.digest) <= _HEXDIGITS:
+            if not _is_hex(ref.digest, length):
                 return (
                     f"{field}.digest {ref.digest!r} is not {length} lowercase hex digits "
                     f"({self.digest_algorithm})"
@@ -319,6 +330,11 @@ def _attempt_of(name: str) -> str:
     return attempt
 
 
+def _is_hex(text: str | None, length: int) -> bool:
+    """Whether ``text`` is ``length`` lowercase hex digits."""
+    return text is not None and len(text) == length and set(text) <= _HEXDIGITS
+
+
 def _safe_name(base: int, attempt: str) -> str:
     """``object_name(base, attempt)``, or ``""`` (matching no name) if it cannot be one."""
     try:
@@ -360,14 +376,14 @@ _MANIFEST_FIELDS: Final[dict[str, type]] = {
 def _object_ref(fields: Fields, name: str) -> ObjectRef:
     sub = fields.nested(name)
     framed: Framed | None = None
-    if "compression" in sub.doc or "stored_size" in sub.doc:
+    if {"compression", "stored_size", "stored_digest"} & sub.doc.keys():
         compression = sub.scalar("compression", str)
         if compression != _ZSTD:
             raise UnsupportedFormatError(
                 f"{name}.compression {compression!r} (this tieredstore reads {_ZSTD!r})",
                 where=sub.where,
             )
-        framed = Framed(sub.integer("stored_size"))
+        framed = Framed(sub.integer("stored_size"), str(sub.scalar("stored_digest", str)))
     ref = ObjectRef(
         name=str(sub.scalar("name", str)),
         size=sub.integer("size"),

@@ -49,8 +49,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tieredstore.cold.compressed.framed import Framed
-from tieredstore.cold.compressed.frames import encode
+from tieredstore.cold.compressed.framed import encode_framed
 from tieredstore.cold.digests import digest
 from tieredstore.cold.history import Committed, span_bytes
 from tieredstore.cold.layout import QueuePath
@@ -294,8 +293,8 @@ class Compactor:
         frames = self.writer.frames
         cl_data = run.commit_log
         if frames is not None:  # cold.compression: the segment as the uploader writes one
-            cl_data = await asyncio.to_thread(encode, run.commit_log, frames)
-            up = dataclasses.replace(up, cl_framed=Framed(len(cl_data)))
+            cl_data, framed = await asyncio.to_thread(encode_framed, run.commit_log, frames)
+            up = dataclasses.replace(up, cl_framed=framed)
 
         async def write(cl_key: str, cq_key: str) -> UploadedObjects:
             for key, data in ((cl_key, cl_data), (cq_key, run.consume_queue)):

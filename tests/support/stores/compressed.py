@@ -1,6 +1,7 @@
 """Test helper: turn some of a local cold copy's segments into compressed ones, as a
 sidecar with ``cold.compression = "zstd"`` would have written them (manifest format 3,
-the COMMIT_LOG object as seekable zstd frames, size and digest those of the plain bytes).
+the COMMIT_LOG object as seekable zstd frames, size and digest those of the plain bytes,
+stored_size and stored_digest those of the compressed ones).
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tieredstore.cold.compressed.framed import Framed
-from tieredstore.cold.compressed.frames import FrameSettings, encode
+from tieredstore.cold.compressed.framed import encode_framed
+from tieredstore.cold.compressed.frames import FrameSettings, decode_whole
 from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest, read_manifest
+from tieredstore.errors import CorruptFrameError
 
 #: Small frames, so every segment of a test store has several.
 TEST_FRAMES = FrameSettings(frame_bytes=4096, level=3)
@@ -19,9 +21,9 @@ TEST_FRAMES = FrameSettings(frame_bytes=4096, level=3)
 def compress_segment(cold: Path, m: Manifest, frames: FrameSettings = TEST_FRAMES) -> Manifest:
     """Rewrite segment ``m`` under ``cold`` compressed; return its new manifest (same key)."""
     cl_path = cold / m.commit_log_key
-    stored = encode(cl_path.read_bytes(), frames)
+    stored, framed = encode_framed(cl_path.read_bytes(), frames)
     cl_path.write_bytes(stored)
-    ref = dataclasses.replace(m.commit_log, framed=Framed(len(stored)))
+    ref = dataclasses.replace(m.commit_log, framed=framed)
     new = dataclasses.replace(m, format_version=COMPRESSED_VERSION, commit_log=ref)
     (cold / new.key).write_bytes(new.to_json())
     return new
@@ -32,3 +34,25 @@ def compress_every_other(cold: Path) -> list[Manifest]:
     return the compressed segments' manifests."""
     keys = sorted(str(p.relative_to(cold)) for p in cold.rglob("MANIFEST/*.json"))
     return [compress_segment(cold, read_manifest((cold / k).read_bytes(), k)) for k in keys[::2]]
+
+
+def silent_flip(stored: bytes) -> bytes:
+    """``stored`` (a whole seekable zstd object) with one byte flipped such that it still
+    decodes to the very same payload: found by trying every position and bit in turn
+    (about 3-5 % of single-byte flips are such; the first is taken).
+
+    Raises:
+        AssertionError: no such flip exists in ``stored``.
+    """
+    payload = decode_whole(stored, where="silent_flip")
+    damaged = bytearray(stored)
+    for at in range(len(stored)):
+        for bit in range(8):
+            damaged[at] ^= 1 << bit
+            try:
+                if decode_whole(memoryview(damaged), where="silent_flip") == payload:
+                    return bytes(damaged)
+            except CorruptFrameError:
+                pass
+            damaged[at] ^= 1 << bit
+    raise AssertionError("every single-bit flip of the object changes what it decodes to")

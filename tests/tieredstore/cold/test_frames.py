@@ -19,6 +19,7 @@ from tieredstore.cold.compressed.frames import (
     encode,
     encode_file,
 )
+from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.errors import CorruptFrameError, DigestMismatchError
 from tieredstore.settings.declaration import SETTINGS, ColdSettings
 
@@ -158,7 +159,9 @@ async def test_a_flipped_byte_read_through_the_decoder_is_a_corrupt_frame() -> N
 def test_a_file_is_encoded_as_its_bytes_would_be(tmp_path: Path) -> None:
     src, dst = tmp_path / "spool", tmp_path / "spool.zst"
     src.write_bytes(DATA)
-    assert encode_file(src, dst, FrameSettings(FRAME, 3)) == dst.stat().st_size
+    size, crc = encode_file(src, dst, FrameSettings(FRAME, 3))
+    assert size == dst.stat().st_size
+    assert crc == digest(dst.read_bytes(), DigestAlgorithm.CRC32C)
     assert dst.read_bytes() == encode(DATA, FrameSettings(FRAME, 3))
 
 

@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
+from tieredstore.cold.digests import DigestAlgorithm, hasher
 from tieredstore.errors import CorruptFrameError
 
 __all__ = [
@@ -198,12 +199,18 @@ def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
     return b"".join(_seekable(chunks, settings))
 
 
-def encode_file(src: Path, dst: Path, settings: FrameSettings) -> int:
+def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str]:
     """Write ``src`` compressed to ``dst`` as :func:`encode` would (one frame in memory at
-    a time); return ``dst``'s size. Blocking: run it in a thread."""
+    a time); return ``dst``'s size and the CRC-32C of its bytes (computed as they are
+    written: ``dst`` is not read back). Blocking: run it in a thread."""
+    crc = hasher(DigestAlgorithm.CRC32C)
+    size = 0
     with src.open("rb") as fin, dst.open("wb") as fout:
         chunks = iter(functools.partial(fin.read, settings.frame_bytes), b"")
-        return sum(fout.write(part) for part in _seekable(chunks, settings))
+        for part in _seekable(chunks, settings):
+            crc.update(part)
+            size += fout.write(part)
+    return size, crc.hexdigest()
 
 
 def _seekable(chunks: Iterable[bytes | memoryview], settings: FrameSettings) -> Iterator[bytes]:
