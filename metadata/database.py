@@ -66,7 +66,7 @@ SEGMENT_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, cl_size, cl_digest, "
     "cq_size, cq_digest, digest_algorithm, min_store_timestamp, max_store_timestamp, "
     "status, format_version, writer_id, lease_epoch, created_at_ms, manifest_key, attempt, "
-    "cl_stored_size"
+    "cl_stored_size, cl_stored_digest"
 )
 SLICE_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, batch_key, sequence, "
@@ -284,8 +284,8 @@ class CatalogueDatabase:
     def segment_row(self, r: Sequence[Any]) -> SegmentRow:
         (topic, qid, start, end, cl_base, cl_end, cl_size, cl_digest, cq_size, cq_digest,
          algorithm, ts_min, ts_max, status, version, writer, epoch, created, _key,
-         attempt, cl_stored) = r  # fmt: skip
-        framed = None if cl_stored is None else Framed(cl_stored)
+         attempt, cl_stored, cl_stored_digest) = r  # fmt: skip
+        framed = None if cl_stored is None else Framed(cl_stored, cl_stored_digest)
         manifest = Manifest(
             format_version=version,
             cluster=self.cluster,

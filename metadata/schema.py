@@ -176,6 +176,15 @@ _V5: Final = (
 # tieredstore.cold.compressed.frames); NULL for a plain one (every row before this version).
 _V6: Final = ("ALTER TABLE segments ADD COLUMN cl_stored_size INTEGER CHECK (cl_stored_size >= 0)",)
 
+# 0.2: the CRC-32C of a compressed COMMIT_LOG object's stored bytes (manifest format 3's
+# stored_digest); NULL for a plain one. Rows written before it (by unreleased builds that
+# compressed) keep NULL: their manifests, lacking it, no longer validate either.
+_V7: Final = (
+    "ALTER TABLE segments ADD COLUMN cl_stored_digest TEXT "
+    "CHECK (cl_stored_digest IS NULL OR (cl_stored_size IS NOT NULL "
+    "AND length(cl_stored_digest) = 8))",
+)
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queues, segments, leases, identity", _V1),
@@ -184,6 +193,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(4, "identity.cold_url: the cold store this catalogue caches", _V4),
     Migration(5, "slices: batch slices committed and not yet compacted", _V5),
     Migration(6, "segments.cl_stored_size: a compressed COMMIT_LOG object's size", _V6),
+    Migration(7, "segments.cl_stored_digest: a compressed COMMIT_LOG object's CRC-32C", _V7),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

@@ -343,7 +343,7 @@ def insert_segment(conn: sqlite3.Connection, m: Manifest) -> None:
     """Insert ``m``'s segment row, COMMITTED (the caller checked it may be)."""
     conn.execute(
         f"INSERT INTO segments ({SEGMENT_COLUMNS}) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         _segment_values(m, SegmentStatus.COMMITTED),
     )
 
@@ -355,4 +355,5 @@ def _segment_values(m: Manifest, status: SegmentStatus) -> tuple[Any, ...]:
         m.digest_algorithm, m.min_store_timestamp, m.max_store_timestamp, status.value,
         m.format_version, m.writer_id, m.lease_epoch, m.created_at_ms, m.key, m.attempt,
         None if m.commit_log.framed is None else m.commit_log.framed.stored_size,
+        None if m.commit_log.framed is None else m.commit_log.framed.stored_digest,
     )  # fmt: skip

@@ -194,7 +194,7 @@ def test_queue_unknown_is_none_and_queues_are_ordered(catalogue: Catalogue) -> N
 
 
 _SEG = "INSERT INTO segments VALUES ('{t}', 0, {s}, {e}, 0, 100, {cl}, 'd', {cq}, 'd', 'sha256', "
-_SEG += "1, 1, 'COMMITTED', 1, 'w', 1, 0, 'k', '', NULL)"
+_SEG += "1, 1, 'COMMITTED', 1, 'w', 1, 0, 'k', '', NULL, NULL)"
 
 RAW_BREAKS = [
     # a queue row without its CQ base or init offset, or with a wrong CQ base
@@ -213,7 +213,13 @@ RAW_BREAKS = [
     (_SEG.format(t="nope", s=0, e=1, cl=100, cq=20), "FOREIGN KEY"),
     (_SEG.format(t="t", s=10, e=10, cl=100, cq=0), "end_offset > start_offset"),
     (_SEG.format(t="t", s=10, e=11, cl=99, cq=20), "cl_size = cl_end - cl_base"),
-    (_SEG.format(t="t", s=10, e=11, cl=100, cq=20).replace("NULL)", "-1)"), "cl_stored_size >= 0"),
+    (_SEG.format(t="t", s=10, e=11, cl=100, cq=20).replace("NULL, NULL)", "-1, NULL)"),
+     "cl_stored_size >= 0"),
+    # a stored digest without a stored size, or not 8 hex digits long
+    (_SEG.format(t="t", s=10, e=11, cl=100, cq=20).replace("NULL, NULL)", "NULL, 'abcd0123')"),
+     "cl_stored_digest IS NULL OR"),
+    (_SEG.format(t="t", s=10, e=11, cl=100, cq=20).replace("NULL, NULL)", "7, 'abc')"),
+     "cl_stored_digest IS NULL OR"),
     (_SEG.format(t="t", s=10, e=11, cl=100, cq=40), "cq_size = 20"),
 ]  # fmt: skip
 

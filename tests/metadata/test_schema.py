@@ -35,7 +35,7 @@ def _open(state_dir: Path, clock: VirtualClock, migrations: tuple[Migration, ...
 
 def test_a_new_catalogue_is_at_the_latest_version(state_dir: Path, clock: VirtualClock) -> None:
     _open(state_dir, clock, MIGRATIONS).close()
-    assert LATEST_VERSION == len(MIGRATIONS) == 6
+    assert LATEST_VERSION == len(MIGRATIONS) == 7
     assert _versions(state_dir) == [(m.version, m.description) for m in MIGRATIONS]
 
 
@@ -172,7 +172,7 @@ def test_a_v4_catalogue_migrates_to_slices_keeping_its_rows(
         assert new.queues.all() == [row]
         assert new.slices.of("t", 0) == []
         assert new.slices.referenced_batches() == set()
-    assert [v for v, _ in _versions(state_dir)] == [1, 2, 3, 4, 5, 6]
+    assert [v for v, _ in _versions(state_dir)] == [*range(1, LATEST_VERSION + 1)]
     raw = sqlite3.connect(state_dir / DB_NAME)
     try:
         raw.execute("PRAGMA foreign_keys = ON")
