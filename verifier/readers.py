@@ -582,6 +582,9 @@ class ManifestTask:
             "cl_object_size": m.commit_log.size,
             "cq_object_size": m.consume_queue.size,
             "cl_stored_size": None if m.commit_log.framed is None else m.commit_log.stored_size,
+            "cl_stored_digest": (
+                None if m.commit_log.framed is None else m.commit_log.framed.stored_digest
+            ),
         }
 
 
@@ -963,7 +966,13 @@ class _SegmentRun:
             )
         except FileNotFoundError:
             data = b""
-        fact, span = span_read(fact, data, expected=seg[f"{which}_digest"], framed=framed)
+        fact, span = span_read(
+            fact,
+            data,
+            expected=seg[f"{which}_digest"],
+            framed=framed,
+            stored_digest=seg.get(f"{which}_stored_digest"),
+        )
         if span is not None:
             self.out[f"{which}_digest_actual"] = fact.actual
         return fact, span

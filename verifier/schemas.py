@@ -122,6 +122,8 @@ SEGMENTS: Final = StructType(
         _s("cq_object_size", LongType(), True),
         # A compressed COMMIT_LOG object's stored size (manifest format 3); null: plain.
         _s("cl_stored_size", LongType(), True),
+        # Its stored bytes' CRC-32C (manifest format 3's stored_digest); null: plain.
+        _s("cl_stored_digest", StringType(), True),
         # Set on the driver once every link is read (null in the tasks' output): the link
         # covers its offsets for the queue's coverage. Every valid segment does (one that
         # overlaps another is an ``overlap``); a slice does when the one reading rule
@@ -169,6 +171,7 @@ SEGMENT_WORK: Final = StructType(
         _s("cl_object_size", LongType()),
         _s("cq_object_size", LongType()),
         _s("cl_stored_size", LongType(), True),  # as in SEGMENTS
+        _s("cl_stored_digest", StringType(), True),  # as in SEGMENTS
         _s("link", StringType()),
         _s("covers", BooleanType()),
         _s("hot_present", BooleanType()),

@@ -11,11 +11,13 @@ the digest those bytes hash to — as an :class:`ObjectRead` per object, and dri
 * ``size_mismatch`` — the listed size differs from the size the link records (the
   object is not read);
 * ``digest_mismatch`` — the span was read whole and hashes to another digest than the
-  link's (its bytes are still judged: they are what cold would serve).
+  link's, or a compressed object's stored bytes hash to another CRC-32C than its
+  ``stored_digest`` (its bytes are still judged: they are what cold would serve).
 
 :func:`span_read` turns the bytes a job's read returned into that fact, the same for
-both: a compressed object is read whole and decoded here (its damage is the
-``digest_mismatch`` a flipped byte in a plain object gives).
+both: a compressed object is read whole, its stored digest checked and decoded here (its
+damage is the ``digest_mismatch`` a flipped byte in a plain object gives, also when the
+flip decodes to the very same payload).
 
 The one rule for what follows (``record_mismatch``, ``manifest_mismatch``,
 ``content_mismatch``): a link's records and content are judged only when **every**
@@ -31,6 +33,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tieredstore.cold.compressed.framed import STORED_DIGEST
 from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.errors import CorruptFrameError
@@ -55,6 +58,8 @@ class ObjectRead:
     size the link records. ``read``: how many bytes a read of the link's span returned
     (None: not read, as an object of the wrong size is not). ``span``: the span's size.
     ``actual``/``expected``: the digest of the bytes read and the link's.
+    ``stored_actual``/``stored_expected``: a compressed object's stored-bytes CRC-32C and
+    the one its link records (None: plain, not read whole, or none recorded).
     """
 
     key: str
@@ -66,6 +71,8 @@ class ObjectRead:
     expected: str | None = None
     #: Who records the size and digest, for messages ("its manifest", "its batch index").
     says: str = "its manifest"
+    stored_actual: str | None = None
+    stored_expected: str | None = None
 
     @property
     def whole(self) -> bool:
@@ -80,23 +87,37 @@ def reads_whole(at: int, span: int, recorded: int, *, framed: bool) -> bool:
 
 
 def span_read(
-    fact: ObjectRead, data: bytes, *, expected: str, framed: bool
+    fact: ObjectRead,
+    data: bytes,
+    *,
+    expected: str,
+    framed: bool,
+    stored_digest: str | None = None,
 ) -> tuple[ObjectRead, bytes | None]:
     """``fact`` completed by a read of its span that returned ``data`` (``b""``: the
     object is gone; a compressed object: its stored bytes, read whole, decoded here), and
-    the span's bytes when read whole. ``expected``: the digest the link records.
+    the span's bytes when read whole. ``expected``: the digest the link records;
+    ``stored_digest``: a compressed object's stored-bytes CRC-32C it records (None: none).
 
     A compressed object that does not decode is a span read whole whose digest is
     ``undecodable (...)``; one shorter than recorded is not decoded (it vanished after
-    the listing, as a plain one cut short)."""
+    the listing, as a plain one cut short). A compressed object whose stored bytes do not
+    match ``stored_digest`` is a ``digest_mismatch`` even when it decodes to the bytes
+    recorded (a flip in bits zstd never reads)."""
     if framed and len(data) == fact.recorded:
+        if stored_digest is not None:
+            actual_stored = digest(data, STORED_DIGEST)
+            fact = dataclasses.replace(
+                fact, stored_actual=actual_stored, stored_expected=stored_digest
+            )
         try:
             data = decode_whole(data, where=fact.key)
         except CorruptFrameError as exc:
-            undecodable = f"undecodable ({exc.message})"
+            undecodable = f"undecodable ({exc.message})"  # says more than the stored digest
             return dataclasses.replace(
-                fact, read=fact.span, actual=undecodable, expected=expected
-            ), None
+                fact, read=fact.span, actual=undecodable, expected=expected,
+                stored_actual=None, stored_expected=None,
+            ), None  # fmt: skip
     if len(data) != fact.span:
         return dataclasses.replace(fact, read=len(data)), None
     actual = digest(data, DigestAlgorithm.for_hex(expected))
@@ -128,6 +149,11 @@ def object_findings(
             yield QueueFinding(
                 FindingKind.MISSING_OBJECT, start, end, r.key,
                 f"object vanished after the listing (read {r.read} of {r.span} bytes)",
+            )  # fmt: skip
+        elif r.whole and r.stored_actual != r.stored_expected:
+            yield QueueFinding(
+                FindingKind.DIGEST_MISMATCH, start, end, r.key,
+                f"stored digest is {r.stored_actual}, {r.says} says {r.stored_expected}",
             )  # fmt: skip
         elif r.whole and r.actual is not None and r.actual != r.expected:
             yield QueueFinding(

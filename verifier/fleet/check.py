@@ -218,7 +218,10 @@ class _Run:
             )
         except FileNotFoundError:
             data = b""
-        return span_read(fact, data, expected=ref.digest, framed=framed)
+        stored_digest = None if ref.framed is None else ref.framed.stored_digest
+        return span_read(
+            fact, data, expected=ref.digest, framed=framed, stored_digest=stored_digest
+        )
 
     def segment(self, m: Committed, covers: bool = True) -> None:
         (cq_read, cq), (cl_read, cl) = self.read(m, "cq"), self.read(m, "cl")
