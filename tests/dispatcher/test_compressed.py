@@ -12,11 +12,14 @@ import pytest
 from tests.support.moto import S3Bucket
 from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
+from tests.support.stores.compressed import silent_flip
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold import manifest as manifests
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.history import Committed, span_bytes
 from tieredstore.cold.manifest import COMPRESSED_VERSION, FORMAT_VERSION, read_manifest
 from tieredstore.cold.readahead import ReadAhead
@@ -108,6 +111,21 @@ async def test_a_flipped_byte_in_a_compressed_segment_is_a_digest_mismatch(
         data[len(data) // 2] ^= 0x10
         await backend.write(key, bytes(data))
         with pytest.raises(DigestMismatchError):
+            await _verify(backend, link)
+
+
+async def test_a_flip_that_decodes_identically_fails_on_the_stored_digest_the_uploader_wrote(
+    store: Path, tmp_path: Path
+) -> None:
+    reset_memory_stores()
+    await _tier(store, "memory://silent", tmp_path / "state", **ZSTD)
+    async with open_backend("memory://silent") as backend:
+        link = next(iter((await read_cold(backend, CLUSTER, BROKER)).values())).manifests[0]
+        key, framed = link.commit_log.key, link.commit_log.framed
+        stored = await backend.read(key)
+        assert framed == Framed(len(stored), digest(stored, DigestAlgorithm.CRC32C))
+        await backend.write(key, silent_flip(stored))
+        with pytest.raises(DigestMismatchError, match=f"stored digest is .*{key}"):
             await _verify(backend, link)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.compressed import upload_compressed
 from tests.support.stores.segments import chain, upload
 from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.clock import VirtualClock
@@ -92,6 +93,30 @@ async def test_rebuild_from_manifests_gives_an_equal_catalogue(
     ]  # fmt: skip
     with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, clock=clock) as rebuilt:
         assert _snapshot(rebuilt) == before
+
+
+async def test_rebuild_keeps_compressed_segments_byte_identical(
+    catalogue: Catalogue, backend: MemoryBackend, state_dir: Path, clock: VirtualClock
+) -> None:
+    """A format-3 manifest rebuilt from its catalogue row (schema v7's cl_stored_digest
+    beside cl_stored_size) is the very bytes stored in cold, stored digest included."""
+    segments = chain(Q0, [4, 3, 5])
+    catalogue.queues.ensure(Q0.topic, Q0.queue_id, 0)
+    for seg in segments[:2]:
+        catalogue.segments.commit(await upload_compressed(backend, seg))
+    catalogue.segments.commit(await upload(backend, segments[2]))  # a store of both kinds
+    catalogue.close()
+    _delete_database(state_dir)
+
+    report = await rebuild(backend, state_dir, cluster=CLUSTER, broker=BROKER, clock=clock)
+
+    assert report.clean, report.findings
+    with Catalogue.open(state_dir, cluster=CLUSTER, broker=BROKER, clock=clock) as rebuilt:
+        rows = rebuilt.segments.of(Q0.topic, Q0.queue_id)
+        assert [r.manifest.commit_log.framed is not None for r in rows] == [True, True, False]
+        for row in rows:
+            assert row.manifest.to_json() == await backend.read(row.manifest.key)
+        assert (await reconcile(rebuilt, backend)).clean
 
 
 async def test_rebuild_after_expiry_starts_at_the_first_manifest(

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.segments import chain
 from tieredstore.clock import VirtualClock
-from tieredstore.cold.layout import object_name
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.layout import QueuePath, object_name
+from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest
 from tieredstore.errors import CatalogueError
 from tieredstore.metadata.catalogue import DB_NAME, Catalogue
 from tieredstore.metadata.schema import LATEST_VERSION, MIGRATIONS, Migration, schema_version
@@ -181,3 +185,50 @@ def test_a_v4_catalogue_migrates_to_slices_keeping_its_rows(
             raw.execute(_slice(s=11, e=12, cq=40))
     finally:
         raw.close()
+
+
+# -- v7: a compressed COMMIT_LOG object's stored digest -------------------------------------
+
+
+def test_a_v6_catalogue_migrates_to_stored_digests_keeping_its_segments(
+    state_dir: Path, clock: VirtualClock
+) -> None:
+    """A v6 catalogue (0.2 before stored digests) gains ``cl_stored_digest``; its plain
+    segments read as before, and compressed ones commit with their stored digest."""
+    plain, compressed = chain(QueuePath(CLUSTER, BROKER, "T", 0), [2, 3])
+    _open(state_dir, clock, MIGRATIONS[:6]).close()
+    raw = sqlite3.connect(state_dir / DB_NAME)
+    with raw:
+        raw.execute("INSERT INTO queues VALUES ('T', 0, 0, 0, 0, 0, 0, 'ACTIVE', 0)")
+        raw.execute(
+            "INSERT INTO segments VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'COMMITTED', "
+            "?, ?, ?, ?, ?, ?, NULL)",
+            _v6_row(plain.manifest),
+        )
+        raw.execute(
+            "UPDATE queues SET cold_commit = ?, cold_cl_end = ?",
+            (plain.manifest.end_offset, plain.manifest.cl_end),
+        )
+    raw.close()
+    framed = Framed(99, "0a1b2c3d")
+    ref = dataclasses.replace(compressed.manifest.commit_log, framed=framed)
+    m = dataclasses.replace(compressed.manifest, format_version=COMPRESSED_VERSION, commit_log=ref)
+    with _open(state_dir, clock, MIGRATIONS) as cat:
+        cat.segments.commit(m)
+        assert [s.manifest for s in cat.segments.of("T", 0)] == [plain.manifest, m]
+    assert [v for v, _ in _versions(state_dir)] == [*range(1, LATEST_VERSION + 1)]
+    raw = sqlite3.connect(state_dir / DB_NAME)
+    try:
+        rows = raw.execute("SELECT cl_stored_size, cl_stored_digest FROM segments").fetchall()
+    finally:
+        raw.close()
+    assert rows == [(None, None), (99, "0a1b2c3d")]
+
+
+def _v6_row(m: Manifest) -> tuple[object, ...]:
+    return (
+        m.topic, m.queue_id, m.start_offset, m.end_offset, m.cl_base, m.cl_end,
+        m.commit_log.size, m.commit_log.digest, m.consume_queue.size, m.consume_queue.digest,
+        m.digest_algorithm, m.min_store_timestamp, m.max_store_timestamp, m.format_version,
+        m.writer_id, m.lease_epoch, m.created_at_ms, m.key, m.attempt,
+    )  # fmt: skip

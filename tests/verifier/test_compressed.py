@@ -4,10 +4,14 @@ the digest finding a flipped byte in a plain one gives."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.support.stores.compressed import compress_segment
+from tests.support.stores.compressed import compress_segment, silent_flip
 from tests.support.verification.report_doc import found
+from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.manifest import read_manifest
 from tieredstore.hot.store import QueueKey
 
 from .conftest import SPEC, World
@@ -44,3 +48,25 @@ def test_a_flipped_byte_in_a_compressed_object_is_a_digest_mismatch(world: World
     assert found(doc) == {
         ("digest_mismatch", Q.topic, Q.queue_id, m.start_offset, m.end_offset, m.commit_log_key),
     }
+
+
+def test_a_flip_that_decodes_identically_is_a_stored_digest_mismatch(world: World) -> None:
+    """A flip in bits zstd never reads leaves the payload and its digest as recorded: the
+    stored digest (manifest format 3) is what finds it, and it is CORRUPT all the same."""
+    _compress_every_other(world)
+    key = world.manifests(Q)[2].key
+    m = read_manifest(world.path(key).read_bytes(), key)
+    assert m.commit_log.framed is not None
+    path = world.path(m.commit_log_key)
+    path.write_bytes(silent_flip(path.read_bytes()))
+    code, doc = world.verify("--level", "content")
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {
+        ("digest_mismatch", Q.topic, Q.queue_id, m.start_offset, m.end_offset, m.commit_log_key),
+    }
+    (anomaly,) = doc["anomalies"]
+    bad = digest(path.read_bytes(), DigestAlgorithm.CRC32C)
+    assert f"stored digest is {bad}, its manifest says {m.commit_log.framed.stored_digest}" in (
+        json.dumps(anomaly)
+    )
+    assert doc["totals"]["units_compared"] == SPEC.messages  # its bytes are still judged

@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from tieredstore.backends.base import Backend
 from tieredstore.cold.compressed.framed import encode_framed
 from tieredstore.cold.compressed.frames import FrameSettings, decode_whole
 from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest, read_manifest
+from tieredstore.cold.segment import Segment
 from tieredstore.errors import CorruptFrameError
 
 #: Small frames, so every segment of a test store has several.
@@ -56,3 +58,18 @@ def silent_flip(stored: bytes) -> bytes:
                 pass
             damaged[at] ^= 1 << bit
     raise AssertionError("every single-bit flip of the object changes what it decodes to")
+
+
+async def upload_compressed(
+    backend: Backend, segment: Segment, frames: FrameSettings = TEST_FRAMES
+) -> Manifest:
+    """Write ``segment`` as a sidecar with ``cold.compression = "zstd"`` would, in commit
+    order (COMMIT_LOG compressed, CONSUME_QUEUE, then its format-3 manifest); return it."""
+    stored, framed = encode_framed(segment.commit_log, frames)
+    m = segment.manifest
+    ref = dataclasses.replace(m.commit_log, framed=framed)
+    m = dataclasses.replace(m, format_version=COMPRESSED_VERSION, commit_log=ref)
+    await backend.write(m.commit_log_key, stored)
+    await backend.write(m.consume_queue_key, segment.consume_queue)
+    await backend.write(m.key, m.to_json())
+    return m

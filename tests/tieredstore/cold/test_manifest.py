@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.stores.segments import chain
+from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.layout import QueuePath, SegmentKind, object_key, object_name
-from tieredstore.cold.manifest import Manifest, ObjectRef, read_manifest
+from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest, ObjectRef, read_manifest
 from tieredstore.errors import CorruptManifestError
 
 QUEUE = QueuePath("DefaultCluster", "broker-a", "%RETRY%orders", 5)
@@ -183,3 +184,45 @@ def test_read_manifest_checks_the_key(manifest: Manifest) -> None:
         read_manifest(manifest.to_json(), manifest.commit_log_key)
     with pytest.raises(CorruptManifestError, match="not a manifest key"):
         read_manifest(manifest.to_json(), "somewhere/else.json")
+
+
+@pytest.fixture(scope="module")
+def compressed(manifest: Manifest) -> Manifest:
+    """``manifest`` as format 3: its COMMIT_LOG object stored compressed."""
+    ref = dataclasses.replace(manifest.commit_log, framed=Framed(321, "0a1b2c3d"))
+    return dataclasses.replace(manifest, format_version=COMPRESSED_VERSION, commit_log=ref)
+
+
+def test_a_compressed_manifest_round_trips_with_its_stored_digest(compressed: Manifest) -> None:
+    data = compressed.to_json()
+    assert _doc(compressed)["commit_log"] == {
+        "name": compressed.commit_log.name, "size": compressed.commit_log.size,
+        "digest": compressed.commit_log.digest, "compression": "zstd", "stored_size": 321,
+        "stored_digest": "0a1b2c3d",
+    }  # fmt: skip
+    assert Manifest.from_json(data, where=WHERE) == compressed
+    assert Manifest.from_json(data, where=WHERE).to_json() == data
+
+
+@pytest.mark.parametrize(
+    ("changes", "complaint"),
+    [
+        ({"commit_log__stored_digest": _DELETE}, "lacks field 'stored_digest'"),
+        ({"commit_log__stored_digest": "0A1B2C3D"}, "commit_log.stored_digest '0A1B2C3D' is not 8"),
+        ({"commit_log__stored_digest": "0" * 64}, "commit_log.stored_digest '0+' is not 8"),
+        ({"commit_log__stored_digest": None}, "'stored_digest' is NoneType"),
+        ({"commit_log__stored_size": -1}, "commit_log.stored_size -1 < 0"),
+        ({"commit_log__stored_size": _DELETE}, "lacks field 'stored_size'"),
+    ],
+)
+def test_a_compressed_manifest_without_a_valid_stored_digest_is_corrupt(
+    compressed: Manifest, changes: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(CorruptManifestError, match=complaint) as info:
+        Manifest.from_json(_corrupt(compressed, **changes), where=WHERE)
+    assert info.value.where == WHERE
+
+
+def test_a_plain_manifest_with_a_stored_digest_is_corrupt(manifest: Manifest) -> None:
+    with pytest.raises(CorruptManifestError, match="lacks field 'compression'"):
+        Manifest.from_json(_corrupt(manifest, commit_log__stored_digest="0a1b2c3d"), where=WHERE)

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.support.stores.coldimage import write_local
-from tests.support.stores.compressed import compress_every_other
+from tests.support.stores.compressed import compress_every_other, silent_flip
 from tests.support.verification.fleet import (
     CLEAN,
     DELETED,
@@ -23,6 +23,7 @@ from tests.support.verification.fleet import (
 )
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock
+from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import QueueKey
@@ -184,7 +185,8 @@ def test_compressed_segments_verify_clean_and_a_flip_is_a_digest_mismatch(
 
     m = compressed[1]
     path = tmp_path / "cold" / m.commit_log_key
-    data = bytearray(path.read_bytes())
+    stored = path.read_bytes()
+    data = bytearray(stored)
     data[len(data) // 3] ^= 0x10
     path.write_bytes(bytes(data))
     (result,) = verify_fleet(spark, options).brokers
@@ -192,3 +194,14 @@ def test_compressed_segments_verify_clean_and_a_flip_is_a_digest_mismatch(
     assert {(a.anomaly, a.object_key) for a in result.anomalies} == {
         (FindingKind.DIGEST_MISMATCH, m.commit_log_key)
     }
+
+    # a flip in bits zstd never reads: only the stored digest tells
+    path.write_bytes(silent_flip(stored))
+    assert m.commit_log.framed is not None
+    (result,) = verify_fleet(spark, options).brokers
+    assert result.verdict is Verdict.CORRUPT
+    bad = digest(path.read_bytes(), DigestAlgorithm.CRC32C)
+    assert [(a.anomaly, a.object_key, a.detail) for a in result.anomalies] == [(
+        FindingKind.DIGEST_MISMATCH, m.commit_log_key,
+        f"stored digest is {bad}, its manifest says {m.commit_log.framed.stored_digest}",
+    )]  # fmt: skip

@@ -22,6 +22,8 @@ from tieredstore.backends.forwarding import ForwardingBackend
 from tieredstore.cli.sidecar.reload import apply_reload
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.compressed.framed import Framed
+from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.history import EntryKind, load_history
 from tieredstore.cold.layout import (
     QueuePath,
@@ -288,6 +290,11 @@ async def test_the_sidecar_batches_then_compacts_the_same_bytes(
         cold = await assert_cold_matches_hot(rt.backend, rt.hot, CLUSTER, BROKER)
         segments = [m.manifest for q in cold.values() for m in q.manifests if m.manifest]
         assert segments and {m.format_version for m in segments} == {version}
+        for m in segments:  # compaction records the stored bytes' digest it wrote
+            framed = m.commit_log.framed
+            stored = await rt.backend.read(m.commit_log_key)
+            if version == 3:
+                assert framed == Framed(len(stored), digest(stored, DigestAlgorithm.CRC32C))
 
 
 async def test_a_compacted_segment_expires_only_once_its_batches_are_deleted(
