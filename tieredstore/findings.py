@@ -147,7 +147,10 @@ FINDINGS: Final[Mapping[FindingKind, KindRow]] = {
     ),
     FindingKind.DIGEST_MISMATCH: KindRow(
         "an object's digest (CRC-32C, or SHA-256 for 0.1.0 segments: the algorithm its "
-        "manifest names) differs from its manifest",
+        "manifest names) differs from its manifest; for a compressed object (manifest "
+        "format 3) also one that does not decode, or whose stored bytes' CRC-32C differs "
+        "from its `stored_digest` (a flip zstd never reads, which decodes to the recorded "
+        "bytes)",
         ("verifier",),
     ),
     FindingKind.CORRUPT_MANIFEST: KindRow(

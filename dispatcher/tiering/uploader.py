@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -47,6 +48,19 @@ class UploadedObjects:
     max_store_timestamp: int
     #: How the COMMIT_LOG object is stored (None: plain).
     cl_framed: Framed | None = None
+
+
+async def _commit_log_source(
+    spooled: Spooled, frames: FrameSettings | None
+) -> tuple[Path, int, Framed | None]:
+    """The file to upload as the COMMIT_LOG object, its size and how it is stored: the
+    spool file itself (plain), or it encoded beside it (``.zst``; the caller deletes it),
+    its stored digest computed as it is written, never read back."""
+    if frames is None:
+        return spooled.path, spooled.size, None
+    source = spooled.path.with_name(spooled.path.name + ".zst")
+    size, crc = await asyncio.to_thread(encode_file, spooled.path, source, frames)
+    return source, size, Framed(size, crc)
 
 
 async def upload_objects(
@@ -81,12 +95,7 @@ async def upload_objects(
     # Both objects at once: neither counts before the manifest, which the caller writes
     # only after both returned. If one fails, the other finishes (or fails) before the
     # error is raised, so nothing of this attempt is written afterwards.
-    source, stored = spooled.path, spooled.size
-    framed: Framed | None = None
-    if frames is not None:  # the stored digest computed as it is written, not read back
-        source = spooled.path.with_name(spooled.path.name + ".zst")
-        stored, stored_digest = await asyncio.to_thread(encode_file, spooled.path, source, frames)
-        framed = Framed(stored, stored_digest)
+    source, stored, framed = await _commit_log_source(spooled, frames)
     try:
         written = await asyncio.gather(
             backend.write_file(cl_key, source, chunk_bytes=batch_bytes, check=check),

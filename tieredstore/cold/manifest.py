@@ -11,10 +11,10 @@ always be rebuilt from manifests.
 Format versions: 3 is 2 with a compressed COMMIT_LOG object (seekable zstd frames,
 :mod:`tieredstore.cold.compressed.frames`): its ref adds ``compression`` (``"zstd"``),
 ``stored_size`` and ``stored_digest`` (the CRC-32C of the stored bytes, whatever
-``digest_algorithm`` says; required), while ``size`` and ``digest`` stay those of the
-uncompressed bytes; a
-manifest of plain objects is still written as 2, so a reader without compression refuses
-exactly the segments it cannot read (:class:`~tieredstore.errors.UnsupportedFormatError`).
+``digest_algorithm`` says; all three required), while ``size`` and ``digest`` stay those
+of the uncompressed bytes; a manifest of plain objects is still written as 2, so a reader
+without compression refuses exactly the segments it cannot read
+(:class:`~tieredstore.errors.UnsupportedFormatError`).
 2 (written since 0.2) names each data object with its upload attempt
 (``<name(base)>.<attempt>``, the same attempt for both objects; see
 :mod:`tieredstore.cold.layout`); 1 (0.1.0) names them by base offset alone. All are read;
@@ -123,7 +123,9 @@ class Manifest(QueueRecord):
     ``0 <= start < end``, ``message_count == end - start``, ``0 <= cl_base < cl_end``,
     ``commit_log.size == cl_end - cl_base``, ``consume_queue.size == 20 * message_count``,
     object names match ``cl_base`` and ``start * 20`` (format 2: both carry the same
-    upload attempt; format 1: neither does), ``digest_algorithm`` is one we know
+    upload attempt; format 1: neither does), only format 3 has a compressed
+    ``commit_log`` and its ``stored_digest`` is 8 lowercase hex digits (CRC-32C),
+    ``digest_algorithm`` is one we know
     (:class:`~tieredstore.cold.digests.DigestAlgorithm`) and both digests have its length,
     ``0 <= min_store_timestamp <= max_store_timestamp`` (real times: there is no empty
     segment and no sentinel), ``lease_epoch >= 1`` (epochs start at 1), a non-empty
