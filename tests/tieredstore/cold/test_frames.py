@@ -3,6 +3,7 @@ damage is a digest-mismatch kind of error, never a zstd exception."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -192,3 +193,18 @@ async def test_a_flip_that_decodes_identically_fails_read_whole_on_its_stored_di
     )
     assert await read_range(backend, "framed", 0, len(DATA), framed) == DATA  # not checked
     assert await read_whole(backend, "framed", Framed(len(obj))) == DATA  # none recorded
+
+
+def test_a_damaged_frame_header_is_a_corrupt_frame_not_a_huge_allocation() -> None:
+    """A flip in a frame header's content size once made zstd allocate what it claimed
+    (petabytes: a MemoryError); every flip of a header byte is a corrupt frame, or
+    decodes to the payload."""
+    obj = encode(DATA, FrameSettings(FRAME, 3))
+    starts = _index(obj).at[:-1]
+    for start in (int(a) for a in starts[:3]):
+        for at in range(start, start + 14):
+            for mask in (0x01, 0x80, 0xB5):
+                damaged = bytearray(obj)
+                damaged[at] ^= mask
+                with contextlib.suppress(CorruptFrameError):
+                    assert decode_whole(memoryview(damaged), where="t") == DATA

@@ -249,7 +249,8 @@ def decode(index: FrameIndex, first: int, last: int, stored: bytes | memoryview,
 
     Raises:
         CorruptFrameError: ``stored`` is not that long, or a frame does not decode, fails
-            its checksum or does not have the size the seek table says.
+            its checksum or does not have (or its header does not claim) the size the
+            seek table says.
     """
     view = memoryview(stored).cast("B")
     base = int(index.at[first])
@@ -264,6 +265,14 @@ def decode(index: FrameIndex, first: int, last: int, stored: bytes | memoryview,
         lo, hi = int(index.at[i]) - base, int(index.at[i + 1]) - base
         want = int(index.starts[i + 1] - index.starts[i])
         try:
+            # A damaged header may claim any content size, which decompress would
+            # allocate (a MemoryError): the seek table's size is checked first.
+            declared = zstandard.frame_content_size(view[lo:hi])
+            if declared != want:
+                raise CorruptFrameError(
+                    f"frame {i}'s header says {declared} bytes, its seek table says {want}",
+                    where=where,
+                )
             got = decompressor.decompress(view[lo:hi], max_output_size=want)
         except zstandard.ZstdError as exc:
             raise CorruptFrameError(f"frame {i} does not decode: {exc}", where=where) from exc
