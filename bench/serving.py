@@ -6,6 +6,9 @@ from cold min to cold commit with ``GET /v1/cold/records``, four queues at a tim
 on one keep-alive connection. Each request asks for what the broker plugin asks for: 256
 records and 2 MiB (its ``tieredstoreBatchMessages`` default; it keeps the surplus for the
 queue's next pulls); ``--pull 32`` asks one consumer pull's worth instead.
+``--compression zstd`` tiers with ``cold.compression = "zstd"``: the read service then
+decodes frames (through its read-ahead) and the static server sends the stored,
+compressed files, so the throughput ratio compares served payload with stored bytes.
 
 The baseline is a static HTTP file server (``bench/_static.py``: aiohttp's static route,
 ``sendfile`` of each range, one process and one event loop like the sidecar) serving the
@@ -246,13 +249,15 @@ def main() -> None:
     add_store_arguments(ap, size="256M")
     ap.add_argument("--pull", type=int, default=PULL, help=f"records per request ({PULL})")
     ap.add_argument("--runs", type=int, default=3, help="drains of each server, best counts (3)")
+    ap.add_argument("--compression", choices=("none", "zstd"), default="none",
+                    help="cold.compression of the tiered copy (none)")  # fmt: skip
     args = ap.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(dir=args.workdir, prefix="bench-serving-") as tmp:
         root = Path(tmp)
         store_from_args(args, root / "store")
         cold = str(root / "cold")
-        env = sidecar_env(tiering_guard="none")
+        env = sidecar_env(tiering_guard="none", cold_compression=args.compression)
         run_measured(
             sidecar_cmd(root / "store", cold, root / "state"), env=env, log=root / "tier.log"
         )

@@ -24,7 +24,7 @@ from tests.support.broker.rocketmq import (
     prepare_toolchain,
 )
 from tests.support.broker.scenario import BrokerRun, now_ms, run_scenario, wait_for_clean_stop
-from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.sidecar import COMPRESSED, LiveSidecar
 from tests.support.broker.suite import StoreView
 from tieredstore.hot.store import HotStore
 
@@ -44,7 +44,14 @@ def broker_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerRun]:
     # scenario's traffic is being produced.
     # Batching on: the small segments of each tick go into batch objects (issue 37), so
     # the tiering and conformance checks read batch slices beside per-queue segments.
-    batching = {"TIEREDSTORE_TIERING_BATCHING": "true"}
+    # Compression on (COMPRESSED): the segments are stored as zstd frames. The live
+    # traffic is cut by age into batch slices; compaction (every 5 s with
+    # compact_after 20 s) rewrites them as per-queue segments, which are compressed.
+    batching = {
+        "TIEREDSTORE_TIERING_BATCHING": "true",
+        "TIEREDSTORE_TIERING_COMPACT_AFTER": "20s",
+        **COMPRESSED,
+    }
     work = tmp_path_factory.mktemp("tiering")
     with cluster, LiveSidecar.start(cluster, work, overrides=batching) as sidecar:
         manifest = run_scenario(cluster, normal=LIVE_NORMAL_MESSAGES, seed=LIVE_SEED)

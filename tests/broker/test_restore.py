@@ -45,18 +45,26 @@ from tests.support.broker.scenario import now_ms, wait_for_clean_stop
 from tests.support.broker.traffic import ExpectedMessage
 from tieredstore.backends import open_backend
 from tieredstore.cli.main import main
-from tieredstore.cold.history import EntryKind, load_history
+from tieredstore.cold.history import EntryKind, load_history, span_bytes
+from tieredstore.cold.manifest import COMPRESSED_VERSION, FORMAT_VERSION
 from tieredstore.cold.reader import ColdReader
+from tieredstore.cold.segment import verify_segment
 from tieredstore.formats.msgid import decode_offset_msg_id
 from tieredstore.hot.store import HotStore
 
+#: The first bytes of a zstd frame (RFC 8878: magic number 0xFD2FB528, little-endian).
+ZSTD_MAGIC = bytes.fromhex("28b52ffd")
 
-def tieredstore(*args: str, batching: bool = False) -> int:
+
+def tieredstore(*args: str, batching: bool = False, compression: str = "zstd") -> int:
     """Run a ``tieredstore`` command in this process; return its exit code
     (``batching``: ``tiering.batching`` on, else off: per-queue segments, which the
-    expiry test expires; from the environment as a user sets it)."""
+    expiry test expires; ``compression``: ``cold.compression``, in frames of 16 KiB so
+    that a segment has several; from the environment as a user sets them)."""
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TIEREDSTORE_TIERING_BATCHING", "true" if batching else "false")
+        env.setenv("TIEREDSTORE_COLD_COMPRESSION", compression)
+        env.setenv("TIEREDSTORE_COLD_FRAME_SIZE", "16K")
         return main(list(args))
 
 
@@ -80,15 +88,17 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Source]:
         assert consumed == orders1
         src = Source(cluster, work / "cold", work / "state", tuple(batch1), (), frozenset(), 0, 0)
         batched = work / "cold-batch"
-        for cold in (None, batched):  # segment 1 (and its batch object)
+        for cold in (None, batched):  # segment 1 (and its batch object), uncompressed
             args = src.sidecar_args(cluster.store_root, "--guard", "none", cold=cold)
-            assert tieredstore(*args, batching=cold is not None) == 0
+            assert tieredstore(*args, batching=cold is not None, compression="none") == 0
         start = now_ms()
         batch2 = produce(cluster, plan_batch(2, 450, 240), "batch2")
         end = now_ms()
         wait_dispatched(cluster, queue_counts(batch1 + batch2))
         wait_for_clean_stop(cluster)  # the broker writes config/ as it stops
-        for cold in (None, batched):  # segment 2 (and its batch object); config copied
+        # Segment 2 (and its batch object) compressed: the cold copy holds both kinds, as
+        # a store does once compression is turned on; config copied.
+        for cold in (None, batched):
             args = src.sidecar_args(cluster.store_root, cold=cold)
             assert tieredstore(*args, batching=cold is not None) == 0
         shutil.rmtree(cluster.store_root)  # the broker is lost
@@ -160,6 +170,29 @@ def test_a_restore_through_batch_objects_is_the_restore_through_segments(
             return {link.kind for link in history.links()}
 
     assert asyncio.run(kinds()) == {EntryKind.SLICE}
+
+
+def test_the_cold_copy_holds_plain_then_compressed_segments_that_verify(source: Source) -> None:
+    """Batch 1 was tiered uncompressed (format 2), batch 2 compressed (format 3: its
+    COMMIT_LOG object starts with the zstd frame magic); every segment's digests check,
+    and the restores below read the copy as one."""
+
+    async def formats() -> dict[int, set[bytes]]:
+        out: dict[int, set[bytes]] = defaultdict(set)
+        async with open_backend(str(source.cold)) as backend:
+            for link in (await load_history(backend, CLUSTER, BROKER)).links():
+                assert link.manifest is not None
+                cl = link.commit_log
+                verify_segment(link, await span_bytes(backend, cl),
+                               await span_bytes(backend, link.consume_queue))  # fmt: skip
+                magic = await backend.read_exact(cl.key, 0, 4)
+                out[link.manifest.format_version].add(magic)
+        return out
+
+    found = asyncio.run(formats())
+    assert sorted(found) == [FORMAT_VERSION, COMPRESSED_VERSION]
+    assert found[COMPRESSED_VERSION] == {ZSTD_MAGIC}
+    assert ZSTD_MAGIC not in found[FORMAT_VERSION]
 
 
 def test_full_restore_serves_every_message(source: Source, full_restore: Path) -> None:

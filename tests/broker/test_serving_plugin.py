@@ -41,7 +41,7 @@ from tests.support.broker.serving import (
     parse_deliveries,
     plan_messages,
 )
-from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.sidecar import COMPRESSED, LiveSidecar
 from tests.support.broker.traffic import (
     ExpectedMessage,
     Kind,
@@ -116,6 +116,7 @@ def produced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Produced]:
         "TIEREDSTORE_READS_PORT": str(reads_port),
         "TIEREDSTORE_READS_ENABLED": "true",
         "TIEREDSTORE_TIERING_BATCHING": "true",  # the plugin reads batch slices too
+        **COMPRESSED,  # and decoded frames of compressed segments
     }
     with cluster, LiveSidecar.start(cluster, workdir / "tiering", overrides=overrides) as sidecar:
         cluster.create_topics({TOPIC: QUEUES})
@@ -216,6 +217,13 @@ def test_a_new_group_from_the_first_offset_reads_cold_then_hot(served: Served) -
     batched = [m for m in served.messages.values() if m.kind is Kind.BATCH]
     assert len(batched) == BATCHES * 8
     assert all(m.queue_offset < served.hot_min[m.queue_id] for m in batched)
+
+
+def test_the_cold_segments_the_consumers_read_are_compressed(served: Served) -> None:
+    """cold.compression is on (COMPRESSED): the plugin's cold reads above and below
+    decode zstd frames (through the read service's read-ahead) for every full segment."""
+    logs = served.sidecar.commit_logs()
+    assert any(stored is not None for _, stored in logs), logs
 
 
 def test_a_new_group_with_default_settings_starts_where_it_would_without_the_plugin(

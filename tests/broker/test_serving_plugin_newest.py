@@ -37,7 +37,7 @@ from tests.support.broker.serving import (
     parse_deliveries,
     plan_messages,
 )
-from tests.support.broker.sidecar import LiveSidecar
+from tests.support.broker.sidecar import COMPRESSED, LiveSidecar
 from tests.support.broker.traffic import ExpectedMessage, Kind, read_results, write_plan
 from tieredstore.hot.store import HotStore
 
@@ -71,7 +71,11 @@ def newest(
     workdir = tmp_path_factory.mktemp("newest")
     cluster = LocalCluster(toolchain, workdir / "rocketmq", settings)
     (workdir / "tiering").mkdir()
-    overrides = {"TIEREDSTORE_READS_PORT": str(reads_port), "TIEREDSTORE_READS_ENABLED": "true"}
+    overrides = {
+        "TIEREDSTORE_READS_PORT": str(reads_port),
+        "TIEREDSTORE_READS_ENABLED": "true",
+        **COMPRESSED,
+    }
     with cluster, LiveSidecar.start(cluster, workdir / "tiering", overrides=overrides) as sidecar:
         cluster.create_topics({TOPIC: QUEUES})
         plan = plan_messages(MESSAGES, seed=551)

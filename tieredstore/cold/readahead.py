@@ -22,6 +22,16 @@ Bounds and eviction:
   (the error goes to every reader that waited for it, never to a later one);
 * ``capacity_bytes == 0`` turns the cache off: every read goes to the backend as asked.
 
+Compressed objects (:meth:`ReadAhead.read_framed`, stored as seekable zstd frames:
+:mod:`tieredstore.cold.compressed.framed`) are cached as their *decoded frames* instead of
+stored parts: a frame is the least a read decodes, so a consumer pulling a few records at a
+time decodes each frame once, not once per pull, and a read of frame ``i`` fetches and
+decodes frame ``i + 1`` ahead. A decoded frame counts at its decoded length
+(``cold.frame_size``, 1 MiB by default) against the same ``capacity_bytes``, so the bound
+above holds for both kinds: ``capacity_bytes`` plus the frames one read needs (memory
+beyond that is transient: a frame's stored bytes while it is fetched and decoded, and
+views a caller still holds). The seek tables come from the decoder's own cache.
+
 Loop-safe, thread-unsafe: every caller shares the one event loop.
 """
 
@@ -30,11 +40,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tieredstore.cold.compressed.framed import Framed, index_reads, read_range
+from tieredstore.cold.compressed.frames import FrameIndex, decode
 from tieredstore.cold.pieces import Pieces
+from tieredstore.errors import CorruptFrameError
 
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
@@ -43,18 +56,21 @@ __all__ = ["ReadAhead", "ReadAheadStats"]
 
 log = logging.getLogger(__name__)
 
-_PartKey = tuple[str, int]
+#: (object key, part or frame index, whether it is a decoded frame).
+_PartKey = tuple[str, int, bool]
 
 
 @dataclass(frozen=True, slots=True)
 class ReadAheadStats:
-    """What the cache holds now and what it has done since it was built."""
+    """What the cache holds now and what it has done since it was built (``decodes``:
+    frames of compressed objects decoded, prefetched ones included)."""
 
     parts: int
     bytes: int
     hits: int
     misses: int
     prefetches: int
+    decodes: int = 0
 
 
 class ReadAhead:
@@ -77,13 +93,14 @@ class ReadAhead:
         self._parts: OrderedDict[_PartKey, asyncio.Task[bytes]] = OrderedDict()
         self._lengths: dict[_PartKey, int] = {}
         self._bytes = 0
-        self._hits = self._misses = self._prefetches = 0
+        self._hits = self._misses = self._prefetches = self._decodes = 0
 
     @property
     def stats(self) -> ReadAheadStats:
         return ReadAheadStats(
-            len(self._parts), self._bytes, self._hits, self._misses, self._prefetches
-        )
+            len(self._parts), self._bytes, self._hits, self._misses, self._prefetches,
+            self._decodes,
+        )  # fmt: skip
 
     async def read(self, key: str, start: int, end: int, size: int) -> bytes:
         """Bytes ``[start, end)`` of ``key``, an object of ``size`` bytes, as one
@@ -106,24 +123,82 @@ class ReadAhead:
             return Pieces.of(await self.backend.read_exact(key, start, end))
         first, last = start // self.part_bytes, (end - 1) // self.part_bytes
         tasks = [self._part(key, i, size, prefetch=False) for i in range(first, last + 1)]
-        self._evict(keep={(key, i) for i in range(first, last + 1)})
-        self._prefetch(key, last + 1, size)
+        self._evict(keep={(key, i, False) for i in range(first, last + 1)})
+        lo = (last + 1) * self.part_bytes
+        if lo < size:
+            self._prefetch((key, last + 1, False), min(self.part_bytes, size - lo),
+                           lambda: self._part(key, last + 1, size, prefetch=True))  # fmt: skip
         parts = [await t for t in tasks]
         return Pieces.of_parts(parts, first * self.part_bytes, start, end)
 
-    def _prefetch(self, key: str, index: int, size: int) -> None:
-        """Start fetching part ``index`` if the object has it and it fits the capacity
-        (a prefetch never evicts: what a reader uses now is worth more than a guess)."""
-        lo = index * self.part_bytes
-        if lo >= size:
-            return
-        if (key, index) in self._parts:
-            self._parts.move_to_end((key, index))
-        elif self._bytes + min(self.part_bytes, size - lo) <= self.capacity_bytes:
-            self._part(key, index, size, prefetch=True)
+    async def read_framed(self, key: str, start: int, end: int, framed: Framed) -> Pieces:
+        """Uncompressed bytes ``[start, end)`` of the compressed object at ``key`` as views
+        over its cached decoded frames (no copy); the frames the range overlaps are
+        fetched and decoded unless cached, and the next one ahead. With the cache off
+        (``capacity_bytes == 0``) the one decoder reads the range as asked.
+
+        Raises:
+            ValueError: an empty or negative range.
+            CorruptFrameError: the object does not decode, or holds fewer than ``end``
+                bytes.
+            BackendError / ObjectNotFoundError: as the backend's reads.
+        """
+        if not 0 <= start < end:
+            raise ValueError(f"range [{start}, {end}) is empty or negative")
+        if self.capacity_bytes == 0:
+            return Pieces.of(await read_range(self.backend, key, start, end, framed))
+        index = await self._index(key, framed)
+        if end > index.size:
+            raise CorruptFrameError(
+                f"holds {index.size} bytes decoded, the range read ends at {end}", where=key
+            )
+        first, last = index.frames(start, end)
+        tasks = [self._frame(key, index, i, prefetch=False) for i in range(first, last)]
+        self._evict(keep={(key, i, True) for i in range(first, last)})
+        if last < index.count:
+            self._prefetch((key, last, True), int(index.starts[last + 1] - index.starts[last]),
+                           lambda: self._frame(key, index, last, prefetch=True))  # fmt: skip
+        frames = [await t for t in tasks]
+        return Pieces.of_parts(frames, int(index.starts[first]), start, end)
+
+    async def _index(self, key: str, framed: Framed) -> FrameIndex:
+        reads = index_reads(self.backend.url, key, framed)
+        try:
+            a, b = next(reads)
+            while True:
+                a, b = reads.send(await self.backend.read_exact(key, a, b))
+        except StopIteration as done:
+            index: FrameIndex = done.value
+            return index
+
+    def _prefetch(self, pk: _PartKey, length: int, start: Callable[[], object]) -> None:
+        """Call ``start`` (which fetches part ``pk`` of ``length`` bytes) unless the part
+        is cached or does not fit the capacity (a prefetch never evicts: what a reader uses
+        now is worth more than a guess)."""
+        if pk in self._parts:
+            self._parts.move_to_end(pk)
+        elif self._bytes + length <= self.capacity_bytes:
+            start()
 
     def _part(self, key: str, index: int, size: int, *, prefetch: bool) -> asyncio.Task[bytes]:
-        pk = (key, index)
+        lo = index * self.part_bytes
+        hi = min(lo + self.part_bytes, size)
+        return self._task((key, index, False), hi - lo, lambda: self._fetch(key, lo, hi), prefetch)
+
+    def _frame(self, key: str, index: FrameIndex, i: int, *, prefetch: bool) -> asyncio.Task[bytes]:
+        length = int(index.starts[i + 1] - index.starts[i])
+        return self._task((key, i, True), length, lambda: self._decode(key, index, i), prefetch)
+
+    def _task(
+        self,
+        pk: _PartKey,
+        length: int,
+        fetch: Callable[[], Coroutine[object, object, bytes]],
+        prefetch: bool,
+    ) -> asyncio.Task[bytes]:
+        """Part ``pk`` (``length`` bytes once fetched): its task, started by ``fetch`` unless
+        one is cached or under way."""
+        key, index, _ = pk
         task = self._parts.get(pk)
         if task is not None and _failed(task):
             self._drop(pk)  # failed, its done callback not run yet: fetch again
@@ -137,13 +212,11 @@ class ReadAhead:
             self._prefetches += 1
         else:
             self._misses += 1
-        lo = index * self.part_bytes
-        hi = min(lo + self.part_bytes, size)
-        task = asyncio.create_task(self._fetch(key, lo, hi), name=f"read-ahead {key}#{index}")
+        task = asyncio.create_task(fetch(), name=f"read-ahead {key}#{index}")
         task.add_done_callback(lambda t: self._settled(pk, t))
         self._parts[pk] = task
-        self._lengths[pk] = hi - lo
-        self._bytes += hi - lo
+        self._lengths[pk] = length
+        self._bytes += length
         return task
 
     async def _fetch(self, key: str, lo: int, hi: int) -> bytes:
@@ -152,6 +225,13 @@ class ReadAhead:
             self._on_fetch(len(data))
         return data
 
+    async def _decode(self, key: str, index: FrameIndex, i: int) -> bytes:
+        """Frame ``i`` fetched and decoded (in a worker thread: a 1 MiB frame is a few ms
+        of CPU, which the other readers on the loop need not wait for)."""
+        stored = await self._fetch(key, int(index.at[i]), int(index.at[i + 1]))
+        self._decodes += 1
+        return await asyncio.to_thread(decode, index, i, i + 1, stored, where=key)
+
     def _settled(self, pk: _PartKey, task: asyncio.Task[bytes]) -> None:
         """Drop a failed part at once (the next read retries), and mark its exception as
         seen: a prefetch nobody awaits must not log "exception was never retrieved"."""
@@ -159,7 +239,7 @@ class ReadAhead:
             if self._parts.get(pk) is task:
                 self._drop(pk)
             if not task.cancelled():
-                log.debug("read-ahead of %s part %d failed: %s", *pk, task.exception())
+                log.debug("read-ahead of %s part %d failed: %s", *pk[:2], task.exception())
 
     def _evict(self, keep: set[_PartKey]) -> None:
         for pk in list(self._parts):

@@ -548,14 +548,15 @@ class ColdReader(_SegmentIndex):
 
         A missing object under a commit point that is gone too was expired (or, for a
         batch, compacted and collected) while we read: that is an offset out of range,
-        not damage. A compressed object is decoded (:mod:`tieredstore.cold.compressed.framed`), not
-        cached by the read-ahead, whose parts are stored bytes.
+        not damage. A compressed object is decoded (:mod:`tieredstore.cold.compressed.framed`); the
+        read-ahead caches its decoded frames.
         """
         span = link.commit_log if key == link.commit_log.key else link.consume_queue
         try:
-            if self.readahead is None or span.framed is not None:
-                # A compressed object: the one decoder (frames, not read-ahead parts).
+            if self.readahead is None:
                 return Pieces.of(await read_range(self.backend, key, start, end, span.framed))
+            if span.framed is not None:
+                return await self.readahead.read_framed(key, start, end, span.framed)
             return await self.readahead.read_pieces(key, start, end, span.object_size)
         except ObjectNotFoundError:
             if await self.backend.exists(link.key):

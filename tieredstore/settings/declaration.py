@@ -656,8 +656,9 @@ class ReadsSettings(Section):
     cache_bytes: int = key(
         parse_non_negative(parse_size),
         "64M",
-        "Read-ahead cache: parts of segment objects kept in memory for sequential consumers, "
-        "least recently used first out by size (size, >= 0; `0` turns read-ahead off). Counts "
+        "Read-ahead cache: parts of segment objects (decoded frames of compressed ones) kept in "
+        "memory for sequential consumers, least recently used first out by size (size, >= 0; "
+        "`0` turns read-ahead off). Counts "
         "in the sidecar's RSS; `tieredstore_readahead_bytes` shows what it holds.",
         note="read-ahead cache, evicted by size",
     )

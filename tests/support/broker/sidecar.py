@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -13,6 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.broker.rocketmq import LocalCluster, wait_until
+from tieredstore.backends import open_backend
+from tieredstore.cold.history import EntryKind, load_history
+
+#: ``cold.compression = "zstd"`` in frames of 16 KiB (a segment of the tests' 256 KiB has
+#: several): the tiering, serving and restore tests run compressed; plain objects stay
+#: covered by the tests without a broker.
+COMPRESSED = {"TIEREDSTORE_COLD_COMPRESSION": "zstd", "TIEREDSTORE_COLD_FRAME_SIZE": "16K"}
 
 
 @dataclass
@@ -118,6 +126,22 @@ class LiveSidecar:
         if found is None:
             raise RuntimeError(f"the sidecar serves no read API: {self.log_tail()}")
         return found.group(1)
+
+    def commit_logs(self) -> list[tuple[int, int | None]]:
+        """Each committed per-queue segment's COMMIT_LOG: (its payload's size, its stored
+        size when it is compressed, else None); batch slices are left out."""
+
+        async def read() -> list[tuple[int, int | None]]:
+            async with open_backend(str(self.cold)) as backend:
+                history = await load_history(backend, self.cluster, self.broker)
+            return [
+                (link.commit_log.size, None if framed is None else framed.stored_size)
+                for link in history.links()
+                if link.kind is EntryKind.SEGMENT
+                for framed in (link.commit_log.framed,)
+            ]
+
+        return asyncio.run(read())
 
     def log_tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]

@@ -49,6 +49,7 @@ __all__ = [
     "Framed",
     "check_stored",
     "encode_framed",
+    "index_reads",
     "range_reads",
     "read_range",
     "read_range_with",
@@ -97,6 +98,24 @@ def range_reads(
         CorruptFrameError: no valid seek table; fewer than ``end`` bytes; a frame that
             does not decode (a short read included).
     """
+    index = yield from index_reads(store, key, framed)
+    first, last = _frames(index, key, start, end)
+    if first == last:
+        return b""
+    stored = yield (int(index.at[first]), int(index.at[last]))
+    return _cut(index, first, last, stored, key, start, end)
+
+
+def index_reads(
+    store: str, key: str, framed: Framed
+) -> Generator[tuple[int, int], bytes, FrameIndex]:
+    """The reads of the seek table of the framed object at ``key``, driven as
+    :func:`range_reads` (none when cached; a second when the table is longer than the
+    first read covers); it returns the object's :class:`FrameIndex`.
+
+    Raises:
+        CorruptFrameError: no valid seek table.
+    """
     cache_key = (store, key, framed.stored_size)
     index = _cached(cache_key)
     if index is None:
@@ -106,11 +125,7 @@ def range_reads(
         if len(tail) < table <= size:
             tail = yield (size - table, size)
         index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
-    first, last = _frames(index, key, start, end)
-    if first == last:
-        return b""
-    stored = yield (int(index.at[first]), int(index.at[last]))
-    return _cut(index, first, last, stored, key, start, end)
+    return index
 
 
 async def read_range(
