@@ -169,12 +169,16 @@ class _FirstHit:
     found: bool
 
 
-def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
+def _scan_units(
+    f: MappedFile, hit: Callable[[Units], np.ndarray], keep: list[Units] | None = None
+) -> _FirstHit:
     """Find the first unit of ``f`` for which ``hit`` is true.
 
     Reads the file in growing chunks and stops at the first chunk with a match, so a
     mostly empty (preallocated) file costs one small read, not its whole size. Like decoding
-    the whole file, refuses a size that is not a multiple of 20.
+    the whole file, refuses a size that is not a multiple of 20. ``keep``: a list the
+    decoded chunks are appended to, in order (the units from the file's start up to the
+    end of the chunk that matched, or of the last one read).
     """
     if f.size % CQ_UNIT_SIZE:
         raise TruncatedDataError(
@@ -189,7 +193,10 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
             chunk = min(2 * chunk, _SCAN_CHUNK)
             data = _read_at(fd, want, pos, f.path)
             whole = len(data) - len(data) % CQ_UNIT_SIZE  # a file shrunk under us ends early
-            hits = np.flatnonzero(hit(decode_units(data[:whole], where=str(f.path))))
+            units = decode_units(data[:whole], where=str(f.path))
+            if keep is not None:
+                keep.append(units)
+            hits = np.flatnonzero(hit(units))
             if hits.size:
                 return _FirstHit(pos // CQ_UNIT_SIZE + int(hits[0]), found=True)
             pos += whole
@@ -198,6 +205,12 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
     finally:
         os.close(fd)
     return _FirstHit(pos // CQ_UNIT_SIZE, found=False)
+
+
+def _usable(units: Units, cl_min: int) -> np.ndarray:
+    """Units that can be the hot min: no filler, not all zero, pointing at a commitlog
+    offset at or above ``cl_min`` (the oldest commitlog file's base)."""
+    return ~filler_mask(units) & ~zero_mask(units) & (units["commitlog_offset"] >= cl_min)
 
 
 def scan_queue_dirs(consumequeue_dir: Path) -> QueueScan:
@@ -350,6 +363,47 @@ class HotStore:
         hot_min = self._min_offset(cq, self.commitlog_files().min_offset, hot_max)
         return HotRange(hot_min, hot_max)
 
+    def queue_units(
+        self, topic: str, queue_id: int, start: int, limit: int
+    ) -> tuple[HotRange, Units]:
+        """The queue's hot range (:meth:`queue_range`) and its units for queue offsets
+        ``[start, min(max, start + limit))`` (:meth:`read_units`), from one read of the
+        consume queue where it can: planning a thousand small queues was mostly these
+        reads, three per queue.
+
+        The scan that finds the hot max reads the newest file from its start, so it
+        already holds every unit below the max there: the hot min comes from them when
+        the queue has one file, and so do the units asked for when they lie in it.
+        Otherwise the older files are read as :meth:`queue_range` and :meth:`read_units`
+        read them. The result equals those two calls' (made without the broker writing
+        in between). No units (an empty array) when ``start`` is outside ``[min, max)``
+        or ``limit`` is not positive; errors are theirs.
+        """
+        cq = self.cq_files(topic, queue_id)
+        if not cq:
+            return HotRange(0, 0), decode_units(b"")
+        kept: list[Units] = []
+        newest = cq.files[-1]
+        used = _scan_units(newest, zero_mask, kept).index
+        hot_max = (newest.base + used * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        head = (np.concatenate(kept) if len(kept) > 1 else kept[0])[:used] if kept else None
+        cl_min = self.commitlog_files().min_offset
+        if len(cq.files) == 1 and head is not None:
+            first = np.flatnonzero(_usable(head, cl_min))
+            hot_min = (
+                min(newest.base // CQ_UNIT_SIZE + int(first[0]), hot_max) if first.size else hot_max
+            )
+        else:
+            hot_min = self._min_offset(cq, cl_min, hot_max)
+        rng = HotRange(hot_min, hot_max)
+        end = min(hot_max, start + limit)
+        if not hot_min <= start < end:
+            return rng, decode_units(b"")
+        base = newest.base // CQ_UNIT_SIZE
+        if head is not None and start >= base:  # a copy: the plan must not pin the whole head
+            return rng, head[start - base : end - base].copy()
+        return rng, self.read_units(topic, queue_id, start, end)
+
     def _max_offset(self, cq: MappedFileList) -> int:
         # The newest file may be freshly created and all zeros: then max is its base.
         newest = cq.files[-1]
@@ -358,7 +412,7 @@ class HotStore:
 
     def _min_offset(self, cq: MappedFileList, cl_min: int, hot_max: int) -> int:
         def usable(units: Units) -> np.ndarray:
-            return ~filler_mask(units) & ~zero_mask(units) & (units["commitlog_offset"] >= cl_min)
+            return _usable(units, cl_min)
 
         for f in cq.files:
             first = _scan_units(f, usable)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tieredstore.errors import OffsetOutOfRangeError, TruncatedDataError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
-from tieredstore.hot.store import HotStore
+from tieredstore.hot.store import HotStore, QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
 
 SCAN_CHUNK_UNITS = 52_428  # hot_store._SCAN_CHUNK // 20
@@ -127,3 +127,45 @@ def test_queue_range_refuses_a_cq_file_of_a_partial_unit(tmp_path: Path) -> None
         fh.write(b"\x00" * 7)
     with pytest.raises(TruncatedDataError, match=r"not a multiple of 20.*@200"):
         HotStore(tmp_path).queue_range("T", 0)
+
+
+def _range_then_units(hot: HotStore, key: QueueKey, start: int, limit: int) -> tuple[int, ...]:
+    """What planning read before ``queue_units``: the range, then the units asked for."""
+    rng = hot.queue_range(key.topic, key.queue_id)
+    end = min(rng.max, start + limit)
+    if not rng.min <= start < end:
+        return (rng.min, rng.max)
+    units = hot.read_units(key.topic, key.queue_id, start, end)
+    return (rng.min, rng.max, *units.tobytes())
+
+
+@pytest.mark.parametrize("cq_units", [50, 6000])  # several consume-queue files, or one
+@pytest.mark.parametrize("deleted", [0, 1])  # oldest commitlog files deleted: hot min moves
+def test_queue_units_equal_the_range_then_the_units(
+    tmp_path: Path, cq_units: int, deleted: int
+) -> None:
+    """One read gives what ``queue_range`` and ``read_units`` give, for every start
+    (below the min, inside, at and past the max) and limit, whichever file holds them."""
+    spec = SynthSpec(
+        topics=2, queues=3, messages=1200, body_max=400, commitlog_file_size=64 << 10,
+        cq_file_size=cq_units * CQ_UNIT_SIZE, queue_start=7,
+    )  # fmt: skip
+    synthesize(tmp_path / "s", spec)
+    hot = HotStore(tmp_path / "s")
+    for f in hot.commitlog_files().files[:deleted]:
+        os.remove(f.path)
+    for key in hot.queues():
+        rng = hot.queue_range(key.topic, key.queue_id)
+        for start in sorted({0, rng.min - 1, rng.min, rng.min + 33, rng.max - 1, rng.max}):
+            for limit in (0, 1, 17, 10_000):
+                got_rng, units = hot.queue_units(key.topic, key.queue_id, start, limit)
+                got = (got_rng.min, got_rng.max)
+                got += (*units.tobytes(),) if units.shape[0] else ()
+                assert got == _range_then_units(hot, key, start, limit), (key, start, limit)
+
+
+def test_queue_units_of_a_queue_without_files(tmp_path: Path) -> None:
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "consumequeue" / "T" / "0").mkdir(parents=True)
+    rng, units = HotStore(tmp_path).queue_units("T", 0, 0, 10)
+    assert (rng.min, rng.max, units.shape[0]) == (0, 0, 0)
