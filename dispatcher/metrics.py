@@ -6,18 +6,33 @@ need no backend call, so they keep moving while the backend is down.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tieredstore.metadata.rows import QueueState
 
-__all__ = ["GAUGE_STATES", "Metrics"]
+__all__ = ["GAUGE_STATES", "Metrics", "QueueLagGauges"]
 
 #: The ``state`` labels of ``tieredstore_queue_state``, in the order they are exported:
 #: every queue state but DEGRADED, which ``tieredstore_queue_cold_damaged`` says.
 #: :meth:`Metrics.set_queue_state` sets the queue's ``state`` label to 1, the others to 0.
 GAUGE_STATES: Final = tuple(s for s in QueueState if s is not QueueState.DEGRADED)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLagGauges:
+    """One queue's lag, loss and retention-headroom gauges (their labelled children),
+    as planning sets them every tick (:meth:`Metrics.queue_lag`)."""
+
+    lag_messages: Gauge
+    lag_bytes: Gauge
+    lag_seconds: Gauge
+    cold_ahead: Gauge
+    lost_unacknowledged: Gauge
+    headroom_bytes: Gauge
+    headroom_seconds: Gauge
 
 
 class Metrics:
@@ -32,6 +47,24 @@ class Metrics:
         self._spool(self.registry)
         self._lifecycle(self.registry)
         self._reads(self.registry)
+        self._queue_lag: dict[tuple[str, int], QueueLagGauges] = {}
+
+    def queue_lag(self, topic: str, queue_id: int) -> QueueLagGauges:
+        """The queue's lag gauges, labelled once and kept (no label is ever removed):
+        ``labels()`` validates and locks on every call, eight calls per queue and plan."""
+        gauges = self._queue_lag.get((topic, queue_id))
+        if gauges is None:
+            labels = (topic, str(queue_id))
+            gauges = self._queue_lag[(topic, queue_id)] = QueueLagGauges(
+                self.lag_messages.labels(*labels),
+                self.lag_bytes.labels(*labels),
+                self.lag_seconds.labels(*labels),
+                self.cold_ahead.labels(*labels),
+                self.lost_unacknowledged.labels(*labels),
+                self.retention_headroom_bytes.labels(*labels),
+                self.retention_headroom_seconds.labels(*labels),
+            )
+        return gauges
 
     def _tiering(self, r: CollectorRegistry) -> None:
         """What was tiered, and the cold-store requests it took."""
