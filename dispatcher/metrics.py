@@ -48,6 +48,7 @@ class Metrics:
         self._lifecycle(self.registry)
         self._reads(self.registry)
         self._queue_lag: dict[tuple[str, int], QueueLagGauges] = {}
+        self._queue_states: dict[tuple[str, int], tuple[tuple[QueueState, Gauge], ...]] = {}
 
     def queue_lag(self, topic: str, queue_id: int) -> QueueLagGauges:
         """The queue's lag gauges, labelled once and kept (no label is ever removed):
@@ -311,5 +312,12 @@ class Metrics:
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: QueueState) -> None:
-        for s in GAUGE_STATES:
-            self.queue_state.labels(topic, str(queue), s.value).set(1 if s is state else 0)
+        """1 for the queue's ``state`` label, 0 for the others (children labelled once
+        per queue and kept, as :meth:`queue_lag`'s)."""
+        gauges = self._queue_states.get((topic, queue))
+        if gauges is None:
+            gauges = self._queue_states[(topic, queue)] = tuple(
+                (s, self.queue_state.labels(topic, str(queue), s.value)) for s in GAUGE_STATES
+            )
+        for s, gauge in gauges:
+            gauge.set(1 if s is state else 0)

@@ -170,15 +170,15 @@ class _FirstHit:
 
 
 def _scan_units(
-    f: MappedFile, hit: Callable[[Units], np.ndarray], keep: list[Units] | None = None
+    f: MappedFile, hit: Callable[[Units], np.ndarray], keep: list[bytes] | None = None
 ) -> _FirstHit:
     """Find the first unit of ``f`` for which ``hit`` is true.
 
     Reads the file in growing chunks and stops at the first chunk with a match, so a
     mostly empty (preallocated) file costs one small read, not its whole size. Like decoding
     the whole file, refuses a size that is not a multiple of 20. ``keep``: a list the
-    decoded chunks are appended to, in order (the units from the file's start up to the
-    end of the chunk that matched, or of the last one read).
+    chunks read (whole units) are appended to, in order: the file's bytes from its start
+    to the end of the chunk that matched, or of the last one read.
     """
     if f.size % CQ_UNIT_SIZE:
         raise TruncatedDataError(
@@ -193,10 +193,9 @@ def _scan_units(
             chunk = min(2 * chunk, _SCAN_CHUNK)
             data = _read_at(fd, want, pos, f.path)
             whole = len(data) - len(data) % CQ_UNIT_SIZE  # a file shrunk under us ends early
-            units = decode_units(data[:whole], where=str(f.path))
             if keep is not None:
-                keep.append(units)
-            hits = np.flatnonzero(hit(units))
+                keep.append(data[:whole])
+            hits = np.flatnonzero(hit(decode_units(data[:whole], where=str(f.path))))
             if hits.size:
                 return _FirstHit(pos // CQ_UNIT_SIZE + int(hits[0]), found=True)
             pos += whole
@@ -355,41 +354,37 @@ class HotStore:
 
     # -- offsets -------------------------------------------------------------------
     def queue_range(self, topic: str, queue_id: int) -> HotRange:
-        """Return the queue's hot ``[min, max)`` (see the module docstring)."""
-        cq = self.cq_files(topic, queue_id)
-        if not cq:
-            return HotRange(0, 0)
-        hot_max = self._max_offset(cq)
-        hot_min = self._min_offset(cq, self.commitlog_files().min_offset, hot_max)
-        return HotRange(hot_min, hot_max)
+        """Return the queue's hot ``[min, max)`` (see the module docstring); one read of
+        a queue with one consume-queue file (:meth:`queue_units`)."""
+        return self.queue_units(topic, queue_id, 0, 0)[0]
 
     def queue_units(
         self, topic: str, queue_id: int, start: int, limit: int
     ) -> tuple[HotRange, Units]:
-        """The queue's hot range (:meth:`queue_range`) and its units for queue offsets
-        ``[start, min(max, start + limit))`` (:meth:`read_units`), from one read of the
-        consume queue where it can: planning a thousand small queues was mostly these
-        reads, three per queue.
+        """The queue's hot ``[min, max)`` (module docstring) and its units for queue
+        offsets ``[start, min(max, start + limit))`` as :meth:`read_units` returns them,
+        from one read of the consume queue where it can: planning a thousand small
+        queues was mostly these reads, three per queue.
 
-        The scan that finds the hot max reads the newest file from its start, so it
+        The scan that finds the hot max (the first all-zero unit of the newest file; a
+        freshly created, all-zero file: its base) reads that file from its start, so it
         already holds every unit below the max there: the hot min comes from them when
-        the queue has one file, and so do the units asked for when they lie in it.
-        Otherwise the older files are read as :meth:`queue_range` and :meth:`read_units`
-        read them. The result equals those two calls' (made without the broker writing
-        in between). No units (an empty array) when ``start`` is outside ``[min, max)``
-        or ``limit`` is not positive; errors are theirs.
+        the queue has one file, and so do the units asked for when they lie in it; older
+        files are scanned and read apart. No units (an empty array) when ``start`` is
+        outside ``[min, max)`` or ``limit`` is not positive. Errors as
+        :meth:`read_units`' (a consume-queue file of a partial unit: TruncatedDataError).
         """
         cq = self.cq_files(topic, queue_id)
         if not cq:
             return HotRange(0, 0), decode_units(b"")
-        kept: list[Units] = []
+        kept: list[bytes] = []
         newest = cq.files[-1]
         used = _scan_units(newest, zero_mask, kept).index
         hot_max = (newest.base + used * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-        head = (np.concatenate(kept) if len(kept) > 1 else kept[0])[:used] if kept else None
+        head = b"".join(kept)  # the newest file's units below the max, and a few after
         cl_min = self.commitlog_files().min_offset
-        if len(cq.files) == 1 and head is not None:
-            first = np.flatnonzero(_usable(head, cl_min))
+        if len(cq.files) == 1:
+            first = np.flatnonzero(_usable(decode_units(head[: used * CQ_UNIT_SIZE]), cl_min))
             hot_min = (
                 min(newest.base // CQ_UNIT_SIZE + int(first[0]), hot_max) if first.size else hot_max
             )
@@ -400,15 +395,10 @@ class HotStore:
         if not hot_min <= start < end:
             return rng, decode_units(b"")
         base = newest.base // CQ_UNIT_SIZE
-        if head is not None and start >= base:  # a copy: the plan must not pin the whole head
-            return rng, head[start - base : end - base].copy()
+        if start >= base:  # decoded from a copy of their bytes, as read_units decodes its read
+            units = head[(start - base) * CQ_UNIT_SIZE : (end - base) * CQ_UNIT_SIZE]
+            return rng, decode_units(units, where=str(newest.path))
         return rng, self.read_units(topic, queue_id, start, end)
-
-    def _max_offset(self, cq: MappedFileList) -> int:
-        # The newest file may be freshly created and all zeros: then max is its base.
-        newest = cq.files[-1]
-        used = _scan_units(newest, zero_mask).index  # first zero unit, or the file's end
-        return (newest.base + used * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
 
     def _min_offset(self, cq: MappedFileList, cl_min: int, hot_max: int) -> int:
         def usable(units: Units) -> np.ndarray:
