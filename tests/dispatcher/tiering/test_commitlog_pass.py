@@ -221,7 +221,7 @@ def test_overlapping_units_are_gathered_from_unrewritten_bytes(
     assert a != b and np.count_nonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8))
 
 
-def _per_job_merge(jobs: list[GatherJob], span: int) -> list[list[tuple[int, ...]]]:
+def _per_job_merge(jobs: list[GatherJob], span: int) -> list[list[tuple[int, int, int, int, int]]]:
     """The merge as it was first written: a cursor per job, each span taking every
     job's next records below the smallest next offset plus ``span``, then sorted by
     offset (ties: job order, then queue order). Rows: (offset, size, job, queue
