@@ -6,8 +6,9 @@ The pass instead takes the segments planned for many queues at once (each a
 :class:`~tieredstore.dispatcher.tiering.planner.SegmentPlan`: which queue offsets, and their CQ
 units), and:
 
-1. merges their records into commitlog order, one span of ``span_bytes`` (64 MiB) of
-   commitlog at a time (a ``searchsorted`` per segment and an ``argsort`` per span);
+1. merges their records into commitlog order with one stable sort of every segment's
+   commitlog offsets, and hands them on one span of ``span_bytes`` (64 MiB) of
+   commitlog at a time (a slice of that order; no step per segment and span);
 2. reads the commitlog once, front to back, in windows of up to ``window_bytes`` that
    hold whole records of one commitlog file (a window also ends before a gap of more
    than ``gap_bytes`` between due records, so a lone due queue is not read through
@@ -25,7 +26,8 @@ units), and:
    ``hold_bytes`` (8 MiB) gathered.
 
 Memory is one window and its grouped copy, two spool batches (``2 * hold_bytes``), the
-merged arrays of one span, and the plans' units, whatever the number of queues; each
+merge's order (about 28 bytes a record) and arrays of one span, and the plans' units,
+whatever the number of queues; each
 segment's bytes go to its spool file as they are gathered (a temp file under
 ``spool_dir``), from which the upload then writes them.
 
