@@ -72,8 +72,20 @@ def filler_mask(units: Units) -> npt.NDArray[np.bool_]:
     return mask
 
 
+#: An all-zero unit, as one 20-byte value (:func:`zero_mask` compares whole units).
+_ZERO_UNIT: Final = np.zeros((), dtype=f"V{CQ_UNIT_SIZE}")
+
+
 def zero_mask(units: Units) -> npt.NDArray[np.bool_]:
-    """True for all-zero units: never written (the preallocated tail of a CQ file)."""
+    """True for all-zero units: never written (the preallocated tail of a CQ file).
+
+    Contiguous units (as decoded) are compared as whole 20-byte values, one numpy call
+    instead of three field compares (several times faster: scanning a thousand queues'
+    consume queues for their hot max was mostly this); other arrays field by field.
+    """
+    if units.flags.c_contiguous and units.dtype.itemsize == CQ_UNIT_SIZE:
+        whole: npt.NDArray[np.bool_] = units.view(_ZERO_UNIT.dtype) == _ZERO_UNIT
+        return whole
     mask: npt.NDArray[np.bool_] = (
         (units["commitlog_offset"] == 0) & (units["size"] == 0) & (units["tags_code"] == 0)
     )

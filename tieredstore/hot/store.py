@@ -212,6 +212,22 @@ def _usable(units: Units, cl_min: int) -> np.ndarray:
     return ~filler_mask(units) & ~zero_mask(units) & (units["commitlog_offset"] >= cl_min)
 
 
+def _first_usable(chunks: list[bytes], used: int, cl_min: int, base: int, hot_max: int) -> int:
+    """The hot min of a queue whose one consume-queue file starts at queue offset
+    ``base``: the first :func:`_usable` unit among its first ``used`` units, read as
+    ``chunks`` (:func:`_scan_units`), looked for chunk by chunk; ``hot_max`` if none."""
+    pos = 0
+    for chunk in chunks:
+        below = chunk[: max(used - pos, 0) * CQ_UNIT_SIZE]
+        first = np.flatnonzero(_usable(decode_units(below), cl_min))
+        if first.size:
+            return min(base + pos + int(first[0]), hot_max)
+        pos += len(chunk) // CQ_UNIT_SIZE
+        if pos >= used:
+            break
+    return hot_max
+
+
 def scan_queue_dirs(consumequeue_dir: Path) -> QueueScan:
     """The queues of a broker's consume-queue directory, and the directories skipped.
 
@@ -384,10 +400,7 @@ class HotStore:
         head = b"".join(kept)  # the newest file's units below the max, and a few after
         cl_min = self.commitlog_files().min_offset
         if len(cq.files) == 1:
-            first = np.flatnonzero(_usable(decode_units(head[: used * CQ_UNIT_SIZE]), cl_min))
-            hot_min = (
-                min(newest.base // CQ_UNIT_SIZE + int(first[0]), hot_max) if first.size else hot_max
-            )
+            hot_min = _first_usable(kept, used, cl_min, newest.base // CQ_UNIT_SIZE, hot_max)
         else:
             hot_min = self._min_offset(cq, cl_min, hot_max)
         rng = HotRange(hot_min, hot_max)

@@ -45,6 +45,27 @@ def test_cq_filler_and_zero_units() -> None:
     assert zero_mask(units).tolist() == [False, True, False]
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, -1, 2**40]),
+            st.sampled_from([0, 7, -1]),
+            st.sampled_from([0, 3, -(2**63)]),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 3),
+)
+def test_zero_mask_is_true_for_all_zero_units_only(
+    rows: list[tuple[int, int, int]], step: int
+) -> None:
+    """Whole-unit compares (contiguous units) and field compares (a strided view) agree
+    with the definition: every field zero."""
+    units = decode_units(b"".join(struct.pack(">qiq", *r) for r in rows))[::step]
+    want = [r == (0, 0, 0) for r in rows[::step]]
+    assert zero_mask(units).tolist() == want
+
+
 def test_cq_truncated() -> None:
     with pytest.raises(TruncatedDataError, match=r"not a multiple of 20 \(cq@40\)"):
         decode_units(bytes(45), where="cq")
