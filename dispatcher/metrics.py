@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tieredstore.metadata.rows import QueueState
 
-__all__ = ["GAUGE_STATES", "Metrics", "QueueLagGauges"]
+__all__ = ["GAUGE_STATES", "Metrics", "PerQueueGauges", "QueueLagGauges"]
 
 #: The ``state`` labels of ``tieredstore_queue_state``, in the order they are exported:
 #: every queue state but DEGRADED, which ``tieredstore_queue_cold_damaged`` says.
@@ -47,25 +47,7 @@ class Metrics:
         self._spool(self.registry)
         self._lifecycle(self.registry)
         self._reads(self.registry)
-        self._queue_lag: dict[tuple[str, int], QueueLagGauges] = {}
-        self._queue_states: dict[tuple[str, int], tuple[tuple[QueueState, Gauge], ...]] = {}
-
-    def queue_lag(self, topic: str, queue_id: int) -> QueueLagGauges:
-        """The queue's lag gauges, labelled once and kept (no label is ever removed):
-        ``labels()`` validates and locks on every call, eight calls per queue and plan."""
-        gauges = self._queue_lag.get((topic, queue_id))
-        if gauges is None:
-            labels = (topic, str(queue_id))
-            gauges = self._queue_lag[(topic, queue_id)] = QueueLagGauges(
-                self.lag_messages.labels(*labels),
-                self.lag_bytes.labels(*labels),
-                self.lag_seconds.labels(*labels),
-                self.cold_ahead.labels(*labels),
-                self.lost_unacknowledged.labels(*labels),
-                self.retention_headroom_bytes.labels(*labels),
-                self.retention_headroom_seconds.labels(*labels),
-            )
-        return gauges
+        self.per_queue = PerQueueGauges(self)  # labelled once per queue
 
     def _tiering(self, r: CollectorRegistry) -> None:
         """What was tiered, and the cold-store requests it took."""
@@ -312,12 +294,43 @@ class Metrics:
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: QueueState) -> None:
-        """1 for the queue's ``state`` label, 0 for the others (children labelled once
-        per queue and kept, as :meth:`queue_lag`'s)."""
-        gauges = self._queue_states.get((topic, queue))
+        self.per_queue.set_state(topic, queue, state)
+
+
+class PerQueueGauges:
+    """A metrics' per-queue gauges, labelled once per queue and kept (no label is ever
+    removed): ``labels()`` validates and locks on every call, and planning set eleven of
+    them per queue and tick."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._lag: dict[tuple[str, int], QueueLagGauges] = {}
+        self._states: dict[tuple[str, int], tuple[tuple[QueueState, Gauge], ...]] = {}
+
+    def lag(self, topic: str, queue_id: int) -> QueueLagGauges:
+        """The queue's lag, loss and headroom gauges."""
+        gauges = self._lag.get((topic, queue_id))
         if gauges is None:
-            gauges = self._queue_states[(topic, queue)] = tuple(
-                (s, self.queue_state.labels(topic, str(queue), s.value)) for s in GAUGE_STATES
+            m, labels = self.metrics, (topic, str(queue_id))
+            gauges = self._lag[(topic, queue_id)] = QueueLagGauges(
+                m.lag_messages.labels(*labels),
+                m.lag_bytes.labels(*labels),
+                m.lag_seconds.labels(*labels),
+                m.cold_ahead.labels(*labels),
+                m.lost_unacknowledged.labels(*labels),
+                m.retention_headroom_bytes.labels(*labels),
+                m.retention_headroom_seconds.labels(*labels),
+            )
+        return gauges
+
+    def set_state(self, topic: str, queue_id: int, state: QueueState) -> None:
+        """1 for the queue's ``state`` label of ``tieredstore_queue_state``, 0 for the
+        others (:data:`GAUGE_STATES`)."""
+        gauges = self._states.get((topic, queue_id))
+        if gauges is None:
+            label = str(queue_id)
+            gauges = self._states[(topic, queue_id)] = tuple(
+                (s, self.metrics.queue_state.labels(topic, label, s.value)) for s in GAUGE_STATES
             )
         for s, gauge in gauges:
             gauge.set(1 if s is state else 0)

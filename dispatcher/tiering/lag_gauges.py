@@ -27,7 +27,7 @@ def set_lag(
     then fails, the gauges still show what is waiting). ``oldest_file`` is the broker's
     oldest commitlog file this tick (None: unreadable, headroom left unchanged)."""
     hot = outcome.hot
-    gauges = metrics.queue_lag(row.topic, row.queue_id)
+    gauges = metrics.per_queue.lag(row.topic, row.queue_id)
     gauges.lag_messages.set(max(hot.max - row.cold_commit, 0))
     gauges.cold_ahead.set(0)
     if isinstance(outcome, HotDataLost):

@@ -228,6 +228,20 @@ def _first_usable(chunks: list[bytes], used: int, cl_min: int, base: int, hot_ma
     return hot_max
 
 
+def _min_offset(cq: MappedFileList, cl_min: int, hot_max: int) -> int:
+    """The hot min of a queue of several consume-queue files: its first :func:`_usable`
+    unit, scanned file by file from the oldest; ``hot_max`` if none is."""
+
+    def usable(units: Units) -> np.ndarray:
+        return _usable(units, cl_min)
+
+    for f in cq.files:
+        first = _scan_units(f, usable)
+        if first.found:
+            return min((f.base + first.index * CQ_UNIT_SIZE) // CQ_UNIT_SIZE, hot_max)
+    return hot_max
+
+
 def scan_queue_dirs(consumequeue_dir: Path) -> QueueScan:
     """The queues of a broker's consume-queue directory, and the directories skipped.
 
@@ -402,7 +416,7 @@ class HotStore:
         if len(cq.files) == 1:
             hot_min = _first_usable(kept, used, cl_min, newest.base // CQ_UNIT_SIZE, hot_max)
         else:
-            hot_min = self._min_offset(cq, cl_min, hot_max)
+            hot_min = _min_offset(cq, cl_min, hot_max)
         rng = HotRange(hot_min, hot_max)
         end = min(hot_max, start + limit)
         if not hot_min <= start < end:
@@ -412,16 +426,6 @@ class HotStore:
             units = head[(start - base) * CQ_UNIT_SIZE : (end - base) * CQ_UNIT_SIZE]
             return rng, decode_units(units, where=str(newest.path))
         return rng, self.read_units(topic, queue_id, start, end)
-
-    def _min_offset(self, cq: MappedFileList, cl_min: int, hot_max: int) -> int:
-        def usable(units: Units) -> np.ndarray:
-            return _usable(units, cl_min)
-
-        for f in cq.files:
-            first = _scan_units(f, usable)
-            if first.found:
-                return min((f.base + first.index * CQ_UNIT_SIZE) // CQ_UNIT_SIZE, hot_max)
-        return hot_max
 
     # -- consume queue -------------------------------------------------------------
     def read_units(self, topic: str, queue_id: int, start: int, end: int) -> Units:
