@@ -294,7 +294,7 @@ class Metrics:
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: QueueState) -> None:
-        self.per_queue.set_state(topic, queue, state)
+        self.per_queue.show_state(topic, queue, state)
 
 
 class PerQueueGauges:
@@ -323,7 +323,7 @@ class PerQueueGauges:
             )
         return gauges
 
-    def set_state(self, topic: str, queue_id: int, state: QueueState) -> None:
+    def show_state(self, topic: str, queue_id: int, state: QueueState) -> None:
         """1 for the queue's ``state`` label of ``tieredstore_queue_state``, 0 for the
         others (:data:`GAUGE_STATES`)."""
         gauges = self._states.get((topic, queue_id))
