@@ -6,18 +6,33 @@ need no backend call, so they keep moving while the backend is down.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from tieredstore.metadata.rows import QueueState
 
-__all__ = ["GAUGE_STATES", "Metrics"]
+__all__ = ["GAUGE_STATES", "Metrics", "PerQueueGauges", "QueueLagGauges"]
 
 #: The ``state`` labels of ``tieredstore_queue_state``, in the order they are exported:
 #: every queue state but DEGRADED, which ``tieredstore_queue_cold_damaged`` says.
 #: :meth:`Metrics.set_queue_state` sets the queue's ``state`` label to 1, the others to 0.
 GAUGE_STATES: Final = tuple(s for s in QueueState if s is not QueueState.DEGRADED)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLagGauges:
+    """One queue's lag, loss and retention-headroom gauges (their labelled children),
+    as planning sets them every tick (:meth:`Metrics.queue_lag`)."""
+
+    lag_messages: Gauge
+    lag_bytes: Gauge
+    lag_seconds: Gauge
+    cold_ahead: Gauge
+    lost_unacknowledged: Gauge
+    headroom_bytes: Gauge
+    headroom_seconds: Gauge
 
 
 class Metrics:
@@ -32,6 +47,7 @@ class Metrics:
         self._spool(self.registry)
         self._lifecycle(self.registry)
         self._reads(self.registry)
+        self.per_queue = PerQueueGauges(self)  # labelled once per queue
 
     def _tiering(self, r: CollectorRegistry) -> None:
         """What was tiered, and the cold-store requests it took."""
@@ -278,5 +294,43 @@ class Metrics:
             self.guard_mode.labels(m).set(1 if m == mode else 0)
 
     def set_queue_state(self, topic: str, queue: int, state: QueueState) -> None:
-        for s in GAUGE_STATES:
-            self.queue_state.labels(topic, str(queue), s.value).set(1 if s is state else 0)
+        self.per_queue.show_state(topic, queue, state)
+
+
+class PerQueueGauges:
+    """A metrics' per-queue gauges, labelled once per queue and kept (no label is ever
+    removed): ``labels()`` validates and locks on every call, and planning set eleven of
+    them per queue and tick."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self._lag: dict[tuple[str, int], QueueLagGauges] = {}
+        self._states: dict[tuple[str, int], tuple[tuple[QueueState, Gauge], ...]] = {}
+
+    def lag(self, topic: str, queue_id: int) -> QueueLagGauges:
+        """The queue's lag, loss and headroom gauges."""
+        gauges = self._lag.get((topic, queue_id))
+        if gauges is None:
+            m, labels = self.metrics, (topic, str(queue_id))
+            gauges = self._lag[(topic, queue_id)] = QueueLagGauges(
+                m.lag_messages.labels(*labels),
+                m.lag_bytes.labels(*labels),
+                m.lag_seconds.labels(*labels),
+                m.cold_ahead.labels(*labels),
+                m.lost_unacknowledged.labels(*labels),
+                m.retention_headroom_bytes.labels(*labels),
+                m.retention_headroom_seconds.labels(*labels),
+            )
+        return gauges
+
+    def show_state(self, topic: str, queue_id: int, state: QueueState) -> None:
+        """1 for the queue's ``state`` label of ``tieredstore_queue_state``, 0 for the
+        others (:data:`GAUGE_STATES`)."""
+        gauges = self._states.get((topic, queue_id))
+        if gauges is None:
+            label = str(queue_id)
+            gauges = self._states[(topic, queue_id)] = tuple(
+                (s, self.metrics.queue_state.labels(topic, label, s.value)) for s in GAUGE_STATES
+            )
+        for s, gauge in gauges:
+            gauge.set(1 if s is state else 0)

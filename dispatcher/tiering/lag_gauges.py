@@ -8,7 +8,7 @@ retention is to deleting it (:mod:`tieredstore.dispatcher.retention_pressure`).
 from __future__ import annotations
 
 from tieredstore.clock import Clock
-from tieredstore.dispatcher.metrics import Metrics
+from tieredstore.dispatcher.metrics import Metrics, QueueLagGauges
 from tieredstore.dispatcher.retention_pressure import Headroom, HotOldest
 from tieredstore.dispatcher.tiering.planner import HotDataLost, SegmentPlan, Wait
 from tieredstore.metadata.rows import QueueRow
@@ -27,27 +27,24 @@ def set_lag(
     then fails, the gauges still show what is waiting). ``oldest_file`` is the broker's
     oldest commitlog file this tick (None: unreadable, headroom left unchanged)."""
     hot = outcome.hot
-    labels = (row.topic, str(row.queue_id))
-    metrics.lag_messages.labels(*labels).set(max(hot.max - row.cold_commit, 0))
-    metrics.cold_ahead.labels(*labels).set(0)
+    gauges = metrics.per_queue.lag(row.topic, row.queue_id)
+    gauges.lag_messages.set(max(hot.max - row.cold_commit, 0))
+    gauges.cold_ahead.set(0)
     if isinstance(outcome, HotDataLost):
-        metrics.lost_unacknowledged.labels(*labels).set(outcome.end - outcome.start)
-        metrics.retention_headroom_bytes.labels(*labels).set(0)
-        metrics.retention_headroom_seconds.labels(*labels).set(0)
+        gauges.lost_unacknowledged.set(outcome.end - outcome.start)
+        gauges.headroom_bytes.set(0)
+        gauges.headroom_seconds.set(0)
         return
-    metrics.lost_unacknowledged.labels(*labels).set(0)
-    metrics.lag_bytes.labels(*labels).set(outcome.pending_bytes)
+    gauges.lost_unacknowledged.set(0)
+    gauges.lag_bytes.set(outcome.pending_bytes)
     oldest = outcome.oldest_ms
     age = (clock.now_ms() - oldest) / 1000 if oldest is not None else 0.0
-    metrics.lag_seconds.labels(*labels).set(max(age, 0.0))
-    _set_headroom(metrics, oldest_file, labels, outcome)
+    gauges.lag_seconds.set(max(age, 0.0))
+    _set_headroom(gauges, oldest_file, outcome)
 
 
 def _set_headroom(
-    metrics: Metrics,
-    oldest_file: HotOldest | None,
-    labels: tuple[str, str],
-    outcome: SegmentPlan | Wait,
+    gauges: QueueLagGauges, oldest_file: HotOldest | None, outcome: SegmentPlan | Wait
 ) -> None:
     """Retention pressure of the oldest pending message."""
     cl: int | None = outcome.oldest_cl
@@ -58,5 +55,5 @@ def _set_headroom(
         return  # the broker's oldest file could not be read this tick
     else:
         room = oldest_file.headroom(cl, ms)
-    metrics.retention_headroom_bytes.labels(*labels).set(room.bytes)
-    metrics.retention_headroom_seconds.labels(*labels).set(room.seconds)
+    gauges.headroom_bytes.set(room.bytes)
+    gauges.headroom_seconds.set(room.seconds)

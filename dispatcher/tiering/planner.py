@@ -194,7 +194,8 @@ def plan_segment(
     cl_limit: int | None = None,
 ) -> SegmentPlan | Wait | HotDataLost:
     """Apply the group-commit rules (module docstring) to one queue."""
-    rng = hot.queue_range(queue.topic, queue.queue_id)
+    # The range and the first pending units in one read of the consume queue.
+    rng, units = hot.queue_units(queue.topic, queue.queue_id, cold_commit, limits.max_messages)
     if rng.max < cold_commit:
         raise DivergedError(
             f"hot max offset {rng.max} of {queue} is below the cold commit offset "
@@ -206,8 +207,7 @@ def plan_segment(
     pending = rng.max - cold_commit
     if pending == 0:
         return Wait(WaitReason.IDLE, rng)
-    n = min(pending, limits.max_messages)
-    units = hot.read_units(queue.topic, queue.queue_id, cold_commit, cold_commit + n)
+    n = min(pending, limits.max_messages)  # the units read: [cold_commit, cold_commit + n)
     sizes = np.cumsum(units["size"].astype(np.int64))
     k = int(np.searchsorted(sizes, limits.max_bytes, side="right"))  # fit in max_bytes
     full: CutReason | None

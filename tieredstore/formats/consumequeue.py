@@ -62,8 +62,24 @@ def encode_units(units: Units) -> bytes:
     return np.ascontiguousarray(units, dtype=CQ_UNIT_DTYPE).tobytes()
 
 
+#: An all-zero unit, as one 20-byte value (:func:`zero_mask` compares whole units).
+_ZERO_UNIT: Final = np.zeros((), dtype=f"V{CQ_UNIT_SIZE}")
+#: A filler unit's bytes, as one 20-byte value (:func:`filler_mask`).
+_FILLER_UNIT: Final = np.frombuffer(
+    FILLER_SIZE.to_bytes(12, "big") + bytes(8), dtype=f"V{CQ_UNIT_SIZE}"
+)[0]
+
+
 def filler_mask(units: Units) -> npt.NDArray[np.bool_]:
-    """True for filler units (commitLogOffset 0, size 0x7FFFFFFF, tagsCode 0)."""
+    """True for filler units (commitLogOffset 0, size 0x7FFFFFFF, tagsCode 0).
+
+    Contiguous units of the on-disk dtype (as decoded) are compared as whole 20-byte
+    values, as :func:`zero_mask` compares them; others (another byte order, strided)
+    field by field.
+    """
+    if units.flags.c_contiguous and units.dtype == CQ_UNIT_DTYPE:
+        whole: npt.NDArray[np.bool_] = units.view(_FILLER_UNIT.dtype) == _FILLER_UNIT
+        return whole
     mask: npt.NDArray[np.bool_] = (
         (units["commitlog_offset"] == 0)
         & (units["size"] == FILLER_SIZE)
@@ -73,7 +89,15 @@ def filler_mask(units: Units) -> npt.NDArray[np.bool_]:
 
 
 def zero_mask(units: Units) -> npt.NDArray[np.bool_]:
-    """True for all-zero units: never written (the preallocated tail of a CQ file)."""
+    """True for all-zero units: never written (the preallocated tail of a CQ file).
+
+    Contiguous units (as decoded) are compared as whole 20-byte values, one numpy call
+    instead of three field compares (several times faster: scanning a thousand queues'
+    consume queues for their hot max was mostly this); other arrays field by field.
+    """
+    if units.flags.c_contiguous and units.dtype.itemsize == CQ_UNIT_SIZE:
+        whole: npt.NDArray[np.bool_] = units.view(_ZERO_UNIT.dtype) == _ZERO_UNIT
+        return whole
     mask: npt.NDArray[np.bool_] = (
         (units["commitlog_offset"] == 0) & (units["size"] == 0) & (units["tags_code"] == 0)
     )

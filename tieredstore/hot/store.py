@@ -169,12 +169,16 @@ class _FirstHit:
     found: bool
 
 
-def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
+def _scan_units(
+    f: MappedFile, hit: Callable[[Units], np.ndarray], keep: list[bytes] | None = None
+) -> _FirstHit:
     """Find the first unit of ``f`` for which ``hit`` is true.
 
     Reads the file in growing chunks and stops at the first chunk with a match, so a
     mostly empty (preallocated) file costs one small read, not its whole size. Like decoding
-    the whole file, refuses a size that is not a multiple of 20.
+    the whole file, refuses a size that is not a multiple of 20. ``keep``: a list the
+    chunks read (whole units) are appended to, in order: the file's bytes from its start
+    to the end of the chunk that matched, or of the last one read.
     """
     if f.size % CQ_UNIT_SIZE:
         raise TruncatedDataError(
@@ -189,6 +193,8 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
             chunk = min(2 * chunk, _SCAN_CHUNK)
             data = _read_at(fd, want, pos, f.path)
             whole = len(data) - len(data) % CQ_UNIT_SIZE  # a file shrunk under us ends early
+            if keep is not None:
+                keep.append(data[:whole])
             hits = np.flatnonzero(hit(decode_units(data[:whole], where=str(f.path))))
             if hits.size:
                 return _FirstHit(pos // CQ_UNIT_SIZE + int(hits[0]), found=True)
@@ -198,6 +204,42 @@ def _scan_units(f: MappedFile, hit: Callable[[Units], np.ndarray]) -> _FirstHit:
     finally:
         os.close(fd)
     return _FirstHit(pos // CQ_UNIT_SIZE, found=False)
+
+
+def _usable(units: Units, cl_min: int) -> np.ndarray:
+    """Units that can be the hot min: no filler, not all zero, pointing at a commitlog
+    offset at or above ``cl_min`` (the oldest commitlog file's base)."""
+    return ~filler_mask(units) & ~zero_mask(units) & (units["commitlog_offset"] >= cl_min)
+
+
+def _first_usable(chunks: list[bytes], used: int, cl_min: int, base: int, hot_max: int) -> int:
+    """The hot min of a queue whose one consume-queue file starts at queue offset
+    ``base``: the first :func:`_usable` unit among its first ``used`` units, read as
+    ``chunks`` (:func:`_scan_units`), looked for chunk by chunk; ``hot_max`` if none."""
+    pos = 0
+    for chunk in chunks:
+        below = chunk[: max(used - pos, 0) * CQ_UNIT_SIZE]
+        first = np.flatnonzero(_usable(decode_units(below), cl_min))
+        if first.size:
+            return min(base + pos + int(first[0]), hot_max)
+        pos += len(chunk) // CQ_UNIT_SIZE
+        if pos >= used:
+            break
+    return hot_max
+
+
+def _min_offset(cq: MappedFileList, cl_min: int, hot_max: int) -> int:
+    """The hot min of a queue of several consume-queue files: its first :func:`_usable`
+    unit, scanned file by file from the oldest; ``hot_max`` if none is."""
+
+    def usable(units: Units) -> np.ndarray:
+        return _usable(units, cl_min)
+
+    for f in cq.files:
+        first = _scan_units(f, usable)
+        if first.found:
+            return min((f.base + first.index * CQ_UNIT_SIZE) // CQ_UNIT_SIZE, hot_max)
+    return hot_max
 
 
 def scan_queue_dirs(consumequeue_dir: Path) -> QueueScan:
@@ -342,29 +384,48 @@ class HotStore:
 
     # -- offsets -------------------------------------------------------------------
     def queue_range(self, topic: str, queue_id: int) -> HotRange:
-        """Return the queue's hot ``[min, max)`` (see the module docstring)."""
+        """Return the queue's hot ``[min, max)`` (see the module docstring); one read of
+        a queue with one consume-queue file (:meth:`queue_units`)."""
+        return self.queue_units(topic, queue_id, 0, 0)[0]
+
+    def queue_units(
+        self, topic: str, queue_id: int, start: int, limit: int
+    ) -> tuple[HotRange, Units]:
+        """The queue's hot ``[min, max)`` (module docstring) and its units for queue
+        offsets ``[start, min(max, start + limit))`` as :meth:`read_units` returns them,
+        from one read of the consume queue where it can: planning a thousand small
+        queues was mostly these reads, three per queue.
+
+        The scan that finds the hot max (the first all-zero unit of the newest file; a
+        freshly created, all-zero file: its base) reads that file from its start, so it
+        already holds every unit below the max there: the hot min comes from them when
+        the queue has one file, and so do the units asked for when they lie in it; older
+        files are scanned and read apart. No units (an empty array) when ``start`` is
+        outside ``[min, max)`` or ``limit`` is not positive. Errors as
+        :meth:`read_units`' (a consume-queue file of a partial unit: TruncatedDataError).
+        """
         cq = self.cq_files(topic, queue_id)
         if not cq:
-            return HotRange(0, 0)
-        hot_max = self._max_offset(cq)
-        hot_min = self._min_offset(cq, self.commitlog_files().min_offset, hot_max)
-        return HotRange(hot_min, hot_max)
-
-    def _max_offset(self, cq: MappedFileList) -> int:
-        # The newest file may be freshly created and all zeros: then max is its base.
+            return HotRange(0, 0), decode_units(b"")
+        kept: list[bytes] = []
         newest = cq.files[-1]
-        used = _scan_units(newest, zero_mask).index  # first zero unit, or the file's end
-        return (newest.base + used * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
-
-    def _min_offset(self, cq: MappedFileList, cl_min: int, hot_max: int) -> int:
-        def usable(units: Units) -> np.ndarray:
-            return ~filler_mask(units) & ~zero_mask(units) & (units["commitlog_offset"] >= cl_min)
-
-        for f in cq.files:
-            first = _scan_units(f, usable)
-            if first.found:
-                return min((f.base + first.index * CQ_UNIT_SIZE) // CQ_UNIT_SIZE, hot_max)
-        return hot_max
+        used = _scan_units(newest, zero_mask, kept).index
+        hot_max = (newest.base + used * CQ_UNIT_SIZE) // CQ_UNIT_SIZE
+        head = b"".join(kept)  # the newest file's units below the max, and a few after
+        cl_min = self.commitlog_files().min_offset
+        if len(cq.files) == 1:
+            hot_min = _first_usable(kept, used, cl_min, newest.base // CQ_UNIT_SIZE, hot_max)
+        else:
+            hot_min = _min_offset(cq, cl_min, hot_max)
+        rng = HotRange(hot_min, hot_max)
+        end = min(hot_max, start + limit)
+        if not hot_min <= start < end:
+            return rng, decode_units(b"")
+        base = newest.base // CQ_UNIT_SIZE
+        if start >= base:  # decoded from a copy of their bytes, as read_units decodes its read
+            units = head[(start - base) * CQ_UNIT_SIZE : (end - base) * CQ_UNIT_SIZE]
+            return rng, decode_units(units, where=str(newest.path))
+        return rng, self.read_units(topic, queue_id, start, end)
 
     # -- consume queue -------------------------------------------------------------
     def read_units(self, topic: str, queue_id: int, start: int, end: int) -> Units:

@@ -19,7 +19,12 @@ import pytest
 
 from tests.support.stores.oracle import rewrite_records
 from tieredstore.cold.digests import digest
-from tieredstore.dispatcher.tiering.commitlog_pass import GatherJob, Spooled, gather_segments
+from tieredstore.dispatcher.tiering.commitlog_pass import (
+    GatherJob,
+    Spooled,
+    _Merge,
+    gather_segments,
+)
 from tieredstore.dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
 from tieredstore.errors import (
     CorruptRecordError,
@@ -214,3 +219,53 @@ def test_overlapping_units_are_gathered_from_unrewritten_bytes(
     _assert_same(hot, jobs, got)
     a, b = (g.path.read_bytes() for g in got if isinstance(g, Spooled))
     assert a != b and np.count_nonzero(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8))
+
+
+def _per_job_merge(jobs: list[GatherJob], span: int) -> list[list[tuple[int, int, int, int, int]]]:
+    """The merge as it was first written: a cursor per job, each span taking every
+    job's next records below the smallest next offset plus ``span``, then sorted by
+    offset (ties: job order, then queue order). Rows: (offset, size, job, queue
+    offset, cold offset)."""
+    rows = [
+        [
+            (int(u["commitlog_offset"]), int(u["size"]), i, job.plan.start + k)
+            for k, u in enumerate(job.plan.units)
+        ]
+        for i, job in enumerate(jobs)
+    ]
+    cold = [[job.cl_base + sum(r[1] for r in rs[:k]) for k in range(len(rs))] for job, rs in
+            zip(jobs, rows, strict=True)]  # fmt: skip
+    cursor = [0] * len(jobs)
+    spans = []
+    while any(c < len(rs) for c, rs in zip(cursor, rows, strict=True)):
+        lo = min(rs[c][0] for c, rs in zip(cursor, rows, strict=True) if c < len(rs))
+        taken = []
+        for i, rs in enumerate(rows):
+            while cursor[i] < len(rs) and rs[cursor[i]][0] < lo + span:
+                taken.append((*rs[cursor[i]], cold[i][cursor[i]]))
+                cursor[i] += 1
+        spans.append(sorted(taken, key=lambda r: r[0]))  # stable: job order kept on ties
+    return spans
+
+
+@pytest.mark.parametrize("span", [1, 5_000, 50_000, 64 << 20])
+def test_the_merge_cuts_and_orders_spans_as_a_cursor_per_job_does(
+    many_queues: Path, span: int
+) -> None:
+    """One sort for the whole pass gives the spans (their cuts, order, queue and cold
+    offsets) a cursor per job gave, overlapping jobs included."""
+    hot = HotStore(many_queues)
+    plans = _plans(hot, Limits(max_bytes=6 << 10, max_messages=1000, max_age_ms=0), start_at=3)
+    jobs = [GatherJob(p, cl_base=777 * i) for i, p in enumerate(plans[::5])]
+    jobs.append(GatherJob(plans[0], cl_base=1 << 40))  # the same records as the first job
+    got = [
+        list(
+            zip(
+                *(r.tolist() for r in (s.offset, s.size, s.job, s.queue_offset, s.cold)),
+                strict=True,
+            )
+        )
+        for s in _Merge(jobs, span).spans()
+    ]
+    assert got == _per_job_merge(jobs, span)
+    assert sum(len(s) for s in got) == sum(j.plan.count for j in jobs)

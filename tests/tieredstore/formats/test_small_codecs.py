@@ -45,6 +45,32 @@ def test_cq_filler_and_zero_units() -> None:
     assert zero_mask(units).tolist() == [False, True, False]
 
 
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 1, -1, 2**40]),
+            st.sampled_from([0, 7, -1, FILLER_SIZE]),
+            st.sampled_from([0, 3, -(2**63)]),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 3),
+    st.booleans(),
+)
+def test_zero_and_filler_masks_follow_the_fields(
+    rows: list[tuple[int, int, int]], step: int, native: bool
+) -> None:
+    """Whole-unit compares (contiguous units as decoded) and field compares (a strided
+    view, or units in the machine's byte order) agree with the definitions."""
+    units = decode_units(b"".join(struct.pack(">qiq", *r) for r in rows))
+    if native:
+        units = units.astype(units.dtype.newbyteorder("="))
+    units = units[::step]
+    kept = rows[::step]
+    assert zero_mask(units).tolist() == [r == (0, 0, 0) for r in kept]
+    assert filler_mask(units).tolist() == [r == (0, FILLER_SIZE, 0) for r in kept]
+
+
 def test_cq_truncated() -> None:
     with pytest.raises(TruncatedDataError, match=r"not a multiple of 20 \(cq@40\)"):
         decode_units(bytes(45), where="cq")
