@@ -120,7 +120,8 @@ SEGMENTS: Final = StructType(
         _s("cq_at", LongType(), True),
         _s("cl_object_size", LongType(), True),
         _s("cq_object_size", LongType(), True),
-        # A compressed COMMIT_LOG object's stored size (manifest format 3); null: plain.
+        # A compressed COMMIT_LOG object's stored size (manifest format 3), or a compressed
+        # batch's (format 2: both spans of a slice lie in it); null: plain.
         _s("cl_stored_size", LongType(), True),
         # Set on the driver once every link is read (null in the tasks' output): the link
         # covers its offsets for the queue's coverage. Every valid segment does (one that

@@ -31,9 +31,10 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tieredstore.cold.batch import decoded_batch
 from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.errors import CorruptFrameError
+from tieredstore.errors import CorruptBatchError, CorruptFrameError
 from tieredstore.findings import FindingKind
 from tieredstore.verifier.decision.queue import QueueFinding
 
@@ -80,19 +81,26 @@ def reads_whole(at: int, span: int, recorded: int, *, framed: bool) -> bool:
 
 
 def span_read(
-    fact: ObjectRead, data: bytes, *, expected: str, framed: bool
-) -> tuple[ObjectRead, bytes | None]:
+    fact: ObjectRead, data: bytes, *, expected: str, framed: bool, at: int = 0,
+    batch: bool = False,
+) -> tuple[ObjectRead, bytes | None]:  # fmt: skip
     """``fact`` completed by a read of its span that returned ``data`` (``b""``: the
     object is gone; a compressed object: its stored bytes, read whole, decoded here), and
     the span's bytes when read whole. ``expected``: the digest the link records.
 
     A compressed object that does not decode is a span read whole whose digest is
     ``undecodable (...)``; one shorter than recorded is not decoded (it vanished after
-    the listing, as a plain one cut short)."""
+    the listing, as a plain one cut short). A compressed batch (``batch``: the span is
+    bytes ``[at, at + span)`` of it, in uncompressed coordinates) is decoded as
+    :func:`~tieredstore.cold.batch.decoded_batch` says: its stored data digest checked
+    first, so a flipped byte that decodes to the same data is ``undecodable`` too."""
     if framed and len(data) == fact.recorded:
         try:
-            data = decode_whole(data, where=fact.key)
-        except CorruptFrameError as exc:
+            if batch:
+                data = decoded_batch(data, key=fact.key)[at : at + fact.span]
+            else:
+                data = decode_whole(data, where=fact.key)
+        except (CorruptFrameError, CorruptBatchError) as exc:
             undecodable = f"undecodable ({exc.message})"
             return dataclasses.replace(
                 fact, read=fact.span, actual=undecodable, expected=expected

@@ -218,7 +218,8 @@ class _Run:
             )
         except FileNotFoundError:
             data = b""
-        return span_read(fact, data, expected=ref.digest, framed=framed)
+        batch = m.kind is EntryKind.SLICE
+        return span_read(fact, data, expected=ref.digest, framed=framed, at=ref.at, batch=batch)
 
     def segment(self, m: Committed, covers: bool = True) -> None:
         (cq_read, cq), (cl_read, cl) = self.read(m, "cq"), self.read(m, "cl")

@@ -36,7 +36,7 @@ from tieredstore.errors import CorruptFrameError
 if TYPE_CHECKING:
     from tieredstore.backends.base import Backend
 
-__all__ = ["Framed", "range_reads", "read_range", "read_range_with", "read_whole"]
+__all__ = ["Framed", "decode_stored", "range_reads", "read_range", "read_range_with", "read_whole"]
 
 #: Seek tables kept (a 64 MiB segment in 1 MiB frames: about 600 bytes each).
 _CACHED_INDEXES: Final = 4096
@@ -47,9 +47,19 @@ _TAIL_FRAMES: Final = 256
 @dataclass(frozen=True, slots=True)
 class Framed:
     """An object stored as seekable zstd frames, ``stored_size`` bytes in all (the seek
-    table included); its commit point records the uncompressed size and digest."""
+    table included); its commit point records the uncompressed size and digest.
+
+    ``at``: where the frames begin. Bytes ``[0, at)`` are stored plain and are the same
+    in both coordinates (a compressed batch's header, :mod:`tieredstore.cold.batch`); the
+    frames ``[at, stored_size)`` decode to uncompressed bytes ``[at, ...)``. A segment's
+    COMMIT_LOG object is frames throughout (``at = 0``)."""
 
     stored_size: int
+    at: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.at <= self.stored_size:
+            raise ValueError(f"frames at {self.at} of a {self.stored_size}-byte object")
 
 
 _indexes: OrderedDict[tuple[str, str, int], FrameIndex] = OrderedDict()
@@ -65,26 +75,31 @@ def range_reads(
     :func:`~tieredstore.cold.batch.head_reads` is driven, so both read alike: the seek
     table from the tail unless cached (by ``store``, ``key`` and stored size; a second
     read when the table is longer than the first covers), then the frames the range
-    overlaps, in one read.
+    overlaps, in one read. Bytes before ``framed.at`` (plain) are not served here: the
+    range must begin at or after it.
 
     Raises:
+        ValueError: ``start`` before ``framed.at`` or after ``end``.
         CorruptFrameError: no valid seek table; fewer than ``end`` bytes; a frame that
             does not decode (a short read included).
     """
+    base = framed.at
+    if not base <= start <= end:
+        raise ValueError(f"[{start}, {end}) of {key} is not a range after its frames at {base}")
     cache_key = (store, key, framed.stored_size)
     index = _cached(cache_key)
     if index is None:
-        size = framed.stored_size
-        tail = yield (max(0, size - tail_length(_TAIL_FRAMES)), size)
+        size = framed.stored_size - base  # the frames and their seek table
+        tail = yield (base + max(0, size - tail_length(_TAIL_FRAMES)), base + size)
         table = seek_table_length(tail)
         if len(tail) < table <= size:
-            tail = yield (size - table, size)
+            tail = yield (base + size - table, base + size)
         index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
-    first, last = _frames(index, key, start, end)
+    first, last = _frames(index, key, start - base, end - base)
     if first == last:
         return b""
-    stored = yield (int(index.at[first]), int(index.at[last]))
-    return _cut(index, first, last, stored, key, start, end)
+    stored = yield (base + int(index.at[first]), base + int(index.at[last]))
+    return _cut(index, first, last, stored, key, start - base, end - base)
 
 
 async def read_range(
@@ -174,4 +189,20 @@ async def read_whole(backend: Backend, key: str, framed: Framed | None) -> bytes
         CorruptFrameError: a framed object that does not decode (a cut one included).
     """
     data = await backend.read(key)
-    return data if framed is None else decode_whole(data, where=key)
+    return data if framed is None else decode_stored(data, framed, where=key)
+
+
+def decode_stored(data: bytes, framed: Framed, *, where: str) -> bytes:
+    """A whole stored object ``data`` decoded: its plain bytes before ``framed.at`` as
+    they are, then its frames decoded.
+
+    Raises:
+        CorruptFrameError: the frames do not decode (a cut object included).
+    """
+    if not framed.at:
+        return decode_whole(data, where=where)
+    if len(data) < framed.at:
+        raise CorruptFrameError(
+            f"{len(data)} bytes, cut before its frames at {framed.at}", where=where
+        )
+    return data[: framed.at] + decode_whole(memoryview(data)[framed.at :], where=where)
