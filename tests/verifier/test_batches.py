@@ -13,6 +13,7 @@ import pytest
 from tests.support.sidecar.settings import BROKER, CLUSTER
 from tests.support.verification.report_doc import found, queue_doc
 from tieredstore.cold.batch import BatchFence, BatchIndex, SlicePart, build_batch
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.layout import batch_key
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import QueueKey
@@ -49,10 +50,16 @@ def part_of(world: World, q: QueueKey, which: slice, *, flip_record: bool = Fals
     )
 
 
-def write_batch(world: World, sequence: int, parts: Sequence[SlicePart]) -> BatchIndex:
+def write_batch(
+    world: World,
+    sequence: int,
+    parts: Sequence[SlicePart],
+    frames: FrameSettings | None = None,
+) -> BatchIndex:
+    """Batch ``sequence`` of ``parts`` under ``world``'s cold root (compressed: ``frames``)."""
     index, data = build_batch(
         cluster=CLUSTER, broker=BROKER, sequence=sequence, writer_id="test-writer",
-        lease_epoch=1, created_at_ms=CREATED_AT_MS, parts=parts,
+        lease_epoch=1, created_at_ms=CREATED_AT_MS, parts=parts, frames=frames,
     )  # fmt: skip
     path = world.path(index.key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,9 +73,14 @@ def drop_segments(world: World, q: QueueKey, which: slice) -> None:
             world.path(key).unlink()
 
 
-def tail_batch(world: World, sequence: int = 0, which: slice = slice(-2, None)) -> BatchIndex:
+def tail_batch(
+    world: World,
+    sequence: int = 0,
+    which: slice = slice(-2, None),
+    frames: FrameSettings | None = None,
+) -> BatchIndex:
     """Q0's and Q1's segments ``which`` (the last two) moved into batch ``sequence``."""
-    index = write_batch(world, sequence, [part_of(world, q, which) for q in (Q0, Q1)])
+    index = write_batch(world, sequence, [part_of(world, q, which) for q in (Q0, Q1)], frames)
     for q in (Q0, Q1):
         drop_segments(world, q, which)
     return index
