@@ -833,14 +833,19 @@ def read_batch_head(
         raise CorruptBatchError(
             f"batch index describes {index.key}, not the key it is stored at", where=key
         )
+    _check_size(index, header_length, object_size)
+    return BatchHead(index=index, data_offset=header_length, object_size=object_size)
+
+
+def _check_size(index: BatchIndex, header_length: int, object_size: int) -> None:
+    """CorruptBatchError unless the header and the stored data section are the object."""
     if header_length + index.stored_size != object_size:
         what = "stored_data_size" if index.compressed else "data_size"
         raise CorruptBatchError(
             f"header {header_length} + {what} {index.stored_size} bytes != object size "
             f"{object_size}",
-            where=key,
+            where=index.key,
         )
-    return BatchHead(index=index, data_offset=header_length, object_size=object_size)
 
 
 def _read_fence(prefix_bytes: bytes, *, key: str, object_size: int) -> BatchFence | int:
