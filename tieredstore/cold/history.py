@@ -203,9 +203,7 @@ class Committed(QueueOffsets, OfQueue):
             cl_base=part.cl_base,
             cl_end=part.cl_end,
             commit_log=Span(key, cl_at, cl_end - cl_at, part.commit_log_digest, size, framed),
-            consume_queue=Span(
-                key, cq_at, cq_end - cq_at, part.consume_queue_digest, size, framed
-            ),
+            consume_queue=Span(key, cq_at, cq_end - cq_at, part.consume_queue_digest, size, framed),
             digest_algorithm=index.digest_algorithm,
             min_store_timestamp=part.min_store_timestamp,
             max_store_timestamp=part.max_store_timestamp,

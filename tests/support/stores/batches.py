@@ -70,15 +70,22 @@ async def upload_batch(
     return index.key
 
 
-async def rebatch(backend: Backend, manifests: Sequence[Manifest], *, sequence: int) -> str:
+async def rebatch(
+    backend: Backend,
+    manifests: Sequence[Manifest],
+    *,
+    sequence: int,
+    frames: FrameSettings | None = None,
+) -> str:
     """Move committed segments (one per queue, each the newest of its queue) into one
-    batch: the batch is created first, then each segment's manifest and objects are
-    deleted — as if they had been committed as slices and never compacted. The key."""
+    batch (compressed: ``frames``): the batch is created first, then each segment's
+    manifest and objects are deleted — as if they had been committed as slices and never
+    compacted. The key."""
     segments = [
         Segment(m, await backend.read(m.commit_log_key), await backend.read(m.consume_queue_key))
         for m in manifests
     ]
-    key = await upload_batch(backend, segments, sequence=sequence)
+    key = await upload_batch(backend, segments, sequence=sequence, frames=frames)
     for m in manifests:
         for k in (m.key, m.commit_log_key, m.consume_queue_key):
             await backend.delete(k)
