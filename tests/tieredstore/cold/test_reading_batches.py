@@ -189,8 +189,8 @@ async def test_a_compressed_batch_reads_as_the_plain_one_for_every_reader() -> N
             assert [
                 m.queue_offset for m in await reader.read(queue.topic, queue.queue_id, 0, 100)
             ] == list(range(min(end, 100)))
-        a = await _messages(ColdReader(plain, "c", "b"), queue, 0, end)
-        assert await _messages(ColdReader(mixed, "c", "b"), queue, 0, end) == a
+        want_messages = await _messages(ColdReader(plain, "c", "b"), queue, 0, end)
+        assert await _messages(ColdReader(mixed, "c", "b"), queue, 0, end) == want_messages
         raw = await read_raw(
             ServingReader(mixed, "c", "b", listing_ttl=60.0),
             queue.topic,
