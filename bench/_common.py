@@ -40,7 +40,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests.support.moto import AWS_ENV as MOTO_ENV
-from tieredstore.cold.batch import BatchHead, read_batch_head
+from tieredstore.cold.batch import BatchHead, data_section, read_batch_head
 from tieredstore.cold.digests import digest
 from tieredstore.cold.layout import object_name
 from tieredstore.cold.manifest import DIGEST_ALGORITHM, FORMAT_VERSION, Manifest, ObjectRef
@@ -390,12 +390,14 @@ def _files(paths: Iterable[Path]) -> Iterator[Path]:
 
 def batch_objects(cold: Path) -> Iterator[tuple[Path, bytes, BatchHead]]:
     """Every batch object of a local cold directory (``tiering.batching``), by path: its
-    path, its bytes, its parsed head. A batch fence commits nothing: left out."""
+    path, its bytes in uncompressed coordinates (a compressed batch's data section
+    decoded: slices' spans index them), its parsed head. A batch fence commits nothing:
+    left out."""
     for path in sorted(cold.rglob("_batches/*.batch")):
         raw = path.read_bytes()
         head = read_batch_head(raw, key=str(path.relative_to(cold)), object_size=len(raw))
         if isinstance(head, BatchHead):
-            yield path, raw, head
+            yield path, raw[: head.data_offset] + data_section(head, raw), head
 
 
 def cold_bytes(root: Path) -> int:

@@ -24,9 +24,11 @@ RocketMQ client does), this measures in process, one thread, on the same bytes:
 
 CPU seconds are per GiB of raw bytes for every column, so they compare. Then, when the
 sidecar has the setting ``cold.compression`` (the key is looked up in the settings
-declaration), one ``tieredstore run --once`` per store with it ``none`` and ``zstd``:
-seconds, CPU seconds, MiB/s of commit log and the cold store's bytes; otherwise
-``skipped: cold.compression not available``.
+declaration), one ``tieredstore run --once`` per store with it ``none`` and ``zstd``
+(``tiering.batching`` at its default, on: the small queues' tails go into batch
+objects, compressed too since batch format 2): seconds, CPU seconds, MiB/s of commit
+log, the whole cold store's bytes (every object: segments, manifests, batches) and the
+batch objects' share of them; otherwise ``skipped: cold.compression not available``.
 
 Last lines (the JSON store without producer compression for the first two, the JSON
 store with it for the third)::
@@ -34,6 +36,11 @@ store with it for the third)::
     RESULT compression_frames_vs_stream ratio=<(c) bytes ÷ (b) bytes> target=<=1.1 PASS|FAIL
     RESULT compression_frames_vs_raw ratio=<(c) bytes ÷ raw bytes> target=<=0.5 PASS|FAIL
     RESULT compression_skip_cpu ratio=<(e) CPU ÷ (c) CPU> target=<=0.9 PASS|FAIL
+
+and, when the tiering runs ran, for the JSON store without producer compression::
+
+    RESULT compression_cold_vs_raw ratio=<cold store bytes, zstd ÷ raw> target=<=0.35 PASS|FAIL
+    RESULT compression_tiering_speed ratio=<MiB/s, zstd ÷ none> target=>=0.8 PASS|FAIL
 
 The last says whether skipping producer-compressed records is worth its cost in CPU:
 PASS when it saves at least a tenth of the compression CPU; its cost in bytes, (d) and
@@ -78,6 +85,8 @@ SETTINGS = FrameSettings(FRAME, LEVEL)
 FRAMES_VS_STREAM = 1.1
 FRAMES_VS_RAW = 0.5
 SKIP_CPU = 0.9
+COLD_VS_RAW = 0.35
+TIERING_SPEED = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,17 +212,24 @@ def _measure(name: str, root: Path) -> Variant:
     return Variant(name, len(data), share, _stream(data), _framed(data), skip, cut)
 
 
-def _tiering(name: str, root: Path, work: Path, raw: int) -> list[list[object]]:
-    """One ``run --once`` with ``cold.compression`` none and zstd: table rows."""
-    rows: list[list[object]] = []
+def _batch_bytes(cold: Path) -> int:
+    """Bytes of the batch objects under ``cold`` (``<broker>/_batches/*.batch``)."""
+    return sum(p.stat().st_size for p in cold.rglob("*.batch"))
+
+
+def _tiering(name: str, root: Path, work: Path, raw: int) -> list[list[Any]]:
+    """One ``run --once`` with ``cold.compression`` none and zstd: table rows (the
+    store and mode, seconds, CPU s, MiB/s, cold MiB, cold ÷ raw, batch share)."""
+    rows: list[list[Any]] = []
     for mode in ("none", "zstd"):
         cold, state, log = work / f"cold-{mode}", work / f"state-{mode}", work / f"{mode}.log"
         m = run_measured(
             sidecar_cmd(root, str(cold), state), env=sidecar_env(cold_compression=mode), log=log
         )
         stored = cold_bytes(cold)
+        share = _batch_bytes(cold) / stored if stored else 0.0
         rows.append([f"{name}, {mode}", m.seconds, m.cpu_seconds, mb_per_s(raw, m.seconds),
-                     stored / MIB, stored / raw if raw else 0.0])  # fmt: skip
+                     stored / MIB, stored / raw if raw else 0.0, share])  # fmt: skip
         shutil.rmtree(cold)
         shutil.rmtree(state)
     return rows
@@ -236,7 +252,7 @@ def main() -> int:
     print(machine())
     has_setting = any(s.key == "cold.compression" for s in ColdSettings.settings())
     variants: list[Variant] = []
-    tiering: list[list[object]] = []
+    tiering: list[list[Any]] = []
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
@@ -273,7 +289,7 @@ def main() -> int:
         print("skipped: cold.compression not available")
     elif tiering:
         print(table(["run --once: store, cold.compression", "seconds", "CPU s", "MiB/s",
-                     "cold MiB", "cold ÷ raw"], tiering))  # fmt: skip
+                     "cold MiB", "cold ÷ raw", "batch share"], tiering))  # fmt: skip
     print("load average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     plain, producer = variants[0], variants[1]
     vs_stream = plain.frames.nbytes / plain.stream.nbytes
@@ -285,6 +301,14 @@ def main() -> int:
     print(result_line("compression_frames_vs_raw", vs_raw, f"<={FRAMES_VS_RAW:g}",
                       vs_raw <= FRAMES_VS_RAW))  # fmt: skip
     print(result_line("compression_skip_cpu", skip, f"<={SKIP_CPU:g}", skip <= SKIP_CPU))
+    if len(tiering) >= 2:  # the JSON store without producer compression: none, zstd
+        off, on = tiering[0], tiering[1]
+        cold = float(on[5])
+        speed = float(on[3]) / float(off[3]) if off[3] else 0.0
+        print(result_line("compression_cold_vs_raw", cold, f"<={COLD_VS_RAW:g}",
+                          cold <= COLD_VS_RAW))  # fmt: skip
+        print(result_line("compression_tiering_speed", speed, f">={TIERING_SPEED:g}",
+                          speed >= TIERING_SPEED))  # fmt: skip
     return 0
 
 

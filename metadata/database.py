@@ -71,7 +71,8 @@ SEGMENT_COLUMNS: Final = (
 SLICE_COLUMNS: Final = (
     "topic, queue_id, start_offset, end_offset, cl_base, cl_end, batch_key, sequence, "
     "cl_at, cl_size, cl_digest, cq_at, cq_size, cq_digest, object_size, digest_algorithm, "
-    "min_store_timestamp, max_store_timestamp, writer_id, lease_epoch, created_at_ms"
+    "min_store_timestamp, max_store_timestamp, writer_id, lease_epoch, created_at_ms, "
+    "stored_size, frames_at"
 )
 
 LOSS_COLUMNS: Final = (

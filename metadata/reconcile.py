@@ -312,7 +312,7 @@ def _check_slice_rows(
     """Report catalogue slices whose batch object is absent or of the wrong size."""
     for link in slices:
         info = listing.get(link.key)
-        size = link.commit_log.object_size
+        size = link.commit_log.stored_size
         if info is None:
             found.issue(
                 FindingKind.MISSING_OBJECT,

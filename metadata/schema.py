@@ -185,6 +185,15 @@ _V7: Final = (
     "AND length(cl_stored_digest) = 8))",
 )
 
+# 0.2: a batch's data section may be stored compressed (batch format 2,
+# tieredstore.cold.batch): the object's stored size and where its frames begin (its header's
+# length); NULL for a plain batch (every row before this version). ``object_size`` stays
+# the size in uncompressed coordinates (header and decoded data section).
+_V8: Final = (
+    "ALTER TABLE slices ADD COLUMN stored_size INTEGER CHECK (stored_size > 0)",
+    "ALTER TABLE slices ADD COLUMN frames_at INTEGER CHECK (frames_at >= 0)",
+)
+
 #: Every migration, in order. Append; never edit one that has shipped.
 MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(1, "queues, segments, leases, identity", _V1),
@@ -194,6 +203,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(5, "slices: batch slices committed and not yet compacted", _V5),
     Migration(6, "segments.cl_stored_size: a compressed COMMIT_LOG object's size", _V6),
     Migration(7, "segments.cl_stored_digest: a compressed COMMIT_LOG object's CRC-32C", _V7),
+    Migration(8, "slices.stored_size, frames_at: a compressed batch's frames", _V8),
 )
 LATEST_VERSION: Final = MIGRATIONS[-1].version
 

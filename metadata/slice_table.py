@@ -30,6 +30,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.history import Committed, EntryKind, Span
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest
@@ -135,7 +136,7 @@ class SliceTable:
         check_continues(row, what, link.start_offset, link.cl_base, where)
         conn.execute(
             f"INSERT INTO slices ({SLICE_COLUMNS}) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             _slice_values(link),
         )
         queue = self._db.set_queue(conn, row, cold_commit=link.end_offset, cold_cl_end=link.cl_end)
@@ -201,7 +202,10 @@ def _link_problem(link: Committed) -> str:
     if link.kind is not EntryKind.SLICE:
         return f"a {link.kind.value} link, not a batch slice"
     cl, cq = link.commit_log, link.consume_queue
-    if {cl.key, cq.key} != {link.key} or cl.object_size != cq.object_size:
+    if {cl.key, cq.key} != {link.key} or (cl.object_size, cl.framed) != (
+        cq.object_size,
+        cq.framed,
+    ):
         return f"its spans are not both in its batch object {link.key}"
     if cl.size != link.cl_end - link.cl_base or cq.size != 20 * link.message_count:
         return f"span sizes {cl.size}, {cq.size} do not match its offsets and cold commitlog"
@@ -238,7 +242,8 @@ def _link(cluster: str, broker: str, r: Sequence[Any]) -> Committed:
     <tieredstore.cold.history.Committed.of_slice>` built from its batch."""
     (topic, qid, start, end, cl_base, cl_end, key, sequence, cl_at, cl_size, cl_digest,
      cq_at, cq_size, cq_digest, object_size, algorithm, ts_min, ts_max, writer, epoch,
-     created) = r  # fmt: skip
+     created, stored_size, frames_at) = r  # fmt: skip
+    framed = None if stored_size is None else Framed(stored_size, at=frames_at)
     return Committed(
         kind=EntryKind.SLICE,
         queue=QueuePath(cluster, broker, topic, qid),
@@ -246,8 +251,8 @@ def _link(cluster: str, broker: str, r: Sequence[Any]) -> Committed:
         end_offset=end,
         cl_base=cl_base,
         cl_end=cl_end,
-        commit_log=Span(key, cl_at, cl_size, cl_digest, object_size),
-        consume_queue=Span(key, cq_at, cq_size, cq_digest, object_size),
+        commit_log=Span(key, cl_at, cl_size, cl_digest, object_size, framed),
+        consume_queue=Span(key, cq_at, cq_size, cq_digest, object_size, framed),
         digest_algorithm=algorithm,
         min_store_timestamp=ts_min,
         max_store_timestamp=ts_max,
@@ -266,4 +271,6 @@ def _slice_values(c: Committed) -> tuple[Any, ...]:
         c.sequence, cl.at, cl.size, cl.digest, cq.at, cq.size, cq.digest, cl.object_size,
         c.digest_algorithm, c.min_store_timestamp, c.max_store_timestamp, c.writer_id,
         c.lease_epoch, c.created_at_ms,
+        None if cl.framed is None else cl.framed.stored_size,
+        None if cl.framed is None else cl.framed.at,
     )  # fmt: skip

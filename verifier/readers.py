@@ -659,6 +659,9 @@ def _slice_rows(fs: AbstractFileSystem, root: str, obj: Row) -> list[Row]:
             "cq_at": link.consume_queue.at,
             "cl_object_size": link.commit_log.object_size,
             "cq_object_size": link.consume_queue.object_size,
+            "cl_stored_size": (
+                None if link.commit_log.framed is None else link.commit_log.stored_size
+            ),
         }
         for link in slices_of(head)
     ]
@@ -952,7 +955,10 @@ class _SegmentRun:
         key, listed = seg[f"{which}_key"], seg[f"{which}_listed_size"]
         at, size = seg[f"{which}_at"], seg[f"{which}_size"]
         says = "its batch index" if seg["link"] == schemas.LINK_SLICE else "its manifest"
-        stored = seg.get(f"{which}_stored_size")  # a compressed object's; None: plain
+        batch = seg["link"] == schemas.LINK_SLICE
+        # A compressed object's stored size (None: plain); a slice's two spans lie in one
+        # batch object, whose stored size is cl_stored_size.
+        stored = seg.get("cl_stored_size" if batch else f"{which}_stored_size")
         recorded = seg[f"{which}_object_size"] if stored is None else stored
         fact = ObjectRead(key, listed, recorded, size, says=says)
         if not read or listed is None or listed != recorded:
@@ -971,7 +977,9 @@ class _SegmentRun:
             data,
             expected=seg[f"{which}_digest"],
             framed=framed,
-            stored_digest=seg.get(f"{which}_stored_digest"),
+            stored_digest=None if batch else seg.get(f"{which}_stored_digest"),
+            at=at,
+            batch=batch,
         )
         if span is not None:
             self.out[f"{which}_digest_actual"] = fact.actual

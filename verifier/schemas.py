@@ -120,7 +120,8 @@ SEGMENTS: Final = StructType(
         _s("cq_at", LongType(), True),
         _s("cl_object_size", LongType(), True),
         _s("cq_object_size", LongType(), True),
-        # A compressed COMMIT_LOG object's stored size (manifest format 3); null: plain.
+        # A compressed COMMIT_LOG object's stored size (manifest format 3), or a compressed
+        # batch's (format 2: both spans of a slice lie in it); null: plain.
         _s("cl_stored_size", LongType(), True),
         # Its stored bytes' CRC-32C (manifest format 3's stored_digest); null: plain.
         _s("cl_stored_digest", StringType(), True),

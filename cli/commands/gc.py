@@ -57,7 +57,7 @@ def _catalogue_keys(
                 if seg.status is SegmentStatus.COMMITTED:
                     committed.update((m.key, m.commit_log_key, m.consume_queue_key))
             for link in catalogue.slices.of(row.topic, row.queue_id):
-                batches[link.key] = link.commit_log.object_size
+                batches[link.key] = link.commit_log.stored_size
     return frozenset(keys), frozenset(committed), batches
 
 

@@ -40,6 +40,7 @@ from tieredstore.cold.history import (
 )
 from tieredstore.errors import (
     CorruptBatchError,
+    CorruptFrameError,
     Damage,
     DamagedObjectError,
     ObjectNotFoundError,
@@ -137,13 +138,15 @@ class Continuity:
             raise _damaged(link, Damage.MISSING, "it is missing") from None
         except DamagedObjectError as exc:
             raise _damaged(link, exc.damage, exc.message) from exc
+        except CorruptFrameError as exc:  # a compressed batch: frames that do not decode
+            raise _damaged(link, Damage.DIGEST, exc.message) from exc
         if digest(data, DigestAlgorithm(link.digest_algorithm)) != link.commit_log.digest:
             raise _damaged(link, Damage.DIGEST, "the slice's bytes do not match its digest")
         return data
 
     async def _head(self, link: Committed) -> BatchHead:
         """The head of ``link``'s batch object, read once per key and process."""
-        key, size = link.key, link.commit_log.object_size
+        key, size = link.key, link.commit_log.stored_size
         if key in self._heads:
             return self._heads[key]
         try:

@@ -20,7 +20,9 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from tests.support.sidecar.settings import BROKER, CLUSTER
 from tests.support.stores.batches import rebatch
+from tests.support.stores.compressed import TEST_FRAMES
 from tieredstore.backends import open_backend
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.history import Committed
 from tieredstore.cold.layout import batch_prefix, parse_batch_key
 from tieredstore.cold.manifest import Manifest
@@ -280,11 +282,13 @@ def test_a_missing_cold_root_and_a_user_schema_are_refused(
     assert SPARK_SCHEMA.fieldNames() == list(ARCHIVE_COLUMNS)
 
 
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "compressed"])
 def test_slices_of_a_batch_read_as_the_segments_they_were(
-    spark_archive: SparkSession, archive: Archive, tmp_path: Path
+    spark_archive: SparkSession, archive: Archive, tmp_path: Path, compressed: bool
 ) -> None:
-    """The newest segment of each SynthTopic0 queue moved into one batch object: the same
-    rows, one partition per slice, and an offset filter inside a slice reads only it."""
+    """The newest segment of each SynthTopic0 queue moved into one batch object (format 2
+    when ``compressed``): the same rows, one partition per slice, and an offset filter
+    inside a slice reads only it."""
     cold = tmp_path / "cold"
     shutil.copytree(archive.cold, cold)
     batched = Archive(cold, archive.stores)
@@ -294,7 +298,8 @@ def test_slices_of_a_batch_read_as_the_segments_they_were(
             continue
         if m.start_offset >= newest.get(m.queue_id, m).start_offset:
             newest[m.queue_id] = m
-    key = asyncio.run(_rebatch(str(cold), list(newest.values())))
+    frames = TEST_FRAMES if compressed else None
+    key = asyncio.run(_rebatch(str(cold), list(newest.values()), frames))
     expected = normalise(archive.rows(BROKER) + archive.rows(BROKER_B))
     assert normalise(batched.rows(BROKER) + batched.rows(BROKER_B)) == expected
     trace = tmp_path / "trace"
@@ -312,14 +317,16 @@ def test_slices_of_a_batch_read_as_the_segments_they_were(
     assert seen == Counter({f"{key}#SynthTopic0/0": 1})
 
 
-async def _rebatch(cold: str, manifests: list[Manifest]) -> str:
+async def _rebatch(
+    cold: str, manifests: list[Manifest], frames: FrameSettings | None = None
+) -> str:
     """:func:`rebatch` at the next free sequence (with batching on, the tiering writer's
     fence and batches hold the first ones)."""
     async with open_backend(cold) as backend:
         prefix = batch_prefix(CLUSTER, BROKER) + "/"
         taken = [parse_batch_key(info.key, prefix) for info in await backend.list(prefix)]
         sequence = 1 + max((s for s in taken if s is not None), default=-1)
-        return await rebatch(backend, manifests, sequence=sequence)
+        return await rebatch(backend, manifests, sequence=sequence, frames=frames)
 
 
 def test_the_data_source_reads_a_compressed_copy_as_the_plain_one(

@@ -22,6 +22,7 @@ from tests.support.stores.segments import chain, packed, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.clock import VirtualClock
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.history import BrokerHistory, Committed, QueueHistory, as_link, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
@@ -191,9 +192,13 @@ def test_a_slice_decodes_from_exactly_its_spans_bytes(cold: tuple[Path, _Cold]) 
     assert "its batch says" in str(e.value) and e.value.where == f"s3://b/root/{span.key}@{span.at}"
 
 
-def test_a_history_with_batch_objects_exports_like_its_segments(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "first-compressed"])
+def test_a_history_with_batch_objects_exports_like_its_segments(
+    tmp_path: Path, compressed: bool
+) -> None:
     """Through load_history: batch objects export as their segments do, and compaction
-    (the segments written beside the batches) swaps each slice's record for a segment's."""
+    (the segments written beside the batches) swaps each slice's record for a segment's.
+    ``compressed``: the first batch is format 2, the second plain (a store of both)."""
     segments = {Q0: chain(Q0, [5, 7, 4]), Q1: chain(Q1, [6, 3])}
     rounds = [[segments[Q0][1], segments[Q1][0]], [segments[Q0][2], segments[Q1][1]]]
     plain, batched = tmp_path / "plain", tmp_path / "batched"
@@ -210,7 +215,8 @@ def test_a_history_with_batch_objects_exports_like_its_segments(tmp_path: Path) 
         async with open_backend(str(batched)) as backend:
             await upload(backend, segments[Q0][0])
             for n, members in enumerate(rounds, start=1):
-                await upload_batch(backend, members, sequence=n)
+                frames = FrameSettings(256, 3) if compressed and n == 1 else None
+                await upload_batch(backend, members, sequence=n, frames=frames)
         first = await run(plain, tmp_path / "a")
         second = await run(batched, tmp_path / "b")
         async with open_backend(str(batched)) as backend:  # compaction, batches still there

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.moto import S3Bucket
-from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
+from tests.support.sidecar.settings import BROKER, CLUSTER, put_in_force, settings_for
 from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tests.support.stores.compressed import silent_flip
 from tieredstore.backends import open_backend
@@ -18,9 +18,15 @@ from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold import manifest as manifests
+from tieredstore.cold.batch import (
+    BATCH_FORMAT_COMPRESSED,
+    BATCH_FORMAT_VERSION,
+    BatchHead,
+    data_section,
+)
 from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.cold.history import Committed, span_bytes
+from tieredstore.cold.history import Committed, EntryKind, load_history, read_batch, span_bytes
 from tieredstore.cold.manifest import COMPRESSED_VERSION, FORMAT_VERSION, read_manifest
 from tieredstore.cold.readahead import ReadAhead
 from tieredstore.cold.reader import ColdReader
@@ -39,6 +45,9 @@ SPEC = SynthSpec(
 )  # fmt: skip
 ZSTD = {"cold__compression": "zstd", "cold__frame_size": "8K", "tiering__batching": False}
 PLAIN = {"tiering__batching": False}
+#: Batching on: the segments cut by age go into batch objects (format 2 when compressed).
+BATCHED_ZSTD = {"cold__compression": "zstd", "cold__frame_size": "8K", "tiering__batching": True}
+BATCHED = {"tiering__batching": True}
 
 
 async def _tier(store: Path, cold: str, state: Path, **kw: object) -> None:
@@ -168,6 +177,91 @@ async def test_gc_and_reconcile_find_compressed_segments_clean(store: Path, tmp_
         )  # fmt: skip
         assert scan.manifests > 0
         assert not scan.findings, scan.findings
+
+
+async def _batch_versions(backend: Backend) -> list[int]:
+    """The format of every batch object (fences aside), by sequence."""
+    out = []
+    for info in sorted(await backend.list(), key=lambda i: i.key):
+        if info.key.endswith(".batch"):
+            head = await read_batch(backend, info.key, info.size)
+            if isinstance(head, BatchHead):
+                out.append(head.index.format_version)
+    return out
+
+
+async def test_compressed_batches_read_as_plain_ones(store: Path, tmp_path: Path) -> None:
+    reset_memory_stores()
+    await _tier(store, "memory://bplain", tmp_path / "plain", **BATCHED)
+    await _tier(store, "memory://bzstd", tmp_path / "zstd", **BATCHED_ZSTD)
+    async with open_backend("memory://bplain") as plain, open_backend("memory://bzstd") as zstd:
+        assert set(await _batch_versions(plain)) == {BATCH_FORMAT_VERSION}
+        assert set(await _batch_versions(zstd)) == {BATCH_FORMAT_COMPRESSED}
+        await assert_cold_matches_hot(zstd, HotStore(store), CLUSTER, BROKER)
+        expected = await _everything(plain, readahead=True)
+        assert await _everything(zstd, readahead=True) == expected
+        assert await _everything(zstd, readahead=False) == expected
+        for link in (await load_history(zstd, CLUSTER, BROKER)).links():
+            await _verify(zstd, link)
+        batched = [o.size for o in await zstd.list() if o.key.endswith(".batch")]
+        assert sum(batched) < sum(o.size for o in await plain.list() if o.key.endswith(".batch"))
+
+
+async def test_a_store_of_plain_and_compressed_batches_reads_compacts_and_checks_as_one(
+    store: Path, tmp_path: Path
+) -> None:
+    reset_memory_stores()
+    state = tmp_path / "state"
+    await _tier(store, "memory://bmixed", state, **BATCHED)
+    SyntheticStore.open(store).append(600)
+    await _tier(store, "memory://bmixed", state, **BATCHED_ZSTD)
+    settings = settings_for(store, "memory://bmixed", state, **BATCHED_ZSTD)
+    async with open_runtime(settings) as rt:
+        backend = rt.backend
+        assert set(await _batch_versions(backend)) == {
+            BATCH_FORMAT_VERSION,
+            BATCH_FORMAT_COMPRESSED,
+        }
+        before = await _everything(backend, readahead=True)
+        assert len(before) == 1800 - 1800 // 50
+        await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+        report = await reconcile(rt.catalogue, backend)
+        assert report.clean, report.findings
+        scan = await scan_garbage(backend, cluster=CLUSTER, broker=BROKER, now_ms=0, grace_s=0.0)
+        assert not scan.findings, scan.findings
+        # Compaction rewrites every slice, plain or compressed, as a segment.
+        assert any(rt.catalogue.slices.of(q.topic, q.queue_id) for q in HotStore(store).queues())
+        await rt.dispatcher.start(wait_for_lease=False)
+        put_in_force(rt.in_force, tiering__segment_max_bytes=1)  # every queue is due
+        while (done := await rt.compactor.run_pass()).queues:
+            assert not done.problems, done.problems
+        assert not any(
+            rt.catalogue.slices.of(q.topic, q.queue_id) for q in HotStore(store).queues()
+        )
+        assert await _everything(backend, readahead=True) == before
+        await assert_cold_matches_hot(backend, HotStore(store), CLUSTER, BROKER)
+
+
+async def test_a_flipped_byte_in_a_compressed_batch_is_found(store: Path, tmp_path: Path) -> None:
+    """A range read of the slice fails its frame (or its digest); the whole batch's stored
+    digest catches a flip anywhere in its data section."""
+    reset_memory_stores()
+    await _tier(store, "memory://bflip", tmp_path / "state", **BATCHED_ZSTD)
+    async with open_backend("memory://bflip") as backend:
+        links = [
+            link for link in (await load_history(backend, CLUSTER, BROKER)).links()
+            if link.kind is EntryKind.SLICE
+        ]  # fmt: skip
+        link = links[0]
+        head = await read_batch(backend, link.key, link.commit_log.stored_size)
+        assert isinstance(head, BatchHead) and head.framed is not None
+        data = bytearray(await backend.read(link.key))
+        data[head.data_offset + 40] ^= 0x10  # inside the first frame: the first slice's
+        await backend.write(link.key, bytes(data))
+        with pytest.raises(DigestMismatchError):
+            await _verify(backend, link)
+        with pytest.raises(DigestMismatchError):
+            data_section(head, bytes(data))
 
 
 @pytest.mark.s3

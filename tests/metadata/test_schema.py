@@ -39,7 +39,7 @@ def _open(state_dir: Path, clock: VirtualClock, migrations: tuple[Migration, ...
 
 def test_a_new_catalogue_is_at_the_latest_version(state_dir: Path, clock: VirtualClock) -> None:
     _open(state_dir, clock, MIGRATIONS).close()
-    assert LATEST_VERSION == len(MIGRATIONS) == 7
+    assert LATEST_VERSION == len(MIGRATIONS) == 8
     assert _versions(state_dir) == [(m.version, m.description) for m in MIGRATIONS]
 
 
@@ -123,13 +123,13 @@ def test_migrations_must_be_numbered_in_order(state_dir: Path, clock: VirtualClo
 #: topic, start, end, cl_end, cl_at, cl_size, cq_at, cq_size, object_size (cl_base 0).
 _SLICE = (
     "INSERT INTO slices VALUES ('{t}', 0, {s}, {e}, 0, {ce}, 'k.batch', 3, {ca}, {cl}, 'd', "
-    "{qa}, {cq}, 'd', {size}, 'crc32c', 1, 1, 'w', 1, 0)"
+    "{qa}, {cq}, 'd', {size}, 'crc32c', 1, 1, 'w', 1, 0, {stored}, {fa})"
 )
 
 
 def _slice(**kw: object) -> str:
     values: dict[str, object] = {"t": "t", "s": 10, "e": 11, "ce": 100, "ca": 0, "cl": 100}
-    values |= {"qa": 100, "cq": 20, "size": 120}
+    values |= {"qa": 100, "cq": 20, "size": 120, "stored": "NULL", "fa": "NULL"}
     values.update(kw)
     return _SLICE.format(**values)
 
@@ -145,6 +145,8 @@ SLICE_BREAKS = [
     (_slice(ca=-1), "cl_at >= 0"),
     (_slice().replace("'k.batch'", "''"), "batch_key <> ''"),
     (_slice().replace("'k.batch', 3", "'k.batch', -1"), "sequence >= 0"),
+    (_slice(stored=0, fa=16), "stored_size > 0"),
+    (_slice(stored=60, fa=-1), "frames_at >= 0"),
 ]
 
 

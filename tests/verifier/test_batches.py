@@ -11,8 +11,10 @@ import pyarrow as pa
 import pytest
 
 from tests.support.sidecar.settings import BROKER, CLUSTER
+from tests.support.stores.compressed import TEST_FRAMES, compress_every_other, silent_batch_flip
 from tests.support.verification.report_doc import found, queue_doc
 from tieredstore.cold.batch import BatchFence, BatchIndex, SlicePart, build_batch
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.layout import batch_key
 from tieredstore.formats.consumequeue import decode_units
 from tieredstore.hot.store import QueueKey
@@ -49,10 +51,16 @@ def part_of(world: World, q: QueueKey, which: slice, *, flip_record: bool = Fals
     )
 
 
-def write_batch(world: World, sequence: int, parts: Sequence[SlicePart]) -> BatchIndex:
+def write_batch(
+    world: World,
+    sequence: int,
+    parts: Sequence[SlicePart],
+    frames: FrameSettings | None = None,
+) -> BatchIndex:
+    """Batch ``sequence`` of ``parts`` under ``world``'s cold root (compressed: ``frames``)."""
     index, data = build_batch(
         cluster=CLUSTER, broker=BROKER, sequence=sequence, writer_id="test-writer",
-        lease_epoch=1, created_at_ms=CREATED_AT_MS, parts=parts,
+        lease_epoch=1, created_at_ms=CREATED_AT_MS, parts=parts, frames=frames,
     )  # fmt: skip
     path = world.path(index.key)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,9 +74,14 @@ def drop_segments(world: World, q: QueueKey, which: slice) -> None:
             world.path(key).unlink()
 
 
-def tail_batch(world: World, sequence: int = 0, which: slice = slice(-2, None)) -> BatchIndex:
+def tail_batch(
+    world: World,
+    sequence: int = 0,
+    which: slice = slice(-2, None),
+    frames: FrameSettings | None = None,
+) -> BatchIndex:
     """Q0's and Q1's segments ``which`` (the last two) moved into batch ``sequence``."""
-    index = write_batch(world, sequence, [part_of(world, q, which) for q in (Q0, Q1)])
+    index = write_batch(world, sequence, [part_of(world, q, which) for q in (Q0, Q1)], frames)
     for q in (Q0, Q1):
         drop_segments(world, q, which)
     return index
@@ -237,3 +250,43 @@ def test_mark_covering_is_the_one_reading_rule() -> None:
         "seg": True, "late": False, "early": True, "compacted": False, "next": True,
         "stray": True, "bad": None,
     }  # fmt: skip
+
+
+# -- compressed batches (format 2) ----------------------------------------------------------
+
+
+def test_a_store_of_plain_and_compressed_batches_is_clean_at_content_level(world: World) -> None:
+    """Batch 0 compressed (format 2), batch 1 plain (format 1), segments of both kinds."""
+    compress_every_other(world.cold)
+    tail_batch(world, 0, slice(-2, None), frames=TEST_FRAMES)
+    write_batch(world, 1, [part_of(world, q, slice(-3, -2)) for q in (Q0, Q1)])
+    for q in (Q0, Q1):
+        for m in world.manifests(q)[-3:-2]:
+            for key in (m.key, m.commit_log_key, m.consume_queue_key):
+                world.path(key).unlink()
+    assert_clean(world, all_segments(world) - 6 + 4)
+
+
+def test_a_flipped_bit_that_decodes_the_same_is_a_digest_mismatch(world: World) -> None:
+    """Its frames decode to the same bytes: the stored data digest finds it, for every
+    slice of the batch (the whole object is what was damaged)."""
+    index = tail_batch(world, frames=TEST_FRAMES)
+    path = world.path(index.key)
+    path.write_bytes(silent_batch_flip(path.read_bytes(), index.key))
+    code, doc = world.verify("--level", "content")
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    assert found(doc) == {
+        ("digest_mismatch", q.topic, q.queue_id, *slice_range(index, q), index.key)
+        for q in (Q0, Q1)
+    }
+
+
+def test_a_cut_compressed_batch_is_corrupt_naming_the_batch(world: World) -> None:
+    index = tail_batch(world, frames=TEST_FRAMES)
+    data = world.path(index.key).read_bytes()
+    world.path(index.key).write_bytes(data[:-100])
+    code, doc = world.verify()
+    assert (code, doc["verdict"]) == (2, "CORRUPT")
+    bad = [a for a in doc["anomalies"] if a["anomaly"] == "corrupt_manifest"]
+    assert [(a["object_key"], a["start"]) for a in bad] == [(index.key, None)]
+    assert "stored_data_size" in bad[0]["detail"]

@@ -1,6 +1,7 @@
 """``tieredstore verify`` over compressed segments (manifest format 3): a store holding
 both kinds verifies as one, and a flipped byte in a compressed object is CORRUPT with
-the digest finding a flipped byte in a plain one gives."""
+the digest finding a flipped byte in a plain one gives. Compressed batches (format 2):
+tests/verifier/test_batches.py."""
 
 from __future__ import annotations
 

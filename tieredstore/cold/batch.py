@@ -23,6 +23,18 @@ computes it (:attr:`BatchHead.data_offset`). A slice's two byte ranges hold exac
 a segment's COMMIT_LOG and CONSUME_QUEUE objects would hold for the same range, with
 the same digests (by the index's ``digest_algorithm``).
 
+**Compressed batches** (``cold.compression = zstd``): the data section is stored as
+seekable zstd frames (:mod:`tieredstore.cold.compressed.frames`, the segments' encoder
+and settings) and the index is **format 2**, which adds ``compression`` (``"zstd"``),
+``stored_data_size`` (the stored data section's length) and ``stored_data_digest`` (its
+CRC32C, hex: the compressed bytes' own integrity, which frame checksums alone miss for a
+few flips). ``data_size``, slice offsets and slice digests stay in uncompressed
+coordinates: the object reads as the header followed by the decoded data section
+(:attr:`BatchHead.framed` says so to :mod:`tieredstore.cold.compressed.framed`), and the
+object is ``16 + L + stored_data_size`` bytes. A plain batch is format 1, byte for byte
+as before; a reader of format 1 alone refuses format 2 with
+:class:`~tieredstore.errors.UnsupportedFormatError`.
+
 A **batch fence** (:class:`BatchFence`) may stand at a batch key instead: a successor
 writer creates one (create-if-absent) at the next sequence when it takes the lease, so a
 paused writer of an older epoch can never commit that batch afterwards. It is canonical
@@ -40,10 +52,12 @@ canonical, so ``to_json(from_json(b)) == b`` for every one we write.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, TypeAlias
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
+from tieredstore.cold.compressed.framed import Framed, decode_stored
+from tieredstore.cold.compressed.frames import Compression, FrameSettings, encode
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.layout import (
     MAX_OFFSET,
@@ -52,11 +66,13 @@ from tieredstore.cold.layout import (
     parse_batch_key,
 )
 from tieredstore.cold.manifest import DIGEST_ALGORITHM, SEGMENT_RANGE_FIELDS, range_problem
-from tieredstore.errors import CorruptBatchError, InvalidNameError
+from tieredstore.errors import CorruptBatchError, CorruptFrameError, InvalidNameError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 
 __all__ = [
     "BATCH_FENCE_VERSION",
+    "BATCH_FORMATS",
+    "BATCH_FORMAT_COMPRESSED",
     "BATCH_FORMAT_VERSION",
     "BATCH_MAGIC",
     "HEADER_FIXED_SIZE",
@@ -72,13 +88,21 @@ __all__ = [
     "check_slice",
     "commit_log_span",
     "consume_queue_span",
+    "data_section",
+    "decoded_batch",
     "encode_batch",
     "head_reads",
     "read_batch_head",
 ]
 
-#: The batch index format this tieredstore writes and reads.
+#: The batch index format of a plain batch.
 BATCH_FORMAT_VERSION: Final = 1
+#: The batch index format of a batch whose data section is stored compressed.
+BATCH_FORMAT_COMPRESSED: Final = 2
+#: Every batch index format this tieredstore reads.
+BATCH_FORMATS: Final = frozenset({BATCH_FORMAT_VERSION, BATCH_FORMAT_COMPRESSED})
+#: The stored data section's digest algorithm (format 2).
+STORED_DIGEST: Final = DigestAlgorithm.CRC32C
 #: The batch-fence format this tieredstore writes and reads.
 BATCH_FENCE_VERSION: Final = 1
 #: Bytes a slice part may be given as (a spool file's bytes, or views of one buffer).
@@ -178,14 +202,17 @@ class BatchIndex:
     """What a batch object holds: its slices, their digests, and who committed it.
 
     Invariants (checked on construction; :class:`CorruptBatchError` naming the key
-    otherwise): ``format_version`` is :data:`BATCH_FORMAT_VERSION`, valid names (the
+    otherwise): ``format_version`` is one of :data:`BATCH_FORMATS`, valid names (the
     cluster and broker, and every slice's queue: ``QueuePath.problem``), ``0 <= sequence
     <= MAX_OFFSET``, a known ``digest_algorithm`` with every digest its length in lowercase
     hex, at least one slice, slices sorted by ``(topic, queue_id)`` with each queue at most
     once, each slice's two byte ranges inside ``[0, data_size)``, no two ranges (of any
     slices) overlapping and every byte of the data section in exactly one range (so
     ``data_size`` is the sum of the sizes: no slack), ``lease_epoch >= 1``, a non-empty
-    ``writer_id``, ``created_at_ms >= 0``.
+    ``writer_id``, ``created_at_ms >= 0``. Format 1 (plain): ``compression`` is ``""``,
+    ``stored_data_size`` 0 and ``stored_data_digest`` ``""`` (none is written); format 2
+    (compressed): ``compression`` is ``"zstd"``, ``stored_data_size > 0`` and
+    ``stored_data_digest`` is a CRC32C in lowercase hex.
     """
 
     format_version: int
@@ -198,6 +225,9 @@ class BatchIndex:
     writer_id: str
     lease_epoch: int
     created_at_ms: int
+    compression: str = ""
+    stored_data_size: int = 0
+    stored_data_digest: str = ""
 
     def __post_init__(self) -> None:
         if problem := self._problem():
@@ -211,17 +241,37 @@ class BatchIndex:
 
     def _problem(self) -> str:
         """Return the first violated invariant, or ``""``."""
-        if self.format_version != BATCH_FORMAT_VERSION:
+        if self.format_version not in BATCH_FORMATS:
             return (
                 f"unsupported format_version {self.format_version} "
-                f"(this tieredstore reads {BATCH_FORMAT_VERSION})"
+                f"(this tieredstore reads {sorted(BATCH_FORMATS)})"
             )
         return (
-            _key_problem(self.cluster, self.broker, self.sequence)
+            self._stored_problem()
+            or _key_problem(self.cluster, self.broker, self.sequence)
             or self._slices_problem()
             or self._layout_problem()
             or _provenance_problem(self.lease_epoch, self.writer_id, self.created_at_ms)
         )
+
+    def _stored_problem(self) -> str:
+        """The format's compression fields: absent (format 1) or all valid (format 2)."""
+        stored = (self.compression, self.stored_data_size, self.stored_data_digest)
+        if self.format_version == BATCH_FORMAT_VERSION:
+            if stored != ("", 0, ""):
+                return "a format 1 (plain) batch has no compression fields"
+            return ""
+        if self.compression != Compression.ZSTD.value:
+            return f"compression {self.compression!r} is not {Compression.ZSTD.value!r}"
+        if self.stored_data_size <= 0:
+            return f"stored_data_size {self.stored_data_size} <= 0"
+        value = self.stored_data_digest
+        if len(value) != STORED_DIGEST.hex_length or not set(value) <= _HEXDIGITS:
+            return (
+                f"stored_data_digest {value!r} is not {STORED_DIGEST.hex_length} lowercase "
+                f"hex digits ({STORED_DIGEST.value})"
+            )
+        return ""
 
     def _slices_problem(self) -> str:
         if self.digest_algorithm not in _ALGORITHMS:
@@ -268,6 +318,17 @@ class BatchIndex:
 
     # -- derived views ---------------------------------------------------------------
     @property
+    def compressed(self) -> bool:
+        """Whether the data section is stored as zstd frames (format 2)."""
+        return self.format_version == BATCH_FORMAT_COMPRESSED
+
+    @property
+    def stored_size(self) -> int:
+        """The data section's stored length: ``stored_data_size`` (compressed) or
+        ``data_size`` (plain)."""
+        return self.stored_data_size if self.compressed else self.data_size
+
+    @property
     def algorithm(self) -> DigestAlgorithm:
         """The digest algorithm of every slice (a validated index names a known one)."""
         return DigestAlgorithm(self.digest_algorithm)
@@ -283,9 +344,13 @@ class BatchIndex:
 
     # -- JSON ------------------------------------------------------------------------
     def to_json(self) -> bytes:
-        """Canonical JSON (sorted keys, no whitespace, ASCII; slices a list of objects).
-        ``from_json`` inverts it."""
-        return canonical(asdict(self))
+        """Canonical JSON (sorted keys, no whitespace, ASCII; slices a list of objects;
+        a plain batch without the compression fields). ``from_json`` inverts it."""
+        doc = asdict(self)
+        if not self.compressed:
+            for name in _STORED_FIELDS:
+                del doc[name]
+        return canonical(doc)
 
     @classmethod
     def from_json(cls, data: bytes, *, where: str) -> BatchIndex:
@@ -301,10 +366,9 @@ class BatchIndex:
 
     @classmethod
     def _from_fields(cls, fields: Fields, *, where: str) -> BatchIndex:
-        version = fields.version("format_version", {BATCH_FORMAT_VERSION}, label="batch ")
-        values: dict[str, Any] = {
-            name: fields.scalar(name, typ) for name, typ in _INDEX_FIELDS.items()
-        }
+        version = fields.version("format_version", BATCH_FORMATS, label="batch ")
+        wanted = _INDEX_FIELDS if version == BATCH_FORMAT_VERSION else _INDEX_FIELDS_COMPRESSED
+        values: dict[str, Any] = {name: fields.scalar(name, typ) for name, typ in wanted.items()}
         values["slices"] = _slices(fields, where=where)
         fields.no_extra()
         try:
@@ -343,6 +407,12 @@ _INDEX_FIELDS: Final[dict[str, type]] = {
     "lease_epoch": int,
     "created_at_ms": int,
 }
+_STORED_FIELDS: Final[dict[str, type]] = {
+    "compression": str,
+    "stored_data_size": int,
+    "stored_data_digest": str,
+}
+_INDEX_FIELDS_COMPRESSED: Final[dict[str, type]] = {**_INDEX_FIELDS, **_STORED_FIELDS}
 _SLICE_FIELDS: Final[dict[str, type]] = {
     **SEGMENT_RANGE_FIELDS,
     "commit_log_at": int,
@@ -535,10 +605,9 @@ def encode_batch(index: BatchIndex, data: Bytes) -> bytes:
 def _laid_out(index: BatchIndex, pieces: Sequence[Bytes]) -> bytes:
     """Magic, index length, index and ``pieces`` (the data section) joined by one copy,
     then every slice checked where it landed (:func:`encode_batch`'s contract)."""
-    encoded = index.to_json()
-    head = (BATCH_MAGIC, len(encoded).to_bytes(_LENGTH_SIZE, "big"), encoded)
-    obj = b"".join((*head, *pieces))
-    data = memoryview(obj)[sum(len(h) for h in head) :]
+    head = _header(index)
+    obj = b"".join((head, *pieces))
+    data = memoryview(obj)[len(head) :]
     if len(data) != index.data_size:
         raise CorruptBatchError(
             f"data section is {len(data)} bytes, the index says {index.data_size}",
@@ -555,6 +624,12 @@ def _laid_out(index: BatchIndex, pieces: Sequence[Bytes]) -> bytes:
         if problem:
             raise CorruptBatchError(problem, where=index.key)
     return obj
+
+
+def _header(index: BatchIndex) -> bytes:
+    """Magic, index length and index: the bytes before the data section."""
+    encoded = index.to_json()
+    return BATCH_MAGIC + len(encoded).to_bytes(_LENGTH_SIZE, "big") + encoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,6 +657,7 @@ def build_batch(
     lease_epoch: int,
     created_at_ms: int,
     parts: Sequence[SlicePart],
+    frames: FrameSettings | None = None,
 ) -> tuple[BatchIndex, bytes]:
     """Lay ``parts`` out in one batch object: the index and the object's bytes.
 
@@ -589,7 +665,9 @@ def build_batch(
     the part, and checked again where it landed). Parts go in ``(topic, queue_id)``
     order, each as its commit-log bytes then its consume-queue bytes, contiguously; each
     slice's ``cl_end`` is ``cl_base`` plus its commit-log length; digests are by
-    :data:`~tieredstore.cold.manifest.DIGEST_ALGORITHM`.
+    :data:`~tieredstore.cold.manifest.DIGEST_ALGORITHM`. With ``frames``, the data section
+    is stored as seekable zstd frames (format 2, after every slice is checked in the
+    uncompressed data); without, the batch is plain (format 1).
 
     Raises:
         CorruptBatchError: a part whose consume-queue bytes are not 20 per offset, or an
@@ -614,7 +692,17 @@ def build_batch(
         digest_algorithm=DIGEST_ALGORITHM.value, data_size=at, slices=tuple(slices),
         writer_id=writer_id, lease_epoch=lease_epoch, created_at_ms=created_at_ms,
     )  # fmt: skip
-    return index, _laid_out(index, [b for p in ordered for b in (p.commit_log, p.consume_queue)])
+    pieces = [b for p in ordered for b in (p.commit_log, p.consume_queue)]
+    if frames is None:
+        return index, _laid_out(index, pieces)
+    plain = _laid_out(index, pieces)  # every slice checked where it landed
+    stored = encode(memoryview(plain)[len(plain) - index.data_size :], frames)
+    del plain
+    index = replace(
+        index, format_version=BATCH_FORMAT_COMPRESSED, compression=Compression.ZSTD.value,
+        stored_data_size=len(stored), stored_data_digest=digest(stored, STORED_DIGEST),
+    )  # fmt: skip
+    return index, _header(index) + stored
 
 
 def _slice_of(part: SlicePart, cl_at: int, cq_at: int) -> BatchSlice:
@@ -640,11 +728,25 @@ def _slice_of(part: SlicePart, cl_at: int, cq_at: int) -> BatchSlice:
 @dataclass(frozen=True, slots=True)
 class BatchHead:
     """A batch object's parsed header: its index, where its data section starts
-    (``16 + index length``) and the object's whole size."""
+    (``16 + index length``) and the object's whole (stored) size."""
 
     index: BatchIndex
     data_offset: int
     object_size: int
+
+    @property
+    def size(self) -> int:
+        """The object's size in uncompressed coordinates: the header and the decoded data
+        section (``object_size`` for a plain batch)."""
+        return self.data_offset + self.index.data_size
+
+    @property
+    def framed(self) -> Framed | None:
+        """How a reader decodes a compressed batch (frames from the data section on), or
+        None for a plain one."""
+        if not self.index.compressed:
+            return None
+        return Framed(self.object_size, at=self.data_offset)
 
 
 #: The most reads a head takes: the probe, the fixed header, the whole header.
@@ -693,7 +795,8 @@ def read_batch_head(
         UnsupportedFormatError: a batch or fence of a newer format than this reads.
         CorruptBatchError: naming ``key``: not a batch key; more bytes than the object;
             a wrong magic; an object shorter than its header; an index that does not
-            validate; ``16 + index length + data_size != object_size``; a batch or fence
+            validate; ``16 + index length + stored data size != object_size`` (the
+            stored size: ``data_size`` plain, ``stored_data_size`` compressed); a batch or fence
             that describes another key.
     """
     if parse_batch_key(key, key.rpartition("/")[0] + "/") is None:
@@ -730,13 +833,19 @@ def read_batch_head(
         raise CorruptBatchError(
             f"batch index describes {index.key}, not the key it is stored at", where=key
         )
-    if header_length + index.data_size != object_size:
-        raise CorruptBatchError(
-            f"header {header_length} + data_size {index.data_size} bytes != object size "
-            f"{object_size}",
-            where=key,
-        )
+    _check_size(index, header_length, object_size)
     return BatchHead(index=index, data_offset=header_length, object_size=object_size)
+
+
+def _check_size(index: BatchIndex, header_length: int, object_size: int) -> None:
+    """CorruptBatchError unless the header and the stored data section are the object."""
+    if header_length + index.stored_size != object_size:
+        what = "stored_data_size" if index.compressed else "data_size"
+        raise CorruptBatchError(
+            f"header {header_length} + {what} {index.stored_size} bytes != object size "
+            f"{object_size}",
+            where=index.key,
+        )
 
 
 def _read_fence(prefix_bytes: bytes, *, key: str, object_size: int) -> BatchFence | int:
@@ -766,3 +875,46 @@ def consume_queue_span(head: BatchHead, slice: BatchSlice) -> tuple[int, int]:
     """Absolute ``[start, end)`` bytes of ``slice``'s consume-queue data in the object."""
     start = head.data_offset + slice.consume_queue_at
     return start, start + slice.consume_queue_size
+
+
+def data_section(head: BatchHead, obj: bytes) -> bytes:
+    """The uncompressed data section of the whole batch object ``obj`` whose head is
+    ``head``. A compressed one's stored bytes are checked against ``stored_data_digest``
+    first, then decoded (frame checksums), so a flipped stored byte is found even where
+    it decodes to the same data.
+
+    Raises:
+        CorruptFrameError: (a :class:`~tieredstore.errors.DigestMismatchError`) ``obj``
+            is not ``head.object_size`` bytes, the stored digest differs, or the frames
+            do not decode.
+    """
+    index, key = head.index, head.index.key
+    if len(obj) != head.object_size:
+        raise CorruptFrameError(f"{len(obj)} bytes, its head says {head.object_size}", where=key)
+    stored = memoryview(obj)[head.data_offset :]
+    if head.framed is None:
+        return bytes(stored)
+    actual = digest(stored, STORED_DIGEST)
+    if actual != index.stored_data_digest:
+        raise CorruptFrameError(
+            f"stored data digest {actual} != {index.stored_data_digest} in the index", where=key
+        )
+    return decode_stored(obj, head.framed, where=key)[head.data_offset :]
+
+
+def decoded_batch(obj: bytes, *, key: str) -> bytes:
+    """The whole batch object ``obj`` stored at ``key`` in uncompressed coordinates: its
+    header, then its data section (:func:`data_section`: a compressed one checked against
+    its stored digest and decoded); slices' spans are byte ranges of it.
+
+    Raises:
+        CorruptBatchError: its head does not parse, or it is a fence.
+        UnsupportedFormatError: a newer batch format.
+        CorruptFrameError: as :func:`data_section`.
+    """
+    head = read_batch_head(obj[:HEAD_PROBE], key=key, object_size=len(obj))
+    if isinstance(head, int):
+        head = read_batch_head(obj[:head], key=key, object_size=len(obj))
+    if not isinstance(head, BatchHead):
+        raise CorruptBatchError("a fence or an unreadable head, not a batch", where=key)
+    return obj[: head.data_offset] + data_section(head, obj)

@@ -95,7 +95,9 @@ class Span:
     """Bytes ``[at, at + size)`` of object ``key`` (``object_size`` bytes in all), whose
     digest is ``digest``. All in uncompressed coordinates: ``framed`` says the object is
     stored compressed (:mod:`tieredstore.cold.compressed.framed`; None: plain), which only
-    :func:`read_span` and :func:`span_bytes` need to know."""
+    :func:`read_span` and :func:`span_bytes` need to know (a compressed batch's slice:
+    ``object_size`` is the batch's header and decoded data section, and its frames begin
+    at ``framed.at``)."""
 
     key: str
     at: int
@@ -107,6 +109,11 @@ class Span:
     @property
     def end(self) -> int:
         return self.at + self.size
+
+    @property
+    def stored_size(self) -> int:
+        """The object's size as stored and listed (``object_size`` for a plain one)."""
+        return self.object_size if self.framed is None else self.framed.stored_size
 
     @property
     def whole(self) -> bool:
@@ -185,7 +192,7 @@ class Committed(QueueOffsets, OfQueue):
     @classmethod
     def of_slice(cls, head: BatchHead, part: BatchSlice) -> Committed:
         """The link a batch commits for one queue (spans: ranges of the batch object)."""
-        index, key, size = head.index, head.index.key, head.object_size
+        index, key, size, framed = head.index, head.index.key, head.size, head.framed
         cl_at, cl_end = commit_log_span(head, part)
         cq_at, cq_end = consume_queue_span(head, part)
         return cls(
@@ -195,8 +202,8 @@ class Committed(QueueOffsets, OfQueue):
             end_offset=part.end_offset,
             cl_base=part.cl_base,
             cl_end=part.cl_end,
-            commit_log=Span(key, cl_at, cl_end - cl_at, part.commit_log_digest, size),
-            consume_queue=Span(key, cq_at, cq_end - cq_at, part.consume_queue_digest, size),
+            commit_log=Span(key, cl_at, cl_end - cl_at, part.commit_log_digest, size, framed),
+            consume_queue=Span(key, cq_at, cq_end - cq_at, part.consume_queue_digest, size, framed),
             digest_algorithm=index.digest_algorithm,
             min_store_timestamp=part.min_store_timestamp,
             max_store_timestamp=part.max_store_timestamp,

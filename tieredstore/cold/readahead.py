@@ -135,7 +135,9 @@ class ReadAhead:
         """Uncompressed bytes ``[start, end)`` of the compressed object at ``key`` as views
         over its cached decoded frames (no copy); the frames the range overlaps are
         fetched and decoded unless cached, and the next one ahead. With the cache off
-        (``capacity_bytes == 0``) the one decoder reads the range as asked.
+        (``capacity_bytes == 0``), or for frames after a plain head (``framed.at > 0``: a
+        compressed batch, whose slices are read once each) the one decoder reads the range
+        as asked.
 
         Raises:
             ValueError: an empty or negative range.
@@ -145,7 +147,7 @@ class ReadAhead:
         """
         if not 0 <= start < end:
             raise ValueError(f"range [{start}, {end}) is empty or negative")
-        if self.capacity_bytes == 0:
+        if self.capacity_bytes == 0 or framed.at:
             return Pieces.of(await read_range(self.backend, key, start, end, framed))
         index = await self._index(key, framed)
         if end > index.size:

@@ -265,11 +265,12 @@ class ColdSettings(Section):
     compression: str = key(
         parse_choice("none", "zstd"),
         "none",
-        "How new COMMIT_LOG segment objects are stored: `none` (plain) or `zstd` (seekable "
-        "zstd frames, which `zstd -d` decompresses; docs/format.md). Readers read both kinds "
-        "side by side, so turning it on or off needs no rewrite; a tieredstore that reads "
-        "manifest formats 1 and 2 only refuses a compressed segment (unsupported format) "
-        "rather than misreading it. Batch objects are not compressed.",
+        "How new COMMIT_LOG segment objects and batch objects' data sections are stored: "
+        "`none` (plain) or `zstd` (seekable zstd frames, which `zstd -d` decompresses; "
+        "docs/format.md). Readers read both kinds side by side, so turning it on or off needs "
+        "no rewrite; a tieredstore that reads manifest formats 1 and 2 (batch format 1) only "
+        "refuses a compressed segment (batch) as an unsupported format rather than misreading "
+        "it.",
         note="none | zstd",
     )
     compression_level: int = key(

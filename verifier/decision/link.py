@@ -33,10 +33,11 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from tieredstore.cold.batch import decoded_batch
 from tieredstore.cold.compressed.framed import STORED_DIGEST
 from tieredstore.cold.compressed.frames import decode_whole
 from tieredstore.cold.digests import DigestAlgorithm, digest
-from tieredstore.errors import CorruptFrameError
+from tieredstore.errors import CorruptBatchError, CorruptFrameError
 from tieredstore.findings import FindingKind
 from tieredstore.verifier.decision.queue import QueueFinding
 
@@ -93,6 +94,8 @@ def span_read(
     expected: str,
     framed: bool,
     stored_digest: str | None = None,
+    at: int = 0,
+    batch: bool = False,
 ) -> tuple[ObjectRead, bytes | None]:
     """``fact`` completed by a read of its span that returned ``data`` (``b""``: the
     object is gone; a compressed object: its stored bytes, read whole, decoded here), and
@@ -103,7 +106,10 @@ def span_read(
     ``undecodable (...)``; one shorter than recorded is not decoded (it vanished after
     the listing, as a plain one cut short). A compressed object whose stored bytes do not
     match ``stored_digest`` is a ``digest_mismatch`` even when it decodes to the bytes
-    recorded (a flip in bits zstd never reads)."""
+    recorded (a flip in bits zstd never reads). A compressed batch (``batch``: the span is
+    bytes ``[at, at + span)`` of it, in uncompressed coordinates) is decoded as
+    :func:`~tieredstore.cold.batch.decoded_batch` says: its stored data digest checked
+    first, so a flipped byte that decodes to the same data is ``undecodable`` too."""
     if framed and len(data) == fact.recorded:
         if stored_digest is not None:
             actual_stored = digest(data, STORED_DIGEST)
@@ -111,8 +117,11 @@ def span_read(
                 fact, stored_actual=actual_stored, stored_expected=stored_digest
             )
         try:
-            data = decode_whole(data, where=fact.key)
-        except CorruptFrameError as exc:
+            if batch:
+                data = decoded_batch(data, key=fact.key)[at : at + fact.span]
+            else:
+                data = decode_whole(data, where=fact.key)
+        except (CorruptFrameError, CorruptBatchError) as exc:
             undecodable = f"undecodable ({exc.message})"  # says more than the stored digest
             return dataclasses.replace(
                 fact, read=fact.span, actual=undecodable, expected=expected,

@@ -218,10 +218,13 @@ class _Run:
             )
         except FileNotFoundError:
             data = b""
-        stored_digest = None if ref.framed is None else ref.framed.stored_digest
+        batch = m.kind is EntryKind.SLICE
+        # a batch's stored digest is checked by decoding it (decoded_batch), a segment's here
+        stored_digest = None if ref.framed is None or batch else ref.framed.stored_digest
         return span_read(
-            fact, data, expected=ref.digest, framed=framed, stored_digest=stored_digest
-        )
+            fact, data, expected=ref.digest, framed=framed, stored_digest=stored_digest,
+            at=ref.at, batch=batch,
+        )  # fmt: skip
 
     def segment(self, m: Committed, covers: bool = True) -> None:
         (cq_read, cq), (cl_read, cl) = self.read(m, "cq"), self.read(m, "cl")

@@ -297,6 +297,7 @@ class BatchWriter:
                 cluster=keys.cluster, broker=keys.broker, sequence=sequence,
                 writer_id=lease.owner, lease_epoch=lease.epoch,
                 created_at_ms=keys.clock.now_ms(), parts=parts,
+                frames=self.committer.writer.frames,
             )  # fmt: skip
             try:
                 await self.keys.create(index.key, data)
@@ -308,7 +309,8 @@ class BatchWriter:
             self.batches += 1
             self.metrics.batches_committed.inc()
             # The data section ends the object (encode_batch): its head, without parsing.
-            return BatchHead(index, data_offset=len(data) - index.data_size, object_size=len(data))
+            at = len(data) - index.stored_size
+            return BatchHead(index, data_offset=at, object_size=len(data))
         raise StoreError(
             f"batch keys kept being taken ({MAX_RESEQUENCE} tries); nothing committed",
             where=self.keys.prefix,

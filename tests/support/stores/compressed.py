@@ -6,11 +6,13 @@ stored_size and stored_digest those of the compressed ones).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
 from tieredstore.backends.base import Backend
-from tieredstore.cold.compressed.framed import encode_framed
+from tieredstore.cold.batch import HEAD_PROBE, BatchHead, read_batch_head
+from tieredstore.cold.compressed.framed import decode_stored, encode_framed
 from tieredstore.cold.compressed.frames import FrameSettings, decode_whole
 from tieredstore.cold.manifest import COMPRESSED_VERSION, Manifest, read_manifest
 from tieredstore.cold.segment import Segment
@@ -73,3 +75,22 @@ async def upload_compressed(
     await backend.write(m.consume_queue_key, segment.consume_queue)
     await backend.write(m.key, m.to_json())
     return m
+
+
+def silent_batch_flip(obj: bytes, key: str) -> bytes:
+    """The compressed batch object ``obj`` (stored at ``key``) with one bit of its data
+    section flipped such that its frames still decode to the same data (found by brute
+    force: a frame header's unused bits): only the stored data digest tells."""
+    head = read_batch_head(obj[:HEAD_PROBE], key=key, object_size=len(obj))
+    if isinstance(head, int):
+        head = read_batch_head(obj[:head], key=key, object_size=len(obj))
+    assert isinstance(head, BatchHead) and head.framed is not None, f"{key}: not compressed"
+    want = decode_stored(obj, head.framed, where=key)
+    for at in range(head.data_offset, len(obj)):
+        for bit in range(8):
+            flipped = bytearray(obj)
+            flipped[at] ^= 1 << bit
+            with contextlib.suppress(CorruptFrameError):
+                if decode_stored(bytes(flipped), head.framed, where=key) == want:
+                    return bytes(flipped)
+    raise AssertionError(f"{key}: every flip of its data section changes what it decodes to")

@@ -3,6 +3,7 @@ every malformed object, index or fence is refused with one line naming its key."
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -12,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tieredstore.canonical_json import canonical
+from tieredstore.canonical_json import canonical, parse_object
 from tieredstore.cold.batch import (
+    BATCH_FORMAT_COMPRESSED,
     BATCH_FORMAT_VERSION,
+    BATCH_FORMATS,
     BATCH_MAGIC,
     HEAD_PROBE,
     BatchFence,
@@ -27,14 +30,23 @@ from tieredstore.cold.batch import (
     check_slice,
     commit_log_span,
     consume_queue_span,
+    data_section,
+    decoded_batch,
     encode_batch,
     head_reads,
     read_batch_head,
 )
+from tieredstore.cold.compressed.framed import Framed, decode_stored
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.layout import batch_key
 from tieredstore.cold.manifest import DIGEST_ALGORITHM
-from tieredstore.errors import CorruptBatchError, CorruptManifestError, UnsupportedFormatError
+from tieredstore.errors import (
+    CorruptBatchError,
+    CorruptFrameError,
+    CorruptManifestError,
+    UnsupportedFormatError,
+)
 
 CLUSTER, BROKER = "DefaultCluster", "broker-a"
 KEY = batch_key(CLUSTER, BROKER, 7)
@@ -435,8 +447,8 @@ def test_duplicate_fields_and_bad_json_are_refused() -> None:
 
 
 def test_a_newer_format_is_unsupported_not_merely_corrupt() -> None:
-    with pytest.raises(UnsupportedFormatError, match="format_version 2") as caught:
-        _head(_object(_with(format_version=BATCH_FORMAT_VERSION + 1, anything="new")))
+    with pytest.raises(UnsupportedFormatError, match="format_version 3") as caught:
+        _head(_object(_with(format_version=max(BATCH_FORMATS) + 1, anything="new")))
     assert KEY in str(caught.value)
     # It is a kind of CorruptManifestError, as for every record: not of CorruptBatchError.
     assert isinstance(caught.value, CorruptManifestError)
@@ -583,3 +595,99 @@ def test_batch_slice_properties() -> None:
     )
     assert (piece.message_count, piece.cq_base) == (4, 200)
     assert (piece.commit_log_size, piece.consume_queue_size) == (400, 80)
+
+
+# -- compressed batches (format 2) ------------------------------------------------------------
+
+ZSTD = FrameSettings(frame_bytes=512, level=3)
+
+
+def _compressed(parts: tuple[SlicePart, ...] = PARTS) -> tuple[BatchIndex, bytes]:
+    return build_batch(
+        cluster=CLUSTER, broker=BROKER, sequence=7, writer_id="w@h", lease_epoch=3,
+        created_at_ms=1_767_225_605_000, parts=parts, frames=ZSTD,
+    )  # fmt: skip
+
+
+def test_a_plain_batch_stays_format_1_without_the_compression_fields() -> None:
+    index, obj = _build()
+    assert index.format_version == BATCH_FORMAT_VERSION and not index.compressed
+    assert b"compression" not in obj and b"stored_data" not in obj
+    head = _head(obj)
+    assert isinstance(head, BatchHead) and head.framed is None and head.size == len(obj)
+
+
+def test_a_compressed_batch_keeps_uncompressed_coordinates_and_digests_its_stored_bytes() -> None:
+    plain_index, plain = _build()
+    index, obj = _compressed()
+    assert (index.format_version, index.compression) == (BATCH_FORMAT_COMPRESSED, "zstd")
+    # Slices, data_size and slice digests are those of the plain batch.
+    assert (index.slices, index.data_size) == (plain_index.slices, plain_index.data_size)
+    head = _head(obj)
+    assert isinstance(head, BatchHead) and head.index == index
+    assert head.object_size == len(obj) == head.data_offset + index.stored_data_size
+    assert index.stored_data_digest == digest(obj[head.data_offset :], DigestAlgorithm.CRC32C)
+    assert head.framed == Framed(len(obj), at=head.data_offset)
+    plain_head = _head(plain)
+    assert isinstance(plain_head, BatchHead)
+    assert data_section(head, obj) == data_section(plain_head, plain) == plain[-index.data_size :]
+    assert decoded_batch(obj, key=KEY)[head.data_offset :] == plain[-index.data_size :]
+    assert BatchIndex.from_json(index.to_json(), where=KEY).to_json() == index.to_json()
+
+
+def test_a_format_1_reader_refuses_format_2_as_unsupported() -> None:
+    """What the reader before compression did: ``format_version`` read as one of {1}."""
+    index, _ = _compressed()
+    fields = parse_object(index.to_json(), error=CorruptBatchError, what="batch index", where=KEY)
+    with pytest.raises(
+        UnsupportedFormatError, match=r"format_version 2 \(this tieredstore reads 1\)"
+    ):
+        fields.version("format_version", {BATCH_FORMAT_VERSION}, label="batch ")
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"compression": "lz4"}, "compression 'lz4' is not 'zstd'"),
+        ({"stored_data_size": 0}, "stored_data_size 0 <= 0"),
+        ({"stored_data_digest": "ABCDEF01"}, "stored_data_digest 'ABCDEF01' is not 8 lowercase"),
+    ],
+)
+def test_invalid_compression_fields_are_refused(change: dict[str, Any], problem: str) -> None:
+    index, _ = _compressed()
+    doc = json.loads(index.to_json()) | change
+    with pytest.raises(CorruptBatchError, match=problem):
+        BatchIndex.from_json(canonical(doc), where=KEY)
+    plain = _doc() | {"compression": ""}
+    with pytest.raises(CorruptBatchError, match="unknown field 'compression'"):
+        BatchIndex.from_json(canonical(plain), where=KEY)
+    missing = {k: v for k, v in json.loads(index.to_json()).items() if k != "stored_data_digest"}
+    with pytest.raises(CorruptBatchError, match="lacks field 'stored_data_digest'"):
+        BatchIndex.from_json(canonical(missing), where=KEY)
+
+
+def test_a_cut_compressed_batch_is_refused_as_a_cut_plain_one() -> None:
+    index, obj = _compressed()
+    size = index.stored_data_size
+    _refused(obj[:-1], rf"stored_data_size {size} bytes != object size")
+    _refused(obj + b"\0", rf"stored_data_size {size} bytes != object size")
+
+
+def test_every_flipped_stored_bit_of_a_compressed_batch_is_found() -> None:
+    """The stored digest catches every single-bit flip in the data section, including
+    those that decode to the same data (found here by brute force: zstd's frame checksums
+    cover the decoded bytes, not a frame header's unused bits)."""
+    _, obj = _compressed()
+    head = _head(obj)
+    assert isinstance(head, BatchHead) and head.framed is not None
+    want = decode_stored(obj, head.framed, where=KEY)
+    silent = 0
+    for at in range(head.data_offset, len(obj)):
+        for bit in range(8):
+            flipped = bytearray(obj)
+            flipped[at] ^= 1 << bit
+            with pytest.raises(CorruptFrameError):
+                data_section(head, bytes(flipped))
+            with contextlib.suppress(CorruptFrameError):  # what the frames alone say
+                silent += decode_stored(bytes(flipped), head.framed, where=KEY) == want
+    assert silent > 0

@@ -17,10 +17,11 @@ from tests.support.stores.segments import chain, upload
 from tieredstore.backends.counting import CountingBackend
 from tieredstore.backends.memory import MemoryBackend
 from tieredstore.cold.batch import BatchFence
-from tieredstore.cold.history import EntryKind, load_history
+from tieredstore.cold.compressed.frames import FrameSettings
+from tieredstore.cold.history import EntryKind, load_history, read_span, span_bytes
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.reader import BoundaryType, ColdReader
-from tieredstore.cold.segment import Segment
+from tieredstore.cold.segment import Segment, verify_segment
 from tieredstore.cold.serving import ServingReader, read_raw
 from tieredstore.errors import CorruptBatchError, OffsetOutOfRangeError
 
@@ -144,3 +145,82 @@ async def test_the_read_service_lists_the_batches_once_for_every_queue() -> None
     await read_raw(reader, "t", 0, 0, 1, 1 << 20)
     await read_raw(reader, "t", 1, 0, 1, 1 << 20)
     assert lists.count("list") == 6
+
+
+# -- compressed batches (format 2) ------------------------------------------------------------
+
+ZSTD = FrameSettings(frame_bytes=256, level=3)
+
+
+async def _mixed_store() -> tuple[MemoryBackend, MemoryBackend]:
+    """:func:`_store`'s queues twice: all plain, and with batch 0 compressed (batch 1
+    stays plain: a store written before and after the change)."""
+    plain, mixed = (MemoryBackend(f"batches-{w}-{uuid.uuid4().hex}") for w in ("p", "m"))
+    q0, q1 = chain(Q, [3, 40, 2]), chain(OTHER, [25])
+    for backend, frames in ((plain, None), (mixed, ZSTD)):
+        await upload(backend, q0[0])
+        await upload_batch(backend, [q0[1], q1[0]], sequence=0, frames=frames)
+        await upload_batch(backend, [q0[2]], sequence=1)
+    return plain, mixed
+
+
+async def test_a_compressed_batch_reads_as_the_plain_one_for_every_reader() -> None:
+    plain, mixed = await _mixed_store()
+    assert (await mixed.size(batch_key("c", "b", 0))) < (await plain.size(batch_key("c", "b", 0)))
+    want_plain = await load_history(plain, "c", "b")
+    got = await load_history(mixed, "c", "b")
+    assert [link.commit_log.framed is None for link in got.links()] == [
+        True, False, True, False,
+    ]  # fmt: skip
+    for theirs, ours in zip(want_plain.links(), got.links(), strict=True):
+        for a, b in (
+            (theirs.commit_log, ours.commit_log),
+            (theirs.consume_queue, ours.consume_queue),
+        ):
+            assert (a.size, a.digest) == (b.size, b.digest)  # (a longer index: another at)
+            assert await span_bytes(mixed, b) == await span_bytes(plain, a)
+            assert await read_span(mixed, b, 7, b.size - 3) == await read_span(
+                plain, a, 7, a.size - 3
+            )
+        verify_segment(ours, await span_bytes(mixed, ours.commit_log),
+                       await span_bytes(mixed, ours.consume_queue), where="mixed")  # fmt: skip
+    for queue, end in ((Q, 45), (OTHER, 25)):
+        for reader in (ColdReader(plain, "c", "b"), ColdReader(mixed, "c", "b")):
+            assert [
+                m.queue_offset for m in await reader.read(queue.topic, queue.queue_id, 0, 100)
+            ] == list(range(min(end, 100)))
+        want_messages = await _messages(ColdReader(plain, "c", "b"), queue, 0, end)
+        assert await _messages(ColdReader(mixed, "c", "b"), queue, 0, end) == want_messages
+        raw = await read_raw(
+            ServingReader(mixed, "c", "b", listing_ttl=60.0),
+            queue.topic,
+            queue.queue_id,
+            4,
+            9,
+            1 << 20,
+        )
+        want = await read_raw(
+            ServingReader(plain, "c", "b", listing_ttl=60.0),
+            queue.topic,
+            queue.queue_id,
+            4,
+            9,
+            1 << 20,
+        )
+        assert b"".join(raw.records) == b"".join(want.records)
+
+
+async def test_one_record_of_a_compressed_batch_decodes_its_frames_not_the_batch() -> None:
+    _, mixed = await _mixed_store()
+    key = batch_key("c", "b", 0)
+    stored = await mixed.size(key)
+    read: list[int] = []
+    counting = CountingBackend(
+        mixed, on_request=lambda _op: None, on_bytes=lambda _op, n: read.append(n)
+    )
+    reader = ColdReader(counting, "c", "b")
+    await reader.read("t", 0, 20, 1)  # the head and seek table, then one record's frames
+    read.clear()
+    got = await reader.read("t", 0, 30, 1)
+    assert [m.queue_offset for m in got] == [30]
+    assert 0 < sum(read) <= 4 * ZSTD.frame_bytes < stored  # its unit's and record's frames

@@ -19,6 +19,7 @@ from tests.support.stores.segments import chain, packed, upload
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
 from tieredstore.backends.memory import MemoryBackend
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.history import Committed, EntryKind, as_link
 from tieredstore.cold.layout import QueuePath, batch_key
 from tieredstore.cold.segment import Segment
@@ -170,9 +171,13 @@ async def test_the_plan_holds_links_and_refuses_two_segments_over_one_offset() -
         await build_plan(backend, CLUSTER, BROKER, RestoreFilter())
 
 
-def test_a_history_with_batch_objects_restores_like_its_segments(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "first-compressed"])
+def test_a_history_with_batch_objects_restores_like_its_segments(
+    tmp_path: Path, compressed: bool
+) -> None:
     """Through load_history: queue 0's newest ranges and all of queue 1 committed only
-    in two batch objects restore to the store the same data as segments restores to."""
+    in two batch objects restore to the store the same data as segments restores to
+    (``compressed``: the first batch is format 2, the second plain: a store of both)."""
     segments = _segments()
     rounds = [[segments[QUEUES[0]][1], segments[QUEUES[1]][0]],
               [segments[QUEUES[0]][2], segments[QUEUES[1]][1]]]  # fmt: skip
@@ -188,7 +193,8 @@ def test_a_history_with_batch_objects_restores_like_its_segments(tmp_path: Path)
         async with open_backend(str(tmp_path / "batched")) as batched:
             await upload(batched, segments[QUEUES[0]][0])
             for n, members in enumerate(rounds, start=1):
-                await upload_batch(batched, members, sequence=n)
+                frames = FrameSettings(256, 3) if compressed and n == 1 else None
+                await upload_batch(batched, members, sequence=n, frames=frames)
             plan = await build_plan(batched, CLUSTER, BROKER, RestoreFilter())
             params = _params(tmp_path / "batched")
             await Restorer(batched, params, tmp_path / "b", batch_bytes=500).run()
@@ -196,6 +202,8 @@ def test_a_history_with_batch_objects_restores_like_its_segments(tmp_path: Path)
         return [[c.kind for c in q.links] for q in plan.queues], result.describe()
 
     kinds, checked = asyncio.run(go())
+    stored = (tmp_path / "batched" / batch_key(CLUSTER, BROKER, 1)).read_bytes()
+    assert (b'"compression":"zstd"' in stored) is compressed
     slice_, segment = EntryKind.SLICE, EntryKind.SEGMENT
     assert kinds == [[segment, slice_, slice_], [slice_, slice_]]
     assert _tree(tmp_path / "b") == _tree(tmp_path / "a")

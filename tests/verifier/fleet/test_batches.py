@@ -9,10 +9,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.support.stores.coldimage import ColdImage, write_local
+from tests.support.stores.compressed import TEST_FRAMES, silent_batch_flip
 from tests.support.verification.fleet import fleet_image
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import SystemClock
 from tieredstore.cold.batch import SlicePart, build_batch
+from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.cold.manifest import Manifest
 from tieredstore.findings import FindingKind
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
@@ -38,9 +40,16 @@ def manifests(image: ColdImage, broker: str, q: QueueKey) -> list[Manifest]:
     return sorted(found, key=lambda m: m.start_offset)
 
 
-def batch_tails(image: ColdImage, broker: str, *, keep: tuple[QueueKey, ...] = ()) -> str:
+def batch_tails(
+    image: ColdImage,
+    broker: str,
+    *,
+    keep: tuple[QueueKey, ...] = (),
+    frames: FrameSettings | None = None,
+) -> str:
     """Move each queue's last two segments into batch 0 of ``broker`` (``keep``: leave the
-    queue's segments too, as after compaction); return the batch key."""
+    queue's segments too, as after compaction; ``frames``: compressed, format 2); return
+    the batch key."""
     parts = []
     for q in (Q0, Q1):
         segs = manifests(image, broker, q)[-2:]
@@ -63,20 +72,29 @@ def batch_tails(image: ColdImage, broker: str, *, keep: tuple[QueueKey, ...] = (
                     del image.objects[key]
     index, data = build_batch(
         cluster=CLUSTER, broker=broker, sequence=0, writer_id="w", lease_epoch=1,
-        created_at_ms=1_700_000_000_000, parts=parts,
+        created_at_ms=1_700_000_000_000, parts=parts, frames=frames,
     )  # fmt: skip
     image.objects[index.key] = data
     return index.key
 
 
-def test_the_fleet_reads_batch_slices(tmp_path: Path, spark: SparkSession) -> None:
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "compressed"])
+def test_the_fleet_reads_batch_slices(
+    tmp_path: Path, spark: SparkSession, compressed: bool
+) -> None:
+    """``compressed``: both batches are format 2, and the bad one's flipped bit is one its
+    frames decode the same (only its stored data digest tells)."""
     synthesize(tmp_path / "hot", SPEC)
     image = fleet_image(tmp_path / "hot", CLUSTER, [GOOD, BAD], segment_messages=100)
-    batch_tails(image, GOOD, keep=(Q1,))  # Q0's tail only in the batch; Q1's compacted
-    bad = batch_tails(image, BAD)
-    data = bytearray(image.objects[bad])
-    data[-5] ^= 0x01  # inside the last slice's consume-queue bytes
-    image.objects[bad] = bytes(data)
+    frames = TEST_FRAMES if compressed else None
+    batch_tails(image, GOOD, keep=(Q1,), frames=frames)  # Q0's tail only in the batch
+    bad = batch_tails(image, BAD, frames=frames)
+    if compressed:
+        image.objects[bad] = silent_batch_flip(image.objects[bad], bad)
+    else:
+        data = bytearray(image.objects[bad])
+        data[-5] ^= 0x01  # inside the last slice's consume-queue bytes
+        image.objects[bad] = bytes(data)
     write_local(image, tmp_path / "cold")
     for broker in (GOOD, BAD):
         assert cli_main([

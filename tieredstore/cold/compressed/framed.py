@@ -48,6 +48,7 @@ __all__ = [
     "STORED_DIGEST",
     "Framed",
     "check_stored",
+    "decode_stored",
     "encode_framed",
     "index_reads",
     "range_reads",
@@ -71,12 +72,24 @@ class Framed:
     table included); its commit point records the uncompressed size and digest.
 
     ``stored_digest``: the CRC-32C (:data:`STORED_DIGEST`, 8 lowercase hex digits) of the
-    stored bytes, checked by every whole-object read (:func:`check_stored`); ``None``
-    where the commit point records none (then only decoding and the uncompressed digest
-    check the object). A manifest (format 3) always records one."""
+    stored frames (bytes ``[at, stored_size)``), checked by every whole-object read
+    (:func:`check_stored`); ``None`` where the commit point records none (then only
+    decoding and the uncompressed digest check the object). A manifest (format 3) and a
+    compressed batch (format 2) always record one.
+
+    ``at``: where the frames begin. Bytes ``[0, at)`` are stored plain and are the same
+    in both coordinates (a compressed batch's header, :mod:`tieredstore.cold.batch`); the
+    frames ``[at, stored_size)`` decode to uncompressed bytes ``[at, ...)``. A segment's
+    COMMIT_LOG object is frames throughout (``at = 0``)."""
 
     stored_size: int
     stored_digest: str | None = None
+    at: int = 0
+
+    def __post_init__(self) -> None:
+        # a negative stored size is the commit point's to refuse (it names the field)
+        if self.at < 0 or 0 <= self.stored_size < self.at:
+            raise ValueError(f"frames at {self.at} of a {self.stored_size}-byte object")
 
 
 _indexes: OrderedDict[tuple[str, str, int], FrameIndex] = OrderedDict()
@@ -92,18 +105,23 @@ def range_reads(
     :func:`~tieredstore.cold.batch.head_reads` is driven, so both read alike: the seek
     table from the tail unless cached (by ``store``, ``key`` and stored size; a second
     read when the table is longer than the first covers), then the frames the range
-    overlaps, in one read.
+    overlaps, in one read. Bytes before ``framed.at`` (plain) are not served here: the
+    range must begin at or after it.
 
     Raises:
+        ValueError: ``start`` before ``framed.at`` or after ``end``.
         CorruptFrameError: no valid seek table; fewer than ``end`` bytes; a frame that
             does not decode (a short read included).
     """
+    base = framed.at
+    if not base <= start <= end:
+        raise ValueError(f"[{start}, {end}) of {key} is not a range after its frames at {base}")
     index = yield from index_reads(store, key, framed)
-    first, last = _frames(index, key, start, end)
+    first, last = _frames(index, key, start - base, end - base)
     if first == last:
         return b""
-    stored = yield (int(index.at[first]), int(index.at[last]))
-    return _cut(index, first, last, stored, key, start, end)
+    stored = yield (base + int(index.at[first]), base + int(index.at[last]))
+    return _cut(index, first, last, stored, key, start - base, end - base)
 
 
 def index_reads(
@@ -111,19 +129,21 @@ def index_reads(
 ) -> Generator[tuple[int, int], bytes, FrameIndex]:
     """The reads of the seek table of the framed object at ``key``, driven as
     :func:`range_reads` (none when cached; a second when the table is longer than the
-    first read covers); it returns the object's :class:`FrameIndex`.
+    first read covers); it returns the object's :class:`FrameIndex`, whose frame offsets
+    are relative to ``framed.at``.
 
     Raises:
         CorruptFrameError: no valid seek table.
     """
+    base = framed.at
     cache_key = (store, key, framed.stored_size)
     index = _cached(cache_key)
     if index is None:
-        size = framed.stored_size
-        tail = yield (max(0, size - tail_length(_TAIL_FRAMES)), size)
+        size = framed.stored_size - base  # the frames and their seek table
+        tail = yield (base + max(0, size - tail_length(_TAIL_FRAMES)), base + size)
         table = seek_table_length(tail)
         if len(tail) < table <= size:
-            tail = yield (size - table, size)
+            tail = yield (base + size - table, base + size)
         index = _keep(cache_key, FrameIndex.parse(tail, size, where=key))
     return index
 
@@ -217,9 +237,10 @@ def encode_framed(data: bytes | memoryview, settings: FrameSettings) -> tuple[by
 
 def check_stored(stored: bytes | memoryview, framed: Framed, *, where: str) -> None:
     """Check ``stored`` (every stored byte of a framed object) against
-    ``framed.stored_digest``; nothing to check when it is ``None``. An object of another
-    length than ``framed.stored_size`` is not checked here: it is cut or longer, which a
-    size check or decoding reports as such.
+    ``framed.stored_digest``, the digest of its frames (``stored[framed.at:]``); nothing
+    to check when it is ``None``. An object of another length than ``framed.stored_size``
+    is not checked here: it is cut or longer, which a size check or decoding reports as
+    such.
 
     Raises:
         CorruptFrameError: the stored bytes' CRC-32C differs (naming both digests).
@@ -227,7 +248,7 @@ def check_stored(stored: bytes | memoryview, framed: Framed, *, where: str) -> N
     expected = framed.stored_digest
     if expected is None or memoryview(stored).nbytes != framed.stored_size:
         return
-    actual = digest(stored, STORED_DIGEST)
+    actual = digest(memoryview(stored)[framed.at :], STORED_DIGEST)
     if actual != expected:
         raise CorruptFrameError(
             f"stored digest is {actual}, its commit point says {expected}", where=where
@@ -245,7 +266,23 @@ async def read_whole(backend: Backend, key: str, framed: Framed | None) -> bytes
             decode (a cut one included).
     """
     data = await backend.read(key)
-    if framed is None:
-        return data
-    check_stored(data, framed, where=key)
-    return decode_whole(data, where=key)
+    return data if framed is None else decode_stored(data, framed, where=key)
+
+
+def decode_stored(data: bytes, framed: Framed, *, where: str) -> bytes:
+    """A whole stored object ``data`` decoded: its stored digest checked
+    (:func:`check_stored`), its plain bytes before ``framed.at`` as they are, then its
+    frames decoded.
+
+    Raises:
+        CorruptFrameError: the stored digest differs, or the frames do not decode (a cut
+            object included).
+    """
+    check_stored(data, framed, where=where)
+    if not framed.at:
+        return decode_whole(data, where=where)
+    if len(data) < framed.at:
+        raise CorruptFrameError(
+            f"{len(data)} bytes, cut before its frames at {framed.at}", where=where
+        )
+    return data[: framed.at] + decode_whole(memoryview(data)[framed.at :], where=where)

@@ -274,8 +274,10 @@ def decode(index: FrameIndex, first: int, last: int, stored: bytes | memoryview,
                     where=where,
                 )
             got = decompressor.decompress(view[lo:hi], max_output_size=want)
-        except zstandard.ZstdError as exc:
-            raise CorruptFrameError(f"frame {i} does not decode: {exc}", where=where) from exc
+        except (zstandard.ZstdError, MemoryError) as exc:  # a damaged header: a huge size
+            raise CorruptFrameError(
+                f"frame {i} does not decode: {exc or type(exc).__name__}", where=where
+            ) from exc
         if len(got) != want:
             raise CorruptFrameError(
                 f"frame {i} decodes to {len(got)} bytes, its seek table says {want}",
