@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, TypeAlias
 
 from tieredstore.canonical_json import Fields, canonical, parse_object
-from tieredstore.cold.compressed.framed import Framed, decode_stored
+from tieredstore.cold.compressed.framed import STORED_DIGEST, Framed, decode_stored
 from tieredstore.cold.compressed.frames import Compression, FrameSettings, encode
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.cold.layout import (
@@ -101,8 +101,6 @@ BATCH_FORMAT_VERSION: Final = 1
 BATCH_FORMAT_COMPRESSED: Final = 2
 #: Every batch index format this tieredstore reads.
 BATCH_FORMATS: Final = frozenset({BATCH_FORMAT_VERSION, BATCH_FORMAT_COMPRESSED})
-#: The stored data section's digest algorithm (format 2).
-STORED_DIGEST: Final = DigestAlgorithm.CRC32C
 #: The batch-fence format this tieredstore writes and reads.
 BATCH_FENCE_VERSION: Final = 1
 #: Bytes a slice part may be given as (a spool file's bytes, or views of one buffer).
@@ -742,11 +740,11 @@ class BatchHead:
 
     @property
     def framed(self) -> Framed | None:
-        """How a reader decodes a compressed batch (frames from the data section on), or
-        None for a plain one."""
+        """How a reader decodes a compressed batch (frames from the data section on, their
+        stored digest ``stored_data_digest``), or None for a plain one."""
         if not self.index.compressed:
             return None
-        return Framed(self.object_size, at=self.data_offset)
+        return Framed(self.object_size, self.index.stored_data_digest, at=self.data_offset)
 
 
 #: The most reads a head takes: the probe, the fixed header, the whole header.
@@ -888,17 +886,11 @@ def data_section(head: BatchHead, obj: bytes) -> bytes:
             is not ``head.object_size`` bytes, the stored digest differs, or the frames
             do not decode.
     """
-    index, key = head.index, head.index.key
+    key = head.index.key
     if len(obj) != head.object_size:
         raise CorruptFrameError(f"{len(obj)} bytes, its head says {head.object_size}", where=key)
-    stored = memoryview(obj)[head.data_offset :]
     if head.framed is None:
-        return bytes(stored)
-    actual = digest(stored, STORED_DIGEST)
-    if actual != index.stored_data_digest:
-        raise CorruptFrameError(
-            f"stored data digest {actual} != {index.stored_data_digest} in the index", where=key
-        )
+        return bytes(memoryview(obj)[head.data_offset :])
     return decode_stored(obj, head.framed, where=key)[head.data_offset :]
 
 
