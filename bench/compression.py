@@ -9,8 +9,9 @@ RocketMQ client does), this measures in process, one thread, on the same bytes:
 * **(a) raw**: the commit-log data bytes (up to the checkpoint's confirm offset);
 * **(b) stream**: ``zstd -3`` over all of them as one stream (the ``zstandard`` package,
   level 3): the physical limit;
-* **(c) frames**: the same bytes in independent 1 MiB frames at level 3: what the cold
-  store writes with ``cold.compression = "zstd"`` (its encoder, seek table included);
+* **(c) frames**: the same bytes in independent 1 MiB frames at the sidecar's default
+  level (``cold.compression_level``, 1): what the cold store writes with
+  ``cold.compression = "zstd"`` (its encoder, seek table included);
 * **(d) frames, skip**: (c) with every record whose body is producer-compressed left
   out of the frames and stored raw (its bytes counted as is; the others gathered and
   framed as one run): the best case of skipping, which a cold object cannot have
@@ -80,7 +81,8 @@ from tieredstore.hot.store import HotStore
 from tieredstore.settings.declaration import ColdSettings
 
 FRAME = 1 << 20
-LEVEL = 3
+STREAM_LEVEL = 3  # the physical limit: zstd -3 over the whole stream
+LEVEL = next(s.default for s in ColdSettings.settings() if s.key == "cold.compression_level")
 SETTINGS = FrameSettings(FRAME, LEVEL)
 FRAMES_VS_STREAM = 1.1
 FRAMES_VS_RAW = 0.5
@@ -156,7 +158,7 @@ def _stream(data: bytes) -> Packed:
     import zstandard
 
     t0 = time.process_time()
-    n = len(zstandard.ZstdCompressor(level=LEVEL).compress(data))
+    n = len(zstandard.ZstdCompressor(level=STREAM_LEVEL).compress(data))
     return Packed(n, time.process_time() - t0)
 
 

@@ -275,7 +275,7 @@ class ColdSettings(Section):
     )
     compression_level: int = key(
         parse_between(parse_int, -7, 22),
-        3,
+        1,
         'The zstd level of `cold.compression = "zstd"` (-7 .. 22; 1 is fastest of the usual '
         "levels, 19 smallest; negative: faster still, larger).",
     )
