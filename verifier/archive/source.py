@@ -177,7 +177,12 @@ def _read(
     path = ColdLocation.path(root, key)
     try:
         data: bytes = read_range_with(
-            lambda a, b: bytes(fs.cat_file(path, start=a, end=b)), key, start, end, framed
+            lambda a, b: bytes(fs.cat_file(path, start=a, end=b)),
+            key,
+            start,
+            end,
+            framed,
+            store=root,
         )
     except FileNotFoundError:
         raise ObjectNotFoundError(

@@ -4,6 +4,7 @@ damage is a digest-mismatch kind of error, never a zstd exception."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import zstandard
 
 from tests.support.stores.compressed import silent_flip
 from tieredstore.backends.memory import MemoryBackend
-from tieredstore.cold.compressed.framed import Framed, encode_framed, read_range, read_whole
+from tieredstore.cold.compressed.framed import (
+    Framed,
+    encode_framed,
+    read_range,
+    read_range_with,
+    read_whole,
+)
 from tieredstore.cold.compressed.frames import (
     MAX_FRAME_BYTES,
     FrameIndex,
@@ -139,6 +146,35 @@ async def test_read_range_and_read_whole_give_plain_and_framed_bytes_alike() -> 
         assert await read_range(backend, "plain", a, b, None) == DATA[a:b]
     assert await read_whole(backend, "framed", framed) == DATA
     assert await read_whole(backend, "plain", None) == DATA
+
+
+def _same_size_other_frames(obj: bytes) -> tuple[bytes, bytes]:
+    """Another payload, framed differently, whose object is exactly as long as ``obj``."""
+    rng = random.Random(7)
+    for n in range(len(obj) - 200, len(obj)):
+        payload = rng.randbytes(n)  # incompressible: frames stored raw, sizes predictable
+        other = encode(payload, FrameSettings(2 * FRAME, 3))
+        if len(other) == len(obj):
+            return payload, other
+    raise AssertionError("no payload gives an object of the same size")
+
+
+def test_two_stores_with_the_same_key_and_size_do_not_share_a_seek_table() -> None:
+    """An executor reading two cold stores caches each object's seek table by store, key
+    and stored size: an object of the same key and size in another store, framed
+    otherwise, reads its own frames (sharing the table would make it a false CORRUPT)."""
+    first = random.Random(3).randbytes(4 * FRAME + 10)
+    obj = encode(first, FrameSettings(FRAME, 3))
+    second, other = _same_size_other_frames(obj)
+    assert _index(obj).count != _index(other).count
+    for store, stored, payload in (("file:///a/cold", obj, first), ("s3://b/cold", other, second)):
+        fetch = functools.partial(_slice, stored)
+        got = read_range_with(fetch, "k", 10, 3 * FRAME, Framed(len(stored)), store=store)
+        assert got == payload[10 : 3 * FRAME]
+
+
+def _slice(data: bytes, a: int, b: int) -> bytes:
+    return data[a:b]
 
 
 async def test_a_seek_table_longer_than_the_first_tail_read_is_read_again() -> None:

@@ -173,18 +173,26 @@ async def read_range(
 
 
 def read_range_with(
-    fetch: Callable[[int, int], bytes], key: str, start: int, end: int, framed: Framed | None
+    fetch: Callable[[int, int], bytes],
+    key: str,
+    start: int,
+    end: int,
+    framed: Framed | None,
+    *,
+    store: str,
 ) -> bytes:
     """:func:`read_range` for blocking readers (the Spark executors' fsspec reads):
     ``fetch(a, b)`` returns stored bytes ``[a, b)`` of the object at ``key``, exactly
-    (shorter only at the object's end). Seek tables are cached by ``key`` and stored size.
+    (shorter only at the object's end). Seek tables are cached by ``store`` (the cold
+    store's URL or root: one executor may read several stores, whose objects can share a
+    key and a stored size), ``key`` and stored size.
 
     Raises:
         CorruptFrameError: as :func:`read_range`; also a fetch that came back short.
     """
     if framed is None:
         return fetch(start, end)
-    reads = range_reads("", key, start, end, framed)
+    reads = range_reads(store, key, start, end, framed)
     try:
         a, b = next(reads)
         while True:
