@@ -149,8 +149,13 @@ def pass_total(catalogue: Catalogue, hot: HotStore) -> Callable[[], int]:
 def tiered_words(segments: int, slices: int) -> str:
     """``"12 segments"``, or with batch slices ``"2 segments, 1,024 batch slices"``: what a
     progress or summary line says was committed (a slice is no segment of its own)."""
-    said = f"{segments:,} segments"
-    return f"{said}, {slices:,} batch slices" if slices else said
+    said = _counted(segments, "segment")
+    return f"{said}, {_counted(slices, 'batch slice')}" if slices else said
+
+
+def _counted(n: int, noun: str) -> str:
+    """``"1 segment"``, ``"1,024 segments"``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 class ProgressLine:

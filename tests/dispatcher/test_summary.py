@@ -74,7 +74,7 @@ async def test_one_line_per_interval_on_the_clock(caplog: pytest.LogCaptureFixtu
     assert caplog.messages == []
     await clock.advance(1.0)
     assert [m.split(" in the")[0] for m in caplog.messages] == [
-        "tiered 1 segments, 512 messages, 1.0 MiB"
+        "tiered 1 segment, 512 messages, 1.0 MiB"
     ]
     await clock.advance(60.0)  # nothing happened: no second line
     assert len(caplog.messages) == 1
