@@ -8,15 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.broker.rocketmq import cache_root
+from tests.support.spark_archive import BASE_JVM_OPTIONS, spark_jvm_options
+
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_sidecar", "tests.fixtures_spark"]
 
 #: Every Spark JVM the suite starts (its session, ``tieredstore verify`` and
 #: ``spark-submit`` subprocesses, the bench scripts' smoke runs) compiles with C1 only
 #: and collects garbage in one thread, as the broker JVMs of the suite do
-#: (tests/support/broker/rocketmq.py): on two cores, short-lived JVMs otherwise spend up
-#: to a third of a Spark test's time on C2 and GC threads. Nothing outside the suite
-#: is changed.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+#: (tests/support/broker/rocketmq.py), and, once a run holds a Spark or slow test, maps
+#: its classes from a class-data sharing archive (:mod:`tests.support.spark_archive`).
+#: Nothing outside the suite is changed; a ``SPARK_SUBMIT_OPTS`` of your own is kept.
+_OWN_SPARK_OPTS = "SPARK_SUBMIT_OPTS" not in os.environ
+os.environ.setdefault("SPARK_SUBMIT_OPTS", BASE_JVM_OPTIONS)
 
 _THIRD_PARTY = ("aiobotocore", "botocore", "botocore.auth", "s3fs", "fsspec", "urllib3", "py4j")
 
@@ -32,6 +36,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("broker") is not None:
             item.add_marker(pytest.mark.xdist_group("rocketmq"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With a Spark or slow test to run, give the Spark JVMs the class archive (made on
+    the first such run on a machine: about half a minute, under a lock that the other
+    workers wait on)."""
+    if _OWN_SPARK_OPTS and any(
+        item.get_closest_marker("spark") or item.get_closest_marker("slow")
+        for item in session.items
+    ):
+        os.environ["SPARK_SUBMIT_OPTS"] = spark_jvm_options(cache_root())
 
 
 @pytest.fixture(autouse=True)

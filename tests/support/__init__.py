@@ -19,6 +19,8 @@ only; ``tests/repo/test_test_support.py`` keeps it so), so ``bench/`` never impo
   credentials;
 * :mod:`~tests.support.strategies`: Hypothesis strategies for broker records;
 * :mod:`~tests.support.pagecache`: what of a file is still dirty in the page cache.
+* :mod:`~tests.support.spark_archive`: the class-data sharing archive the suite's Spark
+  JVMs start from.
 
 Part of the core layer (it imports the core only) and never imported by the sidecar,
 the verifier or the CLI themselves. What needs a layer above the core (the CLI's
