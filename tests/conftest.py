@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.broker.rocketmq import cache_root
 from tests.support.spark_archive import BASE_JVM_OPTIONS, spark_jvm_options
 
 pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_sidecar", "tests.fixtures_spark"]
@@ -46,7 +45,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         item.get_closest_marker("spark") or item.get_closest_marker("slow")
         for item in session.items
     ):
-        os.environ["SPARK_SUBMIT_OPTS"] = spark_jvm_options(cache_root())
+        os.environ["SPARK_SUBMIT_OPTS"] = spark_jvm_options()
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,9 @@ only; ``tests/repo/test_test_support.py`` keeps it so), so ``bench/`` never impo
 * :mod:`~tests.support.moto`: the moto S3 server on loopback and its dummy
   credentials;
 * :mod:`~tests.support.strategies`: Hypothesis strategies for broker records;
-* :mod:`~tests.support.pagecache`: what of a file is still dirty in the page cache.
+* :mod:`~tests.support.pagecache`: what of a file is still dirty in the page cache;
+* :mod:`~tests.support.cache`: what the first run builds and later runs reuse (jars, the
+  plugin, the class archive), and its one lock;
 * :mod:`~tests.support.spark_archive`: the class-data sharing archive the suite's Spark
   JVMs start from.
 

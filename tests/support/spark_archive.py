@@ -8,26 +8,26 @@ JVM's start: measured on the project's 2-core host beside a full test run, a
 3.9-4.9 CPU-s and 7-10 s with one.
 
 :func:`spark_jvm_options` returns the JVM options with the archive, making it once per
-machine (a small Spark job run with ``-XX:ArchiveClassesAtExit``, cached beside the
-broker harness's cache under a lock, keyed by the JDK, the pyspark jars and the
-options). Where the archive cannot be made or does not fit a JVM (another classpath,
-another JDK) the JVM runs as it would without it: the options ask for it with
-``-Xshare:auto`` (the default) and silence the JVM's CDS warnings, which it prints on
-stdout. Nothing of the product uses it; it only makes the suite's JVMs start faster.
+machine (a small Spark job run with ``-XX:ArchiveClassesAtExit``, kept in the test
+support's cache, :mod:`tests.support.cache`, under its lock, keyed by the JDK, the
+pyspark jars and the options). Where the archive cannot be made or does not fit a JVM
+(another classpath, another JDK) the JVM runs as it would without it: the options ask
+for it with ``-Xshare:auto`` (the default) and silence the JVM's CDS warnings, which it
+prints on stdout. Nothing of the product uses it; it only makes the suite's JVMs start
+faster.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
+
+from tests.support.cache import cache_lock, cache_root
 
 __all__ = ["BASE_JVM_OPTIONS", "spark_jvm_options"]
 
@@ -55,14 +55,15 @@ spark.stop()
 """
 
 
-def spark_jvm_options(cache: Path) -> str:
-    """:data:`BASE_JVM_OPTIONS` and, when the archive exists or can be made under
-    ``cache``, the options that use it. Blocks while another process makes it."""
-    archive = _archive_path(cache)
+def spark_jvm_options() -> str:
+    """:data:`BASE_JVM_OPTIONS` and, when the archive exists or can be made in the
+    cache (:func:`~tests.support.cache.cache_root`), the options that use it. Blocks
+    while another process makes it or holds the cache's lock."""
+    archive = _archive_path(cache_root())
     if archive is None:
         return BASE_JVM_OPTIONS
     if not archive.is_file():
-        with _locked(cache):
+        with cache_lock():
             if not archive.is_file():
                 _make(archive)
     if not archive.is_file():
@@ -88,17 +89,6 @@ def _archive_path(cache: Path) -> Path | None:
         "\n".join([java, pyspark.__version__, BASE_JVM_OPTIONS, *sorted(os.listdir(jars))]).encode()
     ).hexdigest()[:16]
     return cache / "spark-cds" / f"spark-{key}.jsa"
-
-
-@contextlib.contextmanager
-def _locked(cache: Path) -> Iterator[None]:
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / ".spark-cds.lock").open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _make(archive: Path) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker.rocketmq import cache_root
 from tests.support.spark_archive import BASE_JVM_OPTIONS, spark_jvm_options
 
 pytestmark = pytest.mark.spark
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.spark
 
 def test_the_suites_spark_jvms_get_the_archive() -> None:
     """conftest gives the archive to every Spark JVM of a run that holds a Spark test."""
-    options = spark_jvm_options(cache_root())
+    options = spark_jvm_options()
     assert options.startswith(BASE_JVM_OPTIONS)
     archive = next(o for o in shlex.split(options) if o.startswith("-XX:SharedArchiveFile="))
     assert Path(archive.split("=", 1)[1]).stat().st_size > 0
@@ -29,7 +28,7 @@ def test_the_suites_spark_jvms_get_the_archive() -> None:
 def test_a_jvm_that_cannot_use_the_archive_says_nothing_and_runs(tmp_path: Path) -> None:
     """Another classpath than the archive's: the JVM runs without it and prints nothing
     on stdout, where it would reach the output a test reads."""
-    options = shlex.split(spark_jvm_options(cache_root()))
+    options = shlex.split(spark_jvm_options())
     (tmp_path / "Hello.java").write_text(
         'class Hello { public static void main(String[] a) { System.out.print("hello"); } }'
     )

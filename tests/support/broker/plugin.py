@@ -14,7 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
-from tests.support.broker.rocketmq import HarnessError, _run, cache_lock, cache_root
+from tests.support.broker.rocketmq import HarnessError, _run
+from tests.support.cache import cache_lock, cache_root
 
 __all__ = ["PLUGIN_CLASS", "PLUGIN_DIR", "build_plugin", "plugin_sources"]
 

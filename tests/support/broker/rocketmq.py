@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import hashlib
 import os
 import random
@@ -39,13 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from tests.support.cache import cache_lock, cache_root
+
 __all__ = [
     "BrokerOffsets",
     "BrokerSettings",
     "HarnessError",
     "LocalCluster",
     "Toolchain",
-    "cache_lock",
     "missing_tools",
     "prepare_toolchain",
     "rocketmq_version",
@@ -80,12 +80,6 @@ def rocketmq_version() -> str:
     if match is None:
         raise HarnessError(f"no <rocketmq.version> property in {POM}")
     return match.group(1).strip()
-
-
-def cache_root() -> Path:
-    """``$TIEREDSTORE_CACHE``, or ``~/.cache/tieredstore``."""
-    env = os.environ.get("TIEREDSTORE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "tieredstore"
 
 
 def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -205,25 +199,6 @@ def prepare_toolchain(version: str | None = None) -> Toolchain:
     with cache_lock():
         lib = _resolve_jars(base, version)
         return Toolchain(version, lib, _compile_tool(base, lib, version))
-
-
-@contextlib.contextmanager
-def cache_lock() -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the harness cache (``cache_root()/.lock``).
-
-    The suite's workers prepare the same cache entries (RocketMQ's jars, the compiled
-    tool, the plugin jar) at once when the real-broker tests run on more than one
-    worker: without the lock, one worker's ``rmtree`` of a stale entry can pull the jars
-    from under another worker's running broker, and two ``mvn`` processes write one
-    local repository. One lock for all entries; released when the process dies."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with (root / ".lock").open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True, slots=True)
