@@ -18,7 +18,8 @@ pytest_plugins = ["tests.fixtures_s3", "tests.fixtures_sidecar", "tests.fixtures
 #: (tests/support/broker/rocketmq.py), and, once a run holds a Spark or slow test, maps
 #: its classes from a class-data sharing archive (:mod:`tests.support.spark_archive`).
 #: Nothing outside the suite is changed; a ``SPARK_SUBMIT_OPTS`` of your own is kept.
-_OWN_SPARK_OPTS = "SPARK_SUBMIT_OPTS" not in os.environ
+#: (xdist's workers inherit the controller's environment: the default set here is ours.)
+_OWN_SPARK_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", BASE_JVM_OPTIONS) == BASE_JVM_OPTIONS
 os.environ.setdefault("SPARK_SUBMIT_OPTS", BASE_JVM_OPTIONS)
 
 _THIRD_PARTY = ("aiobotocore", "botocore", "botocore.auth", "s3fs", "fsspec", "urllib3", "py4j")
