@@ -11,7 +11,8 @@ JVM's start: measured on the project's 2-core host beside a full test run, a
 machine (a small Spark job run with ``-XX:ArchiveClassesAtExit``, kept in the test
 support's cache, :mod:`tests.support.cache`, under its lock, keyed by the JDK, the
 pyspark jars and the options). Where the archive cannot be made or does not fit a JVM
-(another classpath, another JDK) the JVM runs as it would without it: the options ask
+(another classpath, another JDK; an archive whose making failed leaves a ``.failed``
+note instead and is not tried again) the JVM runs as it would without it: the options ask
 for it with ``-Xshare:auto`` (the default) and silence the JVM's CDS warnings, which it
 prints on stdout. Nothing of the product uses it; it only makes the suite's JVMs start
 faster.
@@ -62,10 +63,11 @@ def spark_jvm_options() -> str:
     archive = _archive_path(cache_root())
     if archive is None:
         return BASE_JVM_OPTIONS
-    if not archive.is_file():
+    failed = archive.with_suffix(".failed")  # made once and failed: not tried again
+    if not archive.is_file() and not failed.exists():
         with cache_lock():
-            if not archive.is_file():
-                _make(archive)
+            if not archive.is_file() and not failed.exists():
+                _make(archive, failed)
     if not archive.is_file():
         return BASE_JVM_OPTIONS
     return f"{BASE_JVM_OPTIONS} -XX:SharedArchiveFile={archive} {_QUIET}"
@@ -91,10 +93,11 @@ def _archive_path(cache: Path) -> Path | None:
     return cache / "spark-cds" / f"spark-{key}.jsa"
 
 
-def _make(archive: Path) -> None:
+def _make(archive: Path, failed: Path) -> None:
     """Run :data:`_JOB` with ``-XX:ArchiveClassesAtExit`` into a temporary file and move
-    it into place; leave nothing behind if the job fails. ``spark-submit`` execs the JVM,
-    so the wait ends when the JVM has written the archive and exited."""
+    it into place, removing the archives of other JDKs or jars; if the job fails, leave
+    only ``failed`` (with its output) behind. ``spark-submit`` execs the JVM, so the wait
+    ends when the JVM has written the archive and exited."""
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
@@ -118,6 +121,10 @@ def _make(archive: Path) -> None:
         except subprocess.TimeoutExpired:
             done = None
     if done is not None and done.returncode == 0 and partial.is_file():
+        for stale in archive.parent.glob("spark-*.jsa"):
+            stale.unlink()
         partial.rename(archive)
     else:
         partial.unlink(missing_ok=True)
+        said = "timed out" if done is None else done.stdout.decode(errors="replace")[-3000:]
+        failed.write_text(f"making the class archive failed: {said}\n")

@@ -38,3 +38,19 @@ def test_a_jvm_that_cannot_use_the_archive_says_nothing_and_runs(tmp_path: Path)
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == "hello"
+
+
+def test_an_archive_that_cannot_be_made_leaves_a_note_and_the_plain_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit cannot start its JVM: the options are the plain ones, and the note
+    says why, so the next run does not spend its start-up trying again."""
+    monkeypatch.setenv("TIEREDSTORE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))  # spark-class's java, not PATH's
+    assert spark_jvm_options() == BASE_JVM_OPTIONS
+    (note,) = (tmp_path / "cache" / "spark-cds").glob("*.failed")
+    assert "making the class archive failed" in note.read_text()
+    assert not list(note.parent.glob("*.jsa*"))
+    note.write_text("kept")
+    assert spark_jvm_options() == BASE_JVM_OPTIONS
+    assert note.read_text() == "kept"  # not made again
