@@ -54,8 +54,6 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from tieredstore.cold.compressed.encode_ahead import EncodeAhead
-from tieredstore.cold.compressed.frames import EncodedPrefix, FrameSettings
 from tieredstore.cold.digests import hasher
 from tieredstore.cold.segment import RecordHeads, RecordOwners, TopicTable
 from tieredstore.dispatcher.tiering.planner import SegmentPlan
@@ -119,9 +117,6 @@ class Spooled:
     digest: str  # of the whole file, by :data:`tieredstore.cold.digests.WRITTEN`
     min_store_timestamp: int
     max_store_timestamp: int
-    #: Its first frames, compressed while the pass went on
-    #: (:mod:`tieredstore.cold.compressed.encode_ahead`).
-    encoded: EncodedPrefix | None = None
 
 
 @dataclass(slots=True)
@@ -299,11 +294,7 @@ class _Spool:
     """
 
     def __init__(
-        self,
-        directory: Path,
-        expected: Sequence[int],
-        hold_bytes: int = SPOOL_HOLD_BYTES,
-        ahead: tuple[Sequence[bool], FrameSettings] | None = None,
+        self, directory: Path, expected: Sequence[int], hold_bytes: int = SPOOL_HOLD_BYTES
     ) -> None:
         jobs = len(expected)
         self.directory = directory
@@ -321,8 +312,6 @@ class _Spool:
         # the disk's queue is full, and the writer (so the pass) must not wait for it.
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="spool-flush")
         self._writing: Future[None] | None = None
-        #: Whose frames are compressed as their files grow (the segments to upload).
-        self.ahead = None if ahead is None else EncodeAhead(self.paths, *ahead)
 
     def submit(self, data: pa.Buffer, runs: Sequence[tuple[int, int, int]]) -> None:
         """Digest each ``(job, start, end)`` run of ``data`` and queue it for its file."""
@@ -386,8 +375,6 @@ class _Spool:
         if pending >= _WRITEBACK_BYTES:
             self._flusher.submit(start_writeback, fd, self.flushed[job], pending)
             self.flushed[job] = self.sizes[job]
-        if self.ahead is not None:
-            self.ahead.grown(job, self.sizes[job])
 
     def close(self) -> None:
         """Wait for the writer, stop it and close the files (runs still waiting are
@@ -397,8 +384,6 @@ class _Spool:
         finally:
             self._writer.shutdown(wait=True)
             self._flusher.shutdown(wait=True)  # before the files it flushes are closed
-            if self.ahead is not None:
-                self.ahead.close()
             for fd in self.fds.values():
                 os.close(fd)
             self.fds.clear()
@@ -531,7 +516,6 @@ def gather_segments(
     span_bytes: int = SPAN_BYTES,
     hold_bytes: int = SPOOL_HOLD_BYTES,
     stop: threading.Event | None = None,
-    ahead: tuple[Sequence[bool], FrameSettings] | None = None,
 ) -> list[Spooled | TieredStoreError]:
     """Gather every job's records into its spool file under ``spool_dir`` (module doc).
 
@@ -539,8 +523,6 @@ def gather_segments(
     Blocking (run it in a thread). ``stop`` set: the pass ends at the next window and
     every job not yet complete is returned as an error. ``hold_bytes``: how much
     gathered data waits before the spool files are written (:class:`_Spool`).
-    ``ahead``: which jobs' files to compress as they grow, and how
-    (:mod:`~tieredstore.cold.compressed.encode_ahead`; their :attr:`Spooled.encoded`).
     """
     if not jobs:
         return []
@@ -549,7 +531,7 @@ def gather_segments(
     owners = _Owners.of(jobs)
     ts_min = np.full(len(jobs), np.iinfo(np.int64).max, dtype=np.int64)
     ts_max = np.full(len(jobs), np.iinfo(np.int64).min, dtype=np.int64)
-    spool = _Spool(spool_dir, [j.plan.nbytes for j in jobs], hold_bytes=hold_bytes, ahead=ahead)
+    spool = _Spool(spool_dir, [j.plan.nbytes for j in jobs], hold_bytes=hold_bytes)
     buffer = bytearray(window_bytes)
     try:
         try:
@@ -562,36 +544,27 @@ def gather_segments(
                         hot, files, rec, w, jobs, owners, spool, failed, ts_min, ts_max, buffer
                     )
             spool.finish()
-            encoded = {} if spool.ahead is None else spool.ahead.finish()
         finally:
             spool.close()
     except OSError as exc:  # the spool's disk (the state directory) is full or broken
         raise StoreError(f"cannot write the tiering spool: {exc}", where=str(spool_dir)) from exc
-    return [_result(i, job, spool, failed, ts_min, ts_max, encoded) for i, job in enumerate(jobs)]
-
-
-def _result(
-    i: int,
-    job: GatherJob,
-    spool: _Spool,
-    failed: _Failures,
-    ts_min: I64,
-    ts_max: I64,
-    encoded: dict[int, EncodedPrefix],
-) -> Spooled | TieredStoreError:
-    """Job ``i``'s spool file, or the error that failed it."""
-    if i in failed.errors:
-        return failed.errors[i]
-    if spool.sizes[i] != job.plan.nbytes:  # a bug, not bad data: say so loudly
-        raise AssertionError(f"gathered {spool.sizes[i]} of {job.plan.nbytes} bytes")
-    return Spooled(
-        spool.paths[i],
-        spool.sizes[i],
-        spool.hashes[i].hexdigest(),
-        int(ts_min[i]),
-        int(ts_max[i]),
-        encoded.get(i),
-    )
+    out: list[Spooled | TieredStoreError] = []
+    for i, job in enumerate(jobs):
+        if i in failed.errors:
+            out.append(failed.errors[i])
+        elif spool.sizes[i] != job.plan.nbytes:  # a bug, not bad data: say so loudly
+            raise AssertionError(f"gathered {spool.sizes[i]} of {job.plan.nbytes} bytes")
+        else:
+            out.append(
+                Spooled(
+                    spool.paths[i],
+                    spool.sizes[i],
+                    spool.hashes[i].hexdigest(),
+                    int(ts_min[i]),
+                    int(ts_max[i]),
+                )
+            )
+    return out
 
 
 def _window(

@@ -28,14 +28,12 @@ from pathlib import Path
 from typing import Final
 
 from tieredstore.clock import Clock
-from tieredstore.cold.compressed.frames import FrameSettings
 from tieredstore.dispatcher.metrics import Metrics
 from tieredstore.dispatcher.retention_pressure import HotOldest, hot_oldest
 from tieredstore.dispatcher.shared_state import SharedState
 from tieredstore.dispatcher.tiering.batch.writer import (
     BatchItem,
     BatchWriter,
-    batchable,
     round_limits,
     split_round,
 )
@@ -130,16 +128,6 @@ def _new_spool(root: Path | None) -> str:
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
     return tempfile.mkdtemp(dir=root, prefix="round-")
-
-
-def _ahead(
-    jobs: Sequence[GatherJob], frames: FrameSettings | None, batching: bool
-) -> tuple[list[bool], FrameSettings] | None:
-    """With compression on, which of the pass's jobs to compress as their spool files
-    grow: those uploaded as segments of their own, not those going into a batch."""
-    if frames is None:
-        return None
-    return [not (batching and batchable(j.plan)) for j in jobs], frames
 
 
 def _going(
@@ -359,11 +347,12 @@ class Rounds:
         """Run the pass in a thread; if cancelled, stop it and wait for it to return (its
         spool files must not be written after the directory is removed)."""
         stop = threading.Event()
-        ahead = _ahead(jobs, self.committer.writer.frames, self.in_force.tiering.batching)
+        window = PASS_WINDOW_BYTES
         work = asyncio.ensure_future(
-            asyncio.to_thread(gather_segments, self.hot, jobs, directory,
-                              window_bytes=PASS_WINDOW_BYTES, stop=stop, ahead=ahead)
-        )  # fmt: skip
+            asyncio.to_thread(
+                gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop
+            )
+        )
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:

@@ -9,11 +9,9 @@ memory per upload is one chunk whatever the segment size, and a retried upload w
 the same spool file again.
 
 With ``cold.compression = "zstd"`` (``frames`` given) the spool file is first encoded
-beside itself (``<spool>.zst``, seekable zstd frames:
-:mod:`tieredstore.cold.compressed.frames`, in a thread, one frame in memory; the frames
-the pass encoded ahead, :mod:`~tieredstore.cold.compressed.encode_ahead`, are kept)
-and that file is uploaded; size and digest stay those of the uncompressed bytes, the
-stored size goes to the manifest (format 3).
+beside itself (``<spool>.zst``, seekable zstd frames: :mod:`tieredstore.cold.compressed.frames`, in
+a thread, one frame in memory) and that file is uploaded; size and digest stay those of
+the uncompressed bytes, the stored size goes to the manifest (format 3).
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from typing import cast
 import numpy as np
 
 from tieredstore.backends.base import Backend
-from tieredstore.cold.compressed.encode_ahead import encoded_path
 from tieredstore.cold.compressed.framed import Framed
 from tieredstore.cold.compressed.frames import FrameSettings, encode_file
 from tieredstore.cold.digests import digest
@@ -61,8 +58,8 @@ async def _commit_log_source(
     its stored digest computed as it is written, never read back."""
     if frames is None:
         return spooled.path, spooled.size, None
-    source = encoded_path(spooled.path)
-    size, crc = await asyncio.to_thread(encode_file, spooled.path, source, frames, spooled.encoded)
+    source = spooled.path.with_name(spooled.path.name + ".zst")
+    size, crc = await asyncio.to_thread(encode_file, spooled.path, source, frames)
     return source, size, Framed(size, crc)
 
 

@@ -26,7 +26,7 @@ import google_crc32c
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["WRITTEN", "DigestAlgorithm", "Hasher", "digest", "hasher", "resume_crc32c"]
+__all__ = ["WRITTEN", "DigestAlgorithm", "Hasher", "digest", "hasher"]
 
 Data: TypeAlias = bytes | bytearray | memoryview | pa.Buffer
 
@@ -75,8 +75,8 @@ class _Crc32c:
 
     __slots__ = ("_crc",)
 
-    def __init__(self, crc: int = 0) -> None:
-        self._crc = crc
+    def __init__(self) -> None:
+        self._crc = 0
 
     def update(self, data: Data, /) -> None:
         # google-crc32c takes only read-only buffers: an Arrow buffer as it is (the
@@ -95,13 +95,6 @@ def hasher(algorithm: DigestAlgorithm = WRITTEN) -> Hasher:
     if algorithm is DigestAlgorithm.CRC32C:
         return _Crc32c()
     return hashlib.sha256()
-
-
-def resume_crc32c(so_far: str) -> Hasher:
-    """A CRC-32C that goes on from ``so_far``, the hex digest of the bytes fed before
-    (the CRC of a prefix is all the state CRC-32C keeps): feeding it the rest gives the
-    digest of the whole."""
-    return _Crc32c(int(so_far, 16))
 
 
 def digest(data: Data, algorithm: DigestAlgorithm = WRITTEN) -> str:

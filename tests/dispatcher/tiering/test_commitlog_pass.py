@@ -18,9 +18,7 @@ import numpy as np
 import pytest
 
 from tests.support.stores.oracle import rewrite_records
-from tieredstore.cold.compressed.encode_ahead import encoded_path
-from tieredstore.cold.compressed.frames import FrameSettings, encode, encode_file
-from tieredstore.cold.digests import DigestAlgorithm, digest
+from tieredstore.cold.digests import digest
 from tieredstore.dispatcher.tiering.commitlog_pass import (
     GatherJob,
     Spooled,
@@ -271,42 +269,3 @@ def test_the_merge_cuts_and_orders_spans_as_a_cursor_per_job_does(
     ]
     assert got == _per_job_merge(jobs, span)
     assert sum(len(s) for s in got) == sum(j.plan.count for j in jobs)
-
-
-@pytest.mark.parametrize("hold", [1, 100_000, _HOLD])
-def test_frames_encoded_ahead_finish_into_the_object_encode_writes(
-    many_queues: Path, tmp_path: Path, hold: int
-) -> None:
-    """With compression, the chosen segments' whole frames are encoded while the pass
-    goes on (``hold``: the spool written after every window, every few, or at the end);
-    finishing the file from that prefix gives exactly :func:`encode` of the spool bytes,
-    and so does finishing it again (an upload retried) or after the prefix's file is
-    gone. A job not chosen (one going into a batch) gets no prefix."""
-    hot = HotStore(many_queues)
-    plans = _plans(hot, Limits(max_bytes=24 << 10, max_messages=1000, max_age_ms=0))
-    jobs = [GatherJob(p, cl_base=1000 * i) for i, p in enumerate(plans)]
-    chosen = [i % 3 != 0 for i in range(len(jobs))]
-    settings = FrameSettings(frame_bytes=4096, level=1)
-    got = gather_segments(
-        hot, jobs, tmp_path, window_bytes=4096, hold_bytes=hold, ahead=(chosen, settings)
-    )
-    _assert_same(hot, jobs, got)
-    ahead = 0
-    for spooled, on in zip(got, chosen, strict=True):
-        assert isinstance(spooled, Spooled)
-        if not on or spooled.size < settings.frame_bytes:
-            assert spooled.encoded is None
-            continue
-        assert spooled.encoded is not None
-        assert 0 < spooled.encoded.raw <= spooled.size
-        ahead += spooled.encoded.raw
-        want = encode(spooled.path.read_bytes(), settings)
-        dst = encoded_path(spooled.path)
-        for _attempt in range(2):
-            size, crc = encode_file(spooled.path, dst, settings, spooled.encoded)
-            assert dst.read_bytes() == want
-            assert (size, crc) == (len(want), digest(want, DigestAlgorithm.CRC32C))
-        dst.unlink()
-        assert encode_file(spooled.path, dst, settings, spooled.encoded)[0] == len(want)
-        assert dst.read_bytes() == want
-    assert ahead > 0  # something was encoded ahead

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.stores.segments import chain
-from tieredstore.cold.digests import WRITTEN, DigestAlgorithm, digest, hasher, resume_crc32c
+from tieredstore.cold.digests import WRITTEN, DigestAlgorithm, digest, hasher
 from tieredstore.cold.layout import QueuePath
 from tieredstore.cold.manifest import Manifest, ObjectRef
 from tieredstore.cold.segment import verify_objects, verify_segment
@@ -78,13 +78,3 @@ def test_new_segments_record_crc32c_and_old_sha256_ones_still_verify() -> None:
         verify_objects(old, bytes(flipped), seg.consume_queue, where="")
     with pytest.raises(DigestMismatchError, match=r"object crc32c is [0-9a-f]{8}, its manifest"):
         verify_objects(seg.manifest, bytes(flipped), seg.consume_queue, where="")
-
-
-def test_a_resumed_crc32c_is_the_digest_of_the_whole() -> None:
-    head, tail = b"frames written ahead|", b"and the rest, written later"
-    resumed = resume_crc32c(digest(head, DigestAlgorithm.CRC32C))
-    resumed.update(tail)
-    assert resumed.hexdigest() == digest(head + tail, DigestAlgorithm.CRC32C)
-    fresh = resume_crc32c("00000000")
-    fresh.update(tail)
-    assert fresh.hexdigest() == digest(tail, DigestAlgorithm.CRC32C)

@@ -39,21 +39,19 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
-from tieredstore.cold.digests import resume_crc32c
+from tieredstore.cold.digests import DigestAlgorithm, hasher
 from tieredstore.errors import CorruptFrameError
 
 __all__ = [
     "FOOTER_BYTES",
     "MAX_FRAME_BYTES",
     "Compression",
-    "EncodedPrefix",
     "FrameIndex",
     "FrameSettings",
     "decode",
     "decode_whole",
     "encode",
     "encode_file",
-    "encode_prefix",
     "seek_table_length",
     "tail_length",
 ]
@@ -201,82 +199,24 @@ def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
     return b"".join(_seekable(chunks, settings))
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedPrefix:
-    """The first whole frames of a file's encoding, written ahead of the rest (while the
-    file was still being written, by :func:`encode_prefix`): ``dst`` holds the frames
-    of the source's first ``raw`` bytes, ``stored`` bytes of them, whose CRC-32C is
-    ``crc``; ``sizes`` are their seek-table entries (compressed, decompressed, ...)."""
-
-    dst: Path
-    raw: int = 0
-    stored: int = 0
-    sizes: tuple[int, ...] = ()
-    crc: str = "00000000"
-
-
-def encode_prefix(
-    src: Path, prefix: EncodedPrefix, upto: int, settings: FrameSettings
-) -> EncodedPrefix:
-    """Append to ``prefix.dst`` the whole frames of ``src``'s bytes ``[prefix.raw, upto)``
-    (``src`` holds at least ``upto`` bytes; a last part shorter than a frame waits for
-    more) and return the longer prefix. The frames are those :func:`encode_file` writes
-    for the same bytes, so finishing with it gives the same object. Blocking."""
-    step = settings.frame_bytes
-    end = prefix.raw + (upto - prefix.raw) // step * step
-    if end <= prefix.raw:
-        return prefix
-    crc = resume_crc32c(prefix.crc)
-    sizes, stored = list(prefix.sizes), prefix.stored
-    compressor = settings.compressor()
-    with src.open("rb") as fin, prefix.dst.open("ab") as fout:
-        fout.truncate(prefix.stored)  # a frame an earlier call did not finish
-        fin.seek(prefix.raw)
-        for _ in range(prefix.raw, end, step):
-            frame = compressor.compress(fin.read(step))
-            crc.update(frame)
-            stored += fout.write(frame)
-            sizes += (len(frame), step)
-    return EncodedPrefix(prefix.dst, end, stored, tuple(sizes), crc.hexdigest())
-
-
-def encode_file(
-    src: Path, dst: Path, settings: FrameSettings, prefix: EncodedPrefix | None = None
-) -> tuple[int, str]:
+def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str]:
     """Write ``src`` compressed to ``dst`` as :func:`encode` would (one frame in memory at
     a time); return ``dst``'s size and the CRC-32C of its bytes (computed as they are
-    written: ``dst`` is not read back). ``prefix``: ``dst`` already holds the first frames
-    (:func:`encode_prefix`); only the rest and the seek table are written (if ``dst`` is
-    shorter than the prefix says, it is all written anew). Blocking: run it in a thread."""
-    if prefix is None or prefix.dst != dst or _size(dst) < prefix.stored:
-        prefix = EncodedPrefix(dst)
-    crc = resume_crc32c(prefix.crc)
-    size = prefix.stored
-    with src.open("rb") as fin, dst.open("r+b" if prefix.stored else "wb") as fout:
-        fout.truncate(prefix.stored)
-        fout.seek(prefix.stored)
-        fin.seek(prefix.raw)
+    written: ``dst`` is not read back). Blocking: run it in a thread."""
+    crc = hasher(DigestAlgorithm.CRC32C)
+    size = 0
+    with src.open("rb") as fin, dst.open("wb") as fout:
         chunks = iter(functools.partial(fin.read, settings.frame_bytes), b"")
-        for part in _seekable(chunks, settings, list(prefix.sizes)):
+        for part in _seekable(chunks, settings):
             crc.update(part)
             size += fout.write(part)
     return size, crc.hexdigest()
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return -1
-
-
-def _seekable(
-    chunks: Iterable[bytes | memoryview], settings: FrameSettings, sizes: list[int] | None = None
-) -> Iterator[bytes]:
-    """Each of ``chunks`` compressed as one frame, in order, then the seek table of
-    ``sizes`` (the entries of frames written before, if any) and theirs."""
+def _seekable(chunks: Iterable[bytes | memoryview], settings: FrameSettings) -> Iterator[bytes]:
+    """Each of ``chunks`` compressed as one frame, in order, then their seek table."""
     compressor = settings.compressor()
-    sizes = [] if sizes is None else sizes
+    sizes: list[int] = []
     for chunk in chunks:
         frame = compressor.compress(chunk)
         sizes += (len(frame), memoryview(chunk).nbytes)
