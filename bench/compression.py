@@ -82,7 +82,7 @@ from tieredstore.settings.declaration import ColdSettings
 
 FRAME = 1 << 20
 STREAM_LEVEL = 3  # the physical limit: zstd -3 over the whole stream
-LEVEL = next(s.default for s in ColdSettings.settings() if s.key == "cold.compression_level")
+LEVEL = ColdSettings.default_of("compression_level")
 SETTINGS = FrameSettings(FRAME, LEVEL)
 FRAMES_VS_STREAM = 1.1
 FRAMES_VS_RAW = 0.5
