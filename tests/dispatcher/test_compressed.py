@@ -111,7 +111,8 @@ async def test_a_compressed_copy_reads_as_the_plain_one(store: Path, tmp_path: P
 
 async def _assert_encoded_as_plain(plain: Backend, zstd: Backend) -> None:
     """Each compressed COMMIT_LOG object is byte for byte the seekable encoding of the
-    plain copy's object for the same offsets (whatever the pass encoded ahead)."""
+    plain copy's object for the same offsets: the frames of 8 KiB from its first byte,
+    at the default level, then the seek table."""
     settings = FrameSettings(8192, ColdSettings.default_of("compression_level"))
     links = {(q, c.start_offset): c for q, cq in (await read_cold(plain, CLUSTER, BROKER)).items()
              for c in cq.manifests}  # fmt: skip
@@ -122,7 +123,7 @@ async def _assert_encoded_as_plain(plain: Backend, zstd: Backend) -> None:
             assert ours == encode(await span_bytes(plain, links[q, c.start_offset].commit_log),
                                   settings)  # fmt: skip
             compared += c.commit_log.size > 8192
-    assert compared  # segments of several frames, which the pass encodes ahead
+    assert compared  # segments of several frames among them
 
 
 async def test_a_store_of_both_kinds_reads_and_verifies_as_one(store: Path, tmp_path: Path) -> None:
