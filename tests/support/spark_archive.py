@@ -126,5 +126,9 @@ def _make(archive: Path, failed: Path) -> None:
         partial.rename(archive)
     else:
         partial.unlink(missing_ok=True)
-        said = "timed out" if done is None else done.stdout.decode(errors="replace")[-3000:]
+        said = (
+            "timed out"
+            if done is None
+            else (done.stdout + done.stderr).decode(errors="replace")[-3000:]
+        )
         failed.write_text(f"making the class archive failed: {said}\n")

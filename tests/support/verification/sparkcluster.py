@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["JVM_OPTS", "SparkCluster", "spark_bin", "standalone_cluster"]
+from tests.support.spark_archive import BASE_JVM_OPTIONS
 
-#: C1 only, one GC thread: short-lived JVMs on two cores (tests/conftest.py).
-JVM_OPTS: Final = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+__all__ = ["SparkCluster", "spark_bin", "standalone_cluster"]
+
 _READY_S: Final = 120.0
 
 
@@ -64,7 +64,7 @@ def _alive_workers(web_url: str) -> int:
 @contextmanager
 def standalone_cluster(work: Path, *, workers: int = 2) -> Iterator[SparkCluster]:
     """Start a master and ``workers`` workers under ``work``; yield once all registered."""
-    opts = os.environ.get("SPARK_SUBMIT_OPTS", JVM_OPTS)
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", BASE_JVM_OPTIONS)
     env = dict(
         os.environ,
         PYSPARK_PYTHON=sys.executable,
