@@ -153,9 +153,16 @@ def failover(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Failover]:
     for sub in ("m", "s"):
         (work / sub).mkdir()
     reads_port = free_port()
+    # The HA link's socket buffers fixed at 64 KiB each: what the master pushed into them
+    # while the slave was frozen (the slave reads it once it resumes) stays far below the
+    # second batch's ~1.7 MiB, so the slave is behind when the master dies. Left to the
+    # kernel, loopback buffers grow to several MiB, and a slave can get the whole batch.
+    buffers = str(64 << 10)
     settings = BrokerSettings(
-        commitlog_file_size=256 << 10, max_message_size=64 << 10, flush_disk_type="ASYNC_FLUSH"
-    )
+        commitlog_file_size=256 << 10, max_message_size=64 << 10, flush_disk_type="ASYNC_FLUSH",
+        jvm_properties=(("com.rocketmq.remoting.socket.sndbuf.size", buffers),
+                        ("com.rocketmq.remoting.socket.rcvbuf.size", buffers)),
+    )  # fmt: skip
     master = LocalCluster(toolchain, work / "master", settings)
     with master:
         master.create_topics({TOPIC: QUEUES})
@@ -223,8 +230,9 @@ def _run_failover(
     # What the slave holds now: what it had when frozen, and what the master had already
     # pushed into its socket (read once it resumed) — still behind the dead master.
     promoted_at = _hot_max(slave.store_root)
-    assert all(frozen_at[q] <= promoted_at[q] for q in range(QUEUES))
-    assert any(promoted_at[q] < master_max[q] for q in range(QUEUES))
+    held = f"frozen at {frozen_at}, promoted at {promoted_at}, the master had {master_max}"
+    assert all(frozen_at[q] <= promoted_at[q] for q in range(QUEUES)), held
+    assert any(promoted_at[q] < master_max[q] for q in range(QUEUES)), held
     s_side.wait_started("lease acquired")
     slave.create_topics({TOPIC: QUEUES})
     third = _produce(slave, work, "third", 600, seed=7)

@@ -219,6 +219,9 @@ class BrokerSettings:
     flush_disk_type: str = "SYNC_FLUSH"
     #: More ``broker.conf`` lines (key, value), applied last (they override the above).
     extra_conf: tuple[tuple[str, str], ...] = ()
+    #: Java system properties (name, value) of the broker's JVM, e.g. RocketMQ's socket
+    #: buffer sizes (``com.rocketmq.remoting.socket.sndbuf.size``), which its HA link reads.
+    jvm_properties: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.cq_file_size % 20:
@@ -342,6 +345,10 @@ class LocalCluster:
             f"-Drocketmq.log.root={self.log_dir}",
             "-cp", self.toolchain.classpath,
         ]  # fmt: skip
+
+    def _broker_jvm(self) -> list[str]:
+        props = tuple(f"-D{k}={v}" for k, v in self.settings.jvm_properties)
+        return self._jvm((*SERVER_JVM_OPTS, *props))
 
     def _write_configs(self) -> tuple[Path, Path]:
         s = self.settings
@@ -472,7 +479,7 @@ class LocalCluster:
         broker_conf = self.workdir / "broker.conf"
         self._broker = self._spawn(
             "broker",
-            [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",
+            [*self._broker_jvm(), "org.apache.rocketmq.broker.BrokerStartup",
              "-c", str(broker_conf), "-n", self.namesrv_addr],
         )  # fmt: skip
         self._wait_booted("broker", self._broker)
@@ -548,7 +555,7 @@ class LocalCluster:
             _, broker_conf = self._write_configs()
             self._broker = self._spawn(
                 "broker",
-                [*self._jvm(SERVER_JVM_OPTS), "org.apache.rocketmq.broker.BrokerStartup",
+                [*self._broker_jvm(), "org.apache.rocketmq.broker.BrokerStartup",
                  "-c", str(broker_conf), "-n", self.namesrv_addr],
             )  # fmt: skip
             try:
