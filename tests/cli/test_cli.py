@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,23 @@ def test_rebuild_metadata_from_the_cold_store(tmp_path: Path) -> None:
             return [(r.topic, r.queue_id, r.cold_min, r.cold_commit) for r in cat.queues.all()]
 
     assert rows(tmp_path / "rebuilt") == rows(tmp_path / "state")
+
+
+_THREADS_AFTER_NUMPY = (
+    "import os, tieredstore.cli, numpy; "
+    "print(len(os.listdir('/proc/self/task')), os.environ['OPENBLAS_NUM_THREADS'])"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_the_command_starts_no_blas_threads_and_keeps_the_users_setting() -> None:
+    """numpy's OpenBLAS would start a spinning thread per core at import; the command
+    never uses it. A value the user set is theirs."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", _THREADS_AFTER_NUMPY], env=env,
+                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    assert done.stdout.split() == ["1", "1"]
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    done = subprocess.run([sys.executable, "-c", _THREADS_AFTER_NUMPY], env=env,
+                          capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+    assert done.stdout.split()[1] == "2"
