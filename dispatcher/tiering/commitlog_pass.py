@@ -294,9 +294,15 @@ class _Spool:
     """
 
     def __init__(
-        self, directory: Path, expected: Sequence[int], hold_bytes: int = SPOOL_HOLD_BYTES
+        self,
+        directory: Path,
+        expected: Sequence[int],
+        hold_bytes: int = SPOOL_HOLD_BYTES,
+        *,
+        writeback: bool = True,
     ) -> None:
         jobs = len(expected)
+        self.writeback = writeback  # early writeback and reservations (gather_segments)
         self.directory = directory
         self.expected = expected  # each file's final size, reserved when it is opened
         self.fds: dict[int, int] = {}
@@ -355,7 +361,7 @@ class _Spool:
             fd = self.fds[job] = os.open(
                 self.paths[job], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666
             )
-            if self.expected[job] >= _WRITEBACK_BYTES:
+            if self.writeback and self.expected[job] >= _WRITEBACK_BYTES:
                 _reserve(fd, self.expected[job])
         while parts:
             batch = parts[:_IOV_MAX]
@@ -372,7 +378,7 @@ class _Spool:
         # pending: the upload's fsync then finds them on disk already (POSIX links the
         # spool file into place). Never per small write: many tiny disk writes.
         pending = self.sizes[job] - self.flushed[job]
-        if pending >= _WRITEBACK_BYTES:
+        if self.writeback and pending >= _WRITEBACK_BYTES:
             self._flusher.submit(start_writeback, fd, self.flushed[job], pending)
             self.flushed[job] = self.sizes[job]
 
@@ -516,6 +522,7 @@ def gather_segments(
     span_bytes: int = SPAN_BYTES,
     hold_bytes: int = SPOOL_HOLD_BYTES,
     stop: threading.Event | None = None,
+    writeback: bool = True,
 ) -> list[Spooled | TieredStoreError]:
     """Gather every job's records into its spool file under ``spool_dir`` (module doc).
 
@@ -523,6 +530,10 @@ def gather_segments(
     Blocking (run it in a thread). ``stop`` set: the pass ends at the next window and
     every job not yet complete is returned as an error. ``hold_bytes``: how much
     gathered data waits before the spool files are written (:class:`_Spool`).
+    ``writeback``: the spool files become cold objects as they are (plain uploads, which
+    POSIX links into place), so their bytes are sent to disk early and large files are
+    reserved whole; False when they are only read again (encoded), and never need to
+    reach the disk.
     """
     if not jobs:
         return []
@@ -531,7 +542,9 @@ def gather_segments(
     owners = _Owners.of(jobs)
     ts_min = np.full(len(jobs), np.iinfo(np.int64).max, dtype=np.int64)
     ts_max = np.full(len(jobs), np.iinfo(np.int64).min, dtype=np.int64)
-    spool = _Spool(spool_dir, [j.plan.nbytes for j in jobs], hold_bytes=hold_bytes)
+    spool = _Spool(
+        spool_dir, [j.plan.nbytes for j in jobs], hold_bytes=hold_bytes, writeback=writeback
+    )
     buffer = bytearray(window_bytes)
     try:
         try:

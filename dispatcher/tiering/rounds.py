@@ -348,11 +348,15 @@ class Rounds:
         spool files must not be written after the directory is removed)."""
         stop = threading.Event()
         window = PASS_WINDOW_BYTES
+        # Compressed uploads encode the spool files, so their plain bytes need not reach
+        # the disk: only the encoded objects do.
+        plain = self.committer.writer.frames is None
         work = asyncio.ensure_future(
             asyncio.to_thread(
-                gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop
+                gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop,
+                writeback=plain,
             )
-        )
+        )  # fmt: skip
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:

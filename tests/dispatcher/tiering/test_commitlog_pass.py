@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from tests.support.stores.oracle import rewrite_records
@@ -23,6 +24,7 @@ from tieredstore.dispatcher.tiering.commitlog_pass import (
     GatherJob,
     Spooled,
     _Merge,
+    _Spool,
     gather_segments,
 )
 from tieredstore.dispatcher.tiering.planner import Limits, SegmentPlan, plan_segment
@@ -269,3 +271,23 @@ def test_the_merge_cuts_and_orders_spans_as_a_cursor_per_job_does(
     ]
     assert got == _per_job_merge(jobs, span)
     assert sum(len(s) for s in got) == sum(j.plan.count for j in jobs)
+
+
+@pytest.mark.parametrize("writeback", [True, False])
+def test_spool_files_reach_the_disk_early_only_when_uploaded_as_they_are(
+    tmp_path: Path, writeback: bool
+) -> None:
+    """A spool file that becomes the cold object (plain upload) has its bytes sent to
+    disk as the pass goes; one that is only encoded (compression on) never does, and
+    holds the same bytes."""
+    size = 3 << 20  # above the early writeback's threshold
+    data = pa.py_buffer(os.urandom(size))
+    spool = _Spool(tmp_path, [size], writeback=writeback)
+    try:
+        spool.submit(data, [(0, 0, size)])
+        spool.finish()
+    finally:
+        spool.close()
+    assert spool.flushed == ([size] if writeback else [0])
+    assert spool.paths[0].read_bytes() == data.to_pybytes()
+    assert spool.hashes[0].hexdigest() == digest(data.to_pybytes())
