@@ -195,13 +195,15 @@ async def test_a_flipped_byte_read_through_the_decoder_is_a_corrupt_frame() -> N
         await read_range(backend, "framed", 0, len(DATA), Framed(len(obj)))
 
 
-def test_a_file_is_encoded_as_its_bytes_would_be(tmp_path: Path) -> None:
+@pytest.mark.parametrize("data", [DATA, DATA[: FRAME * 2], DATA[:1], b""])
+def test_a_file_is_encoded_as_its_bytes_would_be(tmp_path: Path, data: bytes) -> None:
+    """Frames of whole and cut lengths, one byte, an empty file (which cannot be mapped)."""
     src, dst = tmp_path / "spool", tmp_path / "spool.zst"
-    src.write_bytes(DATA)
+    src.write_bytes(data)
     size, crc = encode_file(src, dst, FrameSettings(FRAME, 3))
     assert size == dst.stat().st_size
     assert crc == digest(dst.read_bytes(), DigestAlgorithm.CRC32C)
-    assert dst.read_bytes() == encode(DATA, FrameSettings(FRAME, 3))
+    assert dst.read_bytes() == encode(data, FrameSettings(FRAME, 3))
 
 
 def test_the_frame_size_setting_stops_at_the_largest_frame_a_seek_table_holds() -> None:

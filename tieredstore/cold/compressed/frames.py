@@ -27,8 +27,10 @@ is the same finding as a flipped byte in a plain one), never a zstd exception.
 
 from __future__ import annotations
 
+import contextlib
 import enum
-import functools
+import mmap
+import os
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -200,17 +202,39 @@ def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
 
 
 def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str]:
-    """Write ``src`` compressed to ``dst`` as :func:`encode` would (one frame in memory at
-    a time); return ``dst``'s size and the CRC-32C of its bytes (computed as they are
-    written: ``dst`` is not read back). Blocking: run it in a thread."""
+    """Write ``src`` compressed to ``dst`` as :func:`encode` would; return ``dst``'s size
+    and the CRC-32C of its bytes (computed as they are written: ``dst`` is not read
+    back). Blocking: run it in a thread.
+
+    ``src`` is mapped, not read: each frame compresses straight from the page cache, where
+    reading it allocated and filled a fresh frame-sized buffer per frame (18 % of the
+    encode's CPU). ``src`` must not shrink meanwhile (a mapped page past its end would be
+    a ``SIGBUS``): it is a finished spool file that nothing else writes."""
     crc = hasher(DigestAlgorithm.CRC32C)
     size = 0
-    with src.open("rb") as fin, dst.open("wb") as fout:
-        chunks = iter(functools.partial(fin.read, settings.frame_bytes), b"")
+    with src.open("rb") as fin, dst.open("wb") as fout, _mapped(fin.fileno()) as view:
+        step = settings.frame_bytes
+        chunks = (view[lo : lo + step] for lo in range(0, view.nbytes, step))
         for part in _seekable(chunks, settings):
             crc.update(part)
             size += fout.write(part)
     return size, crc.hexdigest()
+
+
+@contextlib.contextmanager
+def _mapped(fd: int) -> Iterator[memoryview]:
+    """The whole file ``fd`` as a read-only view (empty: an empty view; ``mmap`` refuses
+    a length of 0)."""
+    length = os.fstat(fd).st_size
+    if length == 0:
+        yield memoryview(b"")
+        return
+    with mmap.mmap(fd, length, access=mmap.ACCESS_READ) as mapping:
+        view = memoryview(mapping)
+        try:
+            yield view
+        finally:
+            view.release()  # before the mapping closes (it refuses while exported)
 
 
 def _seekable(chunks: Iterable[bytes | memoryview], settings: FrameSettings) -> Iterator[bytes]:
