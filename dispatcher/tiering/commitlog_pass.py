@@ -302,7 +302,9 @@ class _Spool:
         writeback: bool = True,
     ) -> None:
         jobs = len(expected)
-        self.writeback = writeback  # early writeback and reservations (gather_segments)
+        # Early writeback and reservations: for files uploaded as they are (POSIX links
+        # them into place); a file that is only encoded need never reach the disk.
+        self.writeback = writeback
         self.directory = directory
         self.expected = expected  # each file's final size, reserved when it is opened
         self.fds: dict[int, int] = {}
@@ -529,11 +531,8 @@ def gather_segments(
     Returns, per job in order, its :class:`Spooled` file or the error that failed it.
     Blocking (run it in a thread). ``stop`` set: the pass ends at the next window and
     every job not yet complete is returned as an error. ``hold_bytes``: how much
-    gathered data waits before the spool files are written (:class:`_Spool`).
-    ``writeback``: the spool files become cold objects as they are (plain uploads, which
-    POSIX links into place), so their bytes are sent to disk early and large files are
-    reserved whole; False when they are only read again (encoded), and never need to
-    reach the disk.
+    gathered data waits before the spool files are written (:class:`_Spool`; its
+    ``writeback``: False when the files are only encoded, never uploaded as they are).
     """
     if not jobs:
         return []
@@ -568,15 +567,8 @@ def gather_segments(
         elif spool.sizes[i] != job.plan.nbytes:  # a bug, not bad data: say so loudly
             raise AssertionError(f"gathered {spool.sizes[i]} of {job.plan.nbytes} bytes")
         else:
-            out.append(
-                Spooled(
-                    spool.paths[i],
-                    spool.sizes[i],
-                    spool.hashes[i].hexdigest(),
-                    int(ts_min[i]),
-                    int(ts_max[i]),
-                )
-            )
+            out.append(Spooled(spool.paths[i], spool.sizes[i], spool.hashes[i].hexdigest(),
+                               int(ts_min[i]), int(ts_max[i])))  # fmt: skip
     return out
 
 

@@ -347,14 +347,11 @@ class Rounds:
         """Run the pass in a thread; if cancelled, stop it and wait for it to return (its
         spool files must not be written after the directory is removed)."""
         stop = threading.Event()
-        window = PASS_WINDOW_BYTES
-        # Compressed uploads encode the spool files, so their plain bytes need not reach
-        # the disk: only the encoded objects do.
-        plain = self.committer.writer.frames is None
+        plain = self.committer.writer.frames is None  # else the spool files are encoded
         work = asyncio.ensure_future(
             asyncio.to_thread(
-                gather_segments, self.hot, jobs, directory, window_bytes=window, stop=stop,
-                writeback=plain,
+                gather_segments, self.hot, jobs, directory, window_bytes=PASS_WINDOW_BYTES,
+                stop=stop, writeback=plain,
             )
         )  # fmt: skip
         try:
