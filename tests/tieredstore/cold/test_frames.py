@@ -4,6 +4,7 @@ damage is a digest-mismatch kind of error, never a zstd exception."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import random
 from pathlib import Path
@@ -204,6 +205,17 @@ def test_a_file_is_encoded_as_its_bytes_would_be(tmp_path: Path, data: bytes) ->
     assert size == dst.stat().st_size
     assert crc == digest(dst.read_bytes(), DigestAlgorithm.CRC32C)
     assert dst.read_bytes() == encode(data, FrameSettings(FRAME, 3))
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux /dev/full")
+def test_a_full_disk_while_encoding_is_the_disks_error(tmp_path: Path) -> None:
+    """The spool file is mapped while frames are written: a failed write must come out as
+    itself (the caller reports the full disk), not as an error about the mapping."""
+    src = tmp_path / "spool"
+    src.write_bytes(DATA * 8)
+    with pytest.raises(OSError, match="No space left") as failed:
+        encode_file(src, Path("/dev/full"), FrameSettings(FRAME * 64, 1))
+    assert failed.value.errno == errno.ENOSPC
 
 
 def test_the_frame_size_setting_stops_at_the_largest_frame_a_seek_table_holds() -> None:

@@ -27,7 +27,6 @@ is the same finding as a flipped byte in a plain one), never a zstd exception.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import mmap
 import os
@@ -212,29 +211,26 @@ def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str
     a ``SIGBUS``): it is a finished spool file that nothing else writes."""
     crc = hasher(DigestAlgorithm.CRC32C)
     size = 0
-    with src.open("rb") as fin, dst.open("wb") as fout, _mapped(fin.fileno()) as view:
-        step = settings.frame_bytes
-        chunks = (view[lo : lo + step] for lo in range(0, view.nbytes, step))
+    with src.open("rb") as fin:
+        view = _mapped(fin.fileno())
+    step = settings.frame_bytes
+    chunks = (view[lo : lo + step] for lo in range(0, view.nbytes, step))
+    with dst.open("wb") as fout:
         for part in _seekable(chunks, settings):
             crc.update(part)
             size += fout.write(part)
     return size, crc.hexdigest()
 
 
-@contextlib.contextmanager
-def _mapped(fd: int) -> Iterator[memoryview]:
-    """The whole file ``fd`` as a read-only view (empty: an empty view; ``mmap`` refuses
-    a length of 0)."""
+def _mapped(fd: int) -> memoryview:
+    """The whole file ``fd`` as a read-only view, mapped (an empty file: an empty view, as
+    ``mmap`` refuses a length of 0). The mapping lasts as long as a view of it does and is
+    never closed explicitly: a frame's view still held by an error's traceback would make
+    closing it raise ``BufferError`` over that error."""
     length = os.fstat(fd).st_size
     if length == 0:
-        yield memoryview(b"")
-        return
-    with mmap.mmap(fd, length, access=mmap.ACCESS_READ) as mapping:
-        view = memoryview(mapping)
-        try:
-            yield view
-        finally:
-            view.release()  # before the mapping closes (it refuses while exported)
+        return memoryview(b"")
+    return memoryview(mmap.mmap(fd, length, access=mmap.ACCESS_READ))
 
 
 def _seekable(chunks: Iterable[bytes | memoryview], settings: FrameSettings) -> Iterator[bytes]:
