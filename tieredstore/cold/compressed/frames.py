@@ -31,7 +31,7 @@ import enum
 import mmap
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -194,10 +194,7 @@ def seek_table_length(tail: bytes | memoryview) -> int:
 def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
     """``data`` as a seekable zstd object of frames of ``settings.frame_bytes`` (the last
     shorter; none for empty ``data``)."""
-    view = memoryview(data).cast("B")
-    step = settings.frame_bytes
-    chunks = (view[lo : lo + step] for lo in range(0, view.nbytes, step))
-    return b"".join(_seekable(chunks, settings))
+    return b"".join(_seekable(memoryview(data).cast("B"), settings))
 
 
 def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str]:
@@ -213,10 +210,8 @@ def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str
     size = 0
     with src.open("rb") as fin:
         view = _mapped(fin.fileno())
-    step = settings.frame_bytes
-    chunks = (view[lo : lo + step] for lo in range(0, view.nbytes, step))
     with dst.open("wb") as fout:
-        for part in _seekable(chunks, settings):
+        for part in _seekable(view, settings):
             crc.update(part)
             size += fout.write(part)
     return size, crc.hexdigest()
@@ -233,13 +228,16 @@ def _mapped(fd: int) -> memoryview:
     return memoryview(mmap.mmap(fd, length, access=mmap.ACCESS_READ))
 
 
-def _seekable(chunks: Iterable[bytes | memoryview], settings: FrameSettings) -> Iterator[bytes]:
-    """Each of ``chunks`` compressed as one frame, in order, then their seek table."""
+def _seekable(view: memoryview, settings: FrameSettings) -> Iterator[bytes]:
+    """Each ``settings.frame_bytes`` of ``view`` (bytes; the last shorter) compressed as
+    one frame, in order, then their seek table."""
     compressor = settings.compressor()
+    step = settings.frame_bytes
     sizes: list[int] = []
-    for chunk in chunks:
+    for lo in range(0, view.nbytes, step):
+        chunk = view[lo : lo + step]
         frame = compressor.compress(chunk)
-        sizes += (len(frame), memoryview(chunk).nbytes)
+        sizes += (len(frame), chunk.nbytes)
         yield frame
     yield _seek_table(sizes)
 
