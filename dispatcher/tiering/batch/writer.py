@@ -77,6 +77,7 @@ from tieredstore.errors import (
 )
 from tieredstore.formats.consumequeue import encode_units, make_units
 from tieredstore.hot.store import QueueKey
+from tieredstore.mapped import mapped_view
 from tieredstore.metadata.catalogue import Catalogue
 from tieredstore.metadata.rows import QueueRow
 from tieredstore.settings.loader import TieringSettings
@@ -332,32 +333,24 @@ class BatchWriter:
 
 def _parts(items: Sequence[BatchItem]) -> list[SlicePart]:
     """Each item's slice: its spooled COMMIT_LOG bytes and the CONSUME_QUEUE units over
-    them (blocking: reads the spool files). The spool bytes of every item are read into
-    one buffer and each part holds a view of it, so the batch is then built by one copy
-    (a batch of small slices held its data three times over)."""
-    buffer = memoryview(bytearray(sum(item.spooled.size for item in items)))
-    parts, at = [], 0
-    for item in items:
-        view = buffer[at : at + item.spooled.size]
-        _read_spool(item.spooled, view)
-        parts.append(_part(item, view))
-        at += len(view)
-    return parts
+    them (blocking: maps the spool files). Each part's bytes are a read-only map of its
+    spool file, so the batch is built by one copy of them, straight from the page cache."""
+    return [_part(item, _spool_view(item.spooled)) for item in items]
 
 
-def _read_spool(spooled: Spooled, into: memoryview) -> None:
-    """Fill ``into`` with the spool file's bytes; StoreError if it holds more or fewer."""
-    got = 0
-    with spooled.path.open("rb", buffering=0) as f:
-        while got < len(into) and (n := f.readinto(into[got:])):
-            got += n
-        longer = got == len(into) and bool(f.read(1))
-    if got != len(into) or longer:
-        held = f"more than {got}" if longer else str(got)
+def _spool_view(spooled: Spooled) -> memoryview:
+    """The spool file's bytes, mapped; StoreError if it holds more or fewer than
+    gathered. The map lasts as long as a view of it does."""
+    try:
+        view = mapped_view(spooled.path)
+    except OSError as exc:
+        raise StoreError(f"cannot map the spool file: {exc}", where=str(spooled.path)) from exc
+    if len(view) != spooled.size:
         raise StoreError(
-            f"spool file holds {held} bytes, {spooled.size} were gathered",
+            f"spool file holds {len(view)} bytes, {spooled.size} were gathered",
             where=str(spooled.path),
         )
+    return view
 
 
 def _part(item: BatchItem, commit_log: memoryview) -> SlicePart:

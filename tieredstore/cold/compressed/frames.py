@@ -28,8 +28,6 @@ is the same finding as a flipped byte in a plain one), never a zstd exception.
 from __future__ import annotations
 
 import enum
-import mmap
-import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ import zstandard
 
 from tieredstore.cold.digests import DigestAlgorithm, hasher
 from tieredstore.errors import CorruptFrameError
+from tieredstore.mapped import mapped_view
 
 __all__ = [
     "FOOTER_BYTES",
@@ -208,24 +207,12 @@ def encode_file(src: Path, dst: Path, settings: FrameSettings) -> tuple[int, str
     a ``SIGBUS``): it is a finished spool file that nothing else writes."""
     crc = hasher(DigestAlgorithm.CRC32C)
     size = 0
-    with src.open("rb") as fin:
-        view = _mapped(fin.fileno())
+    view = mapped_view(src)
     with dst.open("wb") as fout:
         for part in _seekable(view, settings):
             crc.update(part)
             size += fout.write(part)
     return size, crc.hexdigest()
-
-
-def _mapped(fd: int) -> memoryview:
-    """The whole file ``fd`` as a read-only view, mapped (an empty file: an empty view, as
-    ``mmap`` refuses a length of 0). The mapping lasts as long as a view of it does and is
-    never closed explicitly: a frame's view still held by an error's traceback would make
-    closing it raise ``BufferError`` over that error."""
-    length = os.fstat(fd).st_size
-    if length == 0:
-        return memoryview(b"")
-    return memoryview(mmap.mmap(fd, length, access=mmap.ACCESS_READ))
 
 
 def _seekable(view: memoryview, settings: FrameSettings) -> Iterator[bytes]:
