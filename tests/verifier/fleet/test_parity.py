@@ -20,8 +20,10 @@ One decision (issue 46, deliverable 4): what a link's objects say (``missing_obj
 :mod:`tieredstore.verifier.decision.link`, which both jobs drive, so ``record_mismatch`` and
 ``content_mismatch`` are compared on every queue, damaged objects or not — but for one
 exception by design: the fleet job compares content per leaf of 64 offsets, so a leaf
-that reaches into a missing or cut-short object is held in part and not compared, where
-the single job still compares each record it reads (:func:`_beside_unread`).
+that reaches into a missing or cut-short object (:func:`_beside_unread`), or across the
+retention cut, or into another damaged link whose units do not tile its commit log
+(:func:`_held_in_part`), is held in part and not compared, where the single job still
+compares each record it reads.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from tieredstore.hot.store import QueueKey
 from tieredstore.hot.synth import SynthSpec, synthesize
 from tieredstore.verifier.fleet.job import FleetOptions, verify_fleet
 from tieredstore.verifier.job import verify
-from tieredstore.verifier.outcome import VerificationResult
+from tieredstore.verifier.outcome import Anomaly, VerificationResult
 from tieredstore.verifier.verdict import Verdict
 from tieredstore.verifier.vocabulary import LagAllowance, LagUnit, Level, VerifyOptions
 
@@ -76,6 +78,7 @@ NO_LAG = LagAllowance(LagUnit.MESSAGES, 0)
 NOT_DECIDED = {FindingKind.ORPHAN_OBJECT, FindingKind.CATALOGUE_DRIFT,
                FindingKind.COLD_AHEAD_OF_HOT}  # fmt: skip
 ACTIONS = ("delete", "truncate", "flip")
+LEAF = 64  # the fingerprint's --leaf-offsets default
 FORGERIES = ("none", "ahead", "other", "partial")
 DAY_MS = 24 * 3600 * 1000
 
@@ -86,6 +89,8 @@ class Base:
     cold: Path
     #: (key, kind): kind is "data", "json" or "batch".
     targets: tuple[tuple[str, str], ...]
+    #: Per queue, the offsets of the leaf cold holds in part at its retention cut.
+    cut_leaves: dict[tuple[str, int], range]
 
 
 def _manifests(image: ColdImage, q: QueueKey) -> list[Manifest]:
@@ -136,7 +141,9 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
         "fingerprint", "--store", str(root / "hot"), "--cold", str(root / "cold"),
         "--cluster", CLUSTER, "--broker", BROKER, "--max-bytes-per-second", "0",
     ]) == 0  # fmt: skip
-    return Base(root / "hot", root / "cold", tuple(sorted(targets)))
+    cut = first.end_offset  # the leaf [64, 128) across the cut: cold holds [100, 128)
+    cut_leaves = {(EXPIRED.topic, EXPIRED.queue_id): range(cut, -(-cut // LEAF) * LEAF)}
+    return Base(root / "hot", root / "cold", tuple(sorted(targets)), cut_leaves)
 
 
 def _damage(path: Path, kind: str, action: str, where: float) -> str:
@@ -196,6 +203,41 @@ def _beside_unread(classes: Classes) -> Classes:
     return classes - {c for c in _content(classes) if (c[1], c[2]) in unread}
 
 
+def _held_in_part(single: VerificationResult, base: Base) -> Classes:
+    """The single job's ``content_mismatch`` classes whose every mismatch lies in a leaf
+    the fleet job may hold in part and so not compare: the leaf across the retention cut
+    (its digest covers offsets cold no longer has), or a leaf reaching into another link
+    the single job found damaged (one not read whole, or whose units do not tile its
+    commit log, is not compared). The single job compares such records one by one."""
+    damaged = [
+        (a.topic, a.queue_id, a.start, a.end)
+        for a in single.anomalies
+        if a.anomaly is not FindingKind.CONTENT_MISMATCH
+        and a.start is not None
+        and a.end is not None
+    ]
+
+    def held(a: Anomaly) -> bool:
+        if a.start is None or a.end is None:
+            return False
+        cut = base.cut_leaves.get((a.topic, a.queue_id), range(0))
+        if a.start in cut and a.end - 1 in cut:
+            return True
+        lo, hi = a.start // LEAF * LEAF, -(-a.end // LEAF) * LEAF  # the leaves it lies in
+        return any(
+            (t, q) == (a.topic, a.queue_id) and s < hi and e > lo
+            and not (s <= a.start and a.end <= e)  # not the link holding it
+            for t, q, s, e in damaged
+        )  # fmt: skip
+
+    by_queue: dict[tuple[str, int], list[bool]] = {}
+    for a in single.anomalies:
+        if a.anomaly is FindingKind.CONTENT_MISMATCH:
+            by_queue.setdefault((a.topic, a.queue_id), []).append(held(a))
+    kind = FindingKind.CONTENT_MISMATCH.value
+    return {(kind, t, q) for (t, q), inside in by_queue.items() if all(inside)}
+
+
 def _classes(*results: VerificationResult) -> list[Classes]:
     """Each result's (class, topic, queue id), leaving out :data:`NOT_DECIDED`."""
     found = [{(a.anomaly.value, a.topic, a.queue_id) for a in r.anomalies} for r in results]
@@ -248,11 +290,55 @@ def test_both_jobs_give_the_same_verdict_and_classes_for_any_damage(
     if forged is None:
         assert fleet.verdict is single.verdict, (done, single.anomalies, fleet.anomalies)
         got, want = _classes(fleet, single)
-        assert _beside_unread(got) == _beside_unread(want), done
+        held = _held_in_part(single, base)
+        assert _beside_unread(got) - held == _beside_unread(want) - held, done
         assert _content(got) <= _content(want), done  # the fleet job never invents one
     else:  # a forged newest fingerprint: never trusted, never CLEAN, named
         assert fleet.verdict.rank >= Verdict.INCOMPLETE.rank, (forgery, done)
         assert fleet.incomplete is not None and forged in fleet.incomplete
+
+
+def _segment(base: Base, queue: QueueKey, start: int) -> Manifest:
+    mark = f"/{queue.topic}/{queue.queue_id}/MANIFEST/"
+    found = [Manifest.from_json((base.cold / k).read_bytes(), where=k)
+             for k, _ in base.targets if mark in k]  # fmt: skip
+    (segment,) = [m for m in found if m.start_offset == start]
+    return segment
+
+
+# The examples that taught the oracle :func:`_held_in_part`: byte 0 of a segment's first
+# record flipped, (1) in the leaf across the expired queue's retention cut, [64, 128);
+# (2) in the leaf [192, 256) that reaches back into the segment [100, 200), whose first
+# consume-queue unit is flipped too (its units no longer tile its commit log).
+HELD_IN_PART = {
+    "retention-cut": (EXPIRED, 100, ()),
+    "beside-units-that-do-not-tile": (QUEUES[0], 200, ((100, "CONSUME_QUEUE"),)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HELD_IN_PART))
+def test_a_flipped_record_in_a_leaf_held_in_part(
+    base: Base, spark: SparkSession, case: str
+) -> None:
+    """Both jobs: CORRUPT, with the same classes but one: only the single job compares
+    the flipped record's content, since the fleet job holds its leaf in part."""
+    queue, start, beside = HELD_IN_PART[case]
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = Path(tmp) / "cold"
+        shutil.copytree(base.cold, cold)
+        _damage(cold / _segment(base, queue, start).commit_log_key, "data", "flip", 0.0)
+        for at, kind in beside:
+            m = _segment(base, queue, at)
+            key = m.consume_queue_key if kind == "CONSUME_QUEUE" else m.commit_log_key
+            _damage(cold / key, "data", "flip", 0.0)
+        single, fleet = _both(base.hot, cold, spark)
+    assert single.verdict is fleet.verdict is Verdict.CORRUPT
+    got, want = _classes(fleet, single)
+    content = ("content_mismatch", queue.topic, queue.queue_id)
+    assert want - got == _held_in_part(single, base) == {content}, (single.anomalies, fleet)
+    assert got == want - {content}, fleet.anomalies
+    (found,) = [a for a in single.anomalies if a.anomaly is FindingKind.CONTENT_MISMATCH]
+    assert (found.start, found.end) == (start, start + 1)
 
 
 def test_a_unit_pointing_off_its_record_is_judged_alike_by_both_jobs(
