@@ -19,6 +19,9 @@ def test_a_spool_file_of_another_size_than_gathered_is_refused(tmp_path: Path, h
     spooled = Spooled(path, 100, "", 0, 0)
     with pytest.raises(StoreError, match=f"spool file holds {held} bytes, 100 were gathered"):
         _spool_view(spooled)
+
+
+def test_a_spool_file_that_is_gone_is_refused_naming_it(tmp_path: Path) -> None:
     spooled = Spooled(tmp_path / "gone.spool", 100, "", 0, 0)
     with pytest.raises(StoreError, match="cannot map the spool file") as caught:
         _spool_view(spooled)
