@@ -78,7 +78,9 @@ CASES = [
     ),
     pytest.param("cq_parse.py", ["--units", "30000"], id="cq_parse"),
     pytest.param(
-        "compression.py", ["--size", "1M", "--topics", "2", "--queues", "2"], id="compression"
+        "compression.py",
+        ["--size", "1M", "--topics", "2", "--queues", "2", "--repeat", "1"],
+        id="compression",
     ),
     pytest.param(
         "fingerprint.py",
