@@ -30,6 +30,7 @@ Nothing else constructs the dispatcher or its tiering parts (tests/repo/ holds t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,6 +224,8 @@ def _cold_writer(out: _Outside, paced: Backend, lease: Lease, retry: RetryPolicy
             if settings.cold.compression == "none"
             else FrameSettings(settings.cold.frame_size, settings.cold.compression_level)
         ),
+        # zstd is CPU alone: no more threads than cores, nor than uploads at once.
+        encode_threads=max(min(settings.tiering.concurrency, os.cpu_count() or 1), 1),
     )
 
 

@@ -70,7 +70,7 @@ from tieredstore.dispatcher.tiering.batch.sequence import BatchKeys
 from tieredstore.dispatcher.tiering.commitlog_pass import Spooled
 from tieredstore.dispatcher.tiering.continuity import Continuity
 from tieredstore.dispatcher.tiering.planner import SegmentPlan
-from tieredstore.dispatcher.tiering.uploader import UploadedObjects, upload_objects
+from tieredstore.dispatcher.tiering.uploader import Encodings, UploadedObjects, upload_objects
 from tieredstore.errors import (
     CatalogueError,
     ConditionFailedError,
@@ -134,6 +134,7 @@ class ColdWriter:
         retry: RetryPolicy,
         on_retry: Callable[[str], None] | None = None,
         frames: FrameSettings | None = None,
+        encode_threads: int = 1,
     ) -> None:
         self.backend = backend
         self.hot = hot
@@ -147,6 +148,9 @@ class ColdWriter:
         self.on_retry = on_retry
         #: How new COMMIT_LOG objects are compressed (None: written plain).
         self.frames = frames
+        #: Where segments are encoded, ahead of their uploads when a round starts them
+        #: (in at most ``encode_threads`` threads); None when they are written plain.
+        self.encodings = None if frames is None else Encodings(frames, threads=encode_threads)
         self.continuity = Continuity(hot, catalogue, backend)
 
     def queue_path(self, topic: str, queue_id: int) -> QueuePath:
@@ -187,7 +191,8 @@ class ColdWriter:
         async def write(cl_key: str, cq_key: str) -> UploadedObjects:
             return await upload_objects(
                 plan, spooled, backend=self.backend, cl_key=cl_key, cq_key=cq_key,
-                cl_base=cl_base, batch_bytes=self.batch_bytes, check=check, frames=self.frames,
+                cl_base=cl_base, batch_bytes=self.batch_bytes, check=check,
+                encodings=self.encodings,
             )  # fmt: skip
 
         attempt, uploaded = await self.upload_attempt(queue, plan.start, cl_base, write)

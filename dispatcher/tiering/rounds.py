@@ -51,6 +51,7 @@ from tieredstore.dispatcher.tiering.planner import (
 )
 from tieredstore.dispatcher.tiering.spool_room import RoundBudget, spool_room
 from tieredstore.dispatcher.tiering.tick_report import TickReport, record_error
+from tieredstore.dispatcher.tiering.uploader import encoding_ahead
 from tieredstore.errors import (
     CorruptRecordError,
     DamagedObjectError,
@@ -233,7 +234,7 @@ class Rounds:
         tiering = self.in_force.tiering  # one round, one set of settings
         guard = await asyncio.to_thread(self.guard.guard_ts, tiering.guard)
         room = await asyncio.to_thread(spool_room, self.spool_dir, tiering.spool_max_bytes)
-        budget = RoundBudget(PASS_MAX_RECORDS, room)
+        budget = RoundBudget(PASS_MAX_RECORDS, room, encoded=self.committer.writer.frames)
         outcomes = await asyncio.to_thread(self._plan_rows, rows, flush, guard, budget)
         self.metrics.spool_too_small.set(any(isinstance(o, SpoolTooSmallError) for o in outcomes))
         planned: list[tuple[QueueRow, SegmentPlan]] = []
@@ -297,14 +298,13 @@ class Rounds:
                     gathered = [exc] * len(jobs)
                 gathered = await asyncio.to_thread(_recheck_units, self.hot, planned, gathered)
                 batches, single = split_round(planned, gathered, batching=batching)
-                outcomes = await asyncio.gather(
-                    self._commit_batches(batches, report),
-                    *(
-                        self._commit_gathered(row, plan, spooled, report)
-                        for row, plan, spooled in single
-                    ),
-                    return_exceptions=True,
-                )
+                ahead = (s for _, _, s in single if isinstance(s, Spooled))  # commits' order
+                async with encoding_ahead(self.committer.writer.encodings, ahead):
+                    outcomes = await asyncio.gather(
+                        self._commit_batches(batches, report),
+                        *(self._commit_gathered(r, p, s, report) for r, p, s in single),
+                        return_exceptions=True,
+                    )
         finally:
             self.in_flight = 0
         going = _going(outcomes, report, self.metrics, self._damage)

@@ -4,7 +4,9 @@ mismatch."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from tests.support.stores.coldcheck import assert_cold_matches_hot, read_cold
 from tests.support.stores.compressed import silent_flip
 from tieredstore.backends import open_backend
 from tieredstore.backends.base import Backend
-from tieredstore.backends.memory import reset_memory_stores
+from tieredstore.backends.memory import MemoryBackend, reset_memory_stores
 from tieredstore.cli.sidecar.runtime import open_runtime
 from tieredstore.cold import manifest as manifests
 from tieredstore.cold.batch import (
@@ -124,6 +126,46 @@ async def _assert_encoded_as_plain(plain: Backend, zstd: Backend) -> None:
                                   settings)  # fmt: skip
             compared += c.commit_log.size > 8192
     assert compared  # segments of several frames among them
+
+
+class _FirstUploadWaitsForTheRest(MemoryBackend):
+    """A memory store whose first compressed COMMIT_LOG upload waits (at most 60 s) until
+    every other segment of its round has its encoded copy beside its spool file: with one
+    upload at a time and one encode thread, that happens only if the round encodes its
+    segments ahead of their uploads."""
+
+    waited = False
+
+    async def write_file(
+        self, key: str, path: Path, *, chunk_bytes: int, check: Callable[[], None]
+    ) -> int:
+        if not self.waited and path.name.endswith(".zst"):
+            self.waited = True
+            spools = [p for p in path.parent.glob("segment-*") if p.suffix != ".zst"]
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while not all(p.with_name(p.name + ".zst").exists() for p in spools):
+                if loop.time() > deadline:
+                    raise AssertionError(f"{len(spools)} segments, none encoded ahead")
+                await asyncio.sleep(0.01)
+        return await super().write_file(key, path, chunk_bytes=chunk_bytes, check=check)
+
+
+async def test_a_round_encodes_its_segments_ahead_of_their_uploads(
+    store: Path, tmp_path: Path
+) -> None:
+    reset_memory_stores()
+    waits = _FirstUploadWaitsForTheRest("ahead")
+    settings = settings_for(store, "memory://ahead", tmp_path / "state",
+                            tiering__concurrency=1, **ZSTD)  # fmt: skip
+    async with open_runtime(settings, backend=waits) as rt:
+        await rt.dispatcher.start(wait_for_lease=False)
+        assert not (await rt.dispatcher.catch_up()).errors
+    assert waits.waited
+    async with open_backend("memory://ahead") as zstd:
+        assert set(await _versions(zstd)) == {COMPRESSED_VERSION}
+        await assert_cold_matches_hot(zstd, HotStore(store), CLUSTER, BROKER)
+    assert not list((tmp_path / "state").rglob("*.zst"))  # the round's copies went with it
 
 
 async def test_a_store_of_both_kinds_reads_and_verifies_as_one(store: Path, tmp_path: Path) -> None:

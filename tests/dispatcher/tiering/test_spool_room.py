@@ -11,6 +11,7 @@ from tests.support.sidecar.settings import BROKER, CLUSTER, settings_for
 from tests.support.stores.coldcheck import assert_cold_matches_hot
 from tieredstore.backends import open_backend
 from tieredstore.cli.sidecar.runtime import open_runtime
+from tieredstore.cold.compressed.frames import FrameSettings, stored_bound
 from tieredstore.dispatcher.tiering.planner import SegmentPlan
 from tieredstore.dispatcher.tiering.spool_room import SPOOL_RESERVE, RoundBudget, spool_room
 from tieredstore.errors import SpoolTooSmallError
@@ -79,3 +80,17 @@ async def test_a_segment_larger_than_the_spool_stops_with_an_error_and_a_metric(
         assert all("does not fit the spool: 4.0 KiB free" in e for e in report.errors)
         assert rt.metrics.spool_too_small._value.get() == 1
         assert rt.metrics.errors.labels("SpoolTooSmallError")._value.get() == 4
+
+
+def test_a_compressed_round_counts_each_segments_encoded_copy_too() -> None:
+    frames = FrameSettings(1 << 20, 1)
+    cost = 1000 + stored_bound(1000, frames)
+    budget = RoundBudget(max_records=1000, max_bytes=cost, encoded=frames)
+    assert budget.admit(KEY, first := _plan(1000)) is first
+    assert budget.bytes == cost and budget.full()
+    alone = RoundBudget(max_records=1000, max_bytes=cost - 1, encoded=frames).admit(
+        KEY, _plan(1000)
+    )
+    assert isinstance(alone, SpoolTooSmallError)
+    assert str(alone).startswith("segment of 1000 B (with its compressed copy) does not fit")
+    assert RoundBudget(max_records=1000, max_bytes=1000).admit(KEY, _plan(1000)) is not None

@@ -29,6 +29,7 @@ from tieredstore.cold.compressed.frames import (
     decode_whole,
     encode,
     encode_file,
+    stored_bound,
 )
 from tieredstore.cold.digests import DigestAlgorithm, digest
 from tieredstore.errors import CorruptFrameError, DigestMismatchError
@@ -258,3 +259,13 @@ def test_a_damaged_frame_header_is_a_corrupt_frame_not_a_huge_allocation() -> No
                 damaged[at] ^= mask
                 with contextlib.suppress(CorruptFrameError):
                     assert decode_whole(memoryview(damaged), where="t") == DATA
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, (64 << 10) - 1, 64 << 10, (64 << 10) + 1, 200_005])
+def test_stored_bound_holds_for_bytes_that_do_not_compress(size: int) -> None:
+    """The room a writer reserves for an encoded copy: never less than the encoder makes
+    of random bytes (its worst case), and not loose beyond zstd's own bound."""
+    settings = FrameSettings(64 << 10, 1)
+    stored = len(encode(random.Random(size).randbytes(size), settings))
+    frames = -(-size // settings.frame_bytes)
+    assert stored <= stored_bound(size, settings) <= size + size // 256 + 96 * frames + 32

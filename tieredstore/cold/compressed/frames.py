@@ -53,6 +53,7 @@ __all__ = [
     "encode",
     "encode_file",
     "seek_table_length",
+    "stored_bound",
     "tail_length",
 ]
 
@@ -188,6 +189,26 @@ def seek_table_length(tail: bytes | memoryview) -> int:
     if magic != SEEKABLE_MAGIC:
         return 0
     return _SKIPPABLE_HEADER + count * (12 if descriptor & 0x80 else 8) + FOOTER_BYTES
+
+
+def stored_bound(size: int, settings: FrameSettings) -> int:
+    """The most bytes :func:`encode` (or :func:`encode_file`) can make of ``size`` bytes
+    at ``settings``: zstd's worst case for each frame (``ZSTD_COMPRESSBOUND``: bytes that
+    do not compress are stored in raw blocks, a few bytes each more, frame header and
+    checksum included) plus the seek table. What a writer reserves room for before it
+    encodes."""
+    if size < 0:
+        raise ValueError(f"size must not be negative, got {size}")
+    full, last = divmod(size, settings.frame_bytes)
+    frames = full + (1 if last else 0)
+    payload = full * _zstd_bound(settings.frame_bytes) + (_zstd_bound(last) if last else 0)
+    return payload + _SKIPPABLE_HEADER + frames * _ENTRY.itemsize * 2 + FOOTER_BYTES
+
+
+def _zstd_bound(size: int) -> int:
+    """``ZSTD_COMPRESSBOUND(size)`` of zstd.h: one frame's worst case."""
+    small = 128 << 10
+    return size + (size >> 8) + ((small - size) >> 11 if size < small else 0)
 
 
 def encode(data: bytes | memoryview, settings: FrameSettings) -> bytes:
