@@ -132,8 +132,8 @@ def _args() -> argparse.Namespace:
     )  # fmt: skip
     ap.add_argument("--no-tiering", action="store_true", help="skip the sidecar runs")
     ap.add_argument(
-        "--repeat", type=int, default=3,
-        help="pairs of sidecar runs per store, none and zstd alternating; medians (3)",
+        "--repeat", type=int, default=5,
+        help="pairs of sidecar runs per store, none and zstd alternating; medians (5)",
     )  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
     return ap.parse_args()
