@@ -30,9 +30,10 @@ Its contracts:
   or one never started, encodes it then, in a thread.
 * An encoding that failed raises from ``take`` (the upload attempt fails and is retried
   as any other, encoding afresh).
-* :meth:`Encodings.settle` cancels the encodings not begun and waits for the running
-  ones: after it, nothing writes into the round's spool directory, which may then go.
-  Files of encodings nobody took are left there (the directory's removal takes them).
+* :meth:`Encodings.settle` cancels the round's encodings not begun and waits for the
+  running ones: after it, nothing writes into the round's spool directory, which may
+  then go. Files of encodings nobody took are left there (the directory's removal takes
+  them). Another round's encodings, in threads of their own, are not touched.
 * The encoded copies of a round exist beside its spool files until each upload is
   done: a round's spool budget counts both
   (:func:`~tieredstore.cold.compressed.frames.stored_bound`,
@@ -63,6 +64,7 @@ from tieredstore.formats.consumequeue import encode_units, make_units
 __all__ = [
     "Encoded",
     "Encodings",
+    "Started",
     "UploadedObjects",
     "encoded_path",
     "encoding_ahead",
@@ -84,54 +86,66 @@ def encoded_path(spooled: Spooled) -> Path:
     return spooled.path.with_name(spooled.path.name + ".zst")
 
 
+@dataclass(frozen=True, slots=True)
+class Started:
+    """One round's encodings, as :meth:`Encodings.start` began them: its own threads and
+    the spool files they encode."""
+
+    pool: concurrent.futures.ThreadPoolExecutor
+    paths: tuple[Path, ...]
+
+
 class Encodings:
-    """The encodings of one round's segments (see the module's contracts); one instance
-    serves round after round, :meth:`settle` ending each."""
+    """Encodes segments for upload, ahead when a round has started them (see the
+    module's contracts). One instance serves every round of a writer; each round's
+    encodings run in threads of their own (two rounds may overlap: a tick's pass goes
+    on while the next tick tiers other queues), which :meth:`settle` ends."""
 
     def __init__(self, frames: FrameSettings, *, threads: int) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.frames = frames
         self.threads = threads
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._started: dict[Path, concurrent.futures.Future[tuple[int, str]]] = {}
+        self._taken: set[Path] = set()
 
-    def start(self, segments: Iterable[Spooled]) -> None:
-        """Start encoding each of ``segments``, in order (one already started is left as
-        it is)."""
+    def start(self, segments: Iterable[Spooled]) -> Started:
+        """Start encoding each of ``segments``, in order, in at most ``threads`` threads
+        of the round's own; hand the result to :meth:`settle` when the round ends."""
+        pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="encode")
+        paths: list[Path] = []
         for spooled in segments:
-            if spooled.path in self._started:
-                continue
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    self.threads, thread_name_prefix="encode"
-                )
-            self._started[spooled.path] = self._pool.submit(
+            self._started[spooled.path] = pool.submit(
                 encode_file, spooled.path, encoded_path(spooled), self.frames
             )
+            paths.append(spooled.path)
+        return Started(pool, tuple(paths))
 
     async def take(self, spooled: Spooled) -> Encoded:
-        """``spooled`` encoded: the encoding started for it (awaited), else encoded now.
+        """``spooled`` encoded: the encoding started for it (awaited) the first time it
+        is taken, else (a retry, or never started) encoded now.
 
         Raises:
             OSError: the spool file could not be read or the copy written.
         """
-        started = self._started.pop(spooled.path, None)
+        started = self._started.get(spooled.path)
         target = encoded_path(spooled)
-        if started is None or started.cancelled():
+        if started is None or spooled.path in self._taken or started.cancelled():
             size, crc = await asyncio.to_thread(encode_file, spooled.path, target, self.frames)
         else:
+            self._taken.add(spooled.path)
             size, crc = await asyncio.wrap_future(started)
         return Encoded(target, Framed(size, crc))
 
-    async def settle(self) -> None:
-        """End the round's encodings: those not begun are cancelled, the running ones
+    async def settle(self, started: Started) -> None:
+        """End a round's encodings: those not begun are cancelled, the running ones
         waited for (also when the caller is cancelled meanwhile)."""
-        pool, self._pool = self._pool, None
-        self._started.clear()
-        if pool is None:
-            return
-        done = asyncio.ensure_future(asyncio.to_thread(pool.shutdown, True, cancel_futures=True))
+        for path in started.paths:
+            self._started.pop(path, None)
+            self._taken.discard(path)
+        done = asyncio.ensure_future(
+            asyncio.to_thread(started.pool.shutdown, True, cancel_futures=True)
+        )
         try:
             await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -143,16 +157,16 @@ class Encodings:
 async def encoding_ahead(
     encodings: Encodings | None, segments: Iterable[Spooled]
 ) -> AsyncIterator[None]:
-    """Within: ``segments`` encoded ahead of their uploads, in order; after: the round's
+    """Within: ``segments`` encoded ahead of their uploads, in order; after: their
     encodings settled (:meth:`Encodings.settle`). ``encodings`` None (plain): nothing."""
     if encodings is None:
         yield
         return
-    encodings.start(segments)
+    started = encodings.start(segments)
     try:
         yield
     finally:
-        await encodings.settle()
+        await encodings.settle(started)
 
 
 @dataclass(frozen=True, slots=True)

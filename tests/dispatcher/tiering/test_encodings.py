@@ -42,7 +42,7 @@ def test_a_started_encoding_is_taken_once_and_is_the_encoders_output(tmp_path: P
     encodings = Encodings(FRAMES, threads=2)
 
     async def run() -> None:
-        encodings.start(segments)
+        started = encodings.start(segments)
         for spooled in segments:
             got = await encodings.take(spooled)
             stored = got.path.read_bytes()
@@ -54,7 +54,7 @@ def test_a_started_encoding_is_taken_once_and_is_the_encoders_output(tmp_path: P
                 len(stored),
                 crc.hexdigest(),
             )
-        await encodings.settle()
+        await encodings.settle(started)
 
     asyncio.run(run())
     assert not _encode_threads()
@@ -65,7 +65,7 @@ def test_a_retry_or_a_segment_never_started_is_encoded_when_taken(tmp_path: Path
     encodings = Encodings(FRAMES, threads=1)
 
     async def run() -> None:
-        encodings.start([started])
+        round_ = encodings.start([started])
         first = await encodings.take(started)
         first.path.unlink()  # the upload attempt deletes its copy, then is retried
         again = await encodings.take(started)
@@ -73,7 +73,7 @@ def test_a_retry_or_a_segment_never_started_is_encoded_when_taken(tmp_path: Path
         assert again.framed == first.framed
         late = await encodings.take(never)
         assert late.path.read_bytes() == encode(never.path.read_bytes(), FRAMES)
-        await encodings.settle()
+        await encodings.settle(round_)
 
     asyncio.run(run())
 
@@ -85,13 +85,13 @@ def test_a_failed_encoding_raises_from_take_and_the_next_take_encodes_afresh(
     encodings = Encodings(FRAMES, threads=1)
 
     async def run() -> None:
-        encodings.start([missing])
+        started = encodings.start([missing])
         with pytest.raises(FileNotFoundError, match=r"gone\.spool"):
             await encodings.take(missing)
         missing.path.write_bytes(b"0123456789")
         got = await encodings.take(missing)
         assert got.path.read_bytes() == encode(b"0123456789", FRAMES)
-        await encodings.settle()
+        await encodings.settle(started)
 
     asyncio.run(run())
 
@@ -101,8 +101,7 @@ def test_settle_leaves_no_encoding_running_and_no_copy_cut_short(tmp_path: Path)
     encodings = Encodings(FRAMES, threads=2)
 
     async def run() -> None:
-        encodings.start(segments)
-        await encodings.settle()  # nothing taken: the round ended early
+        await encodings.settle(encodings.start(segments))  # nothing taken: ended early
 
     asyncio.run(run())
     assert not _encode_threads()
@@ -115,10 +114,10 @@ def test_settle_leaves_no_encoding_running_and_no_copy_cut_short(tmp_path: Path)
 
 
 async def _take_all(encodings: Encodings, segments: list[Spooled]) -> None:
-    encodings.start(segments)
+    started = encodings.start(segments)
     for spooled in segments:
         assert (await encodings.take(spooled)).path.exists()
-    await encodings.settle()
+    await encodings.settle(started)
 
 
 def test_a_cancelled_settle_still_waits_for_the_running_encodings(tmp_path: Path) -> None:
@@ -126,8 +125,7 @@ def test_a_cancelled_settle_still_waits_for_the_running_encodings(tmp_path: Path
     encodings = Encodings(FRAMES, threads=2)
 
     async def run() -> None:
-        encodings.start(segments)
-        settling = asyncio.ensure_future(encodings.settle())
+        settling = asyncio.ensure_future(encodings.settle(encodings.start(segments)))
         await asyncio.sleep(0)  # let it begin waiting, then cancel the round
         settling.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -140,3 +138,25 @@ def test_a_cancelled_settle_still_waits_for_the_running_encodings(tmp_path: Path
 def test_threads_must_be_at_least_one() -> None:
     with pytest.raises(ValueError, match="threads must be at least 1"):
         Encodings(FRAMES, threads=0)
+
+
+def test_one_round_settling_leaves_an_overlapping_rounds_encodings_alone(tmp_path: Path) -> None:
+    """A tick's round may still run while the next tick's starts: the first one's end
+    neither cancels nor waits for the second's encodings, whose copies are taken whole."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = [_spooled(tmp_path / "a", str(i), _payload(i, 1_000_000)) for i in range(4)]
+    second = [_spooled(tmp_path / "b", str(i), _payload(i + 9, 2_000_000)) for i in range(8)]
+    encodings = Encodings(FRAMES, threads=2)
+
+    async def run() -> None:
+        earlier, later = encodings.start(first), encodings.start(second)
+        settling = asyncio.ensure_future(encodings.settle(earlier))
+        taken = [await encodings.take(spooled) for spooled in second]  # while it settles
+        await settling
+        for spooled, got in zip(second, taken, strict=True):
+            assert got.path.read_bytes() == encode(spooled.path.read_bytes(), FRAMES)
+        await encodings.settle(later)
+
+    asyncio.run(run())
+    assert not _encode_threads()
