@@ -136,7 +136,10 @@ def _args() -> argparse.Namespace:
         help="pairs of sidecar runs per store, none and zstd alternating; medians (5)",
     )  # fmt: skip
     ap.add_argument("--workdir", type=Path, default=None, help="where to write (a temp dir)")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error(f"--repeat must be at least 1, got {args.repeat}")
+    return args
 
 
 def _commitlog(root: Path) -> bytes:
@@ -236,7 +239,7 @@ def _tiering(name: str, root: Path, work: Path, raw: int, repeat: int) -> list[l
     its own fresh directories: table rows per mode (the store and mode, then the
     **medians** of seconds, CPU s and MiB/s, the cold MiB, cold ÷ raw, batch share).
 
-    One run of a 256 MiB store takes about a second, half of it the interpreter's start,
+    One run of a 256 MiB store takes about a second, a third of it the interpreter's start,
     so a single pair's ratio moved by a tenth from one run to the next on a quiet host;
     the median of alternating pairs does not follow one slow run or the host's drift.
 
