@@ -29,7 +29,7 @@ declaration), ``--repeat`` pairs of ``tieredstore run --once`` per store with it
 ``none`` and ``zstd`` (``tiering.batching`` at its default, on: the small queues' tails
 go into batch objects, compressed too since batch format 2): the median seconds, CPU
 seconds and MiB/s of commit log, the whole cold store's bytes (every object: segments,
-manifests, batches) and the batch objects' share of them; otherwise
+manifests, batches), the batch objects' share of them and the runs' peak RSS; otherwise
 ``skipped: cold.compression not available``.
 
 Last lines (the JSON store without producer compression for the first two, the JSON
@@ -43,6 +43,7 @@ and, when the tiering runs ran, for the JSON store without producer compression:
 
     RESULT compression_cold_vs_raw ratio=<cold store bytes, zstd ÷ raw> target=<=0.35 PASS|FAIL
     RESULT compression_tiering_speed ratio=<MiB/s, zstd ÷ none> target=>=0.8 PASS|FAIL
+    RESULT compression_tiering_rss ratio=<peak RSS MiB of any zstd run> target=<256MiB PASS|FAIL
 
 The third is the measurement behind compressing every frame whole (issue 50's item 3):
 PASS when skipping producer-compressed records, in an object that keeps the commit log's
@@ -96,6 +97,7 @@ FRAMES_VS_RAW = 0.5
 SKIP_BYTES = 1.0
 COLD_VS_RAW = 0.35
 TIERING_SPEED = 0.8
+RSS_MIB = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +270,7 @@ def _tiering(name: str, root: Path, work: Path, raw: int, repeat: int) -> list[l
         cpu = statistics.median(m.cpu_seconds for m in ms)
         rows.append([f"{name}, {mode}", seconds, cpu, mb_per_s(raw, seconds),
                      stored[mode] / MIB, stored[mode] / raw if raw else 0.0,
-                     share[mode]])  # fmt: skip
+                     share[mode], max(m.peak_rss for m in ms) / MIB])  # fmt: skip
     return rows
 
 
@@ -328,7 +330,8 @@ def main() -> int:
         print("skipped: cold.compression not available")
     elif tiering:
         print(table(["run --once: store, cold.compression", "median s", "CPU s", "MiB/s",
-                     "cold MiB", "cold ÷ raw", "batch share"], tiering))  # fmt: skip
+                     "cold MiB", "cold ÷ raw", "batch share", "peak RSS MiB"],
+                    tiering))  # fmt: skip
     print("load average at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     plain, producer = variants[0], variants[1]
     vs_stream = plain.frames.nbytes / plain.stream.nbytes
@@ -348,6 +351,8 @@ def main() -> int:
                           cold <= COLD_VS_RAW))  # fmt: skip
         print(result_line("compression_tiering_speed", speed, f">={TIERING_SPEED:g}",
                           speed >= TIERING_SPEED))  # fmt: skip
+        rss = max(float(row[7]) for row in tiering if row[0].endswith(", zstd"))
+        print(result_line("compression_tiering_rss", rss, "<256MiB", rss < RSS_MIB))
     return 0
 
 
