@@ -225,7 +225,7 @@ def _cold_writer(out: _Outside, paced: Backend, lease: Lease, retry: RetryPolicy
             else FrameSettings(settings.cold.frame_size, settings.cold.compression_level)
         ),
         # zstd is CPU alone: no more threads than cores, nor than uploads at once.
-        encode_threads=max(min(settings.tiering.concurrency, os.cpu_count() or 1), 1),
+        encode_threads=min(settings.tiering.concurrency, os.cpu_count() or 1),
     )
 
 

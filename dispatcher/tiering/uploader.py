@@ -106,8 +106,8 @@ class Encodings:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.frames = frames
         self.threads = threads
+        #: Encodings started and not yet taken (a round's pool waits for taken ones).
         self._started: dict[Path, concurrent.futures.Future[tuple[int, str]]] = {}
-        self._taken: set[Path] = set()
 
     def start(self, segments: Iterable[Spooled]) -> Started:
         """Start encoding each of ``segments``, in order, in at most ``threads`` threads
@@ -128,12 +128,11 @@ class Encodings:
         Raises:
             OSError: the spool file could not be read or the copy written.
         """
-        started = self._started.get(spooled.path)
+        started = self._started.pop(spooled.path, None)
         target = encoded_path(spooled)
-        if started is None or spooled.path in self._taken or started.cancelled():
+        if started is None or started.cancelled():
             size, crc = await asyncio.to_thread(encode_file, spooled.path, target, self.frames)
         else:
-            self._taken.add(spooled.path)
             size, crc = await asyncio.wrap_future(started)
         return Encoded(target, Framed(size, crc))
 
@@ -142,7 +141,6 @@ class Encodings:
         waited for (also when the caller is cancelled meanwhile)."""
         for path in started.paths:
             self._started.pop(path, None)
-            self._taken.discard(path)
         done = asyncio.ensure_future(
             asyncio.to_thread(started.pool.shutdown, True, cancel_futures=True)
         )
