@@ -51,7 +51,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeGuard
 
 import numpy as np
 import xxhash
@@ -148,14 +148,16 @@ class BlockHasher:
         return outer.hexdigest()
 
 
-def block_streams(units: Units, records: bytes | bytearray | memoryview) -> tuple[bytes, bytearray]:
+def block_streams(
+    units: Units, records: bytes | bytearray | memoryview
+) -> tuple[bytes, bytearray | memoryview]:
     """The two streams of the block digest (module doc) for one run of offsets: the units'
     size and tagsCode, and ``records`` with their physicalOffset fields zeroed (in place
-    when ``records`` is a ``bytearray``, else in a copy)."""
+    when ``records`` is writable, else in a copy)."""
     head = np.empty(units.shape[0], dtype=_UNITS_STREAM)
     head["size"] = units["size"]
     head["tags_code"] = units["tags_code"]
-    buf = records if isinstance(records, bytearray) else bytearray(records)
+    buf = records if _writable(records) else bytearray(records)
     arr = np.frombuffer(buf, dtype=np.uint8)
     sizes = units["size"].astype(np.int64)
     starts = np.zeros(sizes.size, dtype=np.int64)
@@ -163,6 +165,10 @@ def block_streams(units: Units, records: bytes | bytearray | memoryview) -> tupl
     drop = physical_offset_bytes(starts)
     arr[drop[drop < arr.size]] = 0
     return head.tobytes(), buf
+
+
+def _writable(data: bytes | bytearray | memoryview) -> TypeGuard[bytearray | memoryview]:
+    return isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
 
 
 def block_ranges(lo: int, hi: int, block_offsets: int) -> Iterator[tuple[int, int]]:
@@ -219,6 +225,25 @@ class Block:
             Leaf(s, e, self.leaves[i * size : (i + 1) * size].hex(), algorithm)
             for i, (s, e) in enumerate(ranges)
         ]
+
+    def edge_leaves(self, leaf_offsets: int, algorithm: PrintHash = PrintHash.XXH3) -> list[Leaf]:
+        """The first and last of :meth:`leaf_list` (one, if the block has one leaf),
+        without building the others (a block of 4,096 offsets has 64 leaves of 64)."""
+        if not self.leaves or leaf_offsets <= 0:
+            return [Leaf(self.start, self.end, self.digest, algorithm)]
+        size = LEAF_DIGEST_SIZE
+        first_end = min(self.end, (self.start // leaf_offsets + 1) * leaf_offsets)
+        last_start = max(self.start, (self.end - 1) // leaf_offsets * leaf_offsets)
+        count = (self.end - 1) // leaf_offsets - self.start // leaf_offsets + 1
+        if len(self.leaves) != size * count:
+            raise ValueError(
+                f"block [{self.start}, {self.end}) has {len(self.leaves)} bytes of leaf "
+                f"digests, {size * count} expected"
+            )
+        first = Leaf(self.start, first_end, self.leaves[:size].hex(), algorithm)
+        if count == 1:
+            return [first]
+        return [first, Leaf(last_start, self.end, self.leaves[-size:].hex(), algorithm)]
 
 
 @dataclass(frozen=True, slots=True)

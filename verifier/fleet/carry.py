@@ -54,8 +54,7 @@ def carries(
     """
     if old.end != end or not old.leaves or units.shape[0] != end - old.start:
         return CarryCheck(unchanged=False, read_bytes=0)
-    leaves = old.leaf_list(leaf_offsets)
-    edges = [leaves[0]] if len(leaves) == 1 else [leaves[0], leaves[-1]]
+    edges = old.edge_leaves(leaf_offsets)
     read = 0
     for leaf in edges:
         part = units[leaf.start - old.start : leaf.end - old.start]

@@ -60,7 +60,9 @@ def test_gather_ranges_joins_the_ranges_in_the_order_asked(
     s, n = np.array(starts, np.int64), np.array(lengths, np.int64)
     assert ranges_in_order(s, n, len(data))
     joined = b"".join(data[a : a + k] for a, k in zip(starts, lengths, strict=True))
-    assert gather_ranges(data, s, n).to_pybytes() == joined
+    copy = gather_ranges(data, s, n)
+    assert copy.to_pybytes() == joined
+    assert not memoryview(copy).readonly or not joined  # the caller's to change
     order = list(range(len(starts)))
     rnd.shuffle(order)  # type: ignore[attr-defined]
     picked = b"".join(data[starts[i] : starts[i] + lengths[i]] for i in order)

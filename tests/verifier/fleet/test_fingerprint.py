@@ -11,12 +11,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support.sidecar.settings import BROKER, CLUSTER
 from tests.support.stores.coldimage import tier, write_local
 from tieredstore.cli.main import main as cli_main
 from tieredstore.clock import VirtualClock
-from tieredstore.cold.fingerprint import BlockHasher, block_streams, read_fingerprint
+from tieredstore.cold.fingerprint import (
+    LEAF_DIGEST_SIZE,
+    Block,
+    BlockHasher,
+    block_ranges,
+    block_streams,
+    read_fingerprint,
+)
 from tieredstore.cold.layout import (
     fingerprint_prefix,
     parse_fingerprint_name,
@@ -227,6 +236,26 @@ async def test_a_format_2_fingerprint_still_reads_its_blocks_as_its_leaves(
         assert [(x.start, x.end, x.digest) for x in q.leaves()] == [
             (b.start, b.end, b.digest) for b in q.blocks
         ]
+
+
+@given(st.integers(0, 5000), st.integers(1, 700), st.integers(1, 300), st.booleans())
+def test_edge_leaves_are_the_first_and_last_of_the_leaf_list(
+    start: int, length: int, leaf_offsets: int, short: bool
+) -> None:
+    """What :func:`carries` reads: the block's first and last leaves, found without
+    listing every leaf; leaf digests of the wrong length are refused by both."""
+    end = start + length
+    count = len(list(block_ranges(start, end, leaf_offsets)))
+    short = short and count > 1  # no leaf digests at all: the block is its one leaf
+    leaves = bytes(range(256)) * (count * LEAF_DIGEST_SIZE // 256 + 1)
+    block = Block(start, end, "ab" * 16, 1, 2, leaves[: (count - short) * LEAF_DIGEST_SIZE])
+    if short:
+        for method in (block.leaf_list, block.edge_leaves):
+            with pytest.raises(ValueError, match="leaf digests"):
+                method(leaf_offsets)
+        return
+    listed = block.leaf_list(leaf_offsets)
+    assert block.edge_leaves(leaf_offsets) == (listed if count == 1 else [listed[0], listed[-1]])
 
 
 def test_leaf_digests_that_do_not_fit_their_block_are_refused() -> None:
