@@ -27,15 +27,16 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 
 from tieredstore.errors import OffsetOutOfRangeError, StoreNotFoundError, TruncatedDataError
-from tieredstore.formats.arrownp import gather_ranges, ranges_in_order
 from tieredstore.hot.files import MappedFile, MappedFileList
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["HotCommitlog", "Readable", "gather", "read_span", "runs"]
 
@@ -186,7 +187,12 @@ class HotCommitlog:
         runs are out of order or overlap, or too few to pay for the ``take``."""
         mapping = self._map(index)
         starts, ends = runs(rel, sizes)
-        if starts.size >= _TAKE_MIN_RUNS and ranges_in_order(starts, ends - starts, len(mapping)):
+        if starts.size >= _TAKE_MIN_RUNS:
+            # Imported here: pyarrow costs a short command (`status`, `read`) 0.1 s to load.
+            from tieredstore.formats.arrownp import gather_ranges, ranges_in_order
+
+            if not ranges_in_order(starts, ends - starts, len(mapping)):
+                return _run_views(memoryview(mapping), rel, sizes)
             copy = gather_ranges(mapping, starts, ends - starts, memory_pool=_copy_pool())
             return [memoryview(copy).cast("B")]  # bytes, as a bytearray's view
         return _run_views(memoryview(mapping), rel, sizes)
@@ -203,6 +209,8 @@ def _copy_pool() -> pa.MemoryPool:
     next one without faulting them in again and returns them to the system soon after;
     Arrow's jemalloc faulted every block of records in afresh (0.5 ms a MiB here: four
     times the copy). Else the system's malloc."""
+    import pyarrow as pa
+
     try:
         return pa.mimalloc_memory_pool()
     except NotImplementedError:
