@@ -109,7 +109,7 @@ class HotSide:
 
     start: int
     units: Units
-    records: bytes | bytearray | memoryview | None = None
+    records: bytes | bytearray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +193,7 @@ def _check_fields(
 def _check_bytes(
     cl: bytes | memoryview,
     cold_pos: Int64s,
-    hot: bytes | bytearray | memoryview,
+    hot: bytes | bytearray,
     hot_pos: Int64s,
     sizes: Int64s,
 ) -> tuple[Bools, str]:

@@ -51,7 +51,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeGuard
+from typing import Any, Final, Protocol
 
 import numpy as np
 import xxhash
@@ -148,16 +148,14 @@ class BlockHasher:
         return outer.hexdigest()
 
 
-def block_streams(
-    units: Units, records: bytes | bytearray | memoryview
-) -> tuple[bytes, bytearray | memoryview]:
+def block_streams(units: Units, records: bytes | bytearray | memoryview) -> tuple[bytes, bytearray]:
     """The two streams of the block digest (module doc) for one run of offsets: the units'
     size and tagsCode, and ``records`` with their physicalOffset fields zeroed (in place
-    when ``records`` is writable, else in a copy)."""
+    when ``records`` is a ``bytearray``, else in a copy)."""
     head = np.empty(units.shape[0], dtype=_UNITS_STREAM)
     head["size"] = units["size"]
     head["tags_code"] = units["tags_code"]
-    buf = records if _writable(records) else bytearray(records)
+    buf = records if isinstance(records, bytearray) else bytearray(records)
     arr = np.frombuffer(buf, dtype=np.uint8)
     sizes = units["size"].astype(np.int64)
     starts = np.zeros(sizes.size, dtype=np.int64)
@@ -165,10 +163,6 @@ def block_streams(
     drop = physical_offset_bytes(starts)
     arr[drop[drop < arr.size]] = 0
     return head.tobytes(), buf
-
-
-def _writable(data: bytes | bytearray | memoryview) -> TypeGuard[bytearray | memoryview]:
-    return isinstance(data, bytearray) or (isinstance(data, memoryview) and not data.readonly)
 
 
 def block_ranges(lo: int, hi: int, block_offsets: int) -> Iterator[tuple[int, int]]:

@@ -9,8 +9,7 @@ numpy buffer directly.
 :func:`gather_ranges` copies many byte ranges of one buffer into one new buffer: the
 buffer is seen as a binary array whose elements are the ranges and the gaps between
 them, and one ``take`` of the range elements copies each range with a ``memcpy`` in C
-(no Python object per range; the GIL is released while it copies). The copy is the
-caller's, and writable.
+(no Python object per range; the GIL is released while it copies).
 """
 
 from __future__ import annotations
@@ -70,8 +69,7 @@ def gather_ranges(
 ) -> pa.Buffer:
     """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``data`` (any buffer),
     concatenated in ``order`` (a permutation of their indices; default: as given) into
-    one new buffer of exactly their total size, from ``memory_pool`` (default: Arrow's).
-    Writable (its ``memoryview`` is not read-only) unless Arrow padded the copy.
+    one new buffer of exactly their total size.
 
     Raises:
         ValueError: the ranges are not :func:`ranges_in_order` in ``data`` (the caller
@@ -92,8 +90,7 @@ def gather_ranges(
     index = np.arange(1, 2 * k, 2, dtype=np.int64) if order is None else 2 * order + 1
     taken = pc.take(array, primitive(index, pa.int64()), memory_pool=memory_pool)
     values: pa.Buffer = taken.buffers()[2]
-    # Arrow's own buffer is writable; a slice of it is not (Arrow has not padded it here).
-    return values if values.size == total else values.slice(0, total)
+    return values.slice(0, total)
 
 
 def flat_binary(raw: pa.Array) -> tuple[npt.NDArray[np.uint8], I64]:

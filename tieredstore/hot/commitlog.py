@@ -12,10 +12,7 @@ queues' records in the hot commitlog. Comparing them record by record in Python 
 slow for the content level, so both sides are laid out the same way — records in queue
 offset order, back to back — and compared as two flat byte arrays. Adjacent records are
 coalesced into runs first, so a contiguous span costs one slice, whatever its record
-count. :class:`HotCommitlog` copies the runs of each file with one Arrow ``take``
-(:func:`~tieredstore.formats.arrownp.gather_ranges`: a ``memcpy`` per run in C), so
-interleaving costs no Python work per run either; runs out of order or overlapping (a
-broken consume queue) are joined one slice at a time.
+count; only interleaving costs Python work, one slice per run.
 
 The hot commitlog is read through read-only ``mmap`` of its files: only the pages that
 hold this queue's records are touched, and a file the broker deletes while mapped stays
@@ -24,19 +21,15 @@ readable until it is unmapped.
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
 import numpy as np
 import numpy.typing as npt
 
 from tieredstore.errors import OffsetOutOfRangeError, StoreNotFoundError, TruncatedDataError
 from tieredstore.hot.files import MappedFile, MappedFileList
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 __all__ = ["HotCommitlog", "Readable", "gather", "read_span", "runs"]
 
@@ -123,9 +116,8 @@ class HotCommitlog:
             self._maps[index] = m
         return m
 
-    def gather(self, offsets: Int64s, sizes: Int64s) -> memoryview:
-        """Return a private, writable copy of the records at commitlog ``offsets``, back to
-        back (a ``memoryview`` over it; an empty one for no records).
+    def gather(self, offsets: Int64s, sizes: Int64s) -> bytearray:
+        """Return a private copy of the records at commitlog ``offsets``, back to back.
 
         Raises:
             OffsetOutOfRangeError: an offset in no commitlog file (the broker deleted it).
@@ -133,7 +125,7 @@ class HotCommitlog:
             StoreNotFoundError: a file vanished or cannot be mapped.
         """
         if offsets.size == 0:
-            return memoryview(bytearray())
+            return bytearray()
         if sizes.min() < 0:
             bad = int(np.argmin(sizes))
             raise TruncatedDataError(
@@ -150,7 +142,7 @@ class HotCommitlog:
         # Records of one queue move forward through the files: group consecutive
         # records living in the same file and take each group's runs from its mapping.
         breaks = np.flatnonzero(index[1:] != index[:-1]) + 1
-        parts: list[memoryview] = []  # views of the mappings, or copies of a file's runs
+        parts: list[memoryview] = []
         try:
             for lo, hi in zip(
                 np.concatenate(([0], breaks)).tolist(),
@@ -173,48 +165,11 @@ class HotCommitlog:
                     raise TruncatedDataError(
                         "record crosses the end of its file", where=f"{f.path}@{at}"
                     )
-                parts += self._copy_runs(i, rel, size)
-            if len(parts) == 1 and not parts[0].readonly:
-                return parts[0]  # one file's runs, copied by one take
+                parts += _run_views(memoryview(self._map(i)), rel, size)
             # One copy of every run of every file, owned by the caller.
-            return memoryview(bytearray().join(parts))
+            return bytearray().join(parts)
         finally:
             parts.clear()  # views into the mappings must not outlive this call
-
-    def _copy_runs(self, index: int, rel: Int64s, sizes: Int64s) -> list[memoryview]:
-        """File ``index``'s spans at ``rel`` (inside it) as one copy of their runs (an
-        Arrow ``take``), or as views into the mapping that the caller joins: when the
-        runs are out of order or overlap, or too few to pay for the ``take``."""
-        mapping = self._map(index)
-        starts, ends = runs(rel, sizes)
-        if starts.size >= _TAKE_MIN_RUNS:
-            # Imported here: pyarrow costs a short command (`status`, `read`) 0.1 s to load.
-            from tieredstore.formats.arrownp import gather_ranges, ranges_in_order
-
-            if not ranges_in_order(starts, ends - starts, len(mapping)):
-                return _run_views(memoryview(mapping), rel, sizes)
-            copy = gather_ranges(mapping, starts, ends - starts, memory_pool=_copy_pool())
-            return [memoryview(copy).cast("B")]  # bytes, as a bytearray's view
-        return _run_views(memoryview(mapping), rel, sizes)
-
-
-#: Runs from which one ``take`` copies faster than a join of views (measured: 12 µs
-#: for a take of 2 to 128 runs; a join costs about 0.1 µs a run over 6 µs).
-_TAKE_MIN_RUNS = 64
-
-
-@functools.cache
-def _copy_pool() -> pa.MemoryPool:
-    """Where gathered copies come from: mimalloc, which hands a freed copy's pages to the
-    next one without faulting them in again and returns them to the system soon after;
-    Arrow's jemalloc faulted every block of records in afresh (0.5 ms a MiB here: four
-    times the copy). Else the system's malloc."""
-    import pyarrow as pa
-
-    try:
-        return pa.mimalloc_memory_pool()
-    except NotImplementedError:
-        return pa.system_memory_pool()
 
 
 def read_span(f: MappedFile, first: int, end: int, buffer: bytearray) -> bytearray:

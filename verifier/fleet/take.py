@@ -289,9 +289,7 @@ class _Digests:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown()
 
-    def take(
-        self, start: int, units: Units, records: bytearray | memoryview
-    ) -> Future[tuple[str, bytes]]:
+    def take(self, start: int, units: Units, records: bytearray) -> Future[tuple[str, bytes]]:
         """The digest of one whole block from ``start`` and its leaf digests (its
         ``records`` are zeroed in place)."""
         if len(self._queued) == _DIGESTS_QUEUED:
@@ -303,11 +301,7 @@ class _Digests:
 
 
 def _block_digest(
-    start: int,
-    sizes: npt.NDArray[np.int64],
-    leaf_offsets: int,
-    units: bytes,
-    records: bytearray | memoryview,
+    start: int, sizes: npt.NDArray[np.int64], leaf_offsets: int, units: bytes, records: bytearray
 ) -> tuple[str, bytes]:
     hasher = BlockHasher()
     hasher.feed(units, records)
