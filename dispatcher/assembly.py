@@ -138,6 +138,7 @@ def build_dispatcher(
     keys = BatchKeys(
         backend=writer.backend, lease=lease, clock=clock, retry=writer.retry,
         cluster=settings.cold.cluster, broker=settings.cold.broker,
+        known=catalogue.slices.referenced_batches,
     )  # fmt: skip
     compactor = Compactor(writer=writer, keys=keys, lock=states.lock, in_force=in_force)
     periodic.append(_compaction(settings, compactor, metrics))

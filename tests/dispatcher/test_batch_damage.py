@@ -12,7 +12,8 @@ finds it):
 * each queue with a slice in the batch is DEGRADED in ``status``, its note and an ERROR
   line naming the batch key and its offsets, ``tieredstore_queue_cold_damaged`` set;
 * its slices from the lost one on are withdrawn, a ``_retiered`` record names the batch,
-  and the offsets are tiered again from hot: cold covers hot again;
+  and the offsets are tiered again from hot: cold covers hot again; a deleted batch's
+  key is never taken again (no fence or batch reuses its sequence);
 * the queues not in the batch go on tiering; no tick says "unreachable".
 
 ``gc`` names the damaged batch; so does ``verify``: a deleted one, which leaves nothing in
@@ -168,6 +169,8 @@ async def test_a_damaged_batch_degrades_and_heals_every_queue_it_held(
         assert shown[(TOPIC, q)]["state"] == "ACTIVE"
     records = [k for k in cold.listing() if "/_retiered/" in k]
     assert len(records) == len(HIT)
+    if damage == "deleted":  # its key is never taken again: the records name nothing else
+        assert key not in cold.listing()
     for record in map(json.loads, map(cold.read, records)):
         assert record["lost_batches"] == [key]
         assert record["queue_id"] in HIT

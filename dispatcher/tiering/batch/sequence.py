@@ -1,8 +1,11 @@
 """A broker's batch keys taken under the lease: the next sequence, fences, withdrawals.
 
 Every object at a batch key (``_batches/<name(sequence)>.batch``) is *created*
-(create-if-absent) by a holder of the lease, at one past the highest sequence listed.
-When the key is taken already, what is there decides (:meth:`BatchKeys.taken`):
+(create-if-absent) by a holder of the lease, at one past the highest sequence listed or
+named by the catalogue's slice rows (``known``): a batch object deleted around
+tieredstore while the catalogue names it (the damage its heal reports by key) never has
+its sequence taken again, so the key a report names holds that batch or nothing. When the
+key is taken already, what is there decides (:meth:`BatchKeys.taken`):
 
 * exactly the bytes this writer created: its own create whose reply was lost (done);
 * a batch or fence of a **newer** lease epoch: this writer is fenced
@@ -21,8 +24,9 @@ fence that also withdraws the queue's slices of lower sequences from the cut on,
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from tieredstore.backends.base import Backend
@@ -59,6 +63,7 @@ class BatchKeys:
         retry: RetryPolicy,
         cluster: str,
         broker: str,
+        known: Callable[[], Iterable[str]] = frozenset,
     ) -> None:
         self.backend = backend
         self.lease = lease
@@ -67,11 +72,14 @@ class BatchKeys:
         self.cluster = cluster
         self.broker = broker
         self.prefix = batch_prefix(cluster, broker) + "/"
+        self.known = known  # batch keys the catalogue names (blocking: run in a thread)
 
     async def listed_next(self) -> int:
-        """One past the highest sequence listed under ``_batches/`` (0 if none)."""
-        listed = await self.backend.list(self.prefix)
-        sequences = [parse_batch_key(info.key, self.prefix) for info in listed]
+        """One past the highest sequence listed under ``_batches/`` or among the
+        ``known`` keys (0 if none)."""
+        listed = [info.key for info in await self.backend.list(self.prefix)]
+        known = await asyncio.to_thread(lambda: list(self.known()))
+        sequences = [parse_batch_key(key, self.prefix) for key in (*listed, *known)]
         return max((s for s in sequences if s is not None), default=-1) + 1
 
     async def fence(self, withdrawn: Sequence[Withdrawn] = ()) -> BatchFence:
