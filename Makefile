@@ -15,7 +15,9 @@ unexport PYTHONDONTWRITEBYTECODE
 # `make` alone lists the targets.
 .DEFAULT_GOAL := help
 
-$(STAMP): pyproject.toml
+# The native gather (tieredstore/hot/_gather.c) is compiled by the install: a change to it
+# installs again.
+$(STAMP): pyproject.toml tieredstore/hot/_gather.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required (set PYTHON=python3.11)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -83,3 +85,4 @@ bench: $(STAMP)
 ## clean: remove the venv, the demo and the tools' caches
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -f tieredstore/hot/_gather.*.so

@@ -11,8 +11,11 @@ A queue's records are contiguous in its cold commitlog object but interleaved wi
 queues' records in the hot commitlog. Comparing them record by record in Python is too
 slow for the content level, so both sides are laid out the same way — records in queue
 offset order, back to back — and compared as two flat byte arrays. Adjacent records are
-coalesced into runs first, so a contiguous span costs one slice, whatever its record
-count; only interleaving costs Python work, one slice per run.
+coalesced into runs first, so a contiguous span costs one copy, whatever its record
+count. Interleaving makes thousands of runs a block; :func:`copy_runs` copies them in C
+(``_gather.c``, one ``memcpy`` each, about ten times faster than a slice and a join step
+per run in Python for 100-byte records) where the install built it, and in Python
+(:func:`pure_copy_parts`, the reference the tests compare it with) where it did not.
 
 The hot commitlog is read through read-only ``mmap`` of its files: only the pages that
 hold this queue's records are touched, and a file the broker deletes while mapped stays
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable, Sequence
 from typing import Self
 
 import numpy as np
@@ -31,11 +35,37 @@ import numpy.typing as npt
 from tieredstore.errors import OffsetOutOfRangeError, StoreNotFoundError, TruncatedDataError
 from tieredstore.hot.files import MappedFile, MappedFileList
 
-__all__ = ["HotCommitlog", "Readable", "gather", "read_span", "runs"]
+__all__ = [
+    "NATIVE",
+    "HotCommitlog",
+    "Readable",
+    "copy_parts",
+    "copy_runs",
+    "gather",
+    "pure_copy_parts",
+    "read_span",
+    "runs",
+]
 
 Int64s = npt.NDArray[np.int64]
 #: Anything exposing its bytes through the buffer protocol.
 Readable = bytes | bytearray | memoryview | mmap.mmap
+#: One source's runs: ``(source, starts, ends)``, the runs ``source[starts[i]:ends[i]]``.
+Part = tuple[Readable, Int64s, Int64s]
+
+
+def _native_gather() -> Callable[[Sequence[Part]], bytearray] | None:
+    """The native gather (``_gather.c``), None where the install found no C compiler."""
+    try:
+        from tieredstore.hot import _gather
+    except ImportError:  # pragma: no cover - an install without a compiler
+        return None
+    return _gather.gather
+
+
+_NATIVE_GATHER = _native_gather()
+#: Whether :func:`copy_parts` copies natively (False: :func:`pure_copy_parts` serves).
+NATIVE = _NATIVE_GATHER is not None
 
 
 def runs(starts: Int64s, sizes: Int64s) -> tuple[Int64s, Int64s]:
@@ -54,21 +84,67 @@ def runs(starts: Int64s, sizes: Int64s) -> tuple[Int64s, Int64s]:
     return starts[first], ends[last]
 
 
-def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | memoryview:
+def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | bytearray | memoryview:
     """Return the spans ``buf[start:start+size]``, in order, back to back.
 
-    A single run is returned as a zero-copy ``memoryview``. Spans must lie inside ``buf``.
+    A single run is returned as a zero-copy ``memoryview``, several as one new
+    ``bytearray`` (:func:`copy_runs`). Spans must lie inside ``buf`` (ValueError).
     """
-    parts = _run_views(memoryview(buf), starts, sizes)
-    if len(parts) == 1:
-        return parts[0]
-    return b"".join(parts)
-
-
-def _run_views(view: memoryview, starts: Int64s, sizes: Int64s) -> list[memoryview]:
-    """The spans' maximal contiguous runs as views into ``view``, in order (no copy)."""
     run_starts, run_ends = runs(starts, sizes)
-    return [view[s:e] for s, e in zip(run_starts.tolist(), run_ends.tolist(), strict=True)]
+    if run_starts.size == 1:
+        lo, hi = int(run_starts[0]), int(run_ends[0])
+        _check_runs(run_starts, run_ends, memoryview(buf).nbytes)
+        return memoryview(buf)[lo:hi]
+    return copy_runs(buf, run_starts, run_ends)
+
+
+def copy_runs(buf: Readable, starts: Int64s, ends: Int64s) -> bytearray:
+    """The runs ``buf[starts[i]:ends[i]]`` back to back in one new ``bytearray``
+    (:func:`copy_parts` of one part)."""
+    return copy_parts([(buf, starts, ends)])
+
+
+def copy_parts(parts: Sequence[Part]) -> bytearray:
+    """Each part's runs, in the order given (any order; they may overlap), part after
+    part, back to back in one new ``bytearray``: copied by the native gather
+    (:data:`NATIVE`, one ``memcpy`` per run into one allocation, the GIL released)
+    where it was built, else by :func:`pure_copy_parts`, the reference it is tested
+    against byte for byte.
+
+    Raises:
+        ValueError: a run outside its source or ending before it starts, or ``starts``
+            and ``ends`` of different lengths.
+    """
+    if _NATIVE_GATHER is None:
+        return pure_copy_parts(parts)
+    return _NATIVE_GATHER(
+        [(b, np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
+         for b, s, e in parts]
+    )  # fmt: skip
+
+
+def pure_copy_parts(parts: Sequence[Part]) -> bytearray:
+    """:func:`copy_parts` in Python: a view per run, joined (about 0.25 µs a run)."""
+    views: list[memoryview] = []
+    try:
+        for buf, starts, ends in parts:
+            view = memoryview(buf)
+            _check_runs(starts, ends, view.nbytes)
+            views += [view[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+        return bytearray().join(views)
+    finally:
+        views.clear()  # views into a mapping must not outlive this call
+
+
+def _check_runs(starts: Int64s, ends: Int64s, size: int) -> None:
+    if starts.shape != ends.shape:
+        raise ValueError(f"{starts.size} starts but {ends.size} ends")
+    bad = np.flatnonzero((starts < 0) | (ends < starts) | (ends > size))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"run {i} is [{int(starts[i])}, {int(ends[i])}), not inside a buffer of {size} bytes"
+        )
 
 
 class HotCommitlog:
@@ -142,7 +218,7 @@ class HotCommitlog:
         # Records of one queue move forward through the files: group consecutive
         # records living in the same file and take each group's runs from its mapping.
         breaks = np.flatnonzero(index[1:] != index[:-1]) + 1
-        parts: list[memoryview] = []
+        parts: list[Part] = []  # each file's runs
         try:
             for lo, hi in zip(
                 np.concatenate(([0], breaks)).tolist(),
@@ -165,11 +241,10 @@ class HotCommitlog:
                     raise TruncatedDataError(
                         "record crosses the end of its file", where=f"{f.path}@{at}"
                     )
-                parts += _run_views(memoryview(self._map(i)), rel, size)
-            # One copy of every run of every file, owned by the caller.
-            return bytearray().join(parts)
+                parts.append((self._map(i), *runs(rel, size)))
+            return copy_parts(parts)  # one copy of every run of every file, the caller's
         finally:
-            parts.clear()  # views into the mappings must not outlive this call
+            parts.clear()
 
 
 def read_span(f: MappedFile, first: int, end: int, buffer: bytearray) -> bytearray:

@@ -1,6 +1,8 @@
-"""``HotCommitlog.gather`` against a reference that reads each record with its own
-``pread``: records interleaved with others', adjacent, out of order or overlapping,
-in several files, and a copy that outlives the mappings."""
+"""The hot reader's gather against references: ``HotCommitlog.gather`` against a
+``pread`` per record (records interleaved with others', adjacent, out of order or
+overlapping, in several files; a copy that outlives the mappings), and the native
+``copy_runs`` (``tieredstore/hot/_gather.c``) against ``pure_copy_runs`` byte for byte,
+errors included. The suite's install must have built the native gather."""
 
 from __future__ import annotations
 
@@ -13,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tieredstore.errors import OffsetOutOfRangeError, TruncatedDataError
-from tieredstore.hot.commitlog import HotCommitlog
+from tieredstore.hot.commitlog import (
+    NATIVE,
+    HotCommitlog,
+    Part,
+    copy_parts,
+    gather,
+    pure_copy_parts,
+)
 from tieredstore.hot.files import MappedFileList
 
 FILE_SIZE = 64 << 10
@@ -104,3 +113,82 @@ def test_records_past_the_files_are_refused(commitlog: Path) -> None:
             cl.gather(np.array([0, FILE_SIZE * FILES], np.int64), np.array([10, 10], np.int64))
         with pytest.raises(TruncatedDataError, match="crosses the end"):
             cl.gather(np.array([0, FILE_SIZE - 5], np.int64), np.array([10, 10], np.int64))
+
+
+def test_the_install_built_the_native_gather() -> None:
+    """`make` builds it with the machine's C compiler; an install that silently fell
+    back to the pure gather (a compile error, no compiler) fails here, not in a bench."""
+    assert NATIVE, "tieredstore/hot/_gather.c was not built: see the install's output"
+
+
+@st.composite
+def parts_of(draw: st.DrawFn) -> tuple[list[bytes], list[tuple[list[int], list[int]]]]:
+    """Buffers and runs inside each, in any order, overlapping or empty."""
+    datas, runs = [], []
+    for _ in range(draw(st.integers(0, 4))):
+        data = draw(st.binary(min_size=0, max_size=400))
+        bounds = [sorted(draw(st.lists(st.integers(0, len(data)), min_size=2, max_size=2)))
+                  for _ in range(draw(st.integers(0, 40)))]  # fmt: skip
+        datas.append(data)
+        runs.append(([a for a, _ in bounds], [b for _, b in bounds]))
+    return datas, runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts_of())
+def test_native_copy_parts_equals_the_pure_reference(
+    case: tuple[list[bytes], list[tuple[list[int], list[int]]]],
+) -> None:
+    datas, runs = case
+    expected = b"".join(
+        data[a:b]
+        for data, (starts, ends) in zip(datas, runs, strict=True)
+        for a, b in zip(starts, ends, strict=True)
+    )
+    for kind in (bytes, bytearray, memoryview):
+        parts: list[Part] = [
+            (kind(data), np.array(starts, np.int64), np.array(ends, np.int64))
+            for data, (starts, ends) in zip(datas, runs, strict=True)
+        ]
+        native, pure = copy_parts(parts), pure_copy_parts(parts)
+        assert isinstance(native, bytearray) and isinstance(pure, bytearray)
+        assert native == pure == expected
+
+
+@pytest.mark.parametrize(
+    ("starts", "ends", "message"),
+    [
+        ([0, 5], [4, 11], "run 1 is \\[5, 11\\), not inside a buffer of 10 bytes"),
+        ([-1], [3], "run 0 is \\[-1, 3\\)"),
+        ([4], [3], "run 0 is \\[4, 3\\)"),
+        ([0, 1], [2], "2 starts but 1 ends"),
+    ],
+)
+def test_runs_outside_the_buffer_are_refused_by_both(
+    starts: list[int], ends: list[int], message: str
+) -> None:
+    data = bytes(range(10))
+    good: Part = (data, np.array([0], np.int64), np.array([1], np.int64))
+    bad: Part = (data, np.array(starts, np.int64), np.array(ends, np.int64))
+    for copy in (copy_parts, pure_copy_parts):
+        with pytest.raises(ValueError, match=message):
+            copy([good, bad])
+    with pytest.raises(ValueError, match="not inside"):
+        gather(data, np.array([8], np.int64), np.array([3], np.int64))  # one run, too long
+
+
+def test_the_native_gather_refuses_what_is_not_parts_of_int64s() -> None:
+    from tieredstore.hot import _gather
+
+    data, one = bytes(range(10)), np.array([0], np.int64).tobytes()
+    with pytest.raises(ValueError, match="part 1: ends is not a buffer of int64s \\(3 bytes\\)"):
+        _gather.gather([(data, one, one), (data, one, bytes(3))])
+    with pytest.raises(TypeError, match="part 0 is not a"):
+        _gather.gather([[data, one, one]])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        _gather.gather([(object(), one, one)])
+    with pytest.raises(TypeError, match="list or tuple"):
+        _gather.gather(7)  # type: ignore[arg-type]
+    four = np.array([4], np.int64)
+    assert _gather.gather([(data, one, four), (b"xyz", one, one)]) == bytearray(data[:4])
+    assert _gather.gather(()) == bytearray()
