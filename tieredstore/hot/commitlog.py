@@ -84,18 +84,20 @@ def runs(starts: Int64s, sizes: Int64s) -> tuple[Int64s, Int64s]:
     return starts[first], ends[last]
 
 
-def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | bytearray | memoryview:
+def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | memoryview:
     """Return the spans ``buf[start:start+size]``, in order, back to back.
 
-    A single run is returned as a zero-copy ``memoryview``, several as one new
-    ``bytearray`` (:func:`copy_runs`). Spans must lie inside ``buf`` (ValueError).
+    A single run is returned as a zero-copy ``memoryview``. Spans must lie inside ``buf``
+    (a span past its end is cut short, as a slice is: the caller compares the result).
+    For cold objects, whose records are one run or few; the hot commit log's many runs go
+    through :func:`copy_parts`.
     """
+    view = memoryview(buf)
     run_starts, run_ends = runs(starts, sizes)
-    if run_starts.size == 1:
-        lo, hi = int(run_starts[0]), int(run_ends[0])
-        _check_runs(run_starts, run_ends, memoryview(buf).nbytes)
-        return memoryview(buf)[lo:hi]
-    return copy_runs(buf, run_starts, run_ends)
+    parts = [view[s:e] for s, e in zip(run_starts.tolist(), run_ends.tolist(), strict=True)]
+    if len(parts) == 1:
+        return parts[0]
+    return b"".join(parts)
 
 
 def copy_runs(buf: Readable, starts: Int64s, ends: Int64s) -> bytearray:

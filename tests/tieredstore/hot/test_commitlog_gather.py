@@ -1,8 +1,8 @@
 """The hot reader's gather against references: ``HotCommitlog.gather`` against a
 ``pread`` per record (records interleaved with others', adjacent, out of order or
 overlapping, in several files; a copy that outlives the mappings), and the native
-``copy_runs`` (``tieredstore/hot/_gather.c``) against ``pure_copy_runs`` byte for byte,
-errors included. The suite's install must have built the native gather."""
+``copy_parts`` (``tieredstore/hot/_gather.c``) against ``pure_copy_parts`` byte for
+byte, errors included. The suite's install must have built the native gather."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from tieredstore.hot.commitlog import (
     HotCommitlog,
     Part,
     copy_parts,
-    gather,
     pure_copy_parts,
 )
 from tieredstore.hot.files import MappedFileList
@@ -173,8 +172,6 @@ def test_runs_outside_the_buffer_are_refused_by_both(
     for copy in (copy_parts, pure_copy_parts):
         with pytest.raises(ValueError, match=message):
             copy([good, bad])
-    with pytest.raises(ValueError, match="not inside"):
-        gather(data, np.array([8], np.int64), np.array([3], np.int64))  # one run, too long
 
 
 def test_the_native_gather_refuses_what_is_not_parts_of_int64s() -> None:
