@@ -12,7 +12,7 @@ queues' records in the hot commitlog. Comparing them record by record in Python 
 slow for the content level, so both sides are laid out the same way — records in queue
 offset order, back to back — and compared as two flat byte arrays. Adjacent records are
 coalesced into runs first, so a contiguous span costs one copy, whatever its record
-count. Interleaving makes thousands of runs a block; :func:`copy_runs` copies them in C
+count. Interleaving makes thousands of runs a block; :func:`copy_parts` copies them in C
 (``_gather.c``, one ``memcpy`` each, about ten times faster than a slice and a join step
 per run in Python for 100-byte records) where the install built it, and in Python
 (:func:`pure_copy_parts`, the reference the tests compare it with) where it did not.
@@ -40,7 +40,6 @@ __all__ = [
     "HotCommitlog",
     "Readable",
     "copy_parts",
-    "copy_runs",
     "gather",
     "pure_copy_parts",
     "read_span",
@@ -98,12 +97,6 @@ def gather(buf: Readable, starts: Int64s, sizes: Int64s) -> bytes | memoryview:
     if len(parts) == 1:
         return parts[0]
     return b"".join(parts)
-
-
-def copy_runs(buf: Readable, starts: Int64s, ends: Int64s) -> bytearray:
-    """The runs ``buf[starts[i]:ends[i]]`` back to back in one new ``bytearray``
-    (:func:`copy_parts` of one part)."""
-    return copy_parts([(buf, starts, ends)])
 
 
 def copy_parts(parts: Sequence[Part]) -> bytearray:
@@ -220,33 +213,29 @@ class HotCommitlog:
         # Records of one queue move forward through the files: group consecutive
         # records living in the same file and take each group's runs from its mapping.
         breaks = np.flatnonzero(index[1:] != index[:-1]) + 1
-        parts: list[Part] = []  # each file's runs
-        try:
-            for lo, hi in zip(
-                np.concatenate(([0], breaks)).tolist(),
-                np.concatenate((breaks, [offsets.size])).tolist(),
-                strict=True,
-            ):
-                i = int(index[lo])
-                f = self._files[i]
-                rel = offsets[lo:hi] - f.base
-                size = sizes[lo:hi]
-                over = np.flatnonzero(rel + size > f.size)
-                if over.size:  # the first record in order that the file does not hold whole
-                    at = int(rel[int(over[0])])
-                    if at >= f.size:
-                        raise OffsetOutOfRangeError(
-                            f"commitlog offset {f.base + at} is in no commitlog file (past "
-                            "the newest)",
-                            where=str(f.path),
-                        )
-                    raise TruncatedDataError(
-                        "record crosses the end of its file", where=f"{f.path}@{at}"
+        parts: list[Part] = []  # each file's runs (the mappings, not views into them)
+        for lo, hi in zip(
+            np.concatenate(([0], breaks)).tolist(),
+            np.concatenate((breaks, [offsets.size])).tolist(),
+            strict=True,
+        ):
+            i = int(index[lo])
+            f = self._files[i]
+            rel = offsets[lo:hi] - f.base
+            size = sizes[lo:hi]
+            over = np.flatnonzero(rel + size > f.size)
+            if over.size:  # the first record in order that the file does not hold whole
+                at = int(rel[int(over[0])])
+                if at >= f.size:
+                    raise OffsetOutOfRangeError(
+                        f"commitlog offset {f.base + at} is in no commitlog file (past the newest)",
+                        where=str(f.path),
                     )
-                parts.append((self._map(i), *runs(rel, size)))
-            return copy_parts(parts)  # one copy of every run of every file, the caller's
-        finally:
-            parts.clear()
+                raise TruncatedDataError(
+                    "record crosses the end of its file", where=f"{f.path}@{at}"
+                )
+            parts.append((self._map(i), *runs(rel, size)))
+        return copy_parts(parts)  # one copy of every run of every file, the caller's
 
 
 def read_span(f: MappedFile, first: int, end: int, buffer: bytearray) -> bytearray:
