@@ -205,39 +205,45 @@ class Block:
 
     def leaf_list(self, leaf_offsets: int, algorithm: PrintHash = PrintHash.XXH3) -> list[Leaf]:
         """The block's leaves (itself as one, if it has no leaf digests), whose digests
-        were taken with ``algorithm``."""
+        were taken with ``algorithm``: one per range of :func:`block_ranges`
+        ``(start, end, leaf_offsets)``."""
         if not self.leaves or leaf_offsets <= 0:
             return [Leaf(self.start, self.end, self.digest, algorithm)]
-        size = LEAF_DIGEST_SIZE
-        ranges = list(block_ranges(self.start, self.end, leaf_offsets))
-        if len(self.leaves) != size * len(ranges):
-            raise ValueError(
-                f"block [{self.start}, {self.end}) has {len(self.leaves)} bytes of leaf "
-                f"digests, {size * len(ranges)} expected"
-            )
-        return [
-            Leaf(s, e, self.leaves[i * size : (i + 1) * size].hex(), algorithm)
-            for i, (s, e) in enumerate(ranges)
-        ]
+        count = self._leaf_count(leaf_offsets)
+        return [self._leaf(i, leaf_offsets, algorithm) for i in range(count)]
 
     def edge_leaves(self, leaf_offsets: int, algorithm: PrintHash = PrintHash.XXH3) -> list[Leaf]:
         """The first and last of :meth:`leaf_list` (one, if the block has one leaf),
         without building the others (a block of 4,096 offsets has 64 leaves of 64)."""
         if not self.leaves or leaf_offsets <= 0:
             return [Leaf(self.start, self.end, self.digest, algorithm)]
-        size = LEAF_DIGEST_SIZE
-        first_end = min(self.end, (self.start // leaf_offsets + 1) * leaf_offsets)
-        last_start = max(self.start, (self.end - 1) // leaf_offsets * leaf_offsets)
-        count = (self.end - 1) // leaf_offsets - self.start // leaf_offsets + 1
-        if len(self.leaves) != size * count:
+        count = self._leaf_count(leaf_offsets)
+        edges = (0,) if count == 1 else (0, count - 1)
+        return [self._leaf(i, leaf_offsets, algorithm) for i in edges]
+
+    def _leaf_count(self, leaf_offsets: int) -> int:
+        """How many leaves of ``leaf_offsets`` the block has; ValueError when its leaf
+        digests are not that many."""
+        first = self.start // leaf_offsets
+        count = (self.end - 1) // leaf_offsets - first + 1 if self.end > self.start else 0
+        if len(self.leaves) != LEAF_DIGEST_SIZE * count:
             raise ValueError(
                 f"block [{self.start}, {self.end}) has {len(self.leaves)} bytes of leaf "
-                f"digests, {size * count} expected"
+                f"digests, {LEAF_DIGEST_SIZE * count} expected"
             )
-        first = Leaf(self.start, first_end, self.leaves[:size].hex(), algorithm)
-        if count == 1:
-            return [first]
-        return [first, Leaf(last_start, self.end, self.leaves[-size:].hex(), algorithm)]
+        return count
+
+    def _leaf(self, i: int, leaf_offsets: int, algorithm: PrintHash) -> Leaf:
+        """Leaf ``i``: ``[k * L, (k + 1) * L)`` clipped to the block, as :func:`block_ranges`
+        cuts it, with its digest."""
+        k = self.start // leaf_offsets + i
+        size = LEAF_DIGEST_SIZE
+        return Leaf(
+            max(self.start, k * leaf_offsets),
+            min(self.end, (k + 1) * leaf_offsets),
+            self.leaves[i * size : (i + 1) * size].hex(),
+            algorithm,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -255,6 +255,10 @@ def test_edge_leaves_are_the_first_and_last_of_the_leaf_list(
                 method(leaf_offsets)
         return
     listed = block.leaf_list(leaf_offsets)
+    assert [(x.start, x.end) for x in listed] == list(block_ranges(start, end, leaf_offsets))
+    assert [x.digest for x in listed] == [
+        leaves[i * LEAF_DIGEST_SIZE : (i + 1) * LEAF_DIGEST_SIZE].hex() for i in range(count)
+    ]
     assert block.edge_leaves(leaf_offsets) == (listed if count == 1 else [listed[0], listed[-1]])
 
 
