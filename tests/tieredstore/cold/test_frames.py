@@ -22,6 +22,7 @@ from tieredstore.cold.compressed.framed import (
     read_whole,
 )
 from tieredstore.cold.compressed.frames import (
+    FAST_HASH_LOG,
     MAX_FRAME_BYTES,
     FrameIndex,
     FrameSettings,
@@ -97,6 +98,39 @@ def test_an_exact_multiple_of_the_frame_size_has_no_empty_last_frame() -> None:
     assert index.count == 8
     assert [int(x) for x in index.starts] == [i * FRAME for i in range(9)]
     assert _read(encode(data, FrameSettings(FRAME, 3)), 7 * FRAME, 8 * FRAME) == data[7 * FRAME :]
+
+
+@pytest.mark.parametrize("level", [-7, -1, 1, 2, 3, 19, 22])
+def test_every_level_writes_frames_with_their_size_and_checksum(level: int) -> None:
+    """The compressor's parameters are built by hand (the fast levels' smaller hash
+    table): each frame must still carry its content size (the reader checks it against
+    the seek table) and its checksum (a flipped byte must fail its frame), at any level."""
+    settings = FrameSettings(FRAME, level)
+    obj = encode(DATA, settings)
+    index = _index(obj)
+    for i in range(index.count):
+        frame = obj[index.at[i] : index.at[i + 1]]
+        params = zstandard.get_frame_parameters(frame)
+        assert params.has_checksum
+        assert params.content_size == index.starts[i + 1] - index.starts[i]
+    assert decode_whole(obj, where="obj") == DATA
+
+
+def test_the_fast_levels_use_the_small_hash_table_and_the_others_their_own() -> None:
+    """Levels 1 and below (zstd's fast strategy) compress with a hash table of at most
+    FAST_HASH_LOG; other levels keep zstd's own parameters, so their output is what
+    ``zstd`` at that level writes for a frame of that size."""
+    for level in (-7, -1, 1):
+        frame = FrameSettings(1 << 20, level).compressor().compress(DATA)
+        small = zstandard.ZstdCompressionParameters.from_level(
+            level, source_size=1 << 20, hash_log=FAST_HASH_LOG,
+            write_checksum=1, write_content_size=1,
+        )  # fmt: skip
+        assert frame == zstandard.ZstdCompressor(compression_params=small).compress(DATA)
+    for level in (2, 3, 19):
+        frame = FrameSettings(1 << 20, level).compressor().compress(DATA)
+        plain = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
+        assert frame == plain.compress(DATA)
 
 
 def test_a_range_outside_the_payload_is_refused() -> None:
