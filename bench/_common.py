@@ -201,6 +201,8 @@ class Measured:
     cpu_seconds: float
     peak_rss: int
     returncode: int
+    #: The user part of ``cpu_seconds`` (the rest is the kernel's, on the process's behalf).
+    user_seconds: float = 0.0
 
 
 def vm_hwm(pid: int) -> int:
@@ -261,8 +263,38 @@ def run_measured(
             f"{' '.join(cmd[:4])} ... exited {proc.returncode}; last lines of its output:\n"
             + "\n".join(tail)
         )
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return Measured(seconds, cpu, peak, proc.returncode)
+    user = after.ru_utime - before.ru_utime
+    cpu = user + after.ru_stime - before.ru_stime
+    return Measured(seconds, cpu, peak, proc.returncode, user)
+
+
+def page_cache_probe(directory: Path, nbytes: int = 256 * MIB) -> tuple[float, float]:
+    """What this host's kernel charges a process for writing into the page cache: the
+    system CPU seconds per GiB of writing ``nbytes`` into a new file in ``directory``
+    (fsynced) while the page cache has to grow, and of writing it again right after
+    the first file is deleted, into the pages just freed.
+
+    On a virtual machine that hands freed memory back to its host (free page reporting,
+    DAMON) the first can be ten times the second: memory the guest touches anew is
+    faulted in by the host and charged to the process as system time. A tiering run
+    writes its bytes into new page cache twice (spool files, then batch objects), so its
+    system time says as much about the host as about the sidecar. Printed beside the
+    tiering rows; not a target."""
+    block = os.urandom(8 * MIB)
+    costs: list[float] = []
+    for name in ("page-cache-probe-new", "page-cache-probe-again"):
+        path = directory / name
+        before = os.times()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for _ in range(max(nbytes // len(block), 1)):
+                os.write(fd, block)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        costs.append((os.times().system - before.system) / (nbytes / GIB))
+        path.unlink()
+    return costs[0], costs[1]
 
 
 def sidecar_cmd(store: Path, cold: str, state: Path, *extra: str, once: bool = True) -> list[str]:
