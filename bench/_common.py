@@ -268,35 +268,6 @@ def run_measured(
     return Measured(seconds, cpu, peak, proc.returncode, user)
 
 
-def page_cache_probe(directory: Path, nbytes: int = 256 * MIB) -> tuple[float, float]:
-    """What this host's kernel charges a process for writing into the page cache: the
-    system CPU seconds per GiB of writing ``nbytes`` into a new file in ``directory``
-    (fsynced) while the page cache has to grow, and of writing it again right after
-    the first file is deleted, into the pages just freed.
-
-    On a virtual machine that hands freed memory back to its host (free page reporting,
-    DAMON) the first can be ten times the second: memory the guest touches anew is
-    faulted in by the host and charged to the process as system time. A tiering run
-    writes its bytes into new page cache twice (spool files, then batch objects), so its
-    system time says as much about the host as about the sidecar. Printed beside the
-    tiering rows; not a target."""
-    block = os.urandom(8 * MIB)
-    costs: list[float] = []
-    for name in ("page-cache-probe-new", "page-cache-probe-again"):
-        path = directory / name
-        before = os.times()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            for _ in range(max(nbytes // len(block), 1)):
-                os.write(fd, block)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        costs.append((os.times().system - before.system) / (nbytes / GIB))
-        path.unlink()
-    return costs[0], costs[1]
-
-
 def sidecar_cmd(store: Path, cold: str, state: Path, *extra: str, once: bool = True) -> list[str]:
     """``tieredstore run`` (``--once`` unless told) for the bench cluster and broker."""
     return [

@@ -25,11 +25,10 @@ the sidecar. Last lines::
 small-record case (1,024 queues, ≥ 0.3× cp).
     RESULT tiering_posix_rss ratio=<peak RSS MiB> target=<256MiB PASS|FAIL
 
-**The host's page cache**: the user and system parts of the sidecar's CPU are printed
-apart, with what this host's kernel charged for writing new page cache and the same
-bytes again into pages just freed (``page_cache_probe``, measured right after the
-timed runs): where the first is much the larger, the system part follows the host's
-memory state, not the sidecar.
+**User and system CPU** are printed apart: the system part includes what the kernel
+charges for the page cache the run's bytes go into, which on a virtual machine that
+hands freed memory back to its host depends on the host's memory state more than on
+the sidecar (BENCHMARKS.md, "New page cache on this host").
 
 **fsyncs per segment**: one more sidecar run, untimed, under ``strace -f -c`` counts the
 ``fsync`` and ``fdatasync`` calls of the whole process (the broker-store sync of the
@@ -58,7 +57,6 @@ from _common import (
     extra_env,
     machine,
     mb_per_s,
-    page_cache_probe,
     result_line,
     run_measured,
     sidecar_cmd,
@@ -188,7 +186,6 @@ def main() -> None:
         cp_bare, cp_durable = time_cp(store.commitlog_dir, root / "cp-copy", args.cp_runs)
 
         run, (segments, messages, tiered), written, peak_rss = time_sidecar(args, store, root, env)
-        fresh, reused = page_cache_probe(root, min(256 * MIB, max(store.commitlog_bytes, 8 * MIB)))
         fsyncs = None if args.no_fsync_count else count_fsyncs(args, store, root, env)
 
     ours = mb_per_s(tiered, run.seconds)
@@ -229,10 +226,6 @@ def main() -> None:
         f"sidecar CPU per GiB tiered: {run.cpu_seconds / per_gib:.2f} s (target <= 2): user "
         f"{run.user_seconds / per_gib:.2f} s, system "
         f"{(run.cpu_seconds - run.user_seconds) / per_gib:.2f} s"
-    )
-    print(
-        f"this host's kernel per GiB written into the page cache: {fresh:.2f} CPU-s into new "
-        f"pages, {reused:.2f} into pages just freed (page_cache_probe)"
     )
     ratio = ours / cp_rate
     print(result_line("tiering_posix", ratio, f">={args.target}", ratio >= args.target))
