@@ -203,17 +203,28 @@ class Measured:
     returncode: int
     #: The user part of ``cpu_seconds`` (the rest is the kernel's, on the process's behalf).
     user_seconds: float = 0.0
+    #: The peak of its anonymous memory (``RssAnon``): ``peak_rss`` less the pages of
+    #: files it mapped (the page cache it reads through a map) and shared memory.
+    peak_anon: int = 0
+
+
+def _status_bytes(pid: int, *fields: str) -> tuple[int, ...]:
+    """``fields`` of a live process's ``/proc/<pid>/status`` in bytes (0 each once it has
+    exited, or where a field is missing)."""
+    found = dict.fromkeys(fields, 0)
+    try:
+        for text in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, rest = text.partition(":")
+            if name in found:
+                found[name] = int(rest.split()[0]) * 1024
+    except OSError:
+        pass
+    return tuple(found[f] for f in fields)
 
 
 def vm_hwm(pid: int) -> int:
     """Peak RSS (VmHWM) of a live process in bytes; 0 once it has exited."""
-    try:
-        for text in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if text.startswith("VmHWM:"):
-                return int(text.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _status_bytes(pid, "VmHWM")[0]
 
 
 def run_measured(
@@ -230,7 +241,8 @@ def run_measured(
     ``poll`` seconds until it exits (it only grows, so the last sample is the peak to
     within ``poll``). Not ``wait4``'s ``ru_maxrss``: Linux carries the parent's
     high-water mark across fork and exec into it, so a child would never look smaller
-    than the benchmark that started it.
+    than the benchmark that started it. Its ``RssAnon`` is sampled alongside (that one can
+    fall, so its peak is the highest sample).
 
     Output goes to ``log`` (appended) or is discarded. A non-zero exit raises
     RuntimeError with the last lines of the log: a failed run has no meaningful time.
@@ -241,11 +253,14 @@ def run_measured(
         t0 = time.perf_counter()
         proc = subprocess.Popen(list(cmd), env=dict(env) if env else None, stdout=out, stderr=out)
         peaks = [0]
+        anon = [0]
         done = threading.Event()
 
         def sample() -> None:
             while not done.wait(poll):
-                peaks.append(vm_hwm(proc.pid))
+                hwm, rss_anon = _status_bytes(proc.pid, "VmHWM", "RssAnon")
+                peaks.append(hwm)
+                anon.append(rss_anon)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -265,7 +280,7 @@ def run_measured(
         )
     user = after.ru_utime - before.ru_utime
     cpu = user + after.ru_stime - before.ru_stime
-    return Measured(seconds, cpu, peak, proc.returncode, user)
+    return Measured(seconds, cpu, peak, proc.returncode, user, max(anon))
 
 
 def sidecar_cmd(store: Path, cold: str, state: Path, *extra: str, once: bool = True) -> list[str]:

@@ -17,12 +17,19 @@ reads from cold, besides its previous fingerprint), warms the files, and times, 
   against a full one of the grown store. Both must be equal but for their time.
 
 Then the command itself runs once as a process, full and then incremental, with the
-cold directory (its output lines are printed: what it read, what it carried).
+cold directory (its output lines are printed: what it read, what it carried), its peak
+RSS sampled.
 
 Last lines::
 
     RESULT fingerprint_full ratio=<cat seconds ÷ fingerprint seconds> target=>=0.5 PASS|FAIL
     RESULT fingerprint_incremental ratio=<incremental time ÷ full time> target=<=0.25 PASS|FAIL
+    RESULT fingerprint_rss ratio=<the command's peak RSS, MiB> target=<256MiB PASS|FAIL
+
+The peak RSS is the process's ``VmHWM``, which counts the pages of the hot files it maps:
+the command reads the commit log through a map, queue by queue, and every queue's records
+are spread over the whole log, so by its end it maps every page the store holds. The line
+before the results gives its anonymous memory apart (BENCHMARKS.md, "Notes on each FAIL").
 """
 
 from __future__ import annotations
@@ -40,11 +47,13 @@ from _common import (
     BROKER,
     CLUSTER,
     MIB,
+    Measured,
     Stopwatch,
     add_store_arguments,
     machine,
     mb_per_s,
     result_line,
+    run_measured,
     store_from_args,
     table,
     warm,
@@ -59,6 +68,7 @@ from tieredstore.verifier.fleet.take import Taken, take_carrying
 
 VS_CAT = 0.5
 INCREMENTAL = 0.25
+RSS_TARGET = 256 * MIB
 
 
 def _args() -> argparse.Namespace:
@@ -90,13 +100,13 @@ def _cat(files: list[str]) -> float:
     return sw.seconds
 
 
-def _command(hot: Path, cold: Path, *extra: str) -> tuple[str, float]:
+def _command(hot: Path, cold: Path, log: Path, *extra: str) -> tuple[str, Measured]:
+    """The command's last output line and its measurement (``log`` gets its output)."""
     cmd = [sys.executable, "-m", "tieredstore.cli", "fingerprint", "--store", str(hot),
            "--cold", str(cold), "--cluster", CLUSTER, "--broker", BROKER,
            "--max-bytes-per-second", "0", *extra]  # fmt: skip
-    with Stopwatch() as sw:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return out.strip(), sw.seconds
+    run = run_measured(cmd, log=log)
+    return log.read_text().strip().splitlines()[-1], run
 
 
 def main() -> int:
@@ -131,9 +141,9 @@ def main() -> int:
             raise SystemExit("the incremental fingerprint differs from the full one")
         t_grown, t_incr = statistics.median(grown_full), statistics.median(grown_incr)
 
-        first, t_cmd_full = _command(hot, cold, "--full-every", "1")
+        first, cmd_full = _command(hot, cold, Path(tmp) / "full.log", "--full-every", "1")
         SyntheticStore.open(hot).append(max(1, int(store.messages * args.new)))
-        second, t_cmd_incr = _command(hot, cold)
+        second, cmd_incr = _command(hot, cold, Path(tmp) / "incremental.log")
 
     fp_bytes = full.fingerprint.hot_bytes
     blocks = sum(len(q.blocks) for q in incr.fingerprint.queues)
@@ -145,14 +155,21 @@ def main() -> int:
                 ["fingerprint, full", t_full, mb_per_s(fp_bytes, t_full), fp_bytes / MIB],
                 ["full, after +new", t_grown, 0.0, again.read_bytes / MIB],
                 ["incremental, after +new", t_incr, 0.0, incr.read_bytes / MIB],
-                ["command (process), full", t_cmd_full, 0.0, 0.0],
-                ["command (process), incremental", t_cmd_incr, 0.0, 0.0],
+                ["command (process), full", cmd_full.seconds, 0.0, 0.0],
+                ["command (process), incremental", cmd_incr.seconds, 0.0, 0.0],
             ],
         )
     )
+    peak = max(cmd_full.peak_rss, cmd_incr.peak_rss)
+    print(
+        f"command peak RSS: full {cmd_full.peak_rss / MIB:.0f} MiB, incremental "
+        f"{cmd_incr.peak_rss / MIB:.0f} MiB; of it anonymous memory at most "
+        f"{max(cmd_full.peak_anon, cmd_incr.peak_anon) / MIB:.0f} MiB, the rest the hot "
+        "files' pages it maps (page cache, read in place)"
+    )
     print(f"incremental: {incr.carried_blocks} of {blocks} blocks carried forward")
-    print(f"command: {first.splitlines()[-1]}")
-    print(f"command: {second.splitlines()[-1]}")
+    print(f"command: {first}")
+    print(f"command: {second}")
     print(machine())
     vs_cat = t_cat / t_full if t_full else 0.0
     vs_full = t_incr / t_grown if t_grown else 0.0
@@ -162,6 +179,7 @@ def main() -> int:
             "fingerprint_incremental", vs_full, f"<={INCREMENTAL:g}", vs_full <= INCREMENTAL
         )
     )
+    print(result_line("fingerprint_rss", peak / MIB, "<256MiB", peak < RSS_TARGET))
     return 0
 
 
