@@ -148,14 +148,20 @@ class BlockHasher:
         return outer.hexdigest()
 
 
-def block_streams(units: Units, records: bytes | bytearray | memoryview) -> tuple[bytes, bytearray]:
+def block_streams(
+    units: Units, records: bytes | bytearray | memoryview
+) -> tuple[bytes, bytearray | memoryview]:
     """The two streams of the block digest (module doc) for one run of offsets: the units'
     size and tagsCode, and ``records`` with their physicalOffset fields zeroed (in place
-    when ``records`` is a ``bytearray``, else in a copy)."""
+    when ``records`` is a ``bytearray`` or a writable ``memoryview``, else in a copy)."""
     head = np.empty(units.shape[0], dtype=_UNITS_STREAM)
     head["size"] = units["size"]
     head["tags_code"] = units["tags_code"]
-    buf = records if isinstance(records, bytearray) else bytearray(records)
+    buf: bytearray | memoryview
+    if isinstance(records, bytearray | memoryview) and not memoryview(records).readonly:
+        buf = records
+    else:
+        buf = bytearray(records)
     arr = np.frombuffer(buf, dtype=np.uint8)
     sizes = units["size"].astype(np.int64)
     starts = np.zeros(sizes.size, dtype=np.int64)

@@ -1,4 +1,5 @@
-/* tieredstore.hot._gather: byte runs of buffers copied into one new bytearray.
+/* tieredstore.hot._gather: byte runs of buffers copied into one new bytearray, or into
+ * the caller's buffer.
  *
  * The native half of HotCommitlog.gather (tieredstore/hot/commitlog.py: copy_parts),
  * which keeps the pure-Python reference (a memoryview per run, joined) that the tests
@@ -16,6 +17,12 @@
  *     Raises ValueError for a run outside its source or ending before it starts, or for
  *     starts and ends of different lengths or not whole int64s; TypeError for parts
  *     that are not (source, starts, ends) triples or an object without a buffer.
+ *
+ * gather_into(parts, out) -> int
+ *     The same runs copied to the start of ``out`` (a writable contiguous buffer, none
+ *     of the sources: a reader that reuses one buffer does not fault fresh pages in for
+ *     each copy); returns the bytes copied. Raises as gather does, and ValueError when
+ *     the runs add up to more than ``out`` holds (nothing is copied then).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -99,26 +106,38 @@ hold(PyObject *item, Py_ssize_t index, Part *part, int64_t *total)
     return 0;
 }
 
+/* Hold every part of the sequence ``arg``; *parts (to free with drop()) and *total. */
 static PyObject *
-gather(PyObject *module, PyObject *arg)
+hold_all(PyObject *arg, Part **parts, int64_t *total)
 {
-    (void)module;
     PyObject *seq = PySequence_Fast(arg, "gather() takes a list or tuple of parts");
     if (seq == NULL) return NULL;
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Part *parts = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Part));
-    if (parts == NULL) {
+    *parts = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(Part));
+    if (*parts == NULL) {
         Py_DECREF(seq);
         return PyErr_NoMemory();
     }
-    PyObject *out = NULL;
-    int64_t total = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        if (hold(PySequence_Fast_GET_ITEM(seq, k), k, &parts[k], &total) < 0) goto done;
+        if (hold(PySequence_Fast_GET_ITEM(seq, k), k, &(*parts)[k], total) < 0) return seq;
     }
-    out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (out == NULL) goto done;
-    char *dst = PyByteArray_AS_STRING(out);
+    return seq;
+}
+
+static void
+drop(PyObject *seq, Part *parts)
+{
+    if (parts != NULL) {
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) release(&parts[k]);
+        PyMem_Free(parts);
+    }
+    Py_DECREF(seq);
+}
+
+/* Copy every run, back to back, to dst (the GIL released). */
+static void
+copy_runs(const Part *parts, Py_ssize_t n, char *dst)
+{
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < n; k++) {
         const char *src = (const char *)parts[k].source.buf;
@@ -131,24 +150,67 @@ gather(PyObject *module, PyObject *arg)
         }
     }
     Py_END_ALLOW_THREADS
-done:
-    for (Py_ssize_t k = 0; k < n; k++) release(&parts[k]);
-    PyMem_Free(parts);
-    Py_DECREF(seq);
+}
+
+static PyObject *
+gather(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    Part *parts = NULL;
+    int64_t total = 0;
+    PyObject *seq = hold_all(arg, &parts, &total);
+    if (seq == NULL) return NULL;
+    PyObject *out = NULL;
+    if (!PyErr_Occurred()) {
+        out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+        if (out != NULL) copy_runs(parts, PySequence_Fast_GET_SIZE(seq), PyByteArray_AS_STRING(out));
+    }
+    drop(seq, parts);
     return out;
+}
+
+static PyObject *
+gather_into(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *arg, *target;
+    if (!PyArg_ParseTuple(args, "OO:gather_into", &arg, &target)) return NULL;
+    Part *parts = NULL;
+    int64_t total = 0;
+    PyObject *seq = hold_all(arg, &parts, &total);
+    if (seq == NULL) return NULL;
+    PyObject *result = NULL;
+    Py_buffer out;
+    if (!PyErr_Occurred()
+        && PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) == 0) {
+        if (total > (int64_t)out.len) {
+            PyErr_Format(PyExc_ValueError,
+                         "the runs add up to %lld bytes, more than the %zd of the buffer",
+                         (long long)total, out.len);
+        } else {
+            copy_runs(parts, PySequence_Fast_GET_SIZE(seq), (char *)out.buf);
+            result = PyLong_FromLongLong((long long)total);
+        }
+        PyBuffer_Release(&out);
+    }
+    drop(seq, parts);
+    return result;
 }
 
 static PyMethodDef methods[] = {
     {"gather", gather, METH_O,
      "gather(parts) -> bytearray: each part's runs [starts[i], ends[i]) of its source, "
      "back to back (parts: (source, starts, ends) tuples, int64 buffers)."},
+    {"gather_into", gather_into, METH_VARARGS,
+     "gather_into(parts, out) -> int: gather's runs copied to the start of the writable "
+     "buffer out; the bytes copied."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "tieredstore.hot._gather",
-    "Byte runs of buffers copied into one new bytearray (see _gather.c).",
+    "Byte runs of buffers copied into one new bytearray or the caller's (see _gather.c).",
     -1,
     methods,
     NULL,

@@ -40,8 +40,10 @@ __all__ = [
     "HotCommitlog",
     "Readable",
     "copy_parts",
+    "copy_parts_into",
     "gather",
     "pure_copy_parts",
+    "pure_copy_parts_into",
     "read_span",
     "runs",
 ]
@@ -53,16 +55,22 @@ Readable = bytes | bytearray | memoryview | mmap.mmap
 Part = tuple[Readable, Int64s, Int64s]
 
 
-def _native_gather() -> Callable[[Sequence[Part]], bytearray] | None:
-    """The native gather (``_gather.c``), None where the install found no C compiler."""
+_Gather = Callable[[Sequence[Part]], bytearray]
+#: A writable buffer :func:`copy_parts_into` copies to.
+Writable = bytearray | npt.NDArray[np.uint8]
+_GatherInto = Callable[[Sequence[Part], Writable], int]
+
+
+def _native_gather() -> tuple[_Gather, _GatherInto] | tuple[None, None]:
+    """The native gather (``_gather.c``), Nones where the install found no C compiler."""
     try:
         from tieredstore.hot import _gather
     except ImportError:  # pragma: no cover - an install without a compiler
-        return None
-    return _gather.gather
+        return None, None
+    return _gather.gather, _gather.gather_into
 
 
-_NATIVE_GATHER = _native_gather()
+_NATIVE_GATHER, _NATIVE_GATHER_INTO = _native_gather()
 #: Whether :func:`copy_parts` copies natively (False: :func:`pure_copy_parts` serves).
 NATIVE = _NATIVE_GATHER is not None
 
@@ -118,6 +126,50 @@ def copy_parts(parts: Sequence[Part]) -> bytearray:
     )  # fmt: skip
 
 
+def copy_parts_into(parts: Sequence[Part], out: Writable) -> int:
+    """:func:`copy_parts` into the start of ``out`` (not one of the sources), natively
+    where built, else by :func:`pure_copy_parts_into`; returns the bytes copied. A reader
+    that copies into one buffer again and again does not fault fresh memory in for each
+    copy (a new ``bytearray`` of more than glibc's largest heap chunk, 32 MiB, is).
+
+    Raises:
+        ValueError: as :func:`copy_parts`, or the runs add up to more than ``out``
+            holds (nothing is copied then).
+    """
+    if _NATIVE_GATHER_INTO is None:
+        return pure_copy_parts_into(parts, out)
+    return _NATIVE_GATHER_INTO(
+        [(b, np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
+         for b, s, e in parts],
+        out,
+    )  # fmt: skip
+
+
+def pure_copy_parts_into(parts: Sequence[Part], out: Writable) -> int:
+    """:func:`copy_parts_into` in Python: each run's view assigned to its place."""
+    total = 0
+    for buf, starts, ends in parts:
+        _check_runs(starts, ends, memoryview(buf).nbytes)
+        total += int((ends - starts).sum())
+    target = _byte_view(out)
+    if total > target.nbytes:
+        raise ValueError(
+            f"the runs add up to {total} bytes, more than the {target.nbytes} of the buffer"
+        )
+    at = 0
+    for buf, starts, ends in parts:
+        with memoryview(buf) as view:
+            for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                target[at : at + hi - lo] = view[lo:hi]
+                at += hi - lo
+    return total
+
+
+def _byte_view(out: Writable) -> memoryview:
+    """``out`` as a flat view of bytes."""
+    return (memoryview(out) if isinstance(out, bytearray) else out.data).cast("B")
+
+
 def pure_copy_parts(parts: Sequence[Part]) -> bytearray:
     """:func:`copy_parts` in Python: a view per run, joined (about 0.25 µs a run)."""
     views: list[memoryview] = []
@@ -153,6 +205,7 @@ class HotCommitlog:
         self._files = files.files
         self._bases = np.array([f.base for f in self._files], dtype=np.int64)
         self._maps: dict[int, mmap.mmap] = {}
+        self._released: dict[int, int] = {}  # per mapped file: bytes released from its start
 
     def __enter__(self) -> Self:
         return self
@@ -163,6 +216,7 @@ class HotCommitlog:
     def close(self) -> None:
         """Unmap every mapped file; safe to call twice."""
         maps, self._maps = self._maps, {}
+        self._released = {}
         for m in maps.values():
             m.close()
 
@@ -187,6 +241,21 @@ class HotCommitlog:
             self._maps[index] = m
         return m
 
+    def release(self, below: int) -> None:
+        """Drop this process's mappings of the pages of every mapped file that lie wholly
+        below commitlog offset ``below`` (``madvise(MADV_DONTNEED)``): they leave the
+        process's resident set, not the page cache, and a later :meth:`gather` there maps
+        them again. A reader that moves forward through the log calls it behind itself, so
+        what it keeps mapped is what it reads next, not the whole store.
+        """
+        for index, m in self._maps.items():
+            f = self._files[index]
+            upto = min(below - f.base, f.size) // mmap.PAGESIZE * mmap.PAGESIZE
+            done = self._released.get(index, 0)
+            if upto > done:
+                m.madvise(mmap.MADV_DONTNEED, done, upto - done)
+                self._released[index] = upto
+
     def gather(self, offsets: Int64s, sizes: Int64s) -> bytearray:
         """Return a private copy of the records at commitlog ``offsets``, back to back.
 
@@ -195,8 +264,22 @@ class HotCommitlog:
             TruncatedDataError: a record crossing the end of its file.
             StoreNotFoundError: a file vanished or cannot be mapped.
         """
+        return copy_parts(self._parts(offsets, sizes))  # one copy of every run, the caller's
+
+    def gather_into(self, offsets: Int64s, sizes: Int64s, out: Writable) -> memoryview:
+        """:meth:`gather` into the start of ``out`` (:func:`copy_parts_into`), which must
+        hold ``sizes.sum()`` bytes; returns the view of ``out`` copied to.
+
+        Raises:
+            as :meth:`gather`; ValueError: ``out`` is too small.
+        """
+        return _byte_view(out)[: copy_parts_into(self._parts(offsets, sizes), out)]
+
+    def _parts(self, offsets: Int64s, sizes: Int64s) -> list[Part]:
+        """Each file's runs of the records at ``offsets`` (checked as :meth:`gather`
+        says)."""
         if offsets.size == 0:
-            return bytearray()
+            return []
         if sizes.min() < 0:
             bad = int(np.argmin(sizes))
             raise TruncatedDataError(
@@ -235,7 +318,7 @@ class HotCommitlog:
                     "record crosses the end of its file", where=f"{f.path}@{at}"
                 )
             parts.append((self._map(i), *runs(rel, size)))
-        return copy_parts(parts)  # one copy of every run of every file, the caller's
+        return parts
 
 
 def read_span(f: MappedFile, first: int, end: int, buffer: bytearray) -> bytearray:

@@ -11,8 +11,18 @@ record, found in the hot records read for the blocks — what
 :class:`tieredstore.verifier.scope.HotFacts` needs to decide, per message time, which messages were
 stored while a rule tiered their topic.
 
-Memory is bounded by three blocks' records: the one being read and the two before it,
-whose digests a worker thread takes meanwhile (xxhash and hashlib let go of the GIL).
+All queues are read together, in commit-log order, one window (``window_bytes``,
+:data:`DEFAULT_WINDOW_BYTES`) at a time: the window starts at the lowest record any queue
+still has to read, and each queue with records below its end reads them (a run of its
+open block, or more blocks), feeding its block's digest. Then the commit-log pages below
+the lowest record still to read are released from the process
+(:meth:`~tieredstore.hot.commitlog.HotCommitlog.release`). Read queue by queue instead,
+every queue's records span the whole log (the broker interleaves them), and the run
+would end up mapping every page of the hot store: its resident set the size of the store.
+
+Memory is bounded by the window's records and the two runs before them, whose digests a
+worker thread takes meanwhile (xxhash and hashlib let go of the GIL); plus each queue's
+open block's units (20 bytes an offset).
 
 :func:`take_carrying` is the incremental form: given the broker's previous fingerprint it
 carries forward each block the rule of :mod:`tieredstore.verifier.fleet.carry` proves
@@ -23,9 +33,11 @@ of the same store (docs/verification.md, "Incremental fingerprints").
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Self
 
 import numpy as np
@@ -42,18 +54,24 @@ from tieredstore.cold.fingerprint import (
     block_ranges,
     block_streams,
 )
-from tieredstore.errors import OffsetOutOfRangeError, StoreError, StoreNotFoundError
+from tieredstore.errors import (
+    OffsetOutOfRangeError,
+    StoreError,
+    StoreNotFoundError,
+    TieredStoreError,
+)
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE, Units
 from tieredstore.formats.record import STORE_TIMESTAMP_AT_V4, STORE_TIMESTAMP_AT_V6, SysFlag
 from tieredstore.formats.record import SYS_FLAG_AT as _SYS_FLAG_AT
 from tieredstore.hot.commitlog import HotCommitlog
-from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.store import HotRange, HotStore, QueueKey
 from tieredstore.ratelimit import TokenBucket
 from tieredstore.verifier.fleet.carry import carries
 
 __all__ = [
     "DEFAULT_BLOCK_OFFSETS",
     "DEFAULT_LEAF_OFFSETS",
+    "DEFAULT_WINDOW_BYTES",
     "Taken",
     "take_carrying",
     "take_fingerprint",
@@ -63,8 +81,13 @@ __all__ = [
 DEFAULT_BLOCK_OFFSETS: Final = 4096
 #: Queue offsets per leaf: the unit of comparison (8 bytes of digest per leaf).
 DEFAULT_LEAF_OFFSETS: Final = 64
-#: Blocks whose digest is being taken while the next is read (each holds its records).
-_DIGESTS_QUEUED: Final = 2
+#: Commit-log bytes read together before the pages behind them are released: about the
+#: most of the hot store the run keeps mapped.
+DEFAULT_WINDOW_BYTES: Final = 64 << 20
+#: Records read in one gather, into one buffer (a group of a window's runs).
+_GROUP_BYTES: Final = 1 << 20
+#: Groups whose records are being hashed while the next is read (each holds its buffer).
+_DIGESTS_QUEUED: Final = 1
 
 
 def _store_time_at(buf: memoryview, pos: int) -> int:
@@ -122,6 +145,7 @@ async def take_fingerprint(
     leaf_offsets: int = DEFAULT_LEAF_OFFSETS,
     since_ms: tuple[int, ...] = (),
     sequence: int = 0,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
 ) -> Fingerprint:
     """Read every hot queue block by block and fingerprint it (module doc): per block its
     digest and its leaves' (of ``leaf_offsets``), ``stored_from`` for each of ``since_ms``
@@ -137,7 +161,7 @@ async def take_fingerprint(
     taken = await take_carrying(
         hot, None, cluster=cluster, broker=broker, clock=clock, bucket=bucket,
         block_offsets=block_offsets, leaf_offsets=leaf_offsets, since_ms=since_ms,
-        sequence=sequence,
+        sequence=sequence, window_bytes=window_bytes,
     )  # fmt: skip
     return taken.fingerprint
 
@@ -154,6 +178,7 @@ async def take_carrying(
     leaf_offsets: int = DEFAULT_LEAF_OFFSETS,
     since_ms: tuple[int, ...] = (),
     sequence: int = 0,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
 ) -> Taken:
     """:func:`take_fingerprint`, carrying forward from ``previous`` (None: a full run)
     every block :func:`~tieredstore.verifier.fleet.carry.carries` allows; the others are
@@ -167,6 +192,8 @@ async def take_carrying(
     """
     if block_offsets <= 0 or leaf_offsets <= 0:
         raise ValueError(f"block and leaf offsets must be > 0, got {block_offsets}, {leaf_offsets}")
+    if window_bytes <= 0:
+        raise ValueError(f"window_bytes must be > 0, got {window_bytes}")
     if previous is not None and (previous.block_offsets, previous.leaf_offsets) != (
         block_offsets,
         leaf_offsets,
@@ -176,11 +203,13 @@ async def take_carrying(
     with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
         reader = _Reader(cl, digests, bucket, since_ms, leaf_offsets)
         before = {(q.topic, q.queue_id): q for q in previous.queues} if previous else {}
-        read = []
-        for key in (k for k in hot.queues() if hot.cq_files(k.topic, k.queue_id)):
-            old = before.get((key.topic, key.queue_id))
-            read.append(await reader.queue(hot, key, old, block_offsets))
-    queues = tuple(q.printed() for q in read)
+        cursors = [
+            _Cursor(key, hot.queue_range(key.topic, key.queue_id),
+                    before.get((key.topic, key.queue_id)), block_offsets)
+            for key in hot.queues() if hot.cq_files(key.topic, key.queue_id)
+        ]  # fmt: skip
+        await reader.read(hot, cursors, window_bytes)
+    queues = tuple(c.printed(since_ms, leaf_offsets) for c in cursors)
     fp = Fingerprint(
         cluster, broker, taken, block_offsets, reader.total, queues, sequence, leaf_offsets
     )
@@ -204,67 +233,166 @@ class _Reader:
         self.total = 0
         self.read_bytes = 0
         self.carried = 0
+        # A ring of buffers, a group's records read into one while the digest worker
+        # hashes those of the one before: a new buffer for each group would be faulted in
+        # afresh every time (the run twice as long on a 2 GiB store of 128 queues).
+        self._buffers = [np.empty(0, np.uint8) for _ in range(_DIGESTS_QUEUED + 1)]
+        self._next = 0
 
-    async def queue(
-        self, hot: HotStore, key: QueueKey, before: QueuePrint | None, block_offsets: int
-    ) -> _ReadQueue:
-        """Read (or carry from ``before``) every block of one hot queue."""
-        rng = hot.queue_range(key.topic, key.queue_id)
-        old_blocks = {b.start: b for b in before.blocks} if before is not None else {}
-        blocks: list[_ReadBlock] = []
-        found: dict[int, int] = {}
-        low = rng.min
-        for start, end in block_ranges(rng.min, rng.max, block_offsets):
+    async def read(self, hot: HotStore, cursors: list[_Cursor], window_bytes: int) -> None:
+        """Read every queue's blocks, all queues together, window by window through the
+        commit log (module doc), then release the pages behind the lowest record still
+        to read."""
+        waiting: list[tuple[int, int]] = []  # (next record's commit-log offset, cursor)
+        for i, c in enumerate(cursors):
+            await self._open(hot, c)
+            if c.open is not None:
+                heapq.heappush(waiting, (c.open.next_offset, i))
+        while waiting:
+            end = waiting[0][0] + window_bytes
+            window: list[_Run] = []
+            touched: dict[int, None] = {}  # the cursors read from, in order
+            while waiting and waiting[0][0] < end:
+                i = heapq.heappop(waiting)[1]
+                run = _Run.below(i, cursors, end, _GROUP_BYTES)
+                window.append(run)
+                touched[i] = None
+                if run.stop < run.block.offsets.size and run.block.next_offset < end:
+                    heapq.heappush(waiting, (run.block.next_offset, i))  # more of it here
+            for group in _groups(window):
+                await self._read_group(group, cursors)
+            for i in touched:
+                c = cursors[i]
+                if c.open is not None and c.open.pos == c.open.offsets.size:
+                    self._close(c, c.open)
+                if c.open is None:
+                    await self._open(hot, c)
+                if c.open is not None:
+                    heapq.heappush(waiting, (c.open.next_offset, i))
+            self._cl.release(waiting[0][0] if waiting else end)
+
+    async def _read_group(self, window: list[_Run], cursors: list[_Cursor]) -> None:
+        """Read a group of a window's runs in one gather, and feed them; a run whose
+        records are gone (read again alone to tell) drops its block (:meth:`_deleted`)."""
+        offsets = np.concatenate([r.offsets for r in window])
+        sizes = np.concatenate([r.sizes for r in window])
+        buffer = self._buffer(int(sizes.sum()))
+        try:
+            records = self._cl.gather_into(offsets, sizes, buffer)
+        except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
+            if len(window) == 1:
+                self._deleted(cursors[window[0].cursor], window[0].block.end, exc)
+            else:  # which runs' records are gone: each read alone
+                for run in window:
+                    await self._read_group([run], cursors)
+            return
+        self._next = (self._next + 1) % len(self._buffers)  # the next group's buffer
+        units = np.concatenate([r.block.units[r.pos : r.stop] for r in window])
+        stream, _ = block_streams(units, records)  # the physicalOffsets zeroed in place
+        # Each record's end, and each run's first unit, in the group's buffer.
+        ends = np.cumsum(sizes)
+        bounds = np.cumsum([0] + [r.stop - r.pos for r in window]).tolist()
+        fed = []
+        for r, lo, hi in zip(window, bounds, bounds[1:], strict=False):
+            first_at = int(ends[lo - 1]) if lo else 0
+            part = records[first_at : int(ends[hi - 1])]
+            o, c = r.block, cursors[r.cursor]
+            first, last = store_times(part, r.sizes)
+            if r.pos == 0:
+                o.first = first
+            o.last = last
+            at = o.start + r.pos
+            new = (t for t in self._since if t not in c.found and t not in o.found and last >= t)
+            o.found |= {t: at + first_stored_at(part, r.sizes, t) for t in new}
+            width = UNIT_STREAM_BYTES
+            fed.append((o.digest, at, r.sizes, stream[lo * width : hi * width], part))
+        self._digests.feed(fed, records)
+        await self._pay(len(records))
+
+    def _buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
+        """The buffer to read the next group into, of at least ``nbytes``: none whose
+        records the digest worker may still hash (the ring holds one more buffer than
+        :data:`_DIGESTS_QUEUED`)."""
+        if self._buffers[self._next].size < nbytes:  # not zeroed: the gather writes it
+            self._buffers[self._next] = np.empty(nbytes, np.uint8)
+        return self._buffers[self._next]
+
+    def _close(self, c: _Cursor, o: _Open) -> None:
+        """``o``, read whole, is one of ``c``'s blocks."""
+        c.blocks.append(_ReadBlock(o.start, o.end, self._digests.finish(o.digest), o.first, o.last))
+        c.found |= o.found
+        self.total += o.size
+        c.open = None
+
+    async def _open(self, hot: HotStore, c: _Cursor) -> None:
+        """Open ``c``'s next block to read: carry forward (or skip, deleted) the blocks
+        before it that need no records read. ``c.open`` None: the queue is done."""
+        while (block := next(c.ranges, None)) is not None:
+            start, end = block
             try:
-                block = await self._block(hot, key, start, end, old_blocks.get(start), found)
+                opened = await self._block(hot, c, start, end)
             except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
-                if blocks:
-                    raise StoreError(
-                        f"hot queue {key} changed under the fingerprint: {exc}"
-                    ) from exc
-                low = end  # deleted by the broker's retention while we read
+                self._deleted(c, end, exc)
                 continue
-            blocks.append(block)
-        top = max(low, rng.max)
-        stored = tuple((t, found.get(t, top)) for t in sorted(set(self._since)))
-        return _ReadQueue(key.topic, key.queue_id, low, top, blocks, stored, self._leaf)
+            if opened is not None:
+                c.open = opened
+                return
+        c.open = None
 
-    async def _block(
-        self,
-        hot: HotStore,
-        key: QueueKey,
-        start: int,
-        end: int,
-        old: Block | None,
-        found: dict[int, int],
-    ) -> _ReadBlock:
-        """One block: carried forward from ``old`` if :func:`carries` allows, else read
-        whole; ``found`` gains the ``stored_from`` offsets found in it."""
-        units = hot.read_units(key.topic, key.queue_id, start, end)
+    async def _block(self, hot: HotStore, c: _Cursor, start: int, end: int) -> _Open | None:
+        """The block ``[start, end)`` of ``c``: carried forward from the previous
+        fingerprint if :func:`carries` allows (None), else opened to be read."""
+        units = hot.read_units(c.key.topic, c.key.queue_id, start, end)
         sizes = units["size"].astype(np.int64)
         size = int(sizes.sum()) + CQ_UNIT_SIZE * units.shape[0]
-        if old is not None and _searched(old, self._since, found):
+        old = c.old_blocks.get(start)
+        if old is not None and _searched(old, self._since, c.found):
             check = carries(old, end, units, self._cl, self._leaf)
             await self._pay(CQ_UNIT_SIZE * units.shape[0] + check.read_bytes)
             if check.unchanged:
-                new = (t for t in self._since if t not in found and old.last_store_ms >= t)
-                found |= dict.fromkeys(new, start)  # _searched: first >= t
+                new = (t for t in self._since if t not in c.found and old.last_store_ms >= t)
+                c.found |= dict.fromkeys(new, start)  # _searched: first >= t
                 self.total += size
                 self.carried += 1
-                return _ReadBlock.carried(old)
-        records = self._cl.gather(units["commitlog_offset"].astype(np.int64), sizes)
-        first, last = store_times(records, sizes)
-        new = (t for t in self._since if t not in found and last >= t)
-        found |= {t: start + first_stored_at(records, sizes, t) for t in new}
-        digest = self._digests.take(start, units, records)
-        self.total += size
-        await self._pay(size)
-        return _ReadBlock(start, end, digest, first, last)
+                c.blocks.append(_ReadBlock.carried(old))
+                return None
+        else:
+            await self._pay(CQ_UNIT_SIZE * units.shape[0])
+        offsets = units["commitlog_offset"].astype(np.int64)
+        return _Open(
+            start, end, units, offsets, sizes, np.cumsum(sizes), size,
+            self._digests.start(start, end),
+        )  # fmt: skip
+
+    def _deleted(self, c: _Cursor, end: int, exc: TieredStoreError) -> None:
+        """A block of ``c`` up to ``end`` is gone: the broker's retention moved the hot
+        min past it, if no block of the queue was read before it; else the queue changed
+        under the run."""
+        if c.blocks:
+            raise StoreError(f"hot queue {c.key} changed under the fingerprint: {exc}") from exc
+        c.low = end
+        c.open = None
 
     async def _pay(self, nbytes: int) -> None:
         self.read_bytes += nbytes
         if self._bucket is not None:
             await self._bucket.acquire(nbytes)
+
+
+def _groups(window: list[_Run]) -> Iterator[list[_Run]]:
+    """The window's runs, in order, in groups of about :data:`_GROUP_BYTES` of records
+    each (a larger run alone): each group is read into one buffer and hashed while the
+    next is read."""
+    group: list[_Run] = []
+    nbytes = 0
+    for run in window:
+        group.append(run)
+        nbytes += run.nbytes
+        if nbytes >= _GROUP_BYTES:
+            yield group
+            group, nbytes = [], 0
+    if group:
+        yield group
 
 
 def _searched(old: Block, since_ms: tuple[int, ...], found: dict[int, int]) -> bool:
@@ -273,14 +401,53 @@ def _searched(old: Block, since_ms: tuple[int, ...], found: dict[int, int]) -> b
     return all(t in found or t > old.last_store_ms or t <= old.first_store_ms for t in since_ms)
 
 
+def _feed_all(runs: list[_Fed], records: memoryview) -> None:
+    for digest, at, sizes, units, part in runs:
+        digest.feed(at, sizes, units, part)
+
+
+class _BlockDigest:
+    """One block's digest and leaf digests, fed run after run of its offsets in order
+    (on the digest worker only)."""
+
+    def __init__(self, start: int, end: int, leaf_offsets: int) -> None:
+        self._end, self._leaf_offsets = end, leaf_offsets
+        self._hasher = BlockHasher()
+        self._leaf = BlockHasher(LEAF_DIGEST_SIZE)
+        self._leaves = bytearray()
+
+    def feed(
+        self, at: int, sizes: npt.NDArray[np.int64], units: bytes, records: memoryview
+    ) -> None:
+        """Add the offsets ``[at, at + len(sizes))``, as :func:`block_streams` gives them."""
+        self._hasher.feed(units, records)
+        ends = np.cumsum(sizes).tolist()
+        view = memoryview(records)
+        width, step = UNIT_STREAM_BYTES, self._leaf_offsets
+        i, n = 0, len(ends)
+        while i < n:
+            leaf_end = min(self._end, ((at + i) // step + 1) * step)
+            j = min(n, leaf_end - at)
+            lo = ends[i - 1] if i else 0
+            self._leaf.feed(units[i * width : j * width], view[lo : ends[j - 1]])
+            if at + j == leaf_end:
+                self._leaves += bytes.fromhex(self._leaf.hexdigest())
+                self._leaf = BlockHasher(LEAF_DIGEST_SIZE)
+            i = j
+
+    def result(self) -> tuple[str, bytes]:
+        return self._hasher.hexdigest(), bytes(self._leaves)
+
+
 class _Digests:
     """Block digests taken on a worker thread (hashlib lets go of the GIL) while the
-    caller reads the next blocks; at most ``_DIGESTS_QUEUED`` wait, each holding its
-    records (a context manager: leaving it waits for them)."""
+    caller reads on; at most ``_DIGESTS_QUEUED`` runs of records wait, each holding its
+    records (a context manager: leaving it waits for them). One thread: each block's
+    runs are fed in the order given."""
 
     def __init__(self, leaf_offsets: int) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest")
-        self._queued: deque[Future[tuple[str, bytes]]] = deque()
+        self._queued: deque[Future[None]] = deque()
         self._leaf = leaf_offsets
 
     def __enter__(self) -> Self:
@@ -289,33 +456,123 @@ class _Digests:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown()
 
-    def take(self, start: int, units: Units, records: bytearray) -> Future[tuple[str, bytes]]:
-        """The digest of one whole block from ``start`` and its leaf digests (its
-        ``records`` are zeroed in place)."""
+    def start(self, start: int, end: int) -> _BlockDigest:
+        """A new block's digest, ``[start, end)``."""
+        return _BlockDigest(start, end, self._leaf)
+
+    def feed(self, runs: list[_Fed], records: memoryview) -> None:
+        """Feed each run to its block's digest: ``(digest, first offset, sizes, units
+        stream, records)`` as :func:`block_streams` gives them, the records views into
+        ``records``, held until fed."""
         if len(self._queued) == _DIGESTS_QUEUED:
             self._queued.popleft().result()  # bounds the records held
-        sizes = units["size"].astype(np.int64)
-        streams = block_streams(units, records)
-        self._queued.append(self._pool.submit(_block_digest, start, sizes, self._leaf, *streams))
-        return self._queued[-1]
+        self._queued.append(self._pool.submit(_feed_all, runs, records))
+
+    def finish(self, digest: _BlockDigest) -> Future[tuple[str, bytes]]:
+        """The digest of a block fed whole, and its leaf digests, once taken."""
+        return self._pool.submit(digest.result)
 
 
-def _block_digest(
-    start: int, sizes: npt.NDArray[np.int64], leaf_offsets: int, units: bytes, records: bytearray
-) -> tuple[str, bytes]:
-    hasher = BlockHasher()
-    hasher.feed(units, records)
-    ends = np.cumsum(sizes)
-    width = UNIT_STREAM_BYTES
-    view = memoryview(records)
-    leaves = bytearray()
-    for lo, hi in block_ranges(start, start + int(sizes.size), leaf_offsets):
-        i, j = lo - start, hi - start
-        leaf = BlockHasher(LEAF_DIGEST_SIZE)
-        first = int(ends[i - 1]) if i else 0
-        leaf.feed(units[i * width : j * width], view[first : int(ends[j - 1])])
-        leaves += bytes.fromhex(leaf.hexdigest())
-    return hasher.hexdigest(), bytes(leaves)
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The records ``[pos, stop)`` of a queue's open block, read in one window."""
+
+    cursor: int
+    block: _Open
+    pos: int
+    stop: int
+
+    @classmethod
+    def below(cls, cursor: int, cursors: list[_Cursor], end: int, most: int) -> _Run:
+        """The open block's records from its next, up to the first at or after commit-log
+        offset ``end`` and to ``most`` bytes (at least one record); the block moves past
+        them."""
+        o = cursors[cursor].open
+        assert o is not None
+        if o.ascending:
+            stop = int(o.offsets.searchsorted(end, "left"))
+        else:  # a consume queue pointing back: the records up to the first at or past end
+            ahead = o.offsets[o.pos :] >= end
+            stop = o.pos + (int(np.argmax(ahead)) if ahead.any() else int(ahead.size))
+        before = int(o.ends[o.pos - 1]) if o.pos else 0
+        stop = min(stop, int(o.ends.searchsorted(before + most, "right")))
+        run = cls(cursor, o, o.pos, max(stop, o.pos + 1))
+        o.pos = run.stop
+        return run
+
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        return self.block.offsets[self.pos : self.stop]
+
+    @property
+    def sizes(self) -> npt.NDArray[np.int64]:
+        return self.block.sizes[self.pos : self.stop]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its records."""
+        ends = self.block.ends
+        return int(ends[self.stop - 1]) - (int(ends[self.pos - 1]) if self.pos else 0)
+
+
+#: One run to feed its block's digest (:meth:`_Digests.feed`).
+_Fed = tuple["_BlockDigest", int, npt.NDArray[np.int64], bytes, memoryview]
+
+
+@dataclass(slots=True)
+class _Open:
+    """A block being read: its units, how far its records are read (``pos``), what was
+    found in them, and its digest being fed."""
+
+    start: int
+    end: int
+    units: Units
+    offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    ends: npt.NDArray[np.int64]  # each record's end among the block's records
+    size: int
+    digest: _BlockDigest
+    pos: int = 0
+    first: int = 0
+    last: int = 0
+    found: dict[int, int] = field(default_factory=dict)
+    _ascending: bool | None = None
+
+    @property
+    def ascending(self) -> bool:
+        """Whether the block's records lie in commit-log order (as the broker writes)."""
+        if self._ascending is None:
+            self._ascending = bool(np.all(self.offsets[1:] >= self.offsets[:-1]))
+        return self._ascending
+
+    @property
+    def next_offset(self) -> int:
+        """The commit-log offset of the next record to read."""
+        return int(self.offsets[self.pos])
+
+
+class _Cursor:
+    """One queue's run: its blocks to come, the one open, those read or carried, the
+    ``stored_from`` offsets found and its hot min (moved past blocks the broker deleted)."""
+
+    def __init__(
+        self, key: QueueKey, rng: HotRange, before: QueuePrint | None, block_offsets: int
+    ) -> None:
+        self.key = key
+        self.low, self.high = rng.min, rng.max
+        self.ranges = block_ranges(rng.min, rng.max, block_offsets)
+        self.old_blocks = {b.start: b for b in before.blocks} if before is not None else {}
+        self.blocks: list[_ReadBlock] = []
+        self.found: dict[int, int] = {}
+        self.open: _Open | None = None
+
+    def printed(self, since_ms: tuple[int, ...], leaf_offsets: int) -> QueuePrint:
+        """The queue's print, each block's digest waited for."""
+        top = max(self.low, self.high)
+        stored = tuple((t, self.found.get(t, top)) for t in sorted(set(since_ms)))
+        return _ReadQueue(
+            self.key.topic, self.key.queue_id, self.low, top, self.blocks, stored, leaf_offsets
+        ).printed()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """The hot reader's gather against references: ``HotCommitlog.gather`` against a
 ``pread`` per record (records interleaved with others', adjacent, out of order or
 overlapping, in several files; a copy that outlives the mappings), and the native
-``copy_parts`` (``tieredstore/hot/_gather.c``) against ``pure_copy_parts`` byte for
-byte, errors included. The suite's install must have built the native gather."""
+``copy_parts`` and ``copy_parts_into`` (``tieredstore/hot/_gather.c``) against their pure
+references byte for byte, errors included. The suite's install must have built the native
+gather."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from tieredstore.hot.commitlog import (
     HotCommitlog,
     Part,
     copy_parts,
+    copy_parts_into,
     pure_copy_parts,
+    pure_copy_parts_into,
 )
 from tieredstore.hot.files import MappedFileList
 
@@ -106,6 +109,36 @@ def test_the_copy_is_the_callers_to_change(commitlog: Path) -> None:
     assert bytes(again) == expected == reference(commitlog, offsets, sizes)  # store untouched
 
 
+def _resident(path: Path) -> int:
+    """This process's resident bytes of its mapping of ``path`` (``/proc/self/smaps``)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.endswith(str(path))]
+    (rss,) = [x for x in lines[at + 1 : at + 30] if x.startswith("Rss:")][:1]
+    return int(rss.split()[1]) * 1024
+
+
+def test_release_drops_the_pages_below_an_offset_from_the_process_only(
+    commitlog: Path,
+) -> None:
+    """What the fingerprint calls behind itself: the pages below the offset leave the
+    resident set (those of later files and above it stay); reading there again maps them
+    again, the same bytes."""
+    offsets = list(range(0, FILE_SIZE * 2, 4096))  # a record on every page of two files
+    sizes = [100] * len(offsets)
+    first, second = (commitlog / f"{i * FILE_SIZE:020d}" for i in range(2))
+    with HotCommitlog(MappedFileList.scan(commitlog)) as cl:
+        cl.gather(np.array(offsets, np.int64), np.array(sizes, np.int64))
+        assert _resident(first) == _resident(second) == FILE_SIZE
+        cl.release(FILE_SIZE + FILE_SIZE // 2 + 100)  # inside the second file's 9th page
+        assert _resident(first) == 0
+        assert _resident(second) == FILE_SIZE // 2
+        cl.release(FILE_SIZE // 4)  # behind what was released: nothing more
+        assert _resident(second) == FILE_SIZE // 2
+        again = cl.gather(np.array(offsets, np.int64), np.array(sizes, np.int64))
+        assert _resident(first) == FILE_SIZE
+    assert bytes(again) == reference(commitlog, offsets, sizes)
+
+
 def test_records_past_the_files_are_refused(commitlog: Path) -> None:
     with HotCommitlog(MappedFileList.scan(commitlog)) as cl:
         with pytest.raises(OffsetOutOfRangeError, match="past the newest"):
@@ -152,6 +185,13 @@ def test_native_copy_parts_equals_the_pure_reference(
         native, pure = copy_parts(parts), pure_copy_parts(parts)
         assert isinstance(native, bytearray) and isinstance(pure, bytearray)
         assert native == pure == expected
+        # Into a buffer used before (its tail left as it was), a bytearray or an array.
+        for into in (copy_parts_into, pure_copy_parts_into):
+            out = bytearray(b"\xee" * (len(expected) + 3))
+            assert into(parts, out) == len(expected)
+            assert out == expected + b"\xee" * 3
+            arr = np.full(len(expected), 7, np.uint8)
+            assert into(parts, arr) == len(expected) and arr.tobytes() == expected
 
 
 @pytest.mark.parametrize(
@@ -172,6 +212,37 @@ def test_runs_outside_the_buffer_are_refused_by_both(
     for copy in (copy_parts, pure_copy_parts):
         with pytest.raises(ValueError, match=message):
             copy([good, bad])
+    for into in (copy_parts_into, pure_copy_parts_into):
+        with pytest.raises(ValueError, match=message):
+            into([good, bad], bytearray(100))
+
+
+def test_a_buffer_too_small_is_refused_by_both_and_left_as_it_was() -> None:
+    data = bytes(range(10))
+    parts: list[Part] = [(data, np.array([0, 5], np.int64), np.array([4, 10], np.int64))]
+    for into in (copy_parts_into, pure_copy_parts_into):
+        out = bytearray(8)
+        with pytest.raises(ValueError, match="add up to 9 bytes, more than the 8 of the buffer"):
+            into(parts, out)
+        assert out == bytearray(8)
+    with pytest.raises(BufferError):  # not writable
+        copy_parts_into(parts, b"x" * 20)  # type: ignore[arg-type]
+
+
+def test_gather_into_reads_what_gather_reads(commitlog: Path) -> None:
+    offsets = np.array(
+        [o for o in range(0, FILE_SIZE * 2, 1000) if o % FILE_SIZE < FILE_SIZE - 100]
+    )
+    sizes = np.full(offsets.size, 100, np.int64)
+    out = np.empty(int(sizes.sum()) + 50, np.uint8)
+    with HotCommitlog(MappedFileList.scan(commitlog)) as cl:
+        view = cl.gather_into(offsets, sizes, out)
+        assert (
+            bytes(view)
+            == bytes(cl.gather(offsets, sizes))
+            == reference(commitlog, offsets.tolist(), sizes.tolist())
+        )
+        assert view.nbytes == int(sizes.sum())
 
 
 def test_the_native_gather_refuses_what_is_not_parts_of_int64s() -> None:

@@ -7,6 +7,8 @@ import asyncio
 import base64
 import hashlib
 import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ from tieredstore.cold.fingerprint import (
     LEAF_DIGEST_SIZE,
     Block,
     BlockHasher,
+    QueuePrint,
     block_ranges,
     block_streams,
     read_fingerprint,
@@ -37,9 +40,10 @@ from tieredstore.errors import CorruptProvenanceError
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.formats.record import PHYSICAL_OFFSET_SLICE
 from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SynthSpec, synthesize
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.ratelimit import TokenBucket
-from tieredstore.verifier.fleet.take import take_fingerprint
+from tieredstore.verifier.fleet import take as taking
+from tieredstore.verifier.fleet.take import DEFAULT_WINDOW_BYTES, take_fingerprint
 
 SPEC = SynthSpec(
     topics=1, queues=2, messages=600, body_min=100, body_max=300,
@@ -53,6 +57,21 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     synthesize(base / "hot", SPEC)
     write_local(tier(base / "hot", segment_messages=100), base / "cold")
     return base / "hot", base / "cold"
+
+
+#: Read windows: the default (the test store in one), one byte (one record of each queue
+#: at a time: every block fed record by record), a few records.
+WINDOWS = pytest.mark.parametrize("window", [DEFAULT_WINDOW_BYTES, 1, 700])
+
+
+def _assert_block_digests(store: HotStore, q: QueuePrint) -> None:
+    """Each block of ``q`` is the digest of its own records, as the store holds them."""
+    for b in q.blocks:
+        units = store.read_units(q.topic, q.queue_id, b.start, b.end)
+        hasher = BlockHasher()
+        hasher.update(units, b"".join(store.read_records_bytes(units["commitlog_offset"],
+                                                              units["size"])))  # fmt: skip
+        assert hasher.hexdigest() == b.digest, (q.topic, q.queue_id, b.start)
 
 
 def _records(hot: Path, start: int, end: int, queue_id: int = 0) -> tuple[np.ndarray, bytes]:
@@ -83,22 +102,19 @@ def test_the_block_digest_ignores_the_physical_offset_only(stores: tuple[Path, P
     assert changed.hexdigest() != whole.hexdigest()
 
 
+@WINDOWS
 async def test_each_block_digest_is_its_own_records_hashed_one_after_another(
-    stores: tuple[Path, Path],
+    stores: tuple[Path, Path], window: int
 ) -> None:
-    # The digests are taken on a worker thread while the next blocks are read: each must
-    # still be the digest of its own block, as a BlockHasher fed in order gives it.
+    # The digests are taken on a worker thread while the next records are read, all
+    # queues together window by window: each must still be the digest of its own block,
+    # as a BlockHasher fed in order gives it.
     store = HotStore(stores[0])
     fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
-                                block_offsets=37)  # fmt: skip
+                                block_offsets=37, window_bytes=window)  # fmt: skip
     assert sum(len(q.blocks) for q in fp.queues) > 10
     for q in fp.queues:
-        for b in q.blocks:
-            units = store.read_units(q.topic, q.queue_id, b.start, b.end)
-            hasher = BlockHasher()
-            hasher.update(units, b"".join(store.read_records_bytes(units["commitlog_offset"],
-                                                                  units["size"])))  # fmt: skip
-            assert hasher.hexdigest() == b.digest, (q.topic, q.queue_id, b.start)
+        _assert_block_digests(store, q)
 
 
 def test_the_command_writes_one_fingerprint_per_run_under_the_broker_prefix(
@@ -140,20 +156,120 @@ def _store_times(hot: Path) -> list[int]:
     return [store.read_store_timestamp(int(o)) for o in units["commitlog_offset"]]
 
 
+@WINDOWS
 async def test_stored_from_is_the_first_hot_offset_stored_at_each_time(
-    stores: tuple[Path, Path],
+    stores: tuple[Path, Path], window: int
 ) -> None:
     times = _store_times(stores[0])
     # before every message, inside a block, on a block edge, at the last, after all
     since = (times[0] - 10**6, times[137], times[200], times[-1], times[-1] + 10**6)
     store = HotStore(stores[0])
     fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
-                                block_offsets=100, since_ms=since)  # fmt: skip
+                                block_offsets=100, since_ms=since,
+                                window_bytes=window)  # fmt: skip
     for q in fp.queues:
         expected = [(t, store.offset_by_time(q.topic, q.queue_id, t)) for t in sorted(since)]
         assert list(q.stored_from) == expected
         assert expected[0][1] == q.hot_min and expected[-1][1] == q.hot_max
     assert read_fingerprint(fp.to_bytes(), "k") == fp
+
+
+@pytest.mark.parametrize("group", [1 << 20, 1, 700])
+@pytest.mark.parametrize("window", [1, 300, 4096, 50_000])
+async def test_a_fingerprint_read_window_by_window_is_the_one_read_at_once(
+    stores: tuple[Path, Path], window: int, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Windows smaller than a record, than a block, than a commit-log file: the blocks fed
+    # in runs cut anywhere, leaves and stored_from times found across the cuts; and each
+    # window read in groups of one run, of a few, or whole.
+    monkeypatch.setattr(taking, "_GROUP_BYTES", group)
+    times = _store_times(stores[0])
+    since = (times[0] - 1, times[137], times[200], times[-1] + 1)
+    store = HotStore(stores[0])
+
+    async def take(window_bytes: int) -> bytes:
+        fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
+                                    block_offsets=37, leaf_offsets=10, since_ms=since,
+                                    window_bytes=window_bytes)  # fmt: skip
+        return fp.to_bytes()
+
+    assert await take(window) == await take(1 << 40)
+
+
+@pytest.mark.parametrize("window", [4096, DEFAULT_WINDOW_BYTES])
+@pytest.mark.parametrize("block", [37, 23])
+async def test_records_the_broker_deletes_while_paced_move_the_hot_min_past_their_blocks(
+    stores: tuple[Path, Path], tmp_path: Path, window: int, block: int
+) -> None:
+    # The run parks on its pace before it reads a record; meanwhile retention deletes the
+    # oldest commit-log file. Each queue's blocks with a record in it are dropped (hot min
+    # past them); the others are read, each its own records' digest.
+    hot = tmp_path / "hot"
+    shutil.copytree(stores[0], hot)
+    store = HotStore(hot)
+    clock = VirtualClock()
+    task = asyncio.create_task(
+        take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=clock,
+                         bucket=TokenBucket(clock, 100), block_offsets=block, window_bytes=window)
+    )  # fmt: skip
+    await asyncio.wait_for(clock.parked_or_done(task), 30)
+    assert not task.done()
+    oldest = min((hot / "commitlog").iterdir())
+    last_gone = {}  # per queue, the offset of its last record in the oldest file
+    for key in store.queues():
+        rng = store.queue_range(key.topic, key.queue_id)
+        units = store.read_units(key.topic, key.queue_id, rng.min, rng.max)
+        in_oldest = np.flatnonzero(units["commitlog_offset"] < oldest.stat().st_size)
+        last_gone[key.queue_id] = rng.min + int(in_oldest[-1])
+    oldest.unlink()
+    while not task.done():
+        await clock.advance(3600)
+        await asyncio.wait_for(clock.parked_or_done(task), 30)
+    fp = task.result()
+    for q in fp.queues:
+        assert q.hot_min == (last_gone[q.queue_id] // block + 1) * block > 0
+        assert [b.start for b in q.blocks] == list(range(q.hot_min, q.hot_max, block))
+        _assert_block_digests(store, q)
+
+
+async def test_a_queue_whose_records_are_deleted_drops_its_blocks_only(tmp_path: Path) -> None:
+    # Queue 0's first 300 records fill the oldest commit-log file; queue 1's all come
+    # after. Their first blocks are read in one gather, which the deleted file fails: each
+    # queue's run is then read alone, and only queue 0 loses blocks.
+    hot = tmp_path / "hot"
+    spec = replace(SPEC, topics=1, queues=2, messages=0, commitlog_file_size=64 << 10)
+    synthesize(hot, spec)
+    synthetic = SyntheticStore.open(hot)
+    topic = f"{spec.topic_prefix}0"
+    synthetic.append(300, queues=[(topic, 0)] * 300)
+    synthetic.append(200, queues=[(topic, 1), (topic, 0)] * 100)
+    store = HotStore(hot)
+    oldest = min((hot / "commitlog").iterdir())
+    units = store.read_units(topic, 0, 0, 400)
+    last_gone = int(np.flatnonzero(units["commitlog_offset"] < oldest.stat().st_size)[-1])
+    assert 37 < last_gone < 300
+    clock = VirtualClock()
+    task = asyncio.create_task(
+        take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=clock,
+                         bucket=TokenBucket(clock, 100), block_offsets=37)
+    )  # fmt: skip
+    await asyncio.wait_for(clock.parked_or_done(task), 30)
+    oldest.unlink()
+    while not task.done():
+        await clock.advance(3600)
+        await asyncio.wait_for(clock.parked_or_done(task), 30)
+    first, second = task.result().queues
+    assert (first.hot_min, first.hot_max) == ((last_gone // 37 + 1) * 37, 400)
+    assert (second.hot_min, second.hot_max) == (0, 100)
+    for q in (first, second):
+        assert [b.start for b in q.blocks] == list(range(q.hot_min, q.hot_max, 37))
+        _assert_block_digests(store, q)
+
+
+async def test_a_window_of_no_bytes_is_refused(stores: tuple[Path, Path]) -> None:
+    with pytest.raises(ValueError, match="window_bytes"):
+        await take_fingerprint(HotStore(stores[0]), cluster=CLUSTER, broker=BROKER,
+                               clock=VirtualClock(), window_bytes=0)  # fmt: skip
 
 
 def test_a_fingerprint_of_another_format_is_refused_naming_it() -> None:
@@ -200,11 +316,15 @@ async def test_the_reads_are_paced_by_the_rate_limit(stores: tuple[Path, Path]) 
     assert doc["hot_bytes"] == fp.hot_bytes
 
 
-async def test_each_leaf_digest_is_its_own_records_hashed(stores: tuple[Path, Path]) -> None:
+@WINDOWS
+async def test_each_leaf_digest_is_its_own_records_hashed(
+    stores: tuple[Path, Path], window: int
+) -> None:
     # Leaves of 10 inside blocks of 37: a leaf ends at a block's end as well as every 10.
     store = HotStore(stores[0])
     fp = await take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=VirtualClock(),
-                                block_offsets=37, leaf_offsets=10)  # fmt: skip
+                                block_offsets=37, leaf_offsets=10,
+                                window_bytes=window)  # fmt: skip
     for q in fp.queues:
         leaves = q.leaves()
         assert [(x.start, x.end) for x in leaves][:5] == [(0, 10), (10, 20), (20, 30), (30, 37),

@@ -22,7 +22,7 @@ from tieredstore.cold.provenance import read_tiering_record
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
-from tieredstore.verifier.fleet.take import take_fingerprint
+from tieredstore.verifier.fleet.take import take_carrying, take_fingerprint
 
 T0 = 1_800_000_000_000
 SPEC = SynthSpec(
@@ -124,6 +124,26 @@ def test_an_incremental_fingerprint_is_the_full_one_of_the_same_store(
     assert _carried(out) == _whole_blocks(before, 10**9) > 8
     _same_but_when(incremental, _full(hot, cold))
     assert json.loads(incremental.to_bytes())["hot_bytes"] == _full(hot, cold).hot_bytes
+
+
+@pytest.mark.parametrize("window", [1, 900])
+def test_carried_and_read_blocks_mixed_window_by_window_are_the_full_run(
+    stores: tuple[Path, Path], window: int
+) -> None:
+    # Carried blocks read their edge leaves out of the window order; the read ones are fed
+    # in runs: the result is still the full run's.
+    hot, cold = stores
+    before = _full(hot, cold)
+    SyntheticStore.open(hot).append(150)
+    full = _full(hot, cold)
+    since = tuple(sorted({t for q in full.queues for t, _ in q.stored_from}))
+    taken = asyncio.run(
+        take_carrying(HotStore(hot), before, cluster=CLUSTER, broker=BROKER,
+                      clock=VirtualClock(), block_offsets=BLOCK, leaf_offsets=LEAF,
+                      since_ms=since, window_bytes=window)
+    )  # fmt: skip
+    assert taken.carried_blocks == _whole_blocks(before, 10**9) > 8
+    _same_but_when(taken.fingerprint, full)
 
 
 def test_a_tail_the_broker_wrote_again_is_not_carried_forward(
