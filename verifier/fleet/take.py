@@ -20,9 +20,11 @@ the lowest record still to read are released from the process
 every queue's records span the whole log (the broker interleaves them), and the run
 would end up mapping every page of the hot store: its resident set the size of the store.
 
-Memory is bounded by the window's records and the two runs before them, whose digests a
-worker thread takes meanwhile (xxhash and hashlib let go of the GIL); plus each queue's
-open block's units (20 bytes an offset).
+A window's runs are read in groups of about :data:`_GROUP_BYTES`, each by one gather into
+one of two buffers the run keeps, and hashed by a worker thread while the next group is
+read (xxhash lets go of the GIL). Memory is bounded by the window's mapped pages, the two
+buffers, and the open blocks' consume-queue units, read a chunk at a time so that all
+queues together hold about :data:`_UNITS_HELD` of them.
 
 :func:`take_carrying` is the incremental form: given the broker's previous fingerprint it
 carries forward each block the rule of :mod:`tieredstore.verifier.fleet.carry` proves
@@ -86,6 +88,12 @@ DEFAULT_LEAF_OFFSETS: Final = 64
 DEFAULT_WINDOW_BYTES: Final = 64 << 20
 #: Records read in one gather, into one buffer (a group of a window's runs).
 _GROUP_BYTES: Final = 1 << 20
+#: Consume-queue units all queues' open blocks hold together, about (44 bytes each, with
+#: their offsets, sizes and ends): a block's units are read a chunk of this over the
+#: queue count at a time (at least :data:`_MIN_CHUNK`; a block of 4,096 offsets whole
+#: up to 256 queues).
+_UNITS_HELD: Final = 1 << 20
+_MIN_CHUNK: Final = 256
 #: Groups whose records are being hashed while the next is read (each holds its buffer).
 _DIGESTS_QUEUED: Final = 1
 
@@ -238,11 +246,13 @@ class _Reader:
         # afresh every time (the run twice as long on a 2 GiB store of 128 queues).
         self._buffers = [np.empty(0, np.uint8) for _ in range(_DIGESTS_QUEUED + 1)]
         self._next = 0
+        self._chunk = _MIN_CHUNK  # units an open block holds: set by read()
 
     async def read(self, hot: HotStore, cursors: list[_Cursor], window_bytes: int) -> None:
         """Read every queue's blocks, all queues together, window by window through the
         commit log (module doc), then release the pages behind the lowest record still
         to read."""
+        self._chunk = max(_MIN_CHUNK, _UNITS_HELD // max(1, len(cursors)))
         waiting: list[tuple[int, int]] = []  # (next record's commit-log offset, cursor)
         for i, c in enumerate(cursors):
             await self._open(hot, c)
@@ -257,13 +267,19 @@ class _Reader:
                 run = _Run.below(i, cursors, end, _GROUP_BYTES)
                 window.append(run)
                 touched[i] = None
-                if run.stop < run.block.offsets.size and run.block.next_offset < end:
-                    heapq.heappush(waiting, (run.block.next_offset, i))  # more of it here
+                o = run.block
+                try:
+                    o.load(hot, self._chunk)
+                except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
+                    self._deleted(cursors[i], o.end, exc)
+                    continue
+                if not o.done and o.next_offset < end:
+                    heapq.heappush(waiting, (o.next_offset, i))  # more of it here
             for group in _groups(window):
                 await self._read_group(group, cursors)
             for i in touched:
                 c = cursors[i]
-                if c.open is not None and c.open.pos == c.open.offsets.size:
+                if c.open is not None and c.open.done:
                     self._close(c, c.open)
                 if c.open is None:
                     await self._open(hot, c)
@@ -271,29 +287,29 @@ class _Reader:
                     heapq.heappush(waiting, (c.open.next_offset, i))
             self._cl.release(waiting[0][0] if waiting else end)
 
-    async def _read_group(self, window: list[_Run], cursors: list[_Cursor]) -> None:
+    async def _read_group(self, group: list[_Run], cursors: list[_Cursor]) -> None:
         """Read a group of a window's runs in one gather, and feed them; a run whose
         records are gone (read again alone to tell) drops its block (:meth:`_deleted`)."""
-        offsets = np.concatenate([r.offsets for r in window])
-        sizes = np.concatenate([r.sizes for r in window])
+        offsets = np.concatenate([r.offsets for r in group])
+        sizes = np.concatenate([r.sizes for r in group])
         buffer = self._buffer(int(sizes.sum()))
         try:
             records = self._cl.gather_into(offsets, sizes, buffer)
         except (OffsetOutOfRangeError, StoreNotFoundError) as exc:
-            if len(window) == 1:
-                self._deleted(cursors[window[0].cursor], window[0].block.end, exc)
+            if len(group) == 1:
+                self._deleted(cursors[group[0].cursor], group[0].block.end, exc)
             else:  # which runs' records are gone: each read alone
-                for run in window:
+                for run in group:
                     await self._read_group([run], cursors)
             return
         self._next = (self._next + 1) % len(self._buffers)  # the next group's buffer
-        units = np.concatenate([r.block.units[r.pos : r.stop] for r in window])
+        units = np.concatenate([r.units for r in group])
         stream, _ = block_streams(units, records)  # the physicalOffsets zeroed in place
         # Each record's end, and each run's first unit, in the group's buffer.
         ends = np.cumsum(sizes)
-        bounds = np.cumsum([0] + [r.stop - r.pos for r in window]).tolist()
+        bounds = np.cumsum([0] + [r.stop - r.pos for r in group]).tolist()
         fed = []
-        for r, lo, hi in zip(window, bounds, bounds[1:], strict=False):
+        for r, lo, hi in zip(group, bounds, bounds[1:], strict=False):
             first_at = int(ends[lo - 1]) if lo else 0
             part = records[first_at : int(ends[hi - 1])]
             o, c = r.block, cursors[r.cursor]
@@ -358,11 +374,8 @@ class _Reader:
                 return None
         else:
             await self._pay(CQ_UNIT_SIZE * units.shape[0])
-        offsets = units["commitlog_offset"].astype(np.int64)
-        return _Open(
-            start, end, units, offsets, sizes, np.cumsum(sizes), size,
-            self._digests.start(start, end),
-        )  # fmt: skip
+        first = units if units.shape[0] <= self._chunk else units[: self._chunk].copy()
+        return _Open(c.key, start, end, size, self._digests.start(start, end), first)
 
     def _deleted(self, c: _Cursor, end: int, exc: TieredStoreError) -> None:
         """A block of ``c`` up to ``end`` is gone: the broker's retention moved the hot
@@ -402,6 +415,8 @@ def _searched(old: Block, since_ms: tuple[int, ...], found: dict[int, int]) -> b
 
 
 def _feed_all(runs: list[_Fed], records: memoryview) -> None:
+    """Feed each run to its digest (``records``, the group's buffer the runs' records are
+    views of, is held until then)."""
     for digest, at, sizes, units, part in runs:
         digest.feed(at, sizes, units, part)
 
@@ -440,10 +455,10 @@ class _BlockDigest:
 
 
 class _Digests:
-    """Block digests taken on a worker thread (hashlib lets go of the GIL) while the
-    caller reads on; at most ``_DIGESTS_QUEUED`` runs of records wait, each holding its
-    records (a context manager: leaving it waits for them). One thread: each block's
-    runs are fed in the order given."""
+    """Block digests taken on a worker thread (xxhash lets go of the GIL) while the
+    caller reads on; at most ``_DIGESTS_QUEUED`` groups of records wait, each holding its
+    buffer (a context manager: leaving it waits for them). One thread: each block's runs
+    are fed in the order given."""
 
     def __init__(self, leaf_offsets: int) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="fingerprint-digest")
@@ -475,44 +490,38 @@ class _Digests:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """The records ``[pos, stop)`` of a queue's open block, read in one window."""
+    """The records ``[pos, stop)`` of a queue's open block (offsets from its start), read
+    in one window: their units, commit-log offsets, sizes and bytes."""
 
     cursor: int
     block: _Open
     pos: int
     stop: int
+    units: Units
+    offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    nbytes: int
 
     @classmethod
     def below(cls, cursor: int, cursors: list[_Cursor], end: int, most: int) -> _Run:
         """The open block's records from its next, up to the first at or after commit-log
-        offset ``end`` and to ``most`` bytes (at least one record); the block moves past
-        them."""
+        offset ``end``, to ``most`` bytes and to the end of its units' chunk (at least one
+        record); the block moves past them."""
         o = cursors[cursor].open
         assert o is not None
+        i = o.pos - o.lo  # in the chunk
         if o.ascending:
             stop = int(o.offsets.searchsorted(end, "left"))
         else:  # a consume queue pointing back: the records up to the first at or past end
-            ahead = o.offsets[o.pos :] >= end
-            stop = o.pos + (int(np.argmax(ahead)) if ahead.any() else int(ahead.size))
-        before = int(o.ends[o.pos - 1]) if o.pos else 0
-        stop = min(stop, int(o.ends.searchsorted(before + most, "right")))
-        run = cls(cursor, o, o.pos, max(stop, o.pos + 1))
+            ahead = o.offsets[i:] >= end
+            stop = i + (int(np.argmax(ahead)) if ahead.any() else int(ahead.size))
+        before = int(o.ends[i - 1]) if i else 0
+        if int(o.ends[stop - 1]) - before > most:  # (the window's end leaves one at least)
+            stop = max(i + 1, int(o.ends.searchsorted(before + most, "right")))
+        run = cls(cursor, o, o.pos, o.lo + stop, o.units[i:stop], o.offsets[i:stop],
+                  o.sizes[i:stop], int(o.ends[stop - 1]) - before)  # fmt: skip
         o.pos = run.stop
         return run
-
-    @property
-    def offsets(self) -> npt.NDArray[np.int64]:
-        return self.block.offsets[self.pos : self.stop]
-
-    @property
-    def sizes(self) -> npt.NDArray[np.int64]:
-        return self.block.sizes[self.pos : self.stop]
-
-    @property
-    def nbytes(self) -> int:
-        """The bytes of its records."""
-        ends = self.block.ends
-        return int(ends[self.stop - 1]) - (int(ends[self.pos - 1]) if self.pos else 0)
 
 
 #: One run to feed its block's digest (:meth:`_Digests.feed`).
@@ -521,34 +530,59 @@ _Fed = tuple["_BlockDigest", int, npt.NDArray[np.int64], bytes, memoryview]
 
 @dataclass(slots=True)
 class _Open:
-    """A block being read: its units, how far its records are read (``pos``), what was
-    found in them, and its digest being fed."""
+    """A block being read: its units a chunk at a time (the offsets ``[lo, lo +
+    len(units))`` from its start), how far its records are read (``pos``), what was found
+    in them, and its digest being fed."""
 
+    key: QueueKey
     start: int
     end: int
-    units: Units
-    offsets: npt.NDArray[np.int64]
-    sizes: npt.NDArray[np.int64]
-    ends: npt.NDArray[np.int64]  # each record's end among the block's records
     size: int
     digest: _BlockDigest
+    units: Units
+    lo: int = 0
     pos: int = 0
     first: int = 0
     last: int = 0
     found: dict[int, int] = field(default_factory=dict)
-    _ascending: bool | None = None
+    offsets: npt.NDArray[np.int64] = field(init=False)
+    sizes: npt.NDArray[np.int64] = field(init=False)
+    ends: npt.NDArray[np.int64] = field(init=False)  # each record's end among the chunk's
+    ascending: bool = field(init=False)  # the chunk's records in commit-log order
+
+    def __post_init__(self) -> None:
+        self._chunk(self.units)
+
+    def _chunk(self, units: Units) -> None:
+        self.units = units
+        self.offsets = units["commitlog_offset"].astype(np.int64)
+        self.sizes = units["size"].astype(np.int64)
+        self.ends = np.cumsum(self.sizes)
+        self.ascending = bool(np.all(self.offsets[1:] >= self.offsets[:-1]))
 
     @property
-    def ascending(self) -> bool:
-        """Whether the block's records lie in commit-log order (as the broker writes)."""
-        if self._ascending is None:
-            self._ascending = bool(np.all(self.offsets[1:] >= self.offsets[:-1]))
-        return self._ascending
+    def done(self) -> bool:
+        """Whether every record of the block is read."""
+        return self.pos == self.end - self.start
+
+    def load(self, hot: HotStore, chunk: int) -> None:
+        """Read the next chunk of units once the records of this one are all read.
+
+        Raises:
+            OffsetOutOfRangeError, StoreNotFoundError: the consume queue no longer holds
+                them (the broker deleted them).
+        """
+        if not self.done and self.pos == self.lo + self.units.shape[0]:
+            self.lo = self.pos
+            top = min(self.end, self.start + self.pos + chunk)
+            self._chunk(
+                hot.read_units(self.key.topic, self.key.queue_id, self.start + self.pos, top)
+            )
 
     @property
     def next_offset(self) -> int:
         """The commit-log offset of the next record to read."""
-        return int(self.offsets[self.pos])
+        return int(self.offsets[self.pos - self.lo])
 
 
 class _Cursor:

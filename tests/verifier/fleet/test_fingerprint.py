@@ -8,8 +8,10 @@ import base64
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +26,7 @@ from tieredstore.cold.fingerprint import (
     LEAF_DIGEST_SIZE,
     Block,
     BlockHasher,
+    Fingerprint,
     QueuePrint,
     block_ranges,
     block_streams,
@@ -174,15 +177,22 @@ async def test_stored_from_is_the_first_hot_offset_stored_at_each_time(
     assert read_fingerprint(fp.to_bytes(), "k") == fp
 
 
-@pytest.mark.parametrize("group", [1 << 20, 1, 700])
+@pytest.mark.parametrize(("group", "chunk"), [(1 << 20, 256), (1, 256), (700, 5), (1 << 20, 1)])
 @pytest.mark.parametrize("window", [1, 300, 4096, 50_000])
 async def test_a_fingerprint_read_window_by_window_is_the_one_read_at_once(
-    stores: tuple[Path, Path], window: int, group: int, monkeypatch: pytest.MonkeyPatch
+    stores: tuple[Path, Path],
+    window: int,
+    group: int,
+    chunk: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Windows smaller than a record, than a block, than a commit-log file: the blocks fed
-    # in runs cut anywhere, leaves and stored_from times found across the cuts; and each
-    # window read in groups of one run, of a few, or whole.
+    # in runs cut anywhere, leaves and stored_from times found across the cuts; each
+    # window read in groups of one run, of a few, or whole; each block's units read in
+    # chunks of 1, 5 or whole.
     monkeypatch.setattr(taking, "_GROUP_BYTES", group)
+    monkeypatch.setattr(taking, "_UNITS_HELD", 0)
+    monkeypatch.setattr(taking, "_MIN_CHUNK", chunk)
     times = _store_times(stores[0])
     since = (times[0] - 1, times[137], times[200], times[-1] + 1)
     store = HotStore(stores[0])
@@ -196,6 +206,24 @@ async def test_a_fingerprint_read_window_by_window_is_the_one_read_at_once(
     assert await take(window) == await take(1 << 40)
 
 
+async def _take_deleting(store: HotStore, delete: Callable[[], None], **kw: Any) -> Fingerprint:
+    """A fingerprint of ``store`` paced at 100 bytes a second on a virtual clock, with
+    ``delete`` (the broker's retention) called while it is parked before its first
+    record."""
+    clock = VirtualClock()
+    task = asyncio.create_task(
+        take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=clock,
+                         bucket=TokenBucket(clock, 100), **kw)
+    )  # fmt: skip
+    await asyncio.wait_for(clock.parked_or_done(task), 30)
+    assert not task.done()
+    delete()
+    while not task.done():
+        await clock.advance(3600)
+        await asyncio.wait_for(clock.parked_or_done(task), 30)
+    return task.result()
+
+
 @pytest.mark.parametrize("window", [4096, DEFAULT_WINDOW_BYTES])
 @pytest.mark.parametrize("block", [37, 23])
 async def test_records_the_broker_deletes_while_paced_move_the_hot_min_past_their_blocks(
@@ -207,13 +235,6 @@ async def test_records_the_broker_deletes_while_paced_move_the_hot_min_past_thei
     hot = tmp_path / "hot"
     shutil.copytree(stores[0], hot)
     store = HotStore(hot)
-    clock = VirtualClock()
-    task = asyncio.create_task(
-        take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=clock,
-                         bucket=TokenBucket(clock, 100), block_offsets=block, window_bytes=window)
-    )  # fmt: skip
-    await asyncio.wait_for(clock.parked_or_done(task), 30)
-    assert not task.done()
     oldest = min((hot / "commitlog").iterdir())
     last_gone = {}  # per queue, the offset of its last record in the oldest file
     for key in store.queues():
@@ -221,14 +242,32 @@ async def test_records_the_broker_deletes_while_paced_move_the_hot_min_past_thei
         units = store.read_units(key.topic, key.queue_id, rng.min, rng.max)
         in_oldest = np.flatnonzero(units["commitlog_offset"] < oldest.stat().st_size)
         last_gone[key.queue_id] = rng.min + int(in_oldest[-1])
-    oldest.unlink()
-    while not task.done():
-        await clock.advance(3600)
-        await asyncio.wait_for(clock.parked_or_done(task), 30)
-    fp = task.result()
+    fp = await _take_deleting(store, oldest.unlink, block_offsets=block, window_bytes=window)
     for q in fp.queues:
         assert q.hot_min == (last_gone[q.queue_id] // block + 1) * block > 0
         assert [b.start for b in q.blocks] == list(range(q.hot_min, q.hot_max, block))
+        _assert_block_digests(store, q)
+
+
+async def test_units_the_broker_deletes_while_paced_move_the_hot_min_past_their_blocks(
+    stores: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each open block holds its units 5 at a time; retention deletes each queue's oldest
+    # consume-queue file (offsets 0-99) while the run is parked: the first block, open,
+    # cannot read its next units, the next two cannot be opened. All three are dropped.
+    monkeypatch.setattr(taking, "_UNITS_HELD", 0)
+    monkeypatch.setattr(taking, "_MIN_CHUNK", 5)
+    hot = tmp_path / "hot"
+    shutil.copytree(stores[0], hot)
+    store = HotStore(hot)
+
+    def retention() -> None:
+        for queue in (hot / "consumequeue").glob("*/*"):
+            min(queue.iterdir()).unlink()
+
+    for q in (await _take_deleting(store, retention, block_offsets=37)).queues:
+        assert q.hot_min == 111
+        assert [b.start for b in q.blocks] == list(range(111, q.hot_max, 37))
         _assert_block_digests(store, q)
 
 
@@ -248,17 +287,7 @@ async def test_a_queue_whose_records_are_deleted_drops_its_blocks_only(tmp_path:
     units = store.read_units(topic, 0, 0, 400)
     last_gone = int(np.flatnonzero(units["commitlog_offset"] < oldest.stat().st_size)[-1])
     assert 37 < last_gone < 300
-    clock = VirtualClock()
-    task = asyncio.create_task(
-        take_fingerprint(store, cluster=CLUSTER, broker=BROKER, clock=clock,
-                         bucket=TokenBucket(clock, 100), block_offsets=37)
-    )  # fmt: skip
-    await asyncio.wait_for(clock.parked_or_done(task), 30)
-    oldest.unlink()
-    while not task.done():
-        await clock.advance(3600)
-        await asyncio.wait_for(clock.parked_or_done(task), 30)
-    first, second = task.result().queues
+    first, second = (await _take_deleting(store, oldest.unlink, block_offsets=37)).queues
     assert (first.hot_min, first.hot_max) == ((last_gone // 37 + 1) * 37, 400)
     assert (second.hot_min, second.hot_max) == (0, 100)
     for q in (first, second):

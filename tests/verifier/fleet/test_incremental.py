@@ -22,6 +22,7 @@ from tieredstore.cold.provenance import read_tiering_record
 from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
 from tieredstore.hot.store import HotStore
 from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
+from tieredstore.verifier.fleet import take as taking
 from tieredstore.verifier.fleet.take import take_carrying, take_fingerprint
 
 T0 = 1_800_000_000_000
@@ -126,12 +127,14 @@ def test_an_incremental_fingerprint_is_the_full_one_of_the_same_store(
     assert json.loads(incremental.to_bytes())["hot_bytes"] == _full(hot, cold).hot_bytes
 
 
-@pytest.mark.parametrize("window", [1, 900])
+@pytest.mark.parametrize(("window", "chunk"), [(1, 256), (900, 256), (900, 7)])
 def test_carried_and_read_blocks_mixed_window_by_window_are_the_full_run(
-    stores: tuple[Path, Path], window: int
+    stores: tuple[Path, Path], window: int, chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Carried blocks read their edge leaves out of the window order; the read ones are fed
-    # in runs: the result is still the full run's.
+    # in runs, their units read in chunks: the result is still the full run's.
+    monkeypatch.setattr(taking, "_UNITS_HELD", 0)
+    monkeypatch.setattr(taking, "_MIN_CHUNK", chunk)
     hot, cold = stores
     before = _full(hot, cold)
     SyntheticStore.open(hot).append(150)
