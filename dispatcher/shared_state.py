@@ -95,8 +95,9 @@ class SharedState:
         return key in self._stopped
 
     def stop_queue(self, key: QueueKey, reason: str) -> None:
-        """Stop tiering the queue until a restart, for ``reason`` (the committer only),
-        and save the stopped queues where ``status`` reads them."""
+        """Stop tiering the queue until a restart, for ``reason`` (the committer, and a
+        tick's batch damage it cannot heal), and save the stopped queues where ``status``
+        reads them."""
         self._stopped[key] = reason
         self.save()
 

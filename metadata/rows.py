@@ -42,7 +42,8 @@ class QueueState(enum.Enum):
     ``stopped-queues.json`` for ``status``; its next start forgets them):
 
     * STOPPED: this process stopped tiering the queue (a newer-format manifest at its
-      frontier, an inconsistent hot store) until it restarts.
+      frontier, an inconsistent hot store, a damaged batch holding its tail that it
+      cannot heal) until it restarts.
     * DEGRADED: cold damage was found in the queue's committed history; the queue is
       still tiered. The gauge has no DEGRADED label: ``tieredstore_queue_cold_damaged``
       says it.

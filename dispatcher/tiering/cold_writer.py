@@ -659,11 +659,16 @@ async def heal_damaged(
     metrics: Metrics,
     keys: BatchKeys,
     lost_batches: Collection[str] = frozenset(),
-) -> None:
+) -> set[QueueKey]:
     """:func:`heal_lost_tail` of every damaged queue (``lost_batches``: the damaged batch
     objects' keys); each note (``damaged[queue]``) then says what was done. A catalogue
     that refuses the truncation (e.g. an accepted loss inside the lost tail) leaves the
-    queue as it is, said in its note."""
+    queue as it is, said in its note.
+
+    Returns the queues whose lost tail stays in their committed history, neither healed
+    nor behind an intact segment (the broker no longer holds it, or the catalogue refused
+    the truncation): the next tick that tiers one reads that tail again."""
+    kept: set[QueueKey] = set()
     for queue, reason in sorted(damaged.items()):
         try:
             outcome = await heal_lost_tail(
@@ -678,5 +683,9 @@ async def heal_damaged(
         except CatalogueError as exc:
             log.error("queue %s: its cold damage is not healed: %s", queue, exc)
             damaged[queue] = f"{reason}; not healed: {exc}"
+            kept.add(queue)
             continue
         damaged[queue] = f"{reason}; {outcome.value}"
+        if outcome is HealOutcome.HOT_LOST:
+            kept.add(queue)
+    return kept

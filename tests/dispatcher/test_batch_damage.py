@@ -41,8 +41,9 @@ from tieredstore.cold.batch import BatchHead
 from tieredstore.cold.history import Committed, read_batch
 from tieredstore.cold.layout import batch_prefix, parse_batch_key
 from tieredstore.findings import FindingKind
-from tieredstore.hot.store import HotStore
-from tieredstore.hot.synth import SyntheticStore, SynthSpec
+from tieredstore.formats.consumequeue import CQ_UNIT_SIZE
+from tieredstore.hot.store import HotStore, QueueKey
+from tieredstore.hot.synth import SyntheticStore, SynthSpec, synthesize
 from tieredstore.settings.loader import Settings
 from tieredstore.verifier.job import verify
 from tieredstore.verifier.outcome import Anomaly
@@ -235,3 +236,49 @@ def test_verify_names_a_deleted_batch_object_from_the_catalogue(
     assert sorted(named) == sorted(held) and {q for _, q, _, _ in named} == set(HIT)
     # Without the catalogue, the report says the gap as before: no anomaly names the key.
     assert all(a.object_key != key for a in _verify(spark, store, cold, None))
+
+
+async def test_a_damaged_tail_the_broker_no_longer_holds_stops_its_queue_once(
+    cold: Cold, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Queue 0's newest slice is in a batch deleted after the start, and the broker's
+    # retention has deleted its first consume-queue files past that slice's start: the
+    # tail cannot be tiered again. The tick that reads it says so once and stops the
+    # queue; the next ticks leave it alone (before, each re-read and re-reported it).
+    # Queue 1 goes on.
+    spec = SynthSpec(topics=1, queues=2, messages=0, body_min=20, body_max=200, seed=8,
+                     cq_file_size=20 * CQ_UNIT_SIZE)  # fmt: skip
+    store = synthesize(tmp_path / "store", spec).root
+    synth = SyntheticStore.open(store)
+    synth.append(queues=[(TOPIC, q) for q in (0, 1)] * 20)
+    settings = _settings(store, cold, tmp_path / "state")
+    await _tier(settings)  # batch 1: both queues' [0, 20)
+    synth.append(queues=[(TOPIC, 0)] * 30)
+    await _tier(settings)  # batch 2 (the one lost): queue 0's [20, 50)
+    key, head = await _newest_batch(settings)
+    assert [(p.queue_id, p.start_offset) for p in head.index.slices] == [(0, 20)]
+    synth.append(queues=[(TOPIC, q) for q in (0, 1)] * 10)  # more messages arrive
+    caplog.clear()
+    async with open_runtime(settings) as rt:
+        with caplog.at_level(logging.WARNING):
+            await rt.dispatcher.start(wait_for_lease=False)
+            _damage(cold, key, head, "deleted")
+            for f in sorted((store / "consumequeue" / TOPIC / "0").iterdir())[:2]:
+                f.unlink()  # retention: queue 0's offsets [0, 40) are gone from hot
+            assert HotStore(store).queue_range(TOPIC, 0).min == 40
+            first = await rt.dispatcher.catch_up()
+            said = [r.getMessage() for r in caplog.records]
+            caplog.clear()
+            again = await rt.dispatcher.catch_up()
+            again_said = [r.getMessage() for r in caplog.records]
+        assert not first.errors and not again.errors
+        stopped = [line for line in said if f"{TOPIC}/0 STOPPED" in line]
+        assert len(stopped) == 1 and key in stopped[0], said
+        assert "no longer holds" in stopped[0]
+        assert not [line for line in again_said if f"{TOPIC}/0" in line], again_said
+        assert rt.dispatcher.states.is_stopped(QueueKey(TOPIC, 0))
+        (metric,) = rt.dispatcher.metrics.queue_state.collect()
+        states = {s.labels["queue"]: s.labels["state"] for s in metric.samples if s.value}
+        assert states == {"0": "STOPPED", "1": "ACTIVE"}
+        row = rt.catalogue.queues.get(TOPIC, 1)
+        assert row is not None and row.cold_commit == HotStore(store).queue_range(TOPIC, 1).max

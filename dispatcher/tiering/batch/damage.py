@@ -21,8 +21,11 @@ of the one queue whose read found it. :func:`handle_damage` then, for each such 
   broker still holds tiered again from hot by the next tick, under new keys.
 
 The other queues of the round go on; the healed ones start again from their truncated
-row on the next tick. The same batch found again (another queue's read in the same
-round) is handled once.
+row on the next tick. A queue whose lost tail cannot be healed (the broker no longer
+holds those offsets, or the catalogue refused the truncation) would have the same batch
+read and reported again by every tick: it is STOPPED instead, with one ERROR line, until
+the sidecar restarts (whose reconcile finds the damage again, once). The same batch
+found again (another queue's read in the same round) is handled once.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from tieredstore.dispatcher.tiering.cold_writer import ColdWriter, heal_damaged,
 from tieredstore.errors import DamagedObjectError
 from tieredstore.findings import FindingKind
 from tieredstore.hot.store import QueueKey
+from tieredstore.metadata.rows import QueueState
 
 __all__ = ["handle_damage"]
 
@@ -70,10 +74,19 @@ async def handle_damage(
                 continue
             kind = FindingKind(exc.damage.value)
             report_batch_damage(exc.key, kind, exc.message, held, metrics, damaged)
-        await heal_damaged(
+        kept = await heal_damaged(
             damaged, writer=writer, hot=writer.hot, metrics=metrics,
             keys=keys, lost_batches=batches,
         )  # fmt: skip
     states.damaged.update(damaged)  # the newest damage of a queue is its note
-    states.save()  # `status` shows them DEGRADED
+    for queue in sorted(kept):  # each tick would read the same damage again: stop
+        log.error(
+            "queue %s STOPPED: its damaged tail cannot be healed (%s); nothing more is "
+            "tiered for it until the sidecar restarts: restore the batch object from a "
+            "bucket version or backup, or accept the loss, then restart",
+            queue, damaged[queue],
+        )  # fmt: skip
+        states.stop_queue(queue, f"{damaged[queue]}; stopped until a restart")
+        metrics.set_queue_state(queue.topic, queue.queue_id, QueueState.STOPPED)
+    states.save()  # `status` shows them DEGRADED, or STOPPED
     return set(damaged)
