@@ -245,8 +245,9 @@ class HotCommitlog:
         """Drop this process's mappings of the pages of every mapped file that lie wholly
         below commitlog offset ``below`` (``madvise(MADV_DONTNEED)``): they leave the
         process's resident set, not the page cache, and a later :meth:`gather` there maps
-        them again. A reader that moves forward through the log calls it behind itself, so
-        what it keeps mapped is what it reads next, not the whole store.
+        them again (and they stay mapped: a range is released once). A reader that moves
+        forward through the log calls it behind itself, so what it keeps mapped is what it
+        reads next, not the whole store.
         """
         for index, m in self._maps.items():
             f = self._files[index]

@@ -83,7 +83,7 @@ async def handle_damage(
         log.error(
             "queue %s STOPPED: its damaged tail cannot be healed (%s); nothing more is "
             "tiered for it until the sidecar restarts: restore the batch object from a "
-            "bucket version or backup, or accept the loss, then restart",
+            "bucket version or backup, then restart",
             queue, damaged[queue],
         )  # fmt: skip
         states.stop_queue(queue, f"{damaged[queue]}; stopped until a restart")
