@@ -27,9 +27,9 @@ Last lines::
     RESULT fingerprint_rss ratio=<the command's peak RSS, MiB> target=<256MiB PASS|FAIL
 
 The peak RSS is the process's ``VmHWM``, which counts the pages of the hot files it maps:
-the command reads the commit log through a map, queue by queue, and every queue's records
-are spread over the whole log, so by its end it maps every page the store holds. The line
-before the results gives its anonymous memory apart (BENCHMARKS.md, "Notes on each FAIL").
+the command reads the commit log through a map, all queues together a window at a time,
+and drops the pages behind it (docs/verification.md), so they are the window's. The line
+before the results gives its anonymous memory apart.
 """
 
 from __future__ import annotations

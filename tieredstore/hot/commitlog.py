@@ -120,10 +120,7 @@ def copy_parts(parts: Sequence[Part]) -> bytearray:
     """
     if _NATIVE_GATHER is None:
         return pure_copy_parts(parts)
-    return _NATIVE_GATHER(
-        [(b, np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
-         for b, s, e in parts]
-    )  # fmt: skip
+    return _NATIVE_GATHER(_native_parts(parts))
 
 
 def copy_parts_into(parts: Sequence[Part], out: Writable) -> int:
@@ -138,11 +135,14 @@ def copy_parts_into(parts: Sequence[Part], out: Writable) -> int:
     """
     if _NATIVE_GATHER_INTO is None:
         return pure_copy_parts_into(parts, out)
-    return _NATIVE_GATHER_INTO(
-        [(b, np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
-         for b, s, e in parts],
-        out,
-    )  # fmt: skip
+    return _NATIVE_GATHER_INTO(_native_parts(parts), out)
+
+
+def _native_parts(parts: Sequence[Part]) -> list[Part]:
+    """``parts`` as the native gather takes them: each part's starts and ends contiguous
+    int64s."""
+    return [(b, np.ascontiguousarray(s, np.int64), np.ascontiguousarray(e, np.int64))
+            for b, s, e in parts]  # fmt: skip
 
 
 def pure_copy_parts_into(parts: Sequence[Part], out: Writable) -> int:

@@ -209,13 +209,13 @@ async def take_carrying(
         raise ValueError("the previous fingerprint is of other block or leaf offsets")
     taken = clock.now_ms()
     with HotCommitlog(hot.commitlog_files()) as cl, _Digests(leaf_offsets) as digests:
-        reader = _Reader(cl, digests, bucket, since_ms, leaf_offsets)
         before = {(q.topic, q.queue_id): q for q in previous.queues} if previous else {}
         cursors = [
             _Cursor(key, hot.queue_range(key.topic, key.queue_id),
                     before.get((key.topic, key.queue_id)), block_offsets)
             for key in hot.queues() if hot.cq_files(key.topic, key.queue_id)
         ]  # fmt: skip
+        reader = _Reader(cl, digests, bucket, since_ms, leaf_offsets, len(cursors))
         await reader.read(hot, cursors, window_bytes)
     queues = tuple(c.printed(since_ms, leaf_offsets) for c in cursors)
     fp = Fingerprint(
@@ -235,9 +235,12 @@ class _Reader:
         bucket: TokenBucket | None,
         since_ms: tuple[int, ...],
         leaf_offsets: int,
+        queues: int,
     ) -> None:
         self._cl, self._digests, self._bucket = cl, digests, bucket
         self._since, self._leaf = since_ms, leaf_offsets
+        # Units an open block holds at a time: :data:`_UNITS_HELD` shared by ``queues``.
+        self._chunk = max(_MIN_CHUNK, _UNITS_HELD // max(1, queues))
         self.total = 0
         self.read_bytes = 0
         self.carried = 0
@@ -246,13 +249,11 @@ class _Reader:
         # afresh every time (the run twice as long on a 2 GiB store of 128 queues).
         self._buffers = [np.empty(0, np.uint8) for _ in range(_DIGESTS_QUEUED + 1)]
         self._next = 0
-        self._chunk = _MIN_CHUNK  # units an open block holds: set by read()
 
     async def read(self, hot: HotStore, cursors: list[_Cursor], window_bytes: int) -> None:
         """Read every queue's blocks, all queues together, window by window through the
         commit log (module doc), then release the pages behind the lowest record still
         to read."""
-        self._chunk = max(_MIN_CHUNK, _UNITS_HELD // max(1, len(cursors)))
         waiting: list[tuple[int, int]] = []  # (next record's commit-log offset, cursor)
         for i, c in enumerate(cursors):
             await self._open(hot, c)
@@ -322,7 +323,7 @@ class _Reader:
             o.found |= {t: at + first_stored_at(part, r.sizes, t) for t in new}
             width = UNIT_STREAM_BYTES
             fed.append((o.digest, at, r.sizes, stream[lo * width : hi * width], part))
-        self._digests.feed(fed, records)
+        self._digests.feed(fed)
         await self._pay(len(records))
 
     def _buffer(self, nbytes: int) -> npt.NDArray[np.uint8]:
@@ -414,9 +415,9 @@ def _searched(old: Block, since_ms: tuple[int, ...], found: dict[int, int]) -> b
     return all(t in found or t > old.last_store_ms or t <= old.first_store_ms for t in since_ms)
 
 
-def _feed_all(runs: list[_Fed], records: memoryview) -> None:
-    """Feed each run to its digest (``records``, the group's buffer the runs' records are
-    views of, is held until then)."""
+def _feed_all(runs: list[_Fed]) -> None:
+    """Feed each run to its digest (its records are a view of the group's buffer, which
+    the view keeps alive)."""
     for digest, at, sizes, units, part in runs:
         digest.feed(at, sizes, units, part)
 
@@ -437,14 +438,13 @@ class _BlockDigest:
         """Add the offsets ``[at, at + len(sizes))``, as :func:`block_streams` gives them."""
         self._hasher.feed(units, records)
         ends = np.cumsum(sizes).tolist()
-        view = memoryview(records)
         width, step = UNIT_STREAM_BYTES, self._leaf_offsets
         i, n = 0, len(ends)
         while i < n:
             leaf_end = min(self._end, ((at + i) // step + 1) * step)
             j = min(n, leaf_end - at)
             lo = ends[i - 1] if i else 0
-            self._leaf.feed(units[i * width : j * width], view[lo : ends[j - 1]])
+            self._leaf.feed(units[i * width : j * width], records[lo : ends[j - 1]])
             if at + j == leaf_end:
                 self._leaves += bytes.fromhex(self._leaf.hexdigest())
                 self._leaf = BlockHasher(LEAF_DIGEST_SIZE)
@@ -475,13 +475,13 @@ class _Digests:
         """A new block's digest, ``[start, end)``."""
         return _BlockDigest(start, end, self._leaf)
 
-    def feed(self, runs: list[_Fed], records: memoryview) -> None:
+    def feed(self, runs: list[_Fed]) -> None:
         """Feed each run to its block's digest: ``(digest, first offset, sizes, units
-        stream, records)`` as :func:`block_streams` gives them, the records views into
-        ``records``, held until fed."""
+        stream, records)`` as :func:`block_streams` gives them, the records a view of the
+        group's buffer."""
         if len(self._queued) == _DIGESTS_QUEUED:
             self._queued.popleft().result()  # bounds the records held
-        self._queued.append(self._pool.submit(_feed_all, runs, records))
+        self._queued.append(self._pool.submit(_feed_all, runs))
 
     def finish(self, digest: _BlockDigest) -> Future[tuple[str, bytes]]:
         """The digest of a block fed whole, and its leaf digests, once taken."""
